@@ -1,0 +1,1 @@
+"""gpuval shared types: the CRDs and the agent's result document."""

@@ -1,0 +1,1 @@
+"""gpuval operator: reconciles GpuValidation into agent pods and GpuNodeReports."""

@@ -1,0 +1,49 @@
+# gpuval — `make help` lists every target.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+UV ?= uv
+export GPUVAL_CACHE ?= $(HOME)/.cache/gpuval
+
+.PHONY: help
+help: ## List every target with its purpose
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: setup
+setup: ## Install uv (pinned) if missing and sync the locked Python environment into .venv
+	@./hack/ensure-uv.sh
+	$(UV) sync --frozen
+
+.PHONY: controlplane
+controlplane: setup ## Build and cache etcd, kube-apiserver/-controller-manager/-scheduler, kubectl, kwok, kwokctl, helm
+	$(UV) run --frozen python -m gpuval_devtools.controlplane build
+
+.PHONY: cluster-up
+cluster-up: controlplane ## Start a local control plane with simulated GPU nodes (kubeconfig path printed)
+	$(UV) run --frozen python -m gpuval_devtools.controlplane up --nodes 3
+
+.PHONY: cluster-down
+cluster-down: ## Stop and delete the local control plane started by cluster-up
+	$(UV) run --frozen python -m gpuval_devtools.controlplane down
+
+.PHONY: lint
+lint: setup ## ruff and mypy --strict over every package
+	$(UV) run --frozen ruff check .
+	$(UV) run --frozen ruff format --check .
+	$(UV) run --frozen mypy
+
+.PHONY: test
+test: setup controlplane ## The README's test command: lint, generated-file check, unit and cluster tests
+	$(MAKE) lint
+	$(UV) run --frozen pytest -m "not gpu"
+
+.PHONY: test-unit
+test-unit: setup ## Unit tests only (no cluster, no GPU)
+	$(UV) run --frozen pytest tests/unit
+
+.PHONY: test-gpu
+test-gpu: ## GPU tests (on a machine with NVIDIA GPUs and torch)
+	python3 -m pytest -m gpu tests/gpu
+
+.PHONY: clean
+clean: ## Remove the virtualenv and caches of this checkout (keeps the control-plane cache)
+	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache

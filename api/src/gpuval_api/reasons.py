@@ -1,0 +1,209 @@
+"""The one diagnosis catalogue: every named cause a check or the operator reports, with a hint.
+
+Agent and operator both name failures from this enum, so a reason in a GpuNodeReport, a
+GpuValidation condition or an Event has one summary and one hint, wherever it was raised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Severity(StrEnum):
+    """How a finding bears on the verdict: an error fails its check, a warning only reports."""
+
+    ERROR = "Error"
+    WARNING = "Warning"
+
+
+class Reason(StrEnum):
+    """CamelCase names of every diagnosis (Kubernetes condition-reason style)."""
+
+    # Driver layer (agent)
+    DRIVER_NOT_LOADED = "DriverNotLoaded"
+    NVML_ERROR = "NvmlError"
+    CUDA_DRIVER_TOO_OLD = "CudaDriverTooOld"
+    CUDA_INIT_FAILED = "CudaInitFailed"
+    GPU_COUNT_MISMATCH = "GpuCountMismatch"
+    # Hardware health (agent)
+    ECC_UNCORRECTABLE = "EccUncorrectable"
+    ROW_REMAP_PENDING = "RowRemapPending"
+    ROW_REMAP_FAILED = "RowRemapFailed"
+    XID_ERROR = "XidError"
+    PERSISTENCE_MODE_OFF = "PersistenceModeOff"
+    PCIE_LINK_DEGRADED = "PcieLinkDegraded"
+    # Burn (agent)
+    BURN_MISMATCH = "BurnMismatch"
+    BURN_NAN = "BurnNaN"
+    THERMAL_SLOWDOWN = "ThermalSlowdown"
+    OVER_TEMPERATURE = "OverTemperature"
+    POWER_CAPPED = "PowerCapped"
+    LOW_THROUGHPUT = "LowThroughput"
+    # Bandwidth (agent)
+    LOW_BANDWIDTH = "LowBandwidth"
+    PEER_ACCESS_UNAVAILABLE = "PeerAccessUnavailable"
+    # NCCL (agent)
+    NCCL_TIMEOUT = "NcclTimeout"
+    NCCL_ERROR = "NcclError"
+    NCCL_LOW_BUSBW = "NcclLowBusbw"
+    # The agent itself
+    CHECK_ERROR = "CheckError"
+    CHECK_SKIPPED = "CheckSkipped"
+    INVALID_CONFIG = "InvalidConfig"
+    # Operator side
+    POD_FAILED = "PodFailed"
+    POD_EVICTED = "PodEvicted"
+    POD_UNSCHEDULABLE = "PodUnschedulable"
+    NODE_GONE = "NodeGone"
+    TIMED_OUT = "TimedOut"
+    NOT_UNIFORM = "NotUniform"
+
+
+@dataclass(frozen=True, slots=True)
+class ReasonInfo:
+    """What a reason means (summary), what to do about it (hint), and whether it fails the check."""
+
+    summary: str
+    hint: str
+    severity: Severity = Severity.ERROR
+
+
+REASONS: dict[Reason, ReasonInfo] = {
+    Reason.DRIVER_NOT_LOADED: ReasonInfo(
+        "NVML found no NVIDIA driver or no devices",
+        "check `lsmod | grep nvidia` and `nvidia-smi`; install or reload the NVIDIA driver",
+    ),
+    Reason.NVML_ERROR: ReasonInfo(
+        "an NVML query failed unexpectedly",
+        "run `nvidia-smi -q`; a GPU NVML cannot read needs a reset or has fallen off the bus",
+    ),
+    Reason.CUDA_DRIVER_TOO_OLD: ReasonInfo(
+        "the driver's highest CUDA version is older than the CUDA runtime the workloads use",
+        "upgrade the driver, or use a framework build for the driver's CUDA version",
+    ),
+    Reason.CUDA_INIT_FAILED: ReasonInfo(
+        "CUDA could not initialise on a GPU",
+        "compare the framework's CUDA with the driver's; check LD_LIBRARY_PATH and dmesg",
+    ),
+    Reason.GPU_COUNT_MISMATCH: ReasonInfo(
+        "fewer or more GPUs are visible than the node advertises or the spec expects",
+        "compare `nvidia-smi -L` with the node's nvidia.com/gpu capacity; look for XID 79 in dmesg",
+    ),
+    Reason.ECC_UNCORRECTABLE: ReasonInfo(
+        "the GPU reports uncorrectable ECC memory errors",
+        "take the node out of service; reset the GPU and re-test, RMA if errors return",
+    ),
+    Reason.ROW_REMAP_PENDING: ReasonInfo(
+        "a memory row remap is pending and takes effect only after a GPU reset",
+        "drain the node and reset the GPU (`nvidia-smi -r`) or reboot, then re-validate",
+    ),
+    Reason.ROW_REMAP_FAILED: ReasonInfo(
+        "the GPU could not remap a failing memory row",
+        "take the node out of service and RMA the GPU",
+    ),
+    Reason.XID_ERROR: ReasonInfo(
+        "the driver reported a critical XID error during the run",
+        "read `dmesg | grep -i xid`; XID 79/48/63/64/94/95 are hardware faults: drain and RMA",
+    ),
+    Reason.PERSISTENCE_MODE_OFF: ReasonInfo(
+        "persistence mode is off, so every job pays the driver initialisation",
+        "enable it with `nvidia-smi -pm 1` or the nvidia-persistenced service",
+        Severity.WARNING,
+    ),
+    Reason.PCIE_LINK_DEGRADED: ReasonInfo(
+        "the PCIe link runs below its maximum generation or width under load",
+        "reseat the card or riser, check the slot and BIOS PCIe settings",
+    ),
+    Reason.BURN_MISMATCH: ReasonInfo(
+        "a burn result differed from the verified reference",
+        "the GPU computes wrong results: drain the node, check ECC counters and temperatures, RMA",
+    ),
+    Reason.BURN_NAN: ReasonInfo(
+        "a burn result contained NaN or Inf",
+        "the GPU computes wrong results: drain the node, check ECC counters and temperatures, RMA",
+    ),
+    Reason.THERMAL_SLOWDOWN: ReasonInfo(
+        "the GPU throttled its clocks for temperature during the burn",
+        "check fans, airflow and the inlet temperature; the node should not take work",
+    ),
+    Reason.OVER_TEMPERATURE: ReasonInfo(
+        "the GPU exceeded the configured maximum temperature during the burn",
+        "check fans, airflow and the inlet temperature; the node should not take work",
+    ),
+    Reason.POWER_CAPPED: ReasonInfo(
+        "the GPU throttled for its power limit well below the part's default limit",
+        "check the enforced limit (`nvidia-smi -q -d POWER`); raise it with `nvidia-smi -pl`",
+    ),
+    Reason.LOW_THROUGHPUT: ReasonInfo(
+        "burn throughput was below the configured threshold",
+        "look at clocks and throttle reasons in the report; compare with a healthy node",
+    ),
+    Reason.LOW_BANDWIDTH: ReasonInfo(
+        "a measured bandwidth was below the configured threshold",
+        "check the PCIe link, NUMA placement and NVLink status (`nvidia-smi nvlink -s`)",
+    ),
+    Reason.PEER_ACCESS_UNAVAILABLE: ReasonInfo(
+        "two GPUs of the node cannot access each other's memory directly",
+        "check `nvidia-smi topo -m`, the IOMMU/ACS settings and the NVLink/fabric manager service",
+    ),
+    Reason.NCCL_TIMEOUT: ReasonInfo(
+        "the NCCL all-reduce did not finish within the timeout (a hang)",
+        "read the kept NCCL_DEBUG=INFO output; check NVLink, fabric manager, NCCL versions",
+    ),
+    Reason.NCCL_ERROR: ReasonInfo(
+        "the NCCL all-reduce failed or gave a wrong sum",
+        "read the kept NCCL_DEBUG=INFO output; compare NCCL and driver versions across nodes",
+    ),
+    Reason.NCCL_LOW_BUSBW: ReasonInfo(
+        "NCCL all-reduce bus bandwidth was below the configured threshold",
+        "check NVLink status and topology (`nvidia-smi topo -m`); re-run with NCCL_DEBUG=INFO",
+    ),
+    Reason.CHECK_ERROR: ReasonInfo(
+        "the check itself could not run",
+        "read the check's message; re-run `gpuval-agent run` on the node to reproduce",
+    ),
+    Reason.CHECK_SKIPPED: ReasonInfo(
+        "the check was not run because an earlier failure made it meaningless",
+        "fix the earlier failure first",
+        Severity.WARNING,
+    ),
+    Reason.INVALID_CONFIG: ReasonInfo(
+        "the checks configuration given to the agent is invalid",
+        "fix spec.checks of the GpuValidation (the message names the field)",
+    ),
+    Reason.POD_FAILED: ReasonInfo(
+        "the agent pod failed without writing a verdict",
+        "read the pod's logs and events (`kubectl logs`, `kubectl describe pod`)",
+    ),
+    Reason.POD_EVICTED: ReasonInfo(
+        "the agent pod was evicted before it finished",
+        "look at the node's pressure conditions; re-run the validation for this node",
+    ),
+    Reason.POD_UNSCHEDULABLE: ReasonInfo(
+        "the agent pod could not be scheduled on its node",
+        "check the node's allocatable nvidia.com/gpu, taints and cordon state",
+    ),
+    Reason.NODE_GONE: ReasonInfo(
+        "the node was deleted or became unreachable during the run",
+        "check the node's status and kubelet; re-run the validation when it is back",
+    ),
+    Reason.TIMED_OUT: ReasonInfo(
+        "the node's agent did not finish within the run's timeout",
+        "read the agent pod's logs; a hang in NCCL or a wedged GPU are the usual causes",
+    ),
+    Reason.NOT_UNIFORM: ReasonInfo(
+        "the node's environment differs from the rest of its pool or from the expected values",
+        "align driver, CUDA, NCCL, VBIOS and modes across the pool; mixes cause NCCL hangs",
+    ),
+}
+
+
+def info(reason: Reason) -> ReasonInfo:
+    """The catalogue entry of a reason."""
+    return REASONS[reason]
+
+
+def hint(reason: Reason) -> str:
+    """The one-line fix hint of a reason."""
+    return REASONS[reason].hint

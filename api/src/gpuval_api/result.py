@@ -1,0 +1,241 @@
+"""The agent's result document: environment record, every check's result, overall verdict.
+
+One JSON document (camelCase) per agent run; `gpuval-agent run --json` writes it and the
+in-cluster agent puts it into its GpuNodeReport's `status.result`. Its JSON Schema is checked in
+under api/schemas/.
+
+Figures carry their unit in the key: `...Tflops` (TFLOP/s), `...GBps` (10^9 bytes/s),
+`...Celsius`, `...Watts`, `...Mhz`, `...Seconds`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpuval_api.checks import ChecksConfig, camel
+from gpuval_api.reasons import Reason, Severity
+
+SCHEMA_VERSION: Literal["gpuval.dev/v1alpha1/result"] = "gpuval.dev/v1alpha1/result"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=camel, populate_by_name=True, extra="forbid")
+
+
+class Metric:
+    """Metric keys the report summary reads; checks may add more (e.g. `tflops.fp64`)."""
+
+    TFLOPS = "tflops"  # burn, per GPU: the first configured precision's figure
+    MAX_TEMPERATURE = "maxTemperatureCelsius"  # burn, per GPU
+    H2D = "h2dGBps"  # bandwidth, per GPU, one GPU at a time
+    D2H = "d2hGBps"
+    DEVICE_COPY = "deviceCopyGBps"
+
+
+class Verdict(StrEnum):
+    PASSED = "Passed"
+    FAILED = "Failed"
+    SKIPPED = "Skipped"
+
+
+class PcieLink(_Model):
+    """PCIe link generation and width; None where NVML does not report it."""
+
+    current_gen: int | None = None
+    max_gen: int | None = None
+    current_width: int | None = None
+    max_width: int | None = None
+
+
+class GpuInfo(_Model):
+    """One GPU's inventory and state; an unsupported query is None and named in `unsupported`."""
+
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    serial: str | None = None
+    vbios: str | None = None
+    pci_bus_id: str | None = None
+    memory_total_bytes: int | None = None
+    pcie: PcieLink = Field(default_factory=PcieLink)
+    ecc_enabled: bool | None = None
+    ecc_uncorrectable_volatile: int | None = None
+    ecc_uncorrectable_aggregate: int | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failed: bool | None = None
+    persistence_mode: bool | None = None
+    mig_mode: bool | None = None
+    power_limit_watts: float | None = None
+    default_power_limit_watts: float | None = None
+    max_sm_clock_mhz: int | None = None
+    max_memory_clock_mhz: int | None = None
+    temperature_celsius: float | None = None
+    slowdown_temperature_celsius: float | None = None
+    shutdown_temperature_celsius: float | None = None
+    max_operating_temperature_celsius: float | None = None
+    throttle_reasons: list[str] = Field(default_factory=list)
+    unsupported: list[str] = Field(
+        default_factory=list, description="Queries this GPU/driver does not support."
+    )
+
+
+class Environment(_Model):
+    """The node's software and hardware record, compared across a pool for uniformity."""
+
+    hostname: str | None = None
+    kernel: str | None = None
+    driver_version: str | None = None
+    cuda_driver_version: str | None = Field(
+        default=None, description="Highest CUDA version the driver supports (major.minor)."
+    )
+    cuda_runtime_version: str | None = Field(
+        default=None, description="CUDA runtime the agent uses (torch's CUDA)."
+    )
+    torch_version: str | None = None
+    nccl_version: str | None = None
+    nvml_version: str | None = None
+    gpu_count: int = 0
+    gpus: list[GpuInfo] = Field(default_factory=list)
+    unsupported: list[str] = Field(default_factory=list)
+
+
+class Finding(_Model):
+    """One named cause found by a check: an error fails the check, a warning does not."""
+
+    reason: Reason
+    severity: Severity = Severity.ERROR
+    gpu: int | None = Field(
+        default=None, description="GPU index, when the finding is about one GPU."
+    )
+    peer: int | None = Field(default=None, description="Second GPU of a pair (peer bandwidth).")
+    message: str
+    hint: str
+
+
+class GpuCheckResult(_Model):
+    """One GPU's part of a check."""
+
+    index: int
+    uuid: str | None = None
+    verdict: Verdict
+    reason: Reason | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+
+class PairResult(_Model):
+    """A peer copy from one GPU to another."""
+
+    src: int
+    dst: int
+    gbps: float | None = Field(
+        default=None, description="GB/s; None when peer access is unavailable."
+    )
+    peer_access: bool = True
+
+
+class NcclSize(_Model):
+    """One size of the NCCL all-reduce sweep (nccl-tests' definitions)."""
+
+    bytes: int
+    time_seconds: float
+    algbw_gbps: float
+    busbw_gbps: float = Field(description="algbw * 2(n-1)/n.")
+
+
+class CheckResult(_Model):
+    name: str
+    verdict: Verdict
+    reason: Reason | None = Field(default=None, description="The first error finding's reason.")
+    hint: str | None = None
+    message: str = ""
+    started_at: datetime | None = None
+    duration_seconds: float = 0.0
+    metrics: dict[str, float] = Field(default_factory=dict)
+    gpus: list[GpuCheckResult] = Field(default_factory=list)
+    pairs: list[PairResult] = Field(default_factory=list)
+    nccl_sizes: list[NcclSize] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+    log_tail: str | None = Field(
+        default=None,
+        description="Kept diagnostic output (e.g. NCCL_DEBUG=INFO of a hang), truncated.",
+    )
+
+
+class AgentResult(_Model):
+    schema_version: Literal["gpuval.dev/v1alpha1/result"] = "gpuval.dev/v1alpha1/result"
+    agent_version: str
+    backend: str = Field(
+        description="Which GPU backend measured: 'cuda' or 'simulated' (a test double)."
+    )
+    node: str | None = None
+    started_at: datetime
+    completed_at: datetime
+    verdict: Verdict
+    reason: Reason | None = None
+    message: str = ""
+    checks_config: ChecksConfig
+    environment: Environment
+    checks: list[CheckResult] = Field(default_factory=list)
+
+    def check(self, name: str) -> CheckResult | None:
+        """The result of the check called `name`, if it ran."""
+        return next((c for c in self.checks if c.name == name), None)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2)
+
+    def to_jsonable(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+def json_schema() -> dict[str, Any]:
+    """The AgentResult JSON Schema (serialisation form), as checked in under api/schemas/."""
+    schema = AgentResult.model_json_schema(by_alias=True, mode="serialization")
+    schema["$id"] = "https://gpuval.dev/schemas/v1alpha1/result.json"
+    return schema
+
+
+def json_schema_text() -> str:
+    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+def checks_json_schema() -> dict[str, Any]:
+    """The ChecksConfig JSON Schema (validation form), as checked in under api/schemas/."""
+    schema = ChecksConfig.model_json_schema(by_alias=True, mode="validation")
+    schema["$id"] = "https://gpuval.dev/schemas/v1alpha1/checks.json"
+    return schema
+
+
+def checks_json_schema_text() -> str:
+    return json.dumps(checks_json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+SCHEMA_FILES = {
+    "result.schema.json": json_schema_text,
+    "checks.schema.json": checks_json_schema_text,
+}
+
+
+def write_schemas(directory: str) -> list[str]:
+    """Regenerate the checked-in schemas (`python -m gpuval_api.result api/schemas`)."""
+    written = []
+    for name, render in SCHEMA_FILES.items():
+        path = Path(directory) / name
+        path.write_text(render())
+        written.append(str(path))
+    return written
+
+
+if __name__ == "__main__":
+    import sys
+
+    for written_path in write_schemas(sys.argv[1] if len(sys.argv) > 1 else "api/schemas"):
+        print(written_path)

@@ -1,0 +1,182 @@
+"""build_report_status: the GpuNodeReport status shape of docs/contracts.md."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from gpuval_api.checks import ChecksConfig
+from gpuval_api.reasons import REASONS, Reason, Severity
+from gpuval_api.report import (
+    MAX_FAILURES,
+    build_operator_failure_status,
+    build_report_status,
+    build_running_status,
+)
+from gpuval_api.result import (
+    AgentResult,
+    CheckResult,
+    Environment,
+    Finding,
+    GpuCheckResult,
+    NcclSize,
+    PairResult,
+    Verdict,
+)
+
+START = datetime(2026, 11, 30, 5, 0, 0, tzinfo=UTC)
+END = datetime(2026, 11, 30, 5, 2, 30, tzinfo=UTC)
+
+
+def _finding(
+    reason: Reason, gpu: int | None = None, severity: Severity = Severity.ERROR
+) -> Finding:
+    return Finding(
+        reason=reason,
+        severity=severity,
+        gpu=gpu,
+        message=f"{reason} seen",
+        hint=REASONS[reason].hint,
+    )
+
+
+def _result(
+    checks: list[CheckResult], verdict: Verdict, reason: Reason | None = None
+) -> AgentResult:
+    return AgentResult(
+        agent_version="0.1.0",
+        backend="simulated",
+        node="node-a",
+        started_at=START,
+        completed_at=END,
+        verdict=verdict,
+        reason=reason,
+        message="2 GPUs, all checks passed" if verdict is Verdict.PASSED else "burn failed",
+        checks_config=ChecksConfig(),
+        environment=Environment(gpu_count=2),
+        checks=checks,
+    )
+
+
+def _passing_checks() -> list[CheckResult]:
+    burn = CheckResult(
+        name="burn",
+        verdict=Verdict.PASSED,
+        gpus=[
+            GpuCheckResult(
+                index=0,
+                verdict=Verdict.PASSED,
+                metrics={"tflops": 700.0, "maxTemperatureCelsius": 61},
+            ),
+            GpuCheckResult(
+                index=1,
+                verdict=Verdict.PASSED,
+                metrics={"tflops": 650.5, "maxTemperatureCelsius": 70},
+            ),
+        ],
+    )
+    bandwidth = CheckResult(
+        name="bandwidth",
+        verdict=Verdict.PASSED,
+        gpus=[
+            GpuCheckResult(
+                index=0,
+                verdict=Verdict.PASSED,
+                metrics={"h2dGBps": 55, "d2hGBps": 54, "deviceCopyGBps": 2000},
+            ),
+            GpuCheckResult(
+                index=1,
+                verdict=Verdict.PASSED,
+                metrics={"h2dGBps": 53, "d2hGBps": 55, "deviceCopyGBps": 2050},
+            ),
+        ],
+        pairs=[PairResult(src=0, dst=1, gbps=390), PairResult(src=1, dst=0, gbps=380)],
+    )
+    nccl = CheckResult(
+        name="nccl",
+        verdict=Verdict.PASSED,
+        nccl_sizes=[
+            NcclSize(bytes=1 << 30, time_seconds=0.006, algbw_gbps=170, busbw_gbps=170),
+            NcclSize(bytes=1 << 32, time_seconds=0.02, algbw_gbps=340, busbw_gbps=340),
+        ],
+    )
+    return [burn, bandwidth, nccl]  # fmt: skip
+
+
+def test_passed_report_summarises_the_worst_gpu_of_each_figure() -> None:
+    status = build_report_status(_result(_passing_checks(), Verdict.PASSED))
+    assert status["phase"] == "Completed"
+    assert status["verdict"] == "Passed"
+    assert status["reason"] is None
+    assert status["startedAt"] == "2026-11-30T05:00:00Z"
+    assert status["completedAt"] == "2026-11-30T05:02:30Z"
+    assert status["summary"] == {
+        "gpuCount": 2,
+        "burnTflops": 650.5,
+        "h2dGBps": 53,
+        "d2hGBps": 54,
+        "deviceCopyGBps": 2000,
+        "p2pGBps": 380,
+        "ncclBusbwGBps": 340,
+        "maxTemperatureCelsius": 70,
+    }
+    assert status["failures"] == []
+    assert status["result"]["schemaVersion"] == "gpuval.dev/v1alpha1/result"
+
+
+def test_unmeasured_figures_are_absent_from_the_summary() -> None:
+    status = build_report_status(_result([], Verdict.PASSED))
+    assert status["summary"] == {"gpuCount": 2}
+
+
+def test_failed_report_carries_reason_and_error_findings_only() -> None:
+    burn = CheckResult(
+        name="burn",
+        verdict=Verdict.FAILED,
+        reason=Reason.BURN_MISMATCH,
+        findings=[_finding(Reason.BURN_MISMATCH, gpu=1)],
+    )
+    health = CheckResult(
+        name="health",
+        verdict=Verdict.PASSED,
+        findings=[_finding(Reason.PERSISTENCE_MODE_OFF, gpu=0, severity=Severity.WARNING)],
+    )
+    status = build_report_status(_result([health, burn], Verdict.FAILED, Reason.BURN_MISMATCH))
+    assert status["verdict"] == "Failed"
+    assert status["reason"] == "BurnMismatch"
+    assert status["failures"] == [
+        {
+            "check": "burn",
+            "gpu": 1,
+            "reason": "BurnMismatch",
+            "hint": REASONS[Reason.BURN_MISMATCH].hint,
+            "message": "BurnMismatch seen",
+        }
+    ]
+
+
+def test_failures_are_capped_at_sixteen() -> None:
+    burn = CheckResult(
+        name="burn",
+        verdict=Verdict.FAILED,
+        reason=Reason.BURN_NAN,
+        findings=[_finding(Reason.BURN_NAN, gpu=i % 8) for i in range(40)],
+    )
+    status = build_report_status(_result([burn], Verdict.FAILED, Reason.BURN_NAN))
+    assert len(status["failures"]) == MAX_FAILURES
+
+
+def test_running_status_clears_the_previous_runs_verdict() -> None:
+    status = build_running_status(START)
+    assert status["phase"] == "Running"
+    assert status["startedAt"] == "2026-11-30T05:00:00Z"
+    for key in ("verdict", "reason", "completedAt", "summary", "failures", "result"):
+        assert status[key] is None
+
+
+def test_operator_failure_status_uses_the_catalogue_hint() -> None:
+    status = build_operator_failure_status(
+        Reason.POD_EVICTED, "evicted: memory pressure", None, END
+    )
+    assert status["verdict"] == "Failed"
+    assert status["reason"] == "PodEvicted"
+    assert status["failures"][0]["hint"] == REASONS[Reason.POD_EVICTED].hint

@@ -1,0 +1,506 @@
+"""The gpuval custom resources as typed models: the one source the CRDs in crds/ are generated from.
+
+`GpuValidation` (cluster-scoped, short name `gpuval`) asks for a validation of a set of GPU
+nodes; `GpuNodeReport` (cluster-scoped, one per node and run, owned by its GpuValidation) holds
+one node's result. Every field carries a description because it becomes the CRD field's
+description (`kubectl explain`). Cross-field constraints the schema can express are CEL rules
+here; the rest are checked by the operator (`gpuval_operator.validation`).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from gpuval_api.checks import ChecksConfig
+
+GROUP = "gpuval.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+VALIDATION_KIND = "GpuValidation"
+VALIDATION_PLURAL = "gpuvalidations"
+REPORT_KIND = "GpuNodeReport"
+REPORT_PLURAL = "gpunodereports"
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+def _rules(*rules: tuple[str, str]) -> dict[str, Any]:
+    """CEL rules as `x-kubernetes-validations` (rule, message) for a model's or field's schema."""
+    return {"x-kubernetes-validations": [{"rule": rule, "message": msg} for rule, msg in rules]}
+
+
+class SelectorOperator(StrEnum):
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+class SelectorRequirement(_Model):
+    """One label requirement (Kubernetes LabelSelectorRequirement)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "self.operator in ['In', 'NotIn'] ? size(self.values) > 0 : size(self.values) == 0",
+                "values must be non-empty for In/NotIn and empty for Exists/DoesNotExist",
+            )
+        )
+    )
+
+    key: str = Field(description="Label key the requirement applies to.", min_length=1)
+    operator: SelectorOperator = Field(description="How the key's value is matched.")
+    values: list[str] = Field(
+        default_factory=list,
+        description="Values for In and NotIn; empty for Exists and DoesNotExist.",
+    )
+
+
+class NodeSelector(_Model):
+    """A Kubernetes label selector over nodes."""
+
+    match_labels: dict[str, str] = Field(
+        default_factory=dict, description="Labels a node must carry with exactly these values."
+    )
+    match_expressions: list[SelectorRequirement] = Field(
+        default_factory=list, description="Label requirements a node must meet, all of them."
+    )
+
+    def to_query(self) -> str:
+        """The selector in the `labelSelector` query syntax the API server filters with."""
+        parts = [f"{key}={value}" for key, value in sorted(self.match_labels.items())]
+        for req in self.match_expressions:
+            match req.operator:
+                case SelectorOperator.IN:
+                    parts.append(f"{req.key} in ({','.join(req.values)})")
+                case SelectorOperator.NOT_IN:
+                    parts.append(f"{req.key} notin ({','.join(req.values)})")
+                case SelectorOperator.EXISTS:
+                    parts.append(req.key)
+                case SelectorOperator.DOES_NOT_EXIST:
+                    parts.append(f"!{req.key}")
+        return ",".join(parts)
+
+
+class ExpectedEnvironment(_Model):
+    """Values every node must show; a node that differs is an outlier even when all nodes agree."""
+
+    driver_version: str | None = Field(
+        default=None, description="NVIDIA driver version, e.g. 580.159.04."
+    )
+    cuda_driver_version: str | None = Field(
+        default=None,
+        pattern=r"^\d+\.\d+$",
+        description="Highest CUDA version the driver supports (major.minor), e.g. 13.0.",
+    )
+    nccl_version: str | None = Field(default=None, description="NCCL version, e.g. 2.28.9.")
+    gpu_product: str | None = Field(
+        default=None, description="GPU model name as NVML reports it, e.g. NVIDIA H200."
+    )
+    gpu_count: int | None = Field(default=None, ge=1, description="GPUs per node.")
+
+
+class TaintEffect(StrEnum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class FailureTaint(_Model):
+    """The taint put on a failing node (key gpuval.dev/unhealthy, value the failure's reason)."""
+
+    effect: TaintEffect = Field(
+        default=TaintEffect.NO_SCHEDULE,
+        description="Taint effect; NoExecute also evicts running pods.",
+    )
+
+
+class NodeActions(_Model):
+    """What the operator does to validated nodes. It only ever removes what it set itself."""
+
+    label: bool = Field(
+        default=True,
+        description=(
+            "Label every validated node with gpuval.dev/verdict (passed/failed) and "
+            "gpuval.dev/validated-at (Unix seconds)."
+        ),
+    )
+    taint: FailureTaint | None = Field(
+        default=None,
+        description=(
+            "Taint failing nodes with gpuval.dev/unhealthy; removed when the node passes again."
+        ),
+    )
+    cordon: bool = Field(
+        default=False, description="Cordon failing nodes; uncordoned when the node passes again."
+    )
+
+
+class Toleration(_Model):
+    """A Kubernetes toleration added to the agent pods."""
+
+    key: str | None = Field(default=None, description="Taint key; empty with Exists tolerates all.")
+    operator: str = Field(
+        default="Equal", pattern=r"^(Equal|Exists)$", description="Equal or Exists."
+    )
+    value: str | None = Field(default=None, description="Taint value for Equal.")
+    effect: str | None = Field(
+        default=None,
+        pattern=r"^(NoSchedule|PreferNoSchedule|NoExecute)$",
+        description="Taint effect to match; empty matches all.",
+    )
+    toleration_seconds: int | None = Field(
+        default=None, description="How long a NoExecute taint is tolerated, in seconds."
+    )
+
+
+class EnvVar(_Model):
+    """A plain environment variable for the agent container."""
+
+    name: str = Field(min_length=1, description="Variable name.")
+    value: str = Field(default="", description="Variable value.")
+
+
+class Resources(_Model):
+    """Agent container resources besides the GPUs (the operator asks for all the node's GPUs)."""
+
+    requests: dict[str, str] = Field(
+        default_factory=lambda: {"cpu": "1", "memory": "4Gi"}, description="Resource requests."
+    )
+    limits: dict[str, str] = Field(default_factory=dict, description="Resource limits.")
+
+
+DEFAULT_AGENT_IMAGE = "ghcr.io/gpuval/gpuval-agent:0.1.0"
+
+
+class AgentSettings(_Model):
+    """How the agent pods are made."""
+
+    image: str = Field(default=DEFAULT_AGENT_IMAGE, min_length=1, description="Agent image.")
+    image_pull_policy: str = Field(
+        default="IfNotPresent",
+        pattern=r"^(Always|IfNotPresent|Never)$",
+        description="Image pull policy of the agent container.",
+    )
+    privileged: bool = Field(
+        default=True,
+        description=(
+            "Run the agent privileged (full NVML access, e.g. ECC and row-remap counters)."
+        ),
+    )
+    resources: Resources = Field(
+        default_factory=Resources, description="CPU and memory for the agent."
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        description=(
+            "Extra tolerations; nvidia.com/gpu, gpuval.dev/unhealthy and the cordon taint are "
+            "always tolerated."
+        ),
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list, description="Extra environment variables, e.g. NCCL_SOCKET_IFNAME."
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1024,
+        le=65535,
+        description="Port of the agent's live metrics; unset: none.",
+    )
+
+
+class GpuValidationSpec(_Model):
+    """What to validate, how, how many nodes at a time, and what to do with the verdicts."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "!has(self.expected) || !has(self.expected.gpuCount) || !has(self.checks) || "
+                "!has(self.checks.driver) || !has(self.checks.driver.expectedGpus) || "
+                "self.expected.gpuCount == self.checks.driver.expectedGpus",
+                "expected.gpuCount and checks.driver.expectedGpus disagree; set one of them",
+            ),
+            (
+                "type(self.maxConcurrent) == int ? self.maxConcurrent >= 1 : "
+                "self.maxConcurrent.matches('^([1-9][0-9]?|100)%$')",
+                "maxConcurrent must be a node count >= 1 or a percentage from 1% to 100%",
+            ),
+        )
+    )
+
+    node_selector: NodeSelector | None = Field(
+        default=None,
+        description="Nodes to validate. Unset: every node that advertises nvidia.com/gpu.",
+    )
+    checks: ChecksConfig = Field(
+        default_factory=ChecksConfig,
+        description="The agent's checks with parameters and thresholds.",
+    )
+    expected: ExpectedEnvironment | None = Field(
+        default=None, description="Expected environment values for the uniformity verdict."
+    )
+    max_concurrent: int | str = Field(
+        default="25%",
+        description=(
+            "Most nodes validated at a time: a count (e.g. 4) or a percentage of the selected "
+            "nodes (e.g. 10%), rounded up, at least 1."
+        ),
+    )
+    node_timeout_seconds: int = Field(
+        default=3600,
+        ge=10,
+        le=7 * 86400,
+        description=(
+            "Per node, from its agent pod's creation: past it the node fails as "
+            "PodUnschedulable (never scheduled) or TimedOut, and its pod is deleted."
+        ),
+    )
+    schedule: str | None = Field(
+        default=None,
+        min_length=1,
+        description=(
+            "Cron schedule of repeated runs (5 fields, UTC; a 6th field gives seconds). Unset: "
+            "one run, started on creation and on every spec change."
+        ),
+    )
+    node_actions: NodeActions = Field(
+        default_factory=NodeActions, description="Labels, taints and cordons on validated nodes."
+    )
+    agent: AgentSettings = Field(default_factory=AgentSettings, description="Agent pod settings.")
+    history: int = Field(
+        default=3,
+        ge=1,
+        le=100,
+        description="Runs whose GpuNodeReports are kept (the latest included).",
+    )
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(_Model):
+    """A Kubernetes-style condition."""
+
+    type: str = Field(description="Succeeded, NodesHealthy, Uniform or Invalid.")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field(description="CamelCase reason.")
+    message: str = Field(default="", description="Human-readable detail.")
+    observed_generation: int = Field(
+        description="The spec generation the condition was computed for."
+    )
+    last_transition_time: str = Field(
+        description="When the status last changed (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
+    )
+
+
+class NodeCounts(_Model):
+    """Node counts of the current run."""
+
+    total: int = Field(default=0, description="Nodes selected for the run.")
+    pending: int = Field(default=0, description="Nodes not started yet (waiting for their wave).")
+    running: int = Field(
+        default=0, description="Nodes whose agent pod exists and has no verdict yet."
+    )
+    passed: int = Field(default=0, description="Nodes that passed.")
+    failed: int = Field(default=0, description="Nodes that failed.")
+
+
+class FailingNode(_Model):
+    """One failing node, for the bounded list in the status."""
+
+    node: str = Field(description="Node name.")
+    reason: str = Field(description="The failure's reason (a gpuval Reason).")
+    message: str = Field(default="", description="One line about the failure.")
+
+
+class Outlier(_Model):
+    """One node whose environment value differs from the expected or majority value."""
+
+    field: str = Field(description="Environment field, e.g. driverVersion.")
+    node: str = Field(description="Node name.")
+    value: str = Field(description="The node's value.")
+    expected: str = Field(description="The expected value (from the spec) or the majority value.")
+    source: str = Field(description="Where `expected` came from: spec or majority.")
+
+
+class RunInfo(_Model):
+    """One run: a pass over the selected nodes."""
+
+    id: str = Field(description="Run id; labels gpuval.dev/run of its reports and pods.")
+    number: int = Field(description="Run number, 1 for the first run of this GpuValidation.")
+    generation: int = Field(description="Spec generation the run was started for.")
+    trigger: str = Field(description="What started it: created, spec-changed or schedule.")
+    started_at: str = Field(
+        description="Start time (RFC 3339).", json_schema_extra={"format": "date-time"}
+    )
+    completed_at: str | None = Field(
+        default=None, description="End time (RFC 3339).", json_schema_extra={"format": "date-time"}
+    )
+
+
+class GpuValidationStatus(_Model):
+    """The bounded summary of the current run; per-node detail lives in the GpuNodeReports."""
+
+    observed_generation: int | None = Field(
+        default=None, description="Spec generation last acted on."
+    )
+    phase: str | None = Field(
+        default=None,
+        description="For display only: Pending, Running, Succeeded, Failed or Invalid.",
+    )
+    run: RunInfo | None = Field(default=None, description="The current (or last) run.")
+    last_completed_run: RunInfo | None = Field(default=None, description="The last completed run.")
+    next_run_at: str | None = Field(
+        default=None,
+        description="When the schedule starts the next run (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
+    )
+    nodes: NodeCounts | None = Field(default=None, description="Node counts of the current run.")
+    failing_nodes: list[FailingNode] = Field(
+        default_factory=list,
+        max_length=50,
+        description="Failing nodes of the current run, at most 50 (see failingNodesOmitted).",
+    )
+    failing_nodes_omitted: int = Field(
+        default=0, description="Failing nodes beyond the listed ones (see the GpuNodeReports)."
+    )
+    outliers: list[Outlier] = Field(
+        default_factory=list, max_length=50, description="Uniformity outliers, at most 50."
+    )
+    outliers_omitted: int = Field(default=0, description="Outliers beyond the listed ones.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Succeeded, NodesHealthy, Uniform and Invalid.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+
+
+class GpuNodeReportSpec(_Model):
+    """Which node and run the report is for; set by the operator at creation, immutable."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(("self == oldSelf", "the spec of a GpuNodeReport is immutable"))
+    )
+
+    validation: str = Field(min_length=1, description="Name of the owning GpuValidation.")
+    run: str = Field(min_length=1, description="Run id (the GpuValidation's status.run.id).")
+    node: str = Field(min_length=1, description="Node name.")
+
+
+class ReportSummary(_Model):
+    """Worst GPU of the node for each figure; absent when not measured."""
+
+    gpu_count: int | None = Field(default=None, description="GPUs the agent saw.")
+    burn_tflops: float | None = Field(default=None, description="Lowest burn throughput, TFLOP/s.")
+    h2d_g_bps: float | None = Field(
+        default=None, alias="h2dGBps", description="Lowest host-to-device bandwidth, GB/s."
+    )
+    d2h_g_bps: float | None = Field(
+        default=None, alias="d2hGBps", description="Lowest device-to-host bandwidth, GB/s."
+    )
+    device_copy_g_bps: float | None = Field(
+        default=None,
+        alias="deviceCopyGBps",
+        description="Lowest device-local copy bandwidth, GB/s.",
+    )
+    p2p_g_bps: float | None = Field(
+        default=None, alias="p2pGBps", description="Lowest GPU-to-GPU bandwidth, GB/s."
+    )
+    nccl_busbw_g_bps: float | None = Field(
+        default=None,
+        alias="ncclBusbwGBps",
+        description="NCCL all-reduce busbw at the largest size, GB/s.",
+    )
+    max_temperature_celsius: float | None = Field(
+        default=None, description="Highest GPU temperature during the burn, degrees Celsius."
+    )
+
+
+class ReportFailure(_Model):
+    """One failed finding."""
+
+    check: str = Field(description="Check name, or agent for failures the operator records.")
+    gpu: int | None = Field(default=None, description="GPU index, when about one GPU.")
+    reason: str = Field(description="The finding's reason (a gpuval Reason).")
+    hint: str = Field(default="", description="What to do about it.")
+    message: str = Field(default="", description="One line about the failure.")
+
+
+class GpuNodeReportStatus(_Model):
+    """Written by the node's agent (docs/contracts.md), or by the operator when it could not."""
+
+    phase: str | None = Field(
+        default=None, description="Running or Completed; absent until the agent starts."
+    )
+    verdict: str | None = Field(default=None, description="Passed or Failed; absent while running.")
+    reason: str | None = Field(
+        default=None, description="The first failure's reason; absent when passed."
+    )
+    message: str | None = Field(default=None, description="One line about the result.")
+    started_at: str | None = Field(
+        default=None,
+        description="Agent start (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
+    )
+    completed_at: str | None = Field(
+        default=None,
+        description="Completion (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
+    )
+    summary: ReportSummary | None = Field(
+        default=None, description="Worst-GPU figures of the node."
+    )
+    failures: list[ReportFailure] = Field(
+        default_factory=list, max_length=16, description="Failed findings, at most 16."
+    )
+    result: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "The agent's whole result document (schema gpuval.dev/v1alpha1/result, api/schemas/)."
+        ),
+    )
+
+
+class ObjectMeta(_Model):
+    """The parts of metadata the operator reads."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    uid: str | None = None
+    generation: int | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class GpuValidation(_Model):
+    """A validation of a set of GPU nodes."""
+
+    api_version: str = API_VERSION
+    kind: str = VALIDATION_KIND
+    metadata: ObjectMeta
+    spec: GpuValidationSpec = Field(default_factory=GpuValidationSpec)
+    status: GpuValidationStatus | None = None
+
+
+class GpuNodeReport(_Model):
+    """One node's result of one run."""
+
+    api_version: str = API_VERSION
+    kind: str = REPORT_KIND
+    metadata: ObjectMeta
+    spec: GpuNodeReportSpec
+    status: GpuNodeReportStatus | None = None

@@ -1,0 +1,68 @@
+"""The CRDs in crds/ are generated from api/src/gpuval_api/crd.py and must not drift from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuval_api import crdgen
+from gpuval_api.crd import GpuNodeReportStatus, GpuValidationSpec
+
+
+def test_checked_in_crds_match_the_models() -> None:
+    assert crdgen.main(["--check"]) == 0, "run `python -m gpuval_api.crdgen` and commit crds/"
+
+
+def test_check_fails_when_a_crd_file_is_edited(tmp_path: Path) -> None:
+    assert crdgen.main(["--out", str(tmp_path)]) == 0
+    target = next(tmp_path.glob("*gpuvalidations.yaml"))
+    target.write_text(target.read_text().replace("maxConcurrent", "maxParallel"))
+    assert crdgen.main(["--check", "--out", str(tmp_path)]) == 1
+    assert crdgen.stale_files(tmp_path) == [target.name]
+
+
+def _walk(node: object, path: str = "") -> list[tuple[str, dict[str, object]]]:
+    found: list[tuple[str, dict[str, object]]] = []
+    if isinstance(node, dict):
+        found.append((path, node))
+        for key, value in node.get("properties", {}).items():
+            found.extend(_walk(value, f"{path}.{key}"))
+        if "items" in node:
+            found.extend(_walk(node["items"], f"{path}[]"))
+        if isinstance(node.get("additionalProperties"), dict):
+            found.extend(_walk(node["additionalProperties"], f"{path}{{}}"))
+    return found
+
+
+@pytest.mark.parametrize("model", [GpuValidationSpec, GpuNodeReportStatus])
+def test_schema_is_structural_with_a_description_on_every_field(model: type) -> None:
+    schema = crdgen.model_schema(model)
+    for path, node in _walk(schema):
+        assert "$ref" not in node and "anyOf" not in node and "title" not in node, path
+        assert node.get("default", 0) is not None, f"{path}: null default"
+        assert (
+            "type" in node
+            or node.get("x-kubernetes-int-or-string")
+            or node.get("x-kubernetes-preserve-unknown-fields")
+        ), f"{path}: no type"
+        if path and not path.endswith("[]") and not path.endswith("{}"):
+            assert node.get("description"), f"{path}: no description"
+
+
+def test_int_or_string_concurrency_and_cel_rules_reach_the_schema() -> None:
+    schema = crdgen.model_schema(GpuValidationSpec)
+    assert schema["properties"]["maxConcurrent"] == {
+        "x-kubernetes-int-or-string": True,
+        "default": "25%",
+        "description": schema["properties"]["maxConcurrent"]["description"],
+    }
+    rules = [r["rule"] for r in schema["x-kubernetes-validations"]]
+    assert any("maxConcurrent" in r for r in rules)
+    assert schema["properties"]["checks"]["default"] == {}
+    assert "default" not in schema["properties"]["nodeSelector"]
+
+
+def test_an_unrepresentable_union_is_refused() -> None:
+    with pytest.raises(crdgen.SchemaError, match="x: a union"):
+        crdgen.structural({"anyOf": [{"type": "integer"}, {"type": "boolean"}]}, {}, "x")

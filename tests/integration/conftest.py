@@ -1,0 +1,122 @@
+"""Fixtures for the tests that run against the real local control plane (marker ``cluster``).
+
+The control plane is built from Go modules once and cached (gpuval_devtools.controlplane);
+starting it
+when the cache is warm takes seconds. One cluster serves the whole session; tests isolate
+themselves with
+unique names (the ``unique_name`` fixture) and their own namespaces or nodes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kopf.testing import KopfRunner
+
+from gpuval_devtools.controlplane import Cluster, GpuNode
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CRD_DIR = REPO_ROOT / "crds"
+SESSION_NODES = 4
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    """A running control plane with ``SESSION_NODES`` simulated 8-GPU nodes, for the session."""
+    name = f"gpuval-test-{uuid.uuid4().hex[:6]}"
+    nodes = [GpuNode(name=f"{name}-gpu-{i}") for i in range(SESSION_NODES)]
+    started = Cluster.start(name, nodes)
+    previous = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(started.kubeconfig)
+    try:
+        yield started
+    finally:
+        if previous is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = previous
+        started.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_config(cluster: Cluster) -> Path:
+    return cluster.kubeconfig
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, unique_name: Callable[[str], str]) -> Iterator[str]:
+    """A fresh namespace for one test, deleted (without waiting) afterwards."""
+    name = unique_name("ns")
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def wait_for(
+    what: str, predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.25
+) -> Any:
+    """Polls ``predicate`` until it returns a truthy value; fails naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last value: {last!r})")
+
+
+def get_json(cluster: Cluster, *args: str) -> Any:
+    proc = cluster.kubectl("get", *args, "-o", "json", check=False)
+    if proc.returncode != 0:
+        return None
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="session")
+def install_crds(cluster: Cluster) -> list[str]:
+    """Applies every CRD under crds/ and waits until the API server serves them."""
+    files = sorted(CRD_DIR.glob("*.yaml"))
+    if not files:
+        pytest.fail(f"no CRDs under {CRD_DIR}: generate them first (make crds)")
+    for f in files:
+        cluster.kubectl("apply", "--server-side", "-f", str(f))
+    names = [
+        line.split("/", 1)[1]
+        for f in files
+        for line in cluster.kubectl("get", "-f", str(f), "-o", "name").stdout.split()
+    ]
+    for name in names:
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+    return names
+
+
+@pytest.fixture
+def kopf_runner(
+    cluster: Cluster,
+) -> Callable[..., contextlib.AbstractContextManager[Any]]:
+    """A factory of running operators: ``with kopf_runner() as runner:`` runs gpuval's operator
+    in-process through kopf.testing.KopfRunner against the session's cluster."""
+
+    def make(
+        module: str = "gpuval_operator.main", extra_args: Sequence[str] = ()
+    ) -> contextlib.AbstractContextManager[Any]:
+        args = ["run", "--standalone", "--all-namespaces", "-m", module, *extra_args]
+        return KopfRunner(args, timeout=120)
+
+    return make

@@ -1,7 +1,7 @@
 # gpuval — `make help` lists every target.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
-UV ?= uv
+UV ?= python3 -m uv
 export GPUVAL_CACHE ?= $(HOME)/.cache/gpuval
 
 .PHONY: help
@@ -25,6 +25,18 @@ cluster-up: controlplane ## Start a local control plane with simulated GPU nodes
 cluster-down: ## Stop and delete the local control plane started by cluster-up
 	$(UV) run --frozen python -m gpuval_devtools.controlplane down
 
+.PHONY: crds
+crds: setup ## Regenerate crds/ from the types in api/ (the one source of the CRDs)
+	$(UV) run --frozen python -m gpuval_api.crdgen
+
+.PHONY: check-generated
+check-generated: setup ## Fail when a generated file (CRDs, schemas) is stale against its source
+	$(UV) run --frozen python -m gpuval_api.crdgen --check
+
+.PHONY: demo
+demo: setup controlplane ## The main job: local control plane + simulated GPU nodes + real operator and agents
+	$(UV) run --frozen python -m gpuval_devtools.demo
+
 .PHONY: lint
 lint: setup ## ruff and mypy --strict over every package
 	$(UV) run --frozen ruff check .
@@ -33,7 +45,7 @@ lint: setup ## ruff and mypy --strict over every package
 
 .PHONY: test
 test: setup controlplane ## The README's test command: lint, generated-file check, unit and cluster tests
-	$(MAKE) lint
+	$(MAKE) lint check-generated
 	$(UV) run --frozen pytest -m "not gpu"
 
 .PHONY: test-unit

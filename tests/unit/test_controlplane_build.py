@@ -1,0 +1,105 @@
+"""The control plane's build steps: failures name the step and its log; the cache is keyed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuval_devtools import controlplane
+from gpuval_devtools.controlplane import GPU_RESOURCE, BuildError, GpuNode
+
+
+def test_failing_build_step_names_the_step_and_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUVAL_CACHE", str(tmp_path))
+    with pytest.raises(BuildError) as err:
+        controlplane._run_step(
+            "build-widget",
+            ["sh", "-c", "echo compiling; echo 'undefined: frobnicate' >&2; exit 3"],
+            log=lambda _m: None,
+        )
+    message = str(err.value)
+    log_path = tmp_path / "logs" / "build-widget.log"
+    assert "build step 'build-widget' failed with exit code 3" in message
+    assert str(log_path) in message
+    assert "undefined: frobnicate" in message
+    assert "undefined: frobnicate" in log_path.read_text()
+
+
+def test_successful_build_step_keeps_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUVAL_CACHE", str(tmp_path))
+    seen: list[str] = []
+    controlplane._run_step("hello", ["sh", "-c", "echo built"], log=seen.append)
+    assert (tmp_path / "logs" / "hello.log").read_text() == "built\n"
+    assert any("hello: done" in line for line in seen)
+
+
+def test_tree_digest_changes_when_the_go_module_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = tmp_path / "mod"
+    module.mkdir()
+    (module / "go.mod").write_text("module x\n")
+    monkeypatch.setattr(controlplane, "REPO_ROOT", tmp_path)
+    before = controlplane._tree_digest([module], "v1.36.3")
+    same = controlplane._tree_digest([module], "v1.36.3")
+    other_version = controlplane._tree_digest([module], "v1.36.4")
+    (module / "go.mod").write_text("module x\n\ngo 1.26\n")
+    after = controlplane._tree_digest([module], "v1.36.3")
+    assert before == same
+    assert len({before, other_version, after}) == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [
+        ("etcd Version: 3.5.16\nGit SHA: Not provided", (3, 5, 16)),
+        ("etcd Version: 3.4.23", (3, 4, 23)),
+        ("no version here", ()),
+    ],
+)
+def test_etcd_version_is_parsed_from_its_banner(text: str, version: tuple[int, ...]) -> None:
+    assert controlplane._parse_version(text) == version
+    assert (controlplane._parse_version(text) >= controlplane.ETCD_MIN_VERSION) == (
+        version >= (3, 5, 11)
+    )
+
+
+def test_gpu_node_manifest_advertises_gpus_and_product_labels() -> None:
+    node = GpuNode(
+        name="n1",
+        gpus=4,
+        product="NVIDIA-A100-SXM4-80GB",
+        labels={"pool": "a"},
+        annotations={"gpuval.dev/simulate": "{}"},
+        taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
+    ).manifest()
+    assert node["status"]["capacity"][GPU_RESOURCE] == "4"
+    assert node["status"]["allocatable"][GPU_RESOURCE] == "4"
+    assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"
+    assert node["metadata"]["labels"]["nvidia.com/gpu.count"] == "4"
+    assert node["metadata"]["labels"]["pool"] == "a"
+    assert node["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
+    assert node["metadata"]["annotations"]["gpuval.dev/simulate"] == "{}"
+    assert node["spec"]["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+
+
+def test_loopback_args_bind_every_component_to_loopback() -> None:
+    args = controlplane._loopback_args()
+    overrides = [args[i + 1] for i, a in enumerate(args) if a == "--extra-args"]
+    components = {o.split("=", 1)[0] for o in overrides}
+    assert components == {
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok-controller",
+    }
+    for override in overrides:
+        value = override.split("=", 2)[2]
+        assert "0.0.0.0" not in value
+        assert "127.0.0.1" in value

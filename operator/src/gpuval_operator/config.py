@@ -1,0 +1,70 @@
+"""Operator settings, read once at start-up from the environment (the chart sets them)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+class ConfigError(ValueError):
+    """An environment variable holds a value the operator cannot use."""
+
+
+def _int(env: dict[str, str], name: str, default: int, minimum: int = 0) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer; set it to a whole number") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={value} is below {minimum}; set it to at least {minimum}")
+    return value
+
+
+def _bool(env: dict[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={raw!r} is not a boolean; use true or false")
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorConfig:
+    """What the chart configures: where agent pods go, how fast the operator may write, what it
+    exports.
+    """
+
+    agent_namespace: str = "gpuval-system"
+    agent_service_account: str = "gpuval-agent"
+    metrics_port: int = 8080
+    metrics_per_gpu: bool = False
+    create_concurrency: int = 32
+    status_interval_seconds: float = 1.0
+    pod_grace_seconds: float = 10.0
+    events_per_run: int = 50
+    event_namespace: str = "default"
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
+        env = dict(os.environ) if env is None else env
+        d = cls()
+        return cls(
+            agent_namespace=env.get("GPUVAL_AGENT_NAMESPACE") or d.agent_namespace,
+            agent_service_account=env.get("GPUVAL_AGENT_SERVICE_ACCOUNT")
+            or d.agent_service_account,
+            metrics_port=_int(env, "GPUVAL_METRICS_PORT", d.metrics_port),
+            metrics_per_gpu=_bool(env, "GPUVAL_METRICS_PER_GPU", d.metrics_per_gpu),
+            create_concurrency=_int(env, "GPUVAL_CREATE_CONCURRENCY", d.create_concurrency, 1),
+            status_interval_seconds=d.status_interval_seconds,
+            pod_grace_seconds=float(
+                _int(env, "GPUVAL_POD_GRACE_SECONDS", int(d.pod_grace_seconds), 0)
+            ),
+            events_per_run=_int(env, "GPUVAL_EVENTS_PER_RUN", d.events_per_run),
+            event_namespace=env.get("GPUVAL_EVENT_NAMESPACE") or d.event_namespace,
+        )

@@ -1,0 +1,98 @@
+"""kopf registrations: start-up settings, one daemon per GpuValidation, clean-up. Nothing else
+lives here.
+
+Run with `gpuval-operator` (or `kopf run -m gpuval_operator.main --all-namespaces`).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from typing import Any
+
+import kopf
+
+from gpuval_api.crd import GROUP, VALIDATION_PLURAL, VERSION
+from gpuval_operator import names
+from gpuval_operator.config import ConfigError, OperatorConfig
+from gpuval_operator.kube import KubeClient, load_credentials
+from gpuval_operator.metrics import make_registry, start_server
+from gpuval_operator.reconciler import Context, Registry, ValidationController
+
+log = logging.getLogger("gpuval_operator")
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    """kopf settings that matter at scale (design.md, "Scale")."""
+    # kopf's own Events only for problems: at INFO it posts one per handler per object.
+    settings.posting.level = logging.WARNING
+    settings.posting.reporting_component = "gpuval-operator"
+    settings.persistence.finalizer = names.FINALIZER
+    # A strict status schema prunes unknown fields, so kopf keeps its progress in annotations.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=names.PREFIX, key="last-handled-configuration"
+    )
+    # Silent watch stalls are a known kopf failure mode: the server ends each watch, the client
+    # gives up after.
+    settings.watching.server_timeout = 270
+    settings.watching.client_timeout = 300
+    settings.watching.connect_timeout = 30
+    settings.networking.request_timeout = 60
+    settings.networking.connect_timeout = 30
+    settings.scanning.disabled = True
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    configure(settings)
+    try:
+        config = OperatorConfig.from_env()
+    except ConfigError as exc:
+        raise kopf.PermanentError(str(exc)) from exc
+    client = KubeClient(load_credentials())
+    registry = Registry()
+    memo.ctx = Context(client=client, config=config, registry=registry)
+    prom = make_registry(registry, per_gpu=config.metrics_per_gpu, client=client)
+    memo.metrics_runner = (
+        await start_server(prom, config.metrics_port) if config.metrics_port else None
+    )
+    # Start-up garbage (the kubernetes package's modules) is never freed; keep the collector off it.
+    gc.freeze()
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    runner = getattr(memo, "metrics_runner", None)
+    if runner is not None:
+        await runner.cleanup()
+    ctx = getattr(memo, "ctx", None)
+    if ctx is not None:
+        await ctx.client.close()
+
+
+@kopf.daemon(GROUP, VERSION, VALIDATION_PLURAL, cancellation_timeout=10)
+async def validation_daemon(
+    *,
+    name: str,
+    uid: str,
+    body: kopf.Body,
+    meta: kopf.Meta,
+    stopped: kopf.DaemonStopped,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    ctx: Context = memo.ctx
+    controller = ValidationController(ctx, name=name, uid=uid, body=body, stopped=stopped.is_set)
+    try:
+        await controller.run()
+    finally:
+        if meta.get("deletionTimestamp"):
+            ctx.registry.pop(name, None)
+
+
+def cli() -> None:
+    """`gpuval-operator`: run the operator for the whole cluster (standalone: one replica, no
+    peering).
+    """
+    kopf.run(clusterwide=True, standalone=True)

@@ -1,0 +1,77 @@
+"""Label, annotation and taint keys, and the names of the objects the operator makes.
+
+Every key lives under gpuval.dev/ so the operator can tell what it set from what others set, and the
+names of reports and pods are deterministic per (validation, run, node): a restarted operator that
+creates a pod again gets 409 AlreadyExists instead of a duplicate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+PREFIX = "gpuval.dev"
+
+FINALIZER = f"{PREFIX}/finalizer"
+
+LABEL_VALIDATION = f"{PREFIX}/validation"
+LABEL_RUN = f"{PREFIX}/run"
+LABEL_NODE = f"{PREFIX}/node"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+AGENT_COMPONENT = "agent"
+
+ANNOTATION_NODE = f"{PREFIX}/node"
+ANNOTATION_PLANNED_RUN = f"{PREFIX}/planned-run"
+ANNOTATION_SIMULATE = f"{PREFIX}/simulate"
+
+# On nodes.
+NODE_LABEL_VERDICT = f"{PREFIX}/verdict"
+NODE_LABEL_VALIDATED_AT = f"{PREFIX}/validated-at"
+NODE_LABEL_REASON = f"{PREFIX}/reason"
+NODE_ANNOTATION_CORDONED_BY = f"{PREFIX}/cordoned-by"
+NODE_ANNOTATION_VALIDATION = f"{PREFIX}/validation"
+TAINT_KEY = f"{PREFIX}/unhealthy"
+UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
+
+MAX_NAME = 253
+MAX_LABEL_VALUE = 63
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def _digest(text: str, length: int = 10) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def label_value(text: str) -> str:
+    """`text` when it is a valid label value, else a stable hash of it (node names may be 253
+    long).
+    """
+    if len(text) <= MAX_LABEL_VALUE and _LABEL_VALUE.match(text):
+        return text
+    return f"h-{_digest(text, 20)}"
+
+
+def bounded_name(*parts: str, limit: int = MAX_NAME) -> str:
+    """`parts` joined by '-', shortened with a hash of the whole when longer than `limit`.
+
+    The hash keeps two long names that share a prefix apart; the kept prefix keeps the name
+    readable.
+    """
+    name = "-".join(parts)
+    if len(name) <= limit:
+        return name
+    suffix = _digest(name)
+    head = name[: limit - len(suffix) - 1].rstrip("-.")
+    return f"{head}-{suffix}"
+
+
+def report_name(validation: str, run: str, node: str) -> str:
+    """The GpuNodeReport of `node` in run `run` of `validation` (a DNS subdomain, at most 253)."""
+    return bounded_name(validation, run, node)
+
+
+def pod_name(validation: str, run: str, node: str) -> str:
+    """The agent pod of `node` in run `run`; at most 63 so it is also a valid hostname."""
+    return bounded_name("gpuval", validation, run, node, limit=MAX_LABEL_VALUE)

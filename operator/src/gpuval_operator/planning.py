@@ -1,0 +1,208 @@
+"""Pure planning: which nodes a run validates, how many at a time, and the objects it creates for
+each.
+
+Nothing here calls the API; the reconciler feeds it listed nodes and sends what it builds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuval_api.crd import (
+    API_VERSION,
+    GPU_RESOURCE,
+    REPORT_KIND,
+    GpuValidationSpec,
+)
+from gpuval_operator import names
+from gpuval_operator.config import OperatorConfig
+
+DEFAULT_GPU_SELECTOR = ""  # every node; filtered to nodes with nvidia.com/gpu below
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A node chosen for a run, with the GPUs its agent pod asks for."""
+
+    name: str
+    gpus: int
+
+
+def concurrency_limit(max_concurrent: int | str, total: int) -> int:
+    """Nodes validated at a time: a count, or a percentage of `total` rounded up; at least 1."""
+    if isinstance(max_concurrent, str):
+        percent = int(max_concurrent.rstrip("%"))
+        limit = math.ceil(total * percent / 100)
+    else:
+        limit = max_concurrent
+    return max(1, limit)
+
+
+def node_gpus(node: Mapping[str, Any]) -> int:
+    status = node.get("status") or {}
+    raw = (status.get("allocatable") or {}).get(GPU_RESOURCE) or (status.get("capacity") or {}).get(
+        GPU_RESOURCE
+    )
+    try:
+        return int(str(raw)) if raw is not None else 0
+    except ValueError:
+        return 0
+
+
+def node_ready(node: Mapping[str, Any]) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def cordoned_by_us(node: Mapping[str, Any]) -> bool:
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    return names.NODE_ANNOTATION_CORDONED_BY in annotations
+
+
+def select_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[Candidate]:
+    """Ready nodes with GPUs that take work, in name order.
+
+    A node cordoned by someone else is left alone (it is in maintenance); one gpuval cordoned itself
+    is validated again, or it could never pass and be uncordoned.
+    """
+    chosen = []
+    for node in nodes:
+        gpus = node_gpus(node)
+        if gpus <= 0 or not node_ready(node):
+            continue
+        if (node.get("spec") or {}).get("unschedulable") and not cordoned_by_us(node):
+            continue
+        chosen.append(Candidate(node["metadata"]["name"], gpus))
+    return sorted(chosen, key=lambda c: c.name)
+
+
+def owner_reference(validation: str, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "GpuValidation",
+        "name": validation,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": False,
+    }
+
+
+def child_labels(validation: str, run: str, node: str) -> dict[str, str]:
+    return {
+        names.LABEL_NAME: "gpuval",
+        names.LABEL_MANAGED_BY: "gpuval-operator",
+        names.LABEL_VALIDATION: names.label_value(validation),
+        names.LABEL_RUN: run,
+        names.LABEL_NODE: names.label_value(node),
+    }
+
+
+def build_report(validation: str, uid: str, run: str, candidate: Candidate) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": REPORT_KIND,
+        "metadata": {
+            "name": names.report_name(validation, run, candidate.name),
+            "labels": child_labels(validation, run, candidate.name),
+            "annotations": {f"{names.PREFIX}/gpus": str(candidate.gpus)},
+            "ownerReferences": [owner_reference(validation, uid)],
+        },
+        "spec": {"validation": validation, "run": run, "node": candidate.name},
+    }
+
+
+def _tolerations(spec: GpuValidationSpec) -> list[dict[str, Any]]:
+    always = [
+        {"key": GPU_RESOURCE, "operator": "Exists"},
+        {"key": names.TAINT_KEY, "operator": "Exists"},
+        # A node gpuval cordoned is validated again; without this its agent pod could never
+        # schedule.
+        {"key": names.UNSCHEDULABLE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
+    ]
+    extra = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.agent.tolerations]
+    return always + extra
+
+
+def build_pod(
+    *,
+    validation: str,
+    uid: str,
+    run: str,
+    node: str,
+    gpus: int,
+    spec: GpuValidationSpec,
+    config: OperatorConfig,
+) -> dict[str, Any]:
+    """The agent pod of `node`: its GPUs requested, tied to the node by affinity, never
+    restarted.
+    """
+    agent = spec.agent
+    env: list[dict[str, Any]] = [
+        {"name": "GPUVAL_REPORT_NAME", "value": names.report_name(validation, run, node)},
+        {"name": "GPUVAL_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {
+            "name": "GPUVAL_CHECKS",
+            "value": json.dumps(
+                spec.checks.model_dump(mode="json", by_alias=True), separators=(",", ":")
+            ),
+        },
+        {"name": "GPUVAL_EXPECTED_GPUS", "value": str(gpus)},
+    ]
+    ports: list[dict[str, Any]] = []
+    if agent.metrics_port is not None:
+        env.append({"name": "GPUVAL_METRICS_PORT", "value": str(agent.metrics_port)})
+        ports.append({"name": "metrics", "containerPort": agent.metrics_port})
+    env.extend({"name": e.name, "value": e.value} for e in agent.env)
+    limits = {**agent.resources.limits, GPU_RESOURCE: str(gpus)}
+    requests = {**agent.resources.requests, GPU_RESOURCE: str(gpus)}
+    container: dict[str, Any] = {
+        "name": "agent",
+        "image": agent.image,
+        "imagePullPolicy": agent.image_pull_policy,
+        "command": ["gpuval-agent", "cluster"],
+        "env": env,
+        "resources": {"requests": requests, "limits": limits},
+        "securityContext": {"privileged": agent.privileged},
+    }
+    if ports:
+        container["ports"] = ports
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": names.pod_name(validation, run, node),
+            "namespace": config.agent_namespace,
+            "labels": {
+                **child_labels(validation, run, node),
+                names.LABEL_COMPONENT: names.AGENT_COMPONENT,
+            },
+            "annotations": {names.ANNOTATION_NODE: node},
+            "ownerReferences": [owner_reference(validation, uid)],
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "serviceAccountName": config.agent_service_account,
+            "automountServiceAccountToken": True,
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchFields": [
+                                    {"key": "metadata.name", "operator": "In", "values": [node]}
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
+            "tolerations": _tolerations(spec),
+            "containers": [container],
+        },
+    }

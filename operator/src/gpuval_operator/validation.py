@@ -1,0 +1,83 @@
+"""What the CRD schema cannot check, checked before anything is scheduled.
+
+A GpuValidation is parsed into its typed spec; every problem becomes one message naming the field,
+the value, why it is wrong and what to do, and the whole list goes into the Invalid condition. No
+exception reaches kopf.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpuval_api.crd import GpuValidationSpec
+from gpuval_operator import cron
+
+# A burn cannot finish before its configured duration; a timeout below it fails every node as
+# TimedOut.
+_TIMEOUT_MARGIN_SECONDS = 60
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    path = "spec"
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def parse_spec(raw: Mapping[str, Any] | None) -> tuple[GpuValidationSpec | None, list[str]]:
+    """The typed spec, or None and the reasons it is invalid."""
+    try:
+        spec = GpuValidationSpec.model_validate(dict(raw or {}))
+    except ValidationError as exc:
+        errors = []
+        for err in exc.errors():
+            value = err.get("input")
+            shown = repr(value) if not isinstance(value, dict | list) else type(value).__name__
+            errors.append(f"{_loc(tuple(err['loc']))}={shown}: {err['msg']}")
+        return None, errors
+    return spec, check_spec(spec)
+
+
+def check_spec(spec: GpuValidationSpec) -> list[str]:
+    errors: list[str] = []
+    if spec.schedule is not None and not cron.is_valid(spec.schedule):
+        errors.append(
+            f"spec.schedule={spec.schedule!r}: not a cron expression; use 5 fields "
+            "(minute hour day month weekday), e.g. '0 3 * * *', or a 6th for seconds"
+        )
+    mc = spec.max_concurrent
+    if isinstance(mc, str):
+        digits = mc[:-1]
+        if not mc.endswith("%") or not digits.isdigit() or not 1 <= int(digits) <= 100:
+            errors.append(
+                f"spec.maxConcurrent={mc!r}: a string must be a percentage from 1% to 100%; "
+                "use e.g. '10%' or a node count like 4"
+            )
+    elif mc < 1:
+        errors.append(f"spec.maxConcurrent={mc}: must be at least 1 node")
+    burn = spec.checks.burn
+    if burn.enabled:
+        needed = burn.duration_seconds * len(burn.precisions)
+        if spec.node_timeout_seconds < needed + _TIMEOUT_MARGIN_SECONDS:
+            errors.append(
+                f"spec.nodeTimeoutSeconds={spec.node_timeout_seconds}: shorter than the burn alone "
+                f"({needed:.0f}s for {len(burn.precisions)} precision(s) of "
+                f"checks.burn.durationSeconds={burn.duration_seconds:g}) plus "
+                f"{_TIMEOUT_MARGIN_SECONDS}s; raise it to at least "
+                f"{needed + _TIMEOUT_MARGIN_SECONDS:.0f} or shorten the burn"
+            )
+    expected_gpus = spec.checks.driver.expected_gpus
+    if (
+        expected_gpus is not None
+        and spec.expected is not None
+        and spec.expected.gpu_count is not None
+        and expected_gpus != spec.expected.gpu_count
+    ):
+        errors.append(
+            f"spec.expected.gpuCount={spec.expected.gpu_count} disagrees with "
+            f"spec.checks.driver.expectedGpus={expected_gpus}; set one of them"
+        )
+    return errors

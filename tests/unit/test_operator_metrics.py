@@ -1,0 +1,87 @@
+"""The /metrics families built at scrape time from the controllers' state."""
+
+from __future__ import annotations
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpuval_operator import names
+from gpuval_operator.metrics import make_registry
+from gpuval_operator.reconciler import Registry, ValidationState
+from gpuval_operator.state import NodeResult, RunState
+
+
+def sample_registry() -> Registry:
+    registry = Registry()
+    state = ValidationState("fleet", uniform=False, outliers=1, last_run_started=100.0)
+    run = RunState(
+        validation="fleet",
+        run_id="1-aaaa",
+        number=1,
+        generation=1,
+        trigger="created",
+        started_at=100.0,
+    )
+    for n in ("a", "b", "c"):
+        run.add(n, 8, names.report_name("fleet", "1-aaaa", n), names.pod_name("fleet", "1-aaaa", n))
+    run.finish_node("a", True, None, "")
+    run.finish_node("b", False, "BurnMismatch", "gpu 3")
+    state.run = run
+    state.latest["a"] = NodeResult(
+        "1-aaaa",
+        "Passed",
+        None,
+        150.0,
+        {"burnTflops": 800.0, "h2dGBps": 55.0},
+        {},
+        ((0, "burn_flops_per_second", 8e14),),
+    )
+    state.latest["b"] = NodeResult("1-aaaa", "Failed", "BurnMismatch", 160.0, {}, {}, ())
+    registry["fleet"] = state
+    return registry
+
+
+def samples(per_gpu: bool) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = generate_latest(make_registry(sample_registry(), per_gpu=per_gpu)).decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_per_validation_and_per_node_series_in_base_units() -> None:
+    got = samples(per_gpu=False)
+    assert got[("gpuval_validation_nodes", (("state", "passed"), ("validation", "fleet")))] == 1
+    assert got[("gpuval_validation_nodes", (("state", "running"), ("validation", "fleet")))] == 0
+    assert got[("gpuval_validation_nodes", (("state", "pending"), ("validation", "fleet")))] == 1
+    assert got[("gpuval_validation_uniform", (("validation", "fleet"),))] == 0
+    assert got[("gpuval_node_passed", (("node", "a"), ("validation", "fleet")))] == 1
+    assert got[("gpuval_node_passed", (("node", "b"), ("validation", "fleet")))] == 0
+    assert (
+        got[
+            (
+                "gpuval_node_failure_info",
+                (("node", "b"), ("reason", "BurnMismatch"), ("validation", "fleet")),
+            )
+        ]
+        == 1
+    )
+    assert (
+        got[("gpuval_node_burn_flops_per_second", (("node", "a"), ("validation", "fleet")))]
+        == 800e12
+    )
+    assert (
+        got[("gpuval_node_h2d_bytes_per_second", (("node", "a"), ("validation", "fleet")))] == 55e9
+    )
+    assert ("gpuval_operator_build_info", (("version", "0.1.0"),)) in got
+    assert not any(name.startswith("gpuval_gpu_") for name, _ in got)
+
+
+def test_per_gpu_series_only_when_enabled() -> None:
+    got = samples(per_gpu=True)
+    key = (
+        "gpuval_gpu_burn_flops_per_second",
+        (("gpu", "0"), ("node", "a"), ("validation", "fleet")),
+    )
+    assert got[key] == 8e14

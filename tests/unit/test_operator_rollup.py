@@ -1,0 +1,142 @@
+"""Roll-up of node verdicts into conditions and a bounded status; uniformity outliers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gpuval_operator import names, rollup
+from gpuval_operator.state import RunState
+from gpuval_operator.uniformity import Outlier, find_outliers
+
+
+def run_with(passed: int, failed: int, running: int = 0) -> RunState:
+    run = RunState(
+        validation="v",
+        run_id="1-aaaa",
+        number=1,
+        generation=3,
+        trigger="created",
+        started_at=1000.0,
+    )
+    for i in range(passed + failed + running):
+        node = f"node-{i:05d}"
+        run.add(
+            node, 8, names.report_name("v", "1-aaaa", node), names.pod_name("v", "1-aaaa", node)
+        )
+        if i < passed:
+            run.finish_node(node, True, None, "")
+        elif i < passed + failed:
+            run.finish_node(node, False, "BurnMismatch", "gpu 3 computed wrong results")
+    return run
+
+
+def conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status["conditions"]}
+
+
+def test_a_run_in_progress_is_unknown_but_a_failure_shows_at_once() -> None:
+    run = run_with(passed=2, failed=1, running=3)
+    status = rollup.build_run_status(
+        run, generation=3, previous_conditions=[], outliers=None, now=2000.0
+    )
+    c = conditions(status)
+    assert c["Succeeded"]["status"] == "Unknown" and c["Succeeded"]["reason"] == "Running"
+    assert c["NodesHealthy"]["status"] == "False" and "node-00002" in c["NodesHealthy"]["message"]
+    assert c["Uniform"]["status"] == "Unknown"
+    assert c["Invalid"]["status"] == "False"
+    assert all(x["observedGeneration"] == 3 for x in c.values())
+    assert status["phase"] == "Running" and "lastCompletedRun" not in status
+
+
+def test_a_completed_run_with_all_passed_succeeds() -> None:
+    run = run_with(passed=3, failed=0)
+    run.completed_at = 3000.0
+    status = rollup.build_run_status(
+        run, generation=3, previous_conditions=[], outliers=[], now=3000.0
+    )
+    c = conditions(status)
+    assert (c["Succeeded"]["status"], c["NodesHealthy"]["status"], c["Uniform"]["status"]) == (
+        "True",
+        "True",
+        "True",
+    )
+    assert (
+        status["phase"] == "Succeeded"
+        and status["lastCompletedRun"]["completedAt"] == "1970-01-01T00:50:00Z"
+    )
+
+
+def test_transition_time_is_kept_while_a_condition_holds() -> None:
+    run = run_with(passed=1, failed=1, running=1)
+    first = rollup.build_run_status(
+        run, generation=3, previous_conditions=[], outliers=None, now=2000.0
+    )
+    later = rollup.build_run_status(
+        run, generation=3, previous_conditions=first["conditions"], outliers=None, now=2500.0
+    )
+    assert conditions(later)["NodesHealthy"]["lastTransitionTime"] == "1970-01-01T00:33:20Z"
+    run.nodes["node-00002"].phase = run.nodes["node-00000"].phase
+    run.completed_at = 2600.0
+    final = rollup.build_run_status(
+        run, generation=3, previous_conditions=later["conditions"], outliers=[], now=2600.0
+    )
+    assert conditions(final)["Succeeded"]["lastTransitionTime"] == "1970-01-01T00:43:20Z"
+
+
+def test_status_stays_bounded_at_ten_thousand_nodes() -> None:
+    run = run_with(passed=5000, failed=5000)
+    run.completed_at = 5000.0
+    outliers = [
+        Outlier("driverVersion", f"node-{i:05d}", "550", "580", "majority") for i in range(3000)
+    ]
+    status = rollup.build_run_status(
+        run, generation=1, previous_conditions=[], outliers=outliers, now=5000.0
+    )
+    assert (
+        len(status["failingNodes"]) == rollup.MAX_LISTED and status["failingNodesOmitted"] == 4950
+    )
+    assert len(status["outliers"]) == rollup.MAX_LISTED and status["outliersOmitted"] == 2950
+    assert len(json.dumps(status)) < 32 * 1024
+
+
+def test_invalid_status_names_every_error_and_schedules_nothing() -> None:
+    status = rollup.build_invalid_status(
+        ["spec.schedule='x': not a cron expression"], generation=2, previous_conditions=[], now=0.0
+    )
+    c = conditions(status)
+    assert c["Invalid"]["status"] == "True" and "spec.schedule='x'" in c["Invalid"]["message"]
+    assert c["Succeeded"]["status"] == "False" and status["phase"] == "Invalid"
+
+
+def test_the_majority_value_names_each_outlier() -> None:
+    envs = {
+        "a": {"driverVersion": "580.159.04", "ncclVersion": "2.28.9"},
+        "b": {"driverVersion": "580.159.04", "ncclVersion": "2.28.9"},
+        "c": {"driverVersion": "550.54.15", "ncclVersion": "2.28.9"},
+    }
+    assert find_outliers(envs, {}) == [
+        Outlier("driverVersion", "c", "550.54.15", "580.159.04", "majority")
+    ]
+
+
+def test_expected_values_win_over_the_majority() -> None:
+    envs = {n: {"cudaDriverVersion": "12.4"} for n in ("a", "b", "c")}
+    outliers = find_outliers(envs, {"cudaDriverVersion": "13.0"})
+    assert [(o.node, o.source, o.expected) for o in outliers] == [
+        ("a", "spec", "13.0"),
+        ("b", "spec", "13.0"),
+        ("c", "spec", "13.0"),
+    ]
+
+
+def test_a_tie_names_every_node_rather_than_guessing() -> None:
+    envs = {"a": {"kernel": "6.8"}, "b": {"kernel": "6.1"}}
+    outliers = find_outliers(envs, {})
+    assert {o.node for o in outliers} == {"a", "b"}
+    assert all(o.expected.startswith("no majority") for o in outliers)
+
+
+def test_uniform_nodes_have_no_outliers() -> None:
+    envs = {n: {"driverVersion": "580", "gpuCount": "8"} for n in ("a", "b")}
+    assert find_outliers(envs, {"gpuCount": "8"}) == []

@@ -1,0 +1,172 @@
+"""Per-node state from pod and report views; which nodes failed without a verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuval_api.reasons import Reason
+from gpuval_operator import names
+from gpuval_operator.state import Phase, PodView, ReportView, RunState, due_failures
+
+
+def make_run(*nodes: str) -> RunState:
+    run = RunState(
+        validation="v", run_id="1-aaaa", number=1, generation=1, trigger="created", started_at=0
+    )
+    for n in nodes:
+        run.add(n, 8, names.report_name("v", "1-aaaa", n), names.pod_name("v", "1-aaaa", n))
+    return run
+
+
+def pod(node: str, phase: str = "Running", **extra: Any) -> PodView:
+    status: dict[str, Any] = {"phase": phase, **extra.pop("status", {})}
+    obj = {
+        "metadata": {
+            "name": names.pod_name("v", "1-aaaa", node),
+            "labels": {names.LABEL_RUN: "1-aaaa"},
+            "annotations": {names.ANNOTATION_NODE: node},
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+        },
+        "spec": {"nodeName": node} if extra.pop("scheduled", True) else {},
+        "status": status,
+    }
+    return PodView.parse(obj)
+
+
+def report(
+    node: str, phase: str = "Completed", verdict: str | None = "Passed", **status: Any
+) -> ReportView:
+    return ReportView.parse(
+        {
+            "metadata": {"name": names.report_name("v", "1-aaaa", node)},
+            "spec": {"validation": "v", "run": "1-aaaa", "node": node},
+            "status": {"phase": phase, "verdict": verdict, **status},
+        }
+    )
+
+
+T0 = 1767225600.0  # the pods' creationTimestamp
+
+
+def test_a_completed_report_gives_the_verdict_and_the_first_verdict_stands() -> None:
+    run = make_run("a")
+    run.apply_pod(pod("a"), now=0)
+    assert run.apply_report(report("a", verdict="Failed", reason="BurnMismatch", message="gpu 3"))
+    assert not run.apply_report(report("a", verdict="Passed"))
+    record = run.nodes["a"]
+    assert record.phase is Phase.FAILED and record.reason == "BurnMismatch"
+    assert run.finished == ["a"] and run.all_done()
+
+
+def test_a_running_report_or_another_runs_report_gives_no_verdict() -> None:
+    run = make_run("a")
+    assert not run.apply_report(report("a", phase="Running", verdict=None))
+    other = report("a")
+    other.run = "0-zzzz"
+    assert not run.apply_report(other)
+    assert run.nodes["a"].phase is Phase.PENDING
+
+
+def test_a_failed_pod_without_report_fails_the_node_after_the_grace_period() -> None:
+    run = make_run("a")
+    failed = pod(
+        "a",
+        "Failed",
+        status={"containerStatuses": [{"state": {"terminated": {"exitCode": 2}}}]},
+    )
+    run.apply_pod(failed, now=100.0)
+    assert due_failures(run, now=T0, monotonic=105.0, timeout=600, grace=10) == []
+    [failure] = due_failures(run, now=T0, monotonic=110.0, timeout=600, grace=10)
+    assert failure.reason is Reason.POD_FAILED and "exit code 2" in failure.message
+    assert not failure.delete_pod
+
+
+def test_an_evicted_pod_fails_the_node_as_evicted() -> None:
+    run = make_run("a")
+    run.apply_pod(pod("a", "Failed", status={"reason": "Evicted"}), now=0.0)
+    [failure] = due_failures(run, now=T0, monotonic=60.0, timeout=600, grace=10)
+    assert failure.reason is Reason.POD_EVICTED
+
+
+def test_timeout_is_unschedulable_when_never_scheduled_and_timed_out_otherwise() -> None:
+    run = make_run("a", "b")
+    never = pod(
+        "a",
+        "Pending",
+        scheduled=False,
+        status={
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "message": "0/3 nodes: Insufficient nvidia.com/gpu",
+                }
+            ]
+        },
+    )
+    run.apply_pod(never, now=0.0)
+    run.apply_pod(pod("b", "Running"), now=0.0)
+    assert due_failures(run, now=T0 + 599, monotonic=0.0, timeout=600, grace=10) == []
+    failures = {
+        f.node: f for f in due_failures(run, now=T0 + 600, monotonic=0.0, timeout=600, grace=10)
+    }
+    assert failures["a"].reason is Reason.POD_UNSCHEDULABLE
+    assert "Insufficient nvidia.com/gpu" in failures["a"].message
+    assert failures["b"].reason is Reason.TIMED_OUT
+    assert all(f.delete_pod and f.check_node for f in failures.values())
+
+
+def test_a_pod_deleted_by_someone_else_asks_for_a_node_check() -> None:
+    run = make_run("a", "b")
+    run.apply_pod(pod("a"), now=0.0)
+    run.apply_pod(pod("b"), now=0.0)
+    run.nodes["b"].deleted_by_us = True
+    run.apply_pod_deleted(pod("a"))
+    run.apply_pod_deleted(pod("b"))
+    [failure] = due_failures(run, now=T0, monotonic=0.0, timeout=600, grace=10)
+    assert failure.node == "a" and failure.check_node
+
+
+def test_counts_follow_phases() -> None:
+    run = make_run("a", "b", "c", "d")
+    run.apply_pod(pod("b"), now=0.0)
+    run.apply_pod(pod("c"), now=0.0)
+    run.apply_report(report("c", verdict="Failed", reason="XidError"))
+    run.apply_pod(pod("d"), now=0.0)
+    run.apply_report(report("d"))
+    assert run.counts() == {"total": 4, "pending": 1, "running": 1, "passed": 1, "failed": 1}
+    assert [r.node for r in run.failed()] == ["c"]
+
+
+def test_report_view_keeps_summary_and_environment_but_not_the_document() -> None:
+    view = ReportView.parse(
+        {
+            "metadata": {"name": "r", "annotations": {"gpuval.dev/gpus": "8"}},
+            "spec": {"node": "a", "run": "1-aaaa"},
+            "status": {
+                "phase": "Completed",
+                "verdict": "Passed",
+                "summary": {"burnTflops": 800.5, "gpuCount": 8, "h2dGBps": 55.1},
+                "result": {
+                    "environment": {
+                        "driverVersion": "580.159.04",
+                        "gpuCount": 8,
+                        "gpus": [
+                            {"name": "NVIDIA H200", "vbios": "96.00"},
+                            {"name": "NVIDIA H200", "vbios": "96.01"},
+                        ],
+                    },
+                    "checks": [
+                        {"name": "burn", "gpus": [{"index": 0, "metrics": {"tflops": 800.5}}]}
+                    ],
+                },
+            },
+        },
+        per_gpu=True,
+    )
+    assert view.gpus == 8
+    assert view.summary == {"burnTflops": 800.5, "h2dGBps": 55.1}
+    assert view.environment["gpuProduct"] == "NVIDIA H200"
+    assert view.environment["vbios"] == "96.00,96.01"
+    assert view.environment["gpuCount"] == "8"
+    assert view.gpu_figures == ((0, "burn_flops_per_second", 800.5e12),)

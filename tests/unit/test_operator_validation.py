@@ -1,0 +1,46 @@
+"""Bad input becomes messages naming field, value and fix; nothing raises."""
+
+from __future__ import annotations
+
+from gpuval_operator.validation import parse_spec
+
+
+def test_a_valid_spec_has_no_errors() -> None:
+    spec, errors = parse_spec({"maxConcurrent": 2, "schedule": "0 3 * * *"})
+    assert errors == [] and spec is not None and spec.max_concurrent == 2
+
+
+def test_bad_cron_names_the_field_and_value() -> None:
+    _, errors = parse_spec({"schedule": "every night"})
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.schedule='every night': not a cron expression")
+
+
+def test_bad_percentage_names_the_field_and_value() -> None:
+    _, errors = parse_spec({"maxConcurrent": "150%"})
+    assert errors and "spec.maxConcurrent='150%'" in errors[0]
+
+
+def test_timeout_shorter_than_the_burn_is_invalid_with_the_needed_value() -> None:
+    _, errors = parse_spec(
+        {
+            "nodeTimeoutSeconds": 100,
+            "checks": {"burn": {"durationSeconds": 60, "precisions": ["bf16", "fp32"]}},
+        }
+    )
+    assert len(errors) == 1
+    assert "spec.nodeTimeoutSeconds=100" in errors[0] and "at least 180" in errors[0]
+
+
+def test_schema_errors_are_reported_with_their_path_not_raised() -> None:
+    spec, errors = parse_spec({"checks": {"burn": {"durationSeconds": -1}}, "history": "many"})
+    assert spec is None
+    assert any(e.startswith("spec.checks.burn.durationSeconds=-1") for e in errors)
+    assert any(e.startswith("spec.history='many'") for e in errors)
+
+
+def test_disagreeing_gpu_counts_are_invalid() -> None:
+    _, errors = parse_spec({"expected": {"gpuCount": 8}, "checks": {"driver": {"expectedGpus": 4}}})
+    assert errors == [
+        "spec.expected.gpuCount=8 disagrees with spec.checks.driver.expectedGpus=4; set one of them"
+    ]

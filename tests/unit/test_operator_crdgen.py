@@ -52,13 +52,12 @@ def test_schema_is_structural_with_a_description_on_every_field(model: type) -> 
 
 def test_int_or_string_concurrency_and_cel_rules_reach_the_schema() -> None:
     schema = crdgen.model_schema(GpuValidationSpec)
-    assert schema["properties"]["maxConcurrent"] == {
-        "x-kubernetes-int-or-string": True,
-        "default": "25%",
-        "description": schema["properties"]["maxConcurrent"]["description"],
-    }
+    concurrency = schema["properties"]["maxConcurrent"]
+    assert concurrency["x-kubernetes-int-or-string"] is True and "type" not in concurrency
+    assert concurrency["default"] == "25%"
+    assert "self >= 1" in concurrency["x-kubernetes-validations"][0]["rule"]
     rules = [r["rule"] for r in schema["x-kubernetes-validations"]]
-    assert any("maxConcurrent" in r for r in rules)
+    assert any("expectedGpus" in r for r in rules)
     assert schema["properties"]["checks"]["default"] == {}
     assert "default" not in schema["properties"]["nodeSelector"]
 

@@ -29,7 +29,7 @@ def test_timeout_shorter_than_the_burn_is_invalid_with_the_needed_value() -> Non
         }
     )
     assert len(errors) == 1
-    assert "spec.nodeTimeoutSeconds=100" in errors[0] and "at least 180" in errors[0]
+    assert "spec.nodeTimeoutSeconds=100" in errors[0] and "raise it above 120" in errors[0]
 
 
 def test_schema_errors_are_reported_with_their_path_not_raised() -> None:

@@ -229,11 +229,6 @@ class GpuValidationSpec(_Model):
                 "self.expected.gpuCount == self.checks.driver.expectedGpus",
                 "expected.gpuCount and checks.driver.expectedGpus disagree; set one of them",
             ),
-            (
-                "type(self.maxConcurrent) == int ? self.maxConcurrent >= 1 : "
-                "self.maxConcurrent.matches('^([1-9][0-9]?|100)%$')",
-                "maxConcurrent must be a node count >= 1 or a percentage from 1% to 100%",
-            ),
         )
     )
 
@@ -250,6 +245,12 @@ class GpuValidationSpec(_Model):
     )
     max_concurrent: int | str = Field(
         default="25%",
+        json_schema_extra=_rules(
+            (
+                "type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",
+                "maxConcurrent must be a node count >= 1 or a percentage from 1% to 100%",
+            )
+        ),
         description=(
             "Most nodes validated at a time: a count (e.g. 4) or a percentage of the selected "
             "nodes (e.g. 10%), rounded up, at least 1."

@@ -95,4 +95,5 @@ def cli() -> None:
     """`gpuval-operator`: run the operator for the whole cluster (standalone: one replica, no
     peering).
     """
+    kopf.configure(verbose=False)
     kopf.run(clusterwide=True, standalone=True)

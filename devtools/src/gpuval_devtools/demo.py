@@ -1,0 +1,303 @@
+"""`make demo`: gpuval end to end on a local control plane with simulated GPU nodes.
+
+Starts the control plane (built from Go modules and cached by gpuval_devtools.controlplane) with
+four simulated 8-GPU nodes, one of them faulty (GPU 3 computes wrong results), installs the CRDs,
+runs the real operator and the pod runner (which runs the real agent, with its simulated backend,
+for every agent pod that gets scheduled), applies examples/gpuvalidation-fleet.yaml, waits for the
+run to finish, and prints `kubectl get gpuvalidations,gpunodereports`, the nodes' verdict labels and
+taints, and an excerpt of the operator's /metrics.
+
+`python -m gpuval_devtools.demo [--keep] [--nodes N]`; with --keep the cluster stays up and its
+kubeconfig is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuval_devtools.controlplane import Cluster, GpuNode
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+CRD_DIR = REPO_ROOT / "crds"
+SAMPLE = REPO_ROOT / "examples" / "gpuvalidation-fleet.yaml"
+AGENT_NAMESPACE = "gpuval-system"
+AGENT_SERVICE_ACCOUNT = "gpuval-agent"
+SIMULATE_ANNOTATION = "gpuval.dev/simulate"
+
+HEALTHY = {
+    "gpus": 8,
+    "product": "NVIDIA H200",
+    "driver": "580.159.04",
+    "cuda": "13.0",
+    "nccl": "2.28.9",
+    "timeScale": 0.01,
+}
+
+
+def simulated_node(name: str, faults: Sequence[dict[str, Any]] = (), **overrides: Any) -> GpuNode:
+    """A kwok node whose agent pods the pod runner runs with this simulation config."""
+    config = {**HEALTHY, **overrides, "faults": list(faults)}
+    return GpuNode(
+        name=name,
+        gpus=int(config["gpus"]),
+        annotations={SIMULATE_ANNOTATION: json.dumps(config, separators=(",", ":"))},
+    )
+
+
+def agent_rbac(
+    namespace: str = AGENT_NAMESPACE, account: str = AGENT_SERVICE_ACCOUNT
+) -> list[dict[str, Any]]:
+    """The agent's namespace, ServiceAccount and the one permission it needs (its report's
+    status).
+
+    The chart installs the same with the admission policy that narrows it to the agent's own node.
+    """
+    role = f"{account}-reports"
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": account, "namespace": namespace},
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": [
+                {
+                    "apiGroups": ["gpuval.dev"],
+                    "resources": ["gpunodereports/status"],
+                    "verbs": ["get", "patch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"{role}-{namespace}"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        },
+    ]
+
+
+def install_crds(cluster: Cluster) -> None:
+    for path in sorted(CRD_DIR.glob("*.yaml")):
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+        name = yaml.safe_load(path.read_text())["metadata"]["name"]
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _script(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+@contextlib.contextmanager
+def operator_process(
+    kubeconfig: Path,
+    *,
+    metrics_port: int,
+    log_file: Path,
+    namespace: str = AGENT_NAMESPACE,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """The operator as its own process (`gpuval-operator`), as it runs in its pod."""
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "GPUVAL_METRICS_PORT": str(metrics_port),
+        "GPUVAL_AGENT_NAMESPACE": namespace,
+        **(extra_env or {}),
+    }
+    with log_file.open("wb") as out:
+        proc = subprocess.Popen(
+            [_script("gpuval-operator")], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+        try:
+            yield proc
+        finally:
+            _stop(proc)
+
+
+@contextlib.contextmanager
+def podrunner_process(
+    cluster: Cluster, *, logs_dir: Path, log_file: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    argv = [
+        sys.executable,
+        "-m",
+        "gpuval_devtools.podrunner",
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        "--ca-file",
+        str(cluster.ca_file),
+        "--logs",
+        str(logs_dir),
+    ]
+    with log_file.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            yield proc
+        finally:
+            _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def get_validation(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    proc = cluster.kubectl("get", "gpuvalidation", name, "-o", "json", check=False)
+    return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+
+def wait_completed(
+    cluster: Cluster, name: str, timeout: float, *, after_run: int = 0
+) -> dict[str, Any]:
+    """The GpuValidation once a run numbered above `after_run` has completed; progress on stdout."""
+    deadline = time.monotonic() + timeout
+    shown = ""
+    while time.monotonic() < deadline:
+        obj = get_validation(cluster, name) or {}
+        status = obj.get("status") or {}
+        run = status.get("run") or {}
+        nodes = status.get("nodes") or {}
+        line = (
+            f"  run {run.get('id', '-')}: {status.get('phase', 'Pending')}, "
+            f"{nodes.get('passed', 0)} passed, {nodes.get('failed', 0)} failed, "
+            f"{nodes.get('running', 0)} running, {nodes.get('pending', 0)} waiting"
+        )
+        if line != shown:
+            print(line, flush=True)
+            shown = line
+        if run.get("completedAt") and int(run.get("number") or 0) > after_run:
+            return obj
+        time.sleep(1)
+    raise TimeoutError(
+        f"GpuValidation {name} did not complete a run within {timeout:.0f}s (last: {shown.strip()})"
+    )
+
+
+def metrics_excerpt(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text: str = resp.read().decode()
+    keep = (
+        "gpuval_validation_nodes",
+        "gpuval_validation_uniform",
+        "gpuval_validation_last_run_completion",
+        "gpuval_node_passed",
+        "gpuval_node_failure_info",
+        "gpuval_node_burn_flops_per_second",
+        "gpuval_operator_build_info",
+    )
+    return "\n".join(line for line in text.splitlines() if line.startswith(keep))
+
+
+def banner(text: str) -> None:
+    print(f"\n=== {text}", flush=True)
+
+
+def run_demo(nodes: int, keep: bool, timeout: float) -> int:
+    cluster_nodes = [simulated_node(f"gpu-node-{i}") for i in range(nodes - 1)]
+    cluster_nodes.append(
+        simulated_node(f"gpu-node-{nodes - 1}", faults=[{"kind": "miscompare", "gpu": 3}])
+    )
+    banner(
+        f"starting the local control plane with {nodes} simulated 8-GPU nodes "
+        f"(gpu-node-{nodes - 1} is faulty)"
+    )
+    cluster = Cluster.start("gpuval-demo", cluster_nodes)
+    workdir = Path(tempfile.mkdtemp(prefix="gpuval-demo-"))
+    try:
+        banner("installing the CRDs and the agent's ServiceAccount")
+        install_crds(cluster)
+        cluster.apply(agent_rbac())
+        port = free_port()
+        with (
+            operator_process(
+                cluster.kubeconfig, metrics_port=port, log_file=workdir / "operator.log"
+            ),
+            podrunner_process(
+                cluster, logs_dir=workdir / "agents", log_file=workdir / "podrunner.log"
+            ),
+        ):
+            banner(f"applying {SAMPLE.relative_to(REPO_ROOT)}")
+            print(cluster.kubectl("apply", "-f", str(SAMPLE)).stdout.strip())
+            obj = wait_completed(cluster, "fleet", timeout)
+            banner("kubectl get gpuvalidations,gpunodereports")
+            print(cluster.kubectl("get", "gpuvalidations,gpunodereports").stdout.rstrip())
+            banner("conditions")
+            for cond in obj["status"]["conditions"]:
+                print(f"  {cond['type']}={cond['status']} ({cond['reason']}): {cond['message']}")
+            banner("kubectl get nodes -L gpuval.dev/verdict,gpuval.dev/reason (and taints)")
+            print(
+                cluster.kubectl(
+                    "get", "nodes", "-L", "gpuval.dev/verdict,gpuval.dev/reason"
+                ).stdout.rstrip()
+            )
+            print(
+                cluster.kubectl(
+                    "get",
+                    "nodes",
+                    "-o",
+                    "custom-columns=NAME:.metadata.name,TAINTS:.spec.taints[*].key",
+                ).stdout.rstrip()
+            )
+            banner("operator /metrics (excerpt)")
+            print(metrics_excerpt(port))
+        banner(f"logs of the operator, the pod runner and every agent: {workdir}")
+        if keep:
+            print(f"cluster kept: export KUBECONFIG={cluster.kubeconfig}")
+        return 0
+    finally:
+        if not keep:
+            cluster.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpuval_devtools.demo", description=__doc__)
+    parser.add_argument(
+        "--nodes", type=int, default=4, help="simulated GPU nodes (the last is faulty)"
+    )
+    parser.add_argument("--keep", action="store_true", help="leave the cluster running")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for the run")
+    args = parser.parse_args(argv)
+    if args.nodes < 2:
+        parser.error(f"--nodes={args.nodes}: the demo needs at least 2 nodes (one of them faulty)")
+    return run_demo(args.nodes, args.keep, args.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,1 +1,3 @@
-"""gpuval agent: validates the GPUs of one machine, standalone or in a cluster."""
+"""gpuval agent: validates one machine's GPUs, standalone (`gpuval-agent run`) or in a cluster."""
+
+__version__ = "0.1.0"

@@ -187,7 +187,7 @@ class BandwidthCheck(_Model):
     )
     min_device_copy_gbps: Threshold = Field(
         default_factory=lambda: Threshold(fraction_of_expected=0.8),
-        description="Minimum device-local copy bandwidth per GPU (read + written bytes), GB/s.",
+        description="Minimum device-local copy bandwidth per GPU (bytes copied), GB/s.",
     )
     min_p2p_gbps: Threshold = Field(
         default_factory=lambda: Threshold(fraction_of_expected=0.8),

@@ -181,6 +181,9 @@ class AgentResult(_Model):
     verdict: Verdict
     reason: Reason | None = None
     message: str = ""
+    startup_seconds: float | None = Field(
+        default=None, description="Process start to the first check running, in seconds."
+    )
     checks_config: ChecksConfig
     environment: Environment
     checks: list[CheckResult] = Field(default_factory=list)

@@ -1,0 +1,168 @@
+"""The backend interface: what the checks ask a GPU stack to measure."""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gpuval_agent.verify import BadIteration
+from gpuval_api.checks import Precision
+from gpuval_api.result import Environment
+
+
+class Throttle(StrEnum):
+    """Clock-event (throttle) reasons as NVML names them, reduced to what the diagnoses use."""
+
+    GPU_IDLE = "GpuIdle"
+    APPLICATIONS_CLOCKS = "ApplicationsClocksSetting"
+    SW_POWER_CAP = "SwPowerCap"
+    HW_SLOWDOWN = "HwSlowdown"
+    SYNC_BOOST = "SyncBoost"
+    SW_THERMAL_SLOWDOWN = "SwThermalSlowdown"
+    HW_THERMAL_SLOWDOWN = "HwThermalSlowdown"
+    HW_POWER_BRAKE_SLOWDOWN = "HwPowerBrakeSlowdown"
+    DISPLAY_CLOCKS = "DisplayClockSetting"
+
+
+THERMAL_THROTTLES = frozenset({Throttle.SW_THERMAL_SLOWDOWN, Throttle.HW_THERMAL_SLOWDOWN})
+POWER_THROTTLES = frozenset({Throttle.SW_POWER_CAP, Throttle.HW_POWER_BRAKE_SLOWDOWN})
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetrySample:
+    """One GPU's state at one moment; None where the GPU does not report it."""
+
+    gpu: int
+    temperature_celsius: float | None
+    power_watts: float | None
+    sm_clock_mhz: float | None
+    throttles: frozenset[Throttle] = frozenset()
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    gpu: int
+    xid: int
+
+
+@dataclass(frozen=True, slots=True)
+class BurnProgress:
+    """Reported about once a second per GPU while a burn runs."""
+
+    gpu: int
+    iterations: int
+    tflops: float
+
+
+@dataclass(slots=True)
+class BurnMeasurement:
+    """One GPU's burn in one precision."""
+
+    gpu: int
+    iterations: int = 0
+    seconds: float = 0.0
+    flops_per_iteration: float = 0.0
+    # Iterations between two reads of the device-side verification counters (one graph replay).
+    iterations_per_read: int = 1
+    bad: list[BadIteration] = field(default_factory=list)
+    error: str | None = None
+    # Same inputs and part, yet this GPU's reference result differs from every other GPU's.
+    reference_differs: bool = False
+
+    @property
+    def tflops(self) -> float:
+        if self.seconds <= 0:
+            return 0.0
+        return self.iterations * self.flops_per_iteration / self.seconds / 1e12
+
+
+@dataclass(slots=True)
+class AllReduceSize:
+    bytes: int
+    seconds: float
+
+
+@dataclass(slots=True)
+class AllReduceOutcome:
+    """The NCCL all-reduce sweep: per-size times, or why it did not finish."""
+
+    sizes: list[AllReduceSize] = field(default_factory=list)
+    timed_out: bool = False
+    error: str | None = None
+    log_tail: str | None = None
+
+
+ProgressCallback = Callable[[BurnProgress], None]
+
+
+class Backend(ABC):
+    """A GPU stack the checks measure through. Methods raise AgentError subclasses for conditions
+    the user must see (NoDriverError from environment() means nothing else can run)."""
+
+    name: str
+
+    @abstractmethod
+    def environment(self) -> Environment:
+        """The environment record; raises NoDriverError when NVML finds no driver or GPU."""
+
+    def advertised_gpu_count(self) -> int | None:
+        """GPUs the node is known to carry, besides the configured expectation (None: unknown)."""
+        return None
+
+    @abstractmethod
+    def cuda_init(self, gpus: list[int]) -> dict[int, str | None]:
+        """Initialise CUDA on each GPU: None where it worked, else the error text."""
+
+    @abstractmethod
+    def telemetry(self) -> list[TelemetrySample]:
+        """A sample of every GPU now."""
+
+    @abstractmethod
+    def xid_events(self) -> list[XidEvent]:
+        """Critical XID events seen since the previous call."""
+
+    @abstractmethod
+    def burn(
+        self,
+        gpus: list[int],
+        precision: Precision,
+        matrix_size: int,
+        seconds: float,
+        *,
+        on_progress: ProgressCallback,
+        stop: threading.Event,
+    ) -> list[BurnMeasurement]:
+        """Burn all `gpus` at once for `seconds`, verifying every iteration's result."""
+
+    @abstractmethod
+    def host_device_bandwidth(
+        self, direction: str, gpus: list[int], nbytes: int, iterations: int
+    ) -> dict[int, float]:
+        """GB/s per GPU of pinned host<->device copies ('h2d' or 'd2h'), all `gpus` at once."""
+
+    @abstractmethod
+    def device_copy_bandwidth(self, gpu: int, nbytes: int, iterations: int) -> float:
+        """GB/s (bytes copied per second) of a device-local copy."""
+
+    @abstractmethod
+    def peer_access(self, src: int, dst: int) -> bool:
+        """Whether `src` can copy to `dst` directly (NVLink or PCIe peer)."""
+
+    @abstractmethod
+    def peer_bandwidth(self, src: int, dst: int, nbytes: int, iterations: int) -> float:
+        """GB/s of copies from GPU `src` to GPU `dst`."""
+
+    @abstractmethod
+    def all_reduce(
+        self, gpus: list[int], sizes: list[int], iterations: int, timeout_seconds: float
+    ) -> AllReduceOutcome:
+        """NCCL all-reduce between `gpus`, one process per GPU, over `sizes` (bytes)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release what the backend holds (GPU memory, NVML)."""

@@ -1,0 +1,283 @@
+"""The real backend: NVML for the record and telemetry, CUDA through cuda-python and torch.
+
+torch is imported lazily and in the background from the start, so the driver and health checks
+(NVML and cuda-python only) run while its several-second import finishes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import socket
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from gpuval_agent.backends.base import (
+    AllReduceOutcome,
+    AllReduceSize,
+    Backend,
+    BurnMeasurement,
+    ProgressCallback,
+    TelemetrySample,
+    XidEvent,
+)
+from gpuval_agent.backends.nvml import Nvml
+from gpuval_agent.backends.ranks import run_ranks
+from gpuval_agent.errors import BackendUnavailableError
+from gpuval_api.checks import Precision
+from gpuval_api.result import Environment
+
+# NVLink SHARP/multicast stays off: on shared hosts a multicast fault can take the GPUs out.
+SAFE_NCCL_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+
+
+def _import_torch() -> ModuleType:
+    try:
+        return importlib.import_module("torch")
+    except ImportError as error:
+        raise BackendUnavailableError(
+            f"the cuda backend needs torch, which did not import ({error}); install the agent's "
+            "'gpu' extra (pip install 'gpuval-agent[gpu]') or use the agent image"
+        ) from None
+
+
+def _cuda_driver() -> Any:
+    """cuda-python's driver bindings, or None where cuda-python is missing."""
+    try:
+        return importlib.import_module("cuda.bindings.driver")
+    except ImportError:
+        return None
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+
+    def __init__(self) -> None:
+        # NVML numbers GPUs in PCI bus order; make CUDA (torch, NCCL ranks) use the same order.
+        os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+        for key, value in SAFE_NCCL_ENV.items():
+            os.environ.setdefault(key, value)
+        self._nvml: Nvml | None = None
+        self._torch: ModuleType | None = None
+        self._torch_error: BaseException | None = None
+        self._torch_ready = threading.Event()
+        self._burn: Any = None
+        self._copy: Any = None
+        threading.Thread(target=self._load_torch, name="torch-import", daemon=True).start()
+
+    def _load_torch(self) -> None:
+        try:
+            self._torch = _import_torch()
+            self._burn = importlib.import_module("gpuval_agent.backends.torch_burn")
+            self._copy = importlib.import_module("gpuval_agent.backends.torch_copy")
+        except BaseException as error:  # re-raised where torch is needed
+            self._torch_error = error
+        finally:
+            self._torch_ready.set()
+
+    def torch(self) -> ModuleType:
+        self._torch_ready.wait()
+        if self._torch_error is not None:
+            if isinstance(self._torch_error, BackendUnavailableError):
+                raise self._torch_error
+            raise BackendUnavailableError(
+                f"torch failed to import: {type(self._torch_error).__name__}: {self._torch_error}"
+            )
+        assert self._torch is not None
+        return self._torch
+
+    def _nvml_session(self) -> Nvml:
+        if self._nvml is None:
+            self._nvml = Nvml()
+        return self._nvml
+
+    def environment(self) -> Environment:
+        environment: Environment = self._nvml_session().environment()
+        runtime, torch_version, nccl = self._torch_versions()
+        environment.cuda_runtime_version = runtime
+        environment.torch_version = torch_version
+        environment.nccl_version = nccl
+        if environment.cuda_driver_version is None:
+            environment.cuda_driver_version = _cuda_python_driver_version()
+        return environment
+
+    def _torch_versions(self) -> tuple[str | None, str | None, str | None]:
+        try:
+            torch = self.torch()
+        except BackendUnavailableError:
+            return None, None, None
+        nccl = None
+        try:
+            version = torch.cuda.nccl.version()
+            nccl = ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)
+        except (RuntimeError, AttributeError):
+            nccl = None
+        return torch.version.cuda, torch.__version__, nccl
+
+    def cuda_init(self, gpus: list[int]) -> dict[int, str | None]:
+        driver = _cuda_driver()
+        if driver is None:
+            return dict.fromkeys(gpus, "cuda-python (cuda.bindings) is not installed")
+        (status,) = driver.cuInit(0)
+        if status != driver.CUresult.CUDA_SUCCESS:
+            return dict.fromkeys(gpus, f"cuInit failed: {status.name}")
+        results: dict[int, str | None] = {}
+        for gpu in gpus:
+            status, device = driver.cuDeviceGet(gpu)
+            if status != driver.CUresult.CUDA_SUCCESS:
+                results[gpu] = f"cuDeviceGet({gpu}) failed: {status.name}"
+                continue
+            status, _context = driver.cuDevicePrimaryCtxRetain(device)
+            if status != driver.CUresult.CUDA_SUCCESS:
+                results[gpu] = f"creating a context failed: {status.name}"
+                continue
+            driver.cuDevicePrimaryCtxRelease(device)
+            results[gpu] = None
+        return results
+
+    def telemetry(self) -> list[TelemetrySample]:
+        samples: list[TelemetrySample] = self._nvml_session().telemetry()
+        return samples
+
+    def xid_events(self) -> list[XidEvent]:
+        events: list[XidEvent] = self._nvml_session().xid_events()
+        return events
+
+    def burn(
+        self,
+        gpus: list[int],
+        precision: Precision,
+        matrix_size: int,
+        seconds: float,
+        *,
+        on_progress: ProgressCallback,
+        stop: threading.Event,
+    ) -> list[BurnMeasurement]:
+        self.torch()
+        measurements: list[BurnMeasurement] = self._burn.burn(
+            gpus, precision, matrix_size, seconds, on_progress=on_progress, stop=stop
+        )
+        return measurements
+
+    def host_device_bandwidth(
+        self, direction: str, gpus: list[int], nbytes: int, iterations: int
+    ) -> dict[int, float]:
+        self.torch()
+        figures: dict[int, float] = self._copy.host_device(direction, gpus, nbytes, iterations)
+        return figures
+
+    def device_copy_bandwidth(self, gpu: int, nbytes: int, iterations: int) -> float:
+        self.torch()
+        figure: float = self._copy.device_local(gpu, nbytes, iterations)
+        return figure
+
+    def peer_access(self, src: int, dst: int) -> bool:
+        self.torch()
+        access: bool = self._copy.peer_access(src, dst)
+        return access
+
+    def peer_bandwidth(self, src: int, dst: int, nbytes: int, iterations: int) -> float:
+        self.torch()
+        figure: float = self._copy.peer(src, dst, nbytes, iterations)
+        return figure
+
+    def all_reduce(
+        self, gpus: list[int], sizes: list[int], iterations: int, timeout_seconds: float
+    ) -> AllReduceOutcome:
+        self.torch()
+        self._copy.release()  # the ranks need the memory the copies and the burn held
+        return all_reduce_processes(gpus, sizes, iterations, timeout_seconds)
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            self._nvml.close()
+
+
+def _cuda_python_driver_version() -> str | None:
+    driver = _cuda_driver()
+    if driver is None:
+        return None
+    status, version = driver.cuDriverGetVersion()
+    if status != driver.CUresult.CUDA_SUCCESS:
+        return None
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def all_reduce_processes(
+    gpus: list[int],
+    sizes: list[int],
+    iterations: int,
+    timeout_seconds: float,
+    *,
+    hang_rank: int | None = None,
+) -> AllReduceOutcome:
+    """One worker process per GPU; the parent's environment is passed on whole (plus NCCL_DEBUG
+    so a hang leaves its INFO trail, and the multicast-off settings)."""
+    port = _free_port()
+    with tempfile.TemporaryDirectory(prefix="gpuval-nccl-") as tmp:
+        out = Path(tmp) / "result.json"
+        base = dict(os.environ) | SAFE_NCCL_ENV
+        base.setdefault("NCCL_DEBUG", "INFO")
+        base.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+        base["PYTHONPATH"] = os.pathsep.join(
+            p for p in (*sys.path, base.get("PYTHONPATH", "")) if p
+        )
+        commands = [
+            [
+                sys.executable,
+                "-m",
+                "gpuval_agent.backends.nccl_worker",
+                "--rank",
+                str(rank),
+                "--world",
+                str(len(gpus)),
+                "--device",
+                str(gpu),
+                "--port",
+                str(port),
+                "--sizes",
+                ",".join(map(str, sizes)),
+                "--iterations",
+                str(iterations),
+                "--timeout",
+                str(timeout_seconds),
+                "--out",
+                str(out),
+            ]
+            + (["--hang-rank", str(hang_rank)] if hang_rank is not None else [])
+            for rank, gpu in enumerate(gpus)
+        ]
+        run = run_ranks(commands, [dict(base) for _ in gpus], timeout_seconds)
+        outcome = AllReduceOutcome(timed_out=run.timed_out, log_tail=run.log_tail or None)
+        if run.timed_out:
+            return outcome
+        if not run.ok:
+            outcome.error = f"worker exit codes {run.returncodes}"
+            return outcome
+        try:
+            document = json.loads(out.read_text())
+        except (OSError, ValueError) as error:
+            outcome.error = f"rank 0 wrote no result: {error}"
+            return outcome
+    if not document.get("sumOk", False):
+        outcome.error = "the all-reduce gave a wrong sum on at least one rank"
+    outcome.sizes = [
+        AllReduceSize(bytes=s["bytes"], seconds=s["seconds"]) for s in document["sizes"]
+    ]
+    return outcome

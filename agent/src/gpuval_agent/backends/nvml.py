@@ -1,0 +1,277 @@
+"""The environment record and live telemetry from NVML (nvidia-ml-py)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pynvml  # type: ignore[import-untyped,unused-ignore]
+
+from gpuval_agent.backends.base import TelemetrySample, Throttle, XidEvent
+from gpuval_agent.errors import NoDriverError
+from gpuval_api.result import Environment, GpuInfo, PcieLink
+
+T = TypeVar("T")
+
+# Clock-event reason bits (nvml.h nvmlClocksEventReason*), spelled out so an older nvidia-ml-py
+# that lacks a constant still decodes the bit.
+_THROTTLE_BITS = {
+    0x1: Throttle.GPU_IDLE,
+    0x2: Throttle.APPLICATIONS_CLOCKS,
+    0x4: Throttle.SW_POWER_CAP,
+    0x8: Throttle.HW_SLOWDOWN,
+    0x10: Throttle.SYNC_BOOST,
+    0x20: Throttle.SW_THERMAL_SLOWDOWN,
+    0x40: Throttle.HW_THERMAL_SLOWDOWN,
+    0x80: Throttle.HW_POWER_BRAKE_SLOWDOWN,
+    0x100: Throttle.DISPLAY_CLOCKS,
+}
+_UNSUPPORTED = {
+    pynvml.NVML_ERROR_NOT_SUPPORTED,
+    pynvml.NVML_ERROR_NO_PERMISSION,
+    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+}
+
+
+def decode_throttles(bits: int) -> frozenset[Throttle]:
+    return frozenset(reason for bit, reason in _THROTTLE_BITS.items() if bits & bit)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _cuda_version(encoded: int) -> str:
+    """NVML's 13000 -> '13.0'."""
+    return f"{encoded // 1000}.{encoded % 1000 // 10}"
+
+
+class Nvml:
+    """An initialised NVML session; queries that the GPU does not support come back as None."""
+
+    def __init__(self) -> None:
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as error:
+            raise NoDriverError(f"NVML did not initialise: {error}") from None
+        except OSError as error:
+            raise NoDriverError(f"the NVML library could not be loaded: {error}") from None
+        try:
+            self.count = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as error:
+            raise NoDriverError(f"NVML could not count GPUs: {error}") from None
+        if self.count == 0:
+            raise NoDriverError("NVML found 0 GPUs")
+        self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(self.count)]
+        self._events: Any = None
+        self._register_xid_events()
+
+    def _register_xid_events(self) -> None:
+        try:
+            events = pynvml.nvmlEventSetCreate()
+            for handle in self.handles:
+                pynvml.nvmlDeviceRegisterEvents(
+                    handle, pynvml.nvmlEventTypeXidCriticalError, events
+                )
+            self._events = events
+        except pynvml.NVMLError:
+            # Containers without the right capabilities cannot register; XIDs then go unseen,
+            # which the environment record says (unsupported 'xidEvents').
+            self._events = None
+
+    def close(self) -> None:
+        try:
+            if self._events is not None:
+                pynvml.nvmlEventSetFree(self._events)
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+    @staticmethod
+    def _query(unsupported: list[str], field: str, call: Callable[[], T]) -> T | None:
+        try:
+            return call()
+        except pynvml.NVMLError as error:
+            if error.value in _UNSUPPORTED:
+                unsupported.append(field)
+            else:
+                unsupported.append(f"{field} ({error})")
+            return None
+
+    def environment(self) -> Environment:
+        unsupported: list[str] = []
+        q = self._query
+        cuda = q(unsupported, "cudaDriverVersion", pynvml.nvmlSystemGetCudaDriverVersion_v2)
+        environment = Environment(
+            hostname=os.environ.get("GPUVAL_NODE_NAME") or socket.gethostname(),
+            kernel=platform.release(),
+            driver_version=_text(
+                q(unsupported, "driverVersion", pynvml.nvmlSystemGetDriverVersion)
+            ),
+            cuda_driver_version=_cuda_version(cuda) if cuda else None,
+            nvml_version=_text(q(unsupported, "nvmlVersion", pynvml.nvmlSystemGetNVMLVersion)),
+            gpu_count=self.count,
+            gpus=[self._gpu(i, handle) for i, handle in enumerate(self.handles)],
+            unsupported=unsupported,
+        )
+        if self._events is None:
+            environment.unsupported.append("xidEvents")
+        return environment
+
+    def _gpu(self, index: int, handle: Any) -> GpuInfo:
+        missing: list[str] = []
+
+        def q(field: str, call: Callable[[], T]) -> T | None:
+            return self._query(missing, field, call)
+
+        nv = pynvml
+        ecc = q("eccMode", lambda: nv.nvmlDeviceGetEccMode(handle))
+        remapped = q("remappedRows", lambda: nv.nvmlDeviceGetRemappedRows(handle))
+        mig = q("migMode", lambda: nv.nvmlDeviceGetMigMode(handle))
+        persistence = q("persistenceMode", lambda: nv.nvmlDeviceGetPersistenceMode(handle))
+        memory = q("memory", lambda: nv.nvmlDeviceGetMemoryInfo(handle))
+        pci = q("pciInfo", lambda: nv.nvmlDeviceGetPciInfo(handle))
+        limit = q("powerLimit", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(handle))
+        default_limit = q(
+            "defaultPowerLimit", lambda: nv.nvmlDeviceGetPowerManagementDefaultLimit(handle)
+        )
+        throttles = q("throttleReasons", lambda: self._throttle_bits(handle))
+        ecc_on = bool(ecc[0]) if ecc else None
+
+        def ecc_count(counter: int) -> int | None:
+            if not ecc_on:
+                return None
+            return q(
+                "eccUncorrectable",
+                lambda: nv.nvmlDeviceGetTotalEccErrors(
+                    handle, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, counter
+                ),
+            )
+
+        def threshold(kind: int, field: str) -> float | None:
+            value = q(field, lambda: nv.nvmlDeviceGetTemperatureThreshold(handle, kind))
+            return float(value) if value is not None else None
+
+        return GpuInfo(
+            index=index,
+            name=_opt_text(q("name", lambda: nv.nvmlDeviceGetName(handle))),
+            uuid=_opt_text(q("uuid", lambda: nv.nvmlDeviceGetUUID(handle))),
+            serial=_opt_text(q("serial", lambda: nv.nvmlDeviceGetSerial(handle))),
+            vbios=_opt_text(q("vbios", lambda: nv.nvmlDeviceGetVbiosVersion(handle))),
+            pci_bus_id=_opt_text(pci.busId) if pci else None,
+            memory_total_bytes=int(memory.total) if memory else None,
+            pcie=PcieLink(
+                current_gen=q(
+                    "pcieCurrentGen", lambda: nv.nvmlDeviceGetCurrPcieLinkGeneration(handle)
+                ),
+                max_gen=q("pcieMaxGen", lambda: nv.nvmlDeviceGetMaxPcieLinkGeneration(handle)),
+                current_width=q(
+                    "pcieCurrentWidth", lambda: nv.nvmlDeviceGetCurrPcieLinkWidth(handle)
+                ),
+                max_width=q("pcieMaxWidth", lambda: nv.nvmlDeviceGetMaxPcieLinkWidth(handle)),
+            ),
+            ecc_enabled=ecc_on,
+            ecc_uncorrectable_volatile=ecc_count(nv.NVML_VOLATILE_ECC),
+            ecc_uncorrectable_aggregate=ecc_count(nv.NVML_AGGREGATE_ECC),
+            remapped_rows_correctable=int(remapped[0]) if remapped else None,
+            remapped_rows_uncorrectable=int(remapped[1]) if remapped else None,
+            remapped_rows_pending=bool(remapped[2]) if remapped else None,
+            remapped_rows_failed=bool(remapped[3]) if remapped else None,
+            persistence_mode=bool(persistence) if persistence is not None else None,
+            mig_mode=bool(mig[0]) if mig else None,
+            power_limit_watts=limit / 1000 if limit is not None else None,
+            default_power_limit_watts=default_limit / 1000 if default_limit is not None else None,
+            max_sm_clock_mhz=q(
+                "maxSmClock", lambda: nv.nvmlDeviceGetMaxClockInfo(handle, nv.NVML_CLOCK_SM)
+            ),
+            max_memory_clock_mhz=q(
+                "maxMemoryClock", lambda: nv.nvmlDeviceGetMaxClockInfo(handle, nv.NVML_CLOCK_MEM)
+            ),
+            temperature_celsius=_opt_float(
+                q(
+                    "temperature",
+                    lambda: nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU),
+                )
+            ),
+            slowdown_temperature_celsius=threshold(
+                nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, "slowdownTemperature"
+            ),
+            shutdown_temperature_celsius=threshold(
+                nv.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, "shutdownTemperature"
+            ),
+            max_operating_temperature_celsius=threshold(
+                nv.NVML_TEMPERATURE_THRESHOLD_GPU_MAX, "maxOperatingTemperature"
+            ),
+            throttle_reasons=sorted(decode_throttles(throttles)) if throttles is not None else [],
+            unsupported=sorted(set(missing)),
+        )
+
+    @staticmethod
+    def _throttle_bits(handle: Any) -> int:
+        getter = (
+            getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+            or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
+        return int(getter(handle))
+
+    def telemetry(self) -> list[TelemetrySample]:
+        samples = []
+        for index, handle in enumerate(self.handles):
+            temperature = _try(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
+            power = _try(pynvml.nvmlDeviceGetPowerUsage, handle)
+            clock = _try(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)
+            bits = _try(self._throttle_bits, handle)
+            samples.append(
+                TelemetrySample(
+                    gpu=index,
+                    temperature_celsius=_opt_float(temperature),
+                    power_watts=power / 1000 if power is not None else None,
+                    sm_clock_mhz=_opt_float(clock),
+                    throttles=decode_throttles(bits) if bits is not None else frozenset(),
+                    pcie_gen=_try(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+                    pcie_width=_try(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+                )
+            )
+        return samples
+
+    def xid_events(self) -> list[XidEvent]:
+        if self._events is None:
+            return []
+        found: list[XidEvent] = []
+        index_of = {id(h): i for i, h in enumerate(self.handles)}
+        uuids = {self._uuid(h): i for i, h in enumerate(self.handles)}
+        while True:
+            try:
+                data = pynvml.nvmlEventSetWait_v2(self._events, 0)
+            except pynvml.NVMLError:
+                return found
+            gpu = index_of.get(id(data.device))
+            if gpu is None:
+                gpu = uuids.get(self._uuid(data.device), -1)
+            found.append(XidEvent(gpu=gpu, xid=int(data.eventData)))
+
+    @staticmethod
+    def _uuid(handle: Any) -> str:
+        try:
+            return _text(pynvml.nvmlDeviceGetUUID(handle))
+        except pynvml.NVMLError:
+            return ""
+
+
+def _try(call: Callable[..., Any], *args: Any) -> Any:
+    """A telemetry read; None when the GPU does not answer it (never stops the sampling)."""
+    try:
+        return call(*args)
+    except pynvml.NVMLError:
+        return None
+
+
+def _opt_text(value: Any) -> str | None:
+    return _text(value) if value is not None else None
+
+
+def _opt_float(value: Any) -> float | None:
+    return float(value) if value is not None else None

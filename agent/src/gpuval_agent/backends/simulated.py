@@ -1,0 +1,366 @@
+"""The simulated backend: a TEST DOUBLE that pretends to be a GPU node. It measures nothing.
+
+Chosen only explicitly (`--backend simulated` or GPUVAL_BACKEND=simulated), never as a fallback,
+and every result it produces says `backend: simulated`. It exists so the CPU test tiers and the
+local cluster's kwok nodes run the agent's real check logic (verdicts, thresholds, diagnoses,
+report writing) without a GPU. It supplies figures derived from the part's expected figures, and
+faults change them as a broken node would (docs/contracts.md lists the fault kinds).
+
+Its burn is not all pretence: each simulated iteration multiplies two small matrices with numpy
+and checks the result against a reference with the same bit-exact comparison the GPU burn uses
+(gpuval_agent.verify), so the `miscompare` and `nan` faults corrupt a real result that the real
+verification has to catch.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from enum import StrEnum
+from typing import Any, Self
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpuval_agent.backends.base import (
+    AllReduceOutcome,
+    AllReduceSize,
+    Backend,
+    BurnMeasurement,
+    BurnProgress,
+    ProgressCallback,
+    TelemetrySample,
+    Throttle,
+    XidEvent,
+)
+from gpuval_agent.checks.nccl import bus_bandwidth
+from gpuval_agent.errors import AgentError, NoDriverError
+from gpuval_agent.parts import figures_for
+from gpuval_agent.verify import count_bad_elements, scan_counts
+from gpuval_api.checks import Precision, camel
+from gpuval_api.result import Environment, GpuInfo, PcieLink
+
+_SMALL = 16  # side of the small matrices each simulated iteration really multiplies
+_MAX_ITERATIONS = 200  # simulated iterations per GPU and precision, whatever the duration
+# Figures of a healthy simulated part, as fractions of the part's expected figures.
+_HEALTHY = 0.97
+_FALLBACK_TFLOPS = {
+    Precision.BF16: 800.0,
+    Precision.FP16: 800.0,
+    Precision.TF32: 352.0,
+    Precision.FP32: 51.1,
+    Precision.FP64: 54.0,
+}
+_NUMPY_DTYPES = {
+    Precision.BF16: np.float16,  # numpy has no bf16; half exercises the same 2-byte comparison
+    Precision.FP16: np.float16,
+    Precision.TF32: np.float32,
+    Precision.FP32: np.float32,
+    Precision.FP64: np.float64,
+}
+
+
+class FaultKind(StrEnum):
+    MISCOMPARE = "miscompare"
+    NAN = "nan"
+    OVERHEAT = "overheat"
+    THERMAL_SLOWDOWN = "thermal-slowdown"
+    POWER_CAPPED = "power-capped"
+    PCIE_DEGRADED = "pcie-degraded"
+    MISSING_GPU = "missing-gpu"
+    SLOW_NCCL = "slow-nccl"
+    ECC_UNCORRECTABLE = "ecc-uncorrectable"
+    ROW_REMAP_PENDING = "row-remap-pending"
+    XID = "xid"
+    LOW_BANDWIDTH = "low-bandwidth"
+    HANG = "hang"
+    NO_DRIVER = "no-driver"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=camel, populate_by_name=True, extra="forbid")
+
+
+class Fault(_Model):
+    kind: FaultKind
+    gpu: int = Field(default=0, ge=0, description="The GPU the fault hits.")
+    iteration: int | None = Field(
+        default=None,
+        ge=0,
+        description="miscompare/nan: the burn iteration corrupted (default: middle).",
+    )
+    xid: int = Field(default=79, description="xid: the XID number reported.")
+
+
+class SimulationConfig(_Model):
+    gpus: int = Field(default=8, ge=0, le=64)
+    product: str = "NVIDIA H200"
+    driver: str = "580.159.04"
+    cuda: str = "13.0"
+    cuda_runtime: str | None = None
+    nccl: str = "2.28.9"
+    faults: list[Fault] = Field(default_factory=list)
+    time_scale: float = Field(default=0.01, ge=0, le=10)
+
+    @classmethod
+    def parse(cls, text: str) -> Self:
+        try:
+            return cls.model_validate_json(text or "{}")
+        except ValidationError as error:
+            raise AgentError(
+                f"the simulation config (--simulate or GPUVAL_SIMULATE) is invalid: "
+                f"{_first_error(error)}; see docs/contracts.md, 'Simulated backend'"
+            ) from None
+
+
+def _first_error(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "(document)"
+    return f"{where}: {first['msg']} (got {first.get('input')!r})"
+
+
+class SimulatedBackend(Backend):
+    """A test double of a GPU node; see the module docstring."""
+
+    name = "simulated"
+
+    def __init__(self, config: SimulationConfig) -> None:
+        self.config = config
+        self._faults: dict[FaultKind, list[Fault]] = {}
+        for fault in config.faults:
+            self._faults.setdefault(fault.kind, []).append(fault)
+        self._part = figures_for(config.product)
+        visible = config.gpus - (1 if FaultKind.MISSING_GPU in self._faults else 0)
+        self._visible = max(visible, 0)
+        self._burning = threading.Event()
+        self._xid_lock = threading.Lock()
+        self._pending_xids: list[XidEvent] = []
+        self._node = os.environ.get("GPUVAL_NODE_NAME") or socket.gethostname()
+
+    def _fault(self, kind: FaultKind, gpu: int | None = None) -> Fault | None:
+        for fault in self._faults.get(kind, []):
+            if gpu is None or fault.gpu == gpu:
+                return fault
+        return None
+
+    def _sleep(self, seconds: float, stop: threading.Event | None = None) -> None:
+        scaled = seconds * self.config.time_scale
+        if scaled > 0:
+            (stop or threading.Event()).wait(scaled)
+
+    def environment(self) -> Environment:
+        if self._fault(FaultKind.NO_DRIVER):
+            raise NoDriverError("NVML Shared Library Not Found (simulated no-driver fault)")
+        gpus = []
+        for index in range(self._visible):
+            degraded = self._fault(FaultKind.PCIE_DEGRADED, index) is not None
+            capped = self._fault(FaultKind.POWER_CAPPED, index) is not None
+            gpus.append(
+                GpuInfo(
+                    index=index,
+                    name=self.config.product,
+                    uuid=f"GPU-sim-{self._node}-{index}",
+                    serial=f"SIM{index:04d}",
+                    vbios="96.00.sim",
+                    pci_bus_id=f"00000000:{0x18 + index * 0x10:02X}:00.0",
+                    memory_total_bytes=143771 << 20,
+                    pcie=PcieLink(
+                        current_gen=1, max_gen=5, current_width=8 if degraded else 16, max_width=16
+                    ),
+                    ecc_enabled=True,
+                    ecc_uncorrectable_volatile=(
+                        2 if self._fault(FaultKind.ECC_UNCORRECTABLE, index) else 0
+                    ),
+                    ecc_uncorrectable_aggregate=0,
+                    remapped_rows_correctable=0,
+                    remapped_rows_uncorrectable=0,
+                    remapped_rows_pending=self._fault(FaultKind.ROW_REMAP_PENDING, index)
+                    is not None,
+                    remapped_rows_failed=False,
+                    persistence_mode=True,
+                    mig_mode=False,
+                    power_limit_watts=350.0 if capped else 700.0,
+                    default_power_limit_watts=700.0,
+                    max_sm_clock_mhz=1980,
+                    max_memory_clock_mhz=3201,
+                    temperature_celsius=35.0,
+                    slowdown_temperature_celsius=90.0,
+                    shutdown_temperature_celsius=95.0,
+                    max_operating_temperature_celsius=87.0,
+                )
+            )
+        return Environment(
+            hostname=self._node,
+            kernel="simulated",
+            driver_version=self.config.driver,
+            cuda_driver_version=self.config.cuda,
+            cuda_runtime_version=self.config.cuda_runtime or self.config.cuda,
+            torch_version=None,
+            nccl_version=self.config.nccl,
+            nvml_version="simulated",
+            gpu_count=self._visible,
+            gpus=gpus,
+        )
+
+    def advertised_gpu_count(self) -> int | None:
+        return self.config.gpus
+
+    def cuda_init(self, gpus: list[int]) -> dict[int, str | None]:
+        return dict.fromkeys(gpus)
+
+    def telemetry(self) -> list[TelemetrySample]:
+        busy = self._burning.is_set()
+        samples = []
+        for gpu in range(self._visible):
+            throttles: set[Throttle] = set() if busy else {Throttle.GPU_IDLE}
+            temperature = 66.0 if busy else 35.0
+            power = 690.0 if busy else 75.0
+            clock = 1980.0 if busy else 345.0
+            if busy and self._fault(FaultKind.OVERHEAT, gpu):
+                temperature = 96.0
+            if busy and self._fault(FaultKind.THERMAL_SLOWDOWN, gpu):
+                temperature, clock = 89.0, 1200.0
+                throttles.add(Throttle.HW_THERMAL_SLOWDOWN)
+            if busy and self._fault(FaultKind.POWER_CAPPED, gpu):
+                power, clock = 349.0, 1400.0
+                throttles.add(Throttle.SW_POWER_CAP)
+            degraded = self._fault(FaultKind.PCIE_DEGRADED, gpu) is not None
+            samples.append(
+                TelemetrySample(
+                    gpu=gpu,
+                    temperature_celsius=temperature,
+                    power_watts=power,
+                    sm_clock_mhz=clock,
+                    throttles=frozenset(throttles),
+                    pcie_gen=3 if degraded else 5,
+                    pcie_width=8 if degraded else 16,
+                )
+            )
+        return samples
+
+    def xid_events(self) -> list[XidEvent]:
+        with self._xid_lock:
+            events, self._pending_xids = self._pending_xids, []
+        return events
+
+    def burn(
+        self,
+        gpus: list[int],
+        precision: Precision,
+        matrix_size: int,
+        seconds: float,
+        *,
+        on_progress: ProgressCallback,
+        stop: threading.Event,
+    ) -> list[BurnMeasurement]:
+        # The simulated GPUs read hot from the burn's start until the next check loads them
+        # otherwise, as real GPUs stay warm for a while: the burn's telemetry window sees it.
+        self._burning.set()
+        if self._fault(FaultKind.HANG):
+            # The contract's 'hang': the agent never finishes (until it is told to stop).
+            stop.wait()
+        self._sleep(seconds, stop)
+        for fault in self._faults.get(FaultKind.XID, []):
+            with self._xid_lock:
+                self._pending_xids.append(XidEvent(fault.gpu, fault.xid))
+        return [self._burn_one(gpu, precision, seconds, on_progress) for gpu in gpus]
+
+    def _burn_one(
+        self, gpu: int, precision: Precision, seconds: float, on_progress: ProgressCallback
+    ) -> BurnMeasurement:
+        dtype = _NUMPY_DTYPES[precision]
+        generator = np.random.default_rng(1234)
+        a = generator.standard_normal((_SMALL, _SMALL)).astype(dtype)
+        b = generator.standard_normal((_SMALL, _SMALL)).astype(dtype)
+        reference = a @ b
+        iterations = max(1, min(int(seconds), _MAX_ITERATIONS))
+        miscompare = self._fault(FaultKind.MISCOMPARE, gpu)
+        nan = self._fault(FaultKind.NAN, gpu)
+        counts: list[tuple[int, int]] = []
+        for iteration in range(iterations):
+            result = a @ b
+            for fault, value in ((miscompare, None), (nan, np.nan)):
+                target = (
+                    iterations // 2 if fault is None or fault.iteration is None else fault.iteration
+                )
+                if fault is not None and iteration == target:
+                    if value is None:
+                        result.view(_bits(result))[3, 5] ^= 1  # one flipped low mantissa bit
+                    else:
+                        result[3, 5] = value
+            counts.append(count_bad_elements(result, reference))
+        tflops = self._part.tflops.get(precision, _FALLBACK_TFLOPS[precision]) * _HEALTHY
+        if self._fault(FaultKind.THERMAL_SLOWDOWN, gpu):
+            tflops *= 0.6
+        if self._fault(FaultKind.POWER_CAPPED, gpu):
+            tflops *= 0.75
+        on_progress(BurnProgress(gpu=gpu, iterations=iterations, tflops=tflops))
+        duration = max(seconds, 1e-9)
+        return BurnMeasurement(
+            gpu=gpu,
+            iterations=iterations,
+            seconds=duration,
+            flops_per_iteration=tflops * 1e12 * duration / iterations,
+            bad=scan_counts(counts, first_iteration=0),
+        )
+
+    def close(self) -> None:
+        self._burning.clear()
+
+    def host_device_bandwidth(
+        self, direction: str, gpus: list[int], nbytes: int, iterations: int
+    ) -> dict[int, float]:
+        self._burning.clear()
+        self._sleep(0.2)
+        expected = (self._part.h2d_gbps if direction == "h2d" else self._part.d2h_gbps) or 25.0
+        figures = {}
+        for gpu in gpus:
+            gbps = expected * _HEALTHY
+            if self._fault(FaultKind.PCIE_DEGRADED, gpu):
+                gbps = expected * 0.24
+            if self._fault(FaultKind.LOW_BANDWIDTH, gpu):
+                gbps *= 0.5
+            figures[gpu] = gbps
+        return figures
+
+    def device_copy_bandwidth(self, gpu: int, nbytes: int, iterations: int) -> float:
+        self._sleep(0.1)
+        gbps = (self._part.device_copy_gbps or 1000.0) * _HEALTHY
+        return gbps * (0.5 if self._fault(FaultKind.LOW_BANDWIDTH, gpu) else 1.0)
+
+    def peer_access(self, src: int, dst: int) -> bool:
+        return True
+
+    def peer_bandwidth(self, src: int, dst: int, nbytes: int, iterations: int) -> float:
+        self._sleep(0.05)
+        gbps = (self._part.p2p_gbps or 50.0) * _HEALTHY
+        slow = self._fault(FaultKind.LOW_BANDWIDTH, src) or self._fault(
+            FaultKind.LOW_BANDWIDTH, dst
+        )
+        return gbps * (0.5 if slow else 1.0)
+
+    def all_reduce(
+        self, gpus: list[int], sizes: list[int], iterations: int, timeout_seconds: float
+    ) -> AllReduceOutcome:
+        self._sleep(2.0)
+        busbw = (self._part.nccl_busbw_gbps or 100.0) * _HEALTHY
+        slow = next((f for f in self._faults.get(FaultKind.SLOW_NCCL, []) if f.gpu in gpus), None)
+        if slow is not None:
+            busbw *= 0.4
+        ranks = len(gpus)
+        algbw = busbw / bus_bandwidth(1.0, ranks)
+        outcome = AllReduceOutcome()
+        for size in sizes:
+            # Small messages are latency-bound, as on real hardware: ~20 us per all-reduce.
+            seconds = size / (algbw * 1e9) + 20e-6
+            outcome.sizes.append(AllReduceSize(bytes=size, seconds=seconds))
+        if slow is not None:
+            outcome.log_tail = f"simulated: rank {slow.gpu} is slow (slow-nccl fault)"
+        return outcome
+
+
+def _bits(array: npt.NDArray[np.generic]) -> type[np.unsignedinteger[Any]]:
+    widths: dict[int, type[np.unsignedinteger[Any]]] = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+    return widths[array.dtype.itemsize]

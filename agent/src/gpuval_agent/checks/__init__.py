@@ -1,0 +1,1 @@
+"""The checks: verdicts, thresholds and diagnoses, shared by every backend."""

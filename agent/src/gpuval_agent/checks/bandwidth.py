@@ -1,0 +1,157 @@
+"""Copy bandwidth: host<->device (pinned), device-local, every peer pair; alone and all at once."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from gpuval_agent.checks.common import CheckBuilder, CheckContext
+from gpuval_api.checks import Threshold
+from gpuval_api.reasons import Reason
+from gpuval_api.result import CheckResult, Metric, PairResult
+
+_MIB = 1 << 20
+
+
+def _below(
+    builder: CheckBuilder,
+    *,
+    what: str,
+    field: str,
+    gbps: float,
+    threshold: Threshold,
+    expected: float | None,
+    gpu: int,
+    peer: int | None = None,
+) -> None:
+    minimum = threshold.minimum(expected)
+    if minimum is not None and gbps < minimum:
+        builder.add(
+            Reason.LOW_BANDWIDTH,
+            f"{what}: {gbps:.1f} GB/s, below the minimum {minimum:.1f} (bandwidth.{field})",
+            gpu=gpu,
+            peer=peer,
+        )
+
+
+@contextmanager
+def _polling(context: CheckContext, interval: float = 0.02) -> Iterator[None]:
+    """Sample telemetry often while a short transfer runs, so the link state under load is seen."""
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.wait(interval):
+            context.sampler.sample_now()
+
+    thread = threading.Thread(target=poll, name="link-poll", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def run_bandwidth(context: CheckContext) -> CheckResult:
+    builder = CheckBuilder("bandwidth", context)
+    config = context.config.bandwidth
+    part = context.part
+    backend = context.backend
+    nbytes = config.transfer_mib * _MIB
+    gpus = context.gpus
+    steps = len(gpus) * 3 + (2 if config.concurrent and len(gpus) > 1 else 0)
+    steps += len(gpus) * (len(gpus) - 1) if config.peer else 0
+    done = 0
+
+    def step(detail: str) -> None:
+        nonlocal done
+        context.reporter.check_progress("bandwidth", done / max(steps, 1), detail)
+        done += 1
+
+    info = {gpu.index: gpu for gpu in context.environment.gpus}
+    for gpu in gpus:
+        step(f"GPU {gpu} host->device")
+        with context.sampler.window() as window, _polling(context):
+            h2d = backend.host_device_bandwidth("h2d", [gpu], nbytes, config.iterations)[gpu]
+        step(f"GPU {gpu} device->host")
+        d2h = backend.host_device_bandwidth("d2h", [gpu], nbytes, config.iterations)[gpu]
+        step(f"GPU {gpu} device copy")
+        local = backend.device_copy_bandwidth(gpu, nbytes, config.iterations)
+        builder.gpu_metric(gpu, Metric.H2D, h2d)
+        builder.gpu_metric(gpu, Metric.D2H, d2h)
+        builder.gpu_metric(gpu, Metric.DEVICE_COPY, local)
+        _below(builder, what=f"GPU {gpu} host->device", field="minH2dGBps", gbps=h2d,
+               threshold=config.min_h2d_gbps, expected=part.h2d_gbps, gpu=gpu)  # fmt: skip
+        _below(builder, what=f"GPU {gpu} device->host", field="minD2hGBps", gbps=d2h,
+               threshold=config.min_d2h_gbps, expected=part.d2h_gbps, gpu=gpu)  # fmt: skip
+        _below(builder, what=f"GPU {gpu} device-local copy", field="minDeviceCopyGBps",
+               gbps=local, threshold=config.min_device_copy_gbps,
+               expected=part.device_copy_gbps, gpu=gpu)  # fmt: skip
+        # The link is read while the host->device copy loads it: idle links drop their generation.
+        seen = window.gpu(gpu)
+        link = info[gpu].pcie
+        builder.gpu_metric(gpu, "pcieGenUnderLoad", seen.max_pcie_gen)
+        builder.gpu_metric(gpu, "pcieWidthUnderLoad", seen.max_pcie_width)
+        degraded = []
+        if seen.max_pcie_gen is not None and link.max_gen and seen.max_pcie_gen < link.max_gen:
+            degraded.append(f"generation {seen.max_pcie_gen} of {link.max_gen}")
+        if (
+            seen.max_pcie_width is not None
+            and link.max_width
+            and seen.max_pcie_width < link.max_width
+        ):
+            degraded.append(f"width x{seen.max_pcie_width} of x{link.max_width}")
+        if degraded:
+            builder.add(
+                Reason.PCIE_LINK_DEGRADED,
+                f"GPU {gpu}: PCIe link under load runs at {' and '.join(degraded)}",
+                gpu=gpu,
+            )
+
+    if config.concurrent and len(gpus) > 1:
+        for direction, field, threshold, expected in (
+            ("h2d", "minH2dGBps", config.min_h2d_gbps, part.h2d_gbps),
+            ("d2h", "minD2hGBps", config.min_d2h_gbps, part.d2h_gbps),
+        ):
+            step(f"all GPUs {direction}")
+            figures = backend.host_device_bandwidth(direction, gpus, nbytes, config.iterations)
+            for gpu, gbps in figures.items():
+                builder.gpu_metric(gpu, f"{direction}GBpsConcurrent", gbps)
+                _below(builder, what=f"GPU {gpu} {direction} with all GPUs copying at once",
+                       field=field, gbps=gbps, threshold=threshold, expected=expected,
+                       gpu=gpu)  # fmt: skip
+            builder.metrics[f"{direction}GBpsConcurrentTotal"] = round(sum(figures.values()), 3)
+
+    if config.peer:
+        for src in gpus:
+            for dst in gpus:
+                if src == dst:
+                    continue
+                step(f"GPU {src} -> GPU {dst}")
+                if not backend.peer_access(src, dst):
+                    builder.pairs.append(PairResult(src=src, dst=dst, gbps=None, peer_access=False))
+                    builder.add(
+                        Reason.PEER_ACCESS_UNAVAILABLE,
+                        f"GPU {src} cannot access GPU {dst} directly",
+                        gpu=src,
+                        peer=dst,
+                    )
+                    continue
+                gbps = backend.peer_bandwidth(src, dst, nbytes, config.iterations)
+                builder.pairs.append(PairResult(src=src, dst=dst, gbps=round(gbps, 3)))
+                _below(builder, what=f"GPU {src} -> GPU {dst}", field="minP2pGBps", gbps=gbps,
+                       threshold=config.min_p2p_gbps, expected=part.p2p_gbps, gpu=src,
+                       peer=dst)  # fmt: skip
+    if builder.failed:
+        return builder.finish()
+    worst = {
+        key: min(builder.gpu_metrics(g).get(key, 0.0) for g in gpus)
+        for key in (Metric.H2D, Metric.D2H, Metric.DEVICE_COPY)
+    }
+    p2p = [p.gbps for p in builder.pairs if p.gbps is not None]
+    message = (
+        f"worst GB/s: h2d {worst[Metric.H2D]:.1f}, d2h {worst[Metric.D2H]:.1f}, device "
+        f"{worst[Metric.DEVICE_COPY]:.0f}" + (f", p2p {min(p2p):.1f}" if p2p else "")
+    )
+    return builder.finish(message=message)

@@ -1,0 +1,159 @@
+"""What every check shares: its context, and a builder that turns findings into a CheckResult."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+from gpuval_agent.backends.base import Backend, BurnProgress
+from gpuval_agent.parts import PartFigures
+from gpuval_agent.telemetry import Sampler
+from gpuval_api.checks import ChecksConfig
+from gpuval_api.reasons import REASONS, Reason, Severity
+from gpuval_api.result import (
+    CheckResult,
+    Environment,
+    Finding,
+    GpuCheckResult,
+    NcclSize,
+    PairResult,
+    Verdict,
+)
+
+
+class Reporter(Protocol):
+    """Receives progress while checks run (the CLI display, the live metrics)."""
+
+    def check_started(self, name: str, expected_seconds: float | None) -> None: ...
+
+    def check_progress(self, name: str, fraction: float | None, detail: str) -> None: ...
+
+    def burn_progress(self, progress: BurnProgress) -> None: ...
+
+    def check_finished(self, result: CheckResult) -> None: ...
+
+
+@dataclass
+class CheckContext:
+    backend: Backend
+    config: ChecksConfig
+    environment: Environment
+    part: PartFigures
+    sampler: Sampler
+    reporter: Reporter
+    expected_gpus: int | None = None
+    expected_gpus_source: str = ""
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def gpus(self) -> list[int]:
+        return [gpu.index for gpu in self.environment.gpus]
+
+    def uuid(self, gpu: int) -> str | None:
+        return next((g.uuid for g in self.environment.gpus if g.index == gpu), None)
+
+
+class CheckBuilder:
+    """Collects one check's findings and figures; `finish()` decides the verdicts."""
+
+    def __init__(self, name: str, context: CheckContext | None = None) -> None:
+        self.name = name
+        self._context = context
+        self.started_at = datetime.now(UTC)
+        self._start = time.monotonic()
+        self.findings: list[Finding] = []
+        self.metrics: dict[str, float] = {}
+        self._gpu_metrics: dict[int, dict[str, float]] = {}
+        self.pairs: list[PairResult] = []
+        self.nccl_sizes: list[NcclSize] = []
+        self.log_tail: str | None = None
+
+    def add(
+        self,
+        reason: Reason,
+        message: str,
+        gpu: int | None = None,
+        peer: int | None = None,
+        severity: Severity | None = None,
+    ) -> None:
+        info = REASONS[reason]
+        self.findings.append(
+            Finding(
+                reason=reason,
+                severity=severity or info.severity,
+                gpu=gpu,
+                peer=peer,
+                message=message,
+                hint=info.hint,
+            )
+        )
+
+    def gpu_metric(self, gpu: int, key: str, value: float | None) -> None:
+        if value is not None:
+            self._gpu_metrics.setdefault(gpu, {})[key] = round(value, 4)
+
+    def gpu_metrics(self, gpu: int) -> dict[str, float]:
+        return self._gpu_metrics.get(gpu, {})
+
+    @property
+    def failed(self) -> bool:
+        return any(f.severity is Severity.ERROR for f in self.findings)
+
+    def finish(self, message: str = "", verdict: Verdict | None = None) -> CheckResult:
+        errors = [f for f in self.findings if f.severity is Severity.ERROR]
+        if verdict is None:
+            verdict = Verdict.FAILED if errors else Verdict.PASSED
+        gpus: list[GpuCheckResult] = []
+        for index in sorted(self._gpu_metrics):
+            gpu_errors = [f for f in errors if index in (f.gpu, f.peer)]
+            gpus.append(
+                GpuCheckResult(
+                    index=index,
+                    uuid=self._context.uuid(index) if self._context else None,
+                    verdict=Verdict.FAILED if gpu_errors else Verdict.PASSED,
+                    reason=gpu_errors[0].reason if gpu_errors else None,
+                    metrics=self._gpu_metrics[index],
+                )
+            )
+        if not message:
+            message = errors[0].message if errors else "passed"
+        return CheckResult(
+            name=self.name,
+            verdict=verdict,
+            reason=errors[0].reason if errors else None,
+            hint=errors[0].hint if errors else None,
+            message=message,
+            started_at=self.started_at,
+            duration_seconds=round(time.monotonic() - self._start, 3),
+            metrics=self.metrics,
+            gpus=gpus,
+            pairs=self.pairs,
+            nccl_sizes=self.nccl_sizes,
+            findings=self.findings,
+            log_tail=self.log_tail,
+        )
+
+
+def skipped(name: str, why: str) -> CheckResult:
+    """A check that did not run because an earlier failure made it meaningless."""
+    builder = CheckBuilder(name)
+    builder.add(Reason.CHECK_SKIPPED, why)
+    return builder.finish(message=f"skipped: {why}", verdict=Verdict.SKIPPED)
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """'12.4' -> (12, 4); non-numeric parts end the tuple ('13.0.1-rc' -> (13, 0))."""
+    parts: list[int] = []
+    for piece in text.split("."):
+        digits = ""
+        for char in piece:
+            if not char.isdigit():
+                break
+            digits += char
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)

@@ -1,0 +1,50 @@
+"""Driver layer: NVML answers, the GPU count, the driver's CUDA version, CUDA on every GPU."""
+
+from __future__ import annotations
+
+from gpuval_agent.checks.common import CheckBuilder, CheckContext, version_tuple
+from gpuval_api.reasons import Reason
+from gpuval_api.result import CheckResult
+
+
+def run_driver(context: CheckContext) -> CheckResult:
+    builder = CheckBuilder("driver", context)
+    environment = context.environment
+    config = context.config.driver
+    builder.metrics["gpuCount"] = environment.gpu_count
+
+    expected, source = context.expected_gpus, context.expected_gpus_source
+    if config.expected_gpus is not None:
+        expected, source = config.expected_gpus, "spec.checks.driver.expectedGpus"
+    if expected is not None:
+        builder.metrics["expectedGpus"] = expected
+        if environment.gpu_count != expected:
+            builder.add(
+                Reason.GPU_COUNT_MISMATCH,
+                f"NVML shows {environment.gpu_count} GPUs, expected {expected} ({source})",
+            )
+
+    required = config.min_cuda_version or environment.cuda_runtime_version
+    required_source = (
+        "driver.minCudaVersion" if config.min_cuda_version else "the agent's CUDA runtime"
+    )
+    driver_cuda = environment.cuda_driver_version
+    if required and driver_cuda and version_tuple(driver_cuda) < version_tuple(required)[:2]:
+        builder.add(
+            Reason.CUDA_DRIVER_TOO_OLD,
+            f"driver {environment.driver_version} supports CUDA up to {driver_cuda}, older than "
+            f"CUDA {required} ({required_source})",
+        )
+
+    for gpu, error in sorted(context.backend.cuda_init(context.gpus).items()):
+        builder.gpu_metric(gpu, "cudaInitialised", 0.0 if error else 1.0)
+        if error:
+            builder.add(
+                Reason.CUDA_INIT_FAILED, f"GPU {gpu}: CUDA did not initialise: {error}", gpu=gpu
+            )
+    return builder.finish(
+        message=""
+        if builder.failed
+        else f"{environment.gpu_count} GPUs, driver "
+        f"{environment.driver_version}, CUDA {driver_cuda}"
+    )

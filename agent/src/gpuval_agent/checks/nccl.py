@@ -1,0 +1,78 @@
+"""NCCL all-reduce between the node's GPUs over a size sweep (nccl-tests' algbw/busbw)."""
+
+from __future__ import annotations
+
+from gpuval_agent.checks.common import CheckBuilder, CheckContext
+from gpuval_api.reasons import Reason
+from gpuval_api.result import CheckResult, NcclSize, Verdict
+
+_LOG_TAIL_CHARS = 8000
+
+
+def sweep_sizes(min_bytes: int, max_bytes: int) -> list[int]:
+    """Doubling sizes from min to max, always ending at max; each a multiple of 4 (float32)."""
+    sizes: list[int] = []
+    size = min_bytes
+    while size < max_bytes:
+        sizes.append(size - size % 4)
+        size *= 2
+    sizes.append(max_bytes - max_bytes % 4)
+    return sorted({s for s in sizes if s >= 4})
+
+
+def bus_bandwidth(algbw: float, ranks: int) -> float:
+    """nccl-tests' all-reduce bus bandwidth: algbw * 2(n-1)/n, comparable across group sizes."""
+    return algbw * 2 * (ranks - 1) / ranks
+
+
+def run_nccl(context: CheckContext) -> CheckResult:
+    builder = CheckBuilder("nccl", context)
+    config = context.config.nccl
+    gpus = context.gpus
+    if len(gpus) < 2:
+        return builder.finish(
+            message=f"skipped: all-reduce needs 2 or more GPUs, this node has {len(gpus)}",
+            verdict=Verdict.SKIPPED,
+        )
+    sizes = sweep_sizes(config.min_bytes, config.max_bytes)
+    context.reporter.check_progress(
+        "nccl", None, f"all-reduce on {len(gpus)} GPUs, {len(sizes)} sizes"
+    )
+    outcome = context.backend.all_reduce(gpus, sizes, config.iterations, config.timeout_seconds)
+    if outcome.log_tail:
+        builder.log_tail = outcome.log_tail[-_LOG_TAIL_CHARS:]
+    if outcome.timed_out:
+        builder.add(
+            Reason.NCCL_TIMEOUT,
+            f"all-reduce on {len(gpus)} GPUs did not finish within {config.timeout_seconds:.0f} s "
+            f"(nccl.timeoutSeconds); NCCL_DEBUG=INFO output kept in logTail",
+        )
+    elif outcome.error is not None:
+        builder.add(Reason.NCCL_ERROR, f"all-reduce on {len(gpus)} GPUs failed: {outcome.error}")
+    for measured in outcome.sizes:
+        algbw = measured.bytes / measured.seconds / 1e9 if measured.seconds > 0 else 0.0
+        builder.nccl_sizes.append(
+            NcclSize(
+                bytes=measured.bytes,
+                time_seconds=measured.seconds,
+                algbw_gbps=round(algbw, 3),
+                busbw_gbps=round(bus_bandwidth(algbw, len(gpus)), 3),
+            )
+        )
+    if builder.nccl_sizes and not outcome.timed_out and outcome.error is None:
+        largest = max(builder.nccl_sizes, key=lambda s: s.bytes)
+        builder.metrics["busbwGBps"] = largest.busbw_gbps
+        builder.metrics["bytes"] = largest.bytes
+        minimum = config.min_busbw_gbps.minimum(context.part.nccl_busbw_gbps)
+        if minimum is not None and largest.busbw_gbps < minimum:
+            builder.add(
+                Reason.NCCL_LOW_BUSBW,
+                f"all-reduce busbw {largest.busbw_gbps:.1f} GB/s at {largest.bytes} bytes on "
+                f"{len(gpus)} GPUs, below the minimum {minimum:.1f} (nccl.minBusbwGBps)",
+            )
+        if not builder.failed:
+            builder.log_tail = None
+            return builder.finish(
+                message=f"busbw {largest.busbw_gbps:.1f} GB/s at {largest.bytes >> 20} MiB"
+            )
+    return builder.finish()

@@ -1,0 +1,185 @@
+"""What a person sees: a live progress line while checks run, and a table at the end."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import TextIO
+
+from gpuval_agent.backends.base import BurnProgress, TelemetrySample
+from gpuval_agent.metrics import AgentMetrics
+from gpuval_api.reasons import Severity
+from gpuval_api.result import AgentResult, CheckResult, Metric, Verdict
+
+_BAR = 24
+
+
+class Display:
+    """Reporter for the CLI: a redrawn status line on a terminal, plain lines otherwise."""
+
+    def __init__(
+        self, stream: TextIO | None = None, metrics: AgentMetrics | None = None, quiet: bool = False
+    ) -> None:
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.metrics = metrics
+        self.quiet = quiet
+        self._lock = threading.Lock()
+        self._check: str | None = None
+        self._expected: float | None = None
+        self._fraction: float | None = None
+        self._detail = ""
+        self._started = time.monotonic()
+        self._tflops: dict[int, float] = {}
+        self._temperature: dict[int, float] = {}
+        self._last_plain = 0.0
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+        if self.tty and not quiet:
+            self._ticker = threading.Thread(target=self._tick, name="display", daemon=True)
+            self._ticker.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=1)
+        self._clear()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.25):
+            self._draw()
+
+    def _line(self) -> str:
+        elapsed = time.monotonic() - self._started
+        fraction = self._fraction
+        if self._expected:
+            fraction = min(elapsed / self._expected, 1.0)
+        bar = ""
+        if fraction is not None:
+            filled = int(fraction * _BAR)
+            bar = f" [{'#' * filled}{'.' * (_BAR - filled)}] {fraction:4.0%}"
+        gpus = " ".join(
+            f"gpu{g}:{self._tflops[g]:.0f}TF"
+            + (f"/{self._temperature[g]:.0f}C" if g in self._temperature else "")
+            for g in sorted(self._tflops)
+        )
+        return f"{self._check} {elapsed:5.1f}s{bar} {self._detail} {gpus}".rstrip()
+
+    def _draw(self) -> None:
+        with self._lock:
+            if self._check is None:
+                return
+            line = self._line()
+            self.stream.write("\r\x1b[2K" + line[:160])
+            self.stream.flush()
+
+    def _clear(self) -> None:
+        if self.tty and not self.quiet:
+            with self._lock:
+                self.stream.write("\r\x1b[2K")
+                self.stream.flush()
+
+    def _plain(self, text: str) -> None:
+        if self.quiet:
+            return
+        with self._lock:
+            if self.tty:
+                self.stream.write("\r\x1b[2K")
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    # Reporter
+    def check_started(self, name: str, expected_seconds: float | None) -> None:
+        with self._lock:
+            self._check, self._expected, self._fraction = name, expected_seconds, None
+            self._detail, self._started = "", time.monotonic()
+            self._tflops.clear()
+        if self.metrics is not None:
+            self.metrics.check_started(name)
+        if not self.tty:
+            self._plain(f"gpuval: {name} started")
+
+    def check_progress(self, name: str, fraction: float | None, detail: str) -> None:
+        with self._lock:
+            self._fraction, self._detail = fraction, detail
+        if not self.tty and detail:
+            self._plain(f"gpuval: {name}: {detail}")
+
+    def burn_progress(self, progress: BurnProgress) -> None:
+        with self._lock:
+            self._tflops[progress.gpu] = progress.tflops
+        if self.metrics is not None:
+            self.metrics.burn_progress(progress)
+        now = time.monotonic()
+        if not self.tty and now - self._last_plain >= 10:
+            self._last_plain = now
+            with self._lock:
+                line = self._line()
+            self._plain(f"gpuval: {line}")
+
+    def samples(self, samples: list[TelemetrySample]) -> None:
+        with self._lock:
+            for sample in samples:
+                if sample.temperature_celsius is not None:
+                    self._temperature[sample.gpu] = sample.temperature_celsius
+        if self.metrics is not None:
+            self.metrics.samples(samples)
+
+    def check_finished(self, result: CheckResult) -> None:
+        if self.metrics is not None:
+            self.metrics.check_finished(result)
+        with self._lock:
+            self._check = None
+        self._plain(
+            f"gpuval: {result.name} {result.verdict.value.lower()} in "
+            f"{result.duration_seconds:.1f}s: {result.message}"
+        )
+
+
+def render_table(result: AgentResult) -> str:
+    """The end-of-run table: one row per check, then every finding with its hint."""
+    environment = result.environment
+    gpu = environment.gpus[0].name if environment.gpus else "no GPU"
+    lines = [
+        f"gpuval-agent {result.agent_version} on {environment.hostname or '?'} "
+        f"({result.backend} backend): {environment.gpu_count} x {gpu}, driver "
+        f"{environment.driver_version or '?'}, CUDA driver {environment.cuda_driver_version or '?'}"
+        f" / runtime {environment.cuda_runtime_version or '?'}, NCCL "
+        f"{environment.nccl_version or '?'}",
+        "",
+        f"{'CHECK':<10} {'VERDICT':<8} {'SECONDS':>8}  RESULT",
+    ]
+    for check in result.checks:
+        lines.append(
+            f"{check.name:<10} {check.verdict.value:<8} {check.duration_seconds:>8.1f}  "
+            f"{check.message}"
+        )
+    burn = result.check("burn")
+    if burn is not None and burn.gpus:
+        lines += ["", f"{'GPU':<4} {'TFLOP/s':>9} {'MAX C':>6} {'MAX W':>6} {'MIN MHz':>8}  UUID"]
+        for g in burn.gpus:
+            m = g.metrics
+            figures = [m.get(key, 0.0) for key in (Metric.TFLOPS, Metric.MAX_TEMPERATURE)]
+            figures += [m.get(key, 0.0) for key in ("maxPowerWatts", "minSmClockMhz")]
+            lines.append(
+                f"{g.index:<4} {figures[0]:>9.1f} {figures[1]:>6.0f} {figures[2]:>6.0f} "
+                f"{figures[3]:>8.0f}  {g.uuid or ''}"
+            )
+    nccl = result.check("nccl")
+    if nccl is not None and nccl.nccl_sizes:
+        lines += ["", f"{'BYTES':>12} {'ALGBW GB/s':>11} {'BUSBW GB/s':>11}"]
+        for size in nccl.nccl_sizes:
+            lines.append(f"{size.bytes:>12} {size.algbw_gbps:>11.1f} {size.busbw_gbps:>11.1f}")
+    findings = [(c.name, f) for c in result.checks for f in c.findings]
+    if findings:
+        lines.append("")
+        for name, finding in findings:
+            label = "FAIL" if finding.severity is Severity.ERROR else "WARN"
+            if finding.reason.value == "CheckSkipped":
+                label = "SKIP"
+            lines.append(f"{label} {name}: {finding.reason.value}: {finding.message}")
+            lines.append(f"     hint: {finding.hint}")
+    verdict = "PASSED" if result.verdict is Verdict.PASSED else "FAILED"
+    lines += ["", f"{verdict}: {result.message}"]
+    return "\n".join(lines)

@@ -1,0 +1,65 @@
+"""Expected figures per GPU part: what a healthy part of that model reaches in each check.
+
+A `fractionOfExpected` threshold is a fraction of these. They are achievable figures measured on
+healthy machines, not datasheet peaks (datasheet bf16 on an H200 is ~990 TFLOP/s dense; a plain
+cuBLAS 8192^3 matmul reaches ~800), so a default fraction of 0.8 flags a genuinely slow GPU without
+failing healthy ones. The H200 figures are from shared/targets.md (2x H200 NVLink, driver
+580.159.04): plain torch matmul (bf16), gpu-burn (tf32/fp32/fp64), nvbandwidth (copies) and
+nccl-tests (all-reduce busbw at 4 GiB). The H100 SXM shares the H200's compute rates (same chip);
+its copy figures are left out because nobody measured them here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuval_api.checks import Precision
+
+
+@dataclass(frozen=True, slots=True)
+class PartFigures:
+    """Expected figures of one GPU model; a missing figure means 'no fraction threshold'."""
+
+    product: str
+    tflops: dict[Precision, float] = field(default_factory=dict)
+    h2d_gbps: float | None = None
+    d2h_gbps: float | None = None
+    device_copy_gbps: float | None = None
+    p2p_gbps: float | None = None
+    nccl_busbw_gbps: float | None = None
+    default_power_limit_watts: float | None = None
+
+
+_HOPPER_TFLOPS = {
+    Precision.BF16: 800.0,
+    Precision.FP16: 800.0,
+    Precision.TF32: 352.0,
+    Precision.FP32: 51.1,
+    Precision.FP64: 54.0,
+}
+
+PARTS: tuple[PartFigures, ...] = (
+    PartFigures(
+        product="NVIDIA H200",
+        tflops=_HOPPER_TFLOPS,
+        h2d_gbps=55.0,
+        d2h_gbps=55.2,
+        device_copy_gbps=2081.0,
+        p2p_gbps=393.7,
+        nccl_busbw_gbps=343.4,
+        default_power_limit_watts=700.0,
+    ),
+    PartFigures(
+        product="NVIDIA H100 80GB HBM3", tflops=_HOPPER_TFLOPS, default_power_limit_watts=700.0
+    ),
+)
+
+UNKNOWN = PartFigures(product="")
+
+
+def figures_for(product: str | None) -> PartFigures:
+    """The expected figures of a product name exactly as NVML spells it ('NVIDIA H200').
+
+    Exact match on purpose: 'NVIDIA H200 NVL' is a PCIe card with other copy figures.
+    """
+    return next((part for part in PARTS if part.product == product), UNKNOWN)

@@ -1,0 +1,171 @@
+"""Runs the enabled checks in order and assembles the one result document."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import traceback
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from gpuval_agent import __version__
+from gpuval_agent.backends.base import Backend, TelemetrySample
+from gpuval_agent.checks.bandwidth import run_bandwidth
+from gpuval_agent.checks.burn import run_burn
+from gpuval_agent.checks.common import CheckBuilder, CheckContext, Reporter, skipped
+from gpuval_agent.checks.driver import run_driver
+from gpuval_agent.checks.health import run_health
+from gpuval_agent.checks.nccl import run_nccl
+from gpuval_agent.errors import NoDriverError
+from gpuval_agent.parts import figures_for
+from gpuval_agent.telemetry import Sampler
+from gpuval_api.checks import CheckName, ChecksConfig
+from gpuval_api.reasons import Reason
+from gpuval_api.result import AgentResult, CheckResult, Environment, Verdict
+
+CHECKS: dict[CheckName, Callable[[CheckContext], CheckResult]] = {
+    CheckName.DRIVER: run_driver,
+    CheckName.HEALTH: run_health,
+    CheckName.BURN: run_burn,
+    CheckName.BANDWIDTH: run_bandwidth,
+    CheckName.NCCL: run_nccl,
+}
+# Checks that load the GPUs through CUDA: meaningless when CUDA did not initialise anywhere.
+_CUDA_CHECKS = {CheckName.BURN, CheckName.BANDWIDTH, CheckName.NCCL}
+_LOG_TAIL_CHARS = 4000
+
+
+def process_uptime() -> float | None:
+    """Seconds since this process started (Linux /proc), for the start-to-first-check figure."""
+    try:
+        with open("/proc/self/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        start_ticks = int(fields[19])
+        with open("/proc/uptime") as uptime:
+            system_uptime = float(uptime.read().split()[0])
+        return system_uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def run_checks(
+    config: ChecksConfig,
+    backend: Backend,
+    reporter: Reporter,
+    *,
+    node: str | None = None,
+    expected_gpus: int | None = None,
+    expected_gpus_source: str = "",
+    on_samples: Callable[[list[TelemetrySample]], None] | None = None,
+    stop: threading.Event | None = None,
+    sample_interval: float = 0.5,
+) -> AgentResult:
+    started_at = datetime.now(UTC)
+    enabled = config.enabled()
+    first = enabled[0] if enabled else CheckName.DRIVER
+    reporter.check_started(first.value, None)
+    startup = process_uptime()
+    checks: list[CheckResult] = []
+    try:
+        environment = backend.environment()
+    except NoDriverError as error:
+        builder = CheckBuilder(CheckName.DRIVER.value)
+        builder.add(Reason.DRIVER_NOT_LOADED, f"NVML: {error.detail}")
+        checks.append(builder.finish())
+        reporter.check_finished(checks[0])
+        why = "no NVIDIA driver or GPU (see the driver check)"
+        checks.extend(skipped(name.value, why) for name in enabled if name != CheckName.DRIVER)
+        return _result(
+            config=config, backend=backend, node=node, started_at=started_at, startup=startup,
+            environment=Environment(), checks=checks,
+        )  # fmt: skip
+
+    if environment.hostname is None:
+        environment.hostname = socket.gethostname()
+    sampler = Sampler(backend, sample_interval, on_samples)
+    sampler.start()
+    context = CheckContext(
+        backend=backend,
+        config=config,
+        environment=environment,
+        part=figures_for(environment.gpus[0].name if environment.gpus else None),
+        sampler=sampler,
+        reporter=reporter,
+        expected_gpus=expected_gpus,
+        expected_gpus_source=expected_gpus_source,
+        stop=stop or threading.Event(),
+    )
+    cuda_dead = False
+    try:
+        for position, name in enumerate(enabled):
+            if context.stop.is_set():
+                checks.append(skipped(name.value, "the agent was asked to stop"))
+                continue
+            if position > 0:
+                reporter.check_started(name.value, _expected_seconds(config, name))
+            if cuda_dead and name in _CUDA_CHECKS:
+                result = skipped(name.value, "CUDA did not initialise on any GPU")
+            else:
+                result = _run_one(name, context)
+            if name is CheckName.DRIVER:
+                initialised = [g for g in result.gpus if g.metrics.get("cudaInitialised") == 1.0]
+                cuda_dead = bool(environment.gpus) and not initialised
+            checks.append(result)
+            reporter.check_finished(result)
+    finally:
+        sampler.stop()
+    return _result(
+        config=config, backend=backend, node=node, started_at=started_at, startup=startup,
+        environment=environment, checks=checks,
+    )  # fmt: skip
+
+
+def _expected_seconds(config: ChecksConfig, name: CheckName) -> float | None:
+    if name is CheckName.BURN:
+        return config.configured_seconds()
+    return None
+
+
+def _run_one(name: CheckName, context: CheckContext) -> CheckResult:
+    try:
+        return CHECKS[name](context)
+    except Exception as error:  # one broken check must not lose the others
+        builder = CheckBuilder(name.value, context)
+        builder.add(
+            Reason.CHECK_ERROR, f"{name.value} check crashed: {type(error).__name__}: {error}"
+        )
+        builder.log_tail = traceback.format_exc()[-_LOG_TAIL_CHARS:]
+        return builder.finish()
+
+
+def _result(
+    *,
+    config: ChecksConfig,
+    backend: Backend,
+    node: str | None,
+    started_at: datetime,
+    startup: float | None,
+    environment: Environment,
+    checks: list[CheckResult],
+) -> AgentResult:
+    failed = [c for c in checks if c.verdict is Verdict.FAILED]
+    if failed:
+        message = "; ".join(f"{c.name}: {c.message}" for c in failed)
+    else:
+        ran = [c.name for c in checks if c.verdict is Verdict.PASSED]
+        message = f"{environment.gpu_count} GPUs passed {', '.join(ran) or 'no checks'}"
+    return AgentResult(
+        agent_version=__version__,
+        backend=backend.name,
+        node=node,
+        started_at=started_at,
+        completed_at=datetime.now(UTC),
+        verdict=Verdict.FAILED if failed else Verdict.PASSED,
+        reason=failed[0].reason if failed else None,
+        message=message,
+        startup_seconds=round(startup, 3) if startup is not None else None,
+        checks_config=config,
+        environment=environment,
+        checks=checks,
+    )

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Runs on the H200 machine through the device tool, from the repository root:
+#   bash benchmarks/device_run.sh smoke|full
+# Installs the carried wheels (.whl: pydantic and its needs, absent there), then the GPU tests,
+# the benchmark and `gpuval-agent run` itself, writing everything under $OUT. Each step runs
+# under its own time limit and the script goes on after a failed step.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 CUDA_DEVICE_ORDER=PCI_BUS_ID
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:api/src:agent/src
+MODE=${1:-smoke}
+step() { # step NAME LIMIT COMMAND...: log to $OUT/NAME.log, report its exit code and time
+  local name=$1 limit=$2; shift 2
+  local began=$SECONDS
+  timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  echo "== $name: exit $? in $((SECONDS - began)) s"
+}
+{
+  nvidia-smi --query-gpu=index,name,driver_version,pcie.link.gen.max,pcie.link.width.max --format=csv
+  nvidia-smi topo -m
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version(), "gpus", torch.cuda.device_count())'
+} >"$OUT/machine.log" 2>&1
+if [ "$MODE" = smoke ]; then
+  step pytest 300 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
+  step bench 240 python3 benchmarks/agent_bench.py --seconds 4 --out "$OUT/bench.json"
+  step run 120 python3 -m gpuval_agent.cli run --duration 5 --transfer-size 512M --json "$OUT/run.json"
+else
+  step bench 420 python3 benchmarks/agent_bench.py --seconds "${BENCH_SECONDS:-10}" --out "$OUT/bench.json"
+  (sleep 20; curl -s localhost:9400/metrics >"$OUT/metrics.txt" 2>&1) &
+  step run 300 python3 -m gpuval_agent.cli run --duration "${RUN_SECONDS:-30}" \
+    --precisions bf16,tf32,fp64 --metrics-port 9400 --json "$OUT/run.json"
+  wait
+fi
+tail -n 40 "$OUT"/*.log

@@ -1,0 +1,93 @@
+"""The real backend end to end: environment record, bandwidth, NCCL (and its hang), the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuval_api.checks import CheckName, parse_checks
+from gpuval_api.result import Verdict
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+GPUS = torch.cuda.device_count()
+
+cuda = pytest.importorskip("gpuval_agent.backends.cuda")
+
+
+def test_environment_record_names_every_gpu_and_the_driver() -> None:
+    backend = cuda.CudaBackend()
+    try:
+        environment = backend.environment()
+    finally:
+        backend.close()
+    assert environment.gpu_count == GPUS
+    assert environment.driver_version
+    assert environment.cuda_driver_version and environment.cuda_runtime_version
+    assert environment.torch_version and environment.nccl_version
+    for gpu in environment.gpus:
+        assert gpu.uuid and gpu.uuid.startswith("GPU-")
+        assert gpu.name and gpu.memory_total_bytes
+        assert gpu.pcie.max_gen and gpu.pcie.max_width
+
+
+def test_cuda_initialises_on_every_gpu() -> None:
+    backend = cuda.CudaBackend()
+    try:
+        assert backend.cuda_init(list(range(GPUS))) == dict.fromkeys(range(GPUS))
+    finally:
+        backend.close()
+
+
+@pytest.mark.skipif(GPUS < 2, reason="needs 2 GPUs")
+def test_all_reduce_sweep_returns_every_size_with_a_correct_sum() -> None:
+    sizes = [1 << 20, 64 << 20]
+    outcome = cuda.all_reduce_processes(list(range(GPUS)), sizes, 5, 180)
+    assert not outcome.timed_out and outcome.error is None, outcome.log_tail
+    assert [s.bytes for s in outcome.sizes] == sizes
+    assert all(s.seconds > 0 for s in outcome.sizes)
+
+
+@pytest.mark.skipif(GPUS < 2, reason="needs 2 GPUs")
+def test_a_rank_that_never_joins_becomes_a_timeout_that_keeps_nccl_debug_output() -> None:
+    outcome = cuda.all_reduce_processes(list(range(GPUS)), [1 << 20], 5, 30, hang_rank=1)
+    assert outcome.timed_out
+    assert outcome.log_tail is not None and "NCCL INFO" in outcome.log_tail
+
+
+def _agent(*args: str, tmp_path: Path) -> tuple[int, dict[str, object]]:
+    out = tmp_path / "result.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "gpuval_agent.cli", "run", "--quiet", "--json", str(out), *args],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert "Traceback" not in completed.stderr, completed.stderr
+    return completed.returncode, json.loads(out.read_text())
+
+
+def test_run_with_every_check_short_passes_on_a_healthy_machine(tmp_path: Path) -> None:
+    code, document = _agent(
+        "--duration", "3", "--transfer-size", "256M", "--nccl-max-size", "256M",
+        tmp_path=tmp_path,
+    )  # fmt: skip
+    checks = {c["name"]: c for c in document["checks"]}  # type: ignore[union-attr]
+    assert set(checks) == {"driver", "health", "burn", "bandwidth", "nccl"}
+    failures = [f for c in checks.values() for f in c["findings"] if f["severity"] == "Error"]
+    assert failures == [] and code == 0, failures
+    assert document["verdict"] == Verdict.PASSED.value
+
+
+def test_an_impossible_throughput_threshold_fails_as_low_throughput(tmp_path: Path) -> None:
+    config = parse_checks(
+        '{"burn": {"durationSeconds": 2, "minTflops": {"absolute": 100000}}}'
+    ).only([CheckName.BURN])
+    path = tmp_path / "checks.json"
+    path.write_text(config.model_dump_json(by_alias=True))
+    code, document = _agent("--config", str(path), tmp_path=tmp_path)
+    assert code == 1
+    assert document["reason"] == "LowThroughput"

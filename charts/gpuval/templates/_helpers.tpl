@@ -1,0 +1,82 @@
+{{/* Chart name, overridable. */}}
+{{- define "gpuval.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name of the release's objects. Cluster-scoped objects (ClusterRoles, the admission policy)
+carry it too, so two releases in one cluster never collide.
+*/}}
+{{- define "gpuval.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "gpuval.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "gpuval.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpuval.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "gpuval.labels" -}}
+helm.sh/chart: {{ include "gpuval.chart" . }}
+{{ include "gpuval.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gpuval
+{{- end }}
+
+{{- define "gpuval.operator.selectorLabels" -}}
+{{ include "gpuval.selectorLabels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* The operator's ServiceAccount. */}}
+{{- define "gpuval.serviceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create }}
+{{- default (printf "%s-operator" (include "gpuval.fullname" .)) .Values.operator.serviceAccount.name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- required "operator.serviceAccount.name must name an existing ServiceAccount when operator.serviceAccount.create is false" .Values.operator.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The agents' ServiceAccount: the identity the admission policy keeps to its own node. */}}
+{{- define "gpuval.agentServiceAccountName" -}}
+{{- default (printf "%s-agent" (include "gpuval.fullname" .)) .Values.agent.serviceAccount.name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Namespace the operator creates agent pods in. */}}
+{{- define "gpuval.agentNamespace" -}}
+{{- .Release.Namespace }}
+{{- end }}
+
+{{/* The API server's user name for the agents' ServiceAccount tokens. */}}
+{{- define "gpuval.agentUsername" -}}
+{{- printf "system:serviceaccount:%s:%s" (include "gpuval.agentNamespace" .) (include "gpuval.agentServiceAccountName" .) }}
+{{- end }}
+
+{{/* image reference: repository@digest when a digest is given, else repository:tag. */}}
+{{- define "gpuval.operator.image" -}}
+{{- $img := .Values.operator.image }}
+{{- if $img.digest }}
+{{- printf "%s@%s" $img.repository $img.digest }}
+{{- else }}
+{{- printf "%s:%s" $img.repository (default .Chart.AppVersion $img.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Namespace of the operator's own Events (kopf posts those of cluster-scoped objects to its pod's namespace). */}}
+{{- define "gpuval.eventNamespace" -}}
+{{- default .Release.Namespace .Values.operator.eventNamespace }}
+{{- end }}

@@ -1,0 +1,204 @@
+"""Helpers for the tests of charts/gpuval: rendering and installing the chart with the helm built by
+gpuval_devtools.controlplane, ServiceAccount tokens bound to pods, and the identities the chart
+creates. Used by test_chart_*.py, test_admission_*.py and test_alerts_*.py."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuval_devtools.controlplane import Binaries, Cluster, build
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHART = REPO_ROOT / "charts" / "gpuval"
+# The kube version helm renders for when there is no cluster to ask (the chart needs >= 1.30).
+KUBE_VERSION = "1.36.3"
+
+
+def binaries() -> Binaries:
+    """helm, kubectl and the rest, built once by the control-plane build (cached)."""
+    return build(log=lambda _message: None)
+
+
+def helm(
+    *args: str, kubeconfig: Path | None = None, check: bool = True, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    argv = [str(binaries().helm), *args]
+    if kubeconfig is not None:
+        argv += ["--kubeconfig", str(kubeconfig)]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
+    return proc
+
+
+def set_args(values: Mapping[str, Any]) -> list[str]:
+    """--set-json for each dotted key, so booleans, numbers and lists keep their types."""
+    out: list[str] = []
+    for key, value in values.items():
+        out += ["--set-json", f"{key}={json.dumps(value)}"]
+    return out
+
+
+def render(
+    *,
+    release: str = "gpuval",
+    namespace: str = "gpuval-system",
+    values_files: Sequence[Path] = (),
+    values: Mapping[str, Any] | None = None,
+    show_only: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """The objects `helm template` renders (hooks and tests included)."""
+    args = ["template", release, str(CHART), "--namespace", namespace]
+    args += ["--kube-version", KUBE_VERSION]
+    for path in values_files:
+        args += ["--values", str(path)]
+    args += set_args(values or {})
+    for template in show_only:
+        args += ["--show-only", template]
+    out = helm(*args).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def find(objs: Sequence[Mapping[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    matches = [
+        dict(o)
+        for o in objs
+        if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+    ]
+    assert len(matches) == 1, f"expected one {kind} {name or ''}, rendered {len(matches)}"
+    return matches[0]
+
+
+@dataclass(frozen=True)
+class Release:
+    """An installed release of the chart and the names it gave its objects."""
+
+    name: str
+    namespace: str
+    fullname: str
+
+    @property
+    def operator_sa(self) -> str:
+        return f"{self.fullname}-operator"
+
+    @property
+    def agent_sa(self) -> str:
+        return f"{self.fullname}-agent"
+
+    @property
+    def policy(self) -> str:
+        return f"{self.fullname}-agent-own-node-report"
+
+    def user(self, account: str) -> str:
+        return f"system:serviceaccount:{self.namespace}:{account}"
+
+
+def new_release_name() -> str:
+    # "gpuval" in the release name makes it the fullname: short, recognisable object names.
+    return f"gpuval-{uuid.uuid4().hex[:6]}"
+
+
+def install(
+    cluster: Cluster,
+    release: str,
+    namespace: str,
+    values: Mapping[str, Any] | None = None,
+) -> Release:
+    helm(
+        "install",
+        release,
+        str(CHART),
+        "--namespace",
+        namespace,
+        *set_args(values or {}),
+        kubeconfig=cluster.kubeconfig,
+    )
+    return Release(name=release, namespace=namespace, fullname=release)
+
+
+def uninstall(cluster: Cluster, release: Release) -> None:
+    helm(
+        "uninstall",
+        release.name,
+        "--namespace",
+        release.namespace,
+        "--wait",
+        kubeconfig=cluster.kubeconfig,
+        check=False,
+    )
+
+
+def token_for(
+    cluster: Cluster, namespace: str, account: str, *, pod: str | None = None, minutes: int = 30
+) -> str:
+    """A TokenRequest token for `account`; bound to `pod` (its node is then in the token)."""
+    args = ["create", "token", account, "-n", namespace, f"--duration={minutes}m"]
+    if pod is not None:
+        args += ["--bound-object-kind", "Pod", "--bound-object-name", pod]
+    return cluster.kubectl(*args).stdout.strip()
+
+
+def jwt_claims(token: str) -> dict[str, Any]:
+    payload = token.split(".")[1]
+    decoded: dict[str, Any] = json.loads(
+        base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+    )
+    return decoded
+
+
+def kubeconfig_for(cluster: Cluster, token: str, path: Path, namespace: str) -> Path:
+    """A token-only kubeconfig whose context namespace is `namespace`, as a pod's in-cluster
+    config has (kopf posts Events of cluster-scoped objects to that namespace)."""
+    cluster.token_kubeconfig(token, path)
+    config = yaml.safe_load(path.read_text())
+    config["contexts"][0]["context"]["namespace"] = namespace
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def pinned_pod(name: str, namespace: str, node: str, account: str) -> dict[str, Any]:
+    """A pod running as `account`, placed on `node` by kube-scheduler (nodeSelector, not nodeName),
+    which kwok then marks Running."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "serviceAccountName": account,
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [{"name": "agent", "image": "gpuval/agent:test"}],
+        },
+    }
+
+
+def report(name: str, node: str, validation: str = "admission-test") -> dict[str, Any]:
+    return {
+        "apiVersion": "gpuval.dev/v1alpha1",
+        "kind": "GpuNodeReport",
+        "metadata": {"name": name},
+        "spec": {"validation": validation, "run": "r1", "node": node},
+    }
+
+
+def scheduled_node(cluster: Cluster, namespace: str, pod: str) -> str:
+    proc = cluster.kubectl(
+        "get", "pod", pod, "-n", namespace, "-o", "jsonpath={.spec.nodeName}", check=False
+    )
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def rules_of(objs: Sequence[Mapping[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(role name, rule) for every rule of every (Cluster)Role rendered."""
+    for obj in objs:
+        if obj["kind"] in ("ClusterRole", "Role"):
+            for rule in obj.get("rules") or []:
+                yield obj["metadata"]["name"], rule

@@ -1,0 +1,204 @@
+"""charts/gpuval through the real helm (built by gpuval_devtools.controlplane): lint and template
+for the defaults and every ci/*-values.yaml scenario, and what the rendered objects must hold: the
+operator pod's hardening, RBAC without wildcards, the admission policy bound to the release's agent
+identity, the monitoring toggles, and the schema refusing bad values by name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration import chart_support as chart
+
+CI_VALUES = sorted((chart.CHART / "ci").glob("*-values.yaml"))
+SCENARIOS = [pytest.param((), id="defaults")] + [
+    pytest.param((path,), id=path.name) for path in CI_VALUES
+]
+
+
+def test_there_are_ci_scenarios_besides_the_defaults() -> None:
+    assert {p.name for p in CI_VALUES} >= {
+        "default-values.yaml",
+        "monitoring-values.yaml",
+        "locked-down-values.yaml",
+    }
+
+
+@pytest.mark.parametrize("values_files", SCENARIOS)
+def test_helm_lint_strict_passes(values_files: tuple[Path, ...]) -> None:
+    args = ["lint", str(chart.CHART), "--strict", "--kube-version", chart.KUBE_VERSION]
+    for path in values_files:
+        args += ["--values", str(path)]
+    proc = chart.helm(*args, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 chart(s) failed" in proc.stdout
+
+
+@pytest.mark.parametrize("values_files", SCENARIOS)
+def test_helm_template_renders_hardened_operator_and_wildcard_free_rbac(
+    values_files: tuple[Path, ...],
+) -> None:
+    objs = chart.render(values_files=values_files)
+
+    deployment = chart.find(objs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert deployment["spec"]["replicas"] == 1
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["resources"]["requests"]["cpu"]
+    assert container["resources"]["limits"]["memory"]
+
+    rules = list(chart.rules_of(objs))
+    assert rules
+    for role, rule in rules:
+        for field in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule.get(field, []), f"{role} has a wildcard in {field}: {rule}"
+        assert "nonResourceURLs" not in rule, f"{role}: {rule}"
+
+
+def _env(objs: list[dict[str, Any]]) -> dict[str, str]:
+    container = chart.find(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+def test_operator_is_told_the_agents_namespace_and_serviceaccount_the_policy_governs() -> None:
+    objs = chart.render(release="prod", namespace="gpu-ops")
+
+    env = _env(objs)
+    policy = chart.find(objs, "ValidatingAdmissionPolicy")
+    binding = chart.find(objs, "ValidatingAdmissionPolicyBinding")
+    agent_sa = chart.find(objs, "ServiceAccount", env["GPUVAL_AGENT_SERVICE_ACCOUNT"])
+
+    assert env["GPUVAL_AGENT_NAMESPACE"] == "gpu-ops"
+    assert agent_sa["metadata"]["namespace"] == "gpu-ops"
+    (condition,) = policy["spec"]["matchConditions"]
+    agent_user = f"system:serviceaccount:gpu-ops:{env['GPUVAL_AGENT_SERVICE_ACCOUNT']}"
+    assert condition["expression"] == f'request.userInfo.username == "{agent_user}"'
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert env["GPUVAL_EVENT_NAMESPACE"] == "gpu-ops"
+
+
+def test_agent_role_grants_only_the_patch_of_report_status() -> None:
+    objs = chart.render(release="prod")
+    role = chart.find(objs, "ClusterRole", "prod-gpuval-agent")
+    binding = chart.find(objs, "ClusterRoleBinding", "prod-gpuval-agent")
+
+    assert role["rules"] == [
+        {"apiGroups": ["gpuval.dev"], "resources": ["gpunodereports/status"], "verbs": ["patch"]}
+    ]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "prod-gpuval-agent", "namespace": "gpuval-system"}
+    ]
+
+
+def test_operator_may_touch_pods_only_in_its_own_namespace() -> None:
+    objs = chart.render(release="prod", namespace="gpu-ops")
+    cluster_resources = {
+        resource
+        for obj in objs
+        if obj["kind"] == "ClusterRole"
+        for rule in obj["rules"]
+        for resource in rule["resources"]
+    }
+    role = chart.find(objs, "Role", "prod-gpuval-operator")
+
+    assert "pods" not in cluster_resources
+    assert "secrets" not in cluster_resources
+    assert role["metadata"]["namespace"] == "gpu-ops"
+    assert {r for rule in role["rules"] for r in rule["resources"]} == {"pods", "events"}
+
+
+def test_monitoring_objects_are_absent_by_default_and_present_when_toggled() -> None:
+    default_kinds = {o["kind"] for o in chart.render()}
+    monitoring = chart.render(values_files=[chart.CHART / "ci" / "monitoring-values.yaml"])
+
+    assert not default_kinds & {"ServiceMonitor", "PrometheusRule", "ConfigMap"}
+    monitor = chart.find(monitoring, "ServiceMonitor")
+    rule = chart.find(monitoring, "PrometheusRule")
+    dashboard = chart.find(monitoring, "ConfigMap")
+    service = chart.find(monitoring, "Service")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    for key, value in monitor["spec"]["selector"]["matchLabels"].items():
+        assert service["metadata"]["labels"][key] == value
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert set(alerts) == {
+        "GpuvalNodeFailedBurn",
+        "GpuvalNodeFailed",
+        "GpuvalFleetNotUniform",
+        "GpuvalValidationStale",
+        "GpuvalAgentPodsUnschedulable",
+    }
+    for name, alert in alerts.items():
+        assert alert["labels"]["team"] == "gpu-infra"
+        assert alert["annotations"]["runbook_url"].endswith(f"#{name.lower()}")
+        assert "{{ $labels.validation }}" in alert["annotations"]["description"]
+    assert "604800" in alerts["GpuvalValidationStale"]["expr"]
+    assert dashboard["metadata"]["namespace"] == "monitoring"
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["gpuval.json"])["uid"] == "gpuval-overview"
+
+
+def test_pinned_digest_wins_over_the_tag() -> None:
+    digest = "sha256:" + "ab" * 32
+    objs = chart.render(values={"operator.image.digest": digest, "operator.image.tag": "9.9"})
+    container = chart.find(objs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == f"ghcr.io/gpuval/gpuval-operator@{digest}"
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"metrics.port": 80}, "at '/metrics/port': minimum: got 80"),
+        ({"operator.image.digest": "latest"}, "at '/operator/image/digest'"),
+        ({"agent.admissionPolicy.validationActions": ["Block"]}, "validationActions/0"),
+        ({"prometheusRule.nodeFailed.for": "five minutes"}, "'/prometheusRule/nodeFailed/for'"),
+        ({"operator.replicas": 2}, "additional properties 'replicas' not allowed"),
+        ({"operator.createConcurrency": 0}, "at '/operator/createConcurrency': minimum: got 0"),
+    ],
+)
+def test_schema_refuses_a_bad_value_naming_the_field(values: dict[str, Any], named: str) -> None:
+    args = ["template", "r", str(chart.CHART), "--kube-version", chart.KUBE_VERSION]
+    proc = chart.helm(*args, *chart.set_args(values), check=False)
+    assert proc.returncode != 0
+    assert "values don't meet the specifications of the schema" in proc.stderr
+    assert named in proc.stderr
+
+
+def test_a_servicemonitor_without_the_service_it_selects_is_refused_with_a_reason() -> None:
+    args = ["template", "r", str(chart.CHART), "--kube-version", chart.KUBE_VERSION]
+    values = {"metrics.serviceMonitor.enabled": True, "metrics.service.enabled": False}
+    proc = chart.helm(*args, *chart.set_args(values), check=False)
+    assert proc.returncode != 0
+    assert "metrics.serviceMonitor.enabled=true needs metrics.service.enabled=true" in proc.stderr
+
+
+def test_an_existing_operator_serviceaccount_must_be_named() -> None:
+    args = ["template", "r", str(chart.CHART), "--kube-version", chart.KUBE_VERSION]
+    proc = chart.helm(
+        *args, *chart.set_args({"operator.serviceAccount.create": False}), check=False
+    )
+    assert proc.returncode != 0
+    assert "operator.serviceAccount.name must name an existing ServiceAccount" in proc.stderr
+
+
+def test_helm_test_pod_checks_the_operators_metrics_through_the_service() -> None:
+    objs = chart.render(release="prod", namespace="gpu-ops")
+    pod = chart.find(objs, "Pod")
+    service = chart.find(objs, "Service")
+
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    script = pod["spec"]["containers"][0]["command"][-1]
+    assert f"http://{service['metadata']['name']}.gpu-ops.svc:8080/metrics" in script
+    assert "gpuval_operator_build_info" in script

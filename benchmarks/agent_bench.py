@@ -107,8 +107,8 @@ def plain_matmul(gpus: list[int], precision: Precision, n: int, seconds: float) 
 
     def work(gpu: int) -> None:
         with torch.cuda.device(gpu):
-            a = torch.randn(n, n, device="cuda", dtype=dtype)
-            b = torch.randn(n, n, device="cuda", dtype=dtype)
+            a = torch.rand(n, n, device="cuda", dtype=dtype)
+            b = torch.rand(n, n, device="cuda", dtype=dtype)
             c = torch.empty_like(a)
             for _ in range(3):
                 torch.matmul(a, b, out=c)
@@ -140,8 +140,8 @@ def plain_matmul(gpus: list[int], precision: Precision, n: int, seconds: float) 
 def naive_verified(gpu: int, n: int, seconds: float) -> float:
     """bf16 matmul with a host-synchronising torch.equal check after every iteration."""
     with torch.cuda.device(gpu):
-        a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        a = torch.rand(n, n, device="cuda", dtype=torch.bfloat16)
+        b = torch.rand(n, n, device="cuda", dtype=torch.bfloat16)
         ref = a @ b
         c = torch.empty_like(a)
         torch.cuda.synchronize()

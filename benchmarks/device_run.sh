@@ -29,7 +29,8 @@ if [ "$MODE" = smoke ]; then
   step bench 240 python3 benchmarks/agent_bench.py --seconds 4 --out "$OUT/bench.json"
   step run 120 python3 -m gpuval_agent.cli run --duration 5 --transfer-size 512M --json "$OUT/run.json"
 else
-  step bench 420 python3 benchmarks/agent_bench.py --seconds "${BENCH_SECONDS:-10}" --out "$OUT/bench.json"
+  step pytest 240 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
+  step bench 300 python3 benchmarks/agent_bench.py --seconds "${BENCH_SECONDS:-10}" --out "$OUT/bench.json"
   (sleep 20; curl -s localhost:9400/metrics >"$OUT/metrics.txt" 2>&1) &
   step run 300 python3 -m gpuval_agent.cli run --duration "${RUN_SECONDS:-30}" \
     --precisions bf16,tf32,fp64 --metrics-port 9400 --json "$OUT/run.json"

@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                      + ",".join(c.value for c in CheckName))  # fmt: skip
     run.add_argument("--duration", type=float, help="burn seconds per precision (default 60)")
     run.add_argument("--precisions", type=_precisions, help="burn precisions, e.g. bf16,tf32,fp64")
-    run.add_argument("--matrix-size", type=int, help="burn GEMM size n (default 8192)")
+    run.add_argument("--matrix-size", type=int, help="burn GEMM size n (default 16384)")
     run.add_argument("--transfer-size", type=_size, help="bandwidth copy size (default 1G)")
     run.add_argument("--nccl-max-size", type=_size, help="largest all-reduce (default 4G)")
     run.add_argument("--expected-gpus", type=int, help="fail unless exactly this many GPUs show")

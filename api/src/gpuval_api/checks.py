@@ -137,7 +137,7 @@ class BurnCheck(_Model):
         ),
     )
     matrix_size: int = Field(
-        default=8192,
+        default=16384,
         ge=256,
         le=32768,
         description="Square matrix size n of the n x n x n GEMM (a multiple of 256 is fastest).",

@@ -131,10 +131,11 @@ class _GpuBurn:
             self.stream = torch.cuda.Stream(device)
             self.side = torch.cuda.Stream(device)
             with torch.cuda.stream(self.stream):
-                self.a = torch.randn(
+                # Uniform [0, 1) inputs, as gpu-burn uses: the peer figures are measured on them.
+                self.a = torch.rand(
                     self.n, self.n, device=device, dtype=dtype, generator=generator
                 )
-                self.b = torch.randn(
+                self.b = torch.rand(
                     self.n, self.n, device=device, dtype=dtype, generator=generator
                 )
                 self.c = torch.empty_like(self.a)
@@ -159,11 +160,11 @@ class _GpuBurn:
                 reference_graph, stream=self.stream, capture_error_mode="thread_local"
             ):
                 torch.matmul(self.a, self.b, out=self.ref)
-            reference_graph.replay()
+            # A graph replays on the current stream, so every use of its output stays on that stream.
             with torch.cuda.stream(self.stream):
+                reference_graph.replay()
                 first = self.ref.clone()
-            reference_graph.replay()
-            with torch.cuda.stream(self.stream):
+                reference_graph.replay()
                 int_type = _INT_VIEW[self.ref.element_size()]
                 self.reproducible = bool(torch.equal(first.view(int_type), self.ref.view(int_type)))
                 self.finite = bool(torch.isfinite(self.ref).all())

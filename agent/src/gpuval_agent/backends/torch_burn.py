@@ -160,7 +160,7 @@ class _GpuBurn:
                 reference_graph, stream=self.stream, capture_error_mode="thread_local"
             ):
                 torch.matmul(self.a, self.b, out=self.ref)
-            # A graph replays on the current stream, so every use of its output stays on that stream.
+            # A graph replays on the current stream: every use of its output stays on that stream.
             with torch.cuda.stream(self.stream):
                 reference_graph.replay()
                 first = self.ref.clone()

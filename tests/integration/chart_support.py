@@ -5,17 +5,25 @@ creates. Used by test_chart_*.py, test_admission_*.py and test_alerts_*.py."""
 from __future__ import annotations
 
 import base64
+import contextlib
+import dataclasses
 import json
+import os
+import socket
 import subprocess
+import sys
+import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from gpuval_devtools.controlplane import Binaries, Cluster, build
+from gpuval_devtools.controlplane import Binaries, Cluster, GpuNode, build
+from gpuval_devtools.demo import simulated_node
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "gpuval"
@@ -202,3 +210,107 @@ def rules_of(objs: Sequence[Mapping[str, Any]]) -> Iterator[tuple[str, dict[str,
         if obj["kind"] in ("ClusterRole", "Role"):
             for rule in obj.get("rules") or []:
                 yield obj["metadata"]["name"], rule
+
+
+def operator_env(release: Release) -> dict[str, str]:
+    """The operator container's environment exactly as the chart's Deployment sets it."""
+    objs = render(release=release.name, namespace=release.namespace)
+    deployment = find(objs, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: str(e["value"]) for e in container["env"]}
+
+
+def pool_node(name: str, pool: str, faults: Sequence[Mapping[str, Any]] = ()) -> GpuNode:
+    """A simulated GPU node (its agent pods run by the pod runner) in the test's own pool."""
+    node = simulated_node(name, [dict(f) for f in faults])
+    return dataclasses.replace(node, labels={**node.labels, POOL_LABEL: pool})
+
+
+POOL_LABEL = "test.gpuval.dev/pool"
+
+
+def validation(name: str, pool: str) -> dict[str, Any]:
+    """A GpuValidation of the test's pool that exercises every call the operator makes: reports,
+    pods, node labels, taints and cordons, Events, status."""
+    return {
+        "apiVersion": "gpuval.dev/v1alpha1",
+        "kind": "GpuValidation",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"matchLabels": {POOL_LABEL: pool}},
+            "maxConcurrent": 4,
+            "nodeTimeoutSeconds": 120,
+            "checks": {"burn": {"durationSeconds": 2}},
+            "nodeActions": {"label": True, "taint": {"effect": "NoSchedule"}, "cordon": True},
+        },
+    }
+
+
+@contextlib.contextmanager
+def podrunner(cluster: Cluster, namespace: str, workdir: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """The kubelet stand-in for the pool's kwok nodes, for agent pods of `namespace` only."""
+    argv = [
+        sys.executable,
+        "-m",
+        "gpuval_devtools.podrunner",
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        "--ca-file",
+        str(cluster.ca_file),
+        "--namespace",
+        namespace,
+        "--logs",
+        str(workdir / "agents"),
+    ]
+    # Agents inherit the runner's environment, as a pod's containers do not: keep the operator's
+    # settings (GPUVAL_METRICS_PORT above all) out of it.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUVAL_") and k != "KUBECONFIG"}
+    with (workdir / "podrunner.log").open("wb") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def operator_as_chart_serviceaccount(
+    cluster: Cluster, release: Release, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> int:
+    """Points this process's environment at the chart's operator identity and configuration, for
+    the operator that kopf_runner then starts in-process; returns its metrics port.
+
+    The identity is a token of the chart's operator ServiceAccount and nothing else (no client
+    certificate), in a kubeconfig whose namespace is the release's, as in the operator's pod.
+    """
+    token = token_for(cluster, release.namespace, release.operator_sa, minutes=60)
+    kubeconfig = kubeconfig_for(cluster, token, workdir / "operator.kubeconfig", release.namespace)
+    port = free_port()
+    for key, value in operator_env(release).items():
+        monkeypatch.setenv(key, value)
+    # The chart's port is the pod's; in-process the operator shares the host's ports.
+    monkeypatch.setenv("GPUVAL_METRICS_PORT", str(port))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    # The kubernetes client reads $KUBECONFIG once, when first imported; an earlier test may have
+    # imported it already.
+    from kubernetes.config import kube_config  # noqa: PLC0415
+
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
+    return port
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text: str = answer.read().decode()
+        return text

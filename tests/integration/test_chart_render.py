@@ -85,7 +85,7 @@ def test_operator_is_told_the_agents_namespace_and_serviceaccount_the_policy_gov
     assert condition["expression"] == f'request.userInfo.username == "{agent_user}"'
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
-    assert env["GPUVAL_EVENT_NAMESPACE"] == "gpu-ops"
+    assert env["GPUVAL_EVENT_NAMESPACE"] == "default"
 
 
 def test_agent_role_grants_only_the_patch_of_report_status() -> None:

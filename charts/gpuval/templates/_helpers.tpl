@@ -76,7 +76,7 @@ app.kubernetes.io/component: operator
 {{- end }}
 {{- end }}
 
-{{/* Namespace of the operator's own Events (kopf posts those of cluster-scoped objects to its pod's namespace). */}}
+{{/* Namespace of the operator's Events about cluster-scoped objects. */}}
 {{- define "gpuval.eventNamespace" -}}
-{{- default .Release.Namespace .Values.operator.eventNamespace }}
+{{- .Values.operator.eventNamespace }}
 {{- end }}

@@ -1,0 +1,155 @@
+"""`helm install` of charts/gpuval into the local control plane, then the real operator, running
+with the chart's ServiceAccount token and the chart's configuration, reconciles a GpuValidation end
+to end: agent pods under the chart's agent ServiceAccount (their reports written through the
+admission policy by the real agent), node labels, taints and cordons, Events, status, finalizer
+removal.
+
+The operator runs in-process (kopf_runner); the pod runner stands in for the kubelet of the kwok
+nodes and runs the real agent with its simulated backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuval_devtools.controlplane import Cluster
+from tests.integration import chart_support as chart
+from tests.integration.conftest import get_json, wait_for
+
+MISCOMPARE = [{"kind": "miscompare", "gpu": 3}]
+
+
+@pytest.fixture
+def release(cluster: Cluster, install_crds: list[str]) -> Iterator[chart.Release]:
+    namespace = f"chart-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", namespace)
+    installed = chart.install(cluster, chart.new_release_name(), namespace)
+    try:
+        yield installed
+    finally:
+        chart.uninstall(cluster, installed)
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def test_helm_install_creates_the_charts_objects_and_the_api_server_accepts_them(
+    cluster: Cluster, release: chart.Release
+) -> None:
+    listed = chart.helm(
+        "get", "manifest", release.name, "-n", release.namespace, kubeconfig=cluster.kubeconfig
+    ).stdout
+    kinds = set(re.findall(r"^kind: (\w+)$", listed, flags=re.MULTILINE))
+    assert kinds >= {
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+        "Service",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
+    status = wait_for(
+        "the API server to type-check the admission policy",
+        lambda: (get_json(cluster, "validatingadmissionpolicy", release.policy) or {}).get(
+            "status"
+        ),
+    )
+    # The API server type-checks the CEL against the CRD's schema: a misspelt field or a wrong
+    # type shows up as a warning here.
+    assert status["observedGeneration"] == 1
+    assert not status.get("typeChecking", {}).get("expressionWarnings"), status
+    for crd in ("gpuvalidations.gpuval.dev", "gpunodereports.gpuval.dev"):
+        assert get_json(cluster, "crd", crd) is not None
+
+
+def _completed(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    obj = get_json(cluster, "gpuvalidation", name)
+    status = (obj or {}).get("status") or {}
+    if (status.get("run") or {}).get("completedAt"):
+        result: dict[str, Any] = status
+        return result
+    return None
+
+
+def _reports_by_node(cluster: Cluster, validation: str) -> dict[str, dict[str, Any]]:
+    listed = get_json(cluster, "gpunodereports", "-l", f"gpuval.dev/validation={validation}")
+    return {r["spec"]["node"]: r for r in (listed or {}).get("items", [])}
+
+
+def test_operator_with_the_charts_serviceaccount_reconciles_a_validation_end_to_end(
+    cluster: Cluster,
+    release: chart.Release,
+    kopf_runner: Callable[..., contextlib.AbstractContextManager[Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    pool = f"pool-{uuid.uuid4().hex[:6]}"
+    good, bad = f"{pool}-good", f"{pool}-bad"
+    cluster.add_nodes([chart.pool_node(good, pool), chart.pool_node(bad, pool, MISCOMPARE)])
+    name = f"chart-{pool}"
+    port = chart.operator_as_chart_serviceaccount(cluster, release, tmp_path, monkeypatch)
+    try:
+        with (
+            chart.podrunner(cluster, release.namespace, tmp_path),
+            kopf_runner() as runner,
+        ):
+            cluster.apply([chart.validation(name, pool)])
+            status = wait_for(
+                f"GpuValidation {name} to complete its run",
+                lambda: _completed(cluster, name),
+                timeout=180,
+                interval=1,
+            )
+            metrics = chart.scrape(port)
+            reports = _reports_by_node(cluster, name)
+            nodes = {n: get_json(cluster, "node", n) for n in (good, bad)}
+            cluster.kubectl("delete", "gpuvalidation", name, "--wait=false")
+            wait_for(
+                f"the operator to remove its finalizer from {name}",
+                lambda: get_json(cluster, "gpuvalidation", name) is None,
+                timeout=60,
+            )
+        assert runner.exit_code == 0, runner.output
+        operator_log = runner.output
+    finally:
+        cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
+        for node in (good, bad):
+            cluster.kubectl("delete", "node", node, "--wait=false", check=False)
+
+    assert status["nodes"]["passed"] == 1, status["failingNodes"]
+    assert status["nodes"]["failed"] == 1, status["failingNodes"]
+    assert [(f["node"], f["reason"]) for f in status["failingNodes"]] == [(bad, "BurnMismatch")]
+
+    # Each report carries the agent's whole result document: the agent wrote it, through the
+    # admission policy, with a token bound to its pod on that node.
+    assert reports[good]["status"]["verdict"] == "Passed"
+    assert reports[bad]["status"]["verdict"] == "Failed"
+    assert reports[bad]["status"]["reason"] == "BurnMismatch"
+    for node in (good, bad):
+        assert reports[node]["status"]["result"]["environment"], reports[node]["status"]
+
+    # Node labels, taint and cordon: the operator's patches on nodes were allowed.
+    assert nodes[good]["metadata"]["labels"]["gpuval.dev/verdict"] == "passed"
+    assert nodes[bad]["metadata"]["labels"]["gpuval.dev/verdict"] == "failed"
+    assert nodes[bad]["spec"].get("unschedulable") is True
+    assert "gpuval.dev/unhealthy" in {t["key"] for t in nodes[bad]["spec"].get("taints", [])}
+
+    # Every call the operator made was allowed: its client counts answers by HTTP status.
+    assert 'gpuval_operator_api_requests_total{code="403"' not in metrics
+    assert not re.search(r'code="403"', metrics), metrics
+    assert "Forbidden" not in operator_log and " 403 " not in operator_log, operator_log
+    assert f'gpuval_node_passed{{node="{good}",validation="{name}"}} 1.0' in metrics
+    assert f'gpuval_node_passed{{node="{bad}",validation="{name}"}} 0.0' in metrics
+
+    # Events about cluster-scoped objects live in `default` (the chart's operator.eventNamespace).
+    events = get_json(cluster, "events", "-n", "default") or {"items": []}
+    involved = {(e["involvedObject"]["kind"], e["involvedObject"]["name"]) for e in events["items"]}
+    assert ("GpuValidation", name) in involved, sorted(involved)

@@ -1,0 +1,371 @@
+"""Every alert of the chart's PrometheusRule, unit-tested with `promtool test rules` (Debian's
+promtool): the rules are the ones helm renders from charts/gpuval, so a templating slip (an escaped
+`{{ $labels.node }}`, a threshold value) fails here. Each alert has cases where it must fire, with
+its labels and annotations, and cases where it must not (a passing node, before its `for`)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuval_devtools.controlplane import debian_binary
+from tests.integration import chart_support as chart
+
+ALERTS = (
+    "GpuvalNodeFailedBurn",
+    "GpuvalNodeFailed",
+    "GpuvalFleetNotUniform",
+    "GpuvalValidationStale",
+    "GpuvalAgentPodsUnschedulable",
+)
+
+
+@pytest.fixture(scope="module")
+def promtool() -> Path:
+    return debian_binary("promtool", ["promtool"], log=lambda _message: None)["promtool"]
+
+
+@pytest.fixture(scope="module")
+def rules_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The chart's alert rules as a Prometheus rule file (the PrometheusRule's spec)."""
+    objs = chart.render(values={"prometheusRule.enabled": True})
+    rule = chart.find(objs, "PrometheusRule")
+    path = tmp_path_factory.mktemp("rules") / "gpuval-rules.yaml"
+    path.write_text(yaml.safe_dump(rule["spec"]))
+    return path
+
+
+def _failed_burn() -> list[dict[str, Any]]:
+    return [
+        {
+            "interval": "1m",
+            "input_series": [
+                {
+                    "series": 'gpuval_node_failure_info{validation="fleet",node="gpu-3",'
+                    'reason="BurnMismatch"}',
+                    "values": "1x10",
+                },
+                {
+                    "series": 'gpuval_node_failure_info{validation="fleet",node="gpu-5",'
+                    'reason="EccUncorrectable"}',
+                    "values": "1x10",
+                },
+                {"series": 'gpuval_node_passed{validation="fleet",node="gpu-3"}', "values": "0x10"},
+                {"series": 'gpuval_node_passed{validation="fleet",node="gpu-5"}', "values": "0x10"},
+            ],
+            "alert_rule_test": [
+                {
+                    # for: 0m: a failed burn alerts at the first evaluation.
+                    "eval_time": "0m",
+                    "alertname": "GpuvalNodeFailedBurn",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {
+                                "severity": "critical",
+                                "validation": "fleet",
+                                "node": "gpu-3",
+                                "reason": "BurnMismatch",
+                            },
+                            "exp_annotations": {
+                                "summary": "GPU node gpu-3 failed its burn: BurnMismatch",
+                                "description": (
+                                    "GpuValidation fleet found node gpu-3 failing its burn with "
+                                    "BurnMismatch. A GPU that computes wrong results, overheats "
+                                    "or is power-capped under load should not take work: see "
+                                    "kubectl get gpunodereports -l gpuval.dev/validation=fleet"
+                                ),
+                            },
+                        }
+                    ],
+                },
+            ],
+        },
+        {
+            "interval": "1m",
+            "input_series": [
+                # Every burn reason alerts; a passing node has no failure series at all.
+                *[
+                    {
+                        "series": f'gpuval_node_failure_info{{validation="v",node="n-{reason}",'
+                        f'reason="{reason}"}}',
+                        "values": "1x3",
+                    }
+                    for reason in (
+                        "BurnNaN",
+                        "LowThroughput",
+                        "OverTemperature",
+                        "ThermalSlowdown",
+                        "PowerCapped",
+                    )
+                ],
+                {"series": 'gpuval_node_passed{validation="v",node="ok"}', "values": "1x3"},
+            ],
+            "alert_rule_test": [
+                {
+                    "eval_time": "1m",
+                    "alertname": "GpuvalNodeFailedBurn",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {
+                                "severity": "critical",
+                                "validation": "v",
+                                "node": f"n-{reason}",
+                                "reason": reason,
+                            },
+                            "exp_annotations": {
+                                "summary": f"GPU node n-{reason} failed its burn: {reason}",
+                                "description": (
+                                    f"GpuValidation v found node n-{reason} failing its burn with "
+                                    f"{reason}. A GPU that computes wrong results, overheats or "
+                                    "is power-capped under load should not take work: see "
+                                    "kubectl get gpunodereports -l gpuval.dev/validation=v"
+                                ),
+                            },
+                        }
+                        for reason in (
+                            "BurnNaN",
+                            "LowThroughput",
+                            "OverTemperature",
+                            "ThermalSlowdown",
+                            "PowerCapped",
+                        )
+                    ],
+                },
+            ],
+        },
+    ]
+
+
+def _node_failed() -> list[dict[str, Any]]:
+    def alert(node: str, reason: str | None) -> dict[str, Any]:
+        labels = {"severity": "warning", "validation": "fleet", "node": node}
+        if reason:
+            labels["reason"] = reason
+        return {
+            "exp_labels": labels,
+            "exp_annotations": {
+                "summary": f"GPU node {node} failed validation fleet",
+                "description": (
+                    f"Node {node} failed a check of GpuValidation fleet (reason: "
+                    f"{reason or 'unknown'}). Its GpuNodeReport names the failing check, the GPU "
+                    "and a hint."
+                ),
+            },
+        }
+
+    return [
+        {
+            "interval": "1m",
+            "input_series": [
+                {"series": 'gpuval_node_passed{validation="fleet",node="gpu-1"}', "values": "1x10"},
+                {"series": 'gpuval_node_passed{validation="fleet",node="gpu-2"}', "values": "0x10"},
+                {
+                    "series": 'gpuval_node_failure_info{validation="fleet",node="gpu-2",'
+                    'reason="EccUncorrectable"}',
+                    "values": "1x10",
+                },
+                # Failed without a failure series (e.g. an older operator): still an alert.
+                {"series": 'gpuval_node_passed{validation="fleet",node="gpu-4"}', "values": "0x10"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "4m", "alertname": "GpuvalNodeFailed", "exp_alerts": []},
+                {
+                    "eval_time": "6m",
+                    "alertname": "GpuvalNodeFailed",
+                    "exp_alerts": [alert("gpu-2", "EccUncorrectable"), alert("gpu-4", None)],
+                },
+            ],
+        }
+    ]
+
+
+def _not_uniform() -> list[dict[str, Any]]:
+    return [
+        {
+            "interval": "1m",
+            "input_series": [
+                {"series": 'gpuval_validation_uniform{validation="fleet"}', "values": "0x20"},
+                {"series": 'gpuval_validation_uniform{validation="pool-b"}', "values": "1x20"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "14m", "alertname": "GpuvalFleetNotUniform", "exp_alerts": []},
+                {
+                    "eval_time": "16m",
+                    "alertname": "GpuvalFleetNotUniform",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {"severity": "warning", "validation": "fleet"},
+                            "exp_annotations": {
+                                "summary": (
+                                    "GPU nodes of fleet differ in driver, CUDA, NCCL or GPU"
+                                ),
+                                "description": (
+                                    "The nodes of GpuValidation fleet do not share one driver, "
+                                    "CUDA, NCCL, GPU model or firmware (mixed versions are a "
+                                    "classic cause of NCCL hangs). kubectl get gpuvalidation "
+                                    "fleet -o jsonpath='{.status.outliers}' names each outlier."
+                                ),
+                            },
+                        }
+                    ],
+                },
+            ],
+        }
+    ]
+
+
+def _stale() -> list[dict[str, Any]]:
+    def alert(validation: str, ago: str) -> dict[str, Any]:
+        return {
+            "exp_labels": {"severity": "warning", "validation": validation},
+            "exp_annotations": {
+                "summary": f"GpuValidation {validation} has no recent successful run",
+                "description": (
+                    f"GpuValidation {validation} last passed on every node {ago} ago (or "
+                    f"never). Check its schedule and its status: kubectl describe gpuvalidation "
+                    f"{validation}"
+                ),
+            },
+        }
+
+    hour = 3600
+    return [
+        {
+            # promtool's clock starts at 0; samples every hour for 60 hours.
+            "interval": "1h",
+            "input_series": [
+                # Last full pass at hour 1: stale (> 48 h) from hour 49 on.
+                {
+                    "series": 'gpuval_validation_last_success_timestamp_seconds{validation="old"}',
+                    "values": f"{hour}x60",
+                },
+                {
+                    "series": (
+                        'gpuval_validation_last_run_start_timestamp_seconds{validation="old"}'
+                    ),
+                    "values": f"{hour}x60",
+                },
+                # Passed at hour 40: fresh all along.
+                {
+                    "series": (
+                        'gpuval_validation_last_success_timestamp_seconds{validation="fresh"}'
+                    ),
+                    "values": f"{40 * hour}x60",
+                },
+                {
+                    "series": (
+                        'gpuval_validation_last_run_start_timestamp_seconds{validation="fresh"}'
+                    ),
+                    "values": f"{40 * hour}x60",
+                },
+                # Never passed; its first run started at hour 0.
+                {
+                    "series": (
+                        'gpuval_validation_last_run_start_timestamp_seconds{validation="never"}'
+                    ),
+                    "values": "0x60",
+                },
+            ],
+            "alert_rule_test": [
+                {"eval_time": "48h", "alertname": "GpuvalValidationStale", "exp_alerts": []},
+                {
+                    "eval_time": "50h",
+                    "alertname": "GpuvalValidationStale",
+                    "exp_alerts": [alert("old", "2d 1h 0m 0s"), alert("never", "2d 2h 0m 0s")],
+                },
+            ],
+        }
+    ]
+
+
+def _unschedulable() -> list[dict[str, Any]]:
+    return [
+        {
+            "interval": "1m",
+            "input_series": [
+                {
+                    "series": 'gpuval_validation_unschedulable_pods{validation="fleet"}',
+                    "values": "2x40",
+                },
+                {
+                    "series": 'gpuval_validation_unschedulable_pods{validation="idle"}',
+                    "values": "0x40",
+                },
+            ],
+            "alert_rule_test": [
+                {"eval_time": "29m", "alertname": "GpuvalAgentPodsUnschedulable", "exp_alerts": []},
+                {
+                    "eval_time": "31m",
+                    "alertname": "GpuvalAgentPodsUnschedulable",
+                    "exp_alerts": [
+                        {
+                            "exp_labels": {"severity": "warning", "validation": "fleet"},
+                            "exp_annotations": {
+                                "summary": "2 gpuval agent pods of fleet cannot be scheduled",
+                                "description": (
+                                    "Agent pods of GpuValidation fleet wait for their nodes' "
+                                    "GPUs (nvidia.com/gpu) or are kept off by taints. They never "
+                                    "preempt work; if the GPUs stay busy the nodes fail as "
+                                    "PodUnschedulable at the per-node timeout. kubectl -n "
+                                    "gpuval-system get pods -l gpuval.dev/validation=fleet"
+                                ),
+                            },
+                        }
+                    ],
+                },
+            ],
+        }
+    ]
+
+
+CASES = {
+    "GpuvalNodeFailedBurn": _failed_burn,
+    "GpuvalNodeFailed": _node_failed,
+    "GpuvalFleetNotUniform": _not_uniform,
+    "GpuvalValidationStale": _stale,
+    "GpuvalAgentPodsUnschedulable": _unschedulable,
+}
+
+
+def test_every_alert_of_the_chart_has_promtool_cases(rules_file: Path) -> None:
+    rules = yaml.safe_load(rules_file.read_text())
+    rendered = [r["alert"] for group in rules["groups"] for r in group["rules"]]
+    assert sorted(rendered) == sorted(ALERTS) == sorted(CASES)
+
+
+def test_promtool_check_rules_accepts_the_charts_rules(promtool: Path, rules_file: Path) -> None:
+    proc = subprocess.run(
+        [str(promtool), "check", "rules", str(rules_file)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"SUCCESS: {len(ALERTS)} rules found" in proc.stdout
+
+
+@pytest.mark.parametrize("alert", ALERTS)
+def test_promtool_test_rules_passes_for(
+    alert: str, promtool: Path, rules_file: Path, tmp_path: Path
+) -> None:
+    tests = {
+        "rule_files": [str(rules_file)],
+        "evaluation_interval": "1m",
+        "tests": CASES[alert](),
+    }
+    test_file = tmp_path / f"{alert}.test.yaml"
+    test_file.write_text(yaml.safe_dump(tests, sort_keys=False))
+
+    proc = subprocess.run(
+        [str(promtool), "test", "rules", str(test_file)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout

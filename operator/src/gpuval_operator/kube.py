@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import random
 import ssl
 import time
@@ -62,9 +63,11 @@ def load_credentials(kubeconfig: str | None = None) -> Credentials:
 
     cfg = Configuration()
     token_file: str | None = None
-    try:
-        kconfig.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
-    except kconfig.ConfigException:
+    # The kubernetes package reads $KUBECONFIG once, at import; read it now so a changed one counts.
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path or not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        kconfig.load_kube_config(config_file=path, client_configuration=cfg)  # type: ignore[no-untyped-call]
+    else:
         kconfig.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token"
     context: ssl.SSLContext | bool

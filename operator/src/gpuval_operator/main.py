@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 from typing import Any
 
 import kopf
@@ -41,6 +42,18 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.networking.request_timeout = 60
     settings.networking.connect_timeout = 30
     settings.scanning.disabled = True
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """$KUBECONFIG as it is at login time, else the pod's ServiceAccount.
+
+    kopf's default login goes through the kubernetes package, which reads $KUBECONFIG once at
+    import: an operator started in-process after the variable changed would not see it.
+    """
+    if os.environ.get("KUBECONFIG"):
+        return kopf.login_with_kubeconfig(**kwargs)
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
 
 @kopf.on.startup()

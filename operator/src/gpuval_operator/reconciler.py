@@ -580,11 +580,11 @@ class ValidationController:
 
     async def _after_verdicts(self, run: RunState, spec: GpuValidationSpec) -> None:
         """Node actions and Events for nodes that got a verdict since the last step."""
-        if not run.finished:
-            return
-        finished, run.finished = run.finished, []
-        self.dirty = True
-        await self._bounded(self._act_on_node(run, node, spec) for node in finished)
+        # Verdicts that arrive while the nodes are being patched are picked up by the next pass.
+        while run.finished:
+            finished, run.finished = run.finished, []
+            self.dirty = True
+            await self._bounded(self._act_on_node(run, node, spec) for node in finished)
 
     async def _act_on_node(self, run: RunState, node_name: str, spec: GpuValidationSpec) -> None:
         record = run.nodes[node_name]

@@ -1,0 +1,528 @@
+"""The operator on the real control plane, with the real agent run by the pod runner on kwok nodes.
+
+Each test adds its own simulated nodes under a unique label and selects only them, so tests sharing
+the session's cluster never validate each other's nodes. The operator runs in-process through
+kopf's KopfRunner, except where a test kills it: there it is its own process, ended with SIGKILL as
+a crashed pod would be.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import signal
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuval_devtools.controlplane import Cluster
+from gpuval_devtools.demo import (
+    AGENT_NAMESPACE,
+    agent_rbac,
+    free_port,
+    operator_process,
+    podrunner_process,
+    simulated_node,
+)
+from tests.integration.conftest import get_json, wait_for
+
+pytestmark = pytest.mark.usefixtures("install_crds")
+
+Factory = Callable[..., contextlib.AbstractContextManager[Any]]
+TERMINAL = ("Succeeded", "Failed")
+
+
+@pytest.fixture(scope="module")
+def podrunner(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The kubelet stand-in for the simulated nodes; yields the agents' log directory."""
+    cluster.apply(agent_rbac())
+    logs = tmp_path_factory.mktemp("agents")
+    with podrunner_process(cluster, logs_dir=logs, log_file=logs / "podrunner.log"):
+        yield logs
+
+
+@pytest.fixture
+def operator(
+    kopf_runner: Factory, monkeypatch: pytest.MonkeyPatch, podrunner: Path
+) -> Callable[[], contextlib.AbstractContextManager[int]]:
+    """A factory: `with operator() as metrics_port:` runs the operator in-process."""
+
+    @contextlib.contextmanager
+    def run() -> Iterator[int]:
+        port = free_port()
+        monkeypatch.setenv("GPUVAL_METRICS_PORT", str(port))
+        monkeypatch.setenv("GPUVAL_AGENT_NAMESPACE", AGENT_NAMESPACE)
+        monkeypatch.setenv("GPUVAL_POD_GRACE_SECONDS", "3")
+        with kopf_runner() as runner:
+            yield port
+        assert runner.exception is None, runner.exception
+
+    return run
+
+
+class Fleet:
+    """A test's own simulated nodes, all carrying one unique label its GpuValidation selects."""
+
+    def __init__(self, cluster: Cluster, label: str) -> None:
+        self.cluster = cluster
+        self.label = label
+        self.nodes: list[str] = []
+
+    def add(self, name: str, faults: Sequence[dict[str, Any]] = (), **simulate: Any) -> str:
+        node = simulated_node(name, faults, **simulate)
+        self.cluster.add_nodes([dataclasses.replace(node, labels={"gpuval-test": self.label})])
+        self.nodes.append(name)
+        return name
+
+    def validation(self, name: str, **spec: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "nodeSelector": {"matchLabels": {"gpuval-test": self.label}},
+            "nodeTimeoutSeconds": 120,
+            "checks": {"burn": {"durationSeconds": 5}, "nccl": {"maxBytes": 1 << 24}},
+        }
+        body.update(spec)
+        return {
+            "apiVersion": "gpuval.dev/v1alpha1",
+            "kind": "GpuValidation",
+            "metadata": {"name": name},
+            "spec": body,
+        }
+
+
+@pytest.fixture
+def fleet(cluster: Cluster, unique_name: Callable[[str], str]) -> Iterator[Fleet]:
+    own = Fleet(cluster, unique_name("fleet"))
+    yield own
+    for node in own.nodes:
+        cluster.kubectl("delete", "node", node, "--wait=false", check=False)
+
+
+def apply(cluster: Cluster, obj: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj))
+
+
+def delete_validation(cluster: Cluster, name: str) -> None:
+    cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
+
+
+def status_of(cluster: Cluster, name: str) -> dict[str, Any]:
+    obj = get_json(cluster, "gpuvalidation", name) or {}
+    status: dict[str, Any] = obj.get("status") or {}
+    return status
+
+
+def conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status.get("conditions") or []}
+
+
+def completed_run(
+    cluster: Cluster, name: str, timeout: float = 120, after: int = 0
+) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        status = status_of(cluster, name)
+        run = status.get("run") or {}
+        if run.get("completedAt") and int(run.get("number") or 0) > after:
+            return status
+        return None
+
+    result: dict[str, Any] = wait_for(
+        f"a completed run of {name}", done, timeout=timeout, interval=1
+    )
+    return result
+
+
+def reports_of(cluster: Cluster, name: str, run: str | None = None) -> list[dict[str, Any]]:
+    selector = f"gpuval.dev/validation={name}" + (f",gpuval.dev/run={run}" if run else "")
+    items: list[dict[str, Any]] = (get_json(cluster, "gpunodereports", "-l", selector) or {}).get(
+        "items", []
+    )
+    return items
+
+
+def pods_of(cluster: Cluster, name: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = (
+        get_json(cluster, "pods", "-n", AGENT_NAMESPACE, "-l", f"gpuval.dev/validation={name}")
+        or {}
+    ).get("items", [])
+    return items
+
+
+def by_node(reports: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["spec"]["node"]: r.get("status") or {} for r in reports}
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text: str = resp.read().decode()
+        return text
+
+
+def test_a_run_validates_every_selected_node_and_names_the_faulty_one(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Callable[[], contextlib.AbstractContextManager[int]],
+    unique_name: Callable[[str], str],
+) -> None:
+    good = [fleet.add(unique_name("ok")) for _ in range(2)]
+    bad = fleet.add(unique_name("bad"), faults=[{"kind": "miscompare", "gpu": 3}])
+    name = unique_name("e2e")
+    with operator() as port:
+        apply(cluster, fleet.validation(name, maxConcurrent=3))
+        status = completed_run(cluster, name)
+        metrics = scrape(port)
+        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        delete_validation(cluster, name)
+
+    assert status["nodes"] == {"total": 3, "pending": 0, "running": 0, "passed": 2, "failed": 1}
+    assert status["phase"] == "Failed"
+    assert status["failingNodes"] == [
+        {"node": bad, "reason": "BurnMismatch", "message": status["failingNodes"][0]["message"]}
+    ]
+    cond = conditions(status)
+    assert cond["Succeeded"]["status"] == "False" and cond["NodesHealthy"]["status"] == "False"
+    assert cond["Uniform"]["status"] == "True" and cond["Invalid"]["status"] == "False"
+    assert all(c["observedGeneration"] == 1 for c in cond.values())
+
+    assert set(reports) == {*good, bad}
+    assert all(
+        reports[n]["verdict"] == "Passed" and reports[n]["summary"]["gpuCount"] == 8 for n in good
+    )
+    assert reports[bad]["verdict"] == "Failed" and reports[bad]["reason"] == "BurnMismatch"
+    assert reports[bad]["result"]["backend"] == "simulated"
+
+    labels = {n: get_json(cluster, "node", n)["metadata"]["labels"] for n in fleet.nodes}
+    assert {n: labels[n].get("gpuval.dev/verdict") for n in fleet.nodes} == {
+        **{n: "passed" for n in good},
+        bad: "failed",
+    }
+    assert labels[bad]["gpuval.dev/reason"] == "BurnMismatch"
+    assert f'gpuval_node_passed{{node="{bad}",validation="{name}"}} 0.0' in metrics
+    assert f'gpuval_validation_nodes{{state="passed",validation="{name}"}} 2.0' in metrics
+    assert (
+        f'gpuval_node_failure_info{{node="{bad}",reason="BurnMismatch",validation="{name}"}} 1.0'
+        in metrics
+    )
+
+    events = get_json(
+        cluster, "events", "-n", "default", "--field-selector", f"involvedObject.name={bad}"
+    )
+    assert any(e["reason"] == "ValidationFailed" for e in events["items"])
+
+
+def test_the_concurrency_limit_holds_across_waves(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Callable[[], contextlib.AbstractContextManager[int]],
+    unique_name: Callable[[str], str],
+) -> None:
+    for _ in range(5):
+        fleet.add(unique_name("wave"), timeScale=0.1)
+    name = unique_name("conc")
+    busiest = 0
+    with operator():
+        apply(cluster, fleet.validation(name, maxConcurrent=2))
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            # A node is in flight from its pod's creation until its report has a verdict; its
+            # pod may still be wrapping up after that, which is not validation work. Pods are
+            # listed before reports, so a wave that starts between the two lists is not
+            # counted together with the node that made room for it.
+            pods = pods_of(cluster, name)
+            done = {
+                n
+                for n, s in by_node(reports_of(cluster, name)).items()
+                if s.get("phase") == "Completed"
+            }
+            in_flight = [
+                p
+                for p in pods
+                if p["metadata"]["annotations"]["gpuval.dev/node"] not in done
+                and (p.get("status") or {}).get("phase") not in TERMINAL
+            ]
+            busiest = max(busiest, len(in_flight))
+            if (status_of(cluster, name).get("run") or {}).get("completedAt"):
+                break
+            time.sleep(0.3)
+        status = status_of(cluster, name)
+        delete_validation(cluster, name)
+    assert status["nodes"]["passed"] == 5
+    assert busiest == 2, f"at most 2 nodes at a time, and the limit was used; saw {busiest}"
+
+
+def test_an_agent_that_never_finishes_fails_its_node_at_the_timeout_and_its_pod_goes(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Callable[[], contextlib.AbstractContextManager[int]],
+    unique_name: Callable[[str], str],
+) -> None:
+    healthy = fleet.add(unique_name("ok"))
+    hung = fleet.add(unique_name("hang"), faults=[{"kind": "hang"}])
+    name = unique_name("hang")
+    with operator():
+        apply(
+            cluster,
+            fleet.validation(name, nodeTimeoutSeconds=20, checks={"burn": {"durationSeconds": 1}}),
+        )
+        status = completed_run(cluster, name, timeout=150)
+        wait_for(
+            "the hung agent's pod to be deleted",
+            lambda: all(
+                p["metadata"]["annotations"]["gpuval.dev/node"] != hung
+                for p in pods_of(cluster, name)
+            ),
+            timeout=60,
+        )
+        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        delete_validation(cluster, name)
+    assert reports[healthy]["verdict"] == "Passed"
+    assert reports[hung]["verdict"] == "Failed" and reports[hung]["reason"] == "TimedOut"
+    assert "did not finish within 20s" in reports[hung]["message"]
+
+
+def test_a_node_removed_mid_run_fails_as_node_gone(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Callable[[], contextlib.AbstractContextManager[int]],
+    unique_name: Callable[[str], str],
+) -> None:
+    stays = fleet.add(unique_name("stays"))
+    leaves = fleet.add(unique_name("leaves"), faults=[{"kind": "hang"}])
+    name = unique_name("gone")
+    with operator():
+        apply(
+            cluster,
+            fleet.validation(name, nodeTimeoutSeconds=90, checks={"burn": {"durationSeconds": 1}}),
+        )
+        wait_for(
+            "the leaving node's agent to run",
+            lambda: any(
+                p["metadata"]["annotations"]["gpuval.dev/node"] == leaves
+                and (p.get("status") or {}).get("phase") == "Running"
+                for p in pods_of(cluster, name)
+            ),
+            timeout=60,
+        )
+        cluster.delete_node(leaves)
+        status = completed_run(cluster, name, timeout=150)
+        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        delete_validation(cluster, name)
+    assert reports[stays]["verdict"] == "Passed"
+    assert reports[leaves]["reason"] == "NodeGone", reports[leaves]
+    assert leaves in reports[leaves]["message"]
+
+
+def test_an_invalid_spec_is_reported_and_nothing_is_scheduled_until_it_is_fixed(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Callable[[], contextlib.AbstractContextManager[int]],
+    unique_name: Callable[[str], str],
+) -> None:
+    fleet.add(unique_name("n"))
+    name = unique_name("bad-spec")
+    rejected = cluster.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump(fleet.validation(name, maxConcurrent="150%")),
+        check=False,
+    )
+    assert rejected.returncode != 0
+    assert (
+        "maxConcurrent must be a node count >= 1 or a percentage from 1% to 100%" in rejected.stderr
+    )
+    with operator():
+        apply(cluster, fleet.validation(name, schedule="every night"))
+
+        def invalid() -> dict[str, Any] | None:
+            cond = conditions(status_of(cluster, name)).get("Invalid")
+            return cond if cond and cond["status"] == "True" else None
+
+        cond = wait_for("the Invalid condition", invalid, timeout=60)
+        assert "spec.schedule='every night'" in cond["message"]
+        assert "not a cron expression" in cond["message"]
+        time.sleep(3)
+        assert reports_of(cluster, name) == [] and pods_of(cluster, name) == []
+        assert status_of(cluster, name)["phase"] == "Invalid"
+
+        apply(cluster, fleet.validation(name))
+        status = completed_run(cluster, name)
+        delete_validation(cluster, name)
+    cond = conditions(status)
+    assert cond["Invalid"]["status"] == "False" and cond["Succeeded"]["status"] == "True"
+    # The first run of the object: nothing ran while the spec was invalid.
+    assert status["run"]["trigger"] == "created" and status["observedGeneration"] == 2
+
+
+def test_a_schedule_starts_a_new_run_at_each_tick(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Callable[[], contextlib.AbstractContextManager[int]],
+    unique_name: Callable[[str], str],
+) -> None:
+    fleet.add(unique_name("n"))
+    name = unique_name("cron")
+    with operator():
+        # A 6th cron field counts seconds: a tick every 15 s keeps the test short.
+        apply(cluster, fleet.validation(name, schedule="* * * * * */15", history=2))
+        first = completed_run(cluster, name)
+        assert first["nextRunAt"]
+        second = completed_run(cluster, name, timeout=90, after=first["run"]["number"])
+        third = completed_run(cluster, name, timeout=90, after=second["run"]["number"])
+        runs_kept = {r["spec"]["run"] for r in reports_of(cluster, name)}
+        delete_validation(cluster, name)
+    assert (first["run"]["trigger"], second["run"]["trigger"], third["run"]["trigger"]) == (
+        "created",
+        "schedule",
+        "schedule",
+    )
+    assert third["run"]["number"] == first["run"]["number"] + 2
+    assert runs_kept == {second["run"]["id"], third["run"]["id"]}, "history: 2 keeps two runs"
+
+
+def test_uniformity_names_the_outlier_with_its_value_and_the_majority(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Callable[[], contextlib.AbstractContextManager[int]],
+    unique_name: Callable[[str], str],
+) -> None:
+    fleet.add(unique_name("a"))
+    fleet.add(unique_name("b"))
+    odd = fleet.add(unique_name("odd"), driver="550.54.15")
+    name = unique_name("uni")
+    with operator() as port:
+        apply(
+            cluster,
+            fleet.validation(name, maxConcurrent="100%", expected={"ncclVersion": "2.28.9"}),
+        )
+        status = completed_run(cluster, name)
+        metrics = scrape(port)
+        delete_validation(cluster, name)
+    assert conditions(status)["Uniform"]["status"] == "False"
+    assert {
+        "field": "driverVersion",
+        "node": odd,
+        "value": "550.54.15",
+        "expected": "580.159.04",
+        "source": "majority",
+    } in status["outliers"]
+    assert f'gpuval_validation_uniform{{validation="{name}"}} 0.0' in metrics
+
+
+def test_node_actions_are_set_on_failure_and_removed_when_the_node_passes_again(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Callable[[], contextlib.AbstractContextManager[int]],
+    unique_name: Callable[[str], str],
+) -> None:
+    node = fleet.add(unique_name("flaky"), faults=[{"kind": "ecc-uncorrectable", "gpu": 1}])
+    admin_taint = {"key": "example.com/maintenance", "value": "bios", "effect": "PreferNoSchedule"}
+    cluster.kubectl(
+        "patch",
+        "node",
+        node,
+        "--type=json",
+        "-p",
+        json.dumps([{"op": "add", "path": "/spec/taints", "value": [admin_taint]}]),
+    )
+    name = unique_name("act")
+    actions = {"label": True, "cordon": True, "taint": {"effect": "NoSchedule"}}
+    with operator():
+        apply(cluster, fleet.validation(name, nodeActions=actions))
+        completed_run(cluster, name)
+        failed = get_json(cluster, "node", node)
+        # The node is repaired: its simulation turns healthy, and a spec change starts a new run.
+        cluster.kubectl(
+            "annotate",
+            "node",
+            node,
+            "--overwrite",
+            "gpuval.dev/simulate=" + json.dumps({"gpus": 8, "timeScale": 0.01}),
+        )
+        apply(cluster, fleet.validation(name, nodeActions=actions, history=2))
+        passed_status = completed_run(cluster, name, after=1)
+        passed = get_json(cluster, "node", node)
+        delete_validation(cluster, name)
+
+    assert failed["spec"]["unschedulable"] is True
+    assert failed["metadata"]["annotations"]["gpuval.dev/cordoned-by"] == name
+    assert {
+        "key": "gpuval.dev/unhealthy",
+        "value": "EccUncorrectable",
+        "effect": "NoSchedule",
+    } in failed["spec"]["taints"]
+    assert failed["metadata"]["labels"]["gpuval.dev/verdict"] == "failed"
+
+    assert passed_status["nodes"]["passed"] == 1, "a node gpuval cordoned is validated again"
+    assert not passed["spec"].get("unschedulable")
+    assert "gpuval.dev/cordoned-by" not in passed["metadata"]["annotations"]
+    assert passed["spec"]["taints"] == [admin_taint]
+    assert passed["metadata"]["labels"]["gpuval.dev/verdict"] == "passed"
+    assert "gpuval.dev/reason" not in passed["metadata"]["labels"]
+
+
+def test_an_operator_killed_mid_run_resumes_without_duplicate_pods_or_lost_results(
+    cluster: Cluster,
+    fleet: Fleet,
+    podrunner: Path,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    for _ in range(6):
+        fleet.add(unique_name("r"), timeScale=0.2)
+    name = unique_name("restart")
+    seen: dict[str, set[str]] = {}
+
+    def record_pods() -> None:
+        for pod in pods_of(cluster, name):
+            node = pod["metadata"]["annotations"]["gpuval.dev/node"]
+            seen.setdefault(node, set()).add(pod["metadata"]["uid"])
+
+    env = {"GPUVAL_POD_GRACE_SECONDS": "3"}
+    with operator_process(
+        cluster.kubeconfig, metrics_port=free_port(), log_file=tmp_path / "op1.log", extra_env=env
+    ) as first:
+        apply(
+            cluster,
+            fleet.validation(name, maxConcurrent=2, checks={"burn": {"durationSeconds": 20}}),
+        )
+
+        def some_done_some_not() -> bool:
+            record_pods()
+            nodes = status_of(cluster, name).get("nodes") or {}
+            return bool(nodes.get("passed")) and nodes.get("pending", 0) > 0
+
+        wait_for("a run part-way through", some_done_some_not, timeout=120, interval=0.3)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    before = status_of(cluster, name)
+    with operator_process(
+        cluster.kubeconfig, metrics_port=free_port(), log_file=tmp_path / "op2.log", extra_env=env
+    ):
+
+        def finished() -> dict[str, Any] | None:
+            record_pods()
+            status = status_of(cluster, name)
+            return status if (status.get("run") or {}).get("completedAt") else None
+
+        status = wait_for("the resumed run to complete", finished, timeout=240, interval=0.3)
+        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        delete_validation(cluster, name)
+        # This operator removes the finalizer; give it the moment it needs before it stops.
+        wait_for(
+            "the validation to go",
+            lambda: get_json(cluster, "gpuvalidation", name) is None,
+            timeout=30,
+        )
+
+    assert status["run"]["id"] == before["run"]["id"], "the run resumed, no new run started"
+    assert status["nodes"] == {"total": 6, "pending": 0, "running": 0, "passed": 6, "failed": 0}
+    assert set(seen) == set(fleet.nodes)
+    duplicates = {node: uids for node, uids in seen.items() if len(uids) != 1}
+    assert duplicates == {}, f"one agent pod per node, got {duplicates}"
+    assert {n: r.get("verdict") for n, r in reports.items()} == {n: "Passed" for n in fleet.nodes}

@@ -1,0 +1,249 @@
+"""The burn alert end to end with a real Prometheus (Debian's) on loopback: it scrapes the real
+operator's /metrics (the operator running with the chart's ServiceAccount and configuration) while a
+simulated node fails its burn, evaluates the chart's rules, and the alert reaches `firing` in
+Prometheus' HTTP API. In the same setting every Grafana dashboard query is run against what
+Prometheus scraped from the operator, and must return series.
+
+Scrape and evaluation intervals are one second; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import re
+import subprocess
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuval_devtools.controlplane import Cluster, debian_binary
+from tests.integration import chart_support as chart
+from tests.integration.conftest import get_json, wait_for
+
+MISCOMPARE = [{"kind": "miscompare", "gpu": 3}]
+DASHBOARD = chart.CHART / "files" / "dashboard.json"
+METRIC_NAME = re.compile(r"\bgpuval_[a-z0-9_]+\b")
+
+
+@pytest.fixture
+def release(cluster: Cluster, install_crds: list[str]) -> Iterator[chart.Release]:
+    namespace = f"alerts-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", namespace)
+    installed = chart.install(cluster, chart.new_release_name(), namespace)
+    try:
+        yield installed
+    finally:
+        chart.uninstall(cluster, installed)
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+class Prometheus:
+    def __init__(self, port: int) -> None:
+        self.base = f"http://127.0.0.1:{port}"
+
+    def get(self, path: str, **params: str) -> Any:
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        with urllib.request.urlopen(self.base + path + query, timeout=10) as answer:
+            return json.loads(answer.read())
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.base + "/-/ready", timeout=2) as answer:
+                return bool(answer.status == 200)
+        except OSError:
+            return False
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        answer = self.get("/api/v1/query", query=expr)
+        assert answer["status"] == "success", answer
+        result: list[dict[str, Any]] = answer["data"]["result"]
+        return result
+
+    def alerts(self) -> list[dict[str, Any]]:
+        alerts: list[dict[str, Any]] = self.get("/api/v1/alerts")["data"]["alerts"]
+        return alerts
+
+    def target_health(self) -> list[str]:
+        targets = self.get("/api/v1/targets")["data"]["activeTargets"]
+        return [t["health"] for t in targets]
+
+
+@contextlib.contextmanager
+def prometheus(metrics_port: int, workdir: Path) -> Iterator[Prometheus]:
+    """Debian's prometheus on loopback, scraping the operator every second and evaluating the
+    chart's rules (every `for` at 0 so the test waits seconds, not minutes) every second."""
+    binary = debian_binary("prometheus", ["prometheus"], log=lambda _m: None)["prometheus"]
+    objs = chart.render(
+        values={
+            "prometheusRule.enabled": True,
+            "prometheusRule.nodeFailed.for": "0m",
+        }
+    )
+    rules = workdir / "gpuval-rules.yaml"
+    rules.write_text(yaml.safe_dump(chart.find(objs, "PrometheusRule")["spec"]))
+    config = workdir / "prometheus.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "rule_files": [str(rules)],
+                "scrape_configs": [
+                    {
+                        "job_name": "gpuval-operator",
+                        "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}],
+                    }
+                ],
+            }
+        )
+    )
+    port = chart.free_port()
+    argv = [
+        str(binary),
+        f"--config.file={config}",
+        f"--storage.tsdb.path={workdir / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    with (workdir / "prometheus.log").open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            server = Prometheus(port)
+            wait_for("prometheus to be ready", server.ready, timeout=60)
+            yield server
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _completed(cluster: Cluster, name: str) -> bool:
+    status = (get_json(cluster, "gpuvalidation", name) or {}).get("status") or {}
+    return bool((status.get("run") or {}).get("completedAt"))
+
+
+def _gone(cluster: Cluster, name: str) -> bool:
+    return get_json(cluster, "gpuvalidation", name) is None
+
+
+def _firing(server: Prometheus, alertname: str, node: str) -> dict[str, Any] | None:
+    for alert in server.alerts():
+        labels = alert["labels"]
+        if (labels["alertname"], labels.get("node"), alert["state"]) == (alertname, node, "firing"):
+            return alert
+    return None
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    """(panel title, PromQL) of every dashboard query, the template variables set to match all."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    queries = [
+        (panel["title"], target["expr"])
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+    ]
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            query = variable["query"]["query"]
+            # label_values(expr, label) is Grafana's, not PromQL: its series selector is.
+            selector = re.fullmatch(r"label_values\((.+), *\w+\)", query)
+            assert selector, query
+            queries.append((f"variable {variable['name']}", selector.group(1)))
+    return [
+        (title, expr.replace('"$validation"', '".*"').replace('"$node"', '".*"'))
+        for title, expr in queries
+    ]
+
+
+def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator_series(
+    cluster: Cluster,
+    release: chart.Release,
+    kopf_runner: Callable[..., contextlib.AbstractContextManager[Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    tag = uuid.uuid4().hex[:6]
+    burn_pool, healthy_pool = f"burn-{tag}", f"healthy-{tag}"
+    good, bad, healthy = f"{burn_pool}-good", f"{burn_pool}-bad", f"{healthy_pool}-0"
+    cluster.add_nodes(
+        [
+            chart.pool_node(good, burn_pool),
+            chart.pool_node(bad, burn_pool, MISCOMPARE),
+            chart.pool_node(healthy, healthy_pool),
+        ]
+    )
+    # Two validations: one with a node failing its burn, one that passes whole (so the
+    # last-success series the stale alert and a dashboard panel read exists too).
+    validations = {f"alerts-{burn_pool}": burn_pool, f"alerts-{healthy_pool}": healthy_pool}
+    port = chart.operator_as_chart_serviceaccount(cluster, release, tmp_path, monkeypatch)
+    # The dashboard's per-GPU panels read the series the chart's operator.metricsPerGpu adds.
+    monkeypatch.setenv("GPUVAL_METRICS_PER_GPU", "true")
+    try:
+        with (
+            chart.podrunner(cluster, release.namespace, tmp_path),
+            kopf_runner() as runner,
+            prometheus(port, tmp_path) as server,
+        ):
+            cluster.apply([chart.validation(name, pool) for name, pool in validations.items()])
+            for name in validations:
+                wait_for(
+                    f"GpuValidation {name} to complete its run",
+                    functools.partial(_completed, cluster, name),
+                    timeout=180,
+                    interval=1,
+                )
+            burn = wait_for(
+                f"GpuvalNodeFailedBurn for {bad} to reach firing in Prometheus",
+                lambda: _firing(server, "GpuvalNodeFailedBurn", bad),
+                timeout=60,
+                interval=1,
+            )
+            failed = wait_for(
+                f"GpuvalNodeFailed for {bad} to reach firing in Prometheus",
+                lambda: _firing(server, "GpuvalNodeFailed", bad),
+                timeout=60,
+                interval=1,
+            )
+            alerts = server.alerts()
+            assert server.target_health() == ["up"]
+            scraped = chart.scrape(port)
+            empty = [(title, expr) for title, expr in dashboard_queries() if not server.query(expr)]
+            for name in validations:
+                cluster.kubectl("delete", "gpuvalidation", name, "--wait=false")
+            for name in validations:
+                wait_for(
+                    f"the operator to finish {name}",
+                    functools.partial(_gone, cluster, name),
+                )
+        assert runner.exit_code == 0, runner.output
+    finally:
+        for name in validations:
+            cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
+        for node in (good, bad, healthy):
+            cluster.kubectl("delete", "node", node, "--wait=false", check=False)
+
+    burn_validation = f"alerts-{burn_pool}"
+    assert burn["labels"]["validation"] == burn_validation
+    assert burn["labels"]["reason"] == "BurnMismatch"
+    assert burn["labels"]["severity"] == "critical"
+    assert burn["annotations"]["summary"] == f"GPU node {bad} failed its burn: BurnMismatch"
+    assert failed["labels"]["reason"] == "BurnMismatch"
+    # Only the failing node alerts: the passing ones of both validations do not.
+    alerting_nodes = {
+        a["labels"].get("node") for a in alerts if a["labels"]["alertname"].startswith("GpuvalNode")
+    }
+    assert alerting_nodes == {bad}
+
+    assert not empty, f"dashboard queries with no series from the operator: {empty}"
+    exported = set(re.findall(r"^(gpuval_[a-z0-9_]+)", scraped, flags=re.MULTILINE))
+    dashboard_names = set(METRIC_NAME.findall(DASHBOARD.read_text()))
+    assert dashboard_names <= exported, sorted(dashboard_names - exported)

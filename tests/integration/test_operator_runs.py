@@ -30,6 +30,7 @@ from gpuval_devtools.demo import (
     podrunner_process,
     simulated_node,
 )
+from gpuval_operator import rbac
 from tests.integration.conftest import get_json, wait_for
 
 pytestmark = pytest.mark.usefixtures("install_crds")
@@ -526,3 +527,64 @@ def test_an_operator_killed_mid_run_resumes_without_duplicate_pods_or_lost_resul
     duplicates = {node: uids for node, uids in seen.items() if len(uids) != 1}
     assert duplicates == {}, f"one agent pod per node, got {duplicates}"
     assert {n: r.get("verdict") for n, r in reports.items()} == {n: "Passed" for n in fleet.nodes}
+
+
+def test_the_operator_works_with_only_the_rbac_it_declares_and_is_denied_the_rest(
+    cluster: Cluster,
+    fleet: Fleet,
+    podrunner: Path,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    ok = fleet.add(unique_name("ok"))
+    bad = fleet.add(unique_name("bad"), faults=[{"kind": "xid", "gpu": 0}])
+    account, home = unique_name("operator"), unique_name("opns")
+    cluster.apply(
+        [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": home}},
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": account, "namespace": home},
+            },
+            rbac.cluster_role(account),
+            rbac.binding("ClusterRole", account, account, home),
+            rbac.role(account, AGENT_NAMESPACE, rbac.AGENT_NAMESPACE_RULES),
+            rbac.binding("Role", account, account, home, AGENT_NAMESPACE),
+            rbac.role(account, home, rbac.EVENT_NAMESPACE_RULES),
+            rbac.binding("Role", account, account, home, home),
+        ]
+    )
+    token = cluster.kubectl("create", "token", account, "-n", home).stdout.strip()
+    kubeconfig = cluster.token_kubeconfig(token, tmp_path / "operator.kubeconfig")
+    name = unique_name("rbac")
+    log = tmp_path / "operator.log"
+    env = {"GPUVAL_EVENT_NAMESPACE": home, "GPUVAL_POD_GRACE_SECONDS": "3"}
+    with operator_process(kubeconfig, metrics_port=free_port(), log_file=log, extra_env=env):
+        apply(cluster, fleet.validation(name, nodeActions={"taint": {"effect": "NoSchedule"}}))
+        status = completed_run(cluster, name)
+        tainted = get_json(cluster, "node", bad)["spec"].get("taints") or []
+        events = get_json(cluster, "events", "-n", home)["items"]
+        delete_validation(cluster, name)
+        wait_for(
+            "the finalizer to be removed",
+            lambda: get_json(cluster, "gpuvalidation", name) is None,
+            timeout=30,
+        )
+
+    assert status["nodes"]["passed"] == 1 and status["failingNodes"][0]["node"] == bad
+    assert any(t["key"] == "gpuval.dev/unhealthy" for t in tainted)
+    assert {"RunStarted", "RunCompleted", "ValidationFailed"} <= {e["reason"] for e in events}
+    text = log.read_text()
+    assert "Forbidden" not in text and "HTTP 403" not in text, text[-3000:]
+    assert ok in {n for n in fleet.nodes}
+    who = f"system:serviceaccount:{home}:{account}"
+    for verb, resource, *where in (
+        ("delete", "nodes"),
+        ("get", "secrets", "-n", home),
+        ("create", "pods", "-n", "default"),
+        ("delete", "gpuvalidations"),
+        ("update", "nodes"),
+    ):
+        answer = cluster.kubectl("auth", "can-i", verb, resource, *where, "--as", who, check=False)
+        assert answer.stdout.strip() == "no", f"{who} may {verb} {resource} {where}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 
 class ConfigError(ValueError):
@@ -32,6 +33,12 @@ def _bool(env: dict[str, str], name: str, default: bool) -> bool:
     if raw.lower() in ("0", "false", "no", "off"):
         return False
     raise ConfigError(f"{name}={raw!r} is not a boolean; use true or false")
+
+
+def _own_namespace() -> str | None:
+    """The operator pod's namespace; Events go there by default, as kopf's own do."""
+    path = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    return path.read_text().strip() if path.is_file() else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,5 +73,7 @@ class OperatorConfig:
                 _int(env, "GPUVAL_POD_GRACE_SECONDS", int(d.pod_grace_seconds), 0)
             ),
             events_per_run=_int(env, "GPUVAL_EVENTS_PER_RUN", d.events_per_run),
-            event_namespace=env.get("GPUVAL_EVENT_NAMESPACE") or d.event_namespace,
+            event_namespace=env.get("GPUVAL_EVENT_NAMESPACE")
+            or _own_namespace()
+            or d.event_namespace,
         )

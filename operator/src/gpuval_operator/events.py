@@ -31,7 +31,9 @@ def build_event(
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"generateName": f"{involved['name'][:200]}.", "namespace": namespace},
-        "involvedObject": involved,
+        # The API server wants the two namespaces equal even for a cluster-scoped object (kopf
+        # does the same); `kubectl describe` still finds the Event by kind, name and uid.
+        "involvedObject": {**involved, "namespace": namespace},
         "reason": reason,
         "message": message[:1024],
         "type": "Warning" if warning else "Normal",

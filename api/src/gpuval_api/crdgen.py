@@ -65,8 +65,11 @@ def structural(node: dict[str, Any], defs: dict[str, Any], path: str = "") -> di
         outer = {k: v for k, v in node.items() if k != "anyOf"}
         if types == ["integer", "string"]:
             out["x-kubernetes-int-or-string"] = True
-            for key in _PASS_THROUGH & outer.keys():
-                out[key] = outer[key]
+            # Iterate the node's own key order, not the set's: set order follows the hash
+            # seed, and the generated file must be identical on every run.
+            for key in outer:
+                if key in _PASS_THROUGH:
+                    out[key] = outer[key]
             return out
         if len(branches) != 1:
             raise SchemaError(f"{path or '<root>'}: a union of {types} has no structural form")

@@ -26,8 +26,13 @@ cluster-down: ## Stop and delete the local control plane started by cluster-up
 	$(UV) run --frozen python -m gpuval_devtools.controlplane down
 
 .PHONY: crds
-crds: setup ## Regenerate crds/ from the types in api/ (the one source of the CRDs)
+crds: setup ## Regenerate crds/ from the types in api/ (the one source of the CRDs) and sync the chart's copy
 	$(UV) run --frozen python -m gpuval_api.crdgen
+	$(MAKE) chart-crds
+
+.PHONY: chart-crds
+chart-crds: ## Copy crds/*.yaml into charts/gpuval/crds/ (Helm installs, never upgrades, that folder)
+	cp crds/*.yaml charts/gpuval/crds/
 
 .PHONY: check-generated
 check-generated: setup ## Fail when a generated file (CRDs, schemas) is stale against its source

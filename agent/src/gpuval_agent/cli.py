@@ -25,7 +25,14 @@ from gpuval_agent.errors import AgentError
 from gpuval_agent.kube import ApiServer, ReportWriter
 from gpuval_agent.metrics import AgentMetrics
 from gpuval_agent.runner import run_checks
-from gpuval_api.checks import CHECKS_ENV, CheckName, ChecksConfig, Precision, parse_checks
+from gpuval_api.checks import (
+    CHECKS_ENV,
+    CheckName,
+    ChecksConfig,
+    Precision,
+    camel,
+    parse_checks,
+)
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_api.report import build_report_status, build_running_status
 from gpuval_api.result import AgentResult, CheckResult, Environment, Finding, Verdict
@@ -118,9 +125,9 @@ def config_from_args(args: argparse.Namespace) -> ChecksConfig:
     if args.expected_gpus is not None:
         updates.setdefault("driver", {})["expected_gpus"] = args.expected_gpus
     # Validate the merged document, so a bad flag is reported with the field it sets.
-    merged = config.model_dump()
+    merged = config.model_dump(by_alias=True)
     for section, values in updates.items():
-        merged[section].update(values)
+        merged[section].update({camel(key): value for key, value in values.items()})
     config = ChecksConfig.model_validate(merged)
     if args.checks:
         config = config.only(args.checks)

@@ -83,6 +83,9 @@ def run_checks(
 
     if environment.hostname is None:
         environment.hostname = socket.gethostname()
+    if expected_gpus is None and (advertised := backend.advertised_gpu_count()) is not None:
+        expected_gpus = advertised
+        expected_gpus_source = f"the GPUs the {backend.name} backend's node advertises"
     sampler = Sampler(backend, sample_interval, on_samples)
     sampler.start()
     context = CheckContext(

@@ -31,7 +31,10 @@ class RankRun:
 
 
 def run_ranks(
-    commands: list[list[str]], environments: list[dict[str, str]], timeout_seconds: float
+    commands: list[list[str]],
+    environments: list[dict[str, str]],
+    timeout_seconds: float,
+    grace_seconds: float = _GRACE_SECONDS,
 ) -> RankRun:
     """Run every command (rank i gets environments[i] as its whole environment) and wait.
 
@@ -66,7 +69,7 @@ def run_ranks(
             if now >= deadline:
                 run.timed_out = True
                 break
-            if first_failure is not None and now - first_failure > _GRACE_SECONDS:
+            if first_failure is not None and now - first_failure > grace_seconds:
                 break
             time.sleep(0.05)
         for process in processes:

@@ -132,12 +132,8 @@ class _GpuBurn:
             self.side = torch.cuda.Stream(device)
             with torch.cuda.stream(self.stream):
                 # Uniform [0, 1) inputs, as gpu-burn uses: the peer figures are measured on them.
-                self.a = torch.rand(
-                    self.n, self.n, device=device, dtype=dtype, generator=generator
-                )
-                self.b = torch.rand(
-                    self.n, self.n, device=device, dtype=dtype, generator=generator
-                )
+                self.a = torch.rand(self.n, self.n, device=device, dtype=dtype, generator=generator)
+                self.b = torch.rand(self.n, self.n, device=device, dtype=dtype, generator=generator)
                 self.c = torch.empty_like(self.a)
                 self.ref = torch.empty_like(self.a)
                 start = torch.cuda.Event(enable_timing=True)

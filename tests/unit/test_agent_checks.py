@@ -1,0 +1,189 @@
+"""The shared check logic against the simulated backend: each fault gives its named diagnosis."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from gpuval_agent.backends.base import BurnProgress
+from gpuval_agent.backends.simulated import SimulatedBackend, SimulationConfig
+from gpuval_agent.checks.common import version_tuple
+from gpuval_agent.checks.nccl import bus_bandwidth, sweep_sizes
+from gpuval_agent.runner import run_checks
+from gpuval_api.checks import CheckName, ChecksConfig, parse_checks
+from gpuval_api.reasons import Reason, Severity
+from gpuval_api.result import AgentResult, CheckResult, Verdict
+
+
+class Recorder:
+    """Reporter that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.finished: list[str] = []
+        self.burn: list[BurnProgress] = []
+
+    def check_started(self, name: str, expected_seconds: float | None) -> None:
+        self.started.append(name)
+
+    def check_progress(self, name: str, fraction: float | None, detail: str) -> None:
+        pass
+
+    def burn_progress(self, progress: BurnProgress) -> None:
+        self.burn.append(progress)
+
+    def check_finished(self, result: CheckResult) -> None:
+        self.finished.append(result.name)
+
+
+def _run(simulation: str, config: ChecksConfig | None = None, **kwargs: object) -> AgentResult:
+    document = {"timeScale": 0.001} | json.loads(simulation)
+    backend = SimulatedBackend(SimulationConfig.parse(json.dumps(document)))
+    return run_checks(config or ChecksConfig(), backend, Recorder(), sample_interval=0.01, **kwargs)  # type: ignore[arg-type]
+
+
+def _errors(result: AgentResult) -> list[tuple[str, Reason, int | None]]:
+    return [
+        (check.name, f.reason, f.gpu)
+        for check in result.checks
+        for f in check.findings
+        if f.severity is Severity.ERROR
+    ]
+
+
+def test_a_healthy_simulated_node_passes_every_check() -> None:
+    result = _run('{"gpus": 4}')
+    assert result.verdict is Verdict.PASSED
+    assert [c.name for c in result.checks] == [n.value for n in CheckName]
+    assert all(c.verdict is Verdict.PASSED for c in result.checks)
+    assert result.backend == "simulated"
+    burn = result.check("burn")
+    assert burn is not None and len(burn.gpus) == 4
+    assert all(g.metrics["tflops"] > 700 for g in burn.gpus)
+
+
+@pytest.mark.parametrize(
+    ("fault", "check", "reason"),
+    [
+        ('{"kind": "miscompare", "gpu": 2}', "burn", Reason.BURN_MISMATCH),
+        ('{"kind": "nan", "gpu": 2}', "burn", Reason.BURN_NAN),
+        ('{"kind": "overheat", "gpu": 2}', "burn", Reason.OVER_TEMPERATURE),
+        ('{"kind": "thermal-slowdown", "gpu": 2}', "burn", Reason.THERMAL_SLOWDOWN),
+        ('{"kind": "power-capped", "gpu": 2}', "burn", Reason.POWER_CAPPED),
+        ('{"kind": "xid", "gpu": 2, "xid": 79}', "burn", Reason.XID_ERROR),
+        ('{"kind": "pcie-degraded", "gpu": 2}', "bandwidth", Reason.PCIE_LINK_DEGRADED),
+        ('{"kind": "low-bandwidth", "gpu": 2}', "bandwidth", Reason.LOW_BANDWIDTH),
+        ('{"kind": "ecc-uncorrectable", "gpu": 2}', "health", Reason.ECC_UNCORRECTABLE),
+        ('{"kind": "row-remap-pending", "gpu": 2}', "health", Reason.ROW_REMAP_PENDING),
+    ],
+)
+def test_each_gpu_fault_fails_its_check_with_the_named_reason_on_that_gpu(
+    fault: str, check: str, reason: Reason
+) -> None:
+    result = _run(f'{{"gpus": 4, "faults": [{fault}]}}')
+    assert result.verdict is Verdict.FAILED
+    assert (check, reason, 2) in _errors(result)
+    failed = result.check(check)
+    assert failed is not None and failed.verdict is Verdict.FAILED
+    failed_gpus = {g.index for g in failed.gpus if g.verdict is Verdict.FAILED}
+    # A slow GPU also fails the peer copies of every GPU paired with it.
+    assert failed_gpus == ({0, 1, 2, 3} if reason is Reason.LOW_BANDWIDTH else {2})
+
+
+def test_a_miscompare_names_the_gpu_and_the_iteration() -> None:
+    result = _run('{"gpus": 2, "faults": [{"kind": "miscompare", "gpu": 1, "iteration": 7}]}')
+    burn = result.check("burn")
+    assert burn is not None and burn.reason is Reason.BURN_MISMATCH
+    assert "GPU 1" in burn.message and "iteration 7:" in burn.message
+
+
+def test_thermal_slowdown_also_lowers_throughput_below_the_default_fraction() -> None:
+    result = _run('{"gpus": 2, "faults": [{"kind": "thermal-slowdown", "gpu": 0}]}')
+    assert ("burn", Reason.LOW_THROUGHPUT, 0) in _errors(result)
+
+
+def test_a_missing_gpu_fails_the_count_against_what_the_node_advertises() -> None:
+    result = _run('{"gpus": 8, "faults": [{"kind": "missing-gpu"}]}')
+    driver = result.check("driver")
+    assert driver is not None and driver.reason is Reason.GPU_COUNT_MISMATCH
+    assert "7 GPUs, expected 8" in driver.message
+
+
+def test_the_configured_expected_count_wins_over_the_advertised_one() -> None:
+    config = parse_checks('{"driver": {"expectedGpus": 4}}')
+    result = _run('{"gpus": 8}', config)
+    driver = result.check("driver")
+    assert driver is not None and driver.reason is Reason.GPU_COUNT_MISMATCH
+    assert "driver.expectedGpus" in driver.message
+
+
+def test_a_driver_older_than_the_runtime_is_cuda_driver_too_old() -> None:
+    result = _run('{"gpus": 2, "cuda": "12.2", "cudaRuntime": "12.8"}')
+    assert ("driver", Reason.CUDA_DRIVER_TOO_OLD, None) in _errors(result)
+
+
+def test_no_driver_fails_the_driver_check_and_skips_every_other() -> None:
+    result = _run('{"faults": [{"kind": "no-driver"}]}')
+    assert result.reason is Reason.DRIVER_NOT_LOADED
+    verdicts = {c.name: c.verdict for c in result.checks}
+    assert verdicts == {
+        "driver": Verdict.FAILED,
+        "health": Verdict.SKIPPED,
+        "burn": Verdict.SKIPPED,
+        "bandwidth": Verdict.SKIPPED,
+        "nccl": Verdict.SKIPPED,
+    }
+
+
+def test_slow_nccl_peer_fails_on_bus_bandwidth() -> None:
+    result = _run('{"gpus": 4, "faults": [{"kind": "slow-nccl", "gpu": 3}]}')
+    nccl = result.check("nccl")
+    assert nccl is not None and nccl.reason is Reason.NCCL_LOW_BUSBW
+    assert nccl.log_tail is not None and "rank 3" in nccl.log_tail
+
+
+def test_nccl_is_skipped_not_failed_on_a_single_gpu_node() -> None:
+    result = _run('{"gpus": 1}')
+    nccl = result.check("nccl")
+    assert nccl is not None and nccl.verdict is Verdict.SKIPPED
+    assert result.verdict is Verdict.PASSED
+
+
+def test_persistence_off_is_a_warning_that_does_not_fail() -> None:
+    # The simulated GPUs run persistence mode on; an absolute p2p floor shows warnings stay apart.
+    result = _run('{"gpus": 2}', parse_checks('{"bandwidth": {"minP2pGBps": {"absolute": 1}}}'))
+    assert result.verdict is Verdict.PASSED
+
+
+def test_a_hang_runs_until_the_agent_is_told_to_stop() -> None:
+    stop = threading.Event()
+    timer = threading.Timer(0.3, stop.set)
+    timer.start()
+    began = time.monotonic()
+    result = _run('{"gpus": 1, "faults": [{"kind": "hang"}]}', stop=stop)
+    assert time.monotonic() - began >= 0.3
+    assert [c.verdict for c in result.checks][-2:] == [Verdict.SKIPPED, Verdict.SKIPPED]
+
+
+def test_absolute_threshold_applies_on_an_unknown_part() -> None:
+    config = parse_checks('{"burn": {"minTflops": {"absolute": 900, "fractionOfExpected": 0.1}}}')
+    result = _run('{"gpus": 1, "product": "NVIDIA Future GPU"}', config.only([CheckName.BURN]))
+    assert ("burn", Reason.LOW_THROUGHPUT, 0) in _errors(result)
+
+
+def test_sweep_sizes_double_from_min_and_end_at_max() -> None:
+    assert sweep_sizes(1 << 20, 5 << 20) == [1 << 20, 2 << 20, 4 << 20, 5 << 20]
+    assert sweep_sizes(4096, 4096) == [4096]
+
+
+def test_bus_bandwidth_follows_nccl_tests() -> None:
+    assert bus_bandwidth(100.0, 2) == 100.0
+    assert bus_bandwidth(100.0, 8) == 175.0
+
+
+def test_version_tuple_reads_leading_numbers() -> None:
+    assert version_tuple("12.4") < version_tuple("12.10")
+    assert version_tuple("13.0.1-rc") == (13, 0, 1)

@@ -1,0 +1,40 @@
+"""The per-rank process runner behind the NCCL check: deadlines, kept output, cleanup."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from gpuval_agent.backends.ranks import run_ranks
+
+_HANG = (
+    "import sys, time; print('NCCL INFO rank {r} comm 0x1 nRanks 2', flush=True); time.sleep(60)"
+)
+_OK = "print('done')"
+_FAIL = "import sys; print('NCCL WARN boom', flush=True); sys.exit(3)"
+
+
+def _command(code: str, rank: int) -> list[str]:
+    return [sys.executable, "-c", code.format(r=rank)]
+
+
+def test_ranks_that_finish_are_ok_and_keep_no_output() -> None:
+    run = run_ranks([_command(_OK, r) for r in range(2)], [dict(os.environ)] * 2, 30)
+    assert run.ok and run.returncodes == [0, 0] and run.log_tail == ""
+
+
+def test_a_hang_times_out_kills_every_rank_and_keeps_each_ranks_output() -> None:
+    run = run_ranks([_command(_HANG, r) for r in range(2)], [dict(os.environ)] * 2, 1.5)
+    assert run.timed_out and not run.ok
+    assert all(code is not None and code < 0 for code in run.returncodes)  # killed by a signal
+    assert "NCCL INFO rank 0" in run.log_tail and "NCCL INFO rank 1" in run.log_tail
+    assert run.seconds < 30
+
+
+def test_a_failing_rank_ends_the_run_without_waiting_for_the_deadline() -> None:
+    commands = [_command(_FAIL, 0), _command(_HANG, 1)]
+    run = run_ranks(commands, [dict(os.environ)] * 2, 120, grace_seconds=0.5)
+    assert not run.timed_out and not run.ok
+    assert run.returncodes[0] == 3
+    assert "NCCL WARN boom" in run.log_tail
+    assert run.seconds < 60

@@ -149,7 +149,7 @@ def test_operator_with_the_charts_serviceaccount_reconciles_a_validation_end_to_
     assert f'gpuval_node_passed{{node="{good}",validation="{name}"}} 1.0' in metrics
     assert f'gpuval_node_passed{{node="{bad}",validation="{name}"}} 0.0' in metrics
 
-    # Events about cluster-scoped objects live in `default` (the chart's operator.eventNamespace).
-    events = get_json(cluster, "events", "-n", "default") or {"items": []}
+    # Events about cluster-scoped objects go to the operator's namespace (chart default).
+    events = get_json(cluster, "events", "-n", release.namespace) or {"items": []}
     involved = {(e["involvedObject"]["kind"], e["involvedObject"]["name"]) for e in events["items"]}
     assert ("GpuValidation", name) in involved, sorted(involved)

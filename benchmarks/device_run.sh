@@ -13,6 +13,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:api/src:agent/src
 MODE=${1:-smoke}
+now() { python3 -c 'import time; print(time.time())'; }
+since() { python3 -c "import time; print(round(time.time() - $1, 2))"; }
 step() { # step NAME LIMIT COMMAND...: log to $OUT/NAME.log, report its exit code and time
   local name=$1 limit=$2; shift 2
   local began=$SECONDS
@@ -23,11 +25,24 @@ step() { # step NAME LIMIT COMMAND...: log to $OUT/NAME.log, report its exit cod
   nvidia-smi --query-gpu=index,name,driver_version,pcie.link.gen.max,pcie.link.width.max --format=csv
   nvidia-smi topo -m
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version(), "gpus", torch.cuda.device_count())'
-} >"$OUT/machine.log" 2>&1
+} >"$OUT/summary.log" 2>&1
 if [ "$MODE" = smoke ]; then
   step pytest 300 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
   step bench 240 python3 benchmarks/agent_bench.py --seconds 4 --out "$OUT/bench.json"
   step run 120 python3 -m gpuval_agent.cli run --duration 5 --transfer-size 512M --json "$OUT/run.json"
+elif [ "$MODE" = final ]; then
+  step pytest 240 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
+  (sleep 30; curl -s localhost:9400/metrics >"$OUT/metrics.txt" 2>&1) &
+  began=$(now)
+  step run_default 150 python3 -m gpuval_agent.cli run --metrics-port 9400 --json "$OUT/run_default.json"
+  echo "run_default wall $(since "$began") s" >>"$OUT/summary.log"
+  wait
+  began=$(now)
+  step run_three 150 python3 -m gpuval_agent.cli run --duration 20 --precisions bf16,tf32,fp64 \
+    --json "$OUT/run_three.json"
+  echo "run_three wall $(since "$began") s" >>"$OUT/summary.log"
+  # At most 8 files come back: the probe's rows are in its log.
+  step probe 120 python3 benchmarks/size_probe.py --out /tmp/probe.json
 else
   step pytest 240 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
   step bench 300 python3 benchmarks/agent_bench.py --seconds "${BENCH_SECONDS:-10}" --out "$OUT/bench.json"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
-from gpuval_agent.backends.ranks import run_ranks
+from gpuval_agent.backends.ranks import RankGroup, run_ranks
 
 _HANG = (
     "import sys, time; print('NCCL INFO rank {r} comm 0x1 nRanks 2', flush=True); time.sleep(60)"
@@ -38,3 +39,24 @@ def test_a_failing_rank_ends_the_run_without_waiting_for_the_deadline() -> None:
     assert run.returncodes[0] == 3
     assert "NCCL WARN boom" in run.log_tail
     assert run.seconds < 60
+
+
+_GATED = (
+    "import sys, time; started = time.time(); line = sys.stdin.readline().strip(); "
+    "sys.exit(0 if line == 'go' else 5)"
+)
+
+
+def test_a_gated_group_waits_for_go_before_its_work_and_then_succeeds() -> None:
+    group = RankGroup([_command(_GATED, r) for r in range(2)], [dict(os.environ)] * 2, gated=True)
+    time.sleep(0.3)
+    assert all(p.poll() is None for p in group.processes)  # held at the gate
+    group.go()
+    run = group.wait(30)
+    assert run.ok and run.returncodes == [0, 0]
+
+
+def test_cancelling_a_gated_group_ends_every_rank() -> None:
+    group = RankGroup([_command(_GATED, r) for r in range(2)], [dict(os.environ)] * 2, gated=True)
+    group.cancel()
+    assert all(p.returncode is not None for p in group.processes)

@@ -16,7 +16,7 @@ from gpuval_agent.checks.burn import run_burn
 from gpuval_agent.checks.common import CheckBuilder, CheckContext, Reporter, skipped
 from gpuval_agent.checks.driver import run_driver
 from gpuval_agent.checks.health import run_health
-from gpuval_agent.checks.nccl import run_nccl
+from gpuval_agent.checks.nccl import run_nccl, sweep_sizes
 from gpuval_agent.errors import NoDriverError
 from gpuval_agent.parts import figures_for
 from gpuval_agent.telemetry import Sampler
@@ -86,6 +86,12 @@ def run_checks(
     if expected_gpus is None and (advertised := backend.advertised_gpu_count()) is not None:
         expected_gpus = advertised
         expected_gpus_source = f"the GPUs the {backend.name} backend's node advertises"
+    gpus = [gpu.index for gpu in environment.gpus]
+    if CheckName.NCCL in enabled and len(gpus) > 1:
+        nccl = config.nccl
+        backend.prepare_all_reduce(
+            gpus, sweep_sizes(nccl.min_bytes, nccl.max_bytes), nccl.iterations, nccl.timeout_seconds
+        )
     sampler = Sampler(backend, sample_interval, on_samples)
     sampler.start()
     context = CheckContext(

@@ -158,6 +158,13 @@ class Backend(ABC):
         """GB/s of copies from GPU `src` to GPU `dst`."""
 
     @abstractmethod
+    def prepare_all_reduce(
+        self, gpus: list[int], sizes: list[int], iterations: int, timeout_seconds: float
+    ) -> None:
+        """Called at the start of a run that will call all_reduce with these arguments, so a
+        backend can start its rank processes early; all_reduce must work without it too."""
+
+    @abstractmethod
     def all_reduce(
         self, gpus: list[int], sizes: list[int], iterations: int, timeout_seconds: float
     ) -> AllReduceOutcome:

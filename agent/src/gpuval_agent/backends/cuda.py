@@ -27,7 +27,7 @@ from gpuval_agent.backends.base import (
     XidEvent,
 )
 from gpuval_agent.backends.nvml import Nvml
-from gpuval_agent.backends.ranks import run_ranks
+from gpuval_agent.backends.ranks import RankGroup
 from gpuval_agent.errors import BackendUnavailableError
 from gpuval_api.checks import Precision
 from gpuval_api.result import Environment
@@ -71,6 +71,7 @@ class CudaBackend(Backend):
         self._torch_error: BaseException | None = None
         self._torch_ready = threading.Event()
         self._burn: Any = None
+        self._prepared: PreparedAllReduce | None = None
         self._copy: Any = None
         threading.Thread(target=self._load_torch, name="torch-import", daemon=True).start()
 
@@ -190,14 +191,27 @@ class CudaBackend(Backend):
         figure: float = self._copy.peer(src, dst, nbytes, iterations)
         return figure
 
+    def prepare_all_reduce(
+        self, gpus: list[int], sizes: list[int], iterations: int, timeout_seconds: float
+    ) -> None:
+        self._prepared = PreparedAllReduce(gpus, sizes, iterations, timeout_seconds, gated=True)
+
     def all_reduce(
         self, gpus: list[int], sizes: list[int], iterations: int, timeout_seconds: float
     ) -> AllReduceOutcome:
         self.torch()
         self._copy.release()  # the ranks need the memory the copies and the burn held
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and prepared.key == (tuple(gpus), tuple(sizes), iterations):
+            return prepared.run()
+        if prepared is not None:
+            prepared.cancel()
         return all_reduce_processes(gpus, sizes, iterations, timeout_seconds)
 
     def close(self) -> None:
+        if self._prepared is not None:
+            self._prepared.cancel()
+            self._prepared = None
         if self._nvml is not None:
             self._nvml.close()
 
@@ -219,19 +233,28 @@ def _free_port() -> int:
         return port
 
 
-def all_reduce_processes(
-    gpus: list[int],
-    sizes: list[int],
-    iterations: int,
-    timeout_seconds: float,
-    *,
-    hang_rank: int | None = None,
-) -> AllReduceOutcome:
-    """One worker process per GPU; the parent's environment is passed on whole (plus NCCL_DEBUG
-    so a hang leaves its INFO trail, and the multicast-off settings)."""
-    port = _free_port()
-    with tempfile.TemporaryDirectory(prefix="gpuval-nccl-") as tmp:
-        out = Path(tmp) / "result.json"
+class PreparedAllReduce:
+    """The all-reduce's rank processes, one per GPU (optionally started early, held at a gate).
+
+    The parent's environment is passed on whole, plus NCCL_DEBUG=INFO (so a hang leaves its
+    trail) and the multicast-off settings.
+    """
+
+    def __init__(
+        self,
+        gpus: list[int],
+        sizes: list[int],
+        iterations: int,
+        timeout_seconds: float,
+        *,
+        gated: bool = False,
+        hang_rank: int | None = None,
+    ) -> None:
+        self.key = (tuple(gpus), tuple(sizes), iterations)
+        self.timeout_seconds = timeout_seconds
+        self._dir = tempfile.TemporaryDirectory(prefix="gpuval-nccl-")
+        self.out = Path(self._dir.name) / "result.json"
+        port = _free_port()
         base = dict(os.environ) | SAFE_NCCL_ENV
         base.setdefault("NCCL_DEBUG", "INFO")
         base.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
@@ -258,26 +281,50 @@ def all_reduce_processes(
                 "--timeout",
                 str(timeout_seconds),
                 "--out",
-                str(out),
+                str(self.out),
             ]
             + (["--hang-rank", str(hang_rank)] if hang_rank is not None else [])
+            + (["--gated"] if gated else [])
             for rank, gpu in enumerate(gpus)
         ]
-        run = run_ranks(commands, [dict(base) for _ in gpus], timeout_seconds)
+        self.group = RankGroup(commands, [dict(base) for _ in gpus], gated=gated)
+
+    def cancel(self) -> None:
+        self.group.cancel()
+        self._dir.cleanup()
+
+    def run(self) -> AllReduceOutcome:
+        self.group.go()
+        run = self.group.wait(self.timeout_seconds)
         outcome = AllReduceOutcome(timed_out=run.timed_out, log_tail=run.log_tail or None)
-        if run.timed_out:
-            return outcome
-        if not run.ok:
-            outcome.error = f"worker exit codes {run.returncodes}"
-            return outcome
         try:
-            document = json.loads(out.read_text())
-        except (OSError, ValueError) as error:
-            outcome.error = f"rank 0 wrote no result: {error}"
-            return outcome
-    if not document.get("sumOk", False):
-        outcome.error = "the all-reduce gave a wrong sum on at least one rank"
-    outcome.sizes = [
-        AllReduceSize(bytes=s["bytes"], seconds=s["seconds"]) for s in document["sizes"]
-    ]
-    return outcome
+            if run.timed_out:
+                return outcome
+            if not run.ok:
+                outcome.error = f"worker exit codes {run.returncodes}"
+                return outcome
+            try:
+                document = json.loads(self.out.read_text())
+            except (OSError, ValueError) as error:
+                outcome.error = f"rank 0 wrote no result: {error}"
+                return outcome
+        finally:
+            self._dir.cleanup()
+        if not document.get("sumOk", False):
+            outcome.error = "the all-reduce gave a wrong sum on at least one rank"
+        outcome.sizes = [
+            AllReduceSize(bytes=s["bytes"], seconds=s["seconds"]) for s in document["sizes"]
+        ]
+        return outcome
+
+
+def all_reduce_processes(
+    gpus: list[int],
+    sizes: list[int],
+    iterations: int,
+    timeout_seconds: float,
+    *,
+    hang_rank: int | None = None,
+) -> AllReduceOutcome:
+    """Start one rank per GPU now and run the sweep."""
+    return PreparedAllReduce(gpus, sizes, iterations, timeout_seconds, hang_rank=hang_rank).run()

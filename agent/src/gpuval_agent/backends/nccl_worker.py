@@ -35,8 +35,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="fault injection for the GPU tests: this rank never joins the timed all-reduces",
     )
+    parser.add_argument(
+        "--gated", action="store_true", help="wait for 'go' on stdin before starting (prestart)"
+    )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.gated and sys.stdin.readline().strip() != "go":
+        return 0  # the agent did not need this prestarted rank
     device = torch.device("cuda", args.device)
     torch.cuda.set_device(device)
     dist.init_process_group(

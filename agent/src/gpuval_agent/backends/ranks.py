@@ -1,6 +1,8 @@
 """Start one process per rank, wait with a deadline, keep the ranks' output when things go wrong.
 
-Kept free of torch so the timeout and log handling is tested on CPU with ordinary processes.
+A group can be started early and held at a gate (each rank blocks reading "go" from its stdin),
+so the ranks' interpreter start and imports overlap earlier checks instead of adding to the
+suite's wall time. Kept free of torch so the timeouts and log handling are tested on CPU.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 _GRACE_SECONDS = 10.0  # after one rank fails, how long the others get to notice and exit
 _TAIL_PER_RANK = 3000
+GO = b"go\n"
 
 
 @dataclass
@@ -30,37 +33,45 @@ class RankRun:
         return not self.timed_out and all(code == 0 for code in self.returncodes)
 
 
-def run_ranks(
-    commands: list[list[str]],
-    environments: list[dict[str, str]],
-    timeout_seconds: float,
-    grace_seconds: float = _GRACE_SECONDS,
-) -> RankRun:
-    """Run every command (rank i gets environments[i] as its whole environment) and wait.
+class RankGroup:
+    """One process per rank, each in its own process group (a hung rank and whatever it started
+    are killed together; only these processes are ever signalled)."""
 
-    Each rank runs in its own process group so a hung rank and anything it started are killed
-    together; only these processes are ever signalled.
-    """
-    started = time.monotonic()
-    deadline = started + timeout_seconds
-    with tempfile.TemporaryDirectory(prefix="gpuval-ranks-") as tmp:
-        logs = [Path(tmp) / f"rank{i}.log" for i in range(len(commands))]
-        processes = []
-        for command, environment, log in zip(commands, environments, logs, strict=True):
+    def __init__(
+        self, commands: list[list[str]], environments: list[dict[str, str]], gated: bool = False
+    ) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="gpuval-ranks-")
+        self.logs = [Path(self._tmp.name) / f"rank{i}.log" for i in range(len(commands))]
+        self.gated = gated
+        self.processes: list[subprocess.Popen[bytes]] = []
+        for command, environment, log in zip(commands, environments, self.logs, strict=True):
             with open(log, "wb") as sink:
-                processes.append(
-                    subprocess.Popen(  # our own worker, argv list
+                self.processes.append(
+                    subprocess.Popen(
                         command,
                         env=environment,
+                        stdin=subprocess.PIPE if gated else subprocess.DEVNULL,
                         stdout=sink,
                         stderr=subprocess.STDOUT,
                         start_new_session=True,
                     )
                 )
+
+    def go(self) -> None:
+        """Open the gate: every rank reads 'go' and starts its work."""
+        for process in self.processes:
+            if process.stdin is not None:
+                with contextlib.suppress(BrokenPipeError, OSError):
+                    process.stdin.write(GO)
+                    process.stdin.close()
+
+    def wait(self, timeout_seconds: float, grace_seconds: float = _GRACE_SECONDS) -> RankRun:
+        started = time.monotonic()
+        deadline = started + timeout_seconds
         run = RankRun()
         first_failure: float | None = None
         while True:
-            codes = [p.poll() for p in processes]
+            codes = [p.poll() for p in self.processes]
             if all(code is not None for code in codes):
                 break
             now = time.monotonic()
@@ -72,17 +83,39 @@ def run_ranks(
             if first_failure is not None and now - first_failure > grace_seconds:
                 break
             time.sleep(0.05)
-        for process in processes:
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        run.returncodes = [p.returncode for p in processes]
+        self.kill()
+        run.returncodes = [p.returncode for p in self.processes]
         run.seconds = time.monotonic() - started
         if not run.ok:
             run.log_tail = "\n".join(
                 f"--- rank {i} (exit {p.returncode}) ---\n"
                 + log.read_text(errors="replace")[-_TAIL_PER_RANK:]
-                for i, (p, log) in enumerate(zip(processes, logs, strict=True))
+                for i, (p, log) in enumerate(zip(self.processes, self.logs, strict=True))
             )
-    return run
+        self._tmp.cleanup()
+        return run
+
+    def kill(self) -> None:
+        for process in self.processes:
+            if process.stdin is not None:
+                with contextlib.suppress(OSError):
+                    process.stdin.close()
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+    def cancel(self) -> None:
+        """Stop a group that will not be used; closing stdin lets gated ranks exit by themselves."""
+        self.kill()
+        self._tmp.cleanup()
+
+
+def run_ranks(
+    commands: list[list[str]],
+    environments: list[dict[str, str]],
+    timeout_seconds: float,
+    grace_seconds: float = _GRACE_SECONDS,
+) -> RankRun:
+    """Run every command (rank i gets environments[i] as its whole environment) and wait."""
+    return RankGroup(commands, environments).wait(timeout_seconds, grace_seconds)

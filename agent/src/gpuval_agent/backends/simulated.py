@@ -341,6 +341,11 @@ class SimulatedBackend(Backend):
         )
         return gbps * (0.5 if slow else 1.0)
 
+    def prepare_all_reduce(
+        self, gpus: list[int], sizes: list[int], iterations: int, timeout_seconds: float
+    ) -> None:
+        return None  # nothing to start ahead: the simulated all-reduce is computed
+
     def all_reduce(
         self, gpus: list[int], sizes: list[int], iterations: int, timeout_seconds: float
     ) -> AllReduceOutcome:

@@ -192,7 +192,7 @@ class _GpuBurn:
             element.view(_INT_VIEW[self.c.element_size()]).bitwise_xor_(1)
 
     def run(
-        self, seconds: float, on_progress: ProgressCallback, stop: threading.Event
+        self, deadline: float, on_progress: ProgressCallback, stop: threading.Event
     ) -> BurnMeasurement:
         measurement = BurnMeasurement(
             gpu=self.gpu, flops_per_iteration=self.flops, iterations_per_read=self.k
@@ -206,7 +206,6 @@ class _GpuBurn:
             start = torch.cuda.Event(enable_timing=True)
             done = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
             start.record()
-            deadline = time.monotonic() + seconds
             for slot in range(2):
                 self.graphs[slot].replay()
                 done[slot].record()
@@ -263,6 +262,8 @@ def burn(
     inject: dict[int, Injection] | None = None,
 ) -> list[BurnMeasurement]:
     """Burn every GPU in `gpus` at once; see the module docstring. `inject` is for the GPU tests."""
+    # The burn's duration is its wall time, set-up (allocation, reference, capture) included.
+    deadline = time.monotonic() + seconds
     set_matmul_precision(precision)
     inject = inject or {}
     burns = [_GpuBurn(gpu, precision, matrix_size, use_triton, inject.get(gpu)) for gpu in gpus]
@@ -279,7 +280,7 @@ def burn(
         if one.gpu in errors:
             return
         try:
-            results[one.gpu] = one.run(seconds, on_progress, stop)
+            results[one.gpu] = one.run(deadline, on_progress, stop)
         except Exception as error:
             errors[one.gpu] = f"{type(error).__name__}: {error}"
         finally:

@@ -1,0 +1,36 @@
+"""The chart's operator RBAC has one source, gpuval_operator.rbac, the list of the calls the
+operator's code makes: what helm renders must equal that module's rules, so a new call in the
+operator without its rule in the chart (or a rule the code no longer needs) fails here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuval_operator import rbac
+from tests.integration import chart_support as chart
+
+
+def _rules(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"apiGroups": r["apiGroups"], "resources": r["resources"], "verbs": r["verbs"]}
+        for r in obj["rules"]
+    ]
+
+
+def test_cluster_role_renders_exactly_the_operators_cluster_rules() -> None:
+    objs = chart.render(release="prod")
+    role = chart.find(objs, "ClusterRole", "prod-gpuval-operator")
+    assert _rules(role) == [r.as_dict() for r in rbac.CLUSTER_RULES]
+
+
+def test_agent_namespace_role_renders_exactly_the_operators_pod_rules() -> None:
+    objs = chart.render(release="prod", namespace="gpu-ops")
+    role = chart.find(objs, "Role", "prod-gpuval-operator-pods")
+    assert role["metadata"]["namespace"] == "gpu-ops"
+    assert _rules(role) == [r.as_dict() for r in rbac.AGENT_NAMESPACE_RULES]
+
+
+def test_event_namespace_role_renders_exactly_the_operators_event_rules() -> None:
+    objs = chart.render(release="prod", namespace="gpu-ops")
+    role = chart.find(objs, "Role", "prod-gpuval-operator-events")
+    assert _rules(role) == [r.as_dict() for r in rbac.EVENT_NAMESPACE_RULES]

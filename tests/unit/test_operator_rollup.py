@@ -140,3 +140,15 @@ def test_a_tie_names_every_node_rather_than_guessing() -> None:
 def test_uniform_nodes_have_no_outliers() -> None:
     envs = {n: {"driverVersion": "580", "gpuCount": "8"} for n in ("a", "b")}
     assert find_outliers(envs, {"gpuCount": "8"}) == []
+
+
+def test_a_run_that_selected_no_node_does_not_succeed() -> None:
+    run = run_with(passed=0, failed=0)
+    run.completed_at = 2000.0
+    status = rollup.build_run_status(
+        run, generation=1, previous_conditions=[], outliers=None, now=2000.0
+    )
+    c = conditions(status)
+    assert (c["Succeeded"]["status"], c["Succeeded"]["reason"]) == ("False", "NoNodesSelected")
+    assert "spec.nodeSelector" in c["Succeeded"]["message"]
+    assert status["phase"] == "Failed"

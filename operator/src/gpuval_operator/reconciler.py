@@ -120,8 +120,7 @@ class ValidationController:
         self.selector = f"{names.LABEL_VALIDATION}={names.label_value(name)}"
         self.invalid_generation: int | None = None
 
-    # -- object access
-    # -------------------------------------------------------------------------------------------
+    # -- object access --
 
     def _status(self) -> dict[str, Any]:
         return dict(self.body.get("status") or {})
@@ -141,8 +140,7 @@ class ValidationController:
     def pods_path(self) -> str:
         return f"/api/v1/namespaces/{q(self.config.agent_namespace)}/pods"
 
-    # -- children ----------------------------------------------------------------------------------
-    # --------------
+    # -- children --
 
     def _on_report(self, obj: dict[str, Any], deleted: bool = False) -> None:
         view = ReportView.parse(obj, per_gpu=self.config.metrics_per_gpu)
@@ -228,8 +226,7 @@ class ValidationController:
         while not self.stopped() and not until():
             await self._sleep(poll)
 
-    # -- main loop ---------------------------------------------------------------------------------
-    # --------------
+    # -- main loop --
 
     async def run(self) -> None:
         reports, pods = self._start_followers()
@@ -258,6 +255,10 @@ class ValidationController:
                 except ApiError as exc:
                     log.warning("%s: API error: %s; retrying", self.name, exc)
                     await self._sleep(5)
+                except Exception:
+                    # Whatever one object does, the others' daemons and this one's next try go on.
+                    log.exception("%s: unexpected error; retrying in 10s", self.name)
+                    await self._sleep(10)
         finally:
             for task in self._tasks:
                 task.cancel()
@@ -328,8 +329,7 @@ class ValidationController:
             return
         await self._start_run(spec, "created" if run is None else "spec-changed")
 
-    # -- invalid spec
-    # --------------------------------------------------------------------------------------------
+    # -- invalid spec --
 
     async def _mark_invalid(self, errors: list[str], generation: int) -> None:
         self.state.invalid = True
@@ -350,8 +350,7 @@ class ValidationController:
         )
         log.warning("%s: invalid spec: %s", self.name, "; ".join(errors))
 
-    # -- runs --------------------------------------------------------------------------------------
-    # --------------
+    # -- runs --
 
     async def _list_candidates(self, spec: GpuValidationSpec) -> list[planning.Candidate]:
         query = spec.node_selector.to_query() if spec.node_selector else ""
@@ -674,8 +673,7 @@ class ValidationController:
         )
         log.info("%s: %s", self.name, summary)
 
-    # -- status ------------------------------------------------------------------------------------
-    # --------------
+    # -- status --
 
     async def _write_status(self, force: bool = False) -> None:
         """Throttled to one write per status interval unless `force` (run start and end)."""

@@ -79,6 +79,15 @@ def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Co
     failed = [r.node for r in run.failed()]
     done = counts["passed"] + counts["failed"]
     complete = run.completed_at is not None
+    if complete and counts["total"] == 0:
+        # An empty selection is almost always a wrong nodeSelector, not a healthy fleet.
+        message = "no Ready, schedulable node with nvidia.com/gpu matched spec.nodeSelector"
+        return [
+            Cond(SUCCEEDED, "False", "NoNodesSelected", message),
+            Cond(NODES_HEALTHY, "Unknown", "NoNodesSelected", message),
+            Cond(UNIFORM, "Unknown", "NoNodesSelected", message),
+            Cond(INVALID, "False", "Valid", "the spec is valid"),
+        ]
     if not complete:
         succeeded = Cond(
             SUCCEEDED, "Unknown", "Running", f"{done} of {counts['total']} nodes have a verdict"
@@ -147,7 +156,7 @@ def run_info(run: RunState) -> dict[str, Any]:
 def phase_of(run: RunState) -> str:
     if run.completed_at is None:
         return "Running" if run.nodes else "Pending"
-    return "Failed" if run.failed() else "Succeeded"
+    return "Failed" if run.failed() or not run.nodes else "Succeeded"
 
 
 def build_run_status(

@@ -180,12 +180,13 @@ def debian_binary(package: str, binaries: Sequence[str], *, log: Log) -> dict[st
     debs.mkdir(parents=True, exist_ok=True)
     for old in debs.glob(f"{package}_*.deb"):
         old.unlink()
-    _run_step(
-        f"apt-download-{package}",
-        ["apt-get", "download", f"{package}/{DEBIAN_NEWER_SUITE}"],
-        cwd=debs,
-        log=log,
-    )
+    download = ["apt-get", "download", f"{package}/{DEBIAN_NEWER_SUITE}"]
+    try:
+        _run_step(f"apt-download-{package}", download, cwd=debs, log=log)
+    except BuildError:
+        # Package lists older than the mirror name a .deb that is gone: refresh once and retry.
+        _run_step(f"apt-update-{DEBIAN_NEWER_SUITE}", ["apt-get", "update"], log=log)
+        _run_step(f"apt-download-{package}", download, cwd=debs, log=log)
     deb = next(iter(sorted(debs.glob(f"{package}_*.deb"))), None)
     if deb is None:
         raise BuildError(f"build step 'apt-download-{package}' produced no .deb in {debs}")

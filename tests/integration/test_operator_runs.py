@@ -588,3 +588,36 @@ def test_the_operator_works_with_only_the_rbac_it_declares_and_is_denied_the_res
     ):
         answer = cluster.kubectl("auth", "can-i", verb, resource, *where, "--as", who, check=False)
         assert answer.stdout.strip() == "no", f"{who} may {verb} {resource} {where}"
+
+
+def test_a_spec_change_mid_run_supersedes_the_run_and_cleans_up_its_children(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Callable[[], contextlib.AbstractContextManager[int]],
+    unique_name: Callable[[str], str],
+) -> None:
+    for _ in range(3):
+        fleet.add(unique_name("s"), timeScale=0.3)
+    name = unique_name("super")
+    slow = {"burn": {"durationSeconds": 20}}
+    with operator():
+        apply(cluster, fleet.validation(name, maxConcurrent=1, checks=slow))
+        first = wait_for(
+            "the first run's first pod",
+            lambda: (
+                (status_of(cluster, name).get("run") or {}).get("id")
+                if pods_of(cluster, name)
+                else None
+            ),
+            timeout=60,
+        )
+        apply(cluster, fleet.validation(name, maxConcurrent=3, checks=slow))
+        status = completed_run(cluster, name, timeout=180)
+        leftover_reports = reports_of(cluster, name, first)
+        leftover_pods = [
+            p for p in pods_of(cluster, name) if p["metadata"]["labels"]["gpuval.dev/run"] == first
+        ]
+        delete_validation(cluster, name)
+    assert status["run"]["id"] != first and status["run"]["trigger"] == "spec-changed"
+    assert status["run"]["generation"] == 2 and status["nodes"]["passed"] == 3
+    assert leftover_reports == [] and leftover_pods == []

@@ -30,6 +30,12 @@ if [ "$MODE" = smoke ]; then
   step pytest 300 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
   step bench 240 python3 benchmarks/agent_bench.py --seconds 4 --out "$OUT/bench.json"
   step run 120 python3 -m gpuval_agent.cli run --duration 5 --transfer-size 512M --json "$OUT/run.json"
+elif [ "$MODE" = check ]; then
+  step pytest 150 python3 -m pytest -m gpu tests/gpu/test_gpu_agent.py -k "not never_joins" -q \
+    -p no:cacheprovider -rA
+  began=$(now)
+  step run_default 150 python3 -m gpuval_agent.cli run --json "$OUT/run_default.json"
+  echo "run_default wall $(since "$began") s" >>"$OUT/summary.log"
 elif [ "$MODE" = final ]; then
   step pytest 240 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
   (sleep 30; curl -s localhost:9400/metrics >"$OUT/metrics.txt" 2>&1) &

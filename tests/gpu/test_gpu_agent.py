@@ -24,8 +24,11 @@ def test_environment_record_names_every_gpu_and_the_driver() -> None:
     backend = cuda.CudaBackend()
     try:
         environment = backend.environment()
+        early_runtime = environment.cuda_runtime_version
+        backend.finish_environment(environment)
     finally:
         backend.close()
+    assert early_runtime == environment.cuda_runtime_version  # the tag agreed with torch
     assert environment.gpu_count == GPUS
     assert environment.driver_version
     assert environment.cuda_driver_version and environment.cuda_runtime_version

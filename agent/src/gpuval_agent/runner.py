@@ -17,7 +17,7 @@ from gpuval_agent.checks.common import CheckBuilder, CheckContext, Reporter, ski
 from gpuval_agent.checks.driver import run_driver
 from gpuval_agent.checks.health import run_health
 from gpuval_agent.checks.nccl import run_nccl, sweep_sizes
-from gpuval_agent.errors import NoDriverError
+from gpuval_agent.errors import AgentError, NoDriverError
 from gpuval_agent.parts import figures_for
 from gpuval_agent.telemetry import Sampler
 from gpuval_api.checks import CheckName, ChecksConfig
@@ -124,6 +124,10 @@ def run_checks(
             reporter.check_finished(result)
     finally:
         sampler.stop()
+        try:
+            backend.finish_environment(environment)
+        except AgentError as error:
+            environment.unsupported.append(f"torch versions ({error})")
     return _result(
         config=config, backend=backend, node=node, started_at=started_at, startup=startup,
         environment=environment, checks=checks,

@@ -110,6 +110,10 @@ class Backend(ABC):
     def environment(self) -> Environment:
         """The environment record; raises NoDriverError when NVML finds no driver or GPU."""
 
+    @abstractmethod
+    def finish_environment(self, environment: Environment) -> None:
+        """Complete the record at the end of the run with what was slow to learn at the start."""
+
     def advertised_gpu_count(self) -> int | None:
         """GPUs the node is known to carry, besides the configured expectation (None: unknown)."""
         return None

@@ -7,12 +7,14 @@ torch is imported lazily and in the background from the start, so the driver and
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import json
 import os
 import socket
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -103,13 +105,23 @@ class CudaBackend(Backend):
 
     def environment(self) -> Environment:
         environment: Environment = self._nvml_session().environment()
-        runtime, torch_version, nccl = self._torch_versions()
-        environment.cuda_runtime_version = runtime
-        environment.torch_version = torch_version
-        environment.nccl_version = nccl
         if environment.cuda_driver_version is None:
             environment.cuda_driver_version = _cuda_python_driver_version()
+        # torch's import takes seconds and the burn needs it anyway: the driver check reads
+        # torch's CUDA from its installed version tag ('2.11.0+cu130') without importing it, and
+        # the import goes on in the background, counted in the burn's set-up.
+        torch_version, runtime = torch_version_from_metadata()
+        if runtime is None:
+            self.finish_environment(environment)
+        else:
+            environment.torch_version, environment.cuda_runtime_version = torch_version, runtime
         return environment
+
+    def finish_environment(self, environment: Environment) -> None:
+        runtime, torch_version, nccl = self._torch_versions()
+        environment.cuda_runtime_version = runtime or environment.cuda_runtime_version
+        environment.torch_version = torch_version or environment.torch_version
+        environment.nccl_version = nccl
 
     def _torch_versions(self) -> tuple[str | None, str | None, str | None]:
         try:
@@ -163,9 +175,11 @@ class CudaBackend(Backend):
         on_progress: ProgressCallback,
         stop: threading.Event,
     ) -> list[BurnMeasurement]:
-        self.torch()
+        began = time.monotonic()
+        self.torch()  # a wait for torch's import is part of the first burn's set-up time
+        remaining = max(seconds - (time.monotonic() - began), 0.0)
         measurements: list[BurnMeasurement] = self._burn.burn(
-            gpus, precision, matrix_size, seconds, on_progress=on_progress, stop=stop
+            gpus, precision, matrix_size, remaining, on_progress=on_progress, stop=stop
         )
         return measurements
 
@@ -214,6 +228,25 @@ class CudaBackend(Backend):
             self._prepared = None
         if self._nvml is not None:
             self._nvml.close()
+
+
+def torch_version_from_metadata() -> tuple[str | None, str | None]:
+    """(torch's version, its CUDA as major.minor) from the installed distribution's version tag,
+    without importing torch; (version or None, None) when the tag names no CUDA build."""
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None, None
+    return version, cuda_from_local_tag(version)
+
+
+def cuda_from_local_tag(version: str) -> str | None:
+    """'2.11.0+cu130' -> '13.0', '2.4.1+cu121' -> '12.1'; None without a +cuNNN tag."""
+    _, _, local = version.partition("+")
+    digits = local.removeprefix("cu")
+    if not local.startswith("cu") or not digits.isdigit() or len(digits) < 3:
+        return None
+    return f"{int(digits[:-1])}.{digits[-1]}"
 
 
 def _cuda_python_driver_version() -> str | None:

@@ -204,6 +204,9 @@ class SimulatedBackend(Backend):
             gpus=gpus,
         )
 
+    def finish_environment(self, environment: Environment) -> None:
+        return None  # the simulated record is complete from the start
+
     def advertised_gpu_count(self) -> int | None:
         return self.config.gpus
 

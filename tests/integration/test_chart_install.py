@@ -137,6 +137,9 @@ def test_operator_with_the_charts_serviceaccount_reconciles_a_validation_end_to_
             helm_test = _run_helm_test_script(release, port)
             reports = _reports_by_node(cluster, name)
             nodes = {n: get_json(cluster, "node", n) for n in (good, bad)}
+            pods = get_json(
+                cluster, "pods", "-n", release.namespace, "-l", f"gpuval.dev/validation={name}"
+            )
             cluster.kubectl("delete", "gpuvalidation", name, "--wait=false")
             wait_for(
                 f"the operator to remove its finalizer from {name}",
@@ -155,6 +158,10 @@ def test_operator_with_the_charts_serviceaccount_reconciles_a_validation_end_to_
     assert status["nodes"]["passed"] == 1, status["failingNodes"]
     assert status["nodes"]["failed"] == 1, status["failingNodes"]
     assert [(f["node"], f["reason"]) for f in status["failingNodes"]] == [(bad, "BurnMismatch")]
+
+    # The agents ran as the chart's agent ServiceAccount, in the release's namespace.
+    assert {p["spec"]["nodeName"] for p in pods["items"]} == {good, bad}
+    assert {p["spec"]["serviceAccountName"] for p in pods["items"]} == {release.agent_sa}
 
     # Each report carries the agent's whole result document: the agent wrote it, through the
     # admission policy, with a token bound to its pod on that node.

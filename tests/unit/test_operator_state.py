@@ -170,3 +170,11 @@ def test_report_view_keeps_summary_and_environment_but_not_the_document() -> Non
     assert view.environment["vbios"] == "96.00,96.01"
     assert view.environment["gpuCount"] == "8"
     assert view.gpu_figures == ((0, "burn_flops_per_second", 800.5e12),)
+
+
+def test_only_nodes_whose_report_exists_wait_for_a_wave() -> None:
+    run = make_run("a", "b")
+    assert list(run.pending()) == []
+    run.nodes["a"].planned = True
+    run.apply_report(report("b", phase="Pending", verdict=None))
+    assert {r.node for r in run.pending()} == {"a", "b"}

@@ -117,6 +117,7 @@ class ValidationController:
         self.events_posted = 0
         self.outliers: list[Outlier] | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._planning: asyncio.Task[None] | None = None
         self.selector = f"{names.LABEL_VALIDATION}={names.label_value(name)}"
         self.invalid_generation: int | None = None
 
@@ -260,6 +261,7 @@ class ValidationController:
                     log.exception("%s: unexpected error; retrying in 10s", self.name)
                     await self._sleep(10)
         finally:
+            self._cancel_planning()
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -412,24 +414,63 @@ class ValidationController:
         )
         log.info("%s: run %s (%s) on %d nodes", self.name, run_id, trigger, len(candidates))
         await self._prune(run, spec)
-        await self._create_reports(run, candidates)
+        # The first wave's reports first, the rest while the first wave runs: at 10,000 nodes the
+        # reports alone take a minute to create, and the first pods should not wait for them.
+        limit = planning.concurrency_limit(spec.max_concurrent, len(candidates))
+        await self._create_reports(run, candidates[:limit])
+        self._plan_in_background(run, candidates[limit:])
+
+    def _plan_in_background(self, run: RunState, candidates: list[planning.Candidate]) -> None:
+        async def plan() -> None:
+            await self._create_reports(run, candidates)
+            # Every report of the run exists: a restarted operator need not look for missing ones.
+            try:
+                await self.client.merge_patch(
+                    f"{VALIDATIONS_PATH}/{q(self.name)}",
+                    {"metadata": {"annotations": {names.ANNOTATION_PLANNED_RUN: run.run_id}}},
+                )
+            except ApiError as exc:
+                log.warning(
+                    "%s: could not record that run %s is planned: %s", self.name, run.run_id, exc
+                )
+
+        self._planning = asyncio.create_task(plan(), name=f"{self.name}-plan")
+
+    def _planning_busy(self) -> bool:
+        return self._planning is not None and not self._planning.done()
+
+    def _cancel_planning(self) -> None:
+        if self._planning is not None:
+            self._planning.cancel()
+            self._planning = None
 
     async def _create_reports(
         self, run: RunState, candidates: Iterable[planning.Candidate]
     ) -> None:
-        reports = [planning.build_report(self.name, self.uid, run.run_id, c) for c in candidates]
-        await self._bounded(self._create_report(body) for body in reports)
-        await self.client.merge_patch(
-            f"{VALIDATIONS_PATH}/{q(self.name)}",
-            {"metadata": {"annotations": {names.ANNOTATION_PLANNED_RUN: run.run_id}}},
-        )
+        await self._bounded(self._create_report(run, c) for c in candidates)
 
-    async def _create_report(self, body: dict[str, Any]) -> None:
+    async def _create_report(self, run: RunState, candidate: planning.Candidate) -> None:
+        body = planning.build_report(self.name, self.uid, run.run_id, candidate)
         try:
             await self.client.create(REPORTS_PATH, body)
         except ApiError as exc:
             if exc.status != 409:
-                raise
+                # The node cannot be validated without its report; say so rather than hang the run.
+                log.warning("%s: no report for node %s: %s", self.name, candidate.name, exc)
+                run.nodes.pop(candidate.name, None)
+                await events.post(
+                    self.client,
+                    self.config.event_namespace,
+                    self._owner(),
+                    "ReportNotCreated",
+                    f"node {candidate.name} left out of run {run.run_id}: {exc}",
+                    warning=True,
+                )
+                return
+        record = run.nodes.get(candidate.name)
+        if record is not None:
+            record.planned = True
+            self.wake.set()
 
     async def _bounded(self, jobs: Iterable[Awaitable[None]]) -> None:
         """Run `jobs` at most `create_concurrency` at a time (the client backs off on 429/5xx)."""
@@ -458,6 +499,7 @@ class ValidationController:
 
     async def _supersede(self, run: RunState) -> None:
         log.info("%s: run %s superseded by a spec change", self.name, run.run_id)
+        self._cancel_planning()
         sel = f"{self.selector},{names.LABEL_RUN}={run.run_id}"
         await self.client.delete(self.pods_path, labelSelector=sel)
         await self.client.delete(REPORTS_PATH, labelSelector=sel)
@@ -467,7 +509,7 @@ class ValidationController:
     async def _ensure_planned(self, run: RunState, spec: GpuValidationSpec) -> None:
         """After a restart mid-creation, create the reports that a crash left out."""
         annotations = (self.body.get("metadata") or {}).get("annotations") or {}
-        if annotations.get(names.ANNOTATION_PLANNED_RUN) == run.run_id:
+        if annotations.get(names.ANNOTATION_PLANNED_RUN) == run.run_id or self._planning_busy():
             return
         candidates = await self._list_candidates(spec)
         for c in candidates:
@@ -477,7 +519,7 @@ class ValidationController:
                 names.report_name(self.name, run.run_id, c.name),
                 names.pod_name(self.name, run.run_id, c.name),
             )
-        await self._create_reports(run, candidates)
+        self._plan_in_background(run, [c for c in candidates if not run.nodes[c.name].planned])
 
     async def _execute(self, run: RunState, spec: GpuValidationSpec) -> None:
         await self._ensure_planned(run, spec)

@@ -260,6 +260,8 @@ class NodeRecord:
     report: str
     pod: str
     phase: Phase = Phase.PENDING
+    # Its report exists: only then may its pod start (the agent writes to that report).
+    planned: bool = False
     pod_seen: bool = False
     pod_created: float | None = None
     pod_phase: str | None = None
@@ -322,7 +324,8 @@ class RunState:
         return sum(1 for r in self.nodes.values() if r.phase is Phase.RUNNING)
 
     def pending(self) -> Iterator[NodeRecord]:
-        return (r for r in self.nodes.values() if r.phase is Phase.PENDING)
+        """Nodes waiting for their wave whose report exists."""
+        return (r for r in self.nodes.values() if r.phase is Phase.PENDING and r.planned)
 
     def all_done(self) -> bool:
         return all(r.done for r in self.nodes.values())
@@ -353,6 +356,7 @@ class RunState:
             record = self.add(
                 view.node, gpus, view.name, names.pod_name(self.validation, self.run_id, view.node)
             )
+        record.planned = True
         if view.completed:
             return self.finish_node(view.node, view.verdict == "Passed", view.reason, view.message)
         return False

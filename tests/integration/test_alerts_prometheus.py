@@ -247,3 +247,6 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
     exported = set(re.findall(r"^(gpuval_[a-z0-9_]+)", scraped, flags=re.MULTILINE))
     dashboard_names = set(METRIC_NAME.findall(DASHBOARD.read_text()))
     assert dashboard_names <= exported, sorted(dashboard_names - exported)
+    rule_names = set(METRIC_NAME.findall((tmp_path / "gpuval-rules.yaml").read_text()))
+    assert len(rule_names) >= 6
+    assert rule_names <= exported, sorted(rule_names - exported)

@@ -67,9 +67,9 @@ def structural(node: dict[str, Any], defs: dict[str, Any], path: str = "") -> di
             out["x-kubernetes-int-or-string"] = True
             # Iterate the node's own key order, not the set's: set order follows the hash
             # seed, and the generated file must be identical on every run.
-            for key in outer:
+            for key, value in outer.items():
                 if key in _PASS_THROUGH:
-                    out[key] = outer[key]
+                    out[key] = value
             return out
         if len(branches) != 1:
             raise SchemaError(f"{path or '<root>'}: a union of {types} has no structural form")

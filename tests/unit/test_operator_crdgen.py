@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,3 +68,18 @@ def test_int_or_string_concurrency_and_cel_rules_reach_the_schema() -> None:
 def test_an_unrepresentable_union_is_refused() -> None:
     with pytest.raises(crdgen.SchemaError, match="x: a union"):
         crdgen.structural({"anyOf": [{"type": "integer"}, {"type": "boolean"}]}, {}, "x")
+
+
+def test_output_is_identical_whatever_the_hash_seed(tmp_path: Path) -> None:
+    outputs = []
+    for seed in ("1", "2", "3"):
+        out = tmp_path / seed
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run(
+            [sys.executable, "-m", "gpuval_api.crdgen", "--out", str(out)],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        outputs.append({p.name: p.read_text() for p in sorted(out.glob("*.yaml"))})
+    assert outputs[0] == outputs[1] == outputs[2]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpuval_devtools.controlplane import Cluster
 from tests.integration import chart_support as chart
@@ -192,3 +193,42 @@ def test_operator_with_the_charts_serviceaccount_reconciles_a_validation_end_to_
     events = get_json(cluster, "events", "-n", release.namespace) or {"items": []}
     involved = {(e["involvedObject"]["kind"], e["involvedObject"]["name"]) for e in events["items"]}
     assert ("GpuValidation", name) in involved, sorted(involved)
+
+
+PROMETHEUS_OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}
+
+
+@pytest.mark.parametrize(
+    "values_file", sorted((chart.CHART / "ci").glob("*-values.yaml")), ids=lambda p: p.name
+)
+def test_every_ci_scenario_passes_the_api_servers_server_side_dry_run(
+    cluster: Cluster, install_crds: list[str], values_file: Path
+) -> None:
+    """The rendered objects of each lint scenario against the real API server's schemas and
+    admission (the Prometheus Operator's kinds aside: their CRDs are not installed here)."""
+    namespace = f"dry-{uuid.uuid4().hex[:6]}"
+    objs = chart.render(
+        release=chart.new_release_name(), namespace=namespace, values_files=[values_file]
+    )
+    namespaces = {namespace} | {
+        o["metadata"]["namespace"] for o in objs if o["metadata"].get("namespace")
+    }
+    created = [ns for ns in sorted(namespaces) if get_json(cluster, "namespace", ns) is None]
+    for ns in created:
+        cluster.kubectl("create", "namespace", ns)
+    try:
+        core = [o for o in objs if o["kind"] not in PROMETHEUS_OPERATOR_KINDS]
+        proc = cluster.kubectl(
+            "apply",
+            "--dry-run=server",
+            "--server-side",
+            "-f",
+            "-",
+            input="\n---\n".join(yaml.safe_dump(o) for o in core),
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.count("(server dry run)") == len(core), proc.stdout
+    finally:
+        for ns in created:
+            cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)

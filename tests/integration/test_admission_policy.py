@@ -8,6 +8,7 @@ report status with those tokens, exactly as `gpuval-agent cluster` does in its p
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import json
@@ -189,6 +190,41 @@ def test_agent_token_not_bound_to_a_pod_is_refused_for_every_report(
     for report in agents.reports:
         with pytest.raises(AgentError, match=r"user info authentication\.kubernetes\.io/node-name"):
             agents.writer(cluster, token_file, report).patch_status({"message": "no node"})
+
+
+def _legacy_token(cluster: Cluster, namespace: str, secret: str) -> str:
+    data = (get_json(cluster, "secret", secret, "-n", namespace) or {}).get("data") or {}
+    return base64.b64decode(data["token"]).decode() if "token" in data else ""
+
+
+def test_long_lived_secret_token_of_the_agent_serviceaccount_is_refused(
+    cluster: Cluster, agents: Agents
+) -> None:
+    """A legacy token Secret for the agent's ServiceAccount (what someone with Secret rights could
+    mint on a compromised node) names no node, so it cannot write any report."""
+    secret = f"legacy-{uuid.uuid4().hex[:6]}"
+    cluster.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "kubernetes.io/service-account-token",
+                "metadata": {
+                    "name": secret,
+                    "namespace": agents.namespace,
+                    "annotations": {"kubernetes.io/service-account.name": agents.release.agent_sa},
+                },
+            }
+        ]
+    )
+    token = wait_for(
+        "kube-controller-manager to fill the legacy token Secret",
+        functools.partial(_legacy_token, cluster, agents.namespace, secret),
+    )
+    token_file = agents.token_file(token, "legacy")
+
+    with pytest.raises(AgentError, match=r"user info authentication\.kubernetes\.io/node-name"):
+        agents.writer(cluster, token_file, agents.reports[0]).patch_status({"message": "legacy"})
 
 
 def test_policy_leaves_other_identities_alone_the_operator_writes_any_nodes_report(

@@ -148,6 +148,11 @@ def _expected_seconds(config: ChecksConfig, name: CheckName) -> float | None:
 def _run_one(name: CheckName, context: CheckContext) -> CheckResult:
     try:
         return CHECKS[name](context)
+    except AgentError as error:
+        # A condition the user must see (e.g. torch missing for the cuda backend): no traceback.
+        builder = CheckBuilder(name.value, context)
+        builder.add(Reason.CHECK_ERROR, f"{name.value} check could not run: {error}")
+        return builder.finish()
     except Exception as error:  # one broken check must not lose the others
         builder = CheckBuilder(name.value, context)
         builder.add(

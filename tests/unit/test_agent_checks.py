@@ -166,6 +166,7 @@ def test_a_hang_runs_until_the_agent_is_told_to_stop() -> None:
     result = _run('{"gpus": 1, "faults": [{"kind": "hang"}]}', stop=stop)
     assert time.monotonic() - began >= 0.3
     assert [c.verdict for c in result.checks][-2:] == [Verdict.SKIPPED, Verdict.SKIPPED]
+    assert result.verdict is Verdict.FAILED and result.reason is Reason.AGENT_STOPPED
 
 
 def test_absolute_threshold_applies_on_an_unknown_part() -> None:

@@ -1,7 +1,10 @@
 """`gpuval-agent run` (any GPU machine) and `gpuval-agent cluster` (the agent pod).
 
 Exit codes: 0 every check passed, 1 a check failed, 2 the agent itself could not run (the reason
-is on stderr; in cluster mode also in the report when it could still be written).
+is on stderr; in cluster mode also in the report when it could still be written), and for `run`
+130 when SIGTERM/SIGINT stopped it before the checks finished (it prints the partial table). A
+stopped `cluster` agent exits 2 and writes no final report: the operator writes why it stopped
+(evicted, deleted, timed out), which a partial result must not overwrite.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from gpuval_api.reasons import REASONS, Reason
 from gpuval_api.report import build_report_status, build_running_status
 from gpuval_api.result import AgentResult, CheckResult, Environment, Finding, Verdict
 
-EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
+EXIT_PASSED, EXIT_FAILED, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
@@ -189,6 +192,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(render_table(result), file=table_stream)
     if args.json_path:
         _write_json(result, args.json_path)
+    if result.reason is Reason.AGENT_STOPPED:
+        return EXIT_INTERRUPTED
     return EXIT_PASSED if result.verdict is Verdict.PASSED else EXIT_FAILED
 
 
@@ -246,8 +251,12 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     finally:
         display.close()
         backend.close()
-    writer.patch_status(build_report_status(result))
     print(render_table(result), file=sys.stderr)
+    if result.reason is Reason.AGENT_STOPPED:
+        # Stopped means evicted, deleted or timed out: the operator writes that reason, and a
+        # partial result written now could overwrite it.
+        raise AgentError("stopped before the checks finished; the report is left to the operator")
+    writer.patch_status(build_report_status(result))
     return EXIT_PASSED if result.verdict is Verdict.PASSED else EXIT_FAILED
 
 
@@ -262,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("gpuval-agent: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -135,7 +135,7 @@ def run_checks(
             environment.unsupported.append(f"torch versions ({error})")
     return _result(
         config=config, backend=backend, node=node, started_at=started_at, startup=startup,
-        environment=environment, checks=checks,
+        environment=environment, checks=checks, stopped=context.stop.is_set(),
     )  # fmt: skip
 
 
@@ -171,21 +171,27 @@ def _result(
     startup: float | None,
     environment: Environment,
     checks: list[CheckResult],
+    stopped: bool = False,
 ) -> AgentResult:
     failed = [c for c in checks if c.verdict is Verdict.FAILED]
+    reason = failed[0].reason if failed else None
     if failed:
         message = "; ".join(f"{c.name}: {c.message}" for c in failed)
     else:
         ran = [c.name for c in checks if c.verdict is Verdict.PASSED]
         message = f"{environment.gpu_count} GPUs passed {', '.join(ran) or 'no checks'}"
+    if stopped:
+        # A partial run never passes: a stopped burn ran shorter than configured.
+        reason = Reason.AGENT_STOPPED
+        message = f"stopped before the checks finished; {message}"
     return AgentResult(
         agent_version=__version__,
         backend=backend.name,
         node=node,
         started_at=started_at,
         completed_at=datetime.now(UTC),
-        verdict=Verdict.FAILED if failed else Verdict.PASSED,
-        reason=failed[0].reason if failed else None,
+        verdict=Verdict.FAILED if failed or stopped else Verdict.PASSED,
+        reason=reason,
         message=message,
         startup_seconds=round(startup, 3) if startup is not None else None,
         checks_config=config,

@@ -51,6 +51,7 @@ class Reason(StrEnum):
     CHECK_ERROR = "CheckError"
     CHECK_SKIPPED = "CheckSkipped"
     INVALID_CONFIG = "InvalidConfig"
+    AGENT_STOPPED = "AgentStopped"
     # Operator side
     POD_FAILED = "PodFailed"
     POD_EVICTED = "PodEvicted"
@@ -171,6 +172,11 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.INVALID_CONFIG: ReasonInfo(
         "the checks configuration given to the agent is invalid",
         "fix spec.checks of the GpuValidation (the message names the field)",
+    ),
+    Reason.AGENT_STOPPED: ReasonInfo(
+        "the agent was stopped (SIGTERM or SIGINT) before it finished; its results are partial",
+        "re-run the validation for this node; an evicted or timed-out pod carries the operator's "
+        "reason",
     ),
     Reason.POD_FAILED: ReasonInfo(
         "the agent pod failed without writing a verdict",

@@ -213,3 +213,34 @@ def info(reason: Reason) -> ReasonInfo:
 def hint(reason: Reason) -> str:
     """The one-line fix hint of a reason."""
     return REASONS[reason].hint
+
+
+def markdown_table() -> str:
+    """The catalogue as a Markdown table (docs/agent.md holds it between reasons markers)."""
+    lines = ["| reason | severity | meaning | what to do |", "|---|---|---|---|"]
+    for reason, entry in REASONS.items():
+        hint_text = entry.hint.replace("|", "\\|")
+        lines.append(f"| `{reason}` | {entry.severity} | {entry.summary} | {hint_text} |")
+    return "\n".join(lines) + "\n"
+
+
+BEGIN_MARKER = "<!-- reasons:begin (generated: python -m gpuval_api.reasons docs/agent.md) -->\n"
+END_MARKER = "<!-- reasons:end -->\n"
+
+
+def render_into(document: str) -> str:
+    """`document` with the text between the reasons markers replaced by the current table."""
+    before, found, rest = document.partition(BEGIN_MARKER)
+    _, found_end, after = rest.partition(END_MARKER)
+    if not found or not found_end:
+        raise ValueError("the document has no reasons markers")
+    return before + BEGIN_MARKER + markdown_table() + END_MARKER + after
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/agent.md")
+    target.write_text(render_into(target.read_text()))
+    print(target)

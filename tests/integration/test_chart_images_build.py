@@ -1,0 +1,100 @@
+"""The operator image's build stage, replayed without a Docker engine: its COPY instructions lay out
+a context exactly as the Dockerfile and its .dockerignore allow, its `uv sync` RUNs run with its
+ENV (the environment path moved into a temporary directory), and the result must be a virtualenv
+that runs the operator and holds no GPU stack. A member manifest the Dockerfile forgot to copy, a
+path the .dockerignore hides, or a sync that no longer resolves from the lock fails here.
+
+Slow-ish (it installs the operator's locked dependencies from uv's cache or PyPI), hence here with
+the integration tests. The agent's image is not replayed: its sync brings torch, several GB.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+from tests.unit.test_chart_images import OPERATOR, REPO_ROOT, parse
+
+
+def _allowed_by_dockerignore(path: str, ignore: Path) -> bool:
+    """Docker's rule: the last matching pattern wins; `!` re-includes."""
+    allowed = True
+    for raw in ignore.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        negate = line.startswith("!")
+        pattern = line[1:] if negate else line
+        if fnmatch.fnmatch(path, pattern) or path.startswith(pattern.rstrip("/") + "/"):
+            allowed = negate
+    return allowed
+
+
+def _uv() -> str:
+    """The uv running this test session (`uv run` exports its own path as $UV), else one on
+    PATH."""
+    found = os.environ.get("UV") or shutil.which("uv")
+    assert found, "no uv: run the tests through `python3 -m uv run` (make test does)"
+    return found
+
+
+def test_operator_build_stage_installs_a_runnable_operator_without_the_gpu_stack(
+    tmp_path: Path,
+) -> None:
+    build = parse(OPERATOR)[0]
+    ignore = OPERATOR.with_name("Dockerfile.dockerignore")
+    context = tmp_path / "src"
+    context.mkdir()
+    venv = tmp_path / "venv"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "VIRTUAL_ENV"))}
+    synced = 0
+    for keyword, args in build.instructions:
+        if keyword == "ENV":
+            for assignment in shlex.split(args):
+                key, _, value = assignment.partition("=")
+                env[key] = str(venv) if key == "UV_PROJECT_ENVIRONMENT" else value
+        elif keyword == "COPY":
+            *sources, dest = args.split()
+            for source in sources:
+                assert _allowed_by_dockerignore(source, ignore), (
+                    f"COPY {source}: hidden by {ignore.relative_to(REPO_ROOT)}"
+                )
+                target = context / (dest if dest not in ("./", ".") else source)
+                origin = REPO_ROOT / source
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if origin.is_dir():
+                    shutil.copytree(origin, target, ignore=shutil.ignore_patterns("__pycache__"))
+                else:
+                    shutil.copy2(origin, target)
+        elif keyword == "RUN" and "uv sync" in args:
+            argv = shlex.split(args)
+            argv = [_uv(), *argv[argv.index("sync") :]]
+            proc = subprocess.run(
+                argv, cwd=context, env=env, capture_output=True, text=True, check=False, timeout=600
+            )
+            assert proc.returncode == 0, f"RUN {args}\n{proc.stderr}"
+            synced += 1
+    assert synced == 2, "a dependency layer and the workspace layer"
+
+    assert (venv / "bin" / "gpuval-operator").is_file()
+    probe = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import importlib.util, gpuval_operator.main, gpuval_operator;"
+            "print(gpuval_operator.__file__);"
+            "print(importlib.util.find_spec('torch') is None)",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert probe.returncode == 0, probe.stderr
+    module_file, no_torch = probe.stdout.split()
+    # --no-editable: the code is inside the venv, not a link back to the build context.
+    assert module_file.startswith(str(venv)), module_file
+    assert no_torch == "True"

@@ -179,7 +179,8 @@ def render_table(result: AgentResult) -> str:
             if finding.reason.value == "CheckSkipped":
                 label = "SKIP"
             lines.append(f"{label} {name}: {finding.reason.value}: {finding.message}")
-            lines.append(f"     hint: {finding.hint}")
+            if label != "SKIP":
+                lines.append(f"     hint: {finding.hint}")
     verdict = "PASSED" if result.verdict is Verdict.PASSED else "FAILED"
     lines += ["", f"{verdict}: {result.message}"]
     return "\n".join(lines)

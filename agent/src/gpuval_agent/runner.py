@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import socket
 import threading
 import time
@@ -78,9 +79,10 @@ def run_checks(
         reporter.check_finished(checks[0])
         why = "no NVIDIA driver or GPU (see the driver check)"
         checks.extend(skipped(name.value, why) for name in enabled if name != CheckName.DRIVER)
+        bare = Environment(hostname=socket.gethostname(), kernel=platform.release())
         return _result(
             config=config, backend=backend, node=node, started_at=started_at, startup=startup,
-            environment=Environment(), checks=checks,
+            environment=bare, checks=checks,
         )  # fmt: skip
 
     # Kept in the driver check's metrics: on the H200 VMs ~3.6 s of a run sat outside the checks.

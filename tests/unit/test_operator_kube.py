@@ -139,7 +139,7 @@ def test_a_follower_resumes_from_the_last_version_and_relists_on_410() -> None:
             client,
             "/pods",
             "",
-            lambda items: seen.extend(("LIST", i["metadata"]["name"]) for i in items),
+            lambda items, first, last: seen.extend(("LIST", i["metadata"]["name"]) for i in items),
             lambda kind, obj: seen.append((kind, obj["metadata"]["name"])),
         )
         task = asyncio.create_task(follower.run())

@@ -173,7 +173,7 @@ class PodRunner:
             return f"/api/v1/namespaces/{q(self.namespace)}/pods"
         return "/api/v1/pods"
 
-    def _on_list(self, items: list[dict[str, Any]]) -> None:
+    def _on_page(self, items: list[dict[str, Any]], first: bool, last: bool) -> None:
         for pod in items:
             self._on_event("MODIFIED", pod)
 
@@ -291,7 +291,7 @@ class PodRunner:
             self.client,
             self.pods_path,
             AGENT_SELECTOR,
-            self._on_list,
+            self._on_page,
             self._on_event,
             name="podrunner",
         )

@@ -19,15 +19,17 @@ from gpuval_operator.kube import ApiError, KubeClient, ResourceExpiredError
 
 log = logging.getLogger(__name__)
 
-OnList = Callable[[list[dict[str, Any]]], None]
+# (items of one page, whether it is the first page, whether it is the last)
+OnPage = Callable[[list[dict[str, Any]], bool, bool], None]
 OnEvent = Callable[[str, dict[str, Any]], None]
 
 
 class Follower:
     """Follows the objects at `path` matching `label_selector`.
 
-    `on_list` gets the complete current set after every (re)list, so the caller can notice objects
-    deleted while the watch was down; `on_event` gets each ADDED/MODIFIED/DELETED event afterwards.
+    `on_page` gets every (re)list page by page, told which page is the first and which the last,
+    so the caller can notice objects deleted while the watch was down without holding the whole
+    list; `on_event` gets each ADDED/MODIFIED/DELETED event afterwards.
     """
 
     def __init__(
@@ -35,7 +37,7 @@ class Follower:
         client: KubeClient,
         path: str,
         label_selector: str,
-        on_list: OnList,
+        on_page: OnPage,
         on_event: OnEvent,
         *,
         name: str = "",
@@ -43,7 +45,7 @@ class Follower:
         self.client = client
         self.path = path
         self.label_selector = label_selector
-        self.on_list = on_list
+        self.on_page = on_page
         self.on_event = on_event
         self.name = name or path
         self.synced = asyncio.Event()
@@ -51,9 +53,12 @@ class Follower:
         self.relists = 0
 
     async def _relist(self) -> None:
-        items, self.resource_version = await self.client.list_pages(self.path, self.label_selector)
+        first = True
+        async for items, version, last in self.client.pages(self.path, self.label_selector):
+            self.on_page(items, first, last)
+            first = False
+            self.resource_version = version
         self.relists += 1
-        self.on_list(items)
         self.synced.set()
 
     async def run(self) -> None:

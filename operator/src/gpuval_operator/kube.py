@@ -216,11 +216,15 @@ class KubeClient:
                 return None
             raise
 
-    async def list_pages(
+    async def pages(
         self, path: str, label_selector: str = "", page_size: int = 500
-    ) -> tuple[list[dict[str, Any]], str]:
-        """Every item of a list (fetched `page_size` at a time) and the list's resourceVersion."""
-        items: list[dict[str, Any]] = []
+    ) -> AsyncIterator[tuple[list[dict[str, Any]], str, bool]]:
+        """A list one page at a time: (items, the list's resourceVersion, whether it is the last).
+
+        Consumers keep what they need from each page and drop it, so listing 10,000 nodes or
+        reports never holds them all at once. An expired continue token raises
+        ResourceExpiredError: the caller starts again from the first page.
+        """
         params: dict[str, str | int] = {"limit": page_size}
         if label_selector:
             params["labelSelector"] = label_selector
@@ -228,17 +232,30 @@ class KubeClient:
             try:
                 page = await self.request("GET", path, params=params)
             except ApiError as exc:
-                # An expired continue token: start the list again rather than return half of it.
                 if exc.status == 410 and "continue" in params:
-                    items.clear()
-                    params.pop("continue")
-                    continue
+                    raise ResourceExpiredError(path) from exc
                 raise
-            items.extend(page.get("items") or [])
             token = page.get("metadata", {}).get("continue")
+            version = page.get("metadata", {}).get("resourceVersion", "")
+            yield page.get("items") or [], version, not token
             if not token:
-                return items, page["metadata"].get("resourceVersion", "")
+                return
             params["continue"] = token
+
+    async def list_pages(
+        self, path: str, label_selector: str = "", page_size: int = 500
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every item of a list (fetched `page_size` at a time) and the list's resourceVersion."""
+        while True:
+            items: list[dict[str, Any]] = []
+            version = ""
+            try:
+                async for page, page_version, _ in self.pages(path, label_selector, page_size):
+                    items.extend(page)
+                    version = page_version
+            except ResourceExpiredError:
+                continue  # start the list again rather than return half of it
+            return items, version
 
     async def watch(
         self, path: str, resource_version: str, label_selector: str = ""

@@ -31,7 +31,7 @@ from gpuval_api.report import build_operator_failure_status
 from gpuval_operator import cron, events, names, planning, rollup
 from gpuval_operator.children import Follower
 from gpuval_operator.config import OperatorConfig
-from gpuval_operator.kube import ApiError, KubeClient, q
+from gpuval_operator.kube import ApiError, KubeClient, ResourceExpiredError, q
 from gpuval_operator.nodeactions import plan_node_patch
 from gpuval_operator.state import (
     Failure,
@@ -118,6 +118,7 @@ class ValidationController:
         self.outliers: list[Outlier] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._planning: asyncio.Task[None] | None = None
+        self._listed_pods: set[str] = set()
         self.selector = f"{names.LABEL_VALIDATION}={names.label_value(name)}"
         self.invalid_generation: int | None = None
 
@@ -159,8 +160,7 @@ class ValidationController:
             self.dirty = True
             self.wake.set()
 
-    def _on_reports_listed(self, items: list[dict[str, Any]]) -> None:
-        self.state.run_ids.clear()
+    def _on_reports_page(self, items: list[dict[str, Any]], first: bool, last: bool) -> None:
         for obj in items:
             self._on_report(obj)
 
@@ -179,27 +179,40 @@ class ValidationController:
         self.dirty = True
         self.wake.set()
 
-    def _on_pods_listed(self, items: list[dict[str, Any]]) -> None:
+    def _on_pods_page(self, items: list[dict[str, Any]], first: bool, last: bool) -> None:
         run = self.state.run
         if run is None:
             return
-        present = set()
+        if first:
+            self._listed_pods = set()
         for obj in items:
             view = PodView.parse(obj)
-            present.add(view.name)
+            self._listed_pods.add(view.name)
             run.apply_pod(view, time.monotonic())
-        # A pod that vanished while the watch was down is a deletion we did not see.
-        for record in run.nodes.values():
-            if record.phase is Phase.RUNNING and record.pod_seen and record.pod not in present:
-                record.pod_gone = not record.deleted_by_us
+        if last:
+            # A pod that vanished while the watch was down is a deletion we did not see.
+            for record in run.nodes.values():
+                if (
+                    record.phase is Phase.RUNNING
+                    and record.pod_seen
+                    and record.pod not in self._listed_pods
+                ):
+                    record.pod_gone = not record.deleted_by_us
+            self._listed_pods = set()
         self.wake.set()
+
+    async def _relist_pods(self) -> None:
+        first = True
+        async for items, _, last in self.client.pages(self.pods_path, self.selector):
+            self._on_pods_page(items, first, last)
+            first = False
 
     def _start_followers(self) -> tuple[Follower, Follower]:
         reports = Follower(
             self.client,
             REPORTS_PATH,
             self.selector,
-            self._on_reports_listed,
+            self._on_reports_page,
             self._on_report_event,
             name=f"{self.name}/reports",
         )
@@ -207,7 +220,7 @@ class ValidationController:
             self.client,
             self.pods_path,
             self.selector,
-            self._on_pods_listed,
+            self._on_pods_page,
             self._on_pod,
             name=f"{self.name}/pods",
         )
@@ -237,17 +250,16 @@ class ValidationController:
             if run is not None:
                 # The followers listed before the run existed; apply its reports, then its pods,
                 # again.
-                items, _ = await self.client.list_pages(
+                async for items, _, _ in self.client.pages(
                     REPORTS_PATH, f"{self.selector},{names.LABEL_RUN}={run.run_id}"
-                )
-                for obj in items:
-                    self._on_report(obj)
+                ):
+                    for obj in items:
+                        self._on_report(obj)
             if run is not None and run.completed_at is not None:
                 run.finished.clear()
             elif run is not None:
                 await self._wait(pods.synced.is_set, 0.2)
-                items, _ = await self.client.list_pages(self.pods_path, self.selector)
-                self._on_pods_listed(items)
+                await self._relist_pods()
             while not self.stopped():
                 try:
                     await self._step()
@@ -356,8 +368,15 @@ class ValidationController:
 
     async def _list_candidates(self, spec: GpuValidationSpec) -> list[planning.Candidate]:
         query = spec.node_selector.to_query() if spec.node_selector else ""
-        nodes, _ = await self.client.list_pages("/api/v1/nodes", query)
-        return planning.select_nodes(nodes)
+        candidates: list[planning.Candidate] = []
+        while True:
+            try:
+                async for nodes, _, _ in self.client.pages("/api/v1/nodes", query):
+                    candidates.extend(planning.select_nodes(nodes))
+            except ResourceExpiredError:
+                candidates.clear()
+                continue
+            return sorted(candidates, key=lambda c: c.name)
 
     async def _start_run(self, spec: GpuValidationSpec, trigger: str) -> None:
         previous = self.state.run

@@ -14,7 +14,7 @@ setup: ## Install uv (pinned) if missing and sync the locked Python environment 
 	$(UV) sync --frozen
 
 .PHONY: controlplane
-controlplane: setup ## Build and cache etcd, kube-apiserver/-controller-manager/-scheduler, kubectl, kwok, kwokctl, helm
+controlplane: setup ## Build and cache etcd, kube-apiserver/-controller-manager/-scheduler, kubectl, kwok, kwokctl, helm, prometheus
 	$(UV) run --frozen python -m gpuval_devtools.controlplane build
 
 .PHONY: cluster-up
@@ -41,6 +41,21 @@ check-generated: setup ## Fail when a generated file (CRDs, schemas) is stale ag
 .PHONY: demo
 demo: setup controlplane ## The main job: local control plane + simulated GPU nodes + real operator and agents
 	$(UV) run --frozen python -m gpuval_devtools.demo
+
+.PHONY: chart-lint
+chart-lint: controlplane ## helm lint --strict and helm template the chart: defaults and every ci/*-values.yaml
+	$(UV) run --frozen pytest -q tests/integration/test_chart_render.py
+
+.PHONY: images-lint
+images-lint: setup ## hadolint both Dockerfiles
+	$(UV) run --frozen hadolint images/operator/Dockerfile images/agent/Dockerfile
+
+REGISTRY ?= localhost/gpuval
+TAG ?= 0.1.0
+.PHONY: images
+images: ## Build the operator and agent images (needs a Docker engine): make images REGISTRY=... TAG=...
+	docker build -f images/operator/Dockerfile -t $(REGISTRY)/gpuval-operator:$(TAG) .
+	docker build -f images/agent/Dockerfile -t $(REGISTRY)/gpuval-agent:$(TAG) .
 
 .PHONY: lint
 lint: setup ## ruff and mypy --strict over every package

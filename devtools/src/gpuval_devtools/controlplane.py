@@ -72,6 +72,8 @@ class Binaries:
     kwok: Path
     kwokctl: Path
     helm: Path
+    prometheus: Path
+    promtool: Path
 
 
 Log = Callable[[str], None]
@@ -281,6 +283,9 @@ def build(*, log: Log = _stderr_log) -> Binaries:
     helm = _go_install(
         f"helm-{HELM_VERSION}", f"{HELM_MODULE}/cmd/helm@{HELM_VERSION}", ["helm"], log=log
     )
+    # The alert tests run a real Prometheus; unpacked here so no test downloads anything.
+    prometheus = debian_binary("prometheus", ["prometheus"], log=log)["prometheus"]
+    promtool = debian_binary("promtool", ["promtool"], log=log)["promtool"]
     return Binaries(
         etcd=etcd,
         kube_apiserver=kube["kube-apiserver"],
@@ -290,6 +295,8 @@ def build(*, log: Log = _stderr_log) -> Binaries:
         kwok=kwok["kwok"],
         kwokctl=kwok["kwokctl"],
         helm=helm["helm"],
+        prometheus=prometheus,
+        promtool=promtool,
     )
 
 

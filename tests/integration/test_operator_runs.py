@@ -621,3 +621,46 @@ def test_a_spec_change_mid_run_supersedes_the_run_and_cleans_up_its_children(
     assert status["run"]["id"] != first and status["run"]["trigger"] == "spec-changed"
     assert status["run"]["generation"] == 2 and status["nodes"]["passed"] == 3
     assert leftover_reports == [] and leftover_pods == []
+
+
+def test_an_agent_pod_evicted_through_the_eviction_api_fails_its_node_as_evicted(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Callable[[], contextlib.AbstractContextManager[int]],
+    unique_name: Callable[[str], str],
+) -> None:
+    node = fleet.add(unique_name("evict"), faults=[{"kind": "hang"}])
+    name = unique_name("evict")
+    with operator():
+        apply(cluster, fleet.validation(name, checks={"burn": {"durationSeconds": 1}}))
+        pod = wait_for(
+            "the agent pod to run",
+            lambda: next(
+                (
+                    p
+                    for p in pods_of(cluster, name)
+                    if (p.get("status") or {}).get("phase") == "Running"
+                ),
+                None,
+            ),
+            timeout=60,
+        )
+        pod_name = pod["metadata"]["name"]
+        eviction = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod_name, "namespace": AGENT_NAMESPACE},
+        }
+        cluster.kubectl(
+            "create",
+            "--raw",
+            f"/api/v1/namespaces/{AGENT_NAMESPACE}/pods/{pod_name}/eviction",
+            "-f",
+            "-",
+            input=json.dumps(eviction),
+        )
+        status = completed_run(cluster, name, timeout=90)
+        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        delete_validation(cluster, name)
+    assert reports[node]["verdict"] == "Failed" and reports[node]["reason"] == "PodEvicted"
+    assert f"agent pod {pod_name} was evicted" in reports[node]["message"]

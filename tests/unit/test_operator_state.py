@@ -178,3 +178,12 @@ def test_only_nodes_whose_report_exists_wait_for_a_wave() -> None:
     run.nodes["a"].planned = True
     run.apply_report(report("b", phase="Pending", verdict=None))
     assert {r.node for r in run.pending()} == {"a", "b"}
+
+
+def test_a_pod_deleted_through_the_eviction_api_fails_its_node_as_evicted() -> None:
+    run = make_run("a")
+    run.apply_pod(pod("a"), now=0.0)
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    run.apply_pod_deleted(pod("a", status={"conditions": [condition]}))
+    [failure] = due_failures(run, now=T0, monotonic=0.0, timeout=600, grace=10)
+    assert failure.reason is Reason.POD_EVICTED and "evicted" in failure.message

@@ -386,6 +386,8 @@ class RunState:
         record = self.nodes.get(view.node)
         if record is not None and record.phase is Phase.RUNNING and not record.deleted_by_us:
             record.pod_gone = True
+            # The Eviction API deletes the pod; its last state carries the DisruptionTarget mark.
+            record.evicted = record.evicted or view.evicted
 
 
 def due_failures(
@@ -406,8 +408,10 @@ def due_failures(
             failures.append(
                 Failure(
                     r.node,
-                    Reason.POD_FAILED,
-                    "the agent pod was deleted before it finished",
+                    Reason.POD_EVICTED if r.evicted else Reason.POD_FAILED,
+                    f"agent pod {r.pod} was "
+                    + ("evicted" if r.evicted else "deleted")
+                    + " before it finished",
                     False,
                     True,
                 )

@@ -164,6 +164,14 @@ def scrape(port: int) -> str:
         return text
 
 
+def scrape_when_up(port: int) -> str:
+    """The metrics, or "" while the operator is still starting (KopfRunner returns before that)."""
+    try:
+        return scrape(port)
+    except OSError:
+        return ""
+
+
 def test_a_run_validates_every_selected_node_and_names_the_faulty_one(
     cluster: Cluster,
     fleet: Fleet,
@@ -664,3 +672,58 @@ def test_an_agent_pod_evicted_through_the_eviction_api_fails_its_node_as_evicted
         delete_validation(cluster, name)
     assert reports[node]["verdict"] == "Failed" and reports[node]["reason"] == "PodEvicted"
     assert f"agent pod {pod_name} was evicted" in reports[node]["message"]
+
+
+def test_an_agent_pod_waits_for_busy_gpus_without_disturbing_work_and_fails_as_unschedulable(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Callable[[], contextlib.AbstractContextManager[int]],
+    unique_name: Callable[[str], str],
+) -> None:
+    node = fleet.add(unique_name("busy"))
+    workload = unique_name("training")
+    cluster.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": workload, "namespace": "default"},
+                "spec": {
+                    "nodeName": node,
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": "example.com/train:1",
+                            "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                        }
+                    ],
+                },
+            }
+        ]
+    )
+    name = unique_name("busy")
+    try:
+        with operator() as port:
+            apply(
+                cluster,
+                fleet.validation(
+                    name, nodeTimeoutSeconds=20, checks={"burn": {"durationSeconds": 1}}
+                ),
+            )
+            wait_for(
+                "the unschedulable agent pod in the metrics",
+                lambda: (
+                    f'gpuval_validation_unschedulable_pods{{validation="{name}"}} 1.0'
+                    in scrape_when_up(port)
+                ),
+                timeout=60,
+            )
+            status = completed_run(cluster, name, timeout=90)
+            reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+            work = get_json(cluster, "pod", workload, "-n", "default")
+            delete_validation(cluster, name)
+    finally:
+        cluster.kubectl("delete", "pod", workload, "-n", "default", "--wait=false", check=False)
+    assert reports[node]["reason"] == "PodUnschedulable"
+    assert "Insufficient nvidia.com/gpu" in reports[node]["message"]
+    assert work["status"]["phase"] == "Running" and not work["metadata"].get("deletionTimestamp")

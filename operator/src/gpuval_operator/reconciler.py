@@ -441,7 +441,11 @@ class ValidationController:
 
     def _plan_in_background(self, run: RunState, candidates: list[planning.Candidate]) -> None:
         async def plan() -> None:
-            await self._create_reports(run, candidates)
+            # A quarter of the create width, so the waves' pods are not queued behind reports
+            # that are needed only when later waves start.
+            await self._create_reports(
+                run, candidates, concurrency=max(1, self.config.create_concurrency // 4)
+            )
             # Every report of the run exists: a restarted operator need not look for missing ones.
             try:
                 await self.client.merge_patch(
@@ -464,9 +468,12 @@ class ValidationController:
             self._planning = None
 
     async def _create_reports(
-        self, run: RunState, candidates: Iterable[planning.Candidate]
+        self,
+        run: RunState,
+        candidates: Iterable[planning.Candidate],
+        concurrency: int | None = None,
     ) -> None:
-        await self._bounded(self._create_report(run, c) for c in candidates)
+        await self._bounded((self._create_report(run, c) for c in candidates), concurrency)
 
     async def _create_report(self, run: RunState, candidate: planning.Candidate) -> None:
         body = planning.build_report(self.name, self.uid, run.run_id, candidate)
@@ -491,15 +498,22 @@ class ValidationController:
             record.planned = True
             self.wake.set()
 
-    async def _bounded(self, jobs: Iterable[Awaitable[None]]) -> None:
-        """Run `jobs` at most `create_concurrency` at a time (the client backs off on 429/5xx)."""
-        semaphore = asyncio.Semaphore(self.config.create_concurrency)
+    async def _bounded(
+        self, jobs: Iterable[Awaitable[None]], concurrency: int | None = None
+    ) -> None:
+        """Run `jobs` at most `concurrency` at a time (the client backs off on 429/5xx).
 
-        async def one(job: Awaitable[None]) -> None:
-            async with semaphore:
+        A few workers share one iterator, so a generator of 10,000 creates makes each coroutine
+        only when a worker is free to await it.
+        """
+        shared = iter(jobs)
+
+        async def worker() -> None:
+            for job in shared:
                 await job
 
-        await asyncio.gather(*(one(j) for j in jobs))
+        width = concurrency or self.config.create_concurrency
+        await asyncio.gather(*(worker() for _ in range(width)))
 
     async def _prune(self, run: RunState, spec: GpuValidationSpec) -> None:
         """Delete pods of earlier runs, and reports of runs beyond the history to keep."""

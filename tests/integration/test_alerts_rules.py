@@ -45,13 +45,30 @@ def _failed_burn() -> list[dict[str, Any]]:
             "interval": "1m",
             "input_series": [
                 {
+                    "series": 'gpuval_node_check_failure_info{validation="fleet",node="gpu-3",'
+                    'check="burn",reason="BurnMismatch"}',
+                    "values": "1x10",
+                },
+                # gpu-3's first failure was a health check: the burn alert must still fire.
+                {
                     "series": 'gpuval_node_failure_info{validation="fleet",node="gpu-3",'
-                    'reason="BurnMismatch"}',
+                    'reason="EccUncorrectable"}',
                     "values": "1x10",
                 },
                 {
+                    "series": 'gpuval_node_check_failure_info{validation="fleet",node="gpu-3",'
+                    'check="health",reason="EccUncorrectable"}',
+                    "values": "1x10",
+                },
+                # gpu-5 failed only its health check: no burn alert.
+                {
                     "series": 'gpuval_node_failure_info{validation="fleet",node="gpu-5",'
                     'reason="EccUncorrectable"}',
+                    "values": "1x10",
+                },
+                {
+                    "series": 'gpuval_node_check_failure_info{validation="fleet",node="gpu-5",'
+                    'check="health",reason="EccUncorrectable"}',
                     "values": "1x10",
                 },
                 {"series": 'gpuval_node_passed{validation="fleet",node="gpu-3"}', "values": "0x10"},
@@ -90,8 +107,8 @@ def _failed_burn() -> list[dict[str, Any]]:
                 # Every burn reason alerts; a passing node has no failure series at all.
                 *[
                     {
-                        "series": f'gpuval_node_failure_info{{validation="v",node="n-{reason}",'
-                        f'reason="{reason}"}}',
+                        "series": f'gpuval_node_check_failure_info{{validation="v",'
+                        f'node="n-{reason}",check="burn",reason="{reason}"}}',
                         "values": "1x3",
                     }
                     for reason in (

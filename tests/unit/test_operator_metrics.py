@@ -36,7 +36,16 @@ def sample_registry() -> Registry:
         {},
         ((0, "burn_flops_per_second", 8e14),),
     )
-    state.latest["b"] = NodeResult("1-aaaa", "Failed", "BurnMismatch", 160.0, {}, {}, ())
+    state.latest["b"] = NodeResult(
+        "1-aaaa",
+        "Failed",
+        "EccUncorrectable",
+        160.0,
+        {},
+        {},
+        (),
+        (("health", "EccUncorrectable"), ("burn", "BurnMismatch")),
+    )
     registry["fleet"] = state
     return registry
 
@@ -62,7 +71,7 @@ def test_per_validation_and_per_node_series_in_base_units() -> None:
         got[
             (
                 "gpuval_node_failure_info",
-                (("node", "b"), ("reason", "BurnMismatch"), ("validation", "fleet")),
+                (("node", "b"), ("reason", "EccUncorrectable"), ("validation", "fleet")),
             )
         ]
         == 1
@@ -85,3 +94,18 @@ def test_per_gpu_series_only_when_enabled() -> None:
         (("gpu", "0"), ("node", "a"), ("validation", "fleet")),
     )
     assert got[key] == 8e14
+
+
+def test_every_failed_check_of_a_node_is_a_series_not_only_its_first_reason() -> None:
+    got = samples(per_gpu=False)
+    check_failures = {
+        dict(labels)["check"]: dict(labels)["reason"]
+        for name, labels in got
+        if name == "gpuval_node_check_failure_info"
+    }
+    # b failed health first; its burn failure must still be visible to the burn alert.
+    assert check_failures == {"health": "EccUncorrectable", "burn": "BurnMismatch"}
+    assert not any(
+        name == "gpuval_node_check_failure_info" and dict(labels)["node"] == "a"
+        for name, labels in got
+    )

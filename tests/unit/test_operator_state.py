@@ -6,7 +6,14 @@ from typing import Any
 
 from gpuval_api.reasons import Reason
 from gpuval_operator import names
-from gpuval_operator.state import Phase, PodView, ReportView, RunState, due_failures
+from gpuval_operator.state import (
+    Phase,
+    PodView,
+    ReportView,
+    RunState,
+    due_failures,
+    failed_checks,
+)
 
 
 def make_run(*nodes: str) -> RunState:
@@ -187,3 +194,20 @@ def test_a_pod_deleted_through_the_eviction_api_fails_its_node_as_evicted() -> N
     run.apply_pod_deleted(pod("a", status={"conditions": [condition]}))
     [failure] = due_failures(run, now=T0, monotonic=0.0, timeout=600, grace=10)
     assert failure.reason is Reason.POD_EVICTED and "evicted" in failure.message
+
+
+def test_failed_checks_are_read_from_the_report_failures_in_order_without_repeats() -> None:
+    failures = [
+        {"check": "health", "reason": "EccUncorrectable", "gpu": 1},
+        {"check": "burn", "reason": "BurnMismatch", "gpu": 3},
+        {"check": "burn", "reason": "BurnMismatch", "gpu": 5},
+        {"check": "burn", "reason": "ThermalSlowdown", "gpu": 5},
+        {"reason": "no check named"},
+        "not an object",
+    ]
+    assert failed_checks(failures) == (
+        ("health", "EccUncorrectable"),
+        ("burn", "BurnMismatch"),
+        ("burn", "ThermalSlowdown"),
+    )
+    assert failed_checks(None) == ()

@@ -98,6 +98,11 @@ class GpuvalCollector(Collector):
             "The reason of a node's latest failed verdict (always 1).",
             labels=["validation", "node", "reason"],
         )
+        check_failure = GaugeMetricFamily(
+            "gpuval_node_check_failure_info",
+            "Each (check, reason) that failed in the node's latest report (always 1).",
+            labels=["validation", "node", "check", "reason"],
+        )
         validated = GaugeMetricFamily(
             "gpuval_node_last_validation_timestamp_seconds",
             "When the node's latest verdict was written.",
@@ -145,6 +150,8 @@ class GpuvalCollector(Collector):
                 passed.add_metric([name, node], 1.0 if ok else 0.0)
                 if not ok:
                     failure.add_metric([name, node, result.reason or "Unknown"], 1.0)
+                    for check, reason in result.failed_checks:
+                        check_failure.add_metric([name, node, check, reason], 1.0)
                 if result.completed_at is not None:
                     validated.add_metric([name, node], result.completed_at)
                 for key, value in result.summary.items():
@@ -161,7 +168,7 @@ class GpuvalCollector(Collector):
                             )
                         gpu_family.add_metric([name, node, str(index)], value)
         yield from (nodes, unschedulable, invalid, uniform, outliers, started, completed, success)
-        yield from (passed, failure, validated)
+        yield from (passed, failure, check_failure, validated)
         yield from figures.values()
         yield from gpu_figures.values()
 

@@ -164,6 +164,23 @@ def environment_fingerprint(result: Mapping[str, Any] | None) -> dict[str, str]:
     return {k: sys.intern(str(v)) for k, v in raw.items() if v is not None}
 
 
+def failed_checks(failures: Any) -> tuple[tuple[str, str], ...]:
+    """(check, reason) of every distinct failure a report lists, in report order.
+
+    A node's headline reason is its first failure only; the burn alert must still fire when a
+    node fails an earlier check (health, say) and its burn as well.
+    """
+    if not isinstance(failures, list):
+        return ()
+    seen: dict[tuple[str, str], None] = {}
+    for entry in failures:
+        if isinstance(entry, Mapping):
+            check, reason = entry.get("check"), entry.get("reason")
+            if isinstance(check, str) and isinstance(reason, str):
+                seen.setdefault((check, reason), None)
+    return tuple(seen)
+
+
 def gpu_figures(result: Mapping[str, Any] | None) -> tuple[tuple[int, str, float], ...]:
     """(gpu index, metric suffix, value in base units) for each per-GPU figure of a result
     document.
@@ -194,6 +211,7 @@ class ReportView:
     summary: dict[str, float]
     environment: dict[str, str]
     gpu_figures: tuple[tuple[int, str, float], ...]
+    failed_checks: tuple[tuple[str, str], ...] = ()
 
     @property
     def completed(self) -> bool:
@@ -225,6 +243,7 @@ class ReportView:
             },
             environment=environment_fingerprint(result),
             gpu_figures=gpu_figures(result) if per_gpu else (),
+            failed_checks=failed_checks(status.get("failures")),
         )
 
 
@@ -239,6 +258,7 @@ class NodeResult:
     summary: dict[str, float]
     environment: dict[str, str]
     gpu_figures: tuple[tuple[int, str, float], ...]
+    failed_checks: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, view: ReportView) -> NodeResult:
@@ -250,6 +270,7 @@ class NodeResult:
             summary=view.summary,
             environment=view.environment,
             gpu_figures=view.gpu_figures,
+            failed_checks=view.failed_checks,
         )
 
 

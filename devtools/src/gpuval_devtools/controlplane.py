@@ -416,6 +416,7 @@ class Cluster:
     ) -> Cluster:
         binaries = build(log=log)
         workdir = cache_dir() / "kwok"
+        (workdir / "merged-kubeconfigs").mkdir(parents=True, exist_ok=True)
         env = cls._kwok_env(workdir)
         if (workdir / "clusters" / name).exists():
             log(f"deleting a leftover cluster {name!r}")
@@ -445,7 +446,9 @@ class Cluster:
             "--etcd-binary",
             str(binaries.etcd),
             "--kubeconfig",
-            str(workdir / "clusters" / f"{name}.merged-kubeconfig"),
+            # kwokctl merges the new context into this file; kept out of clusters/, where
+            # kwokctl expects only cluster directories, and away from ~/.kube/config.
+            str(workdir / "merged-kubeconfigs" / f"{name}.yaml"),
             "--quiet-pull",
             "--wait",
             "2m",

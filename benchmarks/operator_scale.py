@@ -1,0 +1,220 @@
+"""Operator at fleet scale: one GpuValidation over N simulated GPU nodes on the local control plane.
+
+Measures the figures of shared/targets.md ("Operator"): apply → every first-wave agent pod created,
+last report written → GpuValidation status final, the operator's peak resident memory, the
+GpuValidation object's size, and the operator's API writes per node (from its own request counter).
+
+The agents are stand-ins here, on purpose: the operator is what is measured, so each agent pod's
+report is completed (status Passed, a summary) as soon as kwok marks the pod Running, with the
+admin's credentials and bounded concurrency. The real agent runs in the demo and the integration
+tests.
+
+    python3 -m uv run python benchmarks/operator_scale.py --nodes 10000 --json out/scale.json
+
+Prints a live line while it runs and a table at the end; a benchmark, never a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from gpuval_devtools.controlplane import Cluster, GpuNode
+from gpuval_devtools.demo import agent_rbac, free_port, install_crds, operator_process
+from gpuval_operator.children import Follower
+from gpuval_operator.kube import KubeClient, load_credentials, q
+
+AGENT_NAMESPACE = "gpuval-system"
+WRITE_VERBS = ("POST", "PATCH", "PUT", "DELETE")
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def operator_writes(port: int) -> int:
+    """Writes the operator's own client made, from its /metrics request counter."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("gpuval_operator_api_requests_total{") and any(
+            f'verb="{v}"' in line for v in WRITE_VERBS
+        ):
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
+class StandInAgents:
+    """Completes the report of every agent pod kwok marks Running (see the module docstring)."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+        self.pods_seen: set[str] = set()
+        self.done: set[str] = set()
+        self.last_report = 0.0
+        self.reports_written = 0
+        self.sem = asyncio.Semaphore(32)
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def finish(self, pod: dict[str, Any]) -> None:
+        async with self.sem:
+            env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env", [])}
+            status = {
+                "phase": "Completed",
+                "verdict": "Passed",
+                "message": "stand-in agent (operator scale benchmark)",
+                "completedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "summary": {"gpuCount": 8, "burnTflops": 780.0, "h2dGBps": 55.0},
+            }
+            report = q(str(env["GPUVAL_REPORT_NAME"]))
+            await self.client.merge_patch(
+                f"/apis/gpuval.dev/v1alpha1/gpunodereports/{report}/status", {"status": status}
+            )
+            self.last_report = time.monotonic()
+            self.reports_written += 1
+            pod_name = q(pod["metadata"]["name"])
+            await self.client.merge_patch(
+                f"/api/v1/namespaces/{AGENT_NAMESPACE}/pods/{pod_name}/status",
+                {"status": {"phase": "Succeeded"}},
+            )
+
+    def on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        self.pods_seen.add(pod["metadata"]["name"])
+        uid = pod["metadata"]["uid"]
+        running = (pod.get("status") or {}).get("phase") == "Running"
+        if kind != "DELETED" and running and uid not in self.done:
+            self.done.add(uid)
+            task = asyncio.ensure_future(self.finish(pod))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    def on_page(self, items: list[dict[str, Any]], _first: bool, _last: bool) -> None:
+        for pod in items:
+            self.on_pod("ADDED", pod)
+
+
+async def measure(cluster: Cluster, nodes: int, max_concurrent: str) -> dict[str, Any]:
+    install_crds(cluster)
+    cluster.apply(agent_rbac())
+    port = free_port()
+    log_file = Path(cluster.cluster_dir) / "operator.log"
+    client = KubeClient(load_credentials(str(cluster.kubeconfig)))
+    agents = StandInAgents(client)
+    follower = Follower(
+        client,
+        f"/api/v1/namespaces/{AGENT_NAMESPACE}/pods",
+        "gpuval.dev/validation",
+        agents.on_page,
+        agents.on_pod,
+    )
+    follow = asyncio.ensure_future(follower.run())
+    figures: dict[str, Any] = {"nodes": nodes, "maxConcurrent": max_concurrent}
+    try:
+        with operator_process(cluster.kubeconfig, metrics_port=port, log_file=log_file) as op:
+            await asyncio.sleep(3)
+            writes_before = operator_writes(port)
+            spec = {
+                "apiVersion": "gpuval.dev/v1alpha1",
+                "kind": "GpuValidation",
+                "metadata": {"name": "scale"},
+                "spec": {
+                    "nodeSelector": {"matchLabels": {"gpuval.dev/scale": "yes"}},
+                    "maxConcurrent": max_concurrent,
+                    "nodeTimeoutSeconds": 3600,
+                    "nodeActions": {"label": True},
+                },
+            }
+            first_wave = (
+                -(-nodes * int(max_concurrent[:-1]) // 100)
+                if max_concurrent.endswith("%")
+                else min(nodes, int(max_concurrent))
+            )
+            applied = time.monotonic()
+            cluster.kubectl("apply", "-f", "-", input=json.dumps(spec))
+            peak = 0
+            while True:
+                await asyncio.sleep(0.25)
+                now = time.monotonic()
+                peak = max(peak, rss_kib(op.pid))
+                if "firstWaveSeconds" not in figures and len(agents.pods_seen) >= first_wave:
+                    figures["firstWaveSeconds"] = round(now - applied, 2)
+                gv = json.loads(
+                    cluster.kubectl("get", "gpuvalidation", "scale", "-o", "json").stdout
+                )
+                run = (gv.get("status") or {}).get("run") or {}
+                print(
+                    f"\r{now - applied:7.1f}s  pods created {len(agents.pods_seen):6d}  "
+                    f"reports completed {agents.reports_written:6d}/{nodes}  "
+                    f"operator RSS {peak / 1024:6.1f} MiB",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                if run.get("completedAt"):
+                    figures["runSeconds"] = round(now - applied, 2)
+                    # Upper bound: the poll interval and one kubectl call are included.
+                    figures["statusFinalAfterLastReportSeconds"] = round(
+                        now - agents.last_report, 2
+                    )
+                    figures["objectBytes"] = len(json.dumps(gv, separators=(",", ":")))
+                    break
+            print(file=sys.stderr)
+            figures["operatorPeakRssMiB"] = round(peak / 1024, 1)
+            figures["operatorWritesPerNode"] = round(
+                (operator_writes(port) - writes_before) / nodes, 2
+            )
+            figures["firstWavePods"] = first_wave
+    finally:
+        follow.cancel()
+        await client.close()
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=10_000)
+    parser.add_argument("--max-concurrent", default="25%")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args()
+    started = time.monotonic()
+    cluster = Cluster.start(f"gpuval-scale-{os.getpid()}", [], disable_qps_limits=True)
+    try:
+        nodes = [
+            GpuNode(name=f"scale-{i:05d}", labels={"gpuval.dev/scale": "yes"})
+            for i in range(args.nodes)
+        ]
+        cluster.add_nodes(nodes)
+        ready = time.monotonic() - started
+        figures = asyncio.run(measure(cluster, args.nodes, args.max_concurrent))
+        figures["clusterAndNodesReadySeconds"] = round(ready, 1)
+    finally:
+        cluster.stop()
+    targets = {
+        "firstWaveSeconds": ("<= 60 s at 10,000 nodes", 60),
+        "statusFinalAfterLastReportSeconds": ("<= 10 s", 10),
+        "operatorPeakRssMiB": ("<= 300 MiB", 300),
+        "objectBytes": ("<= 262144 (256 KiB)", 262_144),
+    }
+    for key, value in figures.items():
+        target, limit = targets.get(key, ("", None))
+        verdict = "" if limit is None else ("met" if value <= limit else "MISSED")
+        print(f"{key:36} {value!s:>12}  {target} {verdict}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"format": "gpuval-operator-scale/1", **figures}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -39,8 +39,9 @@ check-generated: setup ## Fail when a generated file (CRDs, schemas) is stale ag
 	$(UV) run --frozen python -m gpuval_api.crdgen --check
 
 .PHONY: demo
+DEMO_ARGS ?=
 demo: setup controlplane ## The main job: local control plane + simulated GPU nodes + real operator and agents
-	$(UV) run --frozen python -m gpuval_devtools.demo
+	$(UV) run --frozen python -m gpuval_devtools.demo $(DEMO_ARGS)
 
 .PHONY: chart-lint
 chart-lint: controlplane ## helm lint --strict and helm template the chart: defaults and every ci/*-values.yaml

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import json
 import os
 import shutil
 import socket
@@ -500,20 +499,29 @@ class Cluster:
         if wait_ready:
             self.wait_nodes_ready([n.name for n in nodes])
 
-    def wait_nodes_ready(self, names: Sequence[str], timeout: float = 120) -> None:
+    def wait_nodes_ready(self, names: Sequence[str], timeout: float | None = None) -> None:
+        """Waits until every named node is Ready. Thousands of nodes take minutes on 2 cores,
+        so the default timeout and the poll interval grow with the count (each poll lists them all).
+        """
         pending = set(names)
+        timeout = 120 + 0.1 * len(pending) if timeout is None else timeout
+        interval = max(0.3, len(pending) / 2000)
+        ready = (
+            "{range .items[*]}{.metadata.name} "
+            "{.status.conditions[?(@.type=='Ready')].status}\n{end}"
+        )
         deadline = time.monotonic() + timeout
         while pending:
-            out = self.kubectl("get", "nodes", "-o", "json").stdout
-            for item in json.loads(out)["items"]:
-                conditions = item.get("status", {}).get("conditions", [])
-                if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
-                    pending.discard(item["metadata"]["name"])
+            out = self.kubectl("get", "nodes", "-o", f"jsonpath={ready}", timeout=300).stdout
+            for line in out.splitlines():
+                name, _, status = line.partition(" ")
+                if status == "True":
+                    pending.discard(name)
             if not pending:
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"nodes not Ready after {timeout:.0f}s: {sorted(pending)[:10]}")
-            time.sleep(0.3)
+            time.sleep(interval)
 
     def token_kubeconfig(self, token: str, path: Path) -> Path:
         """Writes a kubeconfig at ``path`` that authenticates with ``token`` alone (no client cert),

@@ -9,9 +9,7 @@ import contextlib
 import dataclasses
 import json
 import os
-import socket
 import subprocess
-import sys
 import urllib.request
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuval_devtools.controlplane import Binaries, Cluster, GpuNode, build
-from gpuval_devtools.demo import simulated_node
+from gpuval_devtools.controlplane import Binaries, Cluster, GpuNode, build, free_port
+from gpuval_devtools.demo import podrunner_process, simulated_node
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "gpuval"
@@ -249,40 +247,30 @@ def validation(name: str, pool: str) -> dict[str, Any]:
 @contextlib.contextmanager
 def podrunner(cluster: Cluster, namespace: str, workdir: Path) -> Iterator[subprocess.Popen[bytes]]:
     """The kubelet stand-in for the pool's kwok nodes, for agent pods of `namespace` only."""
-    argv = [
-        sys.executable,
-        "-m",
-        "gpuval_devtools.podrunner",
-        "--kubeconfig",
-        str(cluster.kubeconfig),
-        "--ca-file",
-        str(cluster.ca_file),
-        "--namespace",
-        namespace,
-        "--logs",
-        str(workdir / "agents"),
-    ]
     # Agents inherit the runner's environment, as a pod's containers do not: keep the operator's
     # settings (GPUVAL_METRICS_PORT above all) out of it.
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUVAL_") and k != "KUBECONFIG"}
-    with (workdir / "podrunner.log").open("wb") as out:
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with podrunner_process(
+        cluster,
+        logs_dir=workdir / "agents",
+        log_file=workdir / "podrunner.log",
+        namespace=namespace,
+        env=env,
+    ) as proc:
+        yield proc
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+@contextlib.contextmanager
+def installed(cluster: Cluster, prefix: str) -> Iterator[Release]:
+    """The chart installed as a new release into a new namespace, both removed afterwards."""
+    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", namespace)
+    release = install(cluster, new_release_name(), namespace)
+    try:
+        yield release
+    finally:
+        uninstall(cluster, release)
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 def operator_as_chart_serviceaccount(

@@ -35,14 +35,8 @@ METRIC_NAME = re.compile(r"\bgpuval_[a-z0-9_]+\b")
 
 @pytest.fixture
 def release(cluster: Cluster, install_crds: list[str]) -> Iterator[chart.Release]:
-    namespace = f"alerts-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", namespace)
-    installed = chart.install(cluster, chart.new_release_name(), namespace)
-    try:
+    with chart.installed(cluster, "alerts") as installed:
         yield installed
-    finally:
-        chart.uninstall(cluster, installed)
-        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 class Prometheus:

@@ -32,14 +32,8 @@ MISCOMPARE = [{"kind": "miscompare", "gpu": 3}]
 
 @pytest.fixture
 def release(cluster: Cluster, install_crds: list[str]) -> Iterator[chart.Release]:
-    namespace = f"chart-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", namespace)
-    installed = chart.install(cluster, chart.new_release_name(), namespace)
-    try:
+    with chart.installed(cluster, "chart") as installed:
         yield installed
-    finally:
-        chart.uninstall(cluster, installed)
-        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 def test_helm_install_creates_the_charts_objects_and_the_api_server_accepts_them(

@@ -4,7 +4,6 @@ brings them to the chart's version."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -20,14 +19,10 @@ MARK = "gpuval.dev/generated-by"
 
 @pytest.fixture
 def release(cluster: Cluster, install_crds: list[str]) -> Iterator[chart.Release]:
-    namespace = f"upgrade-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", namespace)
-    installed = chart.install(cluster, chart.new_release_name(), namespace)
     try:
-        yield installed
+        with chart.installed(cluster, "upgrade") as installed:
+            yield installed
     finally:
-        chart.uninstall(cluster, installed)
-        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
         # Whatever happened above, the cluster keeps the chart's CRD for the tests after this one.
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
 

@@ -21,11 +21,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuval_devtools.controlplane import Cluster
+from gpuval_devtools.controlplane import Cluster, free_port
 from gpuval_devtools.demo import (
     AGENT_NAMESPACE,
     agent_rbac,
-    free_port,
     operator_process,
     podrunner_process,
     simulated_node,

@@ -299,7 +299,8 @@ def build(*, log: Log = _stderr_log) -> Binaries:
     )
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on loopback."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -308,7 +309,7 @@ def _free_port() -> int:
 
 def _loopback_args() -> list[str]:
     """kwokctl binds every component to 0.0.0.0; a test control plane belongs on loopback."""
-    etcd, peer, kwok = _free_port(), _free_port(), _free_port()
+    etcd, peer, kwok = free_port(), free_port(), free_port()
     overrides = {
         "etcd": {
             "listen-client-urls": f"http://127.0.0.1:{etcd}",

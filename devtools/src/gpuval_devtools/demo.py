@@ -17,19 +17,18 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gpuval_devtools.controlplane import Cluster, GpuNode
+from gpuval_devtools.controlplane import Cluster, GpuNode, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CRD_DIR = REPO_ROOT / "crds"
@@ -107,13 +106,6 @@ def install_crds(cluster: Cluster) -> None:
         cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _script(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
@@ -147,8 +139,15 @@ def operator_process(
 
 @contextlib.contextmanager
 def podrunner_process(
-    cluster: Cluster, *, logs_dir: Path, log_file: Path
+    cluster: Cluster,
+    *,
+    logs_dir: Path,
+    log_file: Path,
+    namespace: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
+    """The pod runner (kubelet stand-in) as its own process; `namespace` limits it to the agent
+    pods of one namespace, `env` replaces the inherited environment."""
     argv = [
         sys.executable,
         "-m",
@@ -160,8 +159,12 @@ def podrunner_process(
         "--logs",
         str(logs_dir),
     ]
+    if namespace is not None:
+        argv += ["--namespace", namespace]
     with log_file.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            argv, env=None if env is None else dict(env), stdout=out, stderr=subprocess.STDOUT
+        )
         try:
             yield proc
         finally:

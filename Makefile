@@ -25,18 +25,16 @@ cluster-up: controlplane ## Start a local control plane with simulated GPU nodes
 cluster-down: ## Stop and delete the local control plane started by cluster-up
 	$(UV) run --frozen python -m gpuval_devtools.controlplane down
 
-.PHONY: crds
-crds: setup ## Regenerate crds/ from the types in api/ (the one source of the CRDs) and sync the chart's copy
-	$(UV) run --frozen python -m gpuval_api.crdgen
-	$(MAKE) chart-crds
+.PHONY: generate
+generate: setup ## Regenerate every generated file from its one source: CRDs (and the chart's copy), JSON schemas, docs tables
+	$(UV) run --frozen python -m gpuval_api.generate
 
-.PHONY: chart-crds
-chart-crds: ## Copy crds/*.yaml into charts/gpuval/crds/ (Helm installs, never upgrades, that folder)
-	cp crds/*.yaml charts/gpuval/crds/
+.PHONY: crds
+crds: generate ## Same as generate (the CRDs come from the types in api/)
 
 .PHONY: check-generated
-check-generated: setup ## Fail when a generated file (CRDs, schemas) is stale against its source
-	$(UV) run --frozen python -m gpuval_api.crdgen --check
+check-generated: setup ## Fail when a generated file (CRDs, the chart's CRDs, schemas, docs tables) is stale
+	$(UV) run --frozen python -m gpuval_api.generate --check
 
 .PHONY: demo
 DEMO_ARGS ?=

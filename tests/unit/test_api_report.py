@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from gpuval_api.checks import ChecksConfig
 from gpuval_api.reasons import REASONS, Reason, Severity
 from gpuval_api.report import (
     MAX_FAILURES,
+    TERMINATION_MESSAGE_LIMIT,
     build_operator_failure_status,
     build_report_status,
     build_running_status,
+    build_termination_message,
+    parse_termination_message,
 )
 from gpuval_api.result import (
     AgentResult,
@@ -180,3 +185,42 @@ def test_operator_failure_status_uses_the_catalogue_hint() -> None:
     assert status["verdict"] == "Failed"
     assert status["reason"] == "PodEvicted"
     assert status["failures"][0]["hint"] == REASONS[Reason.POD_EVICTED].hint
+
+
+def test_a_termination_message_fits_the_kubelets_limit_and_reads_back() -> None:
+    long = "x" * 2000
+    status = {
+        "phase": "Completed",
+        "verdict": "Failed",
+        "reason": "BurnMismatch",
+        "message": long,
+        "summary": {"gpuCount": 8, "burnTflops": 612.5},
+        "failures": [
+            {"check": "burn", "reason": "BurnMismatch", "gpu": g, "hint": "h", "message": long}
+            for g in range(16)
+        ],
+        "result": {"a": long * 10},
+    }
+    text = build_termination_message(status)
+    assert len(text.encode()) <= TERMINATION_MESSAGE_LIMIT
+    back = parse_termination_message(text)
+    assert back is not None and "result" not in back
+    assert back["verdict"] == "Failed" and back["reason"] == "BurnMismatch"
+    assert back["summary"] == {"gpuCount": 8, "burnTflops": 612.5}
+    assert 1 <= len(back["failures"]) < 16 and back["failures"][0]["gpu"] == 0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        None,
+        "",
+        "Traceback (most recent call last):",
+        "[1, 2]",
+        '{"phase": "Running", "verdict": "Passed"}',
+        '{"phase": "Completed", "verdict": "Maybe"}',
+        '{"phase": "Completed", "verdict": "Failed", "reason": "NoSuchReason"}',
+    ],
+)
+def test_anything_but_a_completed_verdict_is_no_termination_verdict(text: str | None) -> None:
+    assert parse_termination_message(text) is None

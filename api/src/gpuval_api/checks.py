@@ -16,7 +16,8 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-CHECKS_ENV = "GPUVAL_CHECKS"
+# Highest threshold accepted for any figure (TFLOP/s or GB/s): far above any part, yet bounded.
+MAX_FIGURE = 100_000.0
 
 # Unit words keep their usual capitals (h2dGBps, transferMiB), as the report status spells them.
 _UNIT_WORDS = {"gbps": "GBps", "mib": "MiB"}
@@ -61,7 +62,10 @@ class Threshold(_Model):
     """A minimum a figure must reach: absolute, a fraction of the expected figure, or both."""
 
     absolute: float | None = Field(
-        default=None, ge=0, description="Minimum in the figure's own unit (TFLOP/s or GB/s)."
+        default=None,
+        ge=0,
+        le=MAX_FIGURE,
+        description="Minimum in the figure's own unit (TFLOP/s or GB/s).",
     )
     fraction_of_expected: float | None = Field(
         default=None,
@@ -90,6 +94,7 @@ class DriverCheck(_Model):
     expected_gpus: int | None = Field(
         default=None,
         ge=0,
+        le=64,
         description=(
             "GPUs the node must show. Unset: the node's advertised nvidia.com/gpu in the cluster "
             "(GPUVAL_EXPECTED_GPUS), else no count check."
@@ -98,6 +103,7 @@ class DriverCheck(_Model):
     min_cuda_version: str | None = Field(
         default=None,
         pattern=r"^\d+\.\d+$",
+        max_length=16,
         description=(
             "Lowest CUDA version (major.minor) the driver must support, i.e. the newest "
             "CUDA runtime the workloads bring. Unset: the CUDA runtime the agent uses."
@@ -112,6 +118,7 @@ class HealthCheck(_Model):
     max_uncorrectable_ecc: int = Field(
         default=0,
         ge=0,
+        le=1_000_000,
         description="Most volatile uncorrectable ECC errors a GPU may show before it fails.",
     )
     fail_on_row_remap_pending: bool = Field(
@@ -132,6 +139,7 @@ class BurnCheck(_Model):
     precisions: list[Precision] = Field(
         default_factory=lambda: [Precision.BF16],
         min_length=1,
+        max_length=len(Precision),
         description=(
             "Precisions to burn in, one after another; the first is the node's headline figure."
         ),
@@ -145,6 +153,7 @@ class BurnCheck(_Model):
     max_temperature_celsius: float = Field(
         default=90.0,
         gt=0,
+        le=150,
         description="Fail when a GPU's temperature exceeds this during the burn.",
     )
     fail_on_thermal_slowdown: bool = Field(
@@ -204,6 +213,7 @@ class NcclCheck(_Model):
     min_bytes: int = Field(
         default=1 << 20,
         ge=4,
+        le=1 << 36,
         description="Smallest all-reduce size in bytes (the sweep doubles up).",
     )
     max_bytes: int = Field(
@@ -213,6 +223,7 @@ class NcclCheck(_Model):
     timeout_seconds: float = Field(
         default=300.0,
         gt=0,
+        le=86400,
         description="Whole check's time limit; past it the check fails as NcclTimeout (a hang).",
     )
     min_busbw_gbps: Threshold = Field(

@@ -10,12 +10,16 @@ here; the rest are checked by the operator (`gpuval_operator.validation`).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from gpuval_api.checks import ChecksConfig
+from gpuval_api.conditions import ConditionType
+from gpuval_api.reasons import Reason
+from gpuval_api.report import REPORT_VERDICTS, ReportPhase
+from gpuval_api.result import Verdict
 
 GROUP = "gpuval.dev"
 VERSION = "v1alpha1"
@@ -38,6 +42,37 @@ def _rules(*rules: tuple[str, str]) -> dict[str, Any]:
     return {"x-kubernetes-validations": [{"rule": rule, "message": msg} for rule, msg in rules]}
 
 
+def _rules_and(extra: dict[str, Any], *rules: tuple[str, str]) -> dict[str, Any]:
+    return {**extra, **_rules(*rules)}
+
+
+# Bounds on everything a user writes into a spec: the API server refuses bigger input, so nothing
+# unbounded is ever copied into a status (issue 9: a 10 KiB driverVersion grew every outlier entry).
+MAX_ITEMS = 64
+MAX_NODES = 100_000
+MAX_GPUS_PER_NODE = 64
+MAX_SECONDS = 7 * 86400
+VERSION_LENGTH = 64
+PRODUCT_LENGTH = 128
+# What the status copies from agents' environment records is cut to this.
+OUTLIER_VALUE_LENGTH = 128
+
+
+def _map_bounds(key_length: int) -> dict[str, Any]:
+    """A map's size and its keys' length (a structural schema has no propertyNames)."""
+    return _rules_and(
+        {"maxProperties": MAX_ITEMS},
+        (f"self.all(k, size(k) <= {key_length})", f"keys are at most {key_length} characters"),
+    )
+
+
+# A qualified label key: an optional DNS-subdomain prefix (253) and '/', then a 63-char name.
+LabelKey = Annotated[str, Field(min_length=1, max_length=317)]
+LabelValue = Annotated[str, Field(max_length=63)]
+ResourceName = Annotated[str, Field(min_length=1, max_length=317)]
+Quantity = Annotated[str, Field(min_length=1, max_length=64)]
+
+
 class SelectorOperator(StrEnum):
     IN = "In"
     NOT_IN = "NotIn"
@@ -57,10 +92,11 @@ class SelectorRequirement(_Model):
         )
     )
 
-    key: str = Field(description="Label key the requirement applies to.", min_length=1)
+    key: LabelKey = Field(description="Label key the requirement applies to.")
     operator: SelectorOperator = Field(description="How the key's value is matched.")
-    values: list[str] = Field(
+    values: list[LabelValue] = Field(
         default_factory=list,
+        max_length=MAX_ITEMS,
         description="Values for In and NotIn; empty for Exists and DoesNotExist.",
     )
 
@@ -68,11 +104,15 @@ class SelectorRequirement(_Model):
 class NodeSelector(_Model):
     """A Kubernetes label selector over nodes."""
 
-    match_labels: dict[str, str] = Field(
-        default_factory=dict, description="Labels a node must carry with exactly these values."
+    match_labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict,
+        json_schema_extra=_map_bounds(317),
+        description="Labels a node must carry with exactly these values.",
     )
     match_expressions: list[SelectorRequirement] = Field(
-        default_factory=list, description="Label requirements a node must meet, all of them."
+        default_factory=list,
+        max_length=MAX_ITEMS,
+        description="Label requirements a node must meet, all of them.",
     )
 
     def to_query(self) -> str:
@@ -95,18 +135,27 @@ class ExpectedEnvironment(_Model):
     """Values every node must show; a node that differs is an outlier even when all nodes agree."""
 
     driver_version: str | None = Field(
-        default=None, description="NVIDIA driver version, e.g. 580.159.04."
+        default=None,
+        max_length=VERSION_LENGTH,
+        description="NVIDIA driver version, e.g. 580.159.04.",
     )
     cuda_driver_version: str | None = Field(
         default=None,
         pattern=r"^\d+\.\d+$",
+        max_length=VERSION_LENGTH,
         description="Highest CUDA version the driver supports (major.minor), e.g. 13.0.",
     )
-    nccl_version: str | None = Field(default=None, description="NCCL version, e.g. 2.28.9.")
-    gpu_product: str | None = Field(
-        default=None, description="GPU model name as NVML reports it, e.g. NVIDIA H200."
+    nccl_version: str | None = Field(
+        default=None, max_length=VERSION_LENGTH, description="NCCL version, e.g. 2.28.9."
     )
-    gpu_count: int | None = Field(default=None, ge=1, description="GPUs per node.")
+    gpu_product: str | None = Field(
+        default=None,
+        max_length=PRODUCT_LENGTH,
+        description="GPU model name as NVML reports it, e.g. NVIDIA H200.",
+    )
+    gpu_count: int | None = Field(
+        default=None, ge=1, le=MAX_GPUS_PER_NODE, description="GPUs per node."
+    )
 
 
 class TaintEffect(StrEnum):
@@ -148,35 +197,52 @@ class NodeActions(_Model):
 class Toleration(_Model):
     """A Kubernetes toleration added to the agent pods."""
 
-    key: str | None = Field(default=None, description="Taint key; empty with Exists tolerates all.")
-    operator: str = Field(
-        default="Equal", pattern=r"^(Equal|Exists)$", description="Equal or Exists."
+    key: LabelKey | None = Field(
+        default=None, description="Taint key; empty with Exists tolerates all."
     )
-    value: str | None = Field(default=None, description="Taint value for Equal.")
+    operator: str = Field(
+        default="Equal", pattern=r"^(Equal|Exists)$", max_length=8, description="Equal or Exists."
+    )
+    value: LabelValue | None = Field(default=None, description="Taint value for Equal.")
     effect: str | None = Field(
         default=None,
         pattern=r"^(NoSchedule|PreferNoSchedule|NoExecute)$",
+        max_length=16,
         description="Taint effect to match; empty matches all.",
     )
     toleration_seconds: int | None = Field(
-        default=None, description="How long a NoExecute taint is tolerated, in seconds."
+        default=None,
+        ge=0,
+        le=MAX_SECONDS,
+        description="How long a NoExecute taint is tolerated, in seconds.",
     )
 
 
 class EnvVar(_Model):
     """A plain environment variable for the agent container."""
 
-    name: str = Field(min_length=1, description="Variable name.")
-    value: str = Field(default="", description="Variable value.")
+    name: str = Field(
+        min_length=1,
+        max_length=256,
+        pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$",
+        description="Variable name.",
+    )
+    value: str = Field(default="", max_length=4096, description="Variable value.")
 
 
 class Resources(_Model):
     """Agent container resources besides the GPUs (the operator asks for all the node's GPUs)."""
 
-    requests: dict[str, str] = Field(
-        default_factory=lambda: {"cpu": "1", "memory": "4Gi"}, description="Resource requests."
+    requests: dict[ResourceName, Quantity] = Field(
+        default_factory=lambda: {"cpu": "1", "memory": "4Gi"},
+        json_schema_extra=_map_bounds(317),
+        description="Resource requests.",
     )
-    limits: dict[str, str] = Field(default_factory=dict, description="Resource limits.")
+    limits: dict[ResourceName, Quantity] = Field(
+        default_factory=dict,
+        json_schema_extra=_map_bounds(317),
+        description="Resource limits.",
+    )
 
 
 DEFAULT_AGENT_IMAGE = "ghcr.io/gpuval/gpuval-agent:0.1.0"
@@ -185,10 +251,13 @@ DEFAULT_AGENT_IMAGE = "ghcr.io/gpuval/gpuval-agent:0.1.0"
 class AgentSettings(_Model):
     """How the agent pods are made."""
 
-    image: str = Field(default=DEFAULT_AGENT_IMAGE, min_length=1, description="Agent image.")
+    image: str = Field(
+        default=DEFAULT_AGENT_IMAGE, min_length=1, max_length=512, description="Agent image."
+    )
     image_pull_policy: str = Field(
         default="IfNotPresent",
         pattern=r"^(Always|IfNotPresent|Never)$",
+        max_length=16,
         description="Image pull policy of the agent container.",
     )
     privileged: bool = Field(
@@ -202,13 +271,16 @@ class AgentSettings(_Model):
     )
     tolerations: list[Toleration] = Field(
         default_factory=list,
+        max_length=MAX_ITEMS,
         description=(
             "Extra tolerations; nvidia.com/gpu, gpuval.dev/unhealthy and the cordon taint are "
             "always tolerated."
         ),
     )
     env: list[EnvVar] = Field(
-        default_factory=list, description="Extra environment variables, e.g. NCCL_SOCKET_IFNAME."
+        default_factory=list,
+        max_length=MAX_ITEMS,
+        description="Extra environment variables, e.g. NCCL_SOCKET_IFNAME.",
     )
     metrics_port: int | None = Field(
         default=None,
@@ -245,11 +317,12 @@ class GpuValidationSpec(_Model):
     )
     max_concurrent: int | str = Field(
         default="25%",
-        json_schema_extra=_rules(
+        json_schema_extra=_rules_and(
+            {"maximum": MAX_NODES, "maxLength": 4},
             (
                 "type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",
                 "maxConcurrent must be a node count >= 1 or a percentage from 1% to 100%",
-            )
+            ),
         ),
         description=(
             "Most nodes validated at a time: a count (e.g. 4) or a percentage of the selected "
@@ -268,6 +341,7 @@ class GpuValidationSpec(_Model):
     schedule: str | None = Field(
         default=None,
         min_length=1,
+        max_length=128,
         description=(
             "Cron schedule of repeated runs (5 fields, UTC; a 6th field gives seconds). Unset: "
             "one run, started on creation and on every spec change."
@@ -294,10 +368,10 @@ class ConditionStatus(StrEnum):
 class Condition(_Model):
     """A Kubernetes-style condition."""
 
-    type: str = Field(description="Succeeded, NodesHealthy, Uniform or Invalid.")
+    type: ConditionType = Field(description="Succeeded, NodesHealthy, Uniform or Invalid.")
     status: ConditionStatus = Field(description="True, False or Unknown.")
-    reason: str = Field(description="CamelCase reason.")
-    message: str = Field(default="", description="Human-readable detail.")
+    reason: str = Field(max_length=128, description="CamelCase reason.")
+    message: str = Field(default="", max_length=1024, description="Human-readable detail.")
     observed_generation: int = Field(
         description="The spec generation the condition was computed for."
     )
@@ -322,19 +396,30 @@ class NodeCounts(_Model):
 class FailingNode(_Model):
     """One failing node, for the bounded list in the status."""
 
-    node: str = Field(description="Node name.")
-    reason: str = Field(description="The failure's reason (a gpuval Reason).")
-    message: str = Field(default="", description="One line about the failure.")
+    node: str = Field(max_length=253, description="Node name.")
+    reason: Reason = Field(description="The failure's reason (a gpuval Reason).")
+    message: str = Field(default="", max_length=1024, description="One line about the failure.")
 
 
 class Outlier(_Model):
     """One node whose environment value differs from the expected or majority value."""
 
-    field: str = Field(description="Environment field, e.g. driverVersion.")
-    node: str = Field(description="Node name.")
-    value: str = Field(description="The node's value.")
-    expected: str = Field(description="The expected value (from the spec) or the majority value.")
-    source: str = Field(description="Where `expected` came from: spec or majority.")
+    field: str = Field(max_length=64, description="Environment field, e.g. driverVersion.")
+    node: str = Field(max_length=253, description="Node name.")
+    value: str = Field(max_length=OUTLIER_VALUE_LENGTH, description="The node's value.")
+    expected: str = Field(
+        max_length=OUTLIER_VALUE_LENGTH,
+        description="The expected value (from the spec) or the majority value.",
+    )
+    source: str = Field(max_length=16, description="Where `expected` came from: spec or majority.")
+
+
+class RunTrigger(StrEnum):
+    """What started a run (`status.run.trigger`)."""
+
+    CREATED = "created"
+    SPEC_CHANGED = "spec-changed"
+    SCHEDULE = "schedule"
 
 
 class RunInfo(_Model):
@@ -343,7 +428,7 @@ class RunInfo(_Model):
     id: str = Field(description="Run id; labels gpuval.dev/run of its reports and pods.")
     number: int = Field(description="Run number, 1 for the first run of this GpuValidation.")
     generation: int = Field(description="Spec generation the run was started for.")
-    trigger: str = Field(description="What started it: created, spec-changed or schedule.")
+    trigger: RunTrigger = Field(description="What started it: created, spec-changed or schedule.")
     started_at: str = Field(
         description="Start time (RFC 3339).", json_schema_extra={"format": "date-time"}
     )
@@ -435,7 +520,7 @@ class ReportFailure(_Model):
 
     check: str = Field(description="Check name, or agent for failures the operator records.")
     gpu: int | None = Field(default=None, description="GPU index, when about one GPU.")
-    reason: str = Field(description="The finding's reason (a gpuval Reason).")
+    reason: Reason = Field(description="The finding's reason (a gpuval Reason).")
     hint: str = Field(default="", description="What to do about it.")
     message: str = Field(default="", description="One line about the failure.")
 
@@ -443,11 +528,15 @@ class ReportFailure(_Model):
 class GpuNodeReportStatus(_Model):
     """Written by the node's agent (docs/contracts.md), or by the operator when it could not."""
 
-    phase: str | None = Field(
+    phase: ReportPhase | None = Field(
         default=None, description="Running or Completed; absent until the agent starts."
     )
-    verdict: str | None = Field(default=None, description="Passed or Failed; absent while running.")
-    reason: str | None = Field(
+    verdict: Verdict | None = Field(
+        default=None,
+        json_schema_extra={"enum": [str(v) for v in REPORT_VERDICTS]},
+        description="Passed or Failed; absent while running.",
+    )
+    reason: Reason | None = Field(
         default=None, description="The first failure's reason; absent when passed."
     )
     message: str | None = Field(default=None, description="One line about the result.")

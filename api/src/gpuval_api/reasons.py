@@ -36,6 +36,7 @@ class Reason(StrEnum):
     # Burn (agent)
     BURN_MISMATCH = "BurnMismatch"
     BURN_NAN = "BurnNaN"
+    BURN_FINGERPRINT_MISMATCH = "BurnFingerprintMismatch"
     THERMAL_SLOWDOWN = "ThermalSlowdown"
     OVER_TEMPERATURE = "OverTemperature"
     POWER_CAPPED = "PowerCapped"
@@ -123,6 +124,13 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.BURN_NAN: ReasonInfo(
         "a burn result contained NaN or Inf",
         "the GPU computes wrong results: drain the node, check ECC counters and temperatures, RMA",
+    ),
+    Reason.BURN_FINGERPRINT_MISMATCH: ReasonInfo(
+        "the GPU's burn reference result differs from its peers' with the same GPU model, matrix "
+        "size, precision and library versions: it computes the same wrong answer every time "
+        "(silent data corruption suspect)",
+        "drain the node; re-run the burn and compare its fingerprint with a healthy node's; RMA "
+        "the GPU if it still differs",
     ),
     Reason.THERMAL_SLOWDOWN: ReasonInfo(
         "the GPU throttled its clocks for temperature during the burn",
@@ -213,34 +221,3 @@ def info(reason: Reason) -> ReasonInfo:
 def hint(reason: Reason) -> str:
     """The one-line fix hint of a reason."""
     return REASONS[reason].hint
-
-
-def markdown_table() -> str:
-    """The catalogue as a Markdown table (docs/agent.md holds it between reasons markers)."""
-    lines = ["| reason | severity | meaning | what to do |", "|---|---|---|---|"]
-    for reason, entry in REASONS.items():
-        hint_text = entry.hint.replace("|", "\\|")
-        lines.append(f"| `{reason}` | {entry.severity} | {entry.summary} | {hint_text} |")
-    return "\n".join(lines) + "\n"
-
-
-BEGIN_MARKER = "<!-- reasons:begin (generated: python -m gpuval_api.reasons docs/agent.md) -->\n"
-END_MARKER = "<!-- reasons:end -->\n"
-
-
-def render_into(document: str) -> str:
-    """`document` with the text between the reasons markers replaced by the current table."""
-    before, found, rest = document.partition(BEGIN_MARKER)
-    _, found_end, after = rest.partition(END_MARKER)
-    if not found or not found_end:
-        raise ValueError("the document has no reasons markers")
-    return before + BEGIN_MARKER + markdown_table() + END_MARKER + after
-
-
-if __name__ == "__main__":
-    import sys
-    from pathlib import Path
-
-    target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/agent.md")
-    target.write_text(render_into(target.read_text()))
-    print(target)

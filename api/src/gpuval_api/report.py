@@ -5,14 +5,71 @@ Pure functions: agent and operator build the same shape from here (docs/contract
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
+from gpuval_api.checks import CheckName
 from gpuval_api.reasons import REASONS, Reason, Severity
 from gpuval_api.result import AgentResult, Metric, Verdict
 
 MAX_FAILURES = 16
 MESSAGE_LIMIT = 1024
+
+
+class ReportPhase(StrEnum):
+    """`status.phase` of a GpuNodeReport: absent (Pending) until the agent starts."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    COMPLETED = "Completed"
+
+
+# The verdicts a report may carry (a check may also be Skipped; a node never is).
+REPORT_VERDICTS = (Verdict.PASSED, Verdict.FAILED)
+
+
+class StatusKey(StrEnum):
+    """Keys of a GpuNodeReport's `status` (docs/contracts.md, "Report status")."""
+
+    PHASE = "phase"
+    VERDICT = "verdict"
+    REASON = "reason"
+    MESSAGE = "message"
+    STARTED_AT = "startedAt"
+    COMPLETED_AT = "completedAt"
+    SUMMARY = "summary"
+    FAILURES = "failures"
+    RESULT = "result"
+
+
+class SummaryKey(StrEnum):
+    """Keys of `status.summary`: the worst GPU of the node for each figure."""
+
+    GPU_COUNT = "gpuCount"
+    BURN_TFLOPS = "burnTflops"
+    H2D = "h2dGBps"
+    D2H = "d2hGBps"
+    DEVICE_COPY = "deviceCopyGBps"
+    P2P = "p2pGBps"
+    NCCL_BUSBW = "ncclBusbwGBps"
+    MAX_TEMPERATURE = "maxTemperatureCelsius"
+
+
+class FailureKey(StrEnum):
+    """Keys of one `status.failures[]` entry."""
+
+    CHECK = "check"
+    GPU = "gpu"
+    REASON = "reason"
+    HINT = "hint"
+    MESSAGE = "message"
+
+
+# The check name of failures the operator records for the agent (pod failed, evicted...).
+AGENT_CHECK = "agent"
 
 
 def rfc3339(moment: datetime) -> str:
@@ -22,14 +79,15 @@ def rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """`text` on one line (whitespace runs collapsed), cut to `limit` characters."""
     line = " ".join(text.split())
-    return line if len(line) <= MESSAGE_LIMIT else line[: MESSAGE_LIMIT - 1] + "…"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def build_summary(result: AgentResult) -> dict[str, Any]:
     """Worst GPU of the node for each figure; a figure that was not measured is absent."""
-    summary: dict[str, Any] = {"gpuCount": result.environment.gpu_count}
+    summary: dict[str, Any] = {SummaryKey.GPU_COUNT: result.environment.gpu_count}
 
     def gpu_values(check: str, key: str) -> list[float]:
         found = result.check(check)
@@ -37,27 +95,27 @@ def build_summary(result: AgentResult) -> dict[str, Any]:
             return []
         return [g.metrics[key] for g in found.gpus if key in g.metrics]
 
-    if tflops := gpu_values("burn", Metric.TFLOPS):
-        summary["burnTflops"] = round(min(tflops), 3)
+    if tflops := gpu_values(CheckName.BURN, Metric.TFLOPS):
+        summary[SummaryKey.BURN_TFLOPS] = round(min(tflops), 3)
     for key, field in (
-        (Metric.H2D, "h2dGBps"),
-        (Metric.D2H, "d2hGBps"),
-        (Metric.DEVICE_COPY, "deviceCopyGBps"),
+        (Metric.H2D, SummaryKey.H2D),
+        (Metric.D2H, SummaryKey.D2H),
+        (Metric.DEVICE_COPY, SummaryKey.DEVICE_COPY),
     ):
-        if values := gpu_values("bandwidth", key):
+        if values := gpu_values(CheckName.BANDWIDTH, key):
             summary[field] = round(min(values), 3)
-    bandwidth = result.check("bandwidth")
+    bandwidth = result.check(CheckName.BANDWIDTH)
     if bandwidth is not None:
         p2p = [p.gbps for p in bandwidth.pairs if p.gbps is not None]
         if p2p:
-            summary["p2pGBps"] = round(min(p2p), 3)
-    nccl = result.check("nccl")
+            summary[SummaryKey.P2P] = round(min(p2p), 3)
+    nccl = result.check(CheckName.NCCL)
     if nccl is not None and nccl.nccl_sizes:
         largest = max(nccl.nccl_sizes, key=lambda s: s.bytes)
-        summary["ncclBusbwGBps"] = round(largest.busbw_gbps, 3)
-    if temperatures := gpu_values("burn", Metric.MAX_TEMPERATURE):
-        summary["maxTemperatureCelsius"] = round(max(temperatures), 1)
-    return summary
+        summary[SummaryKey.NCCL_BUSBW] = round(largest.busbw_gbps, 3)
+    if temperatures := gpu_values(CheckName.BURN, Metric.MAX_TEMPERATURE):
+        summary[SummaryKey.MAX_TEMPERATURE] = round(max(temperatures), 1)
+    return {str(k): v for k, v in summary.items()}
 
 
 def build_failures(result: AgentResult) -> list[dict[str, Any]]:
@@ -68,73 +126,144 @@ def build_failures(result: AgentResult) -> list[dict[str, Any]]:
             if finding.severity is not Severity.ERROR:
                 continue
             entry: dict[str, Any] = {
-                "check": check.name,
-                "reason": str(finding.reason),
-                "hint": finding.hint,
-                "message": _one_line(finding.message),
+                FailureKey.CHECK: check.name,
+                FailureKey.REASON: str(finding.reason),
+                FailureKey.HINT: finding.hint,
+                FailureKey.MESSAGE: one_line(finding.message),
             }
             if finding.gpu is not None:
-                entry["gpu"] = finding.gpu
-            failures.append(entry)
+                entry[FailureKey.GPU] = finding.gpu
+            failures.append({str(k): v for k, v in entry.items()})
             if len(failures) == MAX_FAILURES:
                 return failures
     return failures
 
 
+def _status(values: dict[StatusKey, Any]) -> dict[str, Any]:
+    return {str(key): value for key, value in values.items()}
+
+
 def build_report_status(result: AgentResult) -> dict[str, Any]:
     """The `status` of a completed GpuNodeReport, as the agent writes it with a JSON merge patch."""
     verdict = Verdict.PASSED if result.verdict is Verdict.PASSED else Verdict.FAILED
-    status: dict[str, Any] = {
-        "phase": "Completed",
-        "verdict": str(verdict),
-        "message": _one_line(result.message),
-        "startedAt": rfc3339(result.started_at),
-        "completedAt": rfc3339(result.completed_at),
-        "summary": build_summary(result),
-        "failures": build_failures(result),
-        "result": result.to_jsonable(),
-    }
-    if verdict is Verdict.FAILED:
-        status["reason"] = str(result.reason or Reason.CHECK_ERROR)
-    else:
-        # Merge patch: null removes a reason a previous run of this report left behind.
-        status["reason"] = None
-    return status
+    return _status(
+        {
+            StatusKey.PHASE: str(ReportPhase.COMPLETED),
+            StatusKey.VERDICT: str(verdict),
+            # Merge patch: null removes a reason a previous run of this report left behind.
+            StatusKey.REASON: (
+                str(result.reason or Reason.CHECK_ERROR) if verdict is Verdict.FAILED else None
+            ),
+            StatusKey.MESSAGE: one_line(result.message),
+            StatusKey.STARTED_AT: rfc3339(result.started_at),
+            StatusKey.COMPLETED_AT: rfc3339(result.completed_at),
+            StatusKey.SUMMARY: build_summary(result),
+            StatusKey.FAILURES: build_failures(result),
+            StatusKey.RESULT: result.to_jsonable(),
+        }
+    )
 
 
 def build_running_status(started_at: datetime, message: str = "agent started") -> dict[str, Any]:
     """The `status` the agent writes when it starts (clears the previous run's verdict fields)."""
-    return {
-        "phase": "Running",
-        "verdict": None,
-        "reason": None,
-        "message": _one_line(message),
-        "startedAt": rfc3339(started_at),
-        "completedAt": None,
-        "summary": None,
-        "failures": None,
-        "result": None,
-    }
+    return _status(
+        {
+            StatusKey.PHASE: str(ReportPhase.RUNNING),
+            StatusKey.VERDICT: None,
+            StatusKey.REASON: None,
+            StatusKey.MESSAGE: one_line(message),
+            StatusKey.STARTED_AT: rfc3339(started_at),
+            StatusKey.COMPLETED_AT: None,
+            StatusKey.SUMMARY: None,
+            StatusKey.FAILURES: None,
+            StatusKey.RESULT: None,
+        }
+    )
 
 
 def build_operator_failure_status(
-    reason: Reason, message: str, started_at: datetime | None, completed_at: datetime
+    reason: Reason,
+    message: str,
+    started_at: datetime | None,
+    completed_at: datetime,
+    check: str = AGENT_CHECK,
 ) -> dict[str, Any]:
-    """The `status` the operator writes when the agent could not (pod failed, evicted...)."""
-    info = REASONS[reason]
-    return {
-        "phase": "Completed",
-        "verdict": str(Verdict.FAILED),
-        "reason": str(reason),
-        "message": _one_line(message),
-        "startedAt": rfc3339(started_at) if started_at else None,
-        "completedAt": rfc3339(completed_at),
-        "failures": [
-            {
-                "check": "agent",
-                "reason": str(reason),
-                "hint": info.hint,
-                "message": _one_line(message),
-            }
-        ],
+    """The `status` the operator writes when the agent could not (pod failed, evicted...), or
+    when the run as a whole shows what one agent could not (`check` names where)."""
+    failure = {
+        FailureKey.CHECK: check,
+        FailureKey.REASON: str(reason),
+        FailureKey.HINT: REASONS[reason].hint,
+        FailureKey.MESSAGE: one_line(message),
     }
+    return _status(
+        {
+            StatusKey.PHASE: str(ReportPhase.COMPLETED),
+            StatusKey.VERDICT: str(Verdict.FAILED),
+            StatusKey.REASON: str(reason),
+            StatusKey.MESSAGE: one_line(message),
+            StatusKey.STARTED_AT: rfc3339(started_at) if started_at else None,
+            StatusKey.COMPLETED_AT: rfc3339(completed_at),
+            StatusKey.FAILURES: [{str(k): v for k, v in failure.items()}],
+        }
+    )
+
+
+# The kubelet keeps at most 4096 bytes of a container's termination message.
+TERMINATION_MESSAGE_LIMIT = 4096
+_TERMINATION_KEYS = (
+    StatusKey.PHASE,
+    StatusKey.VERDICT,
+    StatusKey.REASON,
+    StatusKey.MESSAGE,
+    StatusKey.STARTED_AT,
+    StatusKey.COMPLETED_AT,
+    StatusKey.SUMMARY,
+    StatusKey.FAILURES,
+)
+
+
+def build_termination_message(status: Mapping[str, Any]) -> str:
+    """A completed report status, without the result document, as compact JSON within the
+    kubelet's limit: the agent's verdict survives an API server it could not reach.
+
+    Failures are dropped from the end, then the message shortened, until it fits.
+    """
+    compact: dict[str, Any] = {str(k): status.get(k) for k in _TERMINATION_KEYS}
+    compact[StatusKey.MESSAGE] = one_line(str(status.get(StatusKey.MESSAGE) or ""), 512)
+    compact[StatusKey.FAILURES] = [
+        {**f, FailureKey.MESSAGE: one_line(str(f.get(FailureKey.MESSAGE, "")), 200)}
+        for f in status.get(StatusKey.FAILURES) or []
+    ]
+
+    def text() -> str:
+        return json.dumps(compact, separators=(",", ":"), ensure_ascii=False)
+
+    while len(text().encode()) > TERMINATION_MESSAGE_LIMIT and compact[StatusKey.FAILURES]:
+        compact[StatusKey.FAILURES].pop()
+    if len(text().encode()) > TERMINATION_MESSAGE_LIMIT:
+        compact[StatusKey.MESSAGE] = one_line(compact[StatusKey.MESSAGE], 64)
+        compact[StatusKey.SUMMARY] = None
+    return text()
+
+
+def parse_termination_message(text: str | None) -> dict[str, Any] | None:
+    """The completed report status a termination message carries; None when it carries none (an
+    agent that died before its verdict, or text that is not ours)."""
+    if not text:
+        return None
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(document, dict):
+        return None
+    verdict, reason = document.get(StatusKey.VERDICT), document.get(StatusKey.REASON)
+    if document.get(StatusKey.PHASE) != ReportPhase.COMPLETED:
+        return None
+    known = {str(r) for r in Reason}
+    if verdict not in REPORT_VERDICTS or (reason is not None and reason not in known):
+        return None
+    if not isinstance(document.get(StatusKey.FAILURES) or [], list):
+        return None
+    return {str(k): document.get(k) for k in _TERMINATION_KEYS}

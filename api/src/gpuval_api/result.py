@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuval_api.checks import ChecksConfig, camel
+from gpuval_api.jsonschema import ExplicitDefaults
 from gpuval_api.reasons import Reason, Severity
 
 SCHEMA_VERSION: Literal["gpuval.dev/v1alpha1/result"] = "gpuval.dev/v1alpha1/result"
@@ -150,6 +151,20 @@ class NcclSize(_Model):
     busbw_gbps: float = Field(description="algbw * 2(n-1)/n.")
 
 
+class BurnFingerprint(_Model):
+    """A digest of one GPU's burn reference result. The burn verifies every iteration against the
+    reference, so a GPU that computes the same wrong answer every time passes on its own; across
+    nodes, equal determinants must give equal fingerprints, and the operator compares them."""
+
+    precision: str
+    gpu: int
+    value: str = Field(description="Hex digest of the reference result's bits.")
+    determinants: str = Field(
+        description="What fixes the result besides the inputs: GPU model and SM count, matrix "
+        "size, precision, framework and BLAS versions ('|'-separated)."
+    )
+
+
 class CheckResult(_Model):
     name: str
     verdict: Verdict
@@ -162,6 +177,7 @@ class CheckResult(_Model):
     gpus: list[GpuCheckResult] = Field(default_factory=list)
     pairs: list[PairResult] = Field(default_factory=list)
     nccl_sizes: list[NcclSize] = Field(default_factory=list)
+    fingerprints: list[BurnFingerprint] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list)
     log_tail: str | None = Field(
         default=None,
@@ -212,7 +228,9 @@ def json_schema_text() -> str:
 
 def checks_json_schema() -> dict[str, Any]:
     """The ChecksConfig JSON Schema (validation form), as checked in under api/schemas/."""
-    schema = ChecksConfig.model_json_schema(by_alias=True, mode="validation")
+    schema = ChecksConfig.model_json_schema(
+        by_alias=True, mode="validation", schema_generator=ExplicitDefaults
+    )
     schema["$id"] = "https://gpuval.dev/schemas/v1alpha1/checks.json"
     return schema
 

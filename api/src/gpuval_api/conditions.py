@@ -1,0 +1,51 @@
+"""Condition types and reasons of the GpuValidation status (Kubernetes API conventions).
+
+`phase` is a display column only; these conditions are the contract that clients, printer columns
+and alerts read.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ConditionType(StrEnum):
+    SUCCEEDED = "Succeeded"
+    NODES_HEALTHY = "NodesHealthy"
+    UNIFORM = "Uniform"
+    INVALID = "Invalid"
+
+
+class ConditionReason(StrEnum):
+    """CamelCase reasons of the conditions above."""
+
+    RUNNING = "Running"
+    NODES_FAILED = "NodesFailed"
+    ALL_NODES_PASSED = "AllNodesPassed"
+    NO_NODES_SELECTED = "NoNodesSelected"
+    NOT_COMPARED = "NotCompared"
+    NOT_UNIFORM = "NotUniform"
+    UNIFORM = "Uniform"
+    VALID = "Valid"
+    INVALID_SPEC = "InvalidSpec"
+
+
+class ValidationPhase(StrEnum):
+    """`status.phase`, for display (printer column) only."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    INVALID = "Invalid"
+
+
+class EventReason(StrEnum):
+    """Reasons of the Events the operator posts on GpuValidations and nodes."""
+
+    RUN_STARTED = "RunStarted"
+    RUN_COMPLETED = "RunCompleted"
+    NODE_FAILED = "NodeFailed"  # on the GpuValidation, naming the node
+    VALIDATION_FAILED = "ValidationFailed"  # on the node, naming the GpuValidation's report
+    INVALID_SPEC = "InvalidSpec"
+    REPORT_NOT_CREATED = "ReportNotCreated"

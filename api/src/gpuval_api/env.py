@@ -1,0 +1,40 @@
+"""Environment variable names: the contract between the chart, the operator and the agent pod.
+
+Each name is defined here once. The chart's Deployment sets the operator's; the operator sets the
+agent pod's (docs/contracts.md, "The agent pod"); the pod runner and the tests read the same
+members, so a renamed variable cannot drift between the two ends.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class AgentEnv(StrEnum):
+    """What the agent reads (set by the operator on the agent pod, or by hand)."""
+
+    REPORT_NAME = "GPUVAL_REPORT_NAME"
+    NODE_NAME = "GPUVAL_NODE_NAME"
+    CHECKS = "GPUVAL_CHECKS"
+    EXPECTED_GPUS = "GPUVAL_EXPECTED_GPUS"
+    METRICS_PORT = "GPUVAL_METRICS_PORT"
+    # Absolute deadline (Unix seconds) of the agent's work: past it the operator times the node
+    # out, so the agent keeps retrying its report write until then and no longer.
+    DEADLINE = "GPUVAL_DEADLINE"
+    # Where the agent leaves its compact verdict for the kubelet's termination message.
+    TERMINATION_LOG = "GPUVAL_TERMINATION_LOG"
+    BACKEND = "GPUVAL_BACKEND"
+    SIMULATE = "GPUVAL_SIMULATE"
+    SERVICEACCOUNT_DIR = "GPUVAL_SERVICEACCOUNT_DIR"
+
+
+class OperatorEnv(StrEnum):
+    """What the operator reads at start-up (set by the chart's Deployment)."""
+
+    AGENT_NAMESPACE = "GPUVAL_AGENT_NAMESPACE"
+    AGENT_SERVICE_ACCOUNT = "GPUVAL_AGENT_SERVICE_ACCOUNT"
+    METRICS_PORT = "GPUVAL_METRICS_PORT"
+    METRICS_PER_GPU = "GPUVAL_METRICS_PER_GPU"
+    CREATE_CONCURRENCY = "GPUVAL_CREATE_CONCURRENCY"
+    POD_GRACE_SECONDS = "GPUVAL_POD_GRACE_SECONDS"
+    EVENTS_PER_RUN = "GPUVAL_EVENTS_PER_RUN"

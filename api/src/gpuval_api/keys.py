@@ -1,0 +1,41 @@
+"""Label, annotation, taint and finalizer keys gpuval puts on objects: defined here once.
+
+Every key gpuval owns lives under gpuval.dev/, so the operator can tell what it set from what others
+set. The operator writes them, the pod runner and the chart's alerts and docs read them.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+PREFIX: Final = "gpuval.dev"
+
+FINALIZER: Final = f"{PREFIX}/finalizer"
+
+# On agent pods and GpuNodeReports.
+LABEL_VALIDATION: Final = f"{PREFIX}/validation"
+LABEL_RUN: Final = f"{PREFIX}/run"
+LABEL_NODE: Final = f"{PREFIX}/node"
+LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+LABEL_NAME: Final = "app.kubernetes.io/name"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+AGENT_COMPONENT: Final = "agent"
+ANNOTATION_NODE: Final = f"{PREFIX}/node"
+ANNOTATION_GPUS: Final = f"{PREFIX}/gpus"
+
+# On GpuValidations.
+ANNOTATION_PLANNED_RUN: Final = f"{PREFIX}/planned-run"
+
+# On nodes.
+NODE_LABEL_VERDICT: Final = f"{PREFIX}/verdict"
+NODE_LABEL_VALIDATED_AT: Final = f"{PREFIX}/validated-at"
+NODE_LABEL_REASON: Final = f"{PREFIX}/reason"
+NODE_ANNOTATION_CORDONED_BY: Final = f"{PREFIX}/cordoned-by"
+NODE_ANNOTATION_VALIDATION: Final = f"{PREFIX}/validation"
+TAINT_KEY: Final = f"{PREFIX}/unhealthy"
+# Kubernetes' own: the taint a cordon puts on a node.
+UNSCHEDULABLE_TAINT_KEY: Final = "node.kubernetes.io/unschedulable"
+
+# Values of NODE_LABEL_VERDICT.
+NODE_VERDICT_PASSED: Final = "passed"
+NODE_VERDICT_FAILED: Final = "failed"

@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from gpuval_devtools.controlplane import Cluster
-from tests.integration import chart_support as chart
-from tests.integration.conftest import get_json, wait_for
+from tests.support import chart
+from tests.support.kube import get_json, wait_for
 
 MISCOMPARE = [{"kind": "miscompare", "gpu": 3}]
 
@@ -183,8 +183,8 @@ def test_operator_with_the_charts_serviceaccount_reconciles_a_validation_end_to_
     assert f'gpuval_node_passed{{node="{good}",validation="{name}"}} 1.0' in metrics
     assert f'gpuval_node_passed{{node="{bad}",validation="{name}"}} 0.0' in metrics
 
-    # Events about cluster-scoped objects go to the operator's namespace (chart default).
-    events = get_json(cluster, "events", "-n", release.namespace) or {"items": []}
+    # Events about cluster-scoped objects go to `default`, where `kubectl describe` finds them.
+    events = get_json(cluster, "events", "-n", "default") or {"items": []}
     involved = {(e["involvedObject"]["kind"], e["involvedObject"]["name"]) for e in events["items"]}
     assert ("GpuValidation", name) in involved, sorted(involved)
 

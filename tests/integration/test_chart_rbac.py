@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpuval_devtools.controlplane import Cluster
-from tests.integration import chart_support as chart
+from tests.support import chart
 
 Right = tuple[str, str, str]  # (API group, resource[/subresource], verb)
 
@@ -111,6 +111,13 @@ def test_operator_holds_exactly_the_rights_of_its_calls_in_its_namespace(
     assert rights == OPERATOR_CLUSTER_RIGHTS | OPERATOR_NAMESPACE_RIGHTS
 
 
+def test_operator_may_post_events_in_default_where_kubectl_describe_shows_them(
+    cluster: Cluster, operator: Path
+) -> None:
+    rights = rights_in(cluster, operator, "default")
+    assert rights == OPERATOR_CLUSTER_RIGHTS | {("", "events", "create")}
+
+
 def test_operator_holds_only_its_cluster_rights_in_another_namespace(
     cluster: Cluster, operator: Path
 ) -> None:
@@ -142,7 +149,6 @@ def can_i(cluster: Cluster, kubeconfig: Path, *args: str) -> bool:
         ("get", "gpunodereports.gpuval.dev"),
         ("delete", "gpunodereports.gpuval.dev"),
         ("get", "pods"),
-        ("create", "events", "-n", "default"),
         ("create", "events", "-n", "kube-system"),
         ("create", "clusterrolebindings"),
         ("escalate", "clusterroles"),
@@ -172,6 +178,7 @@ def test_operator_is_denied_what_it_does_not_call(
         ("create", "pods"),
         ("deletecollection", "pods"),
         ("create", "events"),
+        ("create", "events", "-n", "default"),
     ],
     ids=" ".join,
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuval_operator import rbac
-from tests.integration import chart_support as chart
+from tests.support import chart
 
 
 def _rules(obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -30,7 +30,16 @@ def test_agent_namespace_role_renders_exactly_the_operators_pod_rules() -> None:
     assert _rules(role) == [r.as_dict() for r in rbac.AGENT_NAMESPACE_RULES]
 
 
-def test_event_namespace_role_renders_exactly_the_operators_event_rules() -> None:
+def test_event_roles_render_exactly_the_operators_event_rules() -> None:
     objs = chart.render(release="prod", namespace="gpu-ops")
     role = chart.find(objs, "Role", "prod-gpuval-operator-events")
-    assert _rules(role) == [r.as_dict() for r in rbac.EVENT_NAMESPACE_RULES]
+    assert role["metadata"]["namespace"] == rbac.EVENT_NAMESPACE
+    assert _rules(role) == [r.as_dict() for r in rbac.EVENT_RULES]
+    kopf = chart.find(objs, "Role", "prod-gpuval-operator-kopf-events")
+    assert _rules(kopf) == [r.as_dict() for r in rbac.EVENT_RULES]
+
+
+def test_agent_cluster_role_renders_exactly_the_agents_rules() -> None:
+    objs = chart.render(release="prod")
+    role = chart.find(objs, "ClusterRole", "prod-gpuval-agent")
+    assert _rules(role) == [r.as_dict() for r in rbac.AGENT_RULES]

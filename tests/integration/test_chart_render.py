@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration import chart_support as chart
+from tests.support import chart
 
 CI_VALUES = sorted((chart.CHART / "ci").glob("*-values.yaml"))
 SCENARIOS = [pytest.param((), id="defaults")] + [
@@ -85,7 +85,6 @@ def test_operator_is_told_the_agents_namespace_and_serviceaccount_the_policy_gov
     assert condition["expression"] == f'request.userInfo.username == "{agent_user}"'
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
-    assert env["GPUVAL_EVENT_NAMESPACE"] == "gpu-ops"
 
 
 def test_agent_role_grants_only_the_patch_of_report_status() -> None:
@@ -101,7 +100,7 @@ def test_agent_role_grants_only_the_patch_of_report_status() -> None:
     ]
 
 
-def test_operator_may_touch_pods_and_post_events_only_in_its_own_namespace() -> None:
+def test_operator_touches_pods_in_the_agent_namespace_and_posts_events_where_they_show() -> None:
     objs = chart.render(release="prod", namespace="gpu-ops")
     cluster_resources = {
         resource
@@ -112,21 +111,16 @@ def test_operator_may_touch_pods_and_post_events_only_in_its_own_namespace() -> 
     }
     pods = chart.find(objs, "Role", "prod-gpuval-operator-pods")
     events = chart.find(objs, "Role", "prod-gpuval-operator-events")
+    kopf_events = chart.find(objs, "Role", "prod-gpuval-operator-kopf-events")
 
     assert not cluster_resources & {"pods", "events", "secrets", "configmaps"}
-    assert pods["metadata"]["namespace"] == events["metadata"]["namespace"] == "gpu-ops"
+    assert pods["metadata"]["namespace"] == "gpu-ops"
     assert [r["resources"] for r in pods["rules"]] == [["pods"]]
-    assert events["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
-
-
-def test_events_role_follows_a_configured_event_namespace() -> None:
-    objs = chart.render(
-        release="prod", namespace="gpu-ops", values={"operator.eventNamespace": "audit"}
-    )
-    assert (
-        chart.find(objs, "Role", "prod-gpuval-operator-events")["metadata"]["namespace"] == "audit"
-    )
-    assert _env(objs)["GPUVAL_EVENT_NAMESPACE"] == "audit"
+    # Events about cluster-scoped objects are shown only from `default`; kopf's go home.
+    assert events["metadata"]["namespace"] == "default"
+    assert kopf_events["metadata"]["namespace"] == "gpu-ops"
+    create_events = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    assert events["rules"] == kopf_events["rules"] == create_events
 
 
 def test_monitoring_objects_are_absent_by_default_and_present_when_toggled() -> None:

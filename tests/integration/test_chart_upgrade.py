@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from gpuval_devtools.controlplane import Cluster
-from tests.integration import chart_support as chart
-from tests.integration.conftest import get_json
+from tests.support import chart
+from tests.support.kube import get_json
 
 CRD_FILE = chart.CHART / "crds" / "gpuval.dev_gpunodereports.yaml"
 MARK = "gpuval.dev/generated-by"

@@ -159,3 +159,50 @@ def test_a_follower_resumes_from_the_last_version_and_relists_on_410() -> None:
     # resumes at 12, gets 410, lists again (20) and watches from there.
     assert watches == ["10", "12", "20"]
     assert seen == [("LIST", "list1"), ("ADDED", "w"), ("LIST", "list2")]
+
+
+def test_a_watch_dropped_by_a_restarting_api_server_is_one_warning_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An API server restart ends every watch mid-stream; the follower logs one line per watch
+    and resumes, never an ERROR with a traceback (issue 9)."""
+    watches: list[str] = []
+
+    async def pods(request: web.Request) -> web.StreamResponse:
+        if request.query.get("watch") != "true":
+            return web.json_response({"metadata": {"resourceVersion": "10"}, "items": []})
+        watches.append(request.query["resourceVersion"])
+        if len(watches) == 1:
+            # Headers and half a line, then the connection is cut: the server went away.
+            resp = web.StreamResponse()
+            await resp.prepare(request)
+            await resp.write(b'{"type": "ADDED", "obj')
+            assert request.transport is not None
+            request.transport.close()
+            return resp
+        await asyncio.sleep(30)
+        return web.Response()
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_get("/pods", pods)
+        server, client = await serve(app)
+        follower = Follower(client, "/pods", "", lambda *a: None, lambda *a: None, name="v/pods")
+        task = asyncio.create_task(follower.run())
+        try:
+            for _ in range(300):
+                if len(watches) >= 2:
+                    break
+                await asyncio.sleep(0.02)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await client.close()
+            await server.close()
+
+    with caplog.at_level("WARNING", logger="gpuval_operator.children"):
+        run(main())
+    assert watches == ["10", "10"], "the follower resumed from its resourceVersion"
+    records = [r for r in caplog.records if r.name == "gpuval_operator.children"]
+    assert len(records) == 1 and records[0].levelname == "WARNING"
+    assert records[0].exc_info is None and "v/pods: watch ended" in records[0].getMessage()

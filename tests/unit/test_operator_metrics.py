@@ -5,10 +5,13 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuval_api.reasons import Reason
+from gpuval_api.result import Verdict
 from gpuval_operator import names
 from gpuval_operator.metrics import make_registry
-from gpuval_operator.reconciler import Registry, ValidationState
-from gpuval_operator.state import NodeResult, RunState
+from gpuval_operator.registry import Registry, ValidationState
+from gpuval_operator.state import RunState
+from gpuval_operator.views import NodeResult
 
 
 def sample_registry() -> Registry:
@@ -25,11 +28,11 @@ def sample_registry() -> Registry:
     for n in ("a", "b", "c"):
         run.add(n, 8, names.report_name("fleet", "1-aaaa", n), names.pod_name("fleet", "1-aaaa", n))
     run.finish_node("a", True, None, "")
-    run.finish_node("b", False, "BurnMismatch", "gpu 3")
+    run.finish_node("b", False, Reason.BURN_MISMATCH, "gpu 3")
     state.run = run
     state.latest["a"] = NodeResult(
         "1-aaaa",
-        "Passed",
+        Verdict.PASSED,
         None,
         150.0,
         {"burnTflops": 800.0, "h2dGBps": 55.0},
@@ -38,8 +41,8 @@ def sample_registry() -> Registry:
     )
     state.latest["b"] = NodeResult(
         "1-aaaa",
-        "Failed",
-        "EccUncorrectable",
+        Verdict.FAILED,
+        Reason.ECC_UNCORRECTABLE,
         160.0,
         {},
         {},

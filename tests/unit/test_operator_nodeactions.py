@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuval_api import keys
 from gpuval_api.crd import NodeActions
-from gpuval_operator import names
 from gpuval_operator.nodeactions import plan_node_patch
 
 ADMIN_TAINT = {"key": "maintenance", "value": "disk", "effect": "NoSchedule"}
@@ -48,27 +48,27 @@ def test_a_failing_node_is_labelled_tainted_and_cordoned_next_to_the_admins_tain
     assert patch is not None
     assert patch["metadata"]["resourceVersion"] == "42"
     assert patch["metadata"]["labels"] == {
-        names.NODE_LABEL_VERDICT: "failed",
-        names.NODE_LABEL_VALIDATED_AT: "1700000000",
-        names.NODE_LABEL_REASON: "XidError",
+        keys.NODE_LABEL_VERDICT: "failed",
+        keys.NODE_LABEL_VALIDATED_AT: "1700000000",
+        keys.NODE_LABEL_REASON: "XidError",
     }
     assert patch["spec"]["taints"] == [
         ADMIN_TAINT,
-        {"key": names.TAINT_KEY, "value": "XidError", "effect": "NoExecute"},
+        {"key": keys.TAINT_KEY, "value": "XidError", "effect": "NoExecute"},
     ]
     assert patch["spec"]["unschedulable"] is True
-    assert patch["metadata"]["annotations"][names.NODE_ANNOTATION_CORDONED_BY] == "v"
+    assert patch["metadata"]["annotations"][keys.NODE_ANNOTATION_CORDONED_BY] == "v"
 
 
 def test_a_passing_node_loses_our_taint_cordon_and_reason_but_keeps_the_admins() -> None:
     before = node(
         labels={
-            names.NODE_LABEL_VERDICT: "failed",
-            names.NODE_LABEL_REASON: "XidError",
+            keys.NODE_LABEL_VERDICT: "failed",
+            keys.NODE_LABEL_REASON: "XidError",
             "team": "ml",
         },
-        annotations={names.NODE_ANNOTATION_CORDONED_BY: "v"},
-        taints=[ADMIN_TAINT, {"key": names.TAINT_KEY, "value": "XidError", "effect": "NoExecute"}],
+        annotations={keys.NODE_ANNOTATION_CORDONED_BY: "v"},
+        taints=[ADMIN_TAINT, {"key": keys.TAINT_KEY, "value": "XidError", "effect": "NoExecute"}],
         unschedulable=True,
     )
     patch = plan_node_patch(
@@ -76,9 +76,9 @@ def test_a_passing_node_loses_our_taint_cordon_and_reason_but_keeps_the_admins()
     )
     assert patch is not None
     assert patch["spec"] == {"taints": [ADMIN_TAINT], "unschedulable": None}
-    assert patch["metadata"]["annotations"][names.NODE_ANNOTATION_CORDONED_BY] is None
-    assert patch["metadata"]["labels"][names.NODE_LABEL_VERDICT] == "passed"
-    assert patch["metadata"]["labels"][names.NODE_LABEL_REASON] is None
+    assert patch["metadata"]["annotations"][keys.NODE_ANNOTATION_CORDONED_BY] is None
+    assert patch["metadata"]["labels"][keys.NODE_LABEL_VERDICT] == "passed"
+    assert patch["metadata"]["labels"][keys.NODE_LABEL_REASON] is None
     assert "team" not in patch["metadata"]["labels"]
 
 
@@ -90,7 +90,7 @@ def test_an_admins_cordon_is_never_lifted() -> None:
         admin, validation="v", passed=False, reason="XidError", actions=ALL, now=1
     )
     assert failing is not None
-    assert names.NODE_ANNOTATION_CORDONED_BY not in failing["metadata"].get("annotations", {})
+    assert keys.NODE_ANNOTATION_CORDONED_BY not in failing["metadata"].get("annotations", {})
 
 
 def test_nothing_to_do_gives_no_patch() -> None:

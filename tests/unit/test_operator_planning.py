@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from gpuval_api import keys
 from gpuval_api.crd import GpuValidationSpec
 from gpuval_operator import names, planning
 from gpuval_operator.config import OperatorConfig
@@ -51,7 +52,7 @@ def test_selection_keeps_ready_schedulable_gpu_nodes_in_name_order() -> None:
             node(
                 "cordoned-by-gpuval",
                 unschedulable=True,
-                annotations={names.NODE_ANNOTATION_CORDONED_BY: "v"},
+                annotations={keys.NODE_ANNOTATION_CORDONED_BY: "v"},
             ),
         ]
     )
@@ -116,9 +117,9 @@ def test_agent_pod_asks_for_all_gpus_is_tied_to_its_node_and_never_restarts() ->
     assert '"durationSeconds":5.0' in env["GPUVAL_CHECKS"]["value"]
     assert env["NCCL_DEBUG"]["value"] == "INFO"
     tolerated = {t.get("key") for t in pod["spec"]["tolerations"]}
-    assert {"nvidia.com/gpu", names.TAINT_KEY, names.UNSCHEDULABLE_TAINT_KEY} <= tolerated
+    assert {"nvidia.com/gpu", keys.TAINT_KEY, keys.UNSCHEDULABLE_TAINT_KEY} <= tolerated
     labels = pod["metadata"]["labels"]
-    assert labels[names.LABEL_RUN] == "2-ab12" and labels[names.LABEL_VALIDATION] == "fleet"
+    assert labels[keys.LABEL_RUN] == "2-ab12" and labels[keys.LABEL_VALIDATION] == "fleet"
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
 
 
@@ -126,4 +127,4 @@ def test_report_carries_node_run_and_gpu_count_for_a_restarted_operator() -> Non
     report = planning.build_report("fleet", "uid-1", "3-ffff", planning.Candidate("gpu-1", 8))
     assert report["spec"] == {"validation": "fleet", "run": "3-ffff", "node": "gpu-1"}
     assert report["metadata"]["annotations"]["gpuval.dev/gpus"] == "8"
-    assert report["metadata"]["labels"][names.LABEL_NODE] == "gpu-1"
+    assert report["metadata"]["labels"][keys.LABEL_NODE] == "gpu-1"

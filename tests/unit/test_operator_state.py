@@ -1,19 +1,15 @@
-"""Per-node state from pod and report views; which nodes failed without a verdict."""
+"""Per-node state from pod and report views; which nodes ended without a verdict."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from gpuval_api import keys
 from gpuval_api.reasons import Reason
 from gpuval_operator import names
-from gpuval_operator.state import (
-    Phase,
-    PodView,
-    ReportView,
-    RunState,
-    due_failures,
-    failed_checks,
-)
+from gpuval_operator.lifecycle import due_outcomes
+from gpuval_operator.state import Phase, RunState
+from gpuval_operator.views import PodView, ReportView, failed_checks
 
 
 def make_run(*nodes: str) -> RunState:
@@ -30,8 +26,8 @@ def pod(node: str, phase: str = "Running", **extra: Any) -> PodView:
     obj = {
         "metadata": {
             "name": names.pod_name("v", "1-aaaa", node),
-            "labels": {names.LABEL_RUN: "1-aaaa"},
-            "annotations": {names.ANNOTATION_NODE: node},
+            "labels": {keys.LABEL_RUN: "1-aaaa"},
+            "annotations": {keys.ANNOTATION_NODE: node},
             "creationTimestamp": "2026-01-01T00:00:00Z",
         },
         "spec": {"nodeName": node} if extra.pop("scheduled", True) else {},
@@ -82,8 +78,8 @@ def test_a_failed_pod_without_report_fails_the_node_after_the_grace_period() -> 
         status={"containerStatuses": [{"state": {"terminated": {"exitCode": 2}}}]},
     )
     run.apply_pod(failed, now=100.0)
-    assert due_failures(run, now=T0, monotonic=105.0, timeout=600, grace=10) == []
-    [failure] = due_failures(run, now=T0, monotonic=110.0, timeout=600, grace=10)
+    assert due_outcomes(run, now=T0, monotonic=105.0, timeout=600, grace=10) == []
+    [failure] = due_outcomes(run, now=T0, monotonic=110.0, timeout=600, grace=10)
     assert failure.reason is Reason.POD_FAILED and "exit code 2" in failure.message
     assert not failure.delete_pod
 
@@ -91,7 +87,7 @@ def test_a_failed_pod_without_report_fails_the_node_after_the_grace_period() -> 
 def test_an_evicted_pod_fails_the_node_as_evicted() -> None:
     run = make_run("a")
     run.apply_pod(pod("a", "Failed", status={"reason": "Evicted"}), now=0.0)
-    [failure] = due_failures(run, now=T0, monotonic=60.0, timeout=600, grace=10)
+    [failure] = due_outcomes(run, now=T0, monotonic=60.0, timeout=600, grace=10)
     assert failure.reason is Reason.POD_EVICTED
 
 
@@ -113,9 +109,9 @@ def test_timeout_is_unschedulable_when_never_scheduled_and_timed_out_otherwise()
     )
     run.apply_pod(never, now=0.0)
     run.apply_pod(pod("b", "Running"), now=0.0)
-    assert due_failures(run, now=T0 + 599, monotonic=0.0, timeout=600, grace=10) == []
+    assert due_outcomes(run, now=T0 + 599, monotonic=0.0, timeout=600, grace=10) == []
     failures = {
-        f.node: f for f in due_failures(run, now=T0 + 600, monotonic=0.0, timeout=600, grace=10)
+        f.node: f for f in due_outcomes(run, now=T0 + 600, monotonic=0.0, timeout=600, grace=10)
     }
     assert failures["a"].reason is Reason.POD_UNSCHEDULABLE
     assert "Insufficient nvidia.com/gpu" in failures["a"].message
@@ -130,7 +126,7 @@ def test_a_pod_deleted_by_someone_else_asks_for_a_node_check() -> None:
     run.nodes["b"].deleted_by_us = True
     run.apply_pod_deleted(pod("a"))
     run.apply_pod_deleted(pod("b"))
-    [failure] = due_failures(run, now=T0, monotonic=0.0, timeout=600, grace=10)
+    [failure] = due_outcomes(run, now=T0, monotonic=0.0, timeout=600, grace=10)
     assert failure.node == "a" and failure.check_node
 
 
@@ -192,7 +188,7 @@ def test_a_pod_deleted_through_the_eviction_api_fails_its_node_as_evicted() -> N
     run.apply_pod(pod("a"), now=0.0)
     condition = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
     run.apply_pod_deleted(pod("a", status={"conditions": [condition]}))
-    [failure] = due_failures(run, now=T0, monotonic=0.0, timeout=600, grace=10)
+    [failure] = due_outcomes(run, now=T0, monotonic=0.0, timeout=600, grace=10)
     assert failure.reason is Reason.POD_EVICTED and "evicted" in failure.message
 
 

@@ -75,8 +75,3 @@ app.kubernetes.io/component: operator
 {{- printf "%s:%s" $img.repository (default .Chart.AppVersion $img.tag) }}
 {{- end }}
 {{- end }}
-
-{{/* Namespace of the operator's Events about cluster-scoped objects (GpuValidations, nodes). */}}
-{{- define "gpuval.eventNamespace" -}}
-{{- default .Release.Namespace .Values.operator.eventNamespace }}
-{{- end }}

@@ -15,6 +15,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
+
 from gpuval_operator.kube import ApiError, KubeClient, ResourceExpiredError
 
 log = logging.getLogger(__name__)
@@ -85,8 +87,12 @@ class Follower:
             except ResourceExpiredError:
                 log.info("%s: resourceVersion expired; listing again", self.name)
                 need_list = True
-            except (ApiError, OSError, TimeoutError, ValueError) as exc:
-                log.warning("%s: watch failed (%s); resuming in %.1fs", self.name, exc, backoff)
+            except (ApiError, OSError, TimeoutError, ValueError, aiohttp.ClientError) as exc:
+                # An API server restart drops every watch at once: one line each, no traceback.
+                log.warning(
+                    "%s: watch ended (%s: %s); resuming in %.1fs",
+                    self.name, type(exc).__name__, exc, backoff,
+                )  # fmt: skip
                 await asyncio.sleep(backoff * (0.5 + random.random()))
                 backoff = min(backoff * 2, 30.0)
             except Exception:

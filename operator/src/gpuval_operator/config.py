@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
+
+from gpuval_api.env import OperatorEnv as E
 
 
 class ConfigError(ValueError):
@@ -35,12 +36,6 @@ def _bool(env: dict[str, str], name: str, default: bool) -> bool:
     raise ConfigError(f"{name}={raw!r} is not a boolean; use true or false")
 
 
-def _own_namespace() -> str | None:
-    """The operator pod's namespace; Events go there by default, as kopf's own do."""
-    path = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-    return path.read_text().strip() if path.is_file() else None
-
-
 @dataclass(frozen=True, slots=True)
 class OperatorConfig:
     """What the chart configures: where agent pods go, how fast the operator may write, what it
@@ -55,25 +50,18 @@ class OperatorConfig:
     status_interval_seconds: float = 1.0
     pod_grace_seconds: float = 10.0
     events_per_run: int = 50
-    event_namespace: str = "default"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
         env = dict(os.environ) if env is None else env
         d = cls()
         return cls(
-            agent_namespace=env.get("GPUVAL_AGENT_NAMESPACE") or d.agent_namespace,
-            agent_service_account=env.get("GPUVAL_AGENT_SERVICE_ACCOUNT")
-            or d.agent_service_account,
-            metrics_port=_int(env, "GPUVAL_METRICS_PORT", d.metrics_port),
-            metrics_per_gpu=_bool(env, "GPUVAL_METRICS_PER_GPU", d.metrics_per_gpu),
-            create_concurrency=_int(env, "GPUVAL_CREATE_CONCURRENCY", d.create_concurrency, 1),
+            agent_namespace=env.get(E.AGENT_NAMESPACE) or d.agent_namespace,
+            agent_service_account=env.get(E.AGENT_SERVICE_ACCOUNT) or d.agent_service_account,
+            metrics_port=_int(env, E.METRICS_PORT, d.metrics_port),
+            metrics_per_gpu=_bool(env, E.METRICS_PER_GPU, d.metrics_per_gpu),
+            create_concurrency=_int(env, E.CREATE_CONCURRENCY, d.create_concurrency, 1),
             status_interval_seconds=d.status_interval_seconds,
-            pod_grace_seconds=float(
-                _int(env, "GPUVAL_POD_GRACE_SECONDS", int(d.pod_grace_seconds), 0)
-            ),
-            events_per_run=_int(env, "GPUVAL_EVENTS_PER_RUN", d.events_per_run),
-            event_namespace=env.get("GPUVAL_EVENT_NAMESPACE")
-            or _own_namespace()
-            or d.event_namespace,
+            pod_grace_seconds=float(_int(env, E.POD_GRACE_SECONDS, int(d.pod_grace_seconds), 0)),
+            events_per_run=_int(env, E.EVENTS_PER_RUN, d.events_per_run),
         )

@@ -13,12 +13,13 @@ from typing import Any
 
 import kopf
 
+from gpuval_api import keys
 from gpuval_api.crd import GROUP, VALIDATION_PLURAL, VERSION
-from gpuval_operator import names
 from gpuval_operator.config import ConfigError, OperatorConfig
+from gpuval_operator.controller import Context, ValidationController
 from gpuval_operator.kube import KubeClient, load_credentials
 from gpuval_operator.metrics import make_registry, start_server
-from gpuval_operator.reconciler import Context, Registry, ValidationController
+from gpuval_operator.registry import Registry
 
 log = logging.getLogger("gpuval_operator")
 
@@ -28,11 +29,11 @@ def configure(settings: kopf.OperatorSettings) -> None:
     # kopf's own Events only for problems: at INFO it posts one per handler per object.
     settings.posting.level = logging.WARNING
     settings.posting.reporting_component = "gpuval-operator"
-    settings.persistence.finalizer = names.FINALIZER
+    settings.persistence.finalizer = keys.FINALIZER
     # A strict status schema prunes unknown fields, so kopf keeps its progress in annotations.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.PREFIX)
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=keys.PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=names.PREFIX, key="last-handled-configuration"
+        prefix=keys.PREFIX, key="last-handled-configuration"
     )
     # Silent watch stalls are a known kopf failure mode: the server ends each watch, the client
     # gives up after.

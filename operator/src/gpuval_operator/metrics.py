@@ -19,9 +19,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpuval_api.reasons import Reason
 from gpuval_operator.kube import KubeClient
-from gpuval_operator.reconciler import Registry
-from gpuval_operator.state import SUMMARY_FIGURES, Phase
+from gpuval_operator.registry import Registry, ValidationState
+from gpuval_operator.state import Phase
+from gpuval_operator.views import SUMMARY_FIGURES, NodeResult
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,122 @@ def operator_version() -> str:
         return version("gpuval-operator")
     except PackageNotFoundError:
         return "unknown"
+
+
+def _gauge(name: str, help_text: str, *labels: str) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, help_text, labels=list(labels))
+
+
+class _Families:
+    """The families of one scrape, filled validation by validation."""
+
+    def __init__(self, per_gpu: bool) -> None:
+        self.per_gpu = per_gpu
+        v, n = "validation", "node"
+        self.nodes = _gauge(
+            "gpuval_validation_nodes", "Nodes of the current run of a GpuValidation, by state.",
+            v, "state",
+        )  # fmt: skip
+        self.unschedulable = _gauge(
+            "gpuval_validation_unschedulable_pods",
+            "Agent pods of the current run the scheduler could not place.", v,
+        )  # fmt: skip
+        self.invalid = _gauge("gpuval_validation_invalid", "1 when the spec is invalid.", v)
+        self.uniform = _gauge(
+            "gpuval_validation_uniform",
+            "1 when every node's environment agrees, 0 when not (absent until compared).", v,
+        )  # fmt: skip
+        self.outliers = _gauge("gpuval_validation_outliers", "Outliers of the last run.", v)
+        self.started = _gauge(
+            "gpuval_validation_last_run_start_timestamp_seconds",
+            "When the current or last run started.", v,
+        )  # fmt: skip
+        self.completed = _gauge(
+            "gpuval_validation_last_run_completion_timestamp_seconds",
+            "When the last run completed.", v,
+        )  # fmt: skip
+        self.success = _gauge(
+            "gpuval_validation_last_success_timestamp_seconds",
+            "When a run last completed with every node passed.", v,
+        )  # fmt: skip
+        self.passed = _gauge(
+            "gpuval_node_passed", "1 when the node's latest verdict is Passed, 0 when Failed.",
+            v, n,
+        )  # fmt: skip
+        self.failure = _gauge(
+            "gpuval_node_failure_info",
+            "The reason of a node's latest failed verdict (always 1).", v, n, "reason",
+        )  # fmt: skip
+        self.check_failure = _gauge(
+            "gpuval_node_check_failure_info",
+            "Each (check, reason) that failed in the node's latest report (always 1).",
+            v, n, "check", "reason",
+        )  # fmt: skip
+        self.validated = _gauge(
+            "gpuval_node_last_validation_timestamp_seconds",
+            "When the node's latest verdict was written.", v, n,
+        )  # fmt: skip
+        self.figures = {
+            suffix: _gauge(
+                f"gpuval_node_{suffix}", f"Worst GPU of the node in its latest report: {key}.", v, n
+            )
+            for key, (suffix, _) in SUMMARY_FIGURES.items()
+        }
+        self.gpu_figures: dict[str, GaugeMetricFamily] = {}
+
+    def add_validation(self, name: str, state: ValidationState) -> None:
+        self.invalid.add_metric([name], 1.0 if state.invalid else 0.0)
+        run = state.run
+        if run is not None:
+            counts = run.counts()
+            for phase in NODE_STATES:
+                self.nodes.add_metric([name, phase], float(counts[phase]))
+            waiting = sum(
+                1 for r in run.nodes.values() if r.phase is Phase.RUNNING and r.unschedulable
+            )
+            self.unschedulable.add_metric([name], float(waiting))
+        if state.uniform is not None:
+            self.uniform.add_metric([name], 1.0 if state.uniform else 0.0)
+            self.outliers.add_metric([name], float(state.outliers))
+        for family, value in (
+            (self.started, state.last_run_started),
+            (self.completed, state.last_run_completed),
+            (self.success, state.last_success),
+        ):
+            if value is not None:
+                family.add_metric([name], value)
+        for node, result in list(state.latest.items()):
+            self.add_node(name, node, result)
+
+    def add_node(self, name: str, node: str, result: NodeResult) -> None:
+        self.passed.add_metric([name, node], 1.0 if result.passed else 0.0)
+        if not result.passed:
+            reason = str(result.reason or Reason.CHECK_ERROR)
+            self.failure.add_metric([name, node, reason], 1.0)
+            for check, check_reason in result.failed_checks:
+                self.check_failure.add_metric([name, node, check, check_reason], 1.0)
+        if result.completed_at is not None:
+            self.validated.add_metric([name, node], result.completed_at)
+        for key, value in result.summary.items():
+            suffix, factor = SUMMARY_FIGURES[key]
+            self.figures[suffix].add_metric([name, node], value * factor)
+        if self.per_gpu:
+            for index, suffix, value in result.gpu_figures:
+                family = self.gpu_figures.get(suffix)
+                if family is None:
+                    family = self.gpu_figures[suffix] = _gauge(
+                        f"gpuval_gpu_{suffix}",
+                        f"Per-GPU figure of the node's latest report: {suffix}.",
+                        "validation", "node", "gpu",
+                    )  # fmt: skip
+                family.add_metric([name, node, str(index)], value)
+
+    def all(self) -> Iterator[Metric]:
+        yield from (self.nodes, self.unschedulable, self.invalid, self.uniform, self.outliers)
+        yield from (self.started, self.completed, self.success)
+        yield from (self.passed, self.failure, self.check_failure, self.validated)
+        yield from self.figures.values()
+        yield from self.gpu_figures.values()
 
 
 class GpuvalCollector(Collector):
@@ -47,131 +165,10 @@ class GpuvalCollector(Collector):
         build = InfoMetricFamily("gpuval_operator_build", "gpuval operator build information.")
         build.add_metric([], {"version": operator_version()})
         yield build
-
-        nodes = GaugeMetricFamily(
-            "gpuval_validation_nodes",
-            "Nodes of the current run of a GpuValidation, by state.",
-            labels=["validation", "state"],
-        )
-        unschedulable = GaugeMetricFamily(
-            "gpuval_validation_unschedulable_pods",
-            "Agent pods of the current run the scheduler could not place.",
-            labels=["validation"],
-        )
-        invalid = GaugeMetricFamily(
-            "gpuval_validation_invalid",
-            "1 when the GpuValidation's spec is invalid.",
-            labels=["validation"],
-        )
-        uniform = GaugeMetricFamily(
-            "gpuval_validation_uniform",
-            "1 when every node's environment agrees, 0 when not (absent until compared).",
-            labels=["validation"],
-        )
-        outliers = GaugeMetricFamily(
-            "gpuval_validation_outliers",
-            "Uniformity outliers of the last run.",
-            labels=["validation"],
-        )
-        started = GaugeMetricFamily(
-            "gpuval_validation_last_run_start_timestamp_seconds",
-            "When the current or last run started.",
-            labels=["validation"],
-        )
-        completed = GaugeMetricFamily(
-            "gpuval_validation_last_run_completion_timestamp_seconds",
-            "When the last run completed.",
-            labels=["validation"],
-        )
-        success = GaugeMetricFamily(
-            "gpuval_validation_last_success_timestamp_seconds",
-            "When a run last completed with every node passed.",
-            labels=["validation"],
-        )
-        passed = GaugeMetricFamily(
-            "gpuval_node_passed",
-            "1 when the node's latest verdict is Passed, 0 when Failed.",
-            labels=["validation", "node"],
-        )
-        failure = GaugeMetricFamily(
-            "gpuval_node_failure_info",
-            "The reason of a node's latest failed verdict (always 1).",
-            labels=["validation", "node", "reason"],
-        )
-        check_failure = GaugeMetricFamily(
-            "gpuval_node_check_failure_info",
-            "Each (check, reason) that failed in the node's latest report (always 1).",
-            labels=["validation", "node", "check", "reason"],
-        )
-        validated = GaugeMetricFamily(
-            "gpuval_node_last_validation_timestamp_seconds",
-            "When the node's latest verdict was written.",
-            labels=["validation", "node"],
-        )
-        figures = {
-            suffix: GaugeMetricFamily(
-                f"gpuval_node_{suffix}",
-                f"Worst GPU of the node in its latest report: {key}.",
-                labels=["validation", "node"],
-            )
-            for key, (suffix, _) in SUMMARY_FIGURES.items()
-        }
-        gpu_figures: dict[str, GaugeMetricFamily] = {}
-
+        families = _Families(self.per_gpu)
         for name, state in list(self.registry.items()):
-            invalid.add_metric([name], 1.0 if state.invalid else 0.0)
-            run = state.run
-            if run is not None:
-                counts = run.counts()
-                for s in NODE_STATES:
-                    nodes.add_metric([name, s], float(counts[s]))
-                unschedulable.add_metric(
-                    [name],
-                    float(
-                        sum(
-                            1
-                            for r in run.nodes.values()
-                            if r.phase is Phase.RUNNING and r.unschedulable
-                        )
-                    ),
-                )
-            if state.uniform is not None:
-                uniform.add_metric([name], 1.0 if state.uniform else 0.0)
-                outliers.add_metric([name], float(state.outliers))
-            for family, value in (
-                (started, state.last_run_started),
-                (completed, state.last_run_completed),
-                (success, state.last_success),
-            ):
-                if value is not None:
-                    family.add_metric([name], value)
-            for node, result in list(state.latest.items()):
-                ok = result.verdict == "Passed"
-                passed.add_metric([name, node], 1.0 if ok else 0.0)
-                if not ok:
-                    failure.add_metric([name, node, result.reason or "Unknown"], 1.0)
-                    for check, reason in result.failed_checks:
-                        check_failure.add_metric([name, node, check, reason], 1.0)
-                if result.completed_at is not None:
-                    validated.add_metric([name, node], result.completed_at)
-                for key, value in result.summary.items():
-                    suffix, factor = SUMMARY_FIGURES[key]
-                    figures[suffix].add_metric([name, node], value * factor)
-                if self.per_gpu:
-                    for index, suffix, value in result.gpu_figures:
-                        gpu_family = gpu_figures.get(suffix)
-                        if gpu_family is None:
-                            gpu_family = gpu_figures[suffix] = GaugeMetricFamily(
-                                f"gpuval_gpu_{suffix}",
-                                f"Per-GPU figure of the node's latest report: {suffix}.",
-                                labels=["validation", "node", "gpu"],
-                            )
-                        gpu_family.add_metric([name, node, str(index)], value)
-        yield from (nodes, unschedulable, invalid, uniform, outliers, started, completed, success)
-        yield from (passed, failure, check_failure, validated)
-        yield from figures.values()
-        yield from gpu_figures.values()
-
+            families.add_validation(name, state)
+        yield from families.all()
         if self.client is not None:
             requests = CounterMetricFamily(
                 "gpuval_operator_api_requests",

@@ -1,39 +1,14 @@
-"""Label, annotation and taint keys, and the names of the objects the operator makes.
+"""The names of the objects the operator makes, and label values made safe.
 
-Every key lives under gpuval.dev/ so the operator can tell what it set from what others set, and the
-names of reports and pods are deterministic per (validation, run, node): a restarted operator that
-creates a pod again gets 409 AlreadyExists instead of a duplicate.
+The names of reports and pods are deterministic per (validation, run, node): a restarted operator
+that creates a pod again gets 409 AlreadyExists instead of a duplicate. The label, annotation and
+taint keys themselves are part of the contract and live in gpuval_api.keys.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-
-PREFIX = "gpuval.dev"
-
-FINALIZER = f"{PREFIX}/finalizer"
-
-LABEL_VALIDATION = f"{PREFIX}/validation"
-LABEL_RUN = f"{PREFIX}/run"
-LABEL_NODE = f"{PREFIX}/node"
-LABEL_COMPONENT = "app.kubernetes.io/component"
-LABEL_NAME = "app.kubernetes.io/name"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-AGENT_COMPONENT = "agent"
-
-ANNOTATION_NODE = f"{PREFIX}/node"
-ANNOTATION_PLANNED_RUN = f"{PREFIX}/planned-run"
-ANNOTATION_SIMULATE = f"{PREFIX}/simulate"
-
-# On nodes.
-NODE_LABEL_VERDICT = f"{PREFIX}/verdict"
-NODE_LABEL_VALIDATED_AT = f"{PREFIX}/validated-at"
-NODE_LABEL_REASON = f"{PREFIX}/reason"
-NODE_ANNOTATION_CORDONED_BY = f"{PREFIX}/cordoned-by"
-NODE_ANNOTATION_VALIDATION = f"{PREFIX}/validation"
-TAINT_KEY = f"{PREFIX}/unhealthy"
-UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
 
 MAX_NAME = 253
 MAX_LABEL_VALUE = 63

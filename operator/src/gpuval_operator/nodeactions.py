@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpuval_api import keys
 from gpuval_api.crd import NodeActions
+from gpuval_api.result import Verdict
 from gpuval_operator import names
 
 
@@ -36,32 +38,34 @@ def plan_node_patch(
     spec_patch: dict[str, Any] = {}
 
     if actions.label:
-        label_patch[names.NODE_LABEL_VERDICT] = "passed" if passed else "failed"
-        label_patch[names.NODE_LABEL_VALIDATED_AT] = str(int(now))
-        label_patch[names.NODE_LABEL_REASON] = None if passed else names.label_value(reason or "")
-        annotation_patch[names.NODE_ANNOTATION_VALIDATION] = validation
+        label_patch[keys.NODE_LABEL_VERDICT] = (
+            keys.NODE_VERDICT_PASSED if passed else keys.NODE_VERDICT_FAILED
+        )
+        label_patch[keys.NODE_LABEL_VALIDATED_AT] = str(int(now))
+        label_patch[keys.NODE_LABEL_REASON] = None if passed else names.label_value(reason or "")
+        annotation_patch[keys.NODE_ANNOTATION_VALIDATION] = validation
 
     taints: list[dict[str, Any]] = list(spec.get("taints") or [])
-    others = [t for t in taints if t.get("key") != names.TAINT_KEY]
+    others = [t for t in taints if t.get("key") != keys.TAINT_KEY]
     wanted = list(others)
     if not passed and actions.taint is not None:
         wanted.append(
             {
-                "key": names.TAINT_KEY,
-                "value": names.label_value(reason or "Failed"),
+                "key": keys.TAINT_KEY,
+                "value": names.label_value(reason or Verdict.FAILED),
                 "effect": str(actions.taint.effect),
             }
         )
     if wanted != taints:
         spec_patch["taints"] = wanted
 
-    cordoned_by = annotations.get(names.NODE_ANNOTATION_CORDONED_BY)
+    cordoned_by = annotations.get(keys.NODE_ANNOTATION_CORDONED_BY)
     if not passed and actions.cordon and not spec.get("unschedulable"):
         spec_patch["unschedulable"] = True
-        annotation_patch[names.NODE_ANNOTATION_CORDONED_BY] = validation
+        annotation_patch[keys.NODE_ANNOTATION_CORDONED_BY] = validation
     elif (passed or not actions.cordon) and cordoned_by is not None:
         spec_patch["unschedulable"] = None
-        annotation_patch[names.NODE_ANNOTATION_CORDONED_BY] = None
+        annotation_patch[keys.NODE_ANNOTATION_CORDONED_BY] = None
 
     label_patch = {k: v for k, v in label_patch.items() if labels.get(k) != v}
     annotation_patch = {k: v for k, v in annotation_patch.items() if annotations.get(k) != v}

@@ -12,12 +12,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuval_api import keys
 from gpuval_api.crd import (
     API_VERSION,
     GPU_RESOURCE,
     REPORT_KIND,
     GpuValidationSpec,
 )
+from gpuval_api.env import AgentEnv
+from gpuval_api.kubernetes import READY
 from gpuval_operator import names
 from gpuval_operator.config import OperatorConfig
 
@@ -55,14 +58,14 @@ def node_gpus(node: Mapping[str, Any]) -> int:
 
 def node_ready(node: Mapping[str, Any]) -> bool:
     for cond in (node.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
+        if cond.get("type") == READY:
             return bool(cond.get("status") == "True")
     return False
 
 
 def cordoned_by_us(node: Mapping[str, Any]) -> bool:
     annotations = (node.get("metadata") or {}).get("annotations") or {}
-    return names.NODE_ANNOTATION_CORDONED_BY in annotations
+    return keys.NODE_ANNOTATION_CORDONED_BY in annotations
 
 
 def select_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[Candidate]:
@@ -95,11 +98,11 @@ def owner_reference(validation: str, uid: str) -> dict[str, Any]:
 
 def child_labels(validation: str, run: str, node: str) -> dict[str, str]:
     return {
-        names.LABEL_NAME: "gpuval",
-        names.LABEL_MANAGED_BY: "gpuval-operator",
-        names.LABEL_VALIDATION: names.label_value(validation),
-        names.LABEL_RUN: run,
-        names.LABEL_NODE: names.label_value(node),
+        keys.LABEL_NAME: "gpuval",
+        keys.LABEL_MANAGED_BY: "gpuval-operator",
+        keys.LABEL_VALIDATION: names.label_value(validation),
+        keys.LABEL_RUN: run,
+        keys.LABEL_NODE: names.label_value(node),
     }
 
 
@@ -110,7 +113,7 @@ def build_report(validation: str, uid: str, run: str, candidate: Candidate) -> d
         "metadata": {
             "name": names.report_name(validation, run, candidate.name),
             "labels": child_labels(validation, run, candidate.name),
-            "annotations": {f"{names.PREFIX}/gpus": str(candidate.gpus)},
+            "annotations": {keys.ANNOTATION_GPUS: str(candidate.gpus)},
             "ownerReferences": [owner_reference(validation, uid)],
         },
         "spec": {"validation": validation, "run": run, "node": candidate.name},
@@ -120,70 +123,79 @@ def build_report(validation: str, uid: str, run: str, candidate: Candidate) -> d
 def _tolerations(spec: GpuValidationSpec) -> list[dict[str, Any]]:
     always = [
         {"key": GPU_RESOURCE, "operator": "Exists"},
-        {"key": names.TAINT_KEY, "operator": "Exists"},
+        {"key": keys.TAINT_KEY, "operator": "Exists"},
         # A node gpuval cordoned is validated again; without this its agent pod could never
         # schedule.
-        {"key": names.UNSCHEDULABLE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
+        {"key": keys.UNSCHEDULABLE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
     ]
     extra = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.agent.tolerations]
     return always + extra
 
 
-def build_pod(
-    *,
-    validation: str,
-    uid: str,
-    run: str,
-    node: str,
-    gpus: int,
-    spec: GpuValidationSpec,
-    config: OperatorConfig,
-) -> dict[str, Any]:
-    """The agent pod of `node`: its GPUs requested, tied to the node by affinity, never
-    restarted.
-    """
-    agent = spec.agent
+def agent_env(
+    *, report: str, gpus: int, spec: GpuValidationSpec, deadline: float | None
+) -> list[dict[str, Any]]:
+    """The agent container's environment: what to write where, what to check, until when."""
+    checks = json.dumps(spec.checks.model_dump(mode="json", by_alias=True), separators=(",", ":"))
     env: list[dict[str, Any]] = [
-        {"name": "GPUVAL_REPORT_NAME", "value": names.report_name(validation, run, node)},
-        {"name": "GPUVAL_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-        {
-            "name": "GPUVAL_CHECKS",
-            "value": json.dumps(
-                spec.checks.model_dump(mode="json", by_alias=True), separators=(",", ":")
-            ),
-        },
-        {"name": "GPUVAL_EXPECTED_GPUS", "value": str(gpus)},
+        {"name": AgentEnv.REPORT_NAME, "value": report},
+        {"name": AgentEnv.NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": AgentEnv.CHECKS, "value": checks},
+        {"name": AgentEnv.EXPECTED_GPUS, "value": str(gpus)},
     ]
-    ports: list[dict[str, Any]] = []
-    if agent.metrics_port is not None:
-        env.append({"name": "GPUVAL_METRICS_PORT", "value": str(agent.metrics_port)})
-        ports.append({"name": "metrics", "containerPort": agent.metrics_port})
-    env.extend({"name": e.name, "value": e.value} for e in agent.env)
-    limits = {**agent.resources.limits, GPU_RESOURCE: str(gpus)}
-    requests = {**agent.resources.requests, GPU_RESOURCE: str(gpus)}
+    if deadline is not None:
+        env.append({"name": AgentEnv.DEADLINE, "value": str(int(deadline))})
+    if spec.agent.metrics_port is not None:
+        env.append({"name": AgentEnv.METRICS_PORT, "value": str(spec.agent.metrics_port)})
+    env.extend({"name": e.name, "value": e.value} for e in spec.agent.env)
+    return env
+
+
+def agent_container(
+    spec: GpuValidationSpec, gpus: int, command: list[str], env: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The agent container: all the node's GPUs, the spec's image, resources and privilege."""
+    agent = spec.agent
     container: dict[str, Any] = {
         "name": "agent",
         "image": agent.image,
         "imagePullPolicy": agent.image_pull_policy,
-        "command": ["gpuval-agent", "cluster"],
+        "command": command,
         "env": env,
-        "resources": {"requests": requests, "limits": limits},
+        "resources": {
+            "requests": {**agent.resources.requests, GPU_RESOURCE: str(gpus)},
+            "limits": {**agent.resources.limits, GPU_RESOURCE: str(gpus)},
+        },
         "securityContext": {"privileged": agent.privileged},
     }
-    if ports:
-        container["ports"] = ports
+    if agent.metrics_port is not None:
+        container["ports"] = [{"name": "metrics", "containerPort": agent.metrics_port}]
+    return container
+
+
+def node_pod(
+    *,
+    name: str,
+    labels: dict[str, str],
+    node: str,
+    owner: dict[str, Any],
+    spec: GpuValidationSpec,
+    config: OperatorConfig,
+    container: dict[str, Any],
+) -> dict[str, Any]:
+    """A pod tied to `node` by affinity, never restarted, under the agents' ServiceAccount.
+
+    A manifest literal: long by nature, nothing in it decides anything.
+    """
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": names.pod_name(validation, run, node),
+            "name": name,
             "namespace": config.agent_namespace,
-            "labels": {
-                **child_labels(validation, run, node),
-                names.LABEL_COMPONENT: names.AGENT_COMPONENT,
-            },
-            "annotations": {names.ANNOTATION_NODE: node},
-            "ownerReferences": [owner_reference(validation, uid)],
+            "labels": {**labels, keys.LABEL_COMPONENT: keys.AGENT_COMPONENT},
+            "annotations": {keys.ANNOTATION_NODE: node},
+            "ownerReferences": [owner],
         },
         "spec": {
             "restartPolicy": "Never",
@@ -206,3 +218,30 @@ def build_pod(
             "containers": [container],
         },
     }
+
+
+def build_pod(
+    *,
+    validation: str,
+    uid: str,
+    run: str,
+    node: str,
+    gpus: int,
+    spec: GpuValidationSpec,
+    config: OperatorConfig,
+    deadline: float | None = None,
+) -> dict[str, Any]:
+    """The agent pod of `node` for its local checks. `deadline` (Unix seconds) is when the
+    operator times the node out: the agent keeps retrying its report write until then.
+    """
+    report = names.report_name(validation, run, node)
+    env = agent_env(report=report, gpus=gpus, spec=spec, deadline=deadline)
+    return node_pod(
+        name=names.pod_name(validation, run, node),
+        labels=child_labels(validation, run, node),
+        node=node,
+        owner=owner_reference(validation, uid),
+        spec=spec,
+        config=config,
+        container=agent_container(spec, gpus, ["gpuval-agent", "cluster"], env),
+    )

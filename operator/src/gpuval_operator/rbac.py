@@ -1,14 +1,16 @@
 """The operator's RBAC: exactly the verbs on exactly the resources its code calls, nothing else.
 
-One source for the chart's ClusterRole and Roles (issue 5) and for the integration test that runs
-the operator with only these permissions. kopf's part: list/watch/patch of GpuValidations (its
-finalizer and annotations) and Events it posts in its own namespace.
+One source for the chart's ClusterRoles and Roles, the demo's and the tests' (the operator's and
+the agent's), checked against the rendered chart. kopf's part: list/watch/patch of GpuValidations
+(its finalizer and annotations) and Events it posts in its own namespace.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from gpuval_api.crd import GROUP
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,26 +29,31 @@ class Rule:
 
 # Cluster-scoped objects, or watched across the cluster.
 CLUSTER_RULES = (
-    Rule(("gpuval.dev",), ("gpuvalidations",), ("list", "watch", "patch")),
-    Rule(("gpuval.dev",), ("gpuvalidations/status",), ("patch",)),
-    Rule(("gpuval.dev",), ("gpunodereports",), ("list", "watch", "create", "deletecollection")),
-    Rule(("gpuval.dev",), ("gpunodereports/status",), ("patch",)),
+    Rule((GROUP,), ("gpuvalidations",), ("list", "watch", "patch")),
+    Rule((GROUP,), ("gpuvalidations/status",), ("patch",)),
+    Rule((GROUP,), ("gpunodereports",), ("list", "watch", "create", "deletecollection")),
+    Rule((GROUP,), ("gpunodereports/status",), ("patch",)),
     Rule(("",), ("nodes",), ("get", "list", "patch")),
 )
 # In the agent namespace (GPUVAL_AGENT_NAMESPACE): the agent pods.
 AGENT_NAMESPACE_RULES = (
     Rule(("",), ("pods",), ("list", "watch", "create", "delete", "deletecollection")),
 )
-# In the event namespace (GPUVAL_EVENT_NAMESPACE, by default the operator's own namespace).
-EVENT_NAMESPACE_RULES = (Rule(("",), ("events",), ("create",)),)
+# Events about GpuValidations and nodes: Kubernetes keeps Events about cluster-scoped objects in
+# `default` (gpuval_operator.events), and kopf posts its own in the operator's namespace.
+EVENT_RULES = (Rule(("",), ("events",), ("create",)),)
+EVENT_NAMESPACE = "default"
+# What an agent may do: patch GpuNodeReport status, nothing else. Which report is the admission
+# policy's business (RBAC cannot tie a request to the node it comes from).
+AGENT_RULES = (Rule((GROUP,), ("gpunodereports/status",), ("patch",)),)
 
 
-def cluster_role(name: str) -> dict[str, Any]:
+def cluster_role(name: str, rules: tuple[Rule, ...] = CLUSTER_RULES) -> dict[str, Any]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": {"name": name},
-        "rules": [r.as_dict() for r in CLUSTER_RULES],
+        "rules": [r.as_dict() for r in rules],
     }
 
 

@@ -12,16 +12,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuval_api.conditions import ConditionReason as R
+from gpuval_api.conditions import ConditionType, ValidationPhase
+from gpuval_api.crd import RunTrigger
+from gpuval_operator.registry import ValidationState
 from gpuval_operator.state import RunState
 from gpuval_operator.uniformity import Outlier
+from gpuval_operator.views import parse_time, run_number
 
 MAX_LISTED = 50
 
-SUCCEEDED = "Succeeded"
-NODES_HEALTHY = "NodesHealthy"
-UNIFORM = "Uniform"
-INVALID = "Invalid"
-CONDITION_TYPES = (SUCCEEDED, NODES_HEALTHY, UNIFORM, INVALID)
+SUCCEEDED = ConditionType.SUCCEEDED
+NODES_HEALTHY = ConditionType.NODES_HEALTHY
+UNIFORM = ConditionType.UNIFORM
+INVALID = ConditionType.INVALID
 
 
 def rfc3339(epoch: float) -> str:
@@ -69,6 +73,25 @@ def _names(nodes: Sequence[str], limit: int = 5) -> str:
     return shown + (f" and {len(nodes) - limit} more" if len(nodes) > limit else "")
 
 
+def uniform_condition(outliers: Sequence[Outlier] | None) -> Cond:
+    """Uniform: Unknown until compared, False naming the nodes that differ, True otherwise."""
+    if outliers is None:
+        uniform = Cond(UNIFORM, "Unknown", R.NOT_COMPARED, "compared when the run completes")
+    elif outliers:
+        nodes = sorted({o.node for o in outliers})
+        first_outlier = outliers[0]
+        uniform = Cond(
+            UNIFORM,
+            "False",
+            R.NOT_UNIFORM,
+            f"{len(nodes)} nodes differ: {_names(nodes)} (first: {first_outlier.field} "
+            f"{first_outlier.value} on {first_outlier.node}, expected {first_outlier.expected})",
+        )
+    else:
+        uniform = Cond(UNIFORM, "True", R.UNIFORM, "every node's environment agrees")
+    return uniform
+
+
 def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Cond]:
     """Succeeded, NodesHealthy, Uniform and Invalid (False) for a valid spec's run.
 
@@ -83,62 +106,51 @@ def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Co
         # An empty selection is almost always a wrong nodeSelector, not a healthy fleet.
         message = "no Ready, schedulable node with nvidia.com/gpu matched spec.nodeSelector"
         return [
-            Cond(SUCCEEDED, "False", "NoNodesSelected", message),
-            Cond(NODES_HEALTHY, "Unknown", "NoNodesSelected", message),
-            Cond(UNIFORM, "Unknown", "NoNodesSelected", message),
-            Cond(INVALID, "False", "Valid", "the spec is valid"),
+            Cond(SUCCEEDED, "False", R.NO_NODES_SELECTED, message),
+            Cond(NODES_HEALTHY, "Unknown", R.NO_NODES_SELECTED, message),
+            Cond(UNIFORM, "Unknown", R.NO_NODES_SELECTED, message),
+            Cond(INVALID, "False", R.VALID, "the spec is valid"),
         ]
     if not complete:
         succeeded = Cond(
-            SUCCEEDED, "Unknown", "Running", f"{done} of {counts['total']} nodes have a verdict"
+            SUCCEEDED, "Unknown", R.RUNNING, f"{done} of {counts['total']} nodes have a verdict"
         )
     elif failed:
         succeeded = Cond(
             SUCCEEDED,
             "False",
-            "NodesFailed",
+            R.NODES_FAILED,
             f"{len(failed)} of {counts['total']} nodes failed: {_names(failed)}",
         )
     else:
-        succeeded = Cond(SUCCEEDED, "True", "AllNodesPassed", f"all {counts['total']} nodes passed")
+        succeeded = Cond(
+            SUCCEEDED, "True", R.ALL_NODES_PASSED, f"all {counts['total']} nodes passed"
+        )
     if failed:
         first = run.nodes[failed[0]]
         healthy = Cond(
             NODES_HEALTHY,
             "False",
-            "NodesFailed",
+            R.NODES_FAILED,
             f"{len(failed)} failed: {_names(failed)} (first: {first.reason}: {first.message})",
         )
     elif complete:
         healthy = Cond(
-            NODES_HEALTHY, "True", "AllNodesPassed", f"all {counts['total']} nodes passed"
+            NODES_HEALTHY, "True", R.ALL_NODES_PASSED, f"all {counts['total']} nodes passed"
         )
     else:
-        healthy = Cond(NODES_HEALTHY, "Unknown", "Running", "no node has failed so far")
-    if outliers is None:
-        uniform = Cond(UNIFORM, "Unknown", "NotCompared", "compared when the run completes")
-    elif outliers:
-        nodes = sorted({o.node for o in outliers})
-        first_outlier = outliers[0]
-        uniform = Cond(
-            UNIFORM,
-            "False",
-            "NotUniform",
-            f"{len(nodes)} nodes differ: {_names(nodes)} (first: {first_outlier.field} "
-            f"{first_outlier.value} on {first_outlier.node}, expected {first_outlier.expected})",
-        )
-    else:
-        uniform = Cond(UNIFORM, "True", "Uniform", "every node's environment agrees")
-    return [succeeded, healthy, uniform, Cond(INVALID, "False", "Valid", "the spec is valid")]
+        healthy = Cond(NODES_HEALTHY, "Unknown", R.RUNNING, "no node has failed so far")
+    uniform = uniform_condition(outliers)
+    return [succeeded, healthy, uniform, Cond(INVALID, "False", R.VALID, "the spec is valid")]
 
 
 def invalid_conditions(errors: Sequence[str]) -> list[Cond]:
     message = "; ".join(errors)
     return [
-        Cond(SUCCEEDED, "False", "InvalidSpec", "nothing was scheduled: the spec is invalid"),
-        Cond(NODES_HEALTHY, "Unknown", "InvalidSpec", "nothing was validated"),
-        Cond(UNIFORM, "Unknown", "InvalidSpec", "nothing was validated"),
-        Cond(INVALID, "True", "InvalidSpec", message),
+        Cond(SUCCEEDED, "False", R.INVALID_SPEC, "nothing was scheduled: the spec is invalid"),
+        Cond(NODES_HEALTHY, "Unknown", R.INVALID_SPEC, "nothing was validated"),
+        Cond(UNIFORM, "Unknown", R.INVALID_SPEC, "nothing was validated"),
+        Cond(INVALID, "True", R.INVALID_SPEC, message),
     ]
 
 
@@ -155,8 +167,9 @@ def run_info(run: RunState) -> dict[str, Any]:
 
 def phase_of(run: RunState) -> str:
     if run.completed_at is None:
-        return "Running" if run.nodes else "Pending"
-    return "Failed" if run.failed() or not run.nodes else "Succeeded"
+        return ValidationPhase.RUNNING if run.nodes else ValidationPhase.PENDING
+    failed = run.failed() or not run.nodes
+    return ValidationPhase.FAILED if failed else ValidationPhase.SUCCEEDED
 
 
 def build_run_status(
@@ -177,7 +190,7 @@ def build_run_status(
         "run": run_info(run),
         "nodes": run.counts(),
         "failingNodes": [
-            {"node": r.node, "reason": r.reason or "", "message": r.message}
+            {"node": r.node, "reason": str(r.reason), "message": r.message}
             for r in failed[:MAX_LISTED]
         ],
         "failingNodesOmitted": max(0, len(failed) - MAX_LISTED),
@@ -202,9 +215,47 @@ def build_invalid_status(
 ) -> dict[str, Any]:
     return {
         "observedGeneration": generation,
-        "phase": "Invalid",
+        "phase": ValidationPhase.INVALID,
         "nextRunAt": None,
         "conditions": merge_conditions(
             previous_conditions, invalid_conditions(errors), generation, now
         ),
     }
+
+
+def run_summary(run: RunState, outliers: Sequence[Outlier] | None) -> str:
+    """One line about a completed run, for its RunCompleted Event and the log."""
+    counts = run.counts()
+    summary = (
+        f"run {run.run_id} completed: {counts['passed']} passed, {counts['failed']} failed"
+        f" of {counts['total']}"
+    )
+    if outliers:
+        summary += f"; {len({o.node for o in outliers})} nodes not uniform"
+    return summary
+
+
+def read_run(name: str, status: dict[str, Any], state: ValidationState) -> RunState | None:
+    """The run `build_run_status` recorded, rebuilt for an operator that restarted, with the read
+    model's run times and uniformity restored; its nodes come back from its reports."""
+    info = status.get("run")
+    if not info:
+        return None
+    run = RunState(
+        validation=name,
+        run_id=info["id"],
+        number=int(info.get("number") or run_number(info["id"])),
+        generation=int(info.get("generation") or 0),
+        trigger=info.get("trigger") or RunTrigger.CREATED,
+        started_at=parse_time(info.get("startedAt")) or 0.0,
+        completed_at=parse_time(info.get("completedAt")),
+    )
+    state.last_run_started = run.started_at
+    state.last_run_completed = parse_time((status.get("lastCompletedRun") or {}).get("completedAt"))
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    if conditions.get(UNIFORM) in ("True", "False"):
+        state.uniform = conditions[UNIFORM] == "True"
+        state.outliers = len(status.get("outliers") or []) + int(status.get("outliersOmitted") or 0)
+    if conditions.get(SUCCEEDED) == "True":
+        state.last_success = state.last_run_completed
+    return run

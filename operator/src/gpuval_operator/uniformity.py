@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpuval_api.crd import ExpectedEnvironment
-from gpuval_operator.state import UNIFORMITY_FIELDS
+from gpuval_api.crd import OUTLIER_VALUE_LENGTH, ExpectedEnvironment
+from gpuval_operator.views import UNIFORMITY_FIELDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,11 +26,13 @@ class Outlier:
     source: str  # "spec" or "majority"
 
     def as_status(self) -> dict[str, str]:
+        # Values from agents are capped when read (views.environment_fingerprint); an expected
+        # value from the spec is bounded by the CRD; a tie's description is cut here.
         return {
             "field": self.field,
             "node": self.node,
-            "value": self.value,
-            "expected": self.expected,
+            "value": self.value[:OUTLIER_VALUE_LENGTH],
+            "expected": self.expected[:OUTLIER_VALUE_LENGTH],
             "source": self.source,
         }
 

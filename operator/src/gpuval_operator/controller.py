@@ -1,0 +1,405 @@
+"""The controller of one GpuValidation: runs, waves of agent pods, verdicts, status.
+
+kopf starts one `ValidationController.run` per GpuValidation (a daemon). It follows the validation's
+reports and pods with one list+watch each (`children.Follower` into `ingest.ChildIngest`), keeps a
+compact `RunState`, and loops about once a second (or at once when a child changes): record the
+nodes whose pods ended without a verdict, start pods for the next nodes within the concurrency
+limit, apply node actions to nodes with a new verdict, and write the status at most once a second
+and at once when the run completes. What to do is decided by the pure functions of
+`lifecycle`; every API call is in `effects`.
+
+Restart safety: the run id is written to the status before any child is created, children have
+deterministic names (a repeated create gets 409), the annotation gpuval.dev/planned-run records that
+every report of the run exists, and on start the controller rebuilds the run from the status, the
+reports and the pods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuval_api import keys
+from gpuval_api.checks import CheckName
+from gpuval_api.conditions import EventReason
+from gpuval_api.crd import GpuValidationSpec, RunTrigger
+from gpuval_api.reasons import Reason
+from gpuval_operator import cron, lifecycle, planning, rollup
+from gpuval_operator.children import Follower
+from gpuval_operator.config import OperatorConfig
+from gpuval_operator.effects import REPORTS_PATH, Effects
+from gpuval_operator.fingerprints import fingerprint_outliers
+from gpuval_operator.ingest import ChildIngest
+from gpuval_operator.kube import ApiError, KubeClient
+from gpuval_operator.lifecycle import Decision, RunFacts, Step
+from gpuval_operator.registry import Registry, ValidationState
+from gpuval_operator.reports import ReportPlanner, add_nodes
+from gpuval_operator.state import NodeRecord, Phase, RunState
+from gpuval_operator.statuswriter import StatusWriter
+from gpuval_operator.uniformity import Outlier, expected_values, find_outliers
+from gpuval_operator.validation import parse_spec
+from gpuval_operator.views import NodeResult, parse_time, run_number
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Context:
+    client: KubeClient
+    config: OperatorConfig
+    registry: Registry
+
+
+class SupersededError(Exception):
+    """The spec changed (or the object went away) while a run was going on."""
+
+
+class ValidationController:
+    def __init__(
+        self,
+        ctx: Context,
+        *,
+        name: str,
+        uid: str,
+        body: Mapping[str, Any],
+        stopped: Callable[[], bool],
+    ) -> None:
+        self.config = ctx.config
+        self.name = name
+        self.body = body  # kopf's live view: metadata.generation and spec follow the object
+        self.stopped = stopped
+        self.state = ctx.registry.setdefault(name, ValidationState(name))
+        self.ingest = ChildIngest(self.state, per_gpu=ctx.config.metrics_per_gpu)
+        self.effects = Effects(ctx.client, ctx.config, name=name, uid=uid)
+        self.status = StatusWriter(
+            self.effects, ctx.config.status_interval_seconds, self._status().get("conditions") or []
+        )
+        self.next_run_at: float | None = parse_time(self._status().get("nextRunAt"))
+        self.outliers: list[Outlier] | None = None
+        self._followers: list[asyncio.Task[None]] = []
+        self.reports = ReportPlanner(self.effects, self.ingest.wake.set)
+        self.invalid_generation: int | None = None
+
+    def _status(self) -> dict[str, Any]:
+        return dict(self.body.get("status") or {})
+
+    def generation(self) -> int:
+        return int((self.body.get("metadata") or {}).get("generation") or 1)
+
+    # -- waiting --
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep until `seconds` pass, a child changes, or the daemon is told to stop."""
+        self.ingest.wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.ingest.wake.wait(), timeout=max(0.0, seconds))
+
+    async def _wait(self, until: Callable[[], bool], poll: float = 1.0) -> None:
+        while not self.stopped() and not until():
+            await self._sleep(poll)
+
+    # -- main loop --
+
+    def _start_followers(self) -> tuple[Follower, Follower]:
+        client, sel, ing = self.effects.client, self.effects.selector, self.ingest
+        reports = Follower(
+            client, REPORTS_PATH, sel, ing.on_reports_page, ing.on_report_event,
+            name=f"{self.name}/reports",
+        )  # fmt: skip
+        pods = Follower(
+            client, self.effects.pods_path, sel, ing.on_pods_page, ing.on_pod_event,
+            name=f"{self.name}/pods",
+        )  # fmt: skip
+        self._followers = [
+            asyncio.create_task(reports.run(), name=f"{self.name}-reports"),
+            asyncio.create_task(pods.run(), name=f"{self.name}-pods"),
+        ]
+        return reports, pods
+
+    async def run(self) -> None:
+        reports, pods = self._start_followers()
+        try:
+            await self._wait(reports.synced.is_set, 0.2)
+            run = self._resume()
+            if run is not None:
+                await self._catch_up(run, pods)
+            while not self.stopped():
+                try:
+                    await self._step()
+                except SupersededError:
+                    continue
+                except ApiError as exc:
+                    log.warning("%s: API error: %s; retrying", self.name, exc)
+                    await self._sleep(5)
+                except Exception:
+                    # Whatever one object does, the others' daemons and this one's next try go on.
+                    log.exception("%s: unexpected error; retrying in 10s", self.name)
+                    await self._sleep(10)
+        finally:
+            self.reports.cancel()
+            for task in self._followers:
+                task.cancel()
+            await asyncio.gather(*self._followers, return_exceptions=True)
+
+    async def _catch_up(self, run: RunState, pods: Follower) -> None:
+        """The followers listed before the run existed: apply its reports, then its pods, again."""
+        selector = f"{self.effects.selector},{keys.LABEL_RUN}={run.run_id}"
+        async for items, _, _ in self.effects.client.pages(REPORTS_PATH, selector):
+            for obj in items:
+                self.ingest.on_report(obj)
+        if run.completed_at is not None:
+            run.finished.clear()
+            return
+        await self._wait(pods.synced.is_set, 0.2)
+        first = True
+        async for items, _, last in self.effects.client.pages(
+            self.effects.pods_path, self.effects.selector
+        ):
+            self.ingest.on_pods_page(items, first, last)
+            first = False
+
+    def _resume(self) -> RunState | None:
+        """The run recorded in the status, rebuilt (its nodes come from its reports)."""
+        if self.state.run is None:
+            self.state.run = rollup.read_run(self.name, self._status(), self.state)
+            if self.state.run is not None:
+                log.info("%s: resuming run %s", self.name, self.state.run.run_id)
+        return self.state.run
+
+    def _decide(self, spec: GpuValidationSpec | None) -> Decision:
+        run = self.state.run
+        facts = None if run is None else RunFacts(run.generation, run.completed_at is not None)
+        return lifecycle.decide(
+            valid=spec is not None,
+            generation=self.generation(),
+            run=facts,
+            scheduled=spec is not None and spec.schedule is not None,
+            next_run_at=self.next_run_at,
+            now=time.time(),
+        )
+
+    async def _step(self) -> None:
+        generation = self.generation()
+        spec, errors = parse_spec(self.body.get("spec"))
+        decision = self._decide(None if errors else spec)
+
+        def changed() -> bool:
+            return self.generation() != generation
+
+        if decision.supersede and self.state.run is not None:
+            await self._supersede(self.state.run)
+        if decision.step is Step.INVALID or spec is None:
+            await self._mark_invalid(errors, generation)
+            await self._wait(changed)
+            return
+        self.state.invalid = False
+        run = self.state.run
+        match decision.step:
+            case Step.EXECUTE if run is not None:
+                await self._execute(run, spec)
+            case Step.RESTART if run is not None:
+                await self._supersede(run)
+                await self._start_run(spec, decision.trigger or RunTrigger.SPEC_CHANGED)
+            case Step.START:
+                await self._start_run(spec, decision.trigger or RunTrigger.CREATED)
+            case Step.PLAN_TICK:
+                completed = (run.completed_at if run else None) or time.time()
+                self.next_run_at = cron.next_tick(spec.schedule or "", completed)
+                await self._write_status(force=True)
+            case _:
+                until = decision.until
+                await self._wait(lambda: changed() or (until is not None and time.time() >= until))
+
+    # -- invalid spec --
+
+    async def _mark_invalid(self, errors: list[str], generation: int) -> None:
+        self.state.invalid = True
+        if self.invalid_generation == generation:
+            return
+        self.invalid_generation = generation
+        await self.status.invalid(errors, generation)
+        await self.effects.event(EventReason.INVALID_SPEC, "; ".join(errors), warning=True)
+        log.warning("%s: invalid spec: %s", self.name, "; ".join(errors))
+
+    # -- runs --
+
+    async def _start_run(self, spec: GpuValidationSpec, trigger: RunTrigger) -> None:
+        previous = self.state.run
+        number = 1 + max(
+            [previous.number if previous else 0]
+            + [run_number(r) for r in self.state.run_ids]
+            + [int((self._status().get("run") or {}).get("number") or 0)]
+        )
+        run_id = f"{number}-{secrets.token_hex(2)}"
+        try:
+            candidates = await self.effects.list_candidates(spec)
+        except ApiError as exc:
+            if exc.status != 400:
+                raise
+            query = spec.node_selector.to_query() if spec.node_selector else ""
+            await self._mark_invalid(
+                [f"spec.nodeSelector={query!r}: the API server refused it: {exc}"],
+                self.generation(),
+            )
+            return
+        run = RunState(
+            validation=self.name, run_id=run_id, number=number, generation=self.generation(),
+            trigger=trigger, started_at=time.time(),
+        )  # fmt: skip
+        add_nodes(run, self.name, candidates)
+        self.state.run = run
+        self.state.last_run_started = run.started_at
+        self.next_run_at, self.outliers, self.invalid_generation = None, None, None
+        self.effects.events_posted = 0
+        # The run id is persisted before any child exists, so a restart resumes this run instead of
+        # starting one.
+        await self._write_status(force=True)
+        message = f"run {run_id} ({trigger}) started on {len(candidates)} nodes"
+        await self.effects.event(EventReason.RUN_STARTED, message)
+        log.info("%s: %s", self.name, message)
+        await self.effects.prune(run, spec.history, self.state.run_ids)
+        # The first wave's reports first, the rest while the first wave runs: at 10,000 nodes the
+        # reports alone take a minute to create, and the first pods should not wait for them.
+        limit = planning.concurrency_limit(spec.max_concurrent, len(candidates))
+        await self.reports.create(run, candidates[:limit])
+        self.reports.in_background(run, candidates[limit:])
+
+    async def _supersede(self, run: RunState) -> None:
+        log.info("%s: run %s superseded by a spec change", self.name, run.run_id)
+        self.reports.cancel()
+        await self.effects.delete_run(run)
+        self.state.run_ids.discard(run.run_id)
+        self.state.run = None
+
+    async def _execute(self, run: RunState, spec: GpuValidationSpec) -> None:
+        annotations = (self.body.get("metadata") or {}).get("annotations") or {}
+        await self.reports.ensure(run, spec, annotations)
+        while not self.stopped():
+            if self.generation() != run.generation:
+                raise SupersededError
+            outcomes = lifecycle.due_outcomes(
+                run, now=time.time(), monotonic=time.monotonic(),
+                timeout=spec.node_timeout_seconds, grace=self.config.pod_grace_seconds,
+            )  # fmt: skip
+            if outcomes:
+                await self.effects.bounded(self._record(run, o) for o in outcomes)
+            await self._launch(run, spec)
+            await self._after_verdicts(run, spec)
+            if run.all_done():
+                prints = await self._blame_fingerprints(run)
+                await self._after_verdicts(run, spec)
+                await self._complete(run, spec, prints)
+                return
+            await self._write_status()
+            await self._sleep(self.config.status_interval_seconds)
+
+    async def _record(self, run: RunState, outcome: lifecycle.Outcome) -> None:
+        """A verdict the agent did not write: record it on the run and in the node's report."""
+        reason, message = outcome.reason, outcome.message
+        record = run.nodes[outcome.node]
+        if outcome.check_node and not await self.effects.node_exists(outcome.node):
+            reason = Reason.NODE_GONE
+            message = f"node {outcome.node} was deleted during the run ({message})"
+        if outcome.delete_pod:
+            await self.effects.delete_pod(record)
+        if not run.finish_node(outcome.node, outcome.passed, reason, message):
+            return
+        if outcome.status is not None:
+            await self.effects.write_report_status(record, {**outcome.status, "message": message})
+        elif reason is not None:
+            await self.effects.write_report_failure(record, reason, message)
+
+    async def _launch(self, run: RunState, spec: GpuValidationSpec) -> None:
+        limit = planning.concurrency_limit(spec.max_concurrent, len(run.nodes))
+        wave = lifecycle.next_wave(run, limit)
+        if not wave:
+            return
+        now = time.time()
+        for record in wave:
+            record.phase, record.pod_created = Phase.RUNNING, now
+        self.ingest.dirty = True
+
+        async def create(record: NodeRecord) -> None:
+            refused = await self.effects.create_pod(run, record, spec)
+            if refused is not None and run.finish_node(
+                record.node, False, Reason.POD_FAILED, refused
+            ):
+                await self.effects.write_report_failure(record, Reason.POD_FAILED, refused)
+
+        await self.effects.bounded(create(r) for r in wave)
+
+    async def _after_verdicts(self, run: RunState, spec: GpuValidationSpec) -> None:
+        """Node actions and Events for nodes that got a verdict since the last step."""
+        # Verdicts that arrive while the nodes are being patched are picked up by the next pass.
+        while run.finished:
+            finished, run.finished = run.finished, []
+            self.ingest.dirty = True
+            await self.effects.bounded(
+                self.effects.act_on_node(run, run.nodes[node], spec) for node in finished
+            )
+
+    def _run_results(self, run: RunState) -> dict[str, NodeResult]:
+        return {
+            node: result
+            for node, result in self.state.latest.items()
+            if node in run.nodes and result.run == run.run_id
+        }
+
+    async def _blame_fingerprints(self, run: RunState) -> list[Outlier]:
+        """Fail each node whose burn reference differs from its peers' (silent corruption)."""
+        results = self._run_results(run)
+        found = fingerprint_outliers({n: r.fingerprints for n, r in results.items()})
+        reason = Reason.BURN_FINGERPRINT_MISMATCH
+        for outlier in found:
+            if run.overturn(outlier.node, reason, outlier.message()):
+                record = run.nodes[outlier.node]
+                await self.effects.write_report_failure(
+                    record, reason, outlier.message(), check=CheckName.BURN
+                )
+        return [Outlier(o.field, o.node, o.value, o.majority, "majority") for o in found]
+
+    async def _complete(
+        self, run: RunState, spec: GpuValidationSpec, fingerprints: list[Outlier]
+    ) -> None:
+        run.completed_at = time.time()
+        results = self._run_results(run)
+        environments = {n: r.environment for n, r in results.items() if r.environment}
+        expected = expected_values(spec.expected)
+        found = find_outliers(environments, expected) if environments else None
+        self.outliers = None if found is None else found + fingerprints
+        self.state.uniform = None if self.outliers is None else not self.outliers
+        self.state.outliers = len(self.outliers or [])
+        self.state.last_run_completed = run.completed_at
+        if not run.failed():
+            self.state.last_success = run.completed_at
+        if spec.schedule is not None:
+            self.next_run_at = cron.next_tick(spec.schedule, run.completed_at)
+        await self._write_status(force=True)
+        summary = rollup.run_summary(run, self.outliers)
+        await self.effects.event(
+            EventReason.RUN_COMPLETED, summary, warning=bool(run.failed() or self.outliers)
+        )
+        log.info("%s: %s", self.name, summary)
+
+    # -- status --
+
+    async def _write_status(self, force: bool = False) -> None:
+        """Throttled to one write per status interval unless `force` (run start and end)."""
+        run = self.state.run
+        if run is None:
+            return
+        written = await self.status.run(
+            run,
+            outliers=self.outliers,
+            next_run_at=self.next_run_at,
+            dirty=self.ingest.dirty,
+            force=force,
+        )
+        if written:
+            self.ingest.dirty = False

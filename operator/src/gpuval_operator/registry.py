@@ -1,0 +1,30 @@
+"""The read model the metrics are built from at scrape time: what each validation's controller
+knows, shared without locks (one event loop writes, the scrape reads a consistent-enough view).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuval_operator.state import RunState
+from gpuval_operator.views import NodeResult
+
+
+@dataclass(slots=True)
+class ValidationState:
+    """What the metrics and the controller share about one GpuValidation."""
+
+    name: str
+    run: RunState | None = None
+    latest: dict[str, NodeResult] = field(default_factory=dict)
+    run_ids: set[str] = field(default_factory=set)
+    invalid: bool = False
+    uniform: bool | None = None
+    outliers: int = 0
+    last_run_started: float | None = None
+    last_run_completed: float | None = None
+    last_success: float | None = None
+
+
+class Registry(dict[str, ValidationState]):
+    """Validation name -> state; read by the metrics collector at scrape time."""

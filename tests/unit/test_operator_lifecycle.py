@@ -1,0 +1,157 @@
+"""What a validation's controller does next, for every phase of its life: pure decisions, no
+cluster (gpuval_operator.lifecycle)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuval_api import keys
+from gpuval_api.crd import RunTrigger
+from gpuval_api.reasons import Reason
+from gpuval_api.report import build_termination_message
+from gpuval_operator import names
+from gpuval_operator.lifecycle import Decision, RunFacts, Step, decide, due_outcomes, next_wave
+from gpuval_operator.state import Phase, RunState
+from gpuval_operator.views import PodView
+
+T0 = 1767225600.0
+
+
+def _decide(**overrides: Any) -> Decision:
+    args: dict[str, Any] = {
+        "valid": True,
+        "generation": 2,
+        "run": RunFacts(generation=2, completed=False),
+        "scheduled": False,
+        "next_run_at": None,
+        "now": 1000.0,
+    }
+    args.update(overrides)
+    return decide(**args)
+
+
+def test_a_new_validation_starts_its_first_run() -> None:
+    assert _decide(run=None) == Decision(Step.START, RunTrigger.CREATED)
+
+
+def test_an_active_run_of_this_generation_is_driven() -> None:
+    assert _decide() == Decision(Step.EXECUTE)
+
+
+def test_a_spec_change_mid_run_supersedes_and_restarts() -> None:
+    decision = _decide(run=RunFacts(generation=1, completed=False))
+    assert decision == Decision(Step.RESTART, RunTrigger.SPEC_CHANGED)
+
+
+def test_a_spec_change_after_a_completed_run_starts_a_new_one() -> None:
+    decision = _decide(run=RunFacts(generation=1, completed=True))
+    assert decision == Decision(Step.START, RunTrigger.SPEC_CHANGED)
+
+
+def test_a_completed_one_off_run_waits_for_a_spec_change() -> None:
+    assert _decide(run=RunFacts(generation=2, completed=True)) == Decision(Step.WAIT)
+
+
+def test_a_completed_scheduled_run_first_plans_its_next_tick() -> None:
+    decision = _decide(run=RunFacts(2, True), scheduled=True, next_run_at=None)
+    assert decision == Decision(Step.PLAN_TICK)
+
+
+def test_a_scheduled_run_waits_for_its_tick_then_starts() -> None:
+    waiting = _decide(run=RunFacts(2, True), scheduled=True, next_run_at=1500.0, now=1000.0)
+    assert waiting == Decision(Step.WAIT, until=1500.0)
+    due = _decide(run=RunFacts(2, True), scheduled=True, next_run_at=1500.0, now=1500.0)
+    assert due == Decision(Step.START, RunTrigger.SCHEDULE)
+
+
+@pytest.mark.parametrize(
+    ("run", "supersede"),
+    [(None, False), (RunFacts(2, True), False), (RunFacts(2, False), True)],
+    ids=["no run", "completed run", "active run"],
+)
+def test_an_invalid_spec_is_marked_and_an_active_run_superseded_first(
+    run: RunFacts | None, supersede: bool
+) -> None:
+    assert _decide(valid=False, run=run) == Decision(Step.INVALID, supersede=supersede)
+
+
+def make_run(*nodes: str) -> RunState:
+    run = RunState(
+        validation="v", run_id="1-aaaa", number=1, generation=1, trigger="created", started_at=0
+    )
+    for n in nodes:
+        run.add(n, 8, names.report_name("v", "1-aaaa", n), names.pod_name("v", "1-aaaa", n))
+    return run
+
+
+def ended_pod(node: str, phase: str, terminated: dict[str, Any]) -> PodView:
+    return PodView.parse(
+        {
+            "metadata": {
+                "name": names.pod_name("v", "1-aaaa", node),
+                "labels": {keys.LABEL_RUN: "1-aaaa"},
+                "annotations": {keys.ANNOTATION_NODE: node},
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+            },
+            "spec": {"nodeName": node},
+            "status": {
+                "phase": phase,
+                "containerStatuses": [{"state": {"terminated": terminated}}],
+            },
+        }
+    )
+
+
+def test_a_verdict_in_the_termination_message_is_taken_when_the_report_never_arrived() -> None:
+    run = make_run("a")
+    status = {
+        "phase": "Completed",
+        "verdict": "Passed",
+        "message": "8 GPUs passed driver, health, burn",
+        "summary": {"gpuCount": 8, "burnTflops": 700.0},
+        "failures": [],
+    }
+    message = build_termination_message(status)
+    run.apply_pod(ended_pod("a", "Succeeded", {"exitCode": 0, "message": message}), now=100.0)
+    assert due_outcomes(run, now=T0, monotonic=105.0, timeout=600, grace=10) == []
+    [outcome] = due_outcomes(run, now=T0, monotonic=110.0, timeout=600, grace=10)
+    assert outcome.passed and outcome.reason is None
+    assert outcome.status is not None and outcome.status["summary"]["burnTflops"] == 700.0
+    assert "termination message" in outcome.message
+
+
+def test_a_failed_verdict_from_the_termination_message_keeps_its_reason() -> None:
+    run = make_run("a")
+    status = {"phase": "Completed", "verdict": "Failed", "reason": "BurnMismatch", "message": "x"}
+    message = build_termination_message(status)
+    run.apply_pod(ended_pod("a", "Failed", {"exitCode": 1, "message": message}), now=0.0)
+    [outcome] = due_outcomes(run, now=T0, monotonic=60.0, timeout=600, grace=10)
+    assert not outcome.passed and outcome.reason is Reason.BURN_MISMATCH
+
+
+def test_a_termination_message_that_is_not_a_verdict_is_ignored() -> None:
+    run = make_run("a")
+    terminated = {"exitCode": 1, "message": "Traceback (most recent call last): ..."}
+    run.apply_pod(ended_pod("a", "Failed", terminated), now=0.0)
+    [outcome] = due_outcomes(run, now=T0, monotonic=60.0, timeout=600, grace=10)
+    assert outcome.status is None and outcome.reason is Reason.POD_FAILED
+
+
+def test_an_oom_killed_agent_says_so_and_what_to_raise() -> None:
+    run = make_run("a")
+    run.apply_pod(ended_pod("a", "Failed", {"exitCode": 137, "reason": "OOMKilled"}), now=0.0)
+    [outcome] = due_outcomes(run, now=T0, monotonic=60.0, timeout=600, grace=10)
+    assert outcome.reason is Reason.POD_FAILED
+    assert "exit code 137 (OOMKilled" in outcome.message and "limits.memory" in outcome.message
+
+
+def test_a_wave_fills_the_free_slots_with_planned_nodes_only() -> None:
+    run = make_run("a", "b", "c", "d")
+    for node in ("a", "b", "c"):
+        run.nodes[node].planned = True
+    run.nodes["a"].phase = Phase.RUNNING
+    assert [r.node for r in next_wave(run, limit=2)] == ["b"]
+    assert [r.node for r in next_wave(run, limit=4)] == ["b", "c"]
+    assert next_wave(run, limit=1) == []

@@ -36,6 +36,12 @@ elif [ "$MODE" = check ]; then
   began=$(now)
   step run_default 150 python3 -m gpuval_agent.cli run --json "$OUT/run_default.json"
   echo "run_default wall $(since "$began") s" >>"$OUT/summary.log"
+elif [ "$MODE" = issue9 ]; then
+  step probe_wall 120 python3 benchmarks/wall_probe.py --out /tmp/wall.json
+  began=$(now)
+  step run_default 150 python3 -m gpuval_agent.cli run --json "$OUT/run_default.json"
+  echo "run_default wall $(since "$began") s; ended $(now)" >>"$OUT/summary.log"
+  step pytest 400 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
 elif [ "$MODE" = final ]; then
   step pytest 240 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
   (sleep 30; curl -s localhost:9400/metrics >"$OUT/metrics.txt" 2>&1) &

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuval_devtools.controlplane import Cluster, GpuNode, free_port
-from gpuval_devtools.demo import agent_rbac, install_crds, operator_process
+from gpuval_devtools.launch import agent_rbac, install_crds, operator_process
 from gpuval_operator.children import Follower
 from gpuval_operator.kube import KubeClient, load_credentials, q
 

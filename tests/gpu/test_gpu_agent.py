@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +95,36 @@ def test_an_impossible_throughput_threshold_fails_as_low_throughput(tmp_path: Pa
     code, document = _agent("--config", str(path), tmp_path=tmp_path)
     assert code == 1
     assert document["reason"] == "LowThroughput"
+
+
+@pytest.mark.skipif(GPUS < 2, reason="needs 2 GPUs")
+def test_a_gpu_cuda_cannot_see_is_left_out_by_the_load_checks_by_name(tmp_path: Path) -> None:
+    """NVML sees both GPUs, CUDA only the second (CUDA_VISIBLE_DEVICES=1): the driver check fails
+    GPU 0, the burn runs on GPU 1 alone (CUDA's device 0), NCCL is skipped, and the table holds
+    one line per message (issue 9, B6)."""
+    out = tmp_path / "result.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "gpuval_agent.cli", "run", "--quiet", "--json", str(out),
+         "--checks", "driver,burn,nccl", "--duration", "3"],
+        capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "1"},
+    )  # fmt: skip
+    document = json.loads(out.read_text())
+    checks = {c["name"]: c for c in document["checks"]}
+    driver, burn, nccl = checks["driver"], checks["burn"], checks["nccl"]
+    assert driver["reason"] == "CudaInitFailed" and driver["findings"][0]["gpu"] == 0
+    assert burn["verdict"] == "Passed", burn["findings"]
+    assert [(f["reason"], f["gpu"]) for f in burn["findings"]] == [("CheckSkipped", 0)]
+    burned = {g["index"] for g in burn["gpus"] if "tflops.bf16" in g["metrics"]}
+    assert burned == {1}
+    assert nccl["verdict"] == "Skipped"
+    assert "invalid device ordinal" not in completed.stdout
+    assert all(len(line) < 400 for line in completed.stdout.splitlines())
+
+
+@pytest.mark.skipif(GPUS < 2, reason="needs 2 GPUs")
+def test_a_rank_that_dies_is_named_with_how_and_its_last_words() -> None:
+    outcome = cuda.all_reduce_processes([0, GPUS + 5], [1 << 20], 5, 120)
+    assert outcome.error is not None and not outcome.timed_out, outcome.log_tail
+    assert outcome.error.startswith(f"rank 1 (CUDA device {GPUS + 5}) died with exit code 1: ")
+    assert "\n" not in outcome.error

@@ -188,3 +188,22 @@ def test_bus_bandwidth_follows_nccl_tests() -> None:
 def test_version_tuple_reads_leading_numbers() -> None:
     assert version_tuple("12.4") < version_tuple("12.10")
     assert version_tuple("13.0.1-rc") == (13, 0, 1)
+
+
+def test_the_burn_records_each_gpus_reference_fingerprint_with_its_determinants() -> None:
+    burn_config = {"burn": {"durationSeconds": 5, "precisions": ["bf16", "fp64"]}}
+    result = _run(
+        '{"gpus": 2, "faults": [{"kind": "wrong-reference", "gpu": 1}]}',
+        ChecksConfig.model_validate(burn_config),
+    )
+    burn = result.check("burn")
+    assert burn is not None
+    prints = {(f.precision, f.gpu): f for f in burn.fingerprints}
+    assert set(prints) == {("bf16", 0), ("bf16", 1), ("fp64", 0), ("fp64", 1)}
+    assert prints["bf16", 0].determinants == prints["bf16", 1].determinants
+    assert "NVIDIA H200|" in prints["bf16", 0].determinants
+    assert "|bf16|" in prints["bf16", 0].determinants
+    # GPU 1 computes a consistently wrong answer: every iteration matches its own (wrong)
+    # reference, so only its fingerprint tells.
+    assert prints["bf16", 1].value != prints["bf16", 0].value
+    assert not [f for f in burn.findings if "iterations" in f.message]

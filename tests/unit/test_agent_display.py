@@ -34,3 +34,34 @@ def test_the_table_lists_each_failure_with_its_hint_and_skipped_checks() -> None
     assert "FAIL driver: DriverNotLoaded" in table
     assert "SKIP burn: CheckSkipped: no NVIDIA driver or GPU" in table
     assert table.splitlines()[-1].startswith("FAILED: driver: NVML:")
+
+
+def test_a_gpu_cuda_cannot_see_is_skipped_by_later_checks_and_every_table_line_is_one_line() -> (
+    None
+):
+    config = '{"gpus": 2, "timeScale": 0.001, "faults": [{"kind": "cuda-invisible", "gpu": 1}]}'
+    backend = SimulatedBackend(SimulationConfig.parse(config))
+    result = run_checks(ChecksConfig(), backend, Display(stream=io.StringIO(), quiet=True))
+    driver, burn, nccl = (result.check(name) for name in ("driver", "burn", "nccl"))
+    assert driver is not None and burn is not None and nccl is not None
+    assert driver.reason == "CudaInitFailed" and driver.findings[0].gpu == 1
+    # The burn ran on GPU 0 alone and said why GPU 1 was left out; it did not fail on GPU 1.
+    assert burn.verdict == "Passed" and [g.index for g in burn.gpus] == [0, 1]
+    assert "tflops.bf16" not in burn.gpus[1].metrics
+    assert [(f.reason, f.gpu) for f in burn.findings] == [("CheckSkipped", 1)]
+    assert "GPU 1 skipped: CUDA did not initialise on it" in burn.findings[0].message
+    assert nccl.verdict == "Skipped" and "usable GPUs" in nccl.message
+    table = render_table(result)
+    assert "SKIP burn: CheckSkipped: GPU 1 skipped: CUDA did not initialise" in table
+    assert "invalid device ordinal" not in table
+
+
+def test_a_long_multi_line_message_is_one_line_in_the_table_and_whole_in_the_json() -> None:
+    backend = SimulatedBackend(SimulationConfig.parse('{"gpus": 1, "timeScale": 0.001}'))
+    result = run_checks(ChecksConfig(), backend, Display(stream=io.StringIO(), quiet=True))
+    long = "RuntimeError: boom\n" + "traceback line\n" * 100
+    result.checks[0].message = long
+    table = render_table(result)
+    row = next(line for line in table.splitlines() if line.startswith("driver"))
+    assert "traceback line traceback line" in row and len(row) < 300
+    assert result.checks[0].message == long

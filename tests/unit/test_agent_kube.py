@@ -11,6 +11,7 @@ import shutil
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,8 +22,12 @@ import pytest
 
 from gpuval_agent.cli import main
 from gpuval_agent.errors import AgentError
-from gpuval_agent.kube import ApiServer, ReportWriter
-from gpuval_api.report import build_running_status
+from gpuval_agent.kube import ApiServer, ReportUnreachableError, ReportWriter
+from gpuval_api.report import (
+    TERMINATION_MESSAGE_LIMIT,
+    build_running_status,
+    parse_termination_message,
+)
 
 
 @dataclass
@@ -80,7 +85,22 @@ def api(tmp_path: Path) -> Iterator[FakeApiServer]:
 
 def _writer(api: FakeApiServer) -> ReportWriter:
     server = ApiServer(api.url, api.directory / "token", api.directory / "ca.crt")
-    return ReportWriter(server, "run-1-node-a", attempts=3, backoff=0.01)
+    return ReportWriter(server, "run-1-node-a", budget=5, backoff=0.01)
+
+
+class FakeClock:
+    """Time that passes only when the writer sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+        self.sleeps: list[float] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
 
 
 def test_status_is_a_json_merge_patch_on_the_status_subresource_with_the_token(
@@ -107,6 +127,33 @@ def test_transient_answers_are_retried(api: FakeApiServer) -> None:
     api.answers = [503, 429]
     _writer(api).patch_status({"phase": "Running"})
     assert len(api.requests) == 3
+
+
+def test_a_write_keeps_trying_through_a_long_outage_until_the_deadline(
+    api: FakeApiServer,
+) -> None:
+    clock = FakeClock()
+    server = ApiServer(api.url, api.directory / "token", api.directory / "ca.crt")
+    writer = ReportWriter(
+        server, "run-1-node-a", deadline=clock.now + 3600, clock=clock.time, sleep=clock.sleep
+    )
+    api.answers = [503] * 40
+    writer.patch_status({"phase": "Running"})
+    assert len(api.requests) == 41
+    # Ten minutes of outage and more, with the backoff capped so the write lands soon after.
+    assert sum(clock.sleeps) > 300 and max(clock.sleeps) == 10.0
+
+
+def test_a_write_gives_up_at_the_deadline_naming_the_last_answer(api: FakeApiServer) -> None:
+    clock = FakeClock()
+    server = ApiServer(api.url, api.directory / "token", api.directory / "ca.crt")
+    writer = ReportWriter(
+        server, "run-1-node-a", deadline=clock.now + 30, clock=clock.time, sleep=clock.sleep
+    )
+    api.answers = [503] * 100
+    with pytest.raises(ReportUnreachableError, match=r"failed \d+ times over \d+s; last: HTTP 503"):
+        writer.patch_status({"phase": "Running"})
+    assert clock.now <= 1_000_000.0 + 30
 
 
 def test_a_missing_report_is_an_error_naming_it(api: FakeApiServer) -> None:
@@ -138,6 +185,7 @@ def test_cluster_mode_writes_running_then_the_completed_report(
         ),
         "GPUVAL_CHECKS": '{"burn": {"durationSeconds": 5}}',
         "GPUVAL_EXPECTED_GPUS": "4",
+        "GPUVAL_TERMINATION_LOG": str(api.directory / "termination-log"),
     }.items():
         monkeypatch.setenv(key, value)
     assert main(["cluster"]) == 1
@@ -167,3 +215,32 @@ def test_an_invalid_checks_env_is_reported_in_the_report_and_exits_two(
     completed = api.requests[-1]["body"]["status"]  # type: ignore[index]
     assert completed["reason"] == "InvalidConfig"
     assert "burn.durationSeconds" in completed["message"] and "long" in completed["message"]
+
+
+def test_an_unreachable_api_server_leaves_the_verdict_in_the_termination_message(
+    api: FakeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host, port = api.url.removeprefix("https://").split(":")
+    termination = api.directory / "termination-log"
+    for key, value in {
+        "KUBERNETES_SERVICE_HOST": host,
+        "KUBERNETES_SERVICE_PORT": port,
+        "GPUVAL_SERVICEACCOUNT_DIR": str(api.directory),
+        "GPUVAL_REPORT_NAME": "run-1-node-a",
+        "GPUVAL_NODE_NAME": "node-a",
+        "GPUVAL_SIMULATE": json.dumps(
+            {"gpus": 2, "timeScale": 0.001, "faults": [{"kind": "miscompare", "gpu": 1}]}
+        ),
+        "GPUVAL_CHECKS": '{"burn": {"durationSeconds": 5}}',
+        # Every write is answered 503 until a deadline two seconds away.
+        "GPUVAL_DEADLINE": str(int(time.time()) + 2),
+        "GPUVAL_TERMINATION_LOG": str(termination),
+    }.items():
+        monkeypatch.setenv(key, value)
+    api.answers = [503] * 1000
+    assert main(["cluster", "--backend", "simulated"]) == 1
+    status = parse_termination_message(termination.read_text())
+    assert status is not None
+    assert status["verdict"] == "Failed" and status["reason"] == "BurnMismatch"
+    assert status["failures"][0]["gpu"] == 1
+    assert len(termination.read_bytes()) <= TERMINATION_MESSAGE_LIMIT

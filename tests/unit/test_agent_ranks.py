@@ -60,3 +60,18 @@ def test_cancelling_a_gated_group_ends_every_rank() -> None:
     group = RankGroup([_command(_GATED, r) for r in range(2)], [dict(os.environ)] * 2, gated=True)
     group.cancel()
     assert all(p.returncode is not None for p in group.processes)
+
+
+_DIES = (
+    "import sys; print('NCCL INFO rank {r} init', flush=True); "
+    "print('RuntimeError: CUDA error: invalid device ordinal', flush=True); sys.exit(1)"
+)
+
+
+def test_a_failed_run_names_the_rank_that_died_how_and_its_last_words() -> None:
+    commands = [_command(_HANG, 0), _command(_DIES, 1)]
+    run = run_ranks(commands, [dict(os.environ)] * 2, 120, grace_seconds=0.5)
+    text = run.describe_failure(["rank 0 (CUDA device 0)", "rank 1 (CUDA device 1)"])
+    assert text.startswith("rank 1 (CUDA device 1) died with exit code 1: RuntimeError: CUDA ")
+    assert "invalid device ordinal" in text and "\n" not in text
+    assert text.endswith("the others were stopped (rank 0: signal SIGKILL)")

@@ -4,43 +4,38 @@ Exit codes: 0 every check passed, 1 a check failed, 2 the agent itself could not
 is on stderr; in cluster mode also in the report when it could still be written), and for `run`
 130 when SIGTERM/SIGINT stopped it before the checks finished (it prints the partial table). A
 stopped `cluster` agent exits 2 and writes no final report: the operator writes why it stopped
-(evicted, deleted, timed out), which a partial result must not overwrite.
+(evicted, deleted, timed out), which a partial result must not overwrite. The cluster front end
+lives in gpuval_agent.cluster.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import threading
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 
 from pydantic import ValidationError
 
 from gpuval_agent import __version__
 from gpuval_agent.backends import BACKENDS, select_backend
+from gpuval_agent.cluster import cmd_cluster
 from gpuval_agent.display import Display, render_table
 from gpuval_agent.errors import AgentError
-from gpuval_agent.kube import ApiServer, ReportWriter
-from gpuval_agent.metrics import AgentMetrics
-from gpuval_agent.runner import run_checks
-from gpuval_api.checks import (
-    CHECKS_ENV,
-    CheckName,
-    ChecksConfig,
-    Precision,
-    camel,
-    parse_checks,
+from gpuval_agent.outcome import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    exit_code,
+    start_metrics,
+    stop_on_signals,
+    validation_message,
 )
-from gpuval_api.reasons import REASONS, Reason
-from gpuval_api.report import build_report_status, build_running_status
-from gpuval_api.result import AgentResult, CheckResult, Environment, Finding, Verdict
+from gpuval_agent.runner import run_checks
+from gpuval_api.checks import CheckName, ChecksConfig, Precision, camel, parse_checks
+from gpuval_api.result import AgentResult
 
-EXIT_PASSED, EXIT_FAILED, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
@@ -137,22 +132,6 @@ def config_from_args(args: argparse.Namespace) -> ChecksConfig:
     return config
 
 
-def _validation_message(error: ValidationError, source: str) -> str:
-    problems = "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or '(document)'}: {e['msg']} (got {e.get('input')!r})"
-        for e in error.errors()[:5]
-    )
-    return f"{source} is invalid: {problems}"
-
-
-def _stop_on_signals(stop: threading.Event) -> None:
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, handler)
-
-
 def _write_json(result: AgentResult, path: str) -> None:
     if path == "-":
         sys.stdout.write(result.to_json() + "\n")
@@ -160,27 +139,16 @@ def _write_json(result: AgentResult, path: str) -> None:
         Path(path).write_text(result.to_json() + "\n")
 
 
-def _metrics(port: int | None, backend: str) -> AgentMetrics:
-    metrics = AgentMetrics()
-    metrics.set_backend(backend)
-    if port is not None:
-        try:
-            metrics.serve(port)
-        except OSError as error:
-            raise AgentError(f"cannot serve metrics on port {port}: {error}") from None
-    return metrics
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
     except ValidationError as error:
-        raise AgentError(_validation_message(error, "the checks configuration")) from None
+        raise AgentError(validation_message(error, "the checks configuration")) from None
     backend = select_backend(args.backend, args.simulate)
-    metrics = _metrics(args.metrics_port, backend.name)
+    metrics = start_metrics(args.metrics_port, backend.name)
     display = Display(metrics=metrics, quiet=args.quiet)
     stop = threading.Event()
-    _stop_on_signals(stop)
+    stop_on_signals(stop)
     try:
         result = run_checks(
             config, backend, display, on_samples=display.samples, stop=stop,
@@ -192,72 +160,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(render_table(result), file=table_stream)
     if args.json_path:
         _write_json(result, args.json_path)
-    if result.reason is Reason.AGENT_STOPPED:
-        return EXIT_INTERRUPTED
-    return EXIT_PASSED if result.verdict is Verdict.PASSED else EXIT_FAILED
-
-
-def _invalid_config_result(message: str, node: str | None, backend: str) -> AgentResult:
-    now = datetime.now(UTC)
-    info = REASONS[Reason.INVALID_CONFIG]
-    finding = Finding(reason=Reason.INVALID_CONFIG, message=message, hint=info.hint)
-    check = CheckResult(
-        name="config", verdict=Verdict.FAILED, reason=Reason.INVALID_CONFIG, hint=info.hint,
-        message=message, findings=[finding],
-    )  # fmt: skip
-    return AgentResult(
-        agent_version=__version__, backend=backend, node=node, started_at=now, completed_at=now,
-        verdict=Verdict.FAILED, reason=Reason.INVALID_CONFIG, message=message,
-        checks_config=ChecksConfig(), environment=Environment(), checks=[check],
-    )  # fmt: skip
-
-
-def cmd_cluster(args: argparse.Namespace) -> int:
-    report = os.environ.get("GPUVAL_REPORT_NAME")
-    if not report:
-        raise AgentError("GPUVAL_REPORT_NAME is not set: the operator names the report to write")
-    node = os.environ.get("GPUVAL_NODE_NAME")
-    writer = ReportWriter(ApiServer.in_cluster(), report)
-    started = datetime.now(UTC)
-    writer.patch_status(build_running_status(started, f"agent {__version__} started on {node}"))
-    backend_name = args.backend or os.environ.get("GPUVAL_BACKEND") or "cuda"
-    try:
-        config = parse_checks(os.environ.get(CHECKS_ENV) or "{}")
-        expected_text = os.environ.get("GPUVAL_EXPECTED_GPUS")
-        expected = int(expected_text) if expected_text else None
-    except (ValidationError, ValueError) as error:
-        message = (
-            _validation_message(error, CHECKS_ENV)
-            if isinstance(error, ValidationError)
-            else f"GPUVAL_EXPECTED_GPUS={os.environ.get('GPUVAL_EXPECTED_GPUS')!r} is not a "
-            "whole number of GPUs"
-        )
-        writer.patch_status(
-            build_report_status(_invalid_config_result(message, node, backend_name))
-        )
-        raise AgentError(message) from None
-    port_text = os.environ.get("GPUVAL_METRICS_PORT")
-    backend = select_backend(args.backend, args.simulate)
-    metrics = _metrics(int(port_text) if port_text else None, backend.name)
-    display = Display(metrics=metrics)
-    stop = threading.Event()
-    _stop_on_signals(stop)
-    try:
-        result = run_checks(
-            config, backend, display, node=node, expected_gpus=expected,
-            expected_gpus_source="the node's nvidia.com/gpu (GPUVAL_EXPECTED_GPUS)",
-            on_samples=display.samples, stop=stop,
-        )  # fmt: skip
-    finally:
-        display.close()
-        backend.close()
-    print(render_table(result), file=sys.stderr)
-    if result.reason is Reason.AGENT_STOPPED:
-        # Stopped means evicted, deleted or timed out: the operator writes that reason, and a
-        # partial result written now could overwrite it.
-        raise AgentError("stopped before the checks finished; the report is left to the operator")
-    writer.patch_status(build_report_status(result))
-    return EXIT_PASSED if result.verdict is Verdict.PASSED else EXIT_FAILED
+    return exit_code(result)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -274,5 +177,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
+def entry() -> None:
+    """The console script: `main`, then an exit that skips the interpreter's teardown (torch's
+    and CUDA's take over a second on 2x H200, after every result is written and flushed)."""
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -9,10 +9,13 @@ from typing import TextIO
 
 from gpuval_agent.backends.base import BurnProgress, TelemetrySample
 from gpuval_agent.metrics import AgentMetrics
-from gpuval_api.reasons import Severity
+from gpuval_api.reasons import Reason, Severity
+from gpuval_api.report import one_line
 from gpuval_api.result import AgentResult, CheckResult, Metric, Verdict
 
 _BAR = 24
+# A table line holds one line of a message; the whole text stays in the JSON result document.
+TABLE_TEXT = 240
 
 
 class Display:
@@ -153,7 +156,7 @@ def render_table(result: AgentResult) -> str:
     for check in result.checks:
         lines.append(
             f"{check.name:<10} {check.verdict.value:<8} {check.duration_seconds:>8.1f}  "
-            f"{check.message}"
+            f"{one_line(check.message, TABLE_TEXT)}"
         )
     burn = result.check("burn")
     if burn is not None and burn.gpus:
@@ -176,11 +179,12 @@ def render_table(result: AgentResult) -> str:
         lines.append("")
         for name, finding in findings:
             label = "FAIL" if finding.severity is Severity.ERROR else "WARN"
-            if finding.reason.value == "CheckSkipped":
+            if finding.reason is Reason.CHECK_SKIPPED:
                 label = "SKIP"
-            lines.append(f"{label} {name}: {finding.reason.value}: {finding.message}")
+            text = one_line(finding.message, TABLE_TEXT)
+            lines.append(f"{label} {name}: {finding.reason.value}: {text}")
             if label != "SKIP":
                 lines.append(f"     hint: {finding.hint}")
     verdict = "PASSED" if result.verdict is Verdict.PASSED else "FAILED"
-    lines += ["", f"{verdict}: {result.message}"]
+    lines += ["", f"{verdict}: {one_line(result.message, TABLE_TEXT)}"]
     return "\n".join(lines)

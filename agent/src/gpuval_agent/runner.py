@@ -111,7 +111,6 @@ def run_checks(
         expected_gpus_source=expected_gpus_source,
         stop=stop or threading.Event(),
     )
-    cuda_dead = False
     try:
         for position, name in enumerate(enabled):
             if context.stop.is_set():
@@ -119,14 +118,13 @@ def run_checks(
                 continue
             if position > 0:
                 reporter.check_started(name.value, _expected_seconds(config, name))
-            if cuda_dead and name in _CUDA_CHECKS:
+            if name in _CUDA_CHECKS and environment.gpus and not context.usable_gpus:
                 result = skipped(name.value, "CUDA did not initialise on any GPU")
             else:
                 result = _run_one(name, context)
             if name is CheckName.DRIVER:
                 result.metrics["environmentSeconds"] = round(environment_seconds, 3)
-                initialised = [g for g in result.gpus if g.metrics.get("cudaInitialised") == 1.0]
-                cuda_dead = bool(environment.gpus) and not initialised
+                context.excluded.update(cuda_failures(result))
             checks.append(result)
             reporter.check_finished(result)
     finally:
@@ -139,6 +137,15 @@ def run_checks(
         config=config, backend=backend, node=node, started_at=started_at, startup=startup,
         environment=environment, checks=checks, stopped=context.stop.is_set(),
     )  # fmt: skip
+
+
+def cuda_failures(driver: CheckResult) -> dict[int, str]:
+    """GPUs the driver check found without CUDA, and why, for the load checks to leave out."""
+    return {
+        g.index: f"CUDA did not initialise on it (driver check: {Reason.CUDA_INIT_FAILED})"
+        for g in driver.gpus
+        if g.metrics.get("cudaInitialised") == 0.0
+    }
 
 
 def _expected_seconds(config: ChecksConfig, name: CheckName) -> float | None:

@@ -11,14 +11,15 @@ import os
 
 from gpuval_agent.backends.base import Backend
 from gpuval_agent.errors import AgentError
+from gpuval_api.env import AgentEnv
 
-BACKEND_ENV = "GPUVAL_BACKEND"
-SIMULATE_ENV = "GPUVAL_SIMULATE"
+BACKEND_ENV = AgentEnv.BACKEND
+SIMULATE_ENV = AgentEnv.SIMULATE
 BACKENDS = ("cuda", "simulated")
 
 
 def select_backend(name: str | None, simulate: str | None) -> Backend:
-    """The backend called `name` (default: $GPUVAL_BACKEND, else 'cuda').
+    """The backend called `name` (default: the BACKEND_ENV variable, else 'cuda').
 
     The simulated backend is chosen only when asked for by name, never as a fallback.
     """

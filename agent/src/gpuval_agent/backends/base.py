@@ -73,6 +73,9 @@ class BurnMeasurement:
     error: str | None = None
     # Same inputs and part, yet this GPU's reference result differs from every other GPU's.
     reference_differs: bool = False
+    # Digest of the reference result, and what else fixes it (compared across nodes).
+    fingerprint: str | None = None
+    determinants: str = ""
 
     @property
     def tflops(self) -> float:

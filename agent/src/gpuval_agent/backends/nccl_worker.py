@@ -1,8 +1,9 @@
 """One rank of the NCCL all-reduce sweep (run as `python -m gpuval_agent.backends.nccl_worker`).
 
-Measures like nccl-tests: in-place all-reduce of float32, warm-up then `iterations` timed
-back-to-back with CUDA events; each size's time is the slowest rank's. Rank 0 writes the JSON
-result to --out. Before timing, one all-reduce's sum is checked on every rank.
+Measures like nccl-tests: in-place all-reduce of float32, warm-up then `iterations` queued back
+to back and timed with CUDA events (gpuval_agent.backends.torch_collective: captured in a CUDA
+graph, so small messages are not paced by Python); each size's time is the slowest rank's. Rank 0
+writes the JSON result to --out. Before timing, one all-reduce's sum is checked on every rank.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from datetime import timedelta
 import torch  # type: ignore[import-not-found,unused-ignore]
 import torch.distributed as dist  # type: ignore[import-not-found,unused-ignore]
 
-_WARMUP = 5
+from gpuval_agent.backends.torch_collective import seconds_per_all_reduce
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,8 +41,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    if args.gated and sys.stdin.readline().strip() != "go":
-        return 0  # the agent did not need this prestarted rank
     device = torch.device("cuda", args.device)
     torch.cuda.set_device(device)
     dist.init_process_group(
@@ -58,23 +57,19 @@ def main(argv: list[str] | None = None) -> int:
     sum_ok = bool((check == expected).all())
     flag = torch.tensor([0 if sum_ok else 1], device=device)
     dist.all_reduce(flag)
+    # A prestarted group has its communicator up and checked by now (during the burn), and
+    # waits here: the sweep starts the moment the agent says go.
+    if args.gated and sys.stdin.readline().strip() != "go":
+        dist.destroy_process_group()
+        return 0  # the agent did not need this prestarted rank
     buffer = torch.zeros(max(sizes) // 4, dtype=torch.float32, device=device)
     results = []
     if args.hang_rank == args.rank:
         time.sleep(args.timeout * 10)
     for size in sizes:
         view = buffer[: size // 4]
-        for _ in range(_WARMUP):
-            dist.all_reduce(view)
-        torch.cuda.synchronize()
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(args.iterations):
-            dist.all_reduce(view)
-        end.record()
-        end.synchronize()
-        seconds = torch.tensor([start.elapsed_time(end) / 1000 / args.iterations], device=device)
+        measured = seconds_per_all_reduce(view, args.iterations)
+        seconds = torch.tensor([measured], device=device)
         dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
         results.append({"bytes": size, "seconds": float(seconds.item())})
         print(f"gpuval: rank {args.rank} size {size} {seconds.item() * 1e6:.1f} us", flush=True)

@@ -12,6 +12,7 @@ import pynvml  # type: ignore[import-untyped,unused-ignore]
 
 from gpuval_agent.backends.base import TelemetrySample, Throttle, XidEvent
 from gpuval_agent.errors import NoDriverError
+from gpuval_api.env import AgentEnv
 from gpuval_api.result import Environment, GpuInfo, PcieLink
 
 T = TypeVar("T")
@@ -106,7 +107,7 @@ class Nvml:
         q = self._query
         cuda = q(unsupported, "cudaDriverVersion", pynvml.nvmlSystemGetCudaDriverVersion_v2)
         environment = Environment(
-            hostname=os.environ.get("GPUVAL_NODE_NAME") or socket.gethostname(),
+            hostname=os.environ.get(AgentEnv.NODE_NAME) or socket.gethostname(),
             kernel=platform.release(),
             driver_version=_text(
                 q(unsupported, "driverVersion", pynvml.nvmlSystemGetDriverVersion)

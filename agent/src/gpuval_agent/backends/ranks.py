@@ -28,9 +28,27 @@ class RankRun:
     log_tail: str = ""
     seconds: float = 0.0
 
+    last_lines: list[str] = field(default_factory=list)
+
     @property
     def ok(self) -> bool:
         return not self.timed_out and all(code == 0 for code in self.returncodes)
+
+    def describe_failure(self, labels: list[str]) -> str:
+        """Which rank died first and how, on one line: 'rank 1 (CUDA device 1) died with exit code
+        1: <its last log line>; the others were stopped (rank 0: signal SIGKILL)'."""
+        failed = [i for i, code in enumerate(self.returncodes) if code not in (0, None)]
+        if not failed:
+            return "every rank exited 0 but the run did not finish"
+        own = [i for i in failed if self.returncodes[i] != -signal.SIGKILL] or failed
+        first = own[0]
+        text = f"{labels[first]} died with {_how(self.returncodes[first])}"
+        if first < len(self.last_lines) and self.last_lines[first]:
+            text += f": {self.last_lines[first]}"
+        others = [f"rank {i}: {_how(self.returncodes[i])}" for i in failed if i != first]
+        if others:
+            text += f"; the others were stopped ({', '.join(others)})"
+        return text
 
 
 class RankGroup:
@@ -87,6 +105,7 @@ class RankGroup:
         run.returncodes = [p.returncode for p in self.processes]
         run.seconds = time.monotonic() - started
         if not run.ok:
+            run.last_lines = [_last_line(log) for log in self.logs]
             run.log_tail = "\n".join(
                 f"--- rank {i} (exit {p.returncode}) ---\n"
                 + log.read_text(errors="replace")[-_TAIL_PER_RANK:]
@@ -109,6 +128,24 @@ class RankGroup:
         """Stop a group that will not be used; closing stdin lets gated ranks exit by themselves."""
         self.kill()
         self._tmp.cleanup()
+
+
+def _how(code: int | None) -> str:
+    if code is None:
+        return "no exit (still running)"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def _last_line(log: Path) -> str:
+    """The last meaningful line a rank wrote: its error, usually (NCCL INFO chatter skipped)."""
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    meaningful = [ln for ln in lines if " NCCL INFO " not in ln]
+    return (meaningful or lines or [""])[-1][:300]
 
 
 def run_ranks(

@@ -40,6 +40,7 @@ from gpuval_agent.errors import AgentError, NoDriverError
 from gpuval_agent.parts import figures_for
 from gpuval_agent.verify import count_bad_elements, scan_counts
 from gpuval_api.checks import Precision, camel
+from gpuval_api.env import AgentEnv
 from gpuval_api.result import Environment, GpuInfo, PcieLink
 
 _SMALL = 16  # side of the small matrices each simulated iteration really multiplies
@@ -77,6 +78,8 @@ class FaultKind(StrEnum):
     LOW_BANDWIDTH = "low-bandwidth"
     HANG = "hang"
     NO_DRIVER = "no-driver"
+    CUDA_INVISIBLE = "cuda-invisible"  # NVML sees the GPU, CUDA does not (CUDA_VISIBLE_DEVICES)
+    WRONG_REFERENCE = "wrong-reference"  # the GPU computes the same wrong answer every time
 
 
 class _Model(BaseModel):
@@ -110,7 +113,7 @@ class SimulationConfig(_Model):
             return cls.model_validate_json(text or "{}")
         except ValidationError as error:
             raise AgentError(
-                f"the simulation config (--simulate or GPUVAL_SIMULATE) is invalid: "
+                f"the simulation config (--simulate or {AgentEnv.SIMULATE}) is invalid: "
                 f"{_first_error(error)}; see docs/contracts.md, 'Simulated backend'"
             ) from None
 
@@ -137,7 +140,7 @@ class SimulatedBackend(Backend):
         self._burning = threading.Event()
         self._xid_lock = threading.Lock()
         self._pending_xids: list[XidEvent] = []
-        self._node = os.environ.get("GPUVAL_NODE_NAME") or socket.gethostname()
+        self._node = os.environ.get(AgentEnv.NODE_NAME) or socket.gethostname()
 
     def _fault(self, kind: FaultKind, gpu: int | None = None) -> Fault | None:
         for fault in self._faults.get(kind, []):
@@ -211,7 +214,15 @@ class SimulatedBackend(Backend):
         return self.config.gpus
 
     def cuda_init(self, gpus: list[int]) -> dict[int, str | None]:
-        return dict.fromkeys(gpus)
+        return {
+            gpu: (
+                f"GPU-sim-{self._node}-{gpu} is not among the devices CUDA sees (simulated "
+                "cuda-invisible fault)"
+                if self._fault(FaultKind.CUDA_INVISIBLE, gpu)
+                else None
+            )
+            for gpu in gpus
+        }
 
     def telemetry(self) -> list[TelemetrySample]:
         busy = self._burning.is_set()
@@ -278,12 +289,26 @@ class SimulatedBackend(Backend):
         a = generator.standard_normal((_SMALL, _SMALL)).astype(dtype)
         b = generator.standard_normal((_SMALL, _SMALL)).astype(dtype)
         reference = a @ b
+        wrong = self._fault(FaultKind.WRONG_REFERENCE, gpu) is not None
+        if wrong:
+            # Consistently wrong: the reference and every result carry the same flipped bit, so
+            # the node's own verification passes and only a comparison across nodes can tell.
+            reference.view(_bits(reference))[7, 7] ^= 1 << 3
+        if self._fault(FaultKind.CUDA_INVISIBLE, gpu):
+            return BurnMeasurement(
+                gpu=gpu,
+                error="RuntimeError: CUDA error: invalid device ordinal\nCUDA kernel errors "
+                "might be asynchronously reported at some other API call, so the stacktrace "
+                "below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+            )
         iterations = max(1, min(int(seconds), _MAX_ITERATIONS))
         miscompare = self._fault(FaultKind.MISCOMPARE, gpu)
         nan = self._fault(FaultKind.NAN, gpu)
         counts: list[tuple[int, int]] = []
         for iteration in range(iterations):
             result = a @ b
+            if wrong:
+                result.view(_bits(result))[7, 7] ^= 1 << 3
             for fault, value in ((miscompare, None), (nan, np.nan)):
                 target = (
                     iterations // 2 if fault is None or fault.iteration is None else fault.iteration
@@ -301,12 +326,17 @@ class SimulatedBackend(Backend):
             tflops *= 0.75
         on_progress(BurnProgress(gpu=gpu, iterations=iterations, tflops=tflops))
         duration = max(seconds, 1e-9)
+        digest = int(reference.view(_bits(reference)).astype(np.uint64).sum()) & (1 << 64) - 1
         return BurnMeasurement(
             gpu=gpu,
             iterations=iterations,
             seconds=duration,
             flops_per_iteration=tflops * 1e12 * duration / iterations,
             bad=scan_counts(counts, first_iteration=0),
+            fingerprint=f"{digest:016x}",
+            determinants="|".join(
+                [self.config.product, f"n{_SMALL}", str(precision), f"numpy {np.__version__}"]
+            ),
         )
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ Burn design (measured against a plain matmul by benchmarks/agent_bench.py):
 
 from __future__ import annotations
 
+import importlib.metadata
 import threading
 import time
 from dataclasses import dataclass
@@ -164,7 +165,8 @@ class _GpuBurn:
                 int_type = _INT_VIEW[self.ref.element_size()]
                 self.reproducible = bool(torch.equal(first.view(int_type), self.ref.view(int_type)))
                 self.finite = bool(torch.isfinite(self.ref).all())
-                self.fingerprint = int(self.ref.view(int_type).sum(dtype=torch.int64))
+                digest = int(self.ref.view(int_type).sum(dtype=torch.int64)) & (1 << 64) - 1
+                self.fingerprint = f"{digest:016x}"
             del first, reference_graph
             self.counts = [
                 torch.zeros(self.k, 2, dtype=torch.int32, device=device) for _ in range(2)
@@ -250,6 +252,26 @@ class _GpuBurn:
                 delattr(self, name)
 
 
+def _blas_version() -> str:
+    """cuBLAS's version from its wheel (what the pip-installed torch loads), else torch's CUDA."""
+    for dist in ("nvidia-cublas", "nvidia-cublas-cu13", "nvidia-cublas-cu12"):
+        try:
+            return f"cublas {importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return f"cublas of CUDA {torch.version.cuda}"
+
+
+def determinants(gpu: int, precision: Precision, n: int) -> str:
+    """What fixes a reference result besides the seeded inputs (cuBLAS picks its kernels by GPU
+    model, SM count and version); nodes equal in these must compute bit-identical references."""
+    props = torch.cuda.get_device_properties(gpu)
+    return "|".join(
+        [props.name, f"sm{props.multi_processor_count}", f"n{n}", str(precision),
+         f"torch {torch.__version__}", _blas_version()]
+    )  # fmt: skip
+
+
 def burn(
     gpus: list[int],
     precision: Precision,
@@ -299,6 +321,8 @@ def burn(
             measurements.append(BurnMeasurement(gpu=one.gpu, error=errors[one.gpu]))
             continue
         measurement = results[one.gpu]
+        measurement.fingerprint = fingerprints.get(one.gpu)
+        measurement.determinants = determinants(one.gpu, precision, matrix_size)
         others = [fp for gpu, fp in fingerprints.items() if gpu != one.gpu]
         if others and all(fp != fingerprints[one.gpu] for fp in others):
             measurement.reference_differs = True

@@ -59,7 +59,8 @@ def run_bandwidth(context: CheckContext) -> CheckResult:
     part = context.part
     backend = context.backend
     nbytes = config.transfer_mib * _MIB
-    gpus = context.gpus
+    gpus = context.usable_gpus
+    context.note_excluded(builder)
     steps = len(gpus) * 3 + (2 if config.concurrent and len(gpus) > 1 else 0)
     steps += len(gpus) * (len(gpus) - 1) if config.peer else 0
     done = 0

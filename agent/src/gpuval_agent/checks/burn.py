@@ -6,7 +6,7 @@ from gpuval_agent.backends.base import POWER_THROTTLES, THERMAL_THROTTLES, BurnM
 from gpuval_agent.checks.common import CheckBuilder, CheckContext
 from gpuval_agent.telemetry import Window
 from gpuval_api.reasons import Reason
-from gpuval_api.result import CheckResult, Metric
+from gpuval_api.result import BurnFingerprint, CheckResult, Metric
 
 # Name at most this many bad iterations per GPU; the count of the rest is in the message.
 _NAMED_BAD_ITERATIONS = 3
@@ -15,7 +15,8 @@ _NAMED_BAD_ITERATIONS = 3
 def run_burn(context: CheckContext) -> CheckResult:
     builder = CheckBuilder("burn", context)
     config = context.config.burn
-    gpus = context.gpus
+    gpus = context.usable_gpus
+    context.note_excluded(builder)
     with context.sampler.window() as window:
         for position, precision in enumerate(config.precisions):
             if context.stop.is_set():
@@ -34,6 +35,15 @@ def run_burn(context: CheckContext) -> CheckResult:
             minimum = config.min_tflops.minimum(context.part.tflops.get(precision))
             for measurement in measurements:
                 _judge_measurement(builder, measurement, str(precision), minimum)
+                if measurement.fingerprint is not None:
+                    builder.fingerprints.append(
+                        BurnFingerprint(
+                            precision=str(precision),
+                            gpu=measurement.gpu,
+                            value=measurement.fingerprint,
+                            determinants=measurement.determinants,
+                        )
+                    )
                 if position == 0:
                     builder.gpu_metric(measurement.gpu, Metric.TFLOPS, measurement.tflops)
     _judge_telemetry(builder, context, window)

@@ -14,6 +14,7 @@ from gpuval_agent.telemetry import Sampler
 from gpuval_api.checks import ChecksConfig
 from gpuval_api.reasons import REASONS, Reason, Severity
 from gpuval_api.result import (
+    BurnFingerprint,
     CheckResult,
     Environment,
     Finding,
@@ -47,10 +48,24 @@ class CheckContext:
     expected_gpus: int | None = None
     expected_gpus_source: str = ""
     stop: threading.Event = field(default_factory=threading.Event)
+    # GPUs an earlier layer found broken (e.g. CUDA did not initialise): GPU index -> why. The
+    # checks that load GPUs leave them out and say so, instead of failing on them again.
+    excluded: dict[int, str] = field(default_factory=dict)
 
     @property
     def gpus(self) -> list[int]:
+        """Every GPU NVML shows."""
         return [gpu.index for gpu in self.environment.gpus]
+
+    @property
+    def usable_gpus(self) -> list[int]:
+        """The GPUs the load checks (burn, bandwidth, NCCL) run on."""
+        return [gpu for gpu in self.gpus if gpu not in self.excluded]
+
+    def note_excluded(self, builder: CheckBuilder) -> None:
+        """One CheckSkipped warning per GPU an earlier layer excluded, naming the GPU and why."""
+        for gpu, why in sorted(self.excluded.items()):
+            builder.add(Reason.CHECK_SKIPPED, f"GPU {gpu} skipped: {why}", gpu=gpu)
 
     def uuid(self, gpu: int) -> str | None:
         return next((g.uuid for g in self.environment.gpus if g.index == gpu), None)
@@ -69,6 +84,7 @@ class CheckBuilder:
         self._gpu_metrics: dict[int, dict[str, float]] = {}
         self.pairs: list[PairResult] = []
         self.nccl_sizes: list[NcclSize] = []
+        self.fingerprints: list[BurnFingerprint] = []
         self.log_tail: str | None = None
 
     def add(
@@ -132,6 +148,7 @@ class CheckBuilder:
             gpus=gpus,
             pairs=self.pairs,
             nccl_sizes=self.nccl_sizes,
+            fingerprints=self.fingerprints,
             findings=self.findings,
             log_tail=self.log_tail,
         )

@@ -28,10 +28,11 @@ def bus_bandwidth(algbw: float, ranks: int) -> float:
 def run_nccl(context: CheckContext) -> CheckResult:
     builder = CheckBuilder("nccl", context)
     config = context.config.nccl
-    gpus = context.gpus
+    gpus = context.usable_gpus
+    context.note_excluded(builder)
     if len(gpus) < 2:
         return builder.finish(
-            message=f"skipped: all-reduce needs 2 or more GPUs, this node has {len(gpus)}",
+            message=f"skipped: all-reduce needs 2 or more usable GPUs, this node has {len(gpus)}",
             verdict=Verdict.SKIPPED,
         )
     sizes = sweep_sizes(config.min_bytes, config.max_bytes)

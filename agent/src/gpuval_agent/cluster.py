@@ -1,0 +1,152 @@
+"""`gpuval-agent cluster`: the agent pod's front end. Runs the checks and writes this node's
+GpuNodeReport status (docs/contracts.md, "The agent pod").
+
+A result must survive an API server that is away for a while: the final write is retried until
+the operator's own deadline for the node (GPUVAL_DEADLINE), and before it the compact verdict is
+left in the container's termination message, which the kubelet keeps in the pod status where the
+operator reads it when the report never arrives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from gpuval_agent import __version__
+from gpuval_agent.backends import select_backend
+from gpuval_agent.display import Display, render_table
+from gpuval_agent.errors import AgentError
+from gpuval_agent.kube import ApiServer, ReportUnreachableError, ReportWriter
+from gpuval_agent.outcome import (
+    exit_code,
+    invalid_config_result,
+    start_metrics,
+    stop_on_signals,
+    validation_message,
+)
+from gpuval_agent.runner import run_checks
+from gpuval_api.checks import ChecksConfig, parse_checks
+from gpuval_api.env import AgentEnv
+from gpuval_api.reasons import Reason
+from gpuval_api.report import (
+    build_report_status,
+    build_running_status,
+    build_termination_message,
+)
+
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+# How long the "Running" write at start may take before the checks start anyway.
+_START_WRITE_BUDGET = 30.0
+
+
+def _deadline(environ: os._Environ[str] | dict[str, str]) -> float | None:
+    text = environ.get(AgentEnv.DEADLINE)
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise AgentError(
+            f"{AgentEnv.DEADLINE}={text!r} is not a time in Unix seconds; the operator sets it"
+        ) from None
+
+
+def _expected_gpus(environ: os._Environ[str] | dict[str, str]) -> int | None:
+    text = environ.get(AgentEnv.EXPECTED_GPUS)
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(
+            f"{AgentEnv.EXPECTED_GPUS}={text!r} is not a whole number of GPUs"
+        ) from None
+
+
+def leave_termination_message(status: dict[str, object], path: str | None = None) -> bool:
+    """Write the compact verdict where the kubelet reads the termination message; best effort.
+
+    The default path is written only where it exists (the kubelet mounts it into every
+    container), so the agent never creates a file under /dev of a machine it was started on.
+    """
+    chosen = path or os.environ.get(AgentEnv.TERMINATION_LOG)
+    target = Path(chosen or DEFAULT_TERMINATION_LOG)
+    if chosen is None and not target.exists():
+        return False
+    try:
+        target.write_text(build_termination_message(status))
+    except OSError as error:
+        print(f"gpuval-agent: no termination message ({target}: {error})", file=sys.stderr)
+        return False
+    return True
+
+
+def _config(
+    node: str | None, backend: str, writer: ReportWriter
+) -> tuple[ChecksConfig, int | None]:
+    try:
+        return parse_checks(os.environ.get(AgentEnv.CHECKS) or "{}"), _expected_gpus(os.environ)
+    except (ValidationError, ValueError) as error:
+        message = (
+            validation_message(error, AgentEnv.CHECKS)
+            if isinstance(error, ValidationError)
+            else str(error)
+        )
+        status = build_report_status(invalid_config_result(message, node, backend))
+        leave_termination_message(status)
+        writer.patch_status(status)
+        raise AgentError(message) from None
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    report = os.environ.get(AgentEnv.REPORT_NAME)
+    if not report:
+        raise AgentError(
+            f"{AgentEnv.REPORT_NAME} is not set: the operator names the report to write"
+        )
+    node = os.environ.get(AgentEnv.NODE_NAME)
+    writer = ReportWriter(ApiServer.in_cluster(), report, deadline=_deadline(os.environ))
+    started = datetime.now(UTC)
+    try:
+        writer.patch_status(
+            build_running_status(started, f"agent {__version__} started on {node}"),
+            budget=_START_WRITE_BUDGET,
+        )
+    except ReportUnreachableError as error:
+        # The checks are worth running anyway: the verdict has two ways out.
+        print(f"gpuval-agent: {error}; running the checks anyway", file=sys.stderr)
+    backend_name = args.backend or os.environ.get(AgentEnv.BACKEND) or "cuda"
+    config, expected = _config(node, backend_name, writer)
+    port_text = os.environ.get(AgentEnv.METRICS_PORT)
+    backend = select_backend(args.backend, args.simulate)
+    metrics = start_metrics(int(port_text) if port_text else None, backend.name)
+    display = Display(metrics=metrics)
+    stop = threading.Event()
+    stop_on_signals(stop)
+    try:
+        result = run_checks(
+            config, backend, display, node=node, expected_gpus=expected,
+            expected_gpus_source=f"the node's nvidia.com/gpu ({AgentEnv.EXPECTED_GPUS})",
+            on_samples=display.samples, stop=stop,
+        )  # fmt: skip
+    finally:
+        display.close()
+        backend.close()
+    print(render_table(result), file=sys.stderr)
+    if result.reason is Reason.AGENT_STOPPED:
+        # Stopped means evicted, deleted or timed out: the operator writes that reason, and a
+        # partial result written now could overwrite it.
+        raise AgentError("stopped before the checks finished; the report is left to the operator")
+    status = build_report_status(result)
+    leave_termination_message(status)
+    try:
+        writer.patch_status(status)
+    except ReportUnreachableError as error:
+        print(f"gpuval-agent: {error}; the verdict is in the termination message", file=sys.stderr)
+    return exit_code(result)

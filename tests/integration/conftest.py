@@ -10,9 +10,7 @@ unique names (the ``unique_name`` fixture) and their own namespaces or nodes.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -21,7 +19,12 @@ from typing import Any
 import pytest
 from kopf.testing import KopfRunner
 
-from gpuval_devtools.controlplane import Cluster, GpuNode
+from gpuval_api.env import OperatorEnv
+from gpuval_devtools.controlplane import Cluster, GpuNode, free_port
+from gpuval_devtools.launch import AGENT_NAMESPACE, agent_rbac, podrunner_process
+from tests.support.fleet import Fleet
+
+Factory = Callable[..., contextlib.AbstractContextManager[Any]]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO_ROOT / "crds"
@@ -67,27 +70,6 @@ def namespace(cluster: Cluster, unique_name: Callable[[str], str]) -> Iterator[s
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
-def wait_for(
-    what: str, predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.25
-) -> Any:
-    """Polls ``predicate`` until it returns a truthy value; fails naming ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last value: {last!r})")
-
-
-def get_json(cluster: Cluster, *args: str) -> Any:
-    proc = cluster.kubectl("get", *args, "-o", "json", check=False)
-    if proc.returncode != 0:
-        return None
-    return json.loads(proc.stdout)
-
-
 @pytest.fixture(scope="session")
 def install_crds(cluster: Cluster) -> list[str]:
     """Applies every CRD under crds/ and waits until the API server serves them."""
@@ -120,3 +102,41 @@ def kopf_runner(
         return KopfRunner(args, timeout=120)
 
     return make
+
+
+@pytest.fixture(scope="module")
+def podrunner(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The kubelet stand-in for the simulated nodes; yields the agents' log directory."""
+    cluster.apply(agent_rbac())
+    logs = tmp_path_factory.mktemp("agents")
+    with podrunner_process(
+        cluster, logs_dir=logs, log_file=logs / "podrunner.log", namespace=AGENT_NAMESPACE
+    ):
+        yield logs
+
+
+@pytest.fixture
+def operator(
+    kopf_runner: Factory, monkeypatch: pytest.MonkeyPatch, podrunner: Path
+) -> Callable[[], contextlib.AbstractContextManager[int]]:
+    """A factory: `with operator() as metrics_port:` runs the operator in-process."""
+
+    @contextlib.contextmanager
+    def run() -> Iterator[int]:
+        port = free_port()
+        monkeypatch.setenv(OperatorEnv.METRICS_PORT, str(port))
+        monkeypatch.setenv(OperatorEnv.AGENT_NAMESPACE, AGENT_NAMESPACE)
+        monkeypatch.setenv(OperatorEnv.POD_GRACE_SECONDS, "3")
+        with kopf_runner() as runner:
+            yield port
+        assert runner.exception is None, runner.exception
+
+    return run
+
+
+@pytest.fixture
+def fleet(cluster: Cluster, unique_name: Callable[[str], str]) -> Iterator[Fleet]:
+    own = Fleet(cluster, unique_name("fleet"))
+    yield own
+    for node in own.nodes:
+        cluster.kubectl("delete", "node", node, "--wait=false", check=False)

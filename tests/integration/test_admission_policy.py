@@ -23,8 +23,8 @@ import pytest
 from gpuval_agent.errors import AgentError
 from gpuval_agent.kube import ApiServer, ReportWriter
 from gpuval_devtools.controlplane import Cluster, GpuNode
-from tests.integration import chart_support as chart
-from tests.integration.conftest import get_json, wait_for
+from tests.support import chart
+from tests.support.kube import get_json, wait_for
 
 NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
 
@@ -49,7 +49,7 @@ class Agents:
 
     def writer(self, cluster: Cluster, token_file: Path, report: str) -> ReportWriter:
         server = ApiServer(cluster.server, token_file, cluster.ca_file)
-        return ReportWriter(server, report, attempts=1)
+        return ReportWriter(server, report, budget=0)
 
 
 @contextlib.contextmanager

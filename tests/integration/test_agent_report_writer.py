@@ -20,8 +20,7 @@ from urllib.parse import urlparse
 import pytest
 
 from gpuval_devtools.controlplane import Cluster
-
-from .conftest import get_json
+from tests.support.kube import get_json
 
 pytestmark = pytest.mark.cluster
 

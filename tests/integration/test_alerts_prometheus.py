@@ -25,8 +25,8 @@ import pytest
 import yaml
 
 from gpuval_devtools.controlplane import Cluster, debian_binary
-from tests.integration import chart_support as chart
-from tests.integration.conftest import get_json, wait_for
+from tests.support import chart
+from tests.support.kube import get_json, wait_for
 
 MISCOMPARE = [{"kind": "miscompare", "gpu": 3}]
 DASHBOARD = chart.CHART / "files" / "dashboard.json"

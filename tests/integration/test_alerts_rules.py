@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from gpuval_devtools.controlplane import debian_binary
-from tests.integration import chart_support as chart
+from tests.support import chart
 
 ALERTS = (
     "GpuvalNodeFailedBurn",

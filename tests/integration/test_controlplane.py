@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gpuval_devtools.controlplane import GPU_RESOURCE, Cluster, GpuNode
-from tests.integration.conftest import get_json, wait_for
+from tests.support.kube import get_json, wait_for
 
 
 def _widget_crd(group: str) -> dict[str, object]:

@@ -9,166 +9,38 @@ a crashed pod would be.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import signal
 import time
-import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from gpuval_api.env import OperatorEnv
 from gpuval_devtools.controlplane import Cluster, free_port
-from gpuval_devtools.demo import (
-    AGENT_NAMESPACE,
-    agent_rbac,
-    operator_process,
-    podrunner_process,
-    simulated_node,
-)
+from gpuval_devtools.launch import AGENT_NAMESPACE, operator_process
 from gpuval_operator import rbac
-from tests.integration.conftest import get_json, wait_for
+from tests.support.fleet import (
+    Fleet,
+    apply,
+    by_node,
+    completed_run,
+    conditions,
+    delete_validation,
+    pods_of,
+    reports_of,
+    scrape,
+    scrape_when_up,
+    status_of,
+)
+from tests.support.kube import get_json, wait_for
 
 pytestmark = pytest.mark.usefixtures("install_crds")
 
-Factory = Callable[..., contextlib.AbstractContextManager[Any]]
 TERMINAL = ("Succeeded", "Failed")
-
-
-@pytest.fixture(scope="module")
-def podrunner(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The kubelet stand-in for the simulated nodes; yields the agents' log directory."""
-    cluster.apply(agent_rbac())
-    logs = tmp_path_factory.mktemp("agents")
-    with podrunner_process(cluster, logs_dir=logs, log_file=logs / "podrunner.log"):
-        yield logs
-
-
-@pytest.fixture
-def operator(
-    kopf_runner: Factory, monkeypatch: pytest.MonkeyPatch, podrunner: Path
-) -> Callable[[], contextlib.AbstractContextManager[int]]:
-    """A factory: `with operator() as metrics_port:` runs the operator in-process."""
-
-    @contextlib.contextmanager
-    def run() -> Iterator[int]:
-        port = free_port()
-        monkeypatch.setenv("GPUVAL_METRICS_PORT", str(port))
-        monkeypatch.setenv("GPUVAL_AGENT_NAMESPACE", AGENT_NAMESPACE)
-        monkeypatch.setenv("GPUVAL_POD_GRACE_SECONDS", "3")
-        with kopf_runner() as runner:
-            yield port
-        assert runner.exception is None, runner.exception
-
-    return run
-
-
-class Fleet:
-    """A test's own simulated nodes, all carrying one unique label its GpuValidation selects."""
-
-    def __init__(self, cluster: Cluster, label: str) -> None:
-        self.cluster = cluster
-        self.label = label
-        self.nodes: list[str] = []
-
-    def add(self, name: str, faults: Sequence[dict[str, Any]] = (), **simulate: Any) -> str:
-        node = simulated_node(name, faults, **simulate)
-        self.cluster.add_nodes([dataclasses.replace(node, labels={"gpuval-test": self.label})])
-        self.nodes.append(name)
-        return name
-
-    def validation(self, name: str, **spec: Any) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "nodeSelector": {"matchLabels": {"gpuval-test": self.label}},
-            "nodeTimeoutSeconds": 120,
-            "checks": {"burn": {"durationSeconds": 5}, "nccl": {"maxBytes": 1 << 24}},
-        }
-        body.update(spec)
-        return {
-            "apiVersion": "gpuval.dev/v1alpha1",
-            "kind": "GpuValidation",
-            "metadata": {"name": name},
-            "spec": body,
-        }
-
-
-@pytest.fixture
-def fleet(cluster: Cluster, unique_name: Callable[[str], str]) -> Iterator[Fleet]:
-    own = Fleet(cluster, unique_name("fleet"))
-    yield own
-    for node in own.nodes:
-        cluster.kubectl("delete", "node", node, "--wait=false", check=False)
-
-
-def apply(cluster: Cluster, obj: dict[str, Any]) -> None:
-    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj))
-
-
-def delete_validation(cluster: Cluster, name: str) -> None:
-    cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
-
-
-def status_of(cluster: Cluster, name: str) -> dict[str, Any]:
-    obj = get_json(cluster, "gpuvalidation", name) or {}
-    status: dict[str, Any] = obj.get("status") or {}
-    return status
-
-
-def conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["type"]: c for c in status.get("conditions") or []}
-
-
-def completed_run(
-    cluster: Cluster, name: str, timeout: float = 120, after: int = 0
-) -> dict[str, Any]:
-    def done() -> dict[str, Any] | None:
-        status = status_of(cluster, name)
-        run = status.get("run") or {}
-        if run.get("completedAt") and int(run.get("number") or 0) > after:
-            return status
-        return None
-
-    result: dict[str, Any] = wait_for(
-        f"a completed run of {name}", done, timeout=timeout, interval=1
-    )
-    return result
-
-
-def reports_of(cluster: Cluster, name: str, run: str | None = None) -> list[dict[str, Any]]:
-    selector = f"gpuval.dev/validation={name}" + (f",gpuval.dev/run={run}" if run else "")
-    items: list[dict[str, Any]] = (get_json(cluster, "gpunodereports", "-l", selector) or {}).get(
-        "items", []
-    )
-    return items
-
-
-def pods_of(cluster: Cluster, name: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = (
-        get_json(cluster, "pods", "-n", AGENT_NAMESPACE, "-l", f"gpuval.dev/validation={name}")
-        or {}
-    ).get("items", [])
-    return items
-
-
-def by_node(reports: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {r["spec"]["node"]: r.get("status") or {} for r in reports}
-
-
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-        text: str = resp.read().decode()
-        return text
-
-
-def scrape_when_up(port: int) -> str:
-    """The metrics, or "" while the operator is still starting (KopfRunner returns before that)."""
-    try:
-        return scrape(port)
-    except OSError:
-        return ""
 
 
 def test_a_run_validates_every_selected_node_and_names_the_faulty_one(
@@ -558,20 +430,28 @@ def test_the_operator_works_with_only_the_rbac_it_declares_and_is_denied_the_res
             rbac.binding("ClusterRole", account, account, home),
             rbac.role(account, AGENT_NAMESPACE, rbac.AGENT_NAMESPACE_RULES),
             rbac.binding("Role", account, account, home, AGENT_NAMESPACE),
-            rbac.role(account, home, rbac.EVENT_NAMESPACE_RULES),
-            rbac.binding("Role", account, account, home, home),
+            rbac.role(account, rbac.EVENT_NAMESPACE, rbac.EVENT_RULES),
+            rbac.binding("Role", account, account, home, rbac.EVENT_NAMESPACE),
+            rbac.role(f"{account}-kopf", home, rbac.EVENT_RULES),
+            rbac.binding("Role", f"{account}-kopf", account, home, home),
         ]
     )
     token = cluster.kubectl("create", "token", account, "-n", home).stdout.strip()
     kubeconfig = cluster.token_kubeconfig(token, tmp_path / "operator.kubeconfig")
     name = unique_name("rbac")
     log = tmp_path / "operator.log"
-    env = {"GPUVAL_EVENT_NAMESPACE": home, "GPUVAL_POD_GRACE_SECONDS": "3"}
+    env = {OperatorEnv.POD_GRACE_SECONDS: "3"}
     with operator_process(kubeconfig, metrics_port=free_port(), log_file=log, extra_env=env):
         apply(cluster, fleet.validation(name, nodeActions={"taint": {"effect": "NoSchedule"}}))
         status = completed_run(cluster, name)
         tainted = get_json(cluster, "node", bad)["spec"].get("taints") or []
-        events = get_json(cluster, "events", "-n", home)["items"]
+        events = get_json(cluster, "events", "-n", rbac.EVENT_NAMESPACE)["items"]
+        described = wait_for(
+            "the run's Events in kubectl describe",
+            lambda: _describe_shows(cluster, "gpuvalidation", name, "RunCompleted"),
+            timeout=20,
+        )
+        node_described = cluster.kubectl("describe", "node", bad).stdout
         delete_validation(cluster, name)
         wait_for(
             "the finalizer to be removed",
@@ -581,7 +461,11 @@ def test_the_operator_works_with_only_the_rbac_it_declares_and_is_denied_the_res
 
     assert status["nodes"]["passed"] == 1 and status["failingNodes"][0]["node"] == bad
     assert any(t["key"] == "gpuval.dev/unhealthy" for t in tainted)
-    assert {"RunStarted", "RunCompleted", "ValidationFailed"} <= {e["reason"] for e in events}
+    involved = {(e["involvedObject"]["name"], e["reason"]) for e in events}
+    assert {(name, "RunStarted"), (name, "RunCompleted"), (bad, "ValidationFailed")} <= involved
+    # Events about cluster-scoped objects show in `kubectl describe` (issue 9: they did not).
+    assert "RunStarted" in described and "NodeFailed" in described
+    assert "ValidationFailed" in node_described and "XidError" in node_described
     text = log.read_text()
     assert "Forbidden" not in text and "HTTP 403" not in text, text[-3000:]
     assert ok in {n for n in fleet.nodes}
@@ -595,6 +479,12 @@ def test_the_operator_works_with_only_the_rbac_it_declares_and_is_denied_the_res
     ):
         answer = cluster.kubectl("auth", "can-i", verb, resource, *where, "--as", who, check=False)
         assert answer.stdout.strip() == "no", f"{who} may {verb} {resource} {where}"
+
+
+def _describe_shows(cluster: Cluster, kind: str, name: str, reason: str) -> str | None:
+    text = cluster.kubectl("describe", kind, name).stdout
+    events = text.partition("Events:")[2]
+    return text if reason in events else None
 
 
 def test_a_spec_change_mid_run_supersedes_the_run_and_cleans_up_its_children(

@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from gpuval_devtools.controlplane import Binaries, Cluster, GpuNode, build, free_port
-from gpuval_devtools.demo import podrunner_process, simulated_node
+from gpuval_devtools.launch import podrunner_process
+from gpuval_devtools.simulation import simulated_node
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "gpuval"

@@ -14,171 +14,27 @@ kubeconfig is printed.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
+from gpuval_api.conditions import ValidationPhase
+from gpuval_devtools.controlplane import Cluster, free_port
+from gpuval_devtools.launch import (
+    REPO_ROOT,
+    agent_rbac,
+    install_crds,
+    operator_process,
+    podrunner_process,
+)
+from gpuval_devtools.simulation import simulated_node
 
-from gpuval_devtools.controlplane import Cluster, GpuNode, free_port
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
-CRD_DIR = REPO_ROOT / "crds"
 SAMPLE = REPO_ROOT / "examples" / "gpuvalidation-fleet.yaml"
-AGENT_NAMESPACE = "gpuval-system"
-AGENT_SERVICE_ACCOUNT = "gpuval-agent"
-SIMULATE_ANNOTATION = "gpuval.dev/simulate"
-
-HEALTHY = {
-    "gpus": 8,
-    "product": "NVIDIA H200",
-    "driver": "580.159.04",
-    "cuda": "13.0",
-    "nccl": "2.28.9",
-    "timeScale": 0.01,
-}
-
-
-def simulated_node(name: str, faults: Sequence[dict[str, Any]] = (), **overrides: Any) -> GpuNode:
-    """A kwok node whose agent pods the pod runner runs with this simulation config."""
-    config = {**HEALTHY, **overrides, "faults": list(faults)}
-    return GpuNode(
-        name=name,
-        gpus=int(config["gpus"]),
-        annotations={SIMULATE_ANNOTATION: json.dumps(config, separators=(",", ":"))},
-    )
-
-
-def agent_rbac(
-    namespace: str = AGENT_NAMESPACE, account: str = AGENT_SERVICE_ACCOUNT
-) -> list[dict[str, Any]]:
-    """The agent's namespace, ServiceAccount and the one permission it needs (its report's
-    status).
-
-    The chart installs the same with the admission policy that narrows it to the agent's own node.
-    """
-    role = f"{account}-reports"
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": account, "namespace": namespace},
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": role},
-            "rules": [
-                {
-                    "apiGroups": ["gpuval.dev"],
-                    "resources": ["gpunodereports/status"],
-                    "verbs": ["get", "patch"],
-                }
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": f"{role}-{namespace}"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": role,
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
-        },
-    ]
-
-
-def install_crds(cluster: Cluster) -> None:
-    for path in sorted(CRD_DIR.glob("*.yaml")):
-        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-        name = yaml.safe_load(path.read_text())["metadata"]["name"]
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
-
-
-def _script(name: str) -> str:
-    return str(Path(sys.executable).parent / name)
-
-
-@contextlib.contextmanager
-def operator_process(
-    kubeconfig: Path,
-    *,
-    metrics_port: int,
-    log_file: Path,
-    namespace: str = AGENT_NAMESPACE,
-    extra_env: dict[str, str] | None = None,
-) -> Iterator[subprocess.Popen[bytes]]:
-    """The operator as its own process (`gpuval-operator`), as it runs in its pod."""
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(kubeconfig),
-        "GPUVAL_METRICS_PORT": str(metrics_port),
-        "GPUVAL_AGENT_NAMESPACE": namespace,
-        **(extra_env or {}),
-    }
-    with log_file.open("wb") as out:
-        proc = subprocess.Popen(
-            [_script("gpuval-operator")], env=env, stdout=out, stderr=subprocess.STDOUT
-        )
-        try:
-            yield proc
-        finally:
-            _stop(proc)
-
-
-@contextlib.contextmanager
-def podrunner_process(
-    cluster: Cluster,
-    *,
-    logs_dir: Path,
-    log_file: Path,
-    namespace: str | None = None,
-    env: Mapping[str, str] | None = None,
-) -> Iterator[subprocess.Popen[bytes]]:
-    """The pod runner (kubelet stand-in) as its own process; `namespace` limits it to the agent
-    pods of one namespace, `env` replaces the inherited environment."""
-    argv = [
-        sys.executable,
-        "-m",
-        "gpuval_devtools.podrunner",
-        "--kubeconfig",
-        str(cluster.kubeconfig),
-        "--ca-file",
-        str(cluster.ca_file),
-        "--logs",
-        str(logs_dir),
-    ]
-    if namespace is not None:
-        argv += ["--namespace", namespace]
-    with log_file.open("wb") as out:
-        proc = subprocess.Popen(
-            argv, env=None if env is None else dict(env), stdout=out, stderr=subprocess.STDOUT
-        )
-        try:
-            yield proc
-        finally:
-            _stop(proc)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def get_validation(cluster: Cluster, name: str) -> dict[str, Any] | None:
@@ -198,7 +54,7 @@ def wait_completed(
         run = status.get("run") or {}
         nodes = status.get("nodes") or {}
         line = (
-            f"  run {run.get('id', '-')}: {status.get('phase', 'Pending')}, "
+            f"  run {run.get('id', '-')}: {status.get('phase', ValidationPhase.PENDING)}, "
             f"{nodes.get('passed', 0)} passed, {nodes.get('failed', 0)} failed, "
             f"{nodes.get('running', 0)} running, {nodes.get('pending', 0)} waiting"
         )

@@ -5,12 +5,13 @@ kwok plays a kubelet's part for pods (it marks them Running and finishes deletio
 nothing. For an agent pod bound to a node that carries the annotation gpuval.dev/simulate, this
 runner does what a kubelet would: once kwok has marked the pod Running, it starts the pod's command
 (`gpuval-agent cluster`) as a local process with the pod's environment (downward-API fieldRefs
-resolved), `GPUVAL_BACKEND=simulated` and `GPUVAL_SIMULATE` from the node's annotation, and a
+resolved), the simulated backend with the config from the node's annotation, and a
 ServiceAccount token bound to the pod (TokenRequest with boundObjectRef, so the API server sees the
 pod's node in the token, as the admission policy expects) written with the CA into a directory given
-as `GPUVAL_SERVICEACCOUNT_DIR`. When the process exits it sets the pod's phase from the exit code,
-as a kubelet does; kwok's stages only act on Pending pods and on deletions, so the terminal phase
-stays. A pod deleted while its agent runs has its process killed.
+as the ServiceAccount directory. When the process exits it sets the pod's phase from the exit code
+and its termination message from the agent's file, as a kubelet does; kwok's stages only act on
+Pending pods and on deletions, so the terminal phase stays. A pod deleted while its agent runs has
+its process killed.
 
 `python -m gpuval_devtools.podrunner --kubeconfig PATH [--logs DIR]` runs it on its own.
 """
@@ -34,13 +35,23 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpuval_operator import names
+from gpuval_api import keys
+from gpuval_api.env import AgentEnv
+from gpuval_api.kubernetes import (
+    CONTAINER_REASON_COMPLETED,
+    CONTAINER_REASON_ERROR,
+    CONTAINERS_READY,
+    READY,
+    PodPhase,
+)
+from gpuval_devtools.controlplane import free_port
+from gpuval_devtools.simulation import API_OUTAGE_ANNOTATION, SIMULATE_ANNOTATION
 from gpuval_operator.children import Follower
 from gpuval_operator.kube import ApiError, KubeClient, load_credentials, q
 
 log = logging.getLogger("gpuval.podrunner")
 
-AGENT_SELECTOR = f"{names.LABEL_COMPONENT}={names.AGENT_COMPONENT},{names.LABEL_VALIDATION}"
+AGENT_SELECTOR = f"{keys.LABEL_COMPONENT}={keys.AGENT_COMPONENT},{keys.LABEL_VALIDATION}"
 
 
 def _now() -> str:
@@ -101,21 +112,24 @@ def agent_argv(container: Mapping[str, Any]) -> list[str]:
     return argv
 
 
-def terminal_status(exit_code: int, started_at: str, container: str, image: str) -> dict[str, Any]:
-    """The pod status a kubelet writes when the only container of a restartPolicy=Never pod ends."""
+def terminal_status(
+    exit_code: int, started_at: str, container: str, image: str, message: str = ""
+) -> dict[str, Any]:
+    """The pod status a kubelet writes when the only container of a restartPolicy=Never pod ends
+    (with the container's termination message, as the kubelet reads it from its file)."""
     finished = _now()
-    phase = "Succeeded" if exit_code == 0 else "Failed"
+    phase = PodPhase.SUCCEEDED if exit_code == 0 else PodPhase.FAILED
     return {
         "phase": phase,
         "conditions": [
             {
-                "type": "Ready",
+                "type": READY,
                 "status": "False",
                 "reason": "PodCompleted",
                 "lastTransitionTime": finished,
             },
             {
-                "type": "ContainersReady",
+                "type": CONTAINERS_READY,
                 "status": "False",
                 "reason": "PodCompleted",
                 "lastTransitionTime": finished,
@@ -132,9 +146,12 @@ def terminal_status(exit_code: int, started_at: str, container: str, image: str)
                 "state": {
                     "terminated": {
                         "exitCode": exit_code,
-                        "reason": "Completed" if exit_code == 0 else "Error",
+                        "reason": (
+                            CONTAINER_REASON_COMPLETED if exit_code == 0 else CONTAINER_REASON_ERROR
+                        ),
                         "startedAt": started_at,
                         "finishedAt": finished,
+                        **({"message": message} if message else {}),
                     }
                 },
             }
@@ -190,18 +207,20 @@ class PodRunner:
             return
         phase = (pod.get("status") or {}).get("phase")
         node = (pod.get("spec") or {}).get("nodeName")
-        if entry is not None or phase != "Running" or not node or uid in self.finished:
+        if entry is not None or phase != PodPhase.RUNNING or not node or uid in self.finished:
             return
         entry = self.running[uid] = Running(meta.get("name", ""), meta.get("namespace", ""))
         entry.task = asyncio.create_task(self._run_pod(pod, entry), name=f"agent-{entry.pod}")
 
-    async def _simulation(self, node: str) -> str | None:
+    async def _simulation(self, node: str) -> tuple[str | None, float | None]:
+        """The node's simulation config, and how long its API outage lasts (None: none)."""
         obj = await self.client.get_or_none(f"/api/v1/nodes/{q(node)}")
         if obj is None:
-            return None
+            return None, None
         annotations = (obj.get("metadata") or {}).get("annotations") or {}
-        value = annotations.get(names.ANNOTATION_SIMULATE)
-        return None if value is None else str(value)
+        value = annotations.get(SIMULATE_ANNOTATION)
+        outage = annotations.get(API_OUTAGE_ANNOTATION)
+        return (None if value is None else str(value)), (None if outage is None else float(outage))
 
     async def _token(self, pod: Mapping[str, Any]) -> str:
         meta = pod["metadata"]
@@ -227,7 +246,7 @@ class PodRunner:
         meta = pod["metadata"]
         node = pod["spec"]["nodeName"]
         try:
-            simulate = await self._simulation(node)
+            simulate, outage = await self._simulation(node)
             if simulate is None:
                 return  # a real (or non-simulated) node: not ours to run
             container = pod["spec"]["containers"][0]
@@ -235,8 +254,8 @@ class PodRunner:
             env = {
                 **os.environ,
                 **container_env(pod, container),
-                "GPUVAL_BACKEND": "simulated",
-                "GPUVAL_SIMULATE": simulate,
+                AgentEnv.BACKEND: "simulated",
+                AgentEnv.SIMULATE: simulate,
                 **self.extra_env,
             }
             token = await self._token(pod)
@@ -250,16 +269,25 @@ class PodRunner:
             await self._finish(pod, 2, _now())
             return
         host, port = self._api_host_port
+        if outage is not None:
+            # Nothing listens on a port just freed: every write fails until the deadline.
+            port = str(free_port())
+            env[AgentEnv.DEADLINE] = str(int(time.time() + outage))
         started_at = _now()
         with tempfile.TemporaryDirectory(prefix=f"gpuval-sa-{entry.pod[:40]}-") as sa_dir:
             # Three small local files: not worth a thread hop each.
             Path(sa_dir, "token").write_text(token)  # noqa: ASYNC240
             Path(sa_dir, "ca.crt").write_bytes(self.ca_file.read_bytes())  # noqa: ASYNC240
             Path(sa_dir, "namespace").write_text(meta["namespace"])  # noqa: ASYNC240
+            # The kubelet mounts the termination-message file; here it is a file of our own.
+            termination = Path(sa_dir, "termination-log")
             env.update(
-                GPUVAL_SERVICEACCOUNT_DIR=sa_dir,
-                KUBERNETES_SERVICE_HOST=host,
-                KUBERNETES_SERVICE_PORT=port,
+                {
+                    AgentEnv.SERVICEACCOUNT_DIR: sa_dir,
+                    AgentEnv.TERMINATION_LOG: str(termination),
+                    "KUBERNETES_SERVICE_HOST": host,
+                    "KUBERNETES_SERVICE_PORT": port,
+                }
             )
             self.logs_dir.mkdir(parents=True, exist_ok=True)
             log_path = self.logs_dir / f"{meta['namespace']}_{entry.pod}.log"
@@ -270,15 +298,20 @@ class PodRunner:
                 self.started += 1
                 log.info("pod %s on %s: agent started (log %s)", entry.pod, node, log_path)
                 code = await entry.process.wait()
+            message = termination.read_text() if termination.is_file() else ""  # noqa: ASYNC240
         log.info("pod %s on %s: agent exited %d", entry.pod, node, code)
         if not entry.killed:
-            await self._finish(pod, code, started_at)
+            await self._finish(pod, code, started_at, message)
 
-    async def _finish(self, pod: Mapping[str, Any], code: int, started_at: str) -> None:
+    async def _finish(
+        self, pod: Mapping[str, Any], code: int, started_at: str, message: str = ""
+    ) -> None:
         meta = pod["metadata"]
         self.finished[meta["uid"]] = code
         container = pod["spec"]["containers"][0]
-        status = terminal_status(code, started_at, container["name"], container.get("image", ""))
+        status = terminal_status(
+            code, started_at, container["name"], container.get("image", ""), message
+        )
         path = f"/api/v1/namespaces/{q(meta['namespace'])}/pods/{q(meta['name'])}/status"
         try:
             await self.client.merge_patch(path, {"status": status})

@@ -1,0 +1,84 @@
+"""Where a node's verdict comes from besides its agent's own report: the container's termination
+message when the report write never arrived (issue 9, B5), and the run as a whole, which catches a
+node whose burn reference differs from its peers' (issue 9, C)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import pytest
+
+from gpuval_devtools.controlplane import Cluster
+from tests.support.fleet import (
+    Fleet,
+    apply,
+    by_node,
+    completed_run,
+    delete_validation,
+    reports_of,
+    scrape,
+)
+from tests.support.kube import get_json
+
+pytestmark = pytest.mark.usefixtures("install_crds")
+
+Operator = Callable[[], contextlib.AbstractContextManager[int]]
+
+
+def test_a_verdict_the_agent_could_not_write_arrives_through_its_termination_message(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    # Both agents find the API server gone for longer than their deadline: their report writes
+    # all fail, and only the termination message the kubelet keeps carries their verdicts.
+    healthy = fleet.add(unique_name("cut-ok"), api_outage_seconds=2)
+    broken = fleet.add(
+        unique_name("cut-bad"), faults=[{"kind": "miscompare", "gpu": 2}], api_outage_seconds=2
+    )
+    name = unique_name("outage")
+    with operator():
+        apply(cluster, fleet.validation(name))
+        status = completed_run(cluster, name)
+        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        delete_validation(cluster, name)
+
+    assert status["nodes"]["passed"] == 1 and status["nodes"]["failed"] == 1
+    assert reports[healthy]["verdict"] == "Passed"
+    assert reports[broken]["verdict"] == "Failed" and reports[broken]["reason"] == "BurnMismatch"
+    assert reports[broken]["failures"][0]["gpu"] == 2
+    assert reports[broken]["summary"]["gpuCount"] == 8
+    for node in (healthy, broken):
+        assert "termination message" in reports[node]["message"], reports[node]["message"]
+    assert status["failingNodes"][0]["node"] == broken
+    assert status["failingNodes"][0]["reason"] == "BurnMismatch"
+
+
+def test_a_one_gpu_node_that_computes_a_consistently_wrong_answer_is_caught_by_its_peers(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    # On a one-GPU node no other GPU can disagree, and every iteration matches the GPU's own
+    # (wrong) reference: the node passes on its own. Its peers' fingerprints give it away.
+    peers = [fleet.add(unique_name("one"), gpus=1) for _ in range(3)]
+    wrong = fleet.add(unique_name("sdc"), faults=[{"kind": "wrong-reference"}], gpus=1)
+    name = unique_name("sdc")
+    with operator() as port:
+        apply(cluster, fleet.validation(name, nodeActions={"taint": {"effect": "NoSchedule"}}))
+        status = completed_run(cluster, name)
+        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        taints = get_json(cluster, "node", wrong)["spec"].get("taints") or []
+        metrics = scrape(port)
+        delete_validation(cluster, name)
+
+    assert {n: reports[n]["verdict"] for n in peers} == dict.fromkeys(peers, "Passed")
+    assert reports[wrong]["verdict"] == "Failed"
+    assert reports[wrong]["reason"] == "BurnFingerprintMismatch"
+    assert reports[wrong]["failures"][0]["check"] == "burn"
+    assert "which 3 nodes with the same determinants" in reports[wrong]["message"]
+    assert status["failingNodes"] == [
+        {"node": wrong, "reason": "BurnFingerprintMismatch", "message": reports[wrong]["message"]}
+    ]
+    [outlier] = status["outliers"]
+    assert outlier["node"] == wrong and outlier["field"] == "burnFingerprint.bf16"
+    assert outlier["expected"] != outlier["value"] and outlier["source"] == "majority"
+    assert any(t["value"] == "BurnFingerprintMismatch" for t in taints)
+    assert f'gpuval_node_passed{{node="{wrong}",validation="{name}"}} 0.0' in metrics

@@ -1,0 +1,113 @@
+"""A test's own simulated nodes and its GpuValidations on the real control plane: apply, wait for a
+completed run, read its status, reports, pods and the operator's metrics."""
+
+from __future__ import annotations
+
+import dataclasses
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from gpuval_devtools.controlplane import Cluster
+from gpuval_devtools.launch import AGENT_NAMESPACE
+from gpuval_devtools.simulation import simulated_node
+from tests.support.kube import get_json, wait_for
+
+
+class Fleet:
+    """A test's own simulated nodes, all carrying one unique label its GpuValidation selects."""
+
+    def __init__(self, cluster: Cluster, label: str) -> None:
+        self.cluster = cluster
+        self.label = label
+        self.nodes: list[str] = []
+
+    def add(self, name: str, faults: Sequence[dict[str, Any]] = (), **simulate: Any) -> str:
+        node = simulated_node(name, faults, **simulate)
+        self.cluster.add_nodes([dataclasses.replace(node, labels={"gpuval-test": self.label})])
+        self.nodes.append(name)
+        return name
+
+    def validation(self, name: str, **spec: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "nodeSelector": {"matchLabels": {"gpuval-test": self.label}},
+            "nodeTimeoutSeconds": 120,
+            "checks": {"burn": {"durationSeconds": 5}, "nccl": {"maxBytes": 1 << 30}},
+        }
+        body.update(spec)
+        return {
+            "apiVersion": "gpuval.dev/v1alpha1",
+            "kind": "GpuValidation",
+            "metadata": {"name": name},
+            "spec": body,
+        }
+
+
+def apply(cluster: Cluster, obj: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj))
+
+
+def delete_validation(cluster: Cluster, name: str) -> None:
+    cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
+
+
+def status_of(cluster: Cluster, name: str) -> dict[str, Any]:
+    obj = get_json(cluster, "gpuvalidation", name) or {}
+    status: dict[str, Any] = obj.get("status") or {}
+    return status
+
+
+def conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status.get("conditions") or []}
+
+
+def completed_run(
+    cluster: Cluster, name: str, timeout: float = 120, after: int = 0
+) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        status = status_of(cluster, name)
+        run = status.get("run") or {}
+        if run.get("completedAt") and int(run.get("number") or 0) > after:
+            return status
+        return None
+
+    result: dict[str, Any] = wait_for(
+        f"a completed run of {name}", done, timeout=timeout, interval=1
+    )
+    return result
+
+
+def reports_of(cluster: Cluster, name: str, run: str | None = None) -> list[dict[str, Any]]:
+    selector = f"gpuval.dev/validation={name}" + (f",gpuval.dev/run={run}" if run else "")
+    items: list[dict[str, Any]] = (get_json(cluster, "gpunodereports", "-l", selector) or {}).get(
+        "items", []
+    )
+    return items
+
+
+def pods_of(cluster: Cluster, name: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = (
+        get_json(cluster, "pods", "-n", AGENT_NAMESPACE, "-l", f"gpuval.dev/validation={name}")
+        or {}
+    ).get("items", [])
+    return items
+
+
+def by_node(reports: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["spec"]["node"]: r.get("status") or {} for r in reports}
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text: str = resp.read().decode()
+        return text
+
+
+def scrape_when_up(port: int) -> str:
+    """The metrics, or "" while the operator is still starting (KopfRunner returns before that)."""
+    try:
+        return scrape(port)
+    except OSError:
+        return ""

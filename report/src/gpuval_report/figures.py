@@ -1,0 +1,154 @@
+"""The report's plots, as plotly figures built from a FleetView.
+
+A distribution per figure (one point per unit, hover names it) with the outliers and failing units
+labelled on the plot, so a person sees who is slow without hovering; the NCCL sweep as busbw
+against message size. Colours follow the verdict; a verdict this version does not know gets a
+colour of its own rather than being dropped.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+
+from gpuval_api.views import Figure, FigureOutlier, FleetView, UnitView
+
+KNOWN_COLOURS = {
+    "Passed": "#2e7d32",
+    "Failed": "#c62828",
+    "Running": "#1565c0",
+    "Pending": "#9e9e9e",
+}
+OTHER_COLOURS = ("#ef6c00", "#6a1b9a", "#00838f", "#ad1457", "#4e342e")
+# Beyond this many sweeps the NCCL plot shows the median and the slowest ones, not every node.
+MAX_CURVES = 12
+
+
+def verdict_colour(verdict: str, known: Sequence[str] = ()) -> str:
+    """A fixed colour for the known verdicts; unknown ones take the next free colour in order."""
+    if verdict in KNOWN_COLOURS:
+        return KNOWN_COLOURS[verdict]
+    others = [v for v in known if v not in KNOWN_COLOURS]
+    index = others.index(verdict) if verdict in others else len(others)
+    return OTHER_COLOURS[index % len(OTHER_COLOURS)]
+
+
+def _layout(title: str, height: int) -> dict[str, Any]:
+    return {
+        "title": {"text": title, "x": 0.01},
+        "height": height,
+        "margin": {"l": 70, "r": 30, "t": 50, "b": 50},
+        "template": "plotly_white",
+        "legend": {"orientation": "h", "y": -0.25},
+    }
+
+
+def distribution(view: FleetView, figure: Figure, outliers: Sequence[FigureOutlier]) -> go.Figure:
+    """Every unit's value of `figure` as a point on one axis (jittered), coloured by verdict;
+    outliers and failing units carry their name as a label."""
+    verdicts = list(view.counts)
+    measured = [u for u in view.units if figure.key in u.figures]
+    fig = go.Figure()
+    fig.add_trace(
+        go.Box(
+            x=[u.figures[figure.key] for u in measured],
+            name="all",
+            boxpoints=False,
+            marker={"color": "#b0bec5"},
+            hoverinfo="skip",
+            showlegend=False,
+        )
+    )
+    for verdict in verdicts:
+        units = [u for u in measured if u.verdict == verdict]
+        if not units:
+            continue
+        fig.add_trace(
+            go.Box(
+                x=[u.figures[figure.key] for u in units],
+                text=[u.name for u in units],
+                name=verdict,
+                boxpoints="all",
+                jitter=0.6,
+                pointpos=0,
+                fillcolor="rgba(0,0,0,0)",
+                line={"color": "rgba(0,0,0,0)"},
+                marker={"color": verdict_colour(verdict, verdicts), "size": 9},
+                hovertemplate=f"%{{text}}: %{{x:.1f}} {figure.unit}<extra>{verdict}</extra>",
+            )
+        )
+    flagged = {o.unit: f"{o.unit} ({o.ratio:.0%} of median)" for o in outliers}
+    for unit in measured:
+        if unit.failures:
+            flagged.setdefault(unit.name, f"{unit.name} ({unit.failures[0].reason})")
+    for unit in measured:
+        if unit.name in flagged:
+            fig.add_annotation(
+                x=unit.figures[figure.key],
+                y=verdict if unit.verdict in verdicts else "all",
+                text=flagged[unit.name],
+                showarrow=True,
+                arrowhead=2,
+                ax=0,
+                ay=-32,
+                font={"color": verdict_colour(unit.verdict, verdicts)},
+            )
+    fig.update_layout(**_layout(f"{figure.label} per {view.unit_label} ({figure.unit})", 300))
+    fig.update_xaxes(title_text=figure.unit)
+    return fig
+
+
+def _median_curve(
+    curves: Sequence[tuple[str, tuple[tuple[int, float], ...]]],
+) -> tuple[tuple[int, float], ...]:
+    by_size: dict[int, list[float]] = {}
+    for _, curve in curves:
+        for size, busbw in curve:
+            by_size.setdefault(size, []).append(busbw)
+    return tuple((size, statistics.median(values)) for size, values in sorted(by_size.items()))
+
+
+def nccl_sweep(view: FleetView) -> go.Figure | None:
+    """NCCL all-reduce busbw against message size; for a large fleet the median and the units
+    slowest at the largest size."""
+    curves = list(view.nccl_curves)
+    if not curves:
+        return None
+    shown = curves
+    if len(curves) > MAX_CURVES:
+        slowest = sorted(curves, key=lambda item: item[1][-1][1])[: MAX_CURVES - 1]
+        shown = [(f"median of {len(curves)}", _median_curve(curves)), *slowest]
+    units = {u.name: u for u in view.units}
+    verdicts = list(view.counts)
+    fig = go.Figure()
+    for name, curve in shown:
+        unit: UnitView | None = units.get(name)
+        colour = verdict_colour(unit.verdict, verdicts) if unit else "#37474f"
+        fig.add_trace(
+            go.Scatter(
+                x=[size for size, _ in curve],
+                y=[busbw for _, busbw in curve],
+                mode="lines+markers",
+                name=name,
+                line={"color": colour},
+                hovertemplate=f"{name}: %{{y:.1f}} GB/s at %{{x:.3s}}B<extra></extra>",
+            )
+        )
+    fig.update_layout(**_layout("NCCL all-reduce bus bandwidth against message size", 380))
+    fig.update_xaxes(type="log", title_text="message size (bytes)")
+    fig.update_yaxes(title_text="busbw (GB/s)", rangemode="tozero")
+    return fig
+
+
+def figure_html(fig: go.Figure, div_id: str) -> str:
+    """One figure as a div and its script; plotly.js itself is in the page head once."""
+    html = fig.to_html(
+        include_plotlyjs=False,
+        full_html=False,
+        div_id=div_id,
+        config={"displaylogo": False, "responsive": True},
+    )
+    return str(html)

@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -39,6 +39,7 @@ from gpuval_api.checks import (
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_api.report import build_report_status, build_running_status
 from gpuval_api.result import AgentResult, CheckResult, Environment, Finding, Verdict
+from gpuval_api.views import machine_view
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -100,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--config", type=Path, help="ChecksConfig JSON file (flags override it)")
     run.add_argument(
         "--json", dest="json_path", help="write the result document here ('-': stdout)"
+    )
+    run.add_argument(
+        "--html", type=Path, help="also write a self-contained HTML report here (report extra)"
     )
     run.add_argument("--metrics-port", type=int, help="serve live Prometheus metrics on this port")
     run.add_argument("--backend", choices=BACKENDS, help="GPU backend (default cuda)")
@@ -171,11 +175,33 @@ def _metrics(port: int | None, backend: str) -> AgentMetrics:
     return metrics
 
 
+def _html_writer(path: Path | None) -> Callable[[AgentResult], None] | None:
+    """The --html writer, resolved before the checks run: a missing extra is said at once, not
+    after a minute of burn."""
+    if path is None:
+        return None
+    try:
+        from gpuval_report import write_page  # noqa: PLC0415 - optional, heavy (plotly)
+    except ImportError:
+        raise AgentError(
+            "--html needs the report extra: pip install 'gpuval-agent[report]'"
+        ) from None
+
+    def write(result: AgentResult) -> None:
+        try:
+            write_page(machine_view(result), path)
+        except OSError as error:
+            raise AgentError(f"--html {str(path)!r}: cannot write the report: {error}") from None
+
+    return write
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
     except ValidationError as error:
         raise AgentError(_validation_message(error, "the checks configuration")) from None
+    write_html = _html_writer(args.html)
     backend = select_backend(args.backend, args.simulate)
     metrics = _metrics(args.metrics_port, backend.name)
     display = Display(metrics=metrics, quiet=args.quiet)
@@ -192,6 +218,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(render_table(result), file=table_stream)
     if args.json_path:
         _write_json(result, args.json_path)
+    if write_html is not None:
+        write_html(result)
     if result.reason is Reason.AGENT_STOPPED:
         return EXIT_INTERRUPTED
     return EXIT_PASSED if result.verdict is Verdict.PASSED else EXIT_FAILED

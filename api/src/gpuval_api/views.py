@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from gpuval_api.crd import GpuNodeReport, GpuValidation
+from gpuval_api.lenient import read_model
 from gpuval_api.reasons import REASONS, Reason, Severity
 from gpuval_api.result import AgentResult, CheckResult, Metric
 
@@ -240,7 +241,7 @@ def _parse_result(document: object) -> AgentResult | None:
     if not isinstance(document, dict):
         return None
     try:
-        return AgentResult.model_validate(document)
+        return read_model(AgentResult, document)
     except ValidationError:
         return None
 

@@ -34,9 +34,14 @@ crds: setup ## Regenerate crds/ from the types in api/ (the one source of the CR
 chart-crds: ## Copy crds/*.yaml into charts/gpuval/crds/ (Helm installs, never upgrades, that folder)
 	cp crds/*.yaml charts/gpuval/crds/
 
+.PHONY: dashboard
+dashboard: setup ## Regenerate charts/gpuval/files/dashboard.json from gpuval_devtools.dashboard (its one source)
+	$(UV) run --frozen python -m gpuval_devtools.dashboard
+
 .PHONY: check-generated
-check-generated: setup ## Fail when a generated file (CRDs, schemas) is stale against its source
+check-generated: setup ## Fail when a generated file (CRDs, schemas, the Grafana dashboard) is stale against its source
 	$(UV) run --frozen python -m gpuval_api.crdgen --check
+	$(UV) run --frozen python -m gpuval_devtools.dashboard --check
 
 .PHONY: demo
 DEMO_ARGS ?=

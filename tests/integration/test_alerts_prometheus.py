@@ -148,7 +148,7 @@ def dashboard_queries() -> list[tuple[str, str]]:
     ]
     for variable in dashboard["templating"]["list"]:
         if variable["type"] == "query":
-            query = variable["query"]["query"]
+            query = variable["query"]
             # label_values(expr, label) is Grafana's, not PromQL: its series selector is.
             selector = re.fullmatch(r"label_values\((.+), *\w+\)", query)
             assert selector, query

@@ -13,6 +13,10 @@ setup: ## Install uv (pinned) if missing and sync the locked Python environment 
 	@./hack/ensure-uv.sh
 	$(UV) sync --frozen
 
+.PHONY: browser
+browser: ## Install Debian's chromium (root, once; .debs cached under $GPUVAL_CACHE) for the report's browser tests
+	@./hack/ensure-chromium.sh
+
 .PHONY: controlplane
 controlplane: setup ## Build and cache etcd, kube-apiserver/-controller-manager/-scheduler, kubectl, kwok, kwokctl, helm, prometheus
 	$(UV) run --frozen python -m gpuval_devtools.controlplane build
@@ -70,9 +74,13 @@ lint: setup ## ruff and mypy --strict over every package
 	$(UV) run --frozen mypy
 
 .PHONY: test
-test: setup controlplane ## The README's test command: lint, generated-file check, unit and cluster tests
+test: setup controlplane browser ## The README's test command: lint, generated-file check, unit, browser and cluster tests
 	$(MAKE) lint check-generated
 	$(UV) run --frozen pytest -m "not gpu"
+
+.PHONY: report-screenshot
+report-screenshot: setup browser ## Rerun the report's browser test and keep its screenshot as docs/images/fleet-report.png
+	GPUVAL_SCREENSHOT_DIR=docs/images $(UV) run --frozen pytest -q tests/browser
 
 .PHONY: test-unit
 test-unit: setup ## Unit tests only (no cluster, no GPU)

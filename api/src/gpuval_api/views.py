@@ -27,9 +27,12 @@ from gpuval_api.result import AgentResult, CheckResult, Metric
 # an 8-NIC node costs 12.5 % (design.md, Fabric), so the ratio must sit at 0.9 or above to see it.
 OUTLIER_RATIO = 0.9
 
+PASSED = "Passed"
+FAILED = "Failed"
 # Verdict-like states of a unit that has no verdict yet.
 RUNNING = "Running"
 PENDING = "Pending"
+KNOWN_STATES = (PASSED, FAILED, RUNNING, PENDING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,14 +42,15 @@ class Figure:
     key: str
     label: str
     unit: str
+    check: str  # the check that measures it
 
 
-BURN = Figure("burnTflops", "Burn throughput", "TFLOP/s")
-H2D = Figure("h2dGBps", "Host to device", "GB/s")
-D2H = Figure("d2hGBps", "Device to host", "GB/s")
-DEVICE_COPY = Figure("deviceCopyGBps", "Device-local copy", "GB/s")
-P2P = Figure("p2pGBps", "GPU to GPU (peer)", "GB/s")
-NCCL_BUSBW = Figure("ncclBusbwGBps", "NCCL all-reduce busbw", "GB/s")
+BURN = Figure("burnTflops", "Burn throughput", "TFLOP/s", "burn")
+H2D = Figure("h2dGBps", "Host to device", "GB/s", "bandwidth")
+D2H = Figure("d2hGBps", "Device to host", "GB/s", "bandwidth")
+DEVICE_COPY = Figure("deviceCopyGBps", "Device-local copy", "GB/s", "bandwidth")
+P2P = Figure("p2pGBps", "GPU to GPU (peer)", "GB/s", "bandwidth")
+NCCL_BUSBW = Figure("ncclBusbwGBps", "NCCL all-reduce busbw", "GB/s", "nccl")
 # Higher is better for every one of them; temperature is a limit, checked by the burn itself.
 FIGURES: tuple[Figure, ...] = (BURN, H2D, D2H, DEVICE_COPY, P2P, NCCL_BUSBW)
 
@@ -147,6 +151,11 @@ class FleetView:
     def counts(self) -> dict[str, int]:
         """Units per verdict string, commonest first; unknown verdicts count under their name."""
         return dict(Counter(u.verdict for u in self.units).most_common())
+
+    @property
+    def others(self) -> list[UnitView]:
+        """Units with a verdict this view does not classify (a later NotRun, say), by name."""
+        return [u for u in self.units if u.verdict not in KNOWN_STATES]
 
     @property
     def outliers(self) -> list[FigureOutlier]:
@@ -255,11 +264,13 @@ def node_unit(report: GpuNodeReport) -> UnitView:
         return UnitView(node, RUNNING if phase == RUNNING else PENDING)
     summary = status.summary.model_dump(by_alias=True) if status.summary else {}
     figures = {f.key: float(summary[f.key]) for f in FIGURES if summary.get(f.key) is not None}
+    # Only a Failed node has failures: a node gpuval could not test (NotRun) is not blamed.
+    failed = status.verdict == FAILED
     failures = tuple(
         FailureView(node, f.check, f.reason, f.message, f.hint or hint_for(f.reason), f.gpu)
-        for f in status.failures
+        for f in (status.failures if failed else [])
     )
-    if status.verdict != "Passed" and not failures and status.reason:
+    if failed and not failures and status.reason:
         failures = (
             FailureView(node, "-", status.reason, status.message or "", hint_for(status.reason)),
         )
@@ -362,14 +373,14 @@ def machine_view(result: AgentResult) -> FleetView:
     failures = _machine_failures(result, host)
     failed_gpus = {f.gpu for f in failures if f.gpu is not None}
     for check in result.checks:
-        failed_gpus.update(g.index for g in check.gpus if g.verdict == "Failed")
+        failed_gpus.update(g.index for g in check.gpus if g.verdict == FAILED)
     environment = _gpu_environment(result)
     figures = _gpu_figures(result)
     indices = sorted(set(environment) | set(figures))
     units = tuple(
         UnitView(
             name=f"GPU {index}",
-            verdict="Failed" if index in failed_gpus else "Passed",
+            verdict=FAILED if index in failed_gpus else PASSED,
             figures=figures.get(index, {}),
             environment=environment.get(index, {}),
             failures=tuple(f for f in failures if f.gpu == index),

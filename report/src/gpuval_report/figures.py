@@ -14,7 +14,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from gpuval_api.views import Figure, FigureOutlier, FleetView, UnitView
+from gpuval_api.views import OUTLIER_RATIO, Figure, FigureOutlier, FleetView, UnitView
 
 KNOWN_COLOURS = {
     "Passed": "#2e7d32",
@@ -46,58 +46,69 @@ def _layout(title: str, height: int) -> dict[str, Any]:
     }
 
 
+def _jitter(index: int) -> float:
+    """A fixed spread within a verdict's row (golden-ratio steps), so a page is reproducible."""
+    return ((index * 0.618034) % 1.0 - 0.5) * 0.5
+
+
+def _labels(
+    figure: Figure, measured: Sequence[UnitView], outliers: Sequence[FigureOutlier]
+) -> dict[str, str]:
+    """Units named on the plot: outliers of this figure, and units a failure of this figure's
+    check failed (a node failing its burn is named on the burn plot, not on every plot)."""
+    labels = {o.unit: f"{o.unit} ({o.ratio:.0%} of median)" for o in outliers}
+    for unit in measured:
+        reasons = [f.reason for f in unit.failures if f.check == figure.check]
+        if reasons and unit.name not in labels:
+            labels[unit.name] = f"{unit.name} ({reasons[0]})"
+    return labels
+
+
 def distribution(view: FleetView, figure: Figure, outliers: Sequence[FigureOutlier]) -> go.Figure:
-    """Every unit's value of `figure` as a point on one axis (jittered), coloured by verdict;
-    outliers and failing units carry their name as a label."""
-    verdicts = list(view.counts)
+    """Every unit's value of `figure` as a point, one row per verdict, coloured by it; the median
+    and the outlier bound as lines; outliers and units failing this check labelled by name."""
+    verdicts = [v for v in view.counts if any(u.verdict == v for u in view.units)]
     measured = [u for u in view.units if figure.key in u.figures]
+    rows = [v for v in verdicts if any(u.verdict == v for u in measured)]
     fig = go.Figure()
-    fig.add_trace(
-        go.Box(
-            x=[u.figures[figure.key] for u in measured],
-            name="all",
-            boxpoints=False,
-            marker={"color": "#b0bec5"},
-            hoverinfo="skip",
-            showlegend=False,
-        )
-    )
-    for verdict in verdicts:
+    position: dict[str, tuple[float, float]] = {}
+    for row, verdict in enumerate(rows):
         units = [u for u in measured if u.verdict == verdict]
-        if not units:
-            continue
+        for index, unit in enumerate(units):
+            position[unit.name] = (unit.figures[figure.key], row + _jitter(index))
         fig.add_trace(
-            go.Box(
-                x=[u.figures[figure.key] for u in units],
+            go.Scatter(
+                x=[position[u.name][0] for u in units],
+                y=[position[u.name][1] for u in units],
                 text=[u.name for u in units],
+                mode="markers",
                 name=verdict,
-                boxpoints="all",
-                jitter=0.6,
-                pointpos=0,
-                fillcolor="rgba(0,0,0,0)",
-                line={"color": "rgba(0,0,0,0)"},
-                marker={"color": verdict_colour(verdict, verdicts), "size": 9},
+                marker={"color": verdict_colour(verdict, verdicts), "size": 10},
                 hovertemplate=f"%{{text}}: %{{x:.1f}} {figure.unit}<extra>{verdict}</extra>",
             )
         )
-    flagged = {o.unit: f"{o.unit} ({o.ratio:.0%} of median)" for o in outliers}
-    for unit in measured:
-        if unit.failures:
-            flagged.setdefault(unit.name, f"{unit.name} ({unit.failures[0].reason})")
-    for unit in measured:
-        if unit.name in flagged:
-            fig.add_annotation(
-                x=unit.figures[figure.key],
-                y=verdict if unit.verdict in verdicts else "all",
-                text=flagged[unit.name],
-                showarrow=True,
-                arrowhead=2,
-                ax=0,
-                ay=-32,
-                font={"color": verdict_colour(unit.verdict, verdicts)},
-            )
+    values = [u.figures[figure.key] for u in measured]
+    if values:
+        median = statistics.median(values)
+        fig.add_vline(x=median, line={"color": "#90a4ae", "width": 1})
+        fig.add_vline(
+            x=OUTLIER_RATIO * median, line={"color": "#c62828", "dash": "dot", "width": 1}
+        )
+    for index, (name, text) in enumerate(_labels(figure, measured, outliers).items()):
+        unit_verdict = next(u.verdict for u in measured if u.name == name)
+        x, y = position[name]
+        fig.add_annotation(
+            x=x, y=y, text=text, showarrow=True, arrowhead=2, ax=0, ay=-28 - 18 * (index % 3),
+            font={"color": verdict_colour(unit_verdict, verdicts)},
+        )  # fmt: skip
     fig.update_layout(**_layout(f"{figure.label} per {view.unit_label} ({figure.unit})", 300))
-    fig.update_xaxes(title_text=figure.unit)
+    fig.update_xaxes(title_text=f"{figure.unit} (grey: median; dotted red: 90 % of the median)")
+    fig.update_yaxes(
+        tickvals=list(range(len(rows))),
+        ticktext=rows,
+        range=[-0.7, len(rows) - 0.3],
+        zeroline=False,
+    )
     return fig
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from plotly.offline import get_plotlyjs
 
-from gpuval_api.views import FIGURES, FleetView, UniformityRow
+from gpuval_api.views import FIGURES, PASSED, FleetView, UniformityRow
 from gpuval_report.figures import distribution, figure_html, nccl_sweep, verdict_colour
 
 STYLE = """
@@ -25,6 +25,7 @@ h1 { font-size: 1.6em; margin-bottom: .2em; } h2 { font-size: 1.25em; margin-top
 table { border-collapse: collapse; margin: .5em 0; }
 th, td { border: 1px solid #e0e0e0; padding: .3em .6em; text-align: left; vertical-align: top; }
 th { background: #f5f5f5; }
+td:first-child { white-space: nowrap; }
 tr.bad td { background: #ffebee; }
 .plot { border: 1px solid #eceff1; margin: .6em 0; }
 .none { color: #2e7d32; }
@@ -74,6 +75,16 @@ def _failures(view: FleetView) -> str:
     return table + more
 
 
+def _others(view: FleetView) -> str:
+    """Units neither passed nor failed nor waiting: gpuval could not judge them (e.g. NotRun)."""
+    rows = [[escape(u.name), escape(u.verdict), escape(u.reason or ""), escape(u.message)]
+            for u in view.others]  # fmt: skip
+    if not rows:
+        return ""
+    table = _table([view.unit_label, "verdict", "reason", "message"], rows)
+    return f'<h2>Not judged</h2><div id="others">{table}</div>'
+
+
 def _outliers(view: FleetView) -> str:
     outliers = view.outliers
     if not outliers:
@@ -116,7 +127,7 @@ def _units(view: FleetView) -> str:
         + [f"{u.figures[f.key]:.1f}" if f.key in u.figures else "" for f in FIGURES]
         for u in view.units
     ]
-    return _table(headers, rows, [u.verdict not in ("Passed",) for u in view.units])
+    return _table(headers, rows, [u.verdict != PASSED for u in view.units])
 
 
 def _plots(view: FleetView) -> str:
@@ -151,6 +162,7 @@ def render_page(view: FleetView, generated_at: datetime | None = None) -> str:
         f'<div id="counts">{_counts(view)}</div>',
         conditions if view.conditions else "",
         f'<h2>Failures</h2><div id="failures">{_failures(view)}</div>',
+        _others(view),
         f'<h2>Outliers</h2><div id="outliers">{_outliers(view)}</div>',
         f'<h2>Figures</h2><div id="plots">{_plots(view)}</div>',
         f'<h2>Uniformity</h2><div id="uniformity">{_uniformity(view.uniformity)}</div>',

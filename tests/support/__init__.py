@@ -1,0 +1,1 @@
+"""Helpers the tests share (fleets of real agent results, a headless browser): not product code."""

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from gpuval_api.crd import GpuNodeReport, GpuValidation
 from gpuval_api.lenient import read_model
+from gpuval_api.machine import machine_view
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_api.views import (
     BURN,
@@ -17,7 +18,6 @@ from gpuval_api.views import (
     figure_outliers,
     fleet_view,
     hint_for,
-    machine_view,
     node_unit,
     uniformity_rows,
 )

@@ -36,10 +36,10 @@ from gpuval_api.checks import (
     camel,
     parse_checks,
 )
+from gpuval_api.machine import machine_view
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_api.report import build_report_status, build_running_status
 from gpuval_api.result import AgentResult, CheckResult, Environment, Finding, Verdict
-from gpuval_api.views import machine_view
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

@@ -3,7 +3,8 @@ result), as plain data. Pure: nothing here calls the API or draws.
 
 `kubectl gpuval status` prints a `FleetView`; `gpuval_report` draws the same view as an HTML page
 (`kubectl gpuval report --html`, `gpuval-agent run --html`). A fleet's units are its nodes (each
-with its worst GPU's figures, as in the report summary); a machine's units are its GPUs.
+with its worst GPU's figures, as in the report summary); a machine's units are its GPUs
+(`gpuval_api.machine`).
 
 Verdicts are kept as the strings the reports carry: a verdict this version does not know (a later
 `NotRun`, say) is counted and shown under its own name, never dropped.
@@ -20,8 +21,8 @@ from pydantic import ValidationError
 
 from gpuval_api.crd import GpuNodeReport, GpuValidation
 from gpuval_api.lenient import read_model
-from gpuval_api.reasons import REASONS, Reason, Severity
-from gpuval_api.result import AgentResult, CheckResult, Metric
+from gpuval_api.reasons import REASONS, Reason
+from gpuval_api.result import AgentResult, CheckResult
 
 # A unit whose figure is below this fraction of the fleet's median is an outlier: one NIC down on
 # an 8-NIC node costs 12.5 % (design.md, Fabric), so the ratio must sit at 0.9 or above to see it.
@@ -215,14 +216,16 @@ def uniformity_rows(units: Iterable[UnitView], fields: Sequence[str]) -> list[Un
     return rows
 
 
-def _distinct(values: Iterable[object]) -> str | None:
+def distinct(values: Iterable[object]) -> str | None:
+    """The distinct values, lowercase booleans, sorted and joined by ',' (the operator's form)."""
     present = sorted(
         {str(v).lower() if isinstance(v, bool) else str(v) for v in values if v is not None}
     )
     return ",".join(present) if present else None
 
 
-def _nccl_curve(check: CheckResult | None) -> tuple[tuple[int, float], ...]:
+def nccl_curve(check: CheckResult | None) -> tuple[tuple[int, float], ...]:
+    """(message bytes, busbw GB/s) of an NCCL check's sweep, smallest first."""
     if check is None:
         return ()
     return tuple(sorted((s.bytes, s.busbw_gbps) for s in check.nccl_sizes))
@@ -234,13 +237,13 @@ def _node_environment(result: AgentResult) -> dict[str, str]:
         "driverVersion": env.driver_version,
         "cudaDriverVersion": env.cuda_driver_version,
         "ncclVersion": env.nccl_version,
-        "gpuProduct": _distinct(g.name for g in env.gpus),
+        "gpuProduct": distinct(g.name for g in env.gpus),
         "gpuCount": env.gpu_count,
-        "vbios": _distinct(g.vbios for g in env.gpus),
+        "vbios": distinct(g.vbios for g in env.gpus),
         "kernel": env.kernel,
-        "eccEnabled": _distinct(g.ecc_enabled for g in env.gpus),
-        "migMode": _distinct(g.mig_mode for g in env.gpus),
-        "persistenceMode": _distinct(g.persistence_mode for g in env.gpus),
+        "eccEnabled": distinct(g.ecc_enabled for g in env.gpus),
+        "migMode": distinct(g.mig_mode for g in env.gpus),
+        "persistenceMode": distinct(g.persistence_mode for g in env.gpus),
     }
     return {k: str(v) for k, v in raw.items() if v is not None}
 
@@ -283,7 +286,7 @@ def node_unit(report: GpuNodeReport) -> UnitView:
         figures=figures,
         environment=_node_environment(result) if result else {},
         failures=failures,
-        nccl=_nccl_curve(result.check("nccl")) if result else (),
+        nccl=nccl_curve(result.check("nccl")) if result else (),
     )
 
 
@@ -305,95 +308,4 @@ def fleet_view(validation: GpuValidation, reports: Iterable[GpuNodeReport]) -> F
         conditions=conditions,
         run=(status.run.id if status and status.run else ""),
         failing_omitted=(status.failing_nodes_omitted if status else 0),
-    )
-
-
-def _gpu_environment(result: AgentResult) -> dict[int, dict[str, str]]:
-    out: dict[int, dict[str, str]] = {}
-    for gpu in result.environment.gpus:
-        link = gpu.pcie
-        raw: dict[str, object] = {
-            "gpuProduct": gpu.name,
-            "vbios": gpu.vbios,
-            "pcieLink": (
-                f"gen{link.current_gen}/{link.max_gen} x{link.current_width}/{link.max_width}"
-                if link.current_gen is not None
-                else None
-            ),
-            "eccEnabled": _distinct([gpu.ecc_enabled]),
-            "persistenceMode": _distinct([gpu.persistence_mode]),
-            "migMode": _distinct([gpu.mig_mode]),
-            "powerLimitWatts": gpu.power_limit_watts,
-        }
-        out[gpu.index] = {k: str(v) for k, v in raw.items() if v is not None}
-    return out
-
-
-def _gpu_figures(result: AgentResult) -> dict[int, dict[str, float]]:
-    figures: dict[int, dict[str, float]] = {}
-    for check_name, keys in (
-        ("burn", ((Metric.TFLOPS, BURN.key),)),
-        (
-            "bandwidth",
-            ((Metric.H2D, H2D.key), (Metric.D2H, D2H.key), (Metric.DEVICE_COPY, DEVICE_COPY.key)),
-        ),
-    ):
-        check = result.check(check_name)
-        for gpu in check.gpus if check else []:
-            for metric, key in keys:
-                if metric in gpu.metrics:
-                    figures.setdefault(gpu.index, {})[key] = gpu.metrics[metric]
-    bandwidth = result.check("bandwidth")
-    for pair in bandwidth.pairs if bandwidth else []:
-        if pair.gbps is not None:
-            mine = figures.setdefault(pair.src, {})
-            mine[P2P.key] = min(mine.get(P2P.key, pair.gbps), pair.gbps)
-    return figures
-
-
-def _machine_failures(result: AgentResult, host: str) -> list[FailureView]:
-    return [
-        FailureView(
-            f"GPU {f.gpu}" if f.gpu is not None else host,
-            check.name,
-            str(f.reason),
-            " ".join(f.message.split()),
-            f.hint,
-            f.gpu,
-        )
-        for check in result.checks
-        for f in check.findings
-        if f.severity is Severity.ERROR
-    ]
-
-
-def machine_view(result: AgentResult) -> FleetView:
-    """One machine's result (`gpuval-agent run`) as a view whose units are its GPUs."""
-    host = result.node or result.environment.hostname or "this machine"
-    failures = _machine_failures(result, host)
-    failed_gpus = {f.gpu for f in failures if f.gpu is not None}
-    for check in result.checks:
-        failed_gpus.update(g.index for g in check.gpus if g.verdict == FAILED)
-    environment = _gpu_environment(result)
-    figures = _gpu_figures(result)
-    indices = sorted(set(environment) | set(figures))
-    units = tuple(
-        UnitView(
-            name=f"GPU {index}",
-            verdict=FAILED if index in failed_gpus else PASSED,
-            figures=figures.get(index, {}),
-            environment=environment.get(index, {}),
-            failures=tuple(f for f in failures if f.gpu == index),
-        )
-        for index in indices
-    )
-    curve = _nccl_curve(result.check("nccl"))
-    return FleetView(
-        title=f"{host}: {result.verdict}" + (f" ({result.reason})" if result.reason else ""),
-        kind="machine",
-        unit_label="GPU",
-        phase=str(result.verdict),
-        units=units,
-        failures=tuple(failures),
-        nccl_curves=((host, curve),) if curve else (),
     )

@@ -36,13 +36,13 @@ from grafana_foundation_sdk.models import common as common_models
 from grafana_foundation_sdk.models import dashboard as models
 from grafana_foundation_sdk.models import prometheus as prometheus_models
 
+from gpuval_api.views import OUTLIER_RATIO
+
 TARGET = Path(__file__).resolve().parents[3] / "charts" / "gpuval" / "files" / "dashboard.json"
 UID = "gpuval-overview"
 DATASOURCE = models.DataSourceRef(type_val="prometheus", uid="${datasource}")
 SELECT = 'validation=~"$validation", node=~"$node"'
 VALIDATION = 'validation=~"$validation"'
-# Nodes below this fraction of their fleet's median are outliers (gpuval_api.views.OUTLIER_RATIO).
-OUTLIER_RATIO = 0.9
 SLOWEST = 15
 
 

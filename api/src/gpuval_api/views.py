@@ -292,8 +292,14 @@ def node_unit(report: GpuNodeReport) -> UnitView:
 
 def fleet_view(validation: GpuValidation, reports: Iterable[GpuNodeReport]) -> FleetView:
     """A GpuValidation's current run as a fleet: one unit per node report, sorted by node name."""
+    return fleet_of_units(validation, (node_unit(r) for r in reports))
+
+
+def fleet_of_units(validation: GpuValidation, node_units: Iterable[UnitView]) -> FleetView:
+    """The same from units already taken out of their reports (a reader of thousands of reports
+    keeps the units, a few hundred bytes each, and drops each page of whole reports)."""
     status = validation.status
-    units = sorted((node_unit(r) for r in reports), key=lambda u: u.name)
+    units = sorted(node_units, key=lambda u: u.name)
     conditions = tuple(
         (c.type, str(c.status), c.reason, c.message) for c in (status.conditions if status else [])
     )

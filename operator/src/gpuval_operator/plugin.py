@@ -19,9 +19,9 @@ from pathlib import Path
 
 from gpuval_api.crd import API_VERSION, GpuNodeReport, GpuValidation
 from gpuval_api.lenient import read_model
-from gpuval_api.views import FleetView, fleet_view
+from gpuval_api.views import FleetView, UnitView, fleet_of_units, node_unit
 from gpuval_operator import names
-from gpuval_operator.kube import ApiError, KubeClient, load_credentials, q
+from gpuval_operator.kube import ApiError, KubeClient, ResourceExpiredError, load_credentials, q
 
 VALIDATIONS = f"/apis/{API_VERSION}/gpuvalidations"
 REPORTS = f"/apis/{API_VERSION}/gpunodereports"
@@ -34,10 +34,23 @@ class PluginError(Exception):
     """What kubectl gpuval tells the user instead of a traceback."""
 
 
+async def _units(client: KubeClient, selector: str) -> list[UnitView]:
+    """The reports' units, a page of 500 reports at a time: a report carries the agent's whole
+    result document, so thousands of them are never held at once."""
+    while True:
+        units: list[UnitView] = []
+        try:
+            async for page, _, _ in client.pages(REPORTS, selector):
+                units.extend(node_unit(read_model(GpuNodeReport, item)) for item in page)
+        except ResourceExpiredError:
+            continue  # the list changed too much to go on paging: start again
+        return units
+
+
 async def _fetch(
     kubeconfig: str | None, name: str | None
-) -> tuple[list[GpuValidation], list[GpuNodeReport]]:
-    """The named GpuValidation with its current run's reports, or every GpuValidation."""
+) -> tuple[list[GpuValidation], list[UnitView]]:
+    """The named GpuValidation with its current run's node units, or every GpuValidation."""
     try:
         credentials = load_credentials(kubeconfig)
     except Exception as error:  # the kubernetes package raises several kinds for one cause
@@ -60,8 +73,7 @@ async def _fetch(
             selector = (
                 f"{names.LABEL_VALIDATION}={names.label_value(name)},{names.LABEL_RUN}={run.id}"
             )
-            items, _ = await client.list_pages(REPORTS, selector)
-            return [validation], [read_model(GpuNodeReport, item) for item in items]
+            return [validation], await _units(client, selector)
         except ApiError as error:
             raise PluginError(f"the API server refused: {error}") from None
 
@@ -188,10 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> str:
-    validations, reports = asyncio.run(_fetch(args.kubeconfig, args.name))
+    validations, units = asyncio.run(_fetch(args.kubeconfig, args.name))
     if args.name is None:
         return render_list(validations)
-    view = fleet_view(validations[0], reports)
+    view = fleet_of_units(validations[0], units)
     if args.command == "report":
         path = write_html(view, args.html)
         return f"wrote {path.resolve()} ({len(view.units)} nodes)"

@@ -13,6 +13,10 @@ setup: ## Install uv (pinned) if missing and sync the locked Python environment 
 	@./hack/ensure-uv.sh
 	$(UV) sync --frozen
 
+.PHONY: browser
+browser: ## Install Debian's chromium (root, once; .debs cached under $GPUVAL_CACHE) for the report's browser tests
+	@./hack/ensure-chromium.sh
+
 .PHONY: controlplane
 controlplane: setup ## Build and cache etcd, kube-apiserver/-controller-manager/-scheduler, kubectl, kwok, kwokctl, helm, prometheus
 	$(UV) run --frozen python -m gpuval_devtools.controlplane build
@@ -26,15 +30,21 @@ cluster-down: ## Stop and delete the local control plane started by cluster-up
 	$(UV) run --frozen python -m gpuval_devtools.controlplane down
 
 .PHONY: generate
-generate: setup ## Regenerate every generated file from its one source: CRDs (and the chart's copy), JSON schemas, docs tables
+generate: setup ## Regenerate every generated file from its one source: CRDs (and the chart's copy), JSON schemas, docs tables, the dashboard
 	$(UV) run --frozen python -m gpuval_api.generate
+	$(UV) run --frozen python -m gpuval_devtools.dashboard
 
 .PHONY: crds
 crds: generate ## Same as generate (the CRDs come from the types in api/)
 
+.PHONY: dashboard
+dashboard: setup ## Regenerate charts/gpuval/files/dashboard.json from gpuval_devtools.dashboard (its one source)
+	$(UV) run --frozen python -m gpuval_devtools.dashboard
+
 .PHONY: check-generated
-check-generated: setup ## Fail when a generated file (CRDs, the chart's CRDs, schemas, docs tables) is stale
+check-generated: setup ## Fail when a generated file (CRDs, the chart's CRDs, schemas, docs tables, the Grafana dashboard) is stale
 	$(UV) run --frozen python -m gpuval_api.generate --check
+	$(UV) run --frozen python -m gpuval_devtools.dashboard --check
 
 .PHONY: demo
 DEMO_ARGS ?=
@@ -63,9 +73,13 @@ lint: setup ## ruff and mypy --strict over every package
 	$(UV) run --frozen mypy
 
 .PHONY: test
-test: setup controlplane ## The README's test command: lint, generated-file check, unit and cluster tests
+test: setup controlplane browser ## The README's test command: lint, generated-file check, unit, browser and cluster tests
 	$(MAKE) lint check-generated
 	$(UV) run --frozen pytest -m "not gpu"
+
+.PHONY: report-screenshot
+report-screenshot: setup browser ## Rerun the report's browser test and keep its screenshot as docs/images/fleet-report.png
+	GPUVAL_SCREENSHOT_DIR=docs/images $(UV) run --frozen pytest -q tests/browser
 
 .PHONY: test-unit
 test-unit: setup ## Unit tests only (no cluster, no GPU)

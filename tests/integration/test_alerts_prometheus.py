@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from gpuval_devtools.controlplane import Cluster, debian_binary
+from tests.integration.test_grafana_alert import burn_expr, rendered
 from tests.support import chart
 from tests.support.kube import get_json, wait_for
 
@@ -147,7 +148,7 @@ def dashboard_queries() -> list[tuple[str, str]]:
     ]
     for variable in dashboard["templating"]["list"]:
         if variable["type"] == "query":
-            query = variable["query"]["query"]
+            query = variable["query"]
             # label_values(expr, label) is Grafana's, not PromQL: its series selector is.
             selector = re.fullmatch(r"label_values\((.+), *\w+\)", query)
             assert selector, query
@@ -211,6 +212,8 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
             assert server.target_health() == ["up"]
             scraped = chart.scrape(port)
             empty = [(title, expr) for title, expr in dashboard_queries() if not server.query(expr)]
+            # Grafana's rule: query A, then threshold B (A > 0), per series.
+            grafana = server.query(f"({burn_expr(rendered()[1])}) > 0")
             for name in validations:
                 cluster.kubectl("delete", "gpuvalidation", name, "--wait=false")
             for name in validations:
@@ -236,6 +239,9 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
         a["labels"].get("node") for a in alerts if a["labels"]["alertname"].startswith("GpuvalNode")
     }
     assert alerting_nodes == {bad}
+
+    assert {r["metric"]["node"] for r in grafana} == {bad}, grafana
+    assert {r["metric"]["reason"] for r in grafana} == {"BurnMismatch"}
 
     assert not empty, f"dashboard queries with no series from the operator: {empty}"
     exported = set(re.findall(r"^(gpuval_[a-z0-9_]+)", scraped, flags=re.MULTILINE))

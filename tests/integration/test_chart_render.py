@@ -130,7 +130,8 @@ def test_monitoring_objects_are_absent_by_default_and_present_when_toggled() -> 
     assert not default_kinds & {"ServiceMonitor", "PrometheusRule", "ConfigMap"}
     monitor = chart.find(monitoring, "ServiceMonitor")
     rule = chart.find(monitoring, "PrometheusRule")
-    dashboard = chart.find(monitoring, "ConfigMap")
+    dashboard = chart.find(monitoring, "ConfigMap", "gpuval-dashboard")
+    grafana_alert = chart.find(monitoring, "ConfigMap", "gpuval-grafana-alert")
     service = chart.find(monitoring, "Service")
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
@@ -153,6 +154,8 @@ def test_monitoring_objects_are_absent_by_default_and_present_when_toggled() -> 
     assert dashboard["metadata"]["namespace"] == "monitoring"
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(dashboard["data"]["gpuval.json"])["uid"] == "gpuval-overview"
+    assert grafana_alert["metadata"]["namespace"] == "monitoring"
+    assert grafana_alert["metadata"]["labels"]["grafana_alert"] == "1"
 
 
 def test_pinned_digest_wins_over_the_tag() -> None:

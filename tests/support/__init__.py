@@ -1,2 +1,3 @@
-"""Helpers of the cluster tests: talking to the real control plane, the chart, a fleet of
-simulated nodes. Fixtures stay in the conftest files; everything here is plain functions."""
+"""Helpers the tests share: talking to the real control plane, the chart, fleets of simulated
+nodes and of real agent results, a headless browser. Fixtures stay in the conftest files;
+everything here is plain functions, not product code."""

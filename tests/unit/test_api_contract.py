@@ -19,7 +19,7 @@ from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = [ROOT / "operator" / "src", ROOT / "agent" / "src", ROOT / "devtools" / "src"]
+PRODUCT = [ROOT / p / "src" for p in ("operator", "agent", "devtools", "report")]
 ENUMS: list[type[StrEnum]] = [
     AgentEnv,
     OperatorEnv,

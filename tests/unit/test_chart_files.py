@@ -31,7 +31,12 @@ def _leaves(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
 
 
 # Maps with default content that are one value to the user (replaced whole, like resources).
-FREE_FORM_WITH_DEFAULTS = {"operator.resources", "dashboard.labels"}
+FREE_FORM_WITH_DEFAULTS = {
+    "operator.resources",
+    "dashboard.labels",
+    "grafanaAlert.labels",
+    "grafanaAlert.alertLabels",
+}
 
 
 def _documented_keys(text: str) -> set[str]:

@@ -106,7 +106,7 @@ def test_every_spec_field_a_user_writes_is_bounded() -> None:
 
 def test_report_status_refuses_verdicts_and_reasons_outside_the_catalogue() -> None:
     props = crdgen.model_schema(GpuNodeReportStatus)["properties"]
-    assert props["verdict"]["enum"] == ["Passed", "Failed"]
+    assert props["verdict"]["enum"] == ["Passed", "Failed", "NotRun"]
     assert "Maybe" not in props["reason"]["enum"] and "BurnMismatch" in props["reason"]["enum"]
     assert props["failures"]["items"]["properties"]["reason"]["enum"] == props["reason"]["enum"]
     assert props["phase"]["enum"] == ["Pending", "Running", "Completed"]

@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -34,6 +34,7 @@ from gpuval_agent.outcome import (
 )
 from gpuval_agent.runner import run_checks
 from gpuval_api.checks import CheckName, ChecksConfig, Precision, camel, parse_checks
+from gpuval_api.machine import machine_view
 from gpuval_api.result import AgentResult
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -96,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--json", dest="json_path", help="write the result document here ('-': stdout)"
     )
+    run.add_argument(
+        "--html", type=Path, help="also write a self-contained HTML report here (report extra)"
+    )
     run.add_argument("--metrics-port", type=int, help="serve live Prometheus metrics on this port")
     run.add_argument("--backend", choices=BACKENDS, help="GPU backend (default cuda)")
     run.add_argument("--simulate", help="simulated backend's configuration JSON (test double)")
@@ -139,11 +143,33 @@ def _write_json(result: AgentResult, path: str) -> None:
         Path(path).write_text(result.to_json() + "\n")
 
 
+def _html_writer(path: Path | None) -> Callable[[AgentResult], None] | None:
+    """The --html writer, resolved before the checks run: a missing extra is said at once, not
+    after a minute of burn."""
+    if path is None:
+        return None
+    try:
+        from gpuval_report import write_page  # noqa: PLC0415 - optional, heavy (plotly)
+    except ImportError:
+        raise AgentError(
+            "--html needs the report extra: pip install 'gpuval-agent[report]'"
+        ) from None
+
+    def write(result: AgentResult) -> None:
+        try:
+            write_page(machine_view(result), path)
+        except OSError as error:
+            raise AgentError(f"--html {str(path)!r}: cannot write the report: {error}") from None
+
+    return write
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
     except ValidationError as error:
         raise AgentError(validation_message(error, "the checks configuration")) from None
+    write_html = _html_writer(args.html)
     backend = select_backend(args.backend, args.simulate)
     metrics = start_metrics(args.metrics_port, backend.name)
     display = Display(metrics=metrics, quiet=args.quiet)
@@ -160,6 +186,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(render_table(result), file=table_stream)
     if args.json_path:
         _write_json(result, args.json_path)
+    if write_html is not None:
+        write_html(result)
     return exit_code(result)
 
 

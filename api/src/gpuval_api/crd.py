@@ -17,6 +17,7 @@ from pydantic.alias_generators import to_camel
 
 from gpuval_api.checks import ChecksConfig
 from gpuval_api.conditions import ConditionType
+from gpuval_api.fabric import FabricSpec, FabricStatus
 from gpuval_api.reasons import Reason
 from gpuval_api.report import REPORT_VERDICTS, ReportPhase
 from gpuval_api.result import Verdict
@@ -351,6 +352,13 @@ class GpuValidationSpec(_Model):
         default_factory=NodeActions, description="Labels, taints and cordons on validated nodes."
     )
     agent: AgentSettings = Field(default_factory=AgentSettings, description="Agent pod settings.")
+    fabric: FabricSpec | None = Field(
+        default=None,
+        description=(
+            "Test the fabric between nodes: NCCL all-reduce across groups of nodes that passed "
+            "their local checks, narrowed down to a slow node or link. Unset: off."
+        ),
+    )
     history: int = Field(
         default=3,
         ge=1,
@@ -561,6 +569,10 @@ class GpuNodeReportStatus(_Model):
         description=(
             "The agent's whole result document (schema gpuval.dev/v1alpha1/result, api/schemas/)."
         ),
+    )
+    fabric: FabricStatus | None = Field(
+        default=None,
+        description="The node's cross-node NCCL result, when the run tests the fabric.",
     )
 
 

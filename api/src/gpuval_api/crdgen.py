@@ -238,6 +238,8 @@ def build_crds() -> dict[str, dict[str, Any]]:
             {"name": "Burn TFLOP/s", "type": "number", "jsonPath": ".status.summary.burnTflops"},
             {"name": "H2D GB/s", "type": "number", "jsonPath": ".status.summary.h2dGBps"},
             {"name": "Busbw GB/s", "type": "number", "jsonPath": ".status.summary.ncclBusbwGBps"},
+            {"name": "Fabric", "type": "string", "jsonPath": ".status.fabric.verdict"},
+            {"name": "Fabric GB/s", "type": "number", "jsonPath": ".status.fabric.busbwGBps"},
             {"name": "Reason", "type": "string", "jsonPath": ".status.reason"},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ],

@@ -23,6 +23,13 @@ class AgentEnv(StrEnum):
     DEADLINE = "GPUVAL_DEADLINE"
     # Where the agent leaves its compact verdict for the kubelet's termination message.
     TERMINATION_LOG = "GPUVAL_TERMINATION_LOG"
+    # The fabric (cross-node NCCL) pods: this node's rank in its group, the group's nodes by rank
+    # (JSON list), rank 0's rendezvous address (ADDR:PORT), the group's name, and FabricConfig.
+    FABRIC_RANK = "GPUVAL_FABRIC_RANK"
+    FABRIC_NODES = "GPUVAL_FABRIC_NODES"
+    FABRIC_MASTER = "GPUVAL_FABRIC_MASTER"
+    FABRIC_GROUP = "GPUVAL_FABRIC_GROUP"
+    FABRIC_CONFIG = "GPUVAL_FABRIC_CONFIG"
     BACKEND = "GPUVAL_BACKEND"
     SIMULATE = "GPUVAL_SIMULATE"
     SERVICEACCOUNT_DIR = "GPUVAL_SERVICEACCOUNT_DIR"

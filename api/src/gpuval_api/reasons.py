@@ -48,6 +48,12 @@ class Reason(StrEnum):
     NCCL_TIMEOUT = "NcclTimeout"
     NCCL_ERROR = "NcclError"
     NCCL_LOW_BUSBW = "NcclLowBusbw"
+    # Fabric: NCCL across nodes (agent and operator)
+    FABRIC_UNREACHABLE = "FabricUnreachable"
+    FABRIC_SLOW_NODE = "FabricSlowNode"
+    FABRIC_SLOW_LINK = "FabricSlowLink"
+    FABRIC_TRANSPORT_FALLBACK = "FabricTransportFallback"
+    FABRIC_GANG_NOT_FORMED = "FabricGangNotFormed"
     # The agent itself
     CHECK_ERROR = "CheckError"
     CHECK_SKIPPED = "CheckSkipped"
@@ -167,6 +173,32 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.NCCL_LOW_BUSBW: ReasonInfo(
         "NCCL all-reduce bus bandwidth was below the configured threshold",
         "check NVLink status and topology (`nvidia-smi topo -m`); re-run with NCCL_DEBUG=INFO",
+    ),
+    Reason.FABRIC_UNREACHABLE: ReasonInfo(
+        "a rank of the fabric group could not reach rank 0's rendezvous address and port",
+        "check NetworkPolicies and firewalls between the nodes, and NCCL_SOCKET_IFNAME (the "
+        "interface NCCL binds); the message names the address and port tried",
+    ),
+    Reason.FABRIC_SLOW_NODE: ReasonInfo(
+        "the node was slow in every pair all-reduce it took part in, with different partners",
+        "check the node's NICs (`ibstat`, link speed and width), its PCIe links to them and "
+        "NCCL_IB_HCA; one NIC down of 8 costs 12.5 %",
+    ),
+    Reason.FABRIC_SLOW_LINK: ReasonInfo(
+        "the all-reduce between this node and one partner was slow, while both were fine with "
+        "other partners",
+        "check the cable and the switch ports between the two nodes (the message names both)",
+    ),
+    Reason.FABRIC_TRANSPORT_FALLBACK: ReasonInfo(
+        "NCCL moved data between nodes over TCP sockets where InfiniBand/RoCE was expected",
+        "check that the HCAs are visible in the pod (`ibv_devices`), the RDMA device plugin and "
+        "NCCL_IB_HCA; set NCCL_NET=IB to make a missing HCA fail at once",
+    ),
+    Reason.FABRIC_GANG_NOT_FORMED: ReasonInfo(
+        "the node's fabric group could not start all its pods within the gang timeout: the fabric "
+        "was not tested (no evidence against the node)",
+        "look at the group's pods (`kubectl get pods -l gpuval.dev/fabric-group`): GPUs held by "
+        "work, or a node gone; the next run tries again",
     ),
     Reason.CHECK_ERROR: ReasonInfo(
         "the check itself could not run",

@@ -28,7 +28,7 @@ class ReportPhase(StrEnum):
 
 
 # The verdicts a report may carry (a check may also be Skipped; a node never is).
-REPORT_VERDICTS = (Verdict.PASSED, Verdict.FAILED)
+REPORT_VERDICTS = (Verdict.PASSED, Verdict.FAILED, Verdict.NOT_RUN)
 
 
 class StatusKey(StrEnum):
@@ -43,6 +43,7 @@ class StatusKey(StrEnum):
     SUMMARY = "summary"
     FAILURES = "failures"
     RESULT = "result"
+    FABRIC = "fabric"
 
 
 class SummaryKey(StrEnum):

@@ -42,7 +42,11 @@ class Metric:
 class Verdict(StrEnum):
     PASSED = "Passed"
     FAILED = "Failed"
+    # A check that did not run; a node is never Skipped.
     SKIPPED = "Skipped"
+    # A node gpuval could not test (its pod never scheduled, was evicted, its image was not
+    # pulled...): no evidence against it, so no node action follows (design.md, verdict classes).
+    NOT_RUN = "NotRun"
 
 
 class PcieLink(_Model):

@@ -5,7 +5,8 @@ four simulated 8-GPU nodes, one of them faulty (GPU 3 computes wrong results), i
 runs the real operator and the pod runner (which runs the real agent, with its simulated backend,
 for every agent pod that gets scheduled), applies examples/gpuvalidation-fleet.yaml, waits for the
 run to finish, and prints `kubectl get gpuvalidations,gpunodereports`, the nodes' verdict labels and
-taints, and an excerpt of the operator's /metrics.
+taints, an excerpt of the operator's /metrics, `kubectl gpuval status fleet`, and last the path of
+the HTML fleet report `kubectl gpuval report` wrote.
 
 `python -m gpuval_devtools.demo [--keep] [--nodes N]`; with --keep the cluster stays up and its
 kubeconfig is printed.
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuval_api.conditions import ValidationPhase
-from gpuval_devtools.controlplane import Cluster, free_port
+from gpuval_devtools.controlplane import Cluster, GpuNode, free_port
 from gpuval_devtools.launch import (
     REPO_ROOT,
     agent_rbac,
@@ -88,14 +91,48 @@ def banner(text: str) -> None:
     print(f"\n=== {text}", flush=True)
 
 
+def demo_nodes(nodes: int) -> list[GpuNode]:
+    """Healthy nodes, the last one computing wrong results on GPU 3, and from three nodes on the
+    one before it throttling GPU 5 (slow: the report's outlier)."""
+    faults: dict[int, list[dict[str, Any]]] = {nodes - 1: [{"kind": "miscompare", "gpu": 3}]}
+    if nodes >= 3:
+        faults[nodes - 2] = [{"kind": "thermal-slowdown", "gpu": 5}]
+    return [simulated_node(f"gpu-node-{i}", faults=faults.get(i, ())) for i in range(nodes)]
+
+
+def kubectl_gpuval(cluster: Cluster, *args: str) -> str:
+    """`kubectl gpuval ARGS` through the real kubectl, which finds the plugin next to this
+    interpreter on PATH (it is the operator package's kubectl-gpuval script)."""
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "KUBECONFIG": str(cluster.kubeconfig),
+    }
+    proc = subprocess.run(
+        [str(cluster.binaries.kubectl), "gpuval", *args],
+        env=env, capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"kubectl gpuval {' '.join(args)} failed: {proc.stderr.strip()}")
+    return str(proc.stdout).rstrip()
+
+
+def show_results(cluster: Cluster, workdir: Path) -> None:
+    """The last words of the demo: kubectl gpuval status, then the HTML fleet report's path."""
+    banner("kubectl gpuval status fleet")
+    print(kubectl_gpuval(cluster, "status", "fleet"))
+    report = workdir / "fleet-report.html"
+    kubectl_gpuval(cluster, "report", "fleet", "--html", str(report))
+    banner("HTML fleet report (kubectl gpuval report fleet --html FILE); open it in a browser")
+    print(report, flush=True)
+
+
 def run_demo(nodes: int, keep: bool, timeout: float) -> int:
-    cluster_nodes = [simulated_node(f"gpu-node-{i}") for i in range(nodes - 1)]
-    cluster_nodes.append(
-        simulated_node(f"gpu-node-{nodes - 1}", faults=[{"kind": "miscompare", "gpu": 3}])
-    )
+    cluster_nodes = demo_nodes(nodes)
+    slow = f", gpu-node-{nodes - 2} is slow" if nodes >= 3 else ""
     banner(
         f"starting the local control plane with {nodes} simulated 8-GPU nodes "
-        f"(gpu-node-{nodes - 1} is faulty)"
+        f"(gpu-node-{nodes - 1} computes wrong results{slow})"
     )
     cluster = Cluster.start("gpuval-demo", cluster_nodes)
     workdir = Path(tempfile.mkdtemp(prefix="gpuval-demo-"))
@@ -139,6 +176,7 @@ def run_demo(nodes: int, keep: bool, timeout: float) -> int:
         banner(f"logs of the operator, the pod runner and every agent: {workdir}")
         if keep:
             print(f"cluster kept: export KUBECONFIG={cluster.kubeconfig}")
+        show_results(cluster, workdir)
         return 0
     finally:
         if not keep:
@@ -148,7 +186,7 @@ def run_demo(nodes: int, keep: bool, timeout: float) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpuval_devtools.demo", description=__doc__)
     parser.add_argument(
-        "--nodes", type=int, default=4, help="simulated GPU nodes (the last is faulty)"
+        "--nodes", type=int, default=4, help="simulated GPU nodes (the last two are faulty)"
     )
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
     parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for the run")

@@ -1,0 +1,390 @@
+"""Cross-node NCCL, the fabric: what a group of agents is asked to measure, what each reports, and
+the pure decisions both the agents and the operator make from the figures (design.md, "Fabric").
+
+A group is a few nodes (8 by default) whose agents run one all-reduce across all their GPUs, then
+pair rounds in the same pods: every node in two pairs with different partners (three rounds for an
+odd group), then one confirmation round that pairs each suspect with a node known good and tests
+each slow link again. A node slow in both its pairs (and again against a good partner) is a slow
+node; a slow pair whose two nodes are fine elsewhere is a slow link; their healthy partners are
+not blamed. Pairs and groups are all-reduces pinned to NCCL's ring algorithm, so a pair's bus
+bandwidth compares with the group's (a 2-node tree can show twice the network rate).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gpuval_api.checks import MAX_FIGURE, camel
+from gpuval_api.reasons import Reason
+from gpuval_api.result import NcclSize, Verdict
+
+FABRIC_SCHEMA_VERSION: Literal["gpuval.dev/v1alpha1/fabric"] = "gpuval.dev/v1alpha1/fabric"
+MAX_GROUP = 64
+GIB = 1 << 30
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=camel, populate_by_name=True, extra="forbid")
+
+
+class Transport(StrEnum):
+    """How NCCL moved the data between nodes, from its own INFO lines ('via NET/IB/0/GDRDMA')."""
+
+    IB_GDRDMA = "IB/GDRDMA"  # InfiniBand or RoCE with GPUDirect RDMA
+    IB = "IB"  # InfiniBand or RoCE through host memory
+    SOCKET = "Socket"  # TCP sockets
+    P2P = "P2P"  # no network at all (the ranks share a host)
+    UNKNOWN = "Unknown"  # NCCL said nothing about it (NCCL_DEBUG off, or no channel line)
+
+
+class ExpectedTransport(StrEnum):
+    ANY = "Any"
+    IB = "IB"  # IB or IB/GDRDMA; falling back to sockets fails (FabricTransportFallback)
+    SOCKET = "Socket"
+
+
+class NcclVar(_Model):
+    """One NCCL (or other) environment variable for the fabric's processes."""
+
+    name: str = Field(
+        min_length=1, max_length=128, pattern=r"^[A-Z_][A-Z0-9_]*$", description="Variable name."
+    )
+    value: str = Field(default="", max_length=1024, description="Variable value.")
+
+
+class FabricThresholds(_Model):
+    """When a group or a pair is slow: below either minimum."""
+
+    absolute_busbw_gbps: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_FIGURE,
+        description="Minimum bus bandwidth in GB/s (at the largest size for a group). Unset: none.",
+    )
+    fraction_of_median: float = Field(
+        default=0.9,
+        gt=0,
+        le=1,
+        description=(
+            "Minimum as a fraction of the run's median for groups of the same size (and of the "
+            "median pair for pairs). One NIC down of 8 costs 12.5 %, so stay at 0.9 or above."
+        ),
+    )
+
+    def floor(self, median: float | None) -> float:
+        """The figure below which a group or pair is slow, given the comparable median."""
+        candidates = [self.absolute_busbw_gbps or 0.0]
+        if median is not None:
+            candidates.append(self.fraction_of_median * median)
+        return max(candidates)
+
+
+class FabricTimeouts(_Model):
+    gang_seconds: int = Field(
+        default=600,
+        ge=10,
+        le=86400,
+        description="Every pod of a group must run within this; else the group is NotRun.",
+    )
+    init_seconds: int = Field(
+        default=180, ge=5, le=3600, description="Rendezvous and NCCL communicator set-up."
+    )
+    phase_seconds: int = Field(
+        default=120,
+        ge=5,
+        le=3600,
+        description="Each phase (the group sweep, each pair round); a hang past it is NcclTimeout.",
+    )
+
+
+class FabricConfig(_Model):
+    """What the agents of a group are told to measure (GPUVAL_FABRIC_CONFIG, or by hand)."""
+
+    min_bytes: int = Field(
+        default=1 << 20, ge=4, le=1 << 36, description="Smallest all-reduce of the group sweep."
+    )
+    max_bytes: int = Field(
+        default=8 * GIB, ge=4, le=1 << 36, description="Largest all-reduce of the group sweep."
+    )
+    iterations: int = Field(default=20, ge=1, le=10000, description="Timed all-reduces per size.")
+    pair_bytes: int = Field(
+        default=GIB,
+        ge=4,
+        le=1 << 36,
+        description="All-reduce size of the pair and confirmation rounds (at most maxBytes).",
+    )
+    thresholds: FabricThresholds = Field(
+        default_factory=FabricThresholds, description="When a group or a pair is slow."
+    )
+    expected_transport: ExpectedTransport = Field(
+        default=ExpectedTransport.ANY,
+        description="IB: falling back to sockets fails the node. Socket: expected. Any: recorded.",
+    )
+    nccl_env: list[NcclVar] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Extra NCCL environment, e.g. NCCL_SOCKET_IFNAME=eth1, NCCL_IB_HCA=mlx5_0.",
+    )
+    timeouts: FabricTimeouts = Field(
+        default_factory=FabricTimeouts, description="Gang formation, set-up and phase limits."
+    )
+
+    @model_validator(mode="after")
+    def _sizes_ordered(self) -> FabricConfig:
+        if self.min_bytes > self.max_bytes:
+            raise ValueError(
+                f"fabric.minBytes ({self.min_bytes}) is larger than fabric.maxBytes "
+                f"({self.max_bytes}); set minBytes <= maxBytes"
+            )
+        return self
+
+    @property
+    def pair_size(self) -> int:
+        return min(self.pair_bytes, self.max_bytes)
+
+
+class FabricSpec(FabricConfig):
+    """`GpuValidation.spec.fabric`: off unless given. Nodes that passed their local checks are
+    grouped, and each group's agents all-reduce across nodes."""
+
+    group_size: int = Field(
+        default=8, ge=2, le=MAX_GROUP, description="Nodes per group (the last may be smaller)."
+    )
+    topology_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=317,
+        description=(
+            "A node label naming its domain (e.g. a rack): groups stay inside a domain, and one "
+            "more group of a representative per domain crosses them."
+        ),
+    )
+    host_network: bool = Field(
+        default=False,
+        description="Run the fabric pods on the node's network (as NCCL jobs often do).",
+    )
+
+
+def parse_fabric_config(text: str) -> FabricConfig:
+    """FabricConfig from JSON (GPUVAL_FABRIC_CONFIG); raises pydantic.ValidationError."""
+    return FabricConfig.model_validate_json(text)
+
+
+class FabricPair(_Model):
+    """One pair (or confirmation) all-reduce between two nodes of the group."""
+
+    round: int = Field(description="1, 2 (and 3 for an odd group): pair rounds; 0: confirmation.")
+    a: str
+    b: str
+    bytes: int
+    busbw_gbps: float | None = Field(default=None, description="None when it failed.")
+    error: str | None = None
+
+
+class FabricResult(_Model):
+    """What one node's agent reports about its group (`status.fabric.result`, `--json`)."""
+
+    schema_version: Literal["gpuval.dev/v1alpha1/fabric"] = FABRIC_SCHEMA_VERSION
+    agent_version: str
+    backend: str
+    group: str
+    node: str
+    rank: int
+    nodes: list[str] = Field(description="The group's nodes by rank.")
+    gpus_per_node: int
+    transport: Transport = Transport.UNKNOWN
+    transport_lines: list[str] = Field(
+        default_factory=list, description="NCCL's own words about the transport, a few lines."
+    )
+    nccl_env: dict[str, str] = Field(
+        default_factory=dict, description="Every NCCL_* variable in effect for the measurement."
+    )
+    sizes: list[NcclSize] = Field(default_factory=list, description="The group's sweep.")
+    busbw_gbps: float | None = Field(default=None, description="Group busbw at the largest size.")
+    pairs: list[FabricPair] = Field(default_factory=list, description="Every pair of the group.")
+    verdict: Verdict
+    reason: Reason | None = None
+    message: str = ""
+    log_tail: str | None = None
+
+
+# -- the pure decisions --
+
+
+def pair_rounds(world: int) -> list[list[tuple[int, int]]]:
+    """Rounds of disjoint pairs (ranks) so that every node sits in two pairs with different
+    partners: the edges of the ring 0-1-...-(n-1)-0, two rounds for an even group, three for an
+    odd one (an odd ring's edges cannot be split into two matchings); one pair for two nodes."""
+    if world < 2:
+        return []
+    if world == 2:
+        return [[(0, 1)]]
+    edges = [(i, (i + 1) % world) for i in range(world)]
+    if world % 2 == 0:
+        return [edges[0::2], edges[1::2]]
+    return [edges[0 : world - 1 : 2], edges[1 : world - 1 : 2], [edges[-1]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Blame:
+    """What the fabric found against one node."""
+
+    node: str
+    reason: Reason
+    message: str
+    partners: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Suspects:
+    nodes: tuple[str, ...]  # slow in every pair they were in
+    links: tuple[tuple[str, str], ...]  # one slow pair, both ends fine elsewhere
+    good: tuple[str, ...]  # fine in every pair
+
+
+def _slow(pair: FabricPair, floor: float) -> bool:
+    return pair.busbw_gbps is None or pair.busbw_gbps < floor
+
+
+def median_pair(pairs: Iterable[FabricPair]) -> float | None:
+    figures = [p.busbw_gbps for p in pairs if p.busbw_gbps is not None]
+    return statistics.median(figures) if figures else None
+
+
+def find_suspects(pairs: Sequence[FabricPair], floor: float) -> Suspects:
+    """From the pair rounds (round >= 1): nodes slow in all their pairs, slow links, good nodes."""
+    rounds = [p for p in pairs if p.round >= 1]
+    seen: dict[str, list[FabricPair]] = {}
+    for pair in rounds:
+        seen.setdefault(pair.a, []).append(pair)
+        seen.setdefault(pair.b, []).append(pair)
+    slow_nodes = sorted(
+        n for n, ps in seen.items() if len(ps) >= 2 and all(_slow(p, floor) for p in ps)
+    )
+    good = sorted(n for n, ps in seen.items() if not any(_slow(p, floor) for p in ps))
+    links = sorted(
+        (p.a, p.b)
+        for p in rounds
+        if _slow(p, floor) and p.a not in slow_nodes and p.b not in slow_nodes
+    )
+    return Suspects(tuple(slow_nodes), tuple(links), tuple(good))
+
+
+def confirmation_pairs(suspects: Suspects) -> list[tuple[str, str]]:
+    """One round: each suspect node with a distinct good node, each slow link again; no node in
+    two pairs. Suspects without a free good partner stay unconfirmed."""
+    busy: set[str] = set()
+    chosen: list[tuple[str, str]] = []
+    spare = [n for n in suspects.good]
+    for node in suspects.nodes:
+        partner = next((g for g in spare if g not in busy), None)
+        if partner is not None:
+            chosen.append((node, partner))
+            busy.update((node, partner))
+    for a, b in suspects.links:
+        if a not in busy and b not in busy:
+            chosen.append((a, b))
+            busy.update((a, b))
+    return chosen
+
+
+def blame(pairs: Sequence[FabricPair], floor: float) -> list[Blame]:
+    """Who the pair and confirmation rounds name: a slow node (slow in all its pairs, and slow
+    again with a good partner when one was tried), or the two ends of a slow link (slow again
+    when tested again). A suspect whose confirmation was fast is not blamed: a passing slowness."""
+    suspects = find_suspects(pairs, floor)
+    confirmations = [p for p in pairs if p.round == 0]
+
+    def confirmed(a: str, b: str) -> bool | None:
+        found = next((p for p in confirmations if {p.a, p.b} == {a, b}), None)
+        return None if found is None else _slow(found, floor)
+
+    found: list[Blame] = []
+    for node in suspects.nodes:
+        partners = tuple(
+            sorted(
+                {p.b if p.a == node else p.a for p in pairs if node in (p.a, p.b) and p.round >= 1}
+            )
+        )
+        checks = [confirmed(node, g) for g in suspects.good if confirmed(node, g) is not None]
+        if checks and not any(checks):
+            continue
+        figures = ", ".join(
+            f"{p.busbw_gbps:.1f}" if p.busbw_gbps is not None else "failed"
+            for p in pairs
+            if node in (p.a, p.b)
+        )
+        found.append(
+            Blame(
+                node,
+                Reason.FABRIC_SLOW_NODE,
+                f"slow in every pair it was in (busbw {figures} GB/s, floor {floor:.1f}); its "
+                f"partners {', '.join(partners)} were fine with other nodes",
+                partners,
+            )
+        )
+    for a, b in suspects.links:
+        if confirmed(a, b) is False:
+            continue
+        pair = next(p for p in pairs if {p.a, p.b} == {a, b} and p.round >= 1)
+        shown = f"{pair.busbw_gbps:.1f} GB/s" if pair.busbw_gbps is not None else "failed"
+        for node, other in ((a, b), (b, a)):
+            found.append(
+                Blame(
+                    node,
+                    Reason.FABRIC_SLOW_LINK,
+                    f"the link to {other} is slow ({shown}, floor {floor:.1f}); both nodes are "
+                    "fine with other partners",
+                    (other,),
+                )
+            )
+    return sorted(found, key=lambda b: (b.node, b.reason))
+
+
+class FabricStatus(_Model):
+    """`status.fabric` of a node's GpuNodeReport: its group's figures and its fabric verdict
+    (written by its fabric agent; the operator rewrites the verdict once it has compared the
+    run's groups and pairs)."""
+
+    group: str = Field(max_length=253, description="The fabric group's name.")
+    rank: int = Field(ge=0, le=MAX_GROUP, description="This node's rank in the group.")
+    world: int = Field(ge=1, le=MAX_GROUP, description="Nodes in the group.")
+    verdict: Verdict | None = Field(
+        default=None,
+        json_schema_extra={
+            "enum": [str(Verdict.PASSED), str(Verdict.FAILED), str(Verdict.NOT_RUN)]
+        },
+        description="Passed, Failed (the fabric named this node) or NotRun.",
+    )
+    reason: Reason | None = Field(default=None, description="Why, when not Passed.")
+    message: str = Field(default="", max_length=1024, description="One line about it.")
+    busbw_gbps: float | None = Field(
+        default=None, description="The group's all-reduce busbw at its largest size, GB/s."
+    )
+    transport: Transport | None = Field(default=None, description="What NCCL used across nodes.")
+    result: dict[str, object] | None = Field(
+        default=None,
+        description="The fabric agent's whole result (schema gpuval.dev/v1alpha1/fabric).",
+    )
+
+
+def build_fabric_status(result: FabricResult) -> dict[str, object]:
+    """`status.fabric` of the node's GpuNodeReport, as its fabric agent writes it (merge patch)."""
+    status = FabricStatus(
+        group=result.group,
+        rank=result.rank,
+        world=len(result.nodes),
+        verdict=result.verdict,
+        reason=result.reason,
+        message=result.message[:1024],
+        busbw_gbps=result.busbw_gbps,
+        transport=result.transport,
+        result=result.model_dump(mode="json", by_alias=True),
+    )
+    return status.model_dump(mode="json", by_alias=True)

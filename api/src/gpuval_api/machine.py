@@ -1,0 +1,112 @@
+"""One machine's result (`gpuval-agent run`) as a FleetView whose units are its GPUs, so
+`gpuval-agent run --html` draws the same page as `kubectl gpuval report`. Pure."""
+
+from __future__ import annotations
+
+from gpuval_api.reasons import Severity
+from gpuval_api.result import AgentResult, Metric
+from gpuval_api.views import (
+    BURN,
+    D2H,
+    DEVICE_COPY,
+    FAILED,
+    H2D,
+    P2P,
+    PASSED,
+    FailureView,
+    FleetView,
+    UnitView,
+    distinct,
+    nccl_curve,
+)
+
+
+def _gpu_environment(result: AgentResult) -> dict[int, dict[str, str]]:
+    out: dict[int, dict[str, str]] = {}
+    for gpu in result.environment.gpus:
+        link = gpu.pcie
+        raw: dict[str, object] = {
+            "gpuProduct": gpu.name,
+            "vbios": gpu.vbios,
+            "pcieLink": (
+                f"gen{link.current_gen}/{link.max_gen} x{link.current_width}/{link.max_width}"
+                if link.current_gen is not None
+                else None
+            ),
+            "eccEnabled": distinct([gpu.ecc_enabled]),
+            "persistenceMode": distinct([gpu.persistence_mode]),
+            "migMode": distinct([gpu.mig_mode]),
+            "powerLimitWatts": gpu.power_limit_watts,
+        }
+        out[gpu.index] = {k: str(v) for k, v in raw.items() if v is not None}
+    return out
+
+
+def _gpu_figures(result: AgentResult) -> dict[int, dict[str, float]]:
+    figures: dict[int, dict[str, float]] = {}
+    for check_name, keys in (
+        ("burn", ((Metric.TFLOPS, BURN.key),)),
+        (
+            "bandwidth",
+            ((Metric.H2D, H2D.key), (Metric.D2H, D2H.key), (Metric.DEVICE_COPY, DEVICE_COPY.key)),
+        ),
+    ):
+        check = result.check(check_name)
+        for gpu in check.gpus if check else []:
+            for metric, key in keys:
+                if metric in gpu.metrics:
+                    figures.setdefault(gpu.index, {})[key] = gpu.metrics[metric]
+    bandwidth = result.check("bandwidth")
+    for pair in bandwidth.pairs if bandwidth else []:
+        if pair.gbps is not None:
+            mine = figures.setdefault(pair.src, {})
+            mine[P2P.key] = min(mine.get(P2P.key, pair.gbps), pair.gbps)
+    return figures
+
+
+def _machine_failures(result: AgentResult, host: str) -> list[FailureView]:
+    return [
+        FailureView(
+            f"GPU {f.gpu}" if f.gpu is not None else host,
+            check.name,
+            str(f.reason),
+            " ".join(f.message.split()),
+            f.hint,
+            f.gpu,
+        )
+        for check in result.checks
+        for f in check.findings
+        if f.severity is Severity.ERROR
+    ]
+
+
+def machine_view(result: AgentResult) -> FleetView:
+    """One machine's result (`gpuval-agent run`) as a view whose units are its GPUs."""
+    host = result.node or result.environment.hostname or "this machine"
+    failures = _machine_failures(result, host)
+    failed_gpus = {f.gpu for f in failures if f.gpu is not None}
+    for check in result.checks:
+        failed_gpus.update(g.index for g in check.gpus if g.verdict == FAILED)
+    environment = _gpu_environment(result)
+    figures = _gpu_figures(result)
+    indices = sorted(set(environment) | set(figures))
+    units = tuple(
+        UnitView(
+            name=f"GPU {index}",
+            verdict=FAILED if index in failed_gpus else PASSED,
+            figures=figures.get(index, {}),
+            environment=environment.get(index, {}),
+            failures=tuple(f for f in failures if f.gpu == index),
+        )
+        for index in indices
+    )
+    curve = nccl_curve(result.check("nccl"))
+    return FleetView(
+        title=f"{host}: {result.verdict}" + (f" ({result.reason})" if result.reason else ""),
+        kind="machine",
+        unit_label="GPU",
+        phase=str(result.verdict),
+        units=units,
+        failures=tuple(failures),
+        nccl_curves=((host, curve),) if curve else (),
+    )

@@ -1,0 +1,318 @@
+"""What a person looks at: a fleet (a GpuValidation and its reports) or one machine (an agent
+result), as plain data. Pure: nothing here calls the API or draws.
+
+`kubectl gpuval status` prints a `FleetView`; `gpuval_report` draws the same view as an HTML page
+(`kubectl gpuval report --html`, `gpuval-agent run --html`). A fleet's units are its nodes (each
+with its worst GPU's figures, as in the report summary); a machine's units are its GPUs
+(`gpuval_api.machine`).
+
+Verdicts are kept as the strings the reports carry: a verdict this version does not know (a later
+`NotRun`, say) is counted and shown under its own name, never dropped.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from gpuval_api.crd import GpuNodeReport, GpuValidation
+from gpuval_api.lenient import read_model
+from gpuval_api.reasons import REASONS, Reason
+from gpuval_api.report import ReportPhase
+from gpuval_api.result import AgentResult, CheckResult, Verdict
+
+# A unit whose figure is below this fraction of the fleet's median is an outlier: one NIC down on
+# an 8-NIC node costs 12.5 % (design.md, Fabric), so the ratio must sit at 0.9 or above to see it.
+OUTLIER_RATIO = 0.9
+
+PASSED = str(Verdict.PASSED)
+FAILED = str(Verdict.FAILED)
+# Verdict-like states of a unit that has no verdict yet (a report's phase).
+RUNNING = str(ReportPhase.RUNNING)
+PENDING = str(ReportPhase.PENDING)
+KNOWN_STATES = (PASSED, FAILED, RUNNING, PENDING)
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """A measured figure of a unit: its key in the report summary, a label and its unit."""
+
+    key: str
+    label: str
+    unit: str
+    check: str  # the check that measures it
+
+
+BURN = Figure("burnTflops", "Burn throughput", "TFLOP/s", "burn")
+H2D = Figure("h2dGBps", "Host to device", "GB/s", "bandwidth")
+D2H = Figure("d2hGBps", "Device to host", "GB/s", "bandwidth")
+DEVICE_COPY = Figure("deviceCopyGBps", "Device-local copy", "GB/s", "bandwidth")
+P2P = Figure("p2pGBps", "GPU to GPU (peer)", "GB/s", "bandwidth")
+NCCL_BUSBW = Figure("ncclBusbwGBps", "NCCL all-reduce busbw", "GB/s", "nccl")
+# Higher is better for every one of them; temperature is a limit, checked by the burn itself.
+FIGURES: tuple[Figure, ...] = (BURN, H2D, D2H, DEVICE_COPY, P2P, NCCL_BUSBW)
+
+# Environment fields compared across units (the operator's uniformity fields, same names).
+ENVIRONMENT_FIELDS: tuple[str, ...] = (
+    "driverVersion",
+    "cudaDriverVersion",
+    "ncclVersion",
+    "gpuProduct",
+    "gpuCount",
+    "vbios",
+    "kernel",
+    "eccEnabled",
+    "migMode",
+    "persistenceMode",
+)
+GPU_ENVIRONMENT_FIELDS: tuple[str, ...] = (
+    "gpuProduct",
+    "vbios",
+    "pcieLink",
+    "eccEnabled",
+    "persistenceMode",
+    "migMode",
+    "powerLimitWatts",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FailureView:
+    """One failed finding with the catalogue's hint."""
+
+    unit: str
+    check: str
+    reason: str
+    message: str
+    hint: str
+    gpu: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UnitView:
+    """A node of a fleet or a GPU of a machine."""
+
+    name: str
+    verdict: str
+    reason: str | None = None
+    message: str = ""
+    figures: dict[str, float] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)
+    failures: tuple[FailureView, ...] = ()
+    # NCCL all-reduce sweep: (message bytes, busbw GB/s), smallest first.
+    nccl: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FigureOutlier:
+    """A unit whose figure is below OUTLIER_RATIO of the median of its peers."""
+
+    figure: Figure
+    unit: str
+    value: float
+    median: float
+
+    @property
+    def ratio(self) -> float:
+        return self.value / self.median if self.median else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class UniformityRow:
+    """One environment field: each distinct value with the units that show it, commonest first."""
+
+    field: str
+    values: tuple[tuple[str, tuple[str, ...]], ...]
+
+    @property
+    def uniform(self) -> bool:
+        return len(self.values) <= 1
+
+
+@dataclass(frozen=True, slots=True)
+class FleetView:
+    """Everything one page or one `status` print shows."""
+
+    title: str
+    kind: str  # "fleet" or "machine"
+    unit_label: str  # "node" or "GPU"
+    phase: str
+    units: tuple[UnitView, ...]
+    failures: tuple[FailureView, ...] = ()
+    # NCCL all-reduce sweeps: (unit or host, ((message bytes, busbw GB/s), ...)).
+    nccl_curves: tuple[tuple[str, tuple[tuple[int, float], ...]], ...] = ()
+    conditions: tuple[tuple[str, str, str, str], ...] = ()  # type, status, reason, message
+    run: str = ""
+    failing_omitted: int = 0
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Units per verdict string, commonest first; unknown verdicts count under their name."""
+        return dict(Counter(u.verdict for u in self.units).most_common())
+
+    @property
+    def others(self) -> list[UnitView]:
+        """Units with a verdict this view does not classify (a later NotRun, say), by name."""
+        return [u for u in self.units if u.verdict not in KNOWN_STATES]
+
+    @property
+    def outliers(self) -> list[FigureOutlier]:
+        return figure_outliers(self.units)
+
+    @property
+    def uniformity(self) -> list[UniformityRow]:
+        fields = ENVIRONMENT_FIELDS if self.kind == "fleet" else GPU_ENVIRONMENT_FIELDS
+        return uniformity_rows(self.units, fields)
+
+
+def hint_for(reason: str | None) -> str:
+    """The catalogue's hint for a reason; empty for a reason this version does not know."""
+    if reason is None:
+        return ""
+    try:
+        return REASONS[Reason(reason)].hint
+    except ValueError:
+        return ""
+
+
+def figure_outliers(
+    units: Iterable[UnitView], figures: Sequence[Figure] = FIGURES, ratio: float = OUTLIER_RATIO
+) -> list[FigureOutlier]:
+    """Units whose figure is below `ratio` of the median of every unit that measured it.
+
+    The median, not the mean, so one broken unit in a small fleet does not drag the reference
+    down with it; fewer than three units have no meaningful median and give no outliers.
+    """
+    units = list(units)
+    found: list[FigureOutlier] = []
+    for figure in figures:
+        measured = [(u.name, u.figures[figure.key]) for u in units if figure.key in u.figures]
+        if len(measured) < 3:
+            continue
+        median = statistics.median(value for _, value in measured)
+        found.extend(
+            FigureOutlier(figure, name, value, median)
+            for name, value in sorted(measured, key=lambda item: item[1])
+            if value < ratio * median
+        )
+    return found
+
+
+def uniformity_rows(units: Iterable[UnitView], fields: Sequence[str]) -> list[UniformityRow]:
+    """Each field the units report, with its distinct values and the units holding each."""
+    units = list(units)
+    rows: list[UniformityRow] = []
+    for name in fields:
+        holders: dict[str, list[str]] = {}
+        for unit in units:
+            if name in unit.environment:
+                holders.setdefault(unit.environment[name], []).append(unit.name)
+        if holders:
+            ordered = sorted(holders.items(), key=lambda item: (-len(item[1]), item[0]))
+            rows.append(UniformityRow(name, tuple((v, tuple(us)) for v, us in ordered)))
+    return rows
+
+
+def distinct(values: Iterable[object]) -> str | None:
+    """The distinct values, lowercase booleans, sorted and joined by ',' (the operator's form)."""
+    present = sorted(
+        {str(v).lower() if isinstance(v, bool) else str(v) for v in values if v is not None}
+    )
+    return ",".join(present) if present else None
+
+
+def nccl_curve(check: CheckResult | None) -> tuple[tuple[int, float], ...]:
+    """(message bytes, busbw GB/s) of an NCCL check's sweep, smallest first."""
+    if check is None:
+        return ()
+    return tuple(sorted((s.bytes, s.busbw_gbps) for s in check.nccl_sizes))
+
+
+def _node_environment(result: AgentResult) -> dict[str, str]:
+    env = result.environment
+    raw: dict[str, object] = {
+        "driverVersion": env.driver_version,
+        "cudaDriverVersion": env.cuda_driver_version,
+        "ncclVersion": env.nccl_version,
+        "gpuProduct": distinct(g.name for g in env.gpus),
+        "gpuCount": env.gpu_count,
+        "vbios": distinct(g.vbios for g in env.gpus),
+        "kernel": env.kernel,
+        "eccEnabled": distinct(g.ecc_enabled for g in env.gpus),
+        "migMode": distinct(g.mig_mode for g in env.gpus),
+        "persistenceMode": distinct(g.persistence_mode for g in env.gpus),
+    }
+    return {k: str(v) for k, v in raw.items() if v is not None}
+
+
+def _parse_result(document: object) -> AgentResult | None:
+    """The report's result document, or None when absent or of a shape this version cannot read."""
+    if not isinstance(document, dict):
+        return None
+    try:
+        return read_model(AgentResult, document)
+    except ValidationError:
+        return None
+
+
+def node_unit(report: GpuNodeReport) -> UnitView:
+    """A fleet's unit: one node, from its GpuNodeReport."""
+    node = report.spec.node
+    status = report.status
+    if status is None or status.verdict is None:
+        phase = status.phase if status is not None and status.phase else PENDING
+        return UnitView(node, RUNNING if phase == RUNNING else PENDING)
+    summary = status.summary.model_dump(by_alias=True) if status.summary else {}
+    figures = {f.key: float(summary[f.key]) for f in FIGURES if summary.get(f.key) is not None}
+    # Only a Failed node has failures: a node gpuval could not test (NotRun) is not blamed.
+    failed = status.verdict == FAILED
+    failures = tuple(
+        FailureView(node, f.check, f.reason, f.message, f.hint or hint_for(f.reason), f.gpu)
+        for f in (status.failures if failed else [])
+    )
+    if failed and not failures and status.reason:
+        failures = (
+            FailureView(node, "-", status.reason, status.message or "", hint_for(status.reason)),
+        )
+    result = _parse_result(status.result)
+    return UnitView(
+        name=node,
+        verdict=status.verdict,
+        reason=status.reason,
+        message=status.message or "",
+        figures=figures,
+        environment=_node_environment(result) if result else {},
+        failures=failures,
+        nccl=nccl_curve(result.check("nccl")) if result else (),
+    )
+
+
+def fleet_view(validation: GpuValidation, reports: Iterable[GpuNodeReport]) -> FleetView:
+    """A GpuValidation's current run as a fleet: one unit per node report, sorted by node name."""
+    return fleet_of_units(validation, (node_unit(r) for r in reports))
+
+
+def fleet_of_units(validation: GpuValidation, node_units: Iterable[UnitView]) -> FleetView:
+    """The same from units already taken out of their reports (a reader of thousands of reports
+    keeps the units, a few hundred bytes each, and drops each page of whole reports)."""
+    status = validation.status
+    units = sorted(node_units, key=lambda u: u.name)
+    conditions = tuple(
+        (c.type, str(c.status), c.reason, c.message) for c in (status.conditions if status else [])
+    )
+    return FleetView(
+        title=f"GpuValidation {validation.metadata.name}",
+        kind="fleet",
+        unit_label="node",
+        phase=(status.phase if status and status.phase else PENDING),
+        units=tuple(units),
+        failures=tuple(f for u in units for f in u.failures),
+        nccl_curves=tuple((u.name, u.nccl) for u in units if u.nccl),
+        conditions=conditions,
+        run=(status.run.id if status and status.run else ""),
+        failing_omitted=(status.failing_nodes_omitted if status else 0),
+    )

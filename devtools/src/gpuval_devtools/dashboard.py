@@ -1,0 +1,271 @@
+"""The one source of charts/gpuval/files/dashboard.json: gpuval's Grafana dashboard, built with
+grafana-foundation-sdk's typed builders (pinned in devtools/pyproject.toml), so mypy --strict
+checks every field and enum against the SDK's types.
+
+    python -m gpuval_devtools.dashboard           rewrite charts/gpuval/files/dashboard.json
+    python -m gpuval_devtools.dashboard --check   fail when that file differs from this source
+
+Every query reads the operator's series (gpuval_operator.metrics); the real-Prometheus test runs
+each one against what Prometheus scraped from the real operator and wants series back.
+Distributions are bar gauges of each node's figure as a fraction of the fleet median, slowest
+first, red below 90 %: the outliers are named by the bars, whatever the fleet's size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from grafana_foundation_sdk.builders import (
+    bargauge,
+    common,
+    dashboard,
+    histogram,
+    prometheus,
+    stat,
+    statetimeline,
+    table,
+    timeseries,
+)
+from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as common_models
+from grafana_foundation_sdk.models import dashboard as models
+from grafana_foundation_sdk.models import prometheus as prometheus_models
+
+from gpuval_api.views import OUTLIER_RATIO
+
+TARGET = Path(__file__).resolve().parents[3] / "charts" / "gpuval" / "files" / "dashboard.json"
+UID = "gpuval-overview"
+DATASOURCE = models.DataSourceRef(type_val="prometheus", uid="${datasource}")
+SELECT = 'validation=~"$validation", node=~"$node"'
+VALIDATION = 'validation=~"$validation"'
+SLOWEST = 15
+
+
+def query(expr: str, legend: str = "", *, instant: bool = False) -> prometheus.Dataquery:
+    target = prometheus.Dataquery().expr(expr).datasource(DATASOURCE)
+    if legend:
+        target = target.legend_format(legend)
+    return target.instant() if instant else target.range()
+
+
+def _thresholds(*steps: tuple[float | None, str]) -> dashboard.ThresholdsConfig:
+    return (
+        dashboard.ThresholdsConfig()
+        .mode(models.ThresholdsMode.ABSOLUTE)
+        .steps([models.Threshold(value=value, color=colour) for value, colour in steps])
+    )
+
+
+def stat_panel(
+    panel_id: int, title: str, expr: str, legend: str = "", unit: str = "none"
+) -> stat.Panel:
+    return (
+        stat.Panel().id(panel_id).title(title).datasource(DATASOURCE).span(4).height(4).unit(unit)
+        .with_target(query(expr, legend, instant=True))
+        .color_mode(common_models.BigValueColorMode.VALUE)
+        .graph_mode(common_models.BigValueGraphMode.NONE)
+        .reduce_options(common.ReduceDataOptions().calcs(["lastNotNull"]))
+    )  # fmt: skip
+
+
+def verdict_panels() -> list[Builder[models.Panel]]:
+    """Node states (any state the operator exports: passed, failed, and later notrun), uniformity,
+    verdicts and reasons over time, and the failing nodes with the check and reason."""
+    states = stat_panel(
+        2,
+        "Nodes by state",
+        f"sum by (state) (gpuval_validation_nodes{{{VALIDATION}}})",
+        "{{state}}",
+    ).span(8)
+    uniform = stat_panel(
+        3, "Uniform (1 yes, 0 no)", f"min(gpuval_validation_uniform{{{VALIDATION}}})"
+    ).thresholds(_thresholds((None, "red"), (1, "green")))
+    outliers = stat_panel(
+        4, "Uniformity outliers", f"sum(gpuval_validation_outliers{{{VALIDATION}}})"
+    ).thresholds(_thresholds((None, "green"), (1, "orange")))
+    stale = stat_panel(
+        5,
+        "Time since last fully passed run",
+        "time() - max by (validation) "
+        f"(gpuval_validation_last_success_timestamp_seconds{{{VALIDATION}}})",
+        "{{validation}}",
+        unit="s",
+    )
+    unschedulable = stat_panel(
+        6, "Unschedulable agent pods", f"sum(gpuval_validation_unschedulable_pods{{{VALIDATION}}})"
+    ).span(4)
+    reasons = (
+        timeseries.Panel().id(7).title("Failing nodes by reason").datasource(DATASOURCE)
+        .span(12).height(8).unit("none").min(0)
+        .with_target(query(f"count by (reason) ({sel('gpuval_node_failure_info')})", "{{reason}}"))
+    )  # fmt: skip
+    verdicts = (
+        statetimeline.Panel().id(8).title("Node verdicts (1 passed, 0 failed)")
+        .datasource(DATASOURCE).span(12).height(8)
+        .with_target(query(f"gpuval_node_passed{{{SELECT}}}", "{{node}}"))
+        .thresholds(_thresholds((None, "red"), (1, "green")))
+    )  # fmt: skip
+    failing = (
+        table.Panel().id(9).title("Failing nodes: check and reason").datasource(DATASOURCE)
+        .span(24).height(8)
+        .with_target(query(f"gpuval_node_check_failure_info{{{SELECT}}} == 1", instant=True)
+                     .format(prometheus_models.PromQueryFormat.TABLE))
+    )  # fmt: skip
+    return [states, uniform, outliers, stale, unschedulable, reasons, verdicts, failing]
+
+
+def _ratio_to_median(metric: str) -> str:
+    series = f"{metric}{{{SELECT}}}"
+    return (
+        f"bottomk({SLOWEST}, {series} / on (validation) group_left "
+        f"quantile by (validation) (0.5, {series}))"
+    )
+
+
+def distribution_panels(
+    panel_id: int, label: str, metric: str, unit: str
+) -> list[Builder[models.Panel]]:
+    """A figure across the fleet: the histogram of every node's value, and the slowest nodes as a
+    fraction of the median, red below OUTLIER_RATIO."""
+    spread = (
+        histogram.Panel().id(panel_id).title(f"{label}: distribution over nodes")
+        .datasource(DATASOURCE).span(10).height(8).unit(unit).combine(True)
+        .with_target(query(f"{metric}{{{SELECT}}}", "{{node}}", instant=True))
+    )  # fmt: skip
+    slowest = (
+        bargauge.Panel().id(panel_id + 1)
+        .title(f"{label}: slowest {SLOWEST} nodes, fraction of the fleet median (red: outliers)")
+        .datasource(DATASOURCE).span(14).height(8).unit("percentunit").min(0).max(1.1)
+        .with_target(query(_ratio_to_median(metric), "{{node}}", instant=True))
+        .display_mode(common_models.BarGaugeDisplayMode.BASIC)
+        .orientation(common_models.VizOrientation.HORIZONTAL)
+        .thresholds(_thresholds((None, "red"), (OUTLIER_RATIO, "green")))
+    )  # fmt: skip
+    return [spread, slowest]
+
+
+def sel(metric: str) -> str:
+    """`metric` restricted to the dashboard's validation and node variables."""
+    return f"{metric}{{{SELECT}}}"
+
+
+def series_panel(
+    panel_id: int, title: str, series: Sequence[tuple[str, str]], unit: str
+) -> timeseries.Panel:
+    """(metric, legend suffix) pairs over time, one line per node (and GPU)."""
+    panel = (
+        timeseries.Panel().id(panel_id).title(title).datasource(DATASOURCE)
+        .span(12).height(8).unit(unit)
+    )  # fmt: skip
+    for metric, suffix in series:
+        per_gpu = metric.startswith("gpuval_gpu_")
+        legend = "{{validation}} {{node}}" + (" GPU {{gpu}}" if per_gpu else "")
+        panel = panel.with_target(query(sel(metric), f"{legend} {suffix}".strip()))
+    return panel
+
+
+def _add(
+    board: dashboard.Dashboard, row: str, panels: Sequence[Builder[models.Panel]], row_id: int
+) -> None:
+    board.with_row(dashboard.Row(row).id(row_id))
+    for panel in panels:
+        board.with_panel(panel)
+
+
+def _variable(name: str, label: str, source: str) -> dashboard.QueryVariable:
+    return (
+        dashboard.QueryVariable(name).label(label).datasource(DATASOURCE)
+        .query(f"label_values({source}, {name})")
+        .refresh(models.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .multi(True).include_all(True).all_value(".*")
+    )  # fmt: skip
+
+
+def build() -> dashboard.Dashboard:
+    board = (
+        dashboard.Dashboard("gpuval: GPU node validation").uid(UID)
+        .description("Verdicts, burn throughput, bandwidths, NCCL busbw and temperatures of the "
+                     "GPU nodes gpuval validates, with the slowest nodes named.")
+        .tags(["gpuval", "gpu"]).timezone("utc").editable().refresh("1m").time("now-7d", "now")
+        .with_variable(dashboard.DatasourceVariable("datasource").label("Data source")
+                       .type("prometheus"))
+        .with_variable(_variable("validation", "GpuValidation", "gpuval_validation_nodes"))
+        .with_variable(_variable("node", "Node", f"gpuval_node_passed{{{VALIDATION}}}"))
+    )  # fmt: skip
+    _add(board, "Verdicts", verdict_panels(), 1)
+    distributions = [
+        *distribution_panels(11, "Burn throughput", "gpuval_node_burn_flops_per_second", "flops"),
+        *distribution_panels(13, "Host to device", "gpuval_node_h2d_bytes_per_second", "Bps"),
+        *distribution_panels(15, "NCCL busbw", "gpuval_node_nccl_busbw_bytes_per_second", "Bps"),
+    ]
+    _add(board, "Distributions (worst GPU per node)", distributions, 10)
+    over_time = [
+        series_panel(21, "Burn throughput", [("gpuval_node_burn_flops_per_second", "")], "flops"),
+        series_panel(
+            22, "NCCL all-reduce bus bandwidth",
+            [("gpuval_node_nccl_busbw_bytes_per_second", "")], "Bps",
+        ),
+        series_panel(
+            23, "Host to device / device to host bandwidth",
+            [("gpuval_node_h2d_bytes_per_second", "h2d"),
+             ("gpuval_node_d2h_bytes_per_second", "d2h")], "Bps",
+        ),
+        series_panel(
+            24, "Device copy / peer to peer bandwidth",
+            [("gpuval_node_device_copy_bytes_per_second", "device"),
+             ("gpuval_node_p2p_bytes_per_second", "p2p")], "Bps",
+        ),
+    ]  # fmt: skip
+    _add(board, "Throughput and bandwidth over time (worst GPU per node)", over_time, 20)
+    temperatures = [
+        series_panel(
+            31, "Hottest GPU per node under burn",
+            [("gpuval_node_max_temperature_celsius", "")], "celsius",
+        ),
+        series_panel(
+            32, "GPU temperature under burn (per GPU; operator.metricsPerGpu)",
+            [("gpuval_gpu_max_temperature_celsius", "")], "celsius",
+        ),
+    ]  # fmt: skip
+    _add(board, "Temperatures", temperatures, 30)
+    per_gpu = [
+        series_panel(41, "Burn throughput per GPU", [("gpuval_gpu_burn_flops_per_second", "")],
+                     "flops"),
+        series_panel(42, "Host to device bandwidth per GPU",
+                     [("gpuval_gpu_h2d_bytes_per_second", "")], "Bps"),
+    ]  # fmt: skip
+    _add(board, "Per GPU (operator.metricsPerGpu)", per_gpu, 40)
+    return board
+
+
+def render() -> str:
+    """The dashboard JSON exactly as the chart carries it."""
+    return JSONEncoder(sort_keys=True, indent=2).encode(build().build()) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m gpuval_devtools.dashboard", description=__doc__
+    )
+    parser.add_argument("--check", action="store_true", help="fail when the chart's copy is stale")
+    args = parser.parse_args(argv)
+    text = render()
+    json.loads(text)  # the encoder's output is JSON, or this raises before anything is written
+    if args.check:
+        if TARGET.read_text() != text:
+            print(f"{TARGET} is stale against gpuval_devtools.dashboard: run `make dashboard` "
+                  "and commit the result", file=sys.stderr)  # fmt: skip
+            return 1
+        return 0
+    TARGET.write_text(text)
+    print(TARGET)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""The HTML report as a person sees it: written by the real report code from real agent results
+(simulated backend), opened in headless chromium with the network refused, and judged by what the
+browser drew: every plot present and sized, one point per node coloured by its verdict, the slow
+and the wrong node labelled on the burn plot, the failures with their hints, a verdict this
+version does not know (NotRun) counted on its own. The screenshot is kept: with
+GPUVAL_SCREENSHOT_DIR set (make report-screenshot) it is copied there for the README."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuval_api.reasons import REASONS, Reason
+from gpuval_report import write_page
+from tests.support.browser import look_at
+from tests.support.fleets import sample_fleet
+
+pytestmark = pytest.mark.browser
+
+FAILED_RED = "rgb(198, 40, 40)"  # gpuval_report.figures: Failed is #c62828
+FIGURE_PLOTS = [
+    "plot-burnTflops",
+    "plot-h2dGBps",
+    "plot-d2hGBps",
+    "plot-deviceCopyGBps",
+    "plot-p2pGBps",
+    "plot-ncclBusbwGBps",
+    "plot-nccl-sweep",
+]
+
+
+def keep(screenshot: Path, name: str) -> None:
+    target = os.environ.get("GPUVAL_SCREENSHOT_DIR")
+    if target:
+        Path(target).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(screenshot, Path(target) / name)
+
+
+def test_the_fleet_report_draws_every_plot_offline_and_names_the_faulty_nodes(
+    tmp_path: Path,
+) -> None:
+    view, roles = sample_fleet(healthy=5)
+    page = write_page(view, tmp_path / "fleet.html")
+
+    seen = look_at(page, tmp_path / "fleet.png")
+
+    assert seen.refused == [], "the page asked for the network"
+    assert seen.errors == []
+    assert [p["id"] for p in seen.plots] == FIGURE_PLOTS
+    for plot in seen.plots:
+        assert plot["width"] > 600 and plot["height"] > 250, plot
+    burn = seen.plot("plot-burnTflops")
+    # 7 nodes measured (the untested one has no figures), the 2 failed ones drawn red.
+    assert len(burn["fills"]) == 7
+    assert burn["fills"].count(FAILED_RED) == 2
+    assert f"{roles['slow']} (60% of median)" in burn["annotations"]
+    assert f"{roles['wrong']} (BurnMismatch)" in burn["annotations"]
+    assert seen.plot("plot-nccl-sweep")["lines"] == 7
+    assert "Failed: 2" in seen.text and "NotRun: 1" in seen.text
+    assert REASONS[Reason.BURN_MISMATCH].hint in seen.text
+    assert roles["untested"] in seen.text
+    assert (tmp_path / "fleet.png").stat().st_size > 50_000
+    keep(tmp_path / "fleet.png", "fleet-report.png")
+
+
+def test_gpuval_agent_run_html_gives_the_same_page_for_one_machine(tmp_path: Path) -> None:
+    page = tmp_path / "machine.html"
+    simulation = '{"timeScale": 0.001, "faults": [{"kind": "thermal-slowdown", "gpu": 5}]}'
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuval_agent.cli", "run", "--backend", "simulated",
+         "--simulate", simulation, "--quiet", "--html", str(page)],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr  # a check failed: GPU 5 throttles
+
+    seen = look_at(page, tmp_path / "machine.png")
+
+    assert seen.refused == [] and seen.errors == []
+    burn = seen.plot("plot-burnTflops")
+    assert len(burn["fills"]) == 8
+    assert burn["fills"].count(FAILED_RED) == 1
+    assert "GPU 5 (60% of median)" in burn["annotations"]
+    assert "ThermalSlowdown" in seen.text
+    assert seen.plot("plot-nccl-sweep")["lines"] == 1

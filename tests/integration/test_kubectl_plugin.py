@@ -1,0 +1,125 @@
+"""`kubectl gpuval` on the real control plane, found by the real kubectl on PATH as a person would
+use it: a run of the real operator (its own process) over simulated nodes, one slow and one
+computing wrong results, then `status`, `status NAME` and `report NAME --html`, the page opened
+in headless chromium."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gpuval_api.reasons import REASONS, Reason
+from gpuval_devtools.controlplane import Cluster, free_port
+from gpuval_devtools.launch import (
+    AGENT_NAMESPACE,
+    agent_rbac,
+    operator_process,
+    podrunner_process,
+)
+from gpuval_devtools.simulation import simulated_node
+from tests.support.browser import look_at
+from tests.support.kube import get_json, wait_for
+
+pytestmark = [pytest.mark.usefixtures("install_crds"), pytest.mark.browser]
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def kubectl_gpuval(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """`kubectl gpuval ARGS`: kubectl finds the plugin (kubectl-gpuval) on PATH and hands it
+    KUBECONFIG through the environment, as it does for every plugin."""
+    env = {
+        **os.environ,
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "KUBECONFIG": str(cluster.kubeconfig),
+    }
+    return subprocess.run(
+        [str(cluster.binaries.kubectl), "gpuval", *args],
+        env=env, capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+
+
+def _completed(cluster: Cluster, name: str) -> bool:
+    status = (get_json(cluster, "gpuvalidation", name) or {}).get("status") or {}
+    return bool((status.get("run") or {}).get("completedAt"))
+
+
+def test_kubectl_gpuval_shows_the_run_the_failing_nodes_with_hints_and_the_outliers(
+    cluster: Cluster, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    label = unique_name("plugin")
+    healthy = [unique_name("ok") for _ in range(3)]
+    slow, wrong = unique_name("slow"), unique_name("wrong")
+    faults = {
+        slow: [{"kind": "thermal-slowdown", "gpu": 5}],
+        wrong: [{"kind": "miscompare", "gpu": 3}],
+    }
+    nodes = [
+        dataclasses.replace(simulated_node(n, faults.get(n, [])), labels={"gpuval-test": label})
+        for n in [*healthy, slow, wrong]
+    ]
+    cluster.add_nodes(nodes)
+    cluster.apply(agent_rbac())
+    name = unique_name("see")
+    validation = {
+        "apiVersion": "gpuval.dev/v1alpha1",
+        "kind": "GpuValidation",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"matchLabels": {"gpuval-test": label}},
+            "nodeTimeoutSeconds": 120,
+            "checks": {"burn": {"durationSeconds": 2}, "nccl": {"maxBytes": 1 << 24}},
+        },
+    }
+    try:
+        with (
+            operator_process(cluster.kubeconfig, metrics_port=free_port(),
+                             log_file=tmp_path / "operator.log", namespace=AGENT_NAMESPACE),
+            podrunner_process(cluster, logs_dir=tmp_path / "agents",
+                              log_file=tmp_path / "podrunner.log", namespace=AGENT_NAMESPACE),
+        ):  # fmt: skip
+            cluster.apply([validation])
+            done = functools.partial(_completed, cluster, name)
+            wait_for(f"GpuValidation {name} to complete its run", done, timeout=180, interval=1)
+        listing = kubectl_gpuval(cluster, "status")
+        detail = kubectl_gpuval(cluster, "status", name)
+        page = tmp_path / "report.html"
+        report = kubectl_gpuval(cluster, "report", name, "--html", str(page))
+        missing = kubectl_gpuval(cluster, "status", "no-such-validation")
+    finally:
+        cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
+        for node in nodes:
+            cluster.kubectl("delete", "node", node.name, "--wait=false", check=False)
+
+    assert listing.returncode == 0, listing.stderr
+    assert any(line.split()[:2] == [name, "Failed"] for line in listing.stdout.splitlines())
+
+    assert detail.returncode == 0, detail.stderr
+    out = detail.stdout
+    assert out.startswith(f"GpuValidation {name}: Failed"), out
+    assert "(Passed 3, Failed 2)" in out
+    assert f"{wrong}  burn GPU 3  BurnMismatch:" in out
+    assert f"{slow}  burn GPU 5  ThermalSlowdown:" in out
+    assert f"hint: {REASONS[Reason.BURN_MISMATCH].hint}" in out
+    outliers = out.split("Outliers:", 1)[1]
+    assert slow in outliers and "60% of median" in outliers
+    assert wrong not in outliers, "the wrong node burns at full speed: not an outlier"
+
+    assert report.returncode == 0, report.stderr
+    assert report.stdout.strip() == f"wrote {page.resolve()} (5 nodes)"
+    seen = look_at(page, tmp_path / "report.png")
+    assert seen.refused == [] and seen.errors == []
+    burn = seen.plot("plot-burnTflops")
+    assert len(burn["fills"]) == 5
+    assert f"{wrong} (BurnMismatch)" in burn["annotations"]
+    assert f"{slow} (60% of median)" in burn["annotations"]
+
+    assert missing.returncode == 1
+    assert "GpuValidation 'no-such-validation' not found" in missing.stderr

@@ -1,0 +1,102 @@
+"""Looking at a page as a person would: Debian's chromium (hack/ensure-chromium.sh), headless,
+driven by playwright (which never downloads a browser of its own here), with every request that is
+not the page's own file refused and recorded, so a page that needs the network shows it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from playwright.sync_api import Browser, Page, Route, sync_playwright
+
+CHROMIUM = Path("/usr/bin/chromium")
+# What this machine's closed network and a root user need (docs: env/machines/polyglot.md).
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+# What each rendered plotly plot holds: its size, its drawn points with their fill colour, and the
+# annotation texts, read from the SVG the browser drew (not from the page's source).
+_PLOTS_JS = """
+() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(plot => {
+  const box = plot.getBoundingClientRect();
+  const points = Array.from(plot.querySelectorAll('path.point'));
+  return {
+    id: plot.id,
+    width: box.width,
+    height: box.height,
+    fills: points.map(p => getComputedStyle(p).fill),
+    lines: plot.querySelectorAll('.scatterlayer path.js-line').length,
+    annotations: Array.from(plot.querySelectorAll('.annotation-text')).map(a => a.textContent),
+  };
+})
+"""
+
+
+@dataclass
+class Rendered:
+    """What the browser drew."""
+
+    plots: list[dict[str, Any]]
+    text: str
+    refused: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def plot(self, plot_id: str) -> dict[str, Any]:
+        found = [p for p in self.plots if p["id"] == plot_id]
+        assert found, f"no plot {plot_id!r} rendered; rendered: {[p['id'] for p in self.plots]}"
+        return found[0]
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[Browser]:
+    assert CHROMIUM.exists(), f"{CHROMIUM} is missing: run `make browser` (hack/ensure-chromium.sh)"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def look_at(
+    page_file: Path, screenshot: Path, *, width: int = 1280, height: int = 1600
+) -> Rendered:
+    """Open `page_file`, wait for its plots to be drawn, screenshot the first `height` pixels."""
+    refused: list[str] = []
+    errors: list[str] = []
+
+    def refuse(route: Route) -> None:
+        if route.request.url.startswith("file://"):
+            route.continue_()
+        else:
+            refused.append(route.request.url)
+            route.abort()
+
+    with chromium() as browser:
+        page: Page = browser.new_page(viewport={"width": width, "height": height})
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.route("**/*", refuse)
+        page.goto(page_file.resolve().as_uri())
+        page.wait_for_load_state("load")
+        page.wait_for_function(
+            "document.querySelectorAll('.js-plotly-plot .main-svg').length >= "
+            "document.querySelectorAll('.plot').length"
+        )
+        page.screenshot(path=str(screenshot))
+        return Rendered(
+            plots=page.evaluate(_PLOTS_JS),
+            text=page.inner_text("body"),
+            refused=refused,
+            errors=errors,
+        )

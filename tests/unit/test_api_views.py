@@ -1,0 +1,122 @@
+"""gpuval_api.views: the fleet and machine views kubectl gpuval and the HTML report share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from gpuval_api.crd import GpuNodeReport, GpuValidation
+from gpuval_api.lenient import read_model
+from gpuval_api.machine import machine_view
+from gpuval_api.reasons import REASONS, Reason
+from gpuval_api.views import (
+    BURN,
+    H2D,
+    UnitView,
+    figure_outliers,
+    fleet_view,
+    hint_for,
+    node_unit,
+    uniformity_rows,
+)
+from tests.support.fleets import SLOW, sample_fleet, simulated_result
+
+
+def unit(name: str, verdict: str = "Passed", **figures: float) -> UnitView:
+    return UnitView(name, verdict, figures=dict(figures))
+
+
+def report(node: str, status: dict[str, Any] | None) -> GpuNodeReport:
+    return GpuNodeReport.model_validate(
+        {"metadata": {"name": node}, "spec": {"validation": "v", "run": "r", "node": node},
+         "status": status}
+    )  # fmt: skip
+
+
+def test_an_outlier_is_below_ninety_percent_of_the_median_of_its_figure() -> None:
+    burns = {"a": 100.0, "b": 100.0, "c": 100.0, "d": 90.0, "e": 89.9}
+    units = [unit(name, burnTflops=value) for name, value in burns.items()]
+    units.append(unit("f", h2dGBps=10))
+
+    found = figure_outliers(units)
+
+    # 90 is exactly 90 % of the median 100: not below it.
+    assert [(o.unit, o.figure, o.median) for o in found] == [("e", BURN, 100.0)]
+    assert found[0].ratio == pytest.approx(0.899)
+
+
+def test_fewer_than_three_measured_units_give_no_outliers() -> None:
+    assert figure_outliers([unit("a", h2dGBps=50), unit("b", h2dGBps=5)], [H2D]) == []
+
+
+def test_unknown_verdicts_are_counted_under_their_own_name_and_listed_apart() -> None:
+    view, roles = sample_fleet(healthy=2)
+
+    assert view.counts == {"Passed": 2, "Failed": 2, "NotRun": 1}
+    assert [u.name for u in view.others] == [roles["untested"]]
+    assert roles["untested"] not in {f.unit for f in view.failures}
+
+
+def test_a_failed_report_without_failures_still_shows_its_reason_with_the_hint() -> None:
+    failed = node_unit(report("n", {"phase": "Completed", "verdict": "Failed",
+                                    "reason": "PodEvicted", "message": "evicted"}))  # fmt: skip
+    not_run = node_unit(report("m", {"phase": "Completed", "verdict": "NotRun",
+                                     "reason": "PodUnschedulable"}))  # fmt: skip
+    running = node_unit(report("k", {"phase": "Running"}))
+    pending = node_unit(report("p", None))
+
+    assert [(f.reason, f.hint) for f in failed.failures] == [
+        ("PodEvicted", REASONS[Reason.POD_EVICTED].hint)
+    ]
+    assert not_run.failures == () and not_run.reason == "PodUnschedulable"
+    assert (running.verdict, pending.verdict) == ("Running", "Pending")
+
+
+def test_a_reason_this_version_does_not_know_has_no_hint_instead_of_an_error() -> None:
+    assert hint_for("FabricGroupNeverFormed") == ""
+    assert hint_for("BurnNaN") == REASONS[Reason.BURN_NAN].hint
+
+
+def test_uniformity_rows_put_the_majority_value_first() -> None:
+    units = [UnitView(n, "Passed", environment={"driverVersion": d})
+             for n, d in (("a", "580"), ("b", "570"), ("c", "580"))]  # fmt: skip
+
+    (row,) = uniformity_rows(units, ["driverVersion", "kernel"])
+
+    assert row.values == (("580", ("a", "c")), ("570", ("b",)))
+    assert not row.uniform
+
+
+def test_objects_from_a_newer_gpuval_are_read_without_their_unknown_fields() -> None:
+    body = {
+        "metadata": {"name": "fleet"},
+        "spec": {"fabric": {"groupSize": 8}},
+        "status": {"phase": "Failed", "fabric": {"groups": 3}, "nodes": {"total": 2, "notRun": 1}},
+    }
+    validation = read_model(GpuValidation, body)
+
+    assert validation.status is not None and validation.status.nodes is not None
+    assert validation.status.nodes.total == 2
+    with pytest.raises(ValidationError):
+        read_model(GpuValidation, {"metadata": {"name": "x"}, "status": {"nodes": {"total": "x"}}})
+
+
+def test_a_fleet_view_takes_the_run_and_conditions_from_the_validation() -> None:
+    view, _ = sample_fleet(healthy=1)
+    assert view.run == "fleet-1-abcd" and view.kind == "fleet"
+    assert [c[0] for c in view.conditions] == ["NodesHealthy"]
+    empty = fleet_view(GpuValidation.model_validate({"metadata": {"name": "new"}}), [])
+    assert (empty.phase, empty.units, empty.counts) == ("Pending", (), {})
+
+
+def test_a_machine_view_has_one_unit_per_gpu_and_names_the_slow_one() -> None:
+    view = machine_view(simulated_result("box", [{"kind": SLOW, "gpu": 5}]))
+
+    assert [u.name for u in view.units] == [f"GPU {i}" for i in range(8)]
+    assert view.counts == {"Passed": 7, "Failed": 1}
+    assert [o.unit for o in view.outliers] == ["GPU 5"]
+    assert {f.reason for f in view.failures} == {"LowThroughput", "ThermalSlowdown"}
+    assert all("p2pGBps" in u.figures for u in view.units)
+    assert [host for host, _ in view.nccl_curves] == ["box"]

@@ -179,12 +179,29 @@ def test_running_status_clears_the_previous_runs_verdict() -> None:
 
 
 def test_operator_failure_status_uses_the_catalogue_hint() -> None:
+    status = build_operator_failure_status(Reason.TIMED_OUT, "agent hung", None, END)
+    assert status["verdict"] == "Failed"
+    assert status["reason"] == "TimedOut"
+    assert status["failures"][0]["hint"] == REASONS[Reason.TIMED_OUT].hint
+
+
+def test_a_node_gpuval_could_not_test_is_not_run_with_no_failure_listed() -> None:
     status = build_operator_failure_status(
         Reason.POD_EVICTED, "evicted: memory pressure", None, END
     )
-    assert status["verdict"] == "Failed"
-    assert status["reason"] == "PodEvicted"
-    assert status["failures"][0]["hint"] == REASONS[Reason.POD_EVICTED].hint
+    assert status["verdict"] == "NotRun" and status["reason"] == "PodEvicted"
+    assert status["failures"] == []
+
+
+def test_every_reason_of_an_untested_node_is_not_run_and_evidence_is_failed() -> None:
+    not_run = {r for r, info in REASONS.items() if info.verdict == "NotRun"}
+    assert not_run == {
+        Reason.POD_UNSCHEDULABLE, Reason.POD_EVICTED, Reason.POD_DELETED, Reason.POD_OOM_KILLED,
+        Reason.IMAGE_PULL_FAILED, Reason.AGENT_NOT_STARTED, Reason.NODE_GONE_UNTESTED,
+        Reason.INVALID_CONFIG, Reason.AGENT_STOPPED, Reason.FABRIC_GANG_NOT_FORMED,
+    }  # fmt: skip
+    for evidence in (Reason.TIMED_OUT, Reason.NODE_GONE, Reason.POD_FAILED, Reason.BURN_MISMATCH):
+        assert REASONS[evidence].verdict == "Failed"
 
 
 def test_a_termination_message_fits_the_kubelets_limit_and_reads_back() -> None:

@@ -22,6 +22,7 @@ class ConditionReason(StrEnum):
     RUNNING = "Running"
     NODES_FAILED = "NodesFailed"
     ALL_NODES_PASSED = "AllNodesPassed"
+    NODES_NOT_RUN = "NodesNotRun"  # every tested node passed; some could not be tested
     NO_NODES_SELECTED = "NoNodesSelected"
     NOT_COMPARED = "NotCompared"
     NOT_UNIFORM = "NotUniform"
@@ -49,3 +50,6 @@ class EventReason(StrEnum):
     VALIDATION_FAILED = "ValidationFailed"  # on the node, naming the GpuValidation's report
     INVALID_SPEC = "InvalidSpec"
     REPORT_NOT_CREATED = "ReportNotCreated"
+    NODE_NOT_RUN = "NodeNotRun"  # on the GpuValidation and the node: not tested, no action
+    NODE_QUEUED = "NodeQueued"  # a node added to the run (joined, rebooted, stack changed, retry)
+    DRY_RUN = "DryRunNodeAction"  # on the node: what would have been done

@@ -180,8 +180,8 @@ class NodeActions(_Model):
     label: bool = Field(
         default=True,
         description=(
-            "Label every validated node with gpuval.dev/verdict (passed/failed) and "
-            "gpuval.dev/validated-at (Unix seconds)."
+            "Label every validated node with gpuval.dev/verdict (passed/failed/not-run) and "
+            "gpuval.dev/validated-at (Unix seconds), and set its GpuValidated condition."
         ),
     )
     taint: FailureTaint | None = Field(
@@ -192,6 +192,55 @@ class NodeActions(_Model):
     )
     cordon: bool = Field(
         default=False, description="Cordon failing nodes; uncordoned when the node passes again."
+    )
+    dry_run: bool = Field(
+        default=False,
+        description=(
+            "Touch no node: record what would be done (labels, taint, cordon, condition) in "
+            "status.dryRun and in Events instead."
+        ),
+    )
+
+
+class RetryPolicy(_Model):
+    """How a node gpuval could not test (NotRun: GPUs busy, pod evicted...) is tried again."""
+
+    attempts: int = Field(
+        default=2, ge=1, le=10, description="Attempts per node and run, the first included."
+    )
+    backoff_seconds: int = Field(
+        default=300, ge=0, le=86400, description="Wait before the next attempt."
+    )
+
+
+class StartupTaint(_Model):
+    """A taint nodes register with (kubelet --register-with-taints) to take no work until
+    validated; gpuval removes it when the node passes and keeps it when it fails."""
+
+    key: LabelKey = Field(description="Taint key, e.g. gpuval.dev/unvalidated.")
+    effect: TaintEffect = Field(default=TaintEffect.NO_SCHEDULE, description="Taint effect.")
+
+
+class Gating(_Model):
+    """Validate nodes as they change, not only on a schedule: every selected node that joins,
+    reboots (its boot ID changes) or changes its GPU stack (driver, CUDA, GPU count) is added to
+    the current run, arrivals batched over a short window."""
+
+    join: bool = Field(default=True, description="Validate a node that joins (or was never).")
+    reboot: bool = Field(default=True, description="Validate a node again after a reboot.")
+    stack_change: bool = Field(
+        default=True,
+        description=(
+            "Validate a node again when its driver, CUDA or GPU count changes (node labels of "
+            "GPU feature discovery, nvidia.com/gpu capacity)."
+        ),
+    )
+    batch_seconds: int = Field(
+        default=10, ge=0, le=3600, description="Arrivals within this window start together."
+    )
+    startup_taint: StartupTaint | None = Field(
+        default=None,
+        description="A taint to remove when a node passes (its agent pod tolerates it).",
     )
 
 
@@ -359,6 +408,14 @@ class GpuValidationSpec(_Model):
             "their local checks, narrowed down to a slow node or link. Unset: off."
         ),
     )
+    retry: RetryPolicy = Field(
+        default_factory=RetryPolicy,
+        description="How nodes gpuval could not test are tried again within a run.",
+    )
+    gating: Gating | None = Field(
+        default=None,
+        description="Validate nodes that join, reboot or change their GPU stack. Unset: off.",
+    )
     history: int = Field(
         default=3,
         ge=1,
@@ -399,6 +456,16 @@ class NodeCounts(_Model):
     )
     passed: int = Field(default=0, description="Nodes that passed.")
     failed: int = Field(default=0, description="Nodes that failed.")
+    not_run: int = Field(
+        default=0, description="Nodes gpuval could not test (after every attempt): no action."
+    )
+
+
+class DryRunAction(_Model):
+    """What would have been done to a node (nodeActions.dryRun)."""
+
+    node: str = Field(max_length=253, description="Node name.")
+    actions: str = Field(max_length=1024, description="The changes, e.g. taint, cordon, labels.")
 
 
 class FailingNode(_Model):
@@ -428,6 +495,15 @@ class RunTrigger(StrEnum):
     CREATED = "created"
     SPEC_CHANGED = "spec-changed"
     SCHEDULE = "schedule"
+
+
+class NodeTrigger(StrEnum):
+    """Why a node was added to the current run after it started (spec.gating, spec.retry)."""
+
+    JOINED = "joined"
+    REBOOTED = "rebooted"
+    STACK_CHANGED = "stack-changed"
+    RETRY = "retry"
 
 
 class RunInfo(_Model):
@@ -471,6 +547,18 @@ class GpuValidationStatus(_Model):
     failing_nodes_omitted: int = Field(
         default=0, description="Failing nodes beyond the listed ones (see the GpuNodeReports)."
     )
+    not_run_nodes: list[FailingNode] = Field(
+        default_factory=list,
+        max_length=50,
+        description="Nodes gpuval could not test in the current run (no action taken), at most 50.",
+    )
+    not_run_nodes_omitted: int = Field(default=0, description="NotRun nodes beyond the listed.")
+    dry_run: list[DryRunAction] = Field(
+        default_factory=list,
+        max_length=50,
+        description="With nodeActions.dryRun: what would have been done, at most 50 nodes.",
+    )
+    dry_run_omitted: int = Field(default=0, description="Dry-run entries beyond the listed.")
     outliers: list[Outlier] = Field(
         default_factory=list, max_length=50, description="Uniformity outliers, at most 50."
     )

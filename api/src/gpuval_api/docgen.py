@@ -40,10 +40,11 @@ def _cell(text: str) -> str:
 
 
 def reasons_table() -> str:
-    lines = ["| reason | severity | meaning | what to do |", "|---|---|---|---|"]
+    lines = ["| reason | severity | node verdict | meaning | what to do |", "|---|---|---|---|---|"]
     for reason, entry in REASONS.items():
         lines.append(
-            f"| `{reason}` | {entry.severity} | {_cell(entry.summary)} | {_cell(entry.hint)} |"
+            f"| `{reason}` | {entry.severity} | {entry.verdict} | {_cell(entry.summary)} | "
+            f"{_cell(entry.hint)} |"
         )
     return "\n".join(lines) + "\n"
 

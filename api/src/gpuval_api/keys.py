@@ -16,6 +16,7 @@ FINALIZER: Final = f"{PREFIX}/finalizer"
 LABEL_VALIDATION: Final = f"{PREFIX}/validation"
 LABEL_RUN: Final = f"{PREFIX}/run"
 LABEL_NODE: Final = f"{PREFIX}/node"
+LABEL_ATTEMPT: Final = f"{PREFIX}/attempt"
 LABEL_COMPONENT: Final = "app.kubernetes.io/component"
 LABEL_NAME: Final = "app.kubernetes.io/name"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
@@ -31,7 +32,14 @@ NODE_LABEL_VERDICT: Final = f"{PREFIX}/verdict"
 NODE_LABEL_VALIDATED_AT: Final = f"{PREFIX}/validated-at"
 NODE_LABEL_REASON: Final = f"{PREFIX}/reason"
 NODE_ANNOTATION_CORDONED_BY: Final = f"{PREFIX}/cordoned-by"
-NODE_ANNOTATION_VALIDATION: Final = f"{PREFIX}/validation"
+# The validations whose latest verdict on the node is Failed, comma-separated.
+NODE_ANNOTATION_FAILED_BY: Final = f"{PREFIX}/failed-by"
+# One annotation per GpuValidation covering the node, "verdict.gpuval.dev/<validation>": its
+# latest verdict there and the actions it asks for (gpuval_operator.noderecords), so the node's
+# labels, taint, cordon and condition reflect every validation, not the last writer.
+NODE_VERDICT_ANNOTATION_PREFIX: Final = f"verdict.{PREFIX}/"
+# The node condition the operator sets (kubernetes-sigs/node-readiness-controller can gate on it).
+NODE_CONDITION: Final = "GpuValidated"
 TAINT_KEY: Final = f"{PREFIX}/unhealthy"
 # Kubernetes' own: the taint a cordon puts on a node.
 UNSCHEDULABLE_TAINT_KEY: Final = "node.kubernetes.io/unschedulable"
@@ -39,3 +47,4 @@ UNSCHEDULABLE_TAINT_KEY: Final = "node.kubernetes.io/unschedulable"
 # Values of NODE_LABEL_VERDICT.
 NODE_VERDICT_PASSED: Final = "passed"
 NODE_VERDICT_FAILED: Final = "failed"
+NODE_VERDICT_NOT_RUN: Final = "not-run"

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gpuval_api.verdicts import Verdict
+
 
 class Severity(StrEnum):
     """How a finding bears on the verdict: an error fails its check, a warning only reports."""
@@ -62,19 +64,27 @@ class Reason(StrEnum):
     # Operator side
     POD_FAILED = "PodFailed"
     POD_EVICTED = "PodEvicted"
+    POD_DELETED = "PodDeleted"
     POD_UNSCHEDULABLE = "PodUnschedulable"
+    POD_OOM_KILLED = "PodOomKilled"
+    IMAGE_PULL_FAILED = "ImagePullFailed"
+    AGENT_NOT_STARTED = "AgentNotStarted"
     NODE_GONE = "NodeGone"
+    NODE_GONE_UNTESTED = "NodeGoneUntested"
     TIMED_OUT = "TimedOut"
     NOT_UNIFORM = "NotUniform"
 
 
 @dataclass(frozen=True, slots=True)
 class ReasonInfo:
-    """What a reason means (summary), what to do about it (hint), and whether it fails the check."""
+    """What a reason means (summary), what to do about it (hint), whether it fails the check
+    (severity), and the node verdict it gives: Failed (evidence against the node) or NotRun
+    (gpuval could not test the node; no node action, no failure alert)."""
 
     summary: str
     hint: str
     severity: Severity = Severity.ERROR
+    verdict: Verdict = Verdict.FAILED
 
 
 REASONS: dict[Reason, ReasonInfo] = {
@@ -199,6 +209,7 @@ REASONS: dict[Reason, ReasonInfo] = {
         "was not tested (no evidence against the node)",
         "look at the group's pods (`kubectl get pods -l gpuval.dev/fabric-group`): GPUs held by "
         "work, or a node gone; the next run tries again",
+        verdict=Verdict.NOT_RUN,
     ),
     Reason.CHECK_ERROR: ReasonInfo(
         "the check itself could not run",
@@ -212,27 +223,59 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.INVALID_CONFIG: ReasonInfo(
         "the checks configuration given to the agent is invalid",
         "fix spec.checks of the GpuValidation (the message names the field)",
+        verdict=Verdict.NOT_RUN,
     ),
     Reason.AGENT_STOPPED: ReasonInfo(
         "the agent was stopped (SIGTERM or SIGINT) before it finished; its results are partial",
         "re-run the validation for this node; an evicted or timed-out pod carries the operator's "
         "reason",
+        verdict=Verdict.NOT_RUN,
     ),
     Reason.POD_FAILED: ReasonInfo(
         "the agent pod failed without writing a verdict",
         "read the pod's logs and events (`kubectl logs`, `kubectl describe pod`)",
     ),
     Reason.POD_EVICTED: ReasonInfo(
-        "the agent pod was evicted before it finished",
-        "look at the node's pressure conditions; re-run the validation for this node",
+        "the agent pod was evicted before it finished: the node was not tested",
+        "look at the node's pressure conditions and drains; the validation tries it again",
+        verdict=Verdict.NOT_RUN,
+    ),
+    Reason.POD_DELETED: ReasonInfo(
+        "the agent pod was deleted by someone else before it finished: the node was not tested",
+        "see who deleted it (`kubectl get events`); the validation tries the node again",
+        verdict=Verdict.NOT_RUN,
     ),
     Reason.POD_UNSCHEDULABLE: ReasonInfo(
-        "the agent pod could not be scheduled on its node",
-        "check the node's allocatable nvidia.com/gpu, taints and cordon state",
+        "the agent pod could not be scheduled on its node for the whole timeout (usually work "
+        "holds its GPUs): the node was not tested, and was not disturbed",
+        "nothing, if the GPUs are busy; else check the node's allocatable nvidia.com/gpu, taints "
+        "and cordon state; the validation tries it again",
+        verdict=Verdict.NOT_RUN,
+    ),
+    Reason.POD_OOM_KILLED: ReasonInfo(
+        "the agent was killed for exceeding its memory limit: the node was not tested",
+        "raise spec.agent.resources.limits.memory (the burn and NCCL need a few GiB per GPU)",
+        verdict=Verdict.NOT_RUN,
+    ),
+    Reason.IMAGE_PULL_FAILED: ReasonInfo(
+        "the agent image could not be pulled on the node: the node was not tested",
+        "check spec.agent.image, the registry's reachability from the node and imagePullSecrets",
+        verdict=Verdict.NOT_RUN,
+    ),
+    Reason.AGENT_NOT_STARTED: ReasonInfo(
+        "the agent pod was scheduled but its container never started within the timeout: the node "
+        "was not tested",
+        "`kubectl describe pod` shows why (volume, sandbox, runtime); the validation tries again",
+        verdict=Verdict.NOT_RUN,
     ),
     Reason.NODE_GONE: ReasonInfo(
-        "the node was deleted or became unreachable during the run",
+        "the node was deleted or became unreachable while its agent ran",
         "check the node's status and kubelet; re-run the validation when it is back",
+    ),
+    Reason.NODE_GONE_UNTESTED: ReasonInfo(
+        "the node was deleted or became unreachable before its agent started: it was not tested",
+        "nothing to do for gpuval; the node is validated when it comes back",
+        verdict=Verdict.NOT_RUN,
     ),
     Reason.TIMED_OUT: ReasonInfo(
         "the node's agent did not finish within the run's timeout",
@@ -243,6 +286,11 @@ REASONS: dict[Reason, ReasonInfo] = {
         "align driver, CUDA, NCCL, VBIOS and modes across the pool; mixes cause NCCL hangs",
     ),
 }
+
+
+def verdict_of(reason: Reason) -> Verdict:
+    """The node verdict a reason gives: Failed or NotRun (never taken out of service for it)."""
+    return REASONS[reason].verdict
 
 
 def info(reason: Reason) -> ReasonInfo:

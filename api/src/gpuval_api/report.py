@@ -182,6 +182,12 @@ def build_running_status(started_at: datetime, message: str = "agent started") -
     )
 
 
+def build_reset_status() -> dict[str, Any]:
+    """The `status` the operator writes before a node's next attempt in the same run: every
+    field of the previous attempt cleared, so its verdict is never read as the new one's."""
+    return _status({key: None for key in StatusKey} | {StatusKey.PHASE: str(ReportPhase.PENDING)})
+
+
 def build_operator_failure_status(
     reason: Reason,
     message: str,
@@ -197,15 +203,19 @@ def build_operator_failure_status(
         FailureKey.HINT: REASONS[reason].hint,
         FailureKey.MESSAGE: one_line(message),
     }
+    verdict = REASONS[reason].verdict
     return _status(
         {
             StatusKey.PHASE: str(ReportPhase.COMPLETED),
-            StatusKey.VERDICT: str(Verdict.FAILED),
+            StatusKey.VERDICT: str(verdict),
             StatusKey.REASON: str(reason),
             StatusKey.MESSAGE: one_line(message),
             StatusKey.STARTED_AT: rfc3339(started_at) if started_at else None,
             StatusKey.COMPLETED_AT: rfc3339(completed_at),
-            StatusKey.FAILURES: [{str(k): v for k, v in failure.items()}],
+            # NotRun is no failure: nothing failed, the node was not tested.
+            StatusKey.FAILURES: (
+                [{str(k): v for k, v in failure.items()}] if verdict is Verdict.FAILED else []
+            ),
         }
     )
 

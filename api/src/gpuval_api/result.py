@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpuval_api.checks import ChecksConfig, camel
 from gpuval_api.jsonschema import ExplicitDefaults
 from gpuval_api.reasons import Reason, Severity
+from gpuval_api.verdicts import Verdict
+
+__all__ = ["AgentResult", "CheckResult", "Verdict"]  # Verdict: results and nodes share it
 
 SCHEMA_VERSION: Literal["gpuval.dev/v1alpha1/result"] = "gpuval.dev/v1alpha1/result"
 
@@ -37,16 +39,6 @@ class Metric:
     H2D = "h2dGBps"  # bandwidth, per GPU, one GPU at a time
     D2H = "d2hGBps"
     DEVICE_COPY = "deviceCopyGBps"
-
-
-class Verdict(StrEnum):
-    PASSED = "Passed"
-    FAILED = "Failed"
-    # A check that did not run; a node is never Skipped.
-    SKIPPED = "Skipped"
-    # A node gpuval could not test (its pod never scheduled, was evicted, its image was not
-    # pulled...): no evidence against it, so no node action follows (design.md, verdict classes).
-    NOT_RUN = "NotRun"
 
 
 class PcieLink(_Model):

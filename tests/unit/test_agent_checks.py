@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 
@@ -162,9 +161,9 @@ def test_a_hang_runs_until_the_agent_is_told_to_stop() -> None:
     stop = threading.Event()
     timer = threading.Timer(0.3, stop.set)
     timer.start()
-    began = time.monotonic()
     result = _run('{"gpus": 1, "faults": [{"kind": "hang"}]}', stop=stop)
-    assert time.monotonic() - began >= 0.3
+    # It returned only because it was told to stop (a burn that did not hang ends at once).
+    assert stop.is_set()
     assert [c.verdict for c in result.checks][-2:] == [Verdict.SKIPPED, Verdict.SKIPPED]
     assert result.verdict is Verdict.FAILED and result.reason is Reason.AGENT_STOPPED
 

@@ -8,11 +8,19 @@ from typing import Any
 import pytest
 
 from gpuval_api import keys
-from gpuval_api.crd import RunTrigger
+from gpuval_api.crd import NodeTrigger, RunTrigger
 from gpuval_api.reasons import Reason
 from gpuval_api.report import build_termination_message
 from gpuval_operator import names
-from gpuval_operator.lifecycle import Decision, RunFacts, Step, decide, due_outcomes, next_wave
+from gpuval_operator.lifecycle import (
+    Decision,
+    RunFacts,
+    Step,
+    decide,
+    due_outcomes,
+    next_wave,
+    retry_wanted,
+)
 from gpuval_operator.state import Phase, RunState
 from gpuval_operator.views import PodView
 
@@ -117,7 +125,7 @@ def test_a_verdict_in_the_termination_message_is_taken_when_the_report_never_arr
     run.apply_pod(ended_pod("a", "Succeeded", {"exitCode": 0, "message": message}), now=100.0)
     assert due_outcomes(run, now=T0, monotonic=105.0, timeout=600, grace=10) == []
     [outcome] = due_outcomes(run, now=T0, monotonic=110.0, timeout=600, grace=10)
-    assert outcome.passed and outcome.reason is None
+    assert outcome.verdict == "Passed" and outcome.reason is None
     assert outcome.status is not None and outcome.status["summary"]["burnTflops"] == 700.0
     assert "termination message" in outcome.message
 
@@ -128,7 +136,7 @@ def test_a_failed_verdict_from_the_termination_message_keeps_its_reason() -> Non
     message = build_termination_message(status)
     run.apply_pod(ended_pod("a", "Failed", {"exitCode": 1, "message": message}), now=0.0)
     [outcome] = due_outcomes(run, now=T0, monotonic=60.0, timeout=600, grace=10)
-    assert not outcome.passed and outcome.reason is Reason.BURN_MISMATCH
+    assert outcome.verdict == "Failed" and outcome.reason is Reason.BURN_MISMATCH
 
 
 def test_a_termination_message_that_is_not_a_verdict_is_ignored() -> None:
@@ -143,8 +151,8 @@ def test_an_oom_killed_agent_says_so_and_what_to_raise() -> None:
     run = make_run("a")
     run.apply_pod(ended_pod("a", "Failed", {"exitCode": 137, "reason": "OOMKilled"}), now=0.0)
     [outcome] = due_outcomes(run, now=T0, monotonic=60.0, timeout=600, grace=10)
-    assert outcome.reason is Reason.POD_FAILED
-    assert "exit code 137 (OOMKilled" in outcome.message and "limits.memory" in outcome.message
+    assert outcome.reason is Reason.POD_OOM_KILLED and outcome.verdict == "NotRun"
+    assert "OOM-killed with exit code 137" in outcome.message and "limits.memory" in outcome.message
 
 
 def test_a_wave_fills_the_free_slots_with_planned_nodes_only() -> None:
@@ -155,3 +163,27 @@ def test_a_wave_fills_the_free_slots_with_planned_nodes_only() -> None:
     assert [r.node for r in next_wave(run, limit=2)] == ["b"]
     assert [r.node for r in next_wave(run, limit=4)] == ["b", "c"]
     assert next_wave(run, limit=1) == []
+
+
+def test_nodes_that_arrive_after_a_completed_run_reopen_it_unless_a_tick_is_due() -> None:
+    done = RunFacts(generation=2, completed=True)
+    assert _decide(run=done, arrivals=True) == Decision(Step.EXTEND)
+    ticked = _decide(run=done, arrivals=True, scheduled=True, next_run_at=900.0, now=1000.0)
+    assert ticked == Decision(Step.START, RunTrigger.SCHEDULE)
+    assert _decide(arrivals=True) == Decision(Step.EXECUTE)  # an active run takes them itself
+
+
+def test_a_node_not_run_is_retried_until_its_attempts_are_spent() -> None:
+    from gpuval_api.crd import RetryPolicy  # noqa: PLC0415
+
+    run = make_run("a")
+    run.finish_for("a", Reason.POD_UNSCHEDULABLE, "busy")
+    record = run.nodes["a"]
+    assert retry_wanted(record, RetryPolicy(attempts=2))
+    record.next_attempt(names.pod_name("v", "1-aaaa", "a", 2), 50.0, NodeTrigger.RETRY)
+    assert record.phase is Phase.PENDING and record.attempt == 2 and record.stale_report
+    assert record.pod.endswith("-a2") and record.planned
+    assert list(run.pending(now=49.0)) == [] and list(run.pending(now=50.0)) == [record]
+    run.finish_for("a", Reason.POD_UNSCHEDULABLE, "busy again")
+    assert not retry_wanted(record, RetryPolicy(attempts=2))
+    assert run.counts()["notRun"] == 1

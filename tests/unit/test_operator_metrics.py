@@ -27,8 +27,8 @@ def sample_registry() -> Registry:
     )
     for n in ("a", "b", "c"):
         run.add(n, 8, names.report_name("fleet", "1-aaaa", n), names.pod_name("fleet", "1-aaaa", n))
-    run.finish_node("a", True, None, "")
-    run.finish_node("b", False, Reason.BURN_MISMATCH, "gpu 3")
+    run.finish_node("a", Verdict.PASSED, None, "")
+    run.finish_node("b", Verdict.FAILED, Reason.BURN_MISMATCH, "gpu 3")
     state.run = run
     state.latest["a"] = NodeResult(
         "1-aaaa",

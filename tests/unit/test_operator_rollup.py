@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gpuval_api.result import Verdict
 from gpuval_operator import names, rollup
 from gpuval_operator.state import RunState
 from gpuval_operator.uniformity import Outlier, find_outliers
@@ -25,9 +26,9 @@ def run_with(passed: int, failed: int, running: int = 0) -> RunState:
             node, 8, names.report_name("v", "1-aaaa", node), names.pod_name("v", "1-aaaa", node)
         )
         if i < passed:
-            run.finish_node(node, True, None, "")
+            run.finish_node(node, Verdict.PASSED, None, "")
         elif i < passed + failed:
-            run.finish_node(node, False, "BurnMismatch", "gpu 3 computed wrong results")
+            run.finish_node(node, Verdict.FAILED, "BurnMismatch", "gpu 3 computed wrong results")
     return run
 
 

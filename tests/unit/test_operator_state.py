@@ -23,6 +23,8 @@ def make_run(*nodes: str) -> RunState:
 
 def pod(node: str, phase: str = "Running", **extra: Any) -> PodView:
     status: dict[str, Any] = {"phase": phase, **extra.pop("status", {})}
+    if phase == "Running":
+        status.setdefault("containerStatuses", [{"name": "agent", "state": {"running": {}}}])
     obj = {
         "metadata": {
             "name": names.pod_name("v", "1-aaaa", node),
@@ -117,6 +119,23 @@ def test_timeout_is_unschedulable_when_never_scheduled_and_timed_out_otherwise()
     assert "Insufficient nvidia.com/gpu" in failures["a"].message
     assert failures["b"].reason is Reason.TIMED_OUT
     assert all(f.delete_pod and f.check_node for f in failures.values())
+    # Busy GPUs are no evidence against the node; a hung agent is.
+    assert failures["a"].verdict == "NotRun" and failures["b"].verdict == "Failed"
+
+
+def test_a_scheduled_pod_whose_container_never_started_is_not_run_naming_why() -> None:
+    run = make_run("a", "b")
+    pulling = {"containerStatuses": [{"state": {"waiting": {"reason": "ImagePullBackOff"}}}]}
+    creating = {"containerStatuses": [{"state": {"waiting": {"reason": "ContainerCreating"}}}]}
+    run.apply_pod(pod("a", "Pending", status=pulling), now=0.0)
+    run.apply_pod(pod("b", "Pending", status=creating), now=0.0)
+    due = due_outcomes(run, now=T0 + 600, monotonic=0, timeout=600, grace=10)
+    found = {o.node: o for o in due}
+    assert (
+        found["a"].reason is Reason.IMAGE_PULL_FAILED and "ImagePullBackOff" in found["a"].message
+    )
+    assert found["b"].reason is Reason.AGENT_NOT_STARTED
+    assert {o.verdict for o in found.values()} == {"NotRun"}
 
 
 def test_a_pod_deleted_by_someone_else_asks_for_a_node_check() -> None:
@@ -137,7 +156,9 @@ def test_counts_follow_phases() -> None:
     run.apply_report(report("c", verdict="Failed", reason="XidError"))
     run.apply_pod(pod("d"), now=0.0)
     run.apply_report(report("d"))
-    assert run.counts() == {"total": 4, "pending": 1, "running": 1, "passed": 1, "failed": 1}
+    assert run.counts() == {
+        "total": 4, "pending": 1, "running": 1, "passed": 1, "failed": 1, "notRun": 0
+    }  # fmt: skip
     assert [r.node for r in run.failed()] == ["c"]
 
 

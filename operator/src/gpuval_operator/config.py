@@ -50,6 +50,11 @@ class OperatorConfig:
     status_interval_seconds: float = 1.0
     pod_grace_seconds: float = 10.0
     events_per_run: int = 50
+    # Leader election (two replicas): off unless a namespace for the Lease is given.
+    lease_namespace: str | None = None
+    lease_name: str = "gpuval-operator"
+    lease_duration_seconds: int = 15
+    lease_renew_seconds: int = 5
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
@@ -64,4 +69,17 @@ class OperatorConfig:
             status_interval_seconds=d.status_interval_seconds,
             pod_grace_seconds=float(_int(env, E.POD_GRACE_SECONDS, int(d.pod_grace_seconds), 0)),
             events_per_run=_int(env, E.EVENTS_PER_RUN, d.events_per_run),
-        )
+            lease_namespace=env.get(E.LEASE_NAMESPACE) or None,
+            lease_name=env.get(E.LEASE_NAME) or d.lease_name,
+            lease_duration_seconds=_int(env, E.LEASE_DURATION_SECONDS, d.lease_duration_seconds, 2),
+            lease_renew_seconds=_int(env, E.LEASE_RENEW_SECONDS, d.lease_renew_seconds, 1),
+        ).checked()
+
+    def checked(self) -> OperatorConfig:
+        if self.lease_namespace and self.lease_renew_seconds * 2 > self.lease_duration_seconds:
+            raise ConfigError(
+                f"{E.LEASE_RENEW_SECONDS}={self.lease_renew_seconds} leaves no room to renew "
+                f"within {E.LEASE_DURATION_SECONDS}={self.lease_duration_seconds}; renew at most "
+                "every half lease"
+            )
+        return self

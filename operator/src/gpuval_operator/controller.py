@@ -1,12 +1,11 @@
 """The controller of one GpuValidation: runs, waves of agent pods, verdicts, status.
 
 kopf starts one `ValidationController.run` per GpuValidation (a daemon). It follows the validation's
-reports and pods with one list+watch each (`children.Follower` into `ingest.ChildIngest`), keeps a
-compact `RunState`, and loops about once a second (or at once when a child changes): record the
-nodes whose pods ended without a verdict, start pods for the next nodes within the concurrency
-limit, apply node actions to nodes with a new verdict, and write the status at most once a second
-and at once when the run completes. What to do is decided by the pure functions of
-`lifecycle`; every API call is in `effects`.
+reports and pods with one list+watch each (`children.Follower` into `ingest.ChildIngest`) and its
+nodes with a third (`nodewatch.NodeTracker`), keeps a compact `RunState`, and loops about once a
+second (or at once when something changes): `execution.RunDriver.tick` drives an active run, and
+the status is written at most once a second and at once when the run completes. What to do is
+decided by the pure functions of `lifecycle`; every API call is in `effects` and `nodeactions`.
 
 Restart safety: the run id is written to the status before any child is created, children have
 deterministic names (a repeated create gets 409), the annotation gpuval.dev/planned-run records that
@@ -26,25 +25,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuval_api import keys
-from gpuval_api.checks import CheckName
 from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, RunTrigger
-from gpuval_api.reasons import Reason
 from gpuval_operator import cron, lifecycle, planning, rollup
 from gpuval_operator.children import Follower
 from gpuval_operator.config import OperatorConfig
 from gpuval_operator.effects import REPORTS_PATH, Effects
-from gpuval_operator.fingerprints import fingerprint_outliers
+from gpuval_operator.execution import RunDriver
 from gpuval_operator.ingest import ChildIngest
 from gpuval_operator.kube import ApiError, KubeClient
 from gpuval_operator.lifecycle import Decision, RunFacts, Step
+from gpuval_operator.nodeactions import NodeActor
+from gpuval_operator.nodewatch import NodeTracker
 from gpuval_operator.registry import Registry, ValidationState
 from gpuval_operator.reports import ReportPlanner, add_nodes
-from gpuval_operator.state import NodeRecord, Phase, RunState
+from gpuval_operator.state import RunState
 from gpuval_operator.statuswriter import StatusWriter
 from gpuval_operator.uniformity import Outlier, expected_values, find_outliers
 from gpuval_operator.validation import parse_spec
-from gpuval_operator.views import NodeResult, parse_time, run_number
+from gpuval_operator.views import parse_time, run_number
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +83,12 @@ class ValidationController:
         self.outliers: list[Outlier] | None = None
         self._followers: list[asyncio.Task[None]] = []
         self.reports = ReportPlanner(self.effects, self.ingest.wake.set)
+        self.actor = NodeActor(self.effects)
+        self.tracker = NodeTracker(ctx.client, name, self.ingest.wake.set)
+        self.driver = RunDriver(
+            state=self.state, effects=self.effects, actor=self.actor, tracker=self.tracker,
+            reports=self.reports, ingest=self.ingest,
+        )  # fmt: skip
         self.invalid_generation: int | None = None
 
     def _status(self) -> dict[str, Any]:
@@ -143,6 +148,7 @@ class ValidationController:
                     await self._sleep(10)
         finally:
             self.reports.cancel()
+            self.tracker.stop()
             for task in self._followers:
                 task.cancel()
             await asyncio.gather(*self._followers, return_exceptions=True)
@@ -175,6 +181,11 @@ class ValidationController:
     def _decide(self, spec: GpuValidationSpec | None) -> Decision:
         run = self.state.run
         facts = None if run is None else RunFacts(run.generation, run.completed_at is not None)
+        arrivals = False
+        if spec is not None and spec.gating is not None:
+            self.tracker.look_for_arrivals(run, spec.gating, time.time())
+            due = self.tracker.next_batch_at(spec.gating)
+            arrivals = due is not None and due <= time.time()
         return lifecycle.decide(
             valid=spec is not None,
             generation=self.generation(),
@@ -182,7 +193,11 @@ class ValidationController:
             scheduled=spec is not None and spec.schedule is not None,
             next_run_at=self.next_run_at,
             now=time.time(),
+            arrivals=arrivals,
         )
+
+    def _follow_nodes(self, spec: GpuValidationSpec) -> None:
+        self.tracker.follow(spec.node_selector.to_query() if spec.node_selector else "")
 
     async def _step(self) -> None:
         generation = self.generation()
@@ -199,6 +214,7 @@ class ValidationController:
             await self._wait(changed)
             return
         self.state.invalid = False
+        self._follow_nodes(spec)
         run = self.state.run
         match decision.step:
             case Step.EXECUTE if run is not None:
@@ -208,13 +224,27 @@ class ValidationController:
                 await self._start_run(spec, decision.trigger or RunTrigger.SPEC_CHANGED)
             case Step.START:
                 await self._start_run(spec, decision.trigger or RunTrigger.CREATED)
+            case Step.EXTEND if run is not None and spec.gating is not None:
+                batch = self.tracker.due_batch(spec.gating, time.time())
+                await self.driver.join(run, spec, batch)
             case Step.PLAN_TICK:
                 completed = (run.completed_at if run else None) or time.time()
                 self.next_run_at = cron.next_tick(spec.schedule or "", completed)
                 await self._write_status(force=True)
             case _:
                 until = decision.until
-                await self._wait(lambda: changed() or (until is not None and time.time() >= until))
+                gating = spec.gating
+
+                def arrived() -> bool:
+                    if gating is None:
+                        return False
+                    self.tracker.look_for_arrivals(self.state.run, gating, time.time())
+                    due = self.tracker.next_batch_at(gating)
+                    return due is not None and due <= time.time()
+
+                await self._wait(
+                    lambda: changed() or arrived() or (until is not None and time.time() >= until)
+                )
 
     # -- invalid spec --
 
@@ -257,6 +287,7 @@ class ValidationController:
         self.state.last_run_started = run.started_at
         self.next_run_at, self.outliers, self.invalid_generation = None, None, None
         self.effects.events_posted = 0
+        self.actor.dry_run = {}
         # The run id is persisted before any child exists, so a restart resumes this run instead of
         # starting one.
         await self._write_status(force=True)
@@ -283,93 +314,25 @@ class ValidationController:
         while not self.stopped():
             if self.generation() != run.generation:
                 raise SupersededError
-            outcomes = lifecycle.due_outcomes(
-                run, now=time.time(), monotonic=time.monotonic(),
-                timeout=spec.node_timeout_seconds, grace=self.config.pod_grace_seconds,
-            )  # fmt: skip
-            if outcomes:
-                await self.effects.bounded(self._record(run, o) for o in outcomes)
-            await self._launch(run, spec)
-            await self._after_verdicts(run, spec)
-            if run.all_done():
-                prints = await self._blame_fingerprints(run)
-                await self._after_verdicts(run, spec)
+            if spec.gating is not None:
+                self.tracker.look_for_arrivals(run, spec.gating, time.time())
+            if await self.driver.tick(run, spec):
+                prints = await self.driver.blame_fingerprints(run)
+                await self.driver.after_verdicts(run, spec)
                 await self._complete(run, spec, prints)
                 return
             await self._write_status()
             await self._sleep(self.config.status_interval_seconds)
 
-    async def _record(self, run: RunState, outcome: lifecycle.Outcome) -> None:
-        """A verdict the agent did not write: record it on the run and in the node's report."""
-        reason, message = outcome.reason, outcome.message
-        record = run.nodes[outcome.node]
-        if outcome.check_node and not await self.effects.node_exists(outcome.node):
-            reason = Reason.NODE_GONE
-            message = f"node {outcome.node} was deleted during the run ({message})"
-        if outcome.delete_pod:
-            await self.effects.delete_pod(record)
-        if not run.finish_node(outcome.node, outcome.passed, reason, message):
-            return
-        if outcome.status is not None:
-            await self.effects.write_report_status(record, {**outcome.status, "message": message})
-        elif reason is not None:
-            await self.effects.write_report_failure(record, reason, message)
-
-    async def _launch(self, run: RunState, spec: GpuValidationSpec) -> None:
-        limit = planning.concurrency_limit(spec.max_concurrent, len(run.nodes))
-        wave = lifecycle.next_wave(run, limit)
-        if not wave:
-            return
-        now = time.time()
-        for record in wave:
-            record.phase, record.pod_created = Phase.RUNNING, now
-        self.ingest.dirty = True
-
-        async def create(record: NodeRecord) -> None:
-            refused = await self.effects.create_pod(run, record, spec)
-            if refused is not None and run.finish_node(
-                record.node, False, Reason.POD_FAILED, refused
-            ):
-                await self.effects.write_report_failure(record, Reason.POD_FAILED, refused)
-
-        await self.effects.bounded(create(r) for r in wave)
-
-    async def _after_verdicts(self, run: RunState, spec: GpuValidationSpec) -> None:
-        """Node actions and Events for nodes that got a verdict since the last step."""
-        # Verdicts that arrive while the nodes are being patched are picked up by the next pass.
-        while run.finished:
-            finished, run.finished = run.finished, []
-            self.ingest.dirty = True
-            await self.effects.bounded(
-                self.effects.act_on_node(run, run.nodes[node], spec) for node in finished
-            )
-
-    def _run_results(self, run: RunState) -> dict[str, NodeResult]:
-        return {
-            node: result
-            for node, result in self.state.latest.items()
-            if node in run.nodes and result.run == run.run_id
-        }
-
-    async def _blame_fingerprints(self, run: RunState) -> list[Outlier]:
-        """Fail each node whose burn reference differs from its peers' (silent corruption)."""
-        results = self._run_results(run)
-        found = fingerprint_outliers({n: r.fingerprints for n, r in results.items()})
-        reason = Reason.BURN_FINGERPRINT_MISMATCH
-        for outlier in found:
-            if run.overturn(outlier.node, reason, outlier.message()):
-                record = run.nodes[outlier.node]
-                await self.effects.write_report_failure(
-                    record, reason, outlier.message(), check=CheckName.BURN
-                )
-        return [Outlier(o.field, o.node, o.value, o.majority, "majority") for o in found]
-
     async def _complete(
         self, run: RunState, spec: GpuValidationSpec, fingerprints: list[Outlier]
     ) -> None:
         run.completed_at = time.time()
-        results = self._run_results(run)
-        environments = {n: r.environment for n, r in results.items() if r.environment}
+        environments = {
+            node: result.environment
+            for node, result in self.state.latest.items()
+            if node in run.nodes and result.run == run.run_id and result.environment
+        }
         expected = expected_values(spec.expected)
         found = find_outliers(environments, expected) if environments else None
         self.outliers = None if found is None else found + fingerprints
@@ -400,6 +363,7 @@ class ValidationController:
             next_run_at=self.next_run_at,
             dirty=self.ingest.dirty,
             force=force,
+            dry_run=self.actor.dry_run,
         )
         if written:
             self.ingest.dirty = False

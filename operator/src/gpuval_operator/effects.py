@@ -3,7 +3,7 @@ agents could not write, node actions, Events, status patches, and clean-up.
 
 Every call the operator makes on behalf of a validation is here (gpuval_operator.rbac lists the
 rights they need); what to do and when is decided elsewhere (gpuval_operator.lifecycle,
-.planning, .nodeactions, .rollup).
+.planning, .rollup; node actions are gpuval_operator.nodeactions).
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from gpuval_api.report import AGENT_CHECK, build_operator_failure_status
 from gpuval_operator import events, names, planning
 from gpuval_operator.config import OperatorConfig
 from gpuval_operator.kube import ApiError, KubeClient, ResourceExpiredError, q
-from gpuval_operator.nodeactions import plan_node_patch
-from gpuval_operator.state import NodeRecord, Phase, RunState
+from gpuval_operator.state import NodeRecord, RunState
 from gpuval_operator.views import run_number
 
 log = logging.getLogger(__name__)
@@ -137,6 +136,7 @@ class Effects:
             spec=spec,
             config=self.config,
             deadline=(record.pod_created or time.time()) + spec.node_timeout_seconds,
+            attempt=record.attempt,
         )
         try:
             await self.client.create(self.pods_path, body)
@@ -188,44 +188,3 @@ class Effects:
         sel = f"{self.selector},{keys.LABEL_RUN}={run.run_id}"
         await self.client.delete(self.pods_path, labelSelector=sel)
         await self.client.delete(REPORTS_PATH, labelSelector=sel)
-
-    # -- nodes --
-
-    async def act_on_node(self, run: RunState, record: NodeRecord, spec: GpuValidationSpec) -> None:
-        """Bring the node's labels, taint and cordon to its verdict; post Events on a failure."""
-        passed = record.phase is Phase.PASSED
-        for _ in range(3):
-            node = await self.client.get_or_none(f"{NODES_PATH}/{q(record.node)}")
-            if node is None:
-                return
-            patch = plan_node_patch(
-                node,
-                validation=self.name,
-                passed=passed,
-                reason=record.reason,
-                actions=spec.node_actions,
-                now=time.time(),
-            )
-            if patch is None:
-                break
-            try:
-                await self.client.merge_patch(f"{NODES_PATH}/{q(record.node)}", patch)
-                break
-            except ApiError as exc:
-                if exc.status == 409:
-                    continue  # the node changed under us: plan again on its new state
-                log.warning("%s: could not update node %s: %s", self.name, record.node, exc)
-                return
-        else:
-            return
-        if not passed and self.events_posted < self.config.events_per_run:
-            self.events_posted += 1
-            await self._failure_events(record, node["metadata"]["uid"])
-
-    async def _failure_events(self, record: NodeRecord, node_uid: str) -> None:
-        message = f"{record.reason}: {record.message} (GpuNodeReport {record.report})"
-        involved = {"apiVersion": "v1", "kind": "Node", "name": record.node, "uid": node_uid}
-        await events.post(
-            self.client, involved, EventReason.VALIDATION_FAILED, message, warning=True
-        )
-        await self.event(EventReason.NODE_FAILED, f"{record.node}: {message}", warning=True)

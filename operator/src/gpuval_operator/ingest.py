@@ -11,7 +11,7 @@ import asyncio
 import time
 from typing import Any
 
-from gpuval_operator.registry import ValidationState
+from gpuval_operator.registry import Untested, ValidationState
 from gpuval_operator.state import Phase
 from gpuval_operator.views import NodeResult, PodView, ReportView, run_number
 
@@ -34,12 +34,21 @@ class ChildIngest:
             return
         self.state.run_ids.add(view.run)
         if view.completed:
-            known = self.state.latest.get(view.node)
-            if known is None or run_number(view.run) >= run_number(known.run):
-                self.state.latest[view.node] = NodeResult.of(view)
+            self._remember(view)
         run = self.state.run
         if run is not None and run.apply_report(view):
             self._changed()
+
+    def _remember(self, view: ReportView) -> None:
+        """A completed report into the read model: tested verdicts and NotRun apart."""
+        known = self.state.latest.get(view.node)
+        newer = known is None or run_number(view.run) >= run_number(known.run)
+        if view.tested and newer:
+            self.state.latest[view.node] = NodeResult.of(view)
+            self.state.untested.pop(view.node, None)
+        elif not view.tested and view.node not in self.state.untested:
+            since = view.completed_at or time.time()
+            self.state.untested[view.node] = Untested(str(view.reason or ""), since)
 
     def on_reports_page(self, items: list[dict[str, Any]], first: bool, last: bool) -> None:
         for obj in items:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 
-from gpuval_api.crd import RunTrigger
+from gpuval_api.crd import RetryPolicy, RunTrigger
 from gpuval_api.kubernetes import CONTAINER_REASON_OOM_KILLED, PodPhase
-from gpuval_api.reasons import Reason
+from gpuval_api.reasons import Reason, verdict_of
 from gpuval_api.report import StatusKey
 from gpuval_api.result import Verdict
 from gpuval_operator.state import NodeRecord, Phase, RunState
@@ -26,6 +26,7 @@ class Step(Enum):
     RESTART = auto()  # supersede the active run of an older generation, start a new one
     START = auto()  # start a run: none yet, a new generation, or a schedule tick that is due
     PLAN_TICK = auto()  # a completed scheduled run without a recorded next tick: compute it
+    EXTEND = auto()  # nodes arrived (spec.gating) after the run completed: reopen it for them
     WAIT = auto()  # nothing to do until the spec changes (or `until`, when given)
 
 
@@ -53,8 +54,10 @@ def decide(
     scheduled: bool,
     next_run_at: float | None,
     now: float,
+    arrivals: bool = False,
 ) -> Decision:
-    """The controller's next step for a validation at spec `generation`."""
+    """The controller's next step for a validation at spec `generation`; `arrivals`: nodes the
+    gating queued have waited out their batch window."""
     active = run is not None and not run.completed
     if not valid:
         return Decision(Step.INVALID, supersede=active)
@@ -65,6 +68,8 @@ def decide(
         return Decision(step, RunTrigger.SPEC_CHANGED)
     if active:
         return Decision(Step.EXECUTE)
+    if arrivals and not (scheduled and next_run_at is not None and now >= next_run_at):
+        return Decision(Step.EXTEND)
     if not scheduled:
         return Decision(Step.WAIT)
     if next_run_at is None:
@@ -79,65 +84,77 @@ class Outcome:
     """A running node that ended without a verdict written by its agent, and what it gets."""
 
     node: str
-    passed: bool
+    verdict: Verdict
     reason: Reason | None
     message: str
     delete_pod: bool = False
-    # NodeGone takes precedence: the controller looks the node up before recording `reason`.
+    # The node's own fate takes precedence: the controller looks the node up first.
     check_node: bool = False
     # The report status to write for the agent: its verdict from the termination message.
     status: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, node: str, reason: Reason, message: str, **kwargs: Any) -> Outcome:
+        """The outcome an operator-side reason gives: Failed or NotRun by the catalogue."""
+        return cls(node, verdict_of(reason), reason, message, **kwargs)
+
+
+IMAGE_PULL_REASONS = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+)
+
+
+def node_gone(r: NodeRecord, why: str) -> Outcome:
+    """The node went away: evidence against it only if its agent had started."""
+    reason = Reason.NODE_GONE if r.started else Reason.NODE_GONE_UNTESTED
+    return Outcome.of(r.node, reason, f"node {r.node} {why}", delete_pod=True)
 
 
 def _ended(r: NodeRecord) -> Outcome:
     """A pod that ended (and stayed without a report for the grace period)."""
     if r.termination is not None:
-        verdict = r.termination.get(StatusKey.VERDICT)
+        verdict = Verdict(r.termination.get(StatusKey.VERDICT) or Verdict.FAILED)
         message = (
             f"{r.termination.get(StatusKey.MESSAGE) or ''} (from agent pod {r.pod}'s termination "
             "message: its report write never arrived)"
         )
         reason = r.termination.get(StatusKey.REASON)
         return Outcome(
-            r.node,
-            verdict == Verdict.PASSED,
-            Reason(reason) if reason else None,
-            message.strip(),
+            r.node, verdict, Reason(reason) if reason else None, message.strip(),
             status=r.termination,
-        )
+        )  # fmt: skip
     if r.evicted:
-        return Outcome(r.node, False, Reason.POD_EVICTED, f"agent pod {r.pod} was evicted")
+        return Outcome.of(r.node, Reason.POD_EVICTED, f"agent pod {r.pod} was evicted")
+    code = "" if r.exit_code is None else f" with exit code {r.exit_code}"
+    if r.terminated_reason == CONTAINER_REASON_OOM_KILLED:
+        return Outcome.of(
+            r.node, Reason.POD_OOM_KILLED, f"agent pod {r.pod} was OOM-killed{code}: raise "
+            "spec.agent.resources.limits.memory",
+        )  # fmt: skip
     if r.pod_phase == PodPhase.FAILED:
-        code = "" if r.exit_code is None else f" with exit code {r.exit_code}"
-        if r.terminated_reason == CONTAINER_REASON_OOM_KILLED:
-            code += " (OOMKilled: raise spec.agent.resources.limits.memory)"
-        return Outcome(
-            r.node, False, Reason.POD_FAILED, f"agent pod {r.pod} failed{code} without a verdict"
-        )
-    return Outcome(
-        r.node, False, Reason.POD_FAILED, f"agent pod {r.pod} exited without writing a verdict"
-    )
+        message = f"agent pod {r.pod} failed{code} without a verdict"
+    else:
+        message = f"agent pod {r.pod} exited without writing a verdict"
+    return Outcome.of(r.node, Reason.POD_FAILED, message)
 
 
 def _timed_out(r: NodeRecord, timeout: float) -> Outcome:
+    kwargs: dict[str, Any] = {"delete_pod": True, "check_node": True}
     if not r.scheduled:
         why = f": {r.unschedulable}" if r.unschedulable else ""
-        return Outcome(
-            r.node,
-            False,
-            Reason.POD_UNSCHEDULABLE,
-            f"agent pod {r.pod} was not scheduled within {timeout:.0f}s{why}",
-            delete_pod=True,
-            check_node=True,
+        message = f"agent pod {r.pod} was not scheduled within {timeout:.0f}s{why}"
+        return Outcome.of(r.node, Reason.POD_UNSCHEDULABLE, message, **kwargs)
+    if not r.started:
+        waiting = f" ({r.waiting_reason})" if r.waiting_reason else ""
+        message = f"agent pod {r.pod}'s container did not start within {timeout:.0f}s{waiting}"
+        reason = (
+            Reason.IMAGE_PULL_FAILED
+            if r.waiting_reason in IMAGE_PULL_REASONS
+            else Reason.AGENT_NOT_STARTED
         )
-    return Outcome(
-        r.node,
-        False,
-        Reason.TIMED_OUT,
-        f"agent pod {r.pod} did not finish within {timeout:.0f}s",
-        delete_pod=True,
-        check_node=True,
-    )
+        return Outcome.of(r.node, reason, message, **kwargs)
+    message = f"agent pod {r.pod} did not finish within {timeout:.0f}s"
+    return Outcome.of(r.node, Reason.TIMED_OUT, message, **kwargs)
 
 
 def due_outcomes(
@@ -154,11 +171,13 @@ def due_outcomes(
     for r in run.nodes.values():
         if r.phase is not Phase.RUNNING:
             continue
-        if r.pod_gone:
+        if r.node_gone:
+            outcomes.append(node_gone(r, "was deleted or became unreachable during the run"))
+        elif r.pod_gone:
+            reason = Reason.POD_EVICTED if r.evicted else Reason.POD_DELETED
             what = "evicted" if r.evicted else "deleted"
-            reason = Reason.POD_EVICTED if r.evicted else Reason.POD_FAILED
             message = f"agent pod {r.pod} was {what} before it finished"
-            outcomes.append(Outcome(r.node, False, reason, message, check_node=True))
+            outcomes.append(Outcome.of(r.node, reason, message, check_node=True))
         elif r.terminal_since is not None and monotonic - r.terminal_since >= grace:
             outcomes.append(_ended(r))
         elif r.pod_created is not None and now - r.pod_created >= timeout:
@@ -166,13 +185,19 @@ def due_outcomes(
     return outcomes
 
 
-def next_wave(run: RunState, limit: int) -> list[NodeRecord]:
-    """Pending nodes (whose report exists) that start now, so at most `limit` run at once."""
+def retry_wanted(record: NodeRecord, policy: RetryPolicy) -> bool:
+    """A node gpuval could not test gets another attempt while it has attempts left."""
+    return record.phase is Phase.NOT_RUN and record.attempt < policy.attempts
+
+
+def next_wave(run: RunState, limit: int, now: float = float("inf")) -> list[NodeRecord]:
+    """Pending nodes (whose report exists and whose backoff is over) that start now, so at most
+    `limit` run at once."""
     slots = limit - run.running()
     wave: list[NodeRecord] = []
     if slots <= 0:
         return wave
-    for record in run.pending():
+    for record in run.pending(now):
         if len(wave) >= slots:
             break
         wave.append(record)

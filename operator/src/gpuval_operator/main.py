@@ -6,19 +6,25 @@ Run with `gpuval-operator` (or `kopf run -m gpuval_operator.main --all-namespace
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
+import secrets
+import socket
 from typing import Any
 
 import kopf
 
 from gpuval_api import keys
-from gpuval_api.crd import GROUP, VALIDATION_PLURAL, VERSION
+from gpuval_api.crd import GROUP, VALIDATION_PLURAL, VERSION, NodeSelector
 from gpuval_operator.config import ConfigError, OperatorConfig
 from gpuval_operator.controller import Context, ValidationController
+from gpuval_operator.effects import Effects
 from gpuval_operator.kube import KubeClient, load_credentials
+from gpuval_operator.leader import LeaderElector
 from gpuval_operator.metrics import make_registry, start_server
+from gpuval_operator.nodeactions import NodeActor
 from gpuval_operator.registry import Registry
 
 log = logging.getLogger("gpuval_operator")
@@ -71,8 +77,40 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo.metrics_runner = (
         await start_server(prom, config.metrics_port) if config.metrics_port else None
     )
+    # /healthz answers from here on, so a standby waiting below is alive to its probes.
+    if config.lease_namespace:
+        elector = LeaderElector(
+            client,
+            namespace=config.lease_namespace,
+            name=config.lease_name,
+            identity=f"{socket.gethostname()}-{secrets.token_hex(3)}",
+            duration=config.lease_duration_seconds,
+            renew=config.lease_renew_seconds,
+        )
+        await elector.acquire()
+        memo.leader_task = asyncio.create_task(elector.keep(_lost_lease), name="leader")
+    registry.leading = True
     # Start-up garbage (the kubernetes package's modules) is never freed; keep the collector off it.
     gc.freeze()
+
+
+def _lost_lease() -> None:
+    """Another replica may lead from now on: stop at once, acting on nothing more."""
+    logging.shutdown()
+    os._exit(1)
+
+
+@kopf.on.delete(GROUP, VERSION, VALIDATION_PLURAL)
+async def forget_nodes(*, name: str, spec: kopf.Spec, memo: kopf.Memo, **_: Any) -> None:
+    """A deleted validation's records leave its nodes, with the taint or cordon it alone asked
+    for; what other validations said stays."""
+    ctx: Context = memo.ctx
+    selector = spec.get("nodeSelector")
+    query = NodeSelector.model_validate(selector).to_query() if selector else ""
+    touched = await NodeActor(Effects(ctx.client, ctx.config, name=name, uid="")).forget(
+        name, query
+    )
+    log.info("%s: deleted; its record left %d nodes", name, touched)
 
 
 @kopf.on.cleanup()

@@ -27,7 +27,9 @@ from gpuval_operator.views import SUMMARY_FIGURES, NodeResult
 
 log = logging.getLogger(__name__)
 
-NODE_STATES = ("pending", "running", "passed", "failed")
+# Label values of gpuval_validation_nodes{state} -> RunState.counts() keys.
+NODE_STATES = {"pending": "pending", "running": "running", "passed": "passed", "failed": "failed",
+               "notrun": "notRun"}  # fmt: skip
 
 
 def operator_version() -> str:
@@ -86,6 +88,15 @@ class _Families:
             "Each (check, reason) that failed in the node's latest report (always 1).",
             v, n, "check", "reason",
         )  # fmt: skip
+        self.untested = _gauge(
+            "gpuval_node_not_run_info",
+            "Nodes whose latest attempt was NotRun (gpuval could not test them; never a failure), "
+            "with the reason (always 1).", v, n, "reason",
+        )  # fmt: skip
+        self.untested_since = _gauge(
+            "gpuval_node_not_run_since_timestamp_seconds",
+            "Since when the node has gone untested (its first NotRun without a test since).", v, n,
+        )  # fmt: skip
         self.validated = _gauge(
             "gpuval_node_last_validation_timestamp_seconds",
             "When the node's latest verdict was written.", v, n,
@@ -103,8 +114,8 @@ class _Families:
         run = state.run
         if run is not None:
             counts = run.counts()
-            for phase in NODE_STATES:
-                self.nodes.add_metric([name, phase], float(counts[phase]))
+            for label, key in NODE_STATES.items():
+                self.nodes.add_metric([name, label], float(counts[key]))
             waiting = sum(
                 1 for r in run.nodes.values() if r.phase is Phase.RUNNING and r.unschedulable
             )
@@ -121,6 +132,9 @@ class _Families:
                 family.add_metric([name], value)
         for node, result in list(state.latest.items()):
             self.add_node(name, node, result)
+        for node, untested in list(state.untested.items()):
+            self.untested.add_metric([name, node, untested.reason], 1.0)
+            self.untested_since.add_metric([name, node], untested.since)
 
     def add_node(self, name: str, node: str, result: NodeResult) -> None:
         self.passed.add_metric([name, node], 1.0 if result.passed else 0.0)
@@ -149,6 +163,7 @@ class _Families:
         yield from (self.nodes, self.unschedulable, self.invalid, self.uniform, self.outliers)
         yield from (self.started, self.completed, self.success)
         yield from (self.passed, self.failure, self.check_failure, self.validated)
+        yield from (self.untested, self.untested_since)
         yield from self.figures.values()
         yield from self.gpu_figures.values()
 
@@ -165,6 +180,11 @@ class GpuvalCollector(Collector):
         build = InfoMetricFamily("gpuval_operator_build", "gpuval operator build information.")
         build.add_metric([], {"version": operator_version()})
         yield build
+        leader = GaugeMetricFamily(
+            "gpuval_operator_leader", "1 on the replica holding the leader Lease, 0 on a standby."
+        )
+        leader.add_metric([], 1.0 if self.registry.leading else 0.0)
+        yield leader
         families = _Families(self.per_gpu)
         for name, state in list(self.registry.items()):
             families.add_validation(name, state)

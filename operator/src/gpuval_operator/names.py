@@ -47,6 +47,8 @@ def report_name(validation: str, run: str, node: str) -> str:
     return bounded_name(validation, run, node)
 
 
-def pod_name(validation: str, run: str, node: str) -> str:
-    """The agent pod of `node` in run `run`; at most 63 so it is also a valid hostname."""
-    return bounded_name("gpuval", validation, run, node, limit=MAX_LABEL_VALUE)
+def pod_name(validation: str, run: str, node: str, attempt: int = 1) -> str:
+    """The agent pod of `node` in run `run` (and attempt, from the second on); at most 63 so it
+    is also a valid hostname."""
+    parts = ["gpuval", validation, run, node] + ([f"a{attempt}"] if attempt > 1 else [])
+    return bounded_name(*parts, limit=MAX_LABEL_VALUE)

@@ -121,6 +121,8 @@ def build_report(validation: str, uid: str, run: str, candidate: Candidate) -> d
 
 
 def _tolerations(spec: GpuValidationSpec) -> list[dict[str, Any]]:
+    startup = spec.gating.startup_taint if spec.gating else None
+    gated = [{"key": startup.key, "operator": "Exists"}] if startup else []
     always = [
         {"key": GPU_RESOURCE, "operator": "Exists"},
         {"key": keys.TAINT_KEY, "operator": "Exists"},
@@ -129,7 +131,8 @@ def _tolerations(spec: GpuValidationSpec) -> list[dict[str, Any]]:
         {"key": keys.UNSCHEDULABLE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"},
     ]
     extra = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.agent.tolerations]
-    return always + extra
+    # A gated node registers with the startup taint: the agent must still get on it to lift it.
+    return always + gated + extra
 
 
 def agent_env(
@@ -230,15 +233,18 @@ def build_pod(
     spec: GpuValidationSpec,
     config: OperatorConfig,
     deadline: float | None = None,
+    attempt: int = 1,
 ) -> dict[str, Any]:
-    """The agent pod of `node` for its local checks. `deadline` (Unix seconds) is when the
-    operator times the node out: the agent keeps retrying its report write until then.
+    """The agent pod of `node` for its local checks (its `attempt`-th in this run). `deadline`
+    (Unix seconds) is when the operator times the node out: the agent keeps retrying its report
+    write until then.
     """
     report = names.report_name(validation, run, node)
     env = agent_env(report=report, gpus=gpus, spec=spec, deadline=deadline)
+    labels = {**child_labels(validation, run, node), keys.LABEL_ATTEMPT: str(attempt)}
     return node_pod(
-        name=names.pod_name(validation, run, node),
-        labels=child_labels(validation, run, node),
+        name=names.pod_name(validation, run, node, attempt),
+        labels=labels,
         node=node,
         owner=owner_reference(validation, uid),
         spec=spec,

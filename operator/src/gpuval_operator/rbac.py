@@ -33,7 +33,9 @@ CLUSTER_RULES = (
     Rule((GROUP,), ("gpuvalidations/status",), ("patch",)),
     Rule((GROUP,), ("gpunodereports",), ("list", "watch", "create", "deletecollection")),
     Rule((GROUP,), ("gpunodereports/status",), ("patch",)),
-    Rule(("",), ("nodes",), ("get", "list", "patch")),
+    Rule(("",), ("nodes",), ("get", "list", "watch", "patch")),
+    # The GpuValidated condition (strategic merge patch on the node's status).
+    Rule(("",), ("nodes/status",), ("patch",)),
 )
 # In the agent namespace (GPUVAL_AGENT_NAMESPACE): the agent pods.
 AGENT_NAMESPACE_RULES = (
@@ -43,6 +45,11 @@ AGENT_NAMESPACE_RULES = (
 # `default` (gpuval_operator.events), and kopf posts its own in the operator's namespace.
 EVENT_RULES = (Rule(("",), ("events",), ("create",)),)
 EVENT_NAMESPACE = "default"
+# In the operator's namespace: the leader Lease (gpuval_operator.leader), and kopf's Events.
+OWN_NAMESPACE_RULES = (
+    Rule(("",), ("events",), ("create",)),
+    Rule(("coordination.k8s.io",), ("leases",), ("get", "create", "update")),
+)
 # What an agent may do: patch GpuNodeReport status, nothing else. Which report is the admission
 # policy's business (RBAC cannot tie a request to the node it comes from).
 AGENT_RULES = (Rule((GROUP,), ("gpunodereports/status",), ("patch",)),)

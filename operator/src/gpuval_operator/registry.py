@@ -11,12 +11,23 @@ from gpuval_operator.views import NodeResult
 
 
 @dataclass(slots=True)
+class Untested:
+    """A node whose latest attempt was NotRun, since when, and why (metrics; its alert)."""
+
+    reason: str
+    since: float
+
+
+@dataclass(slots=True)
 class ValidationState:
     """What the metrics and the controller share about one GpuValidation."""
 
     name: str
     run: RunState | None = None
+    # The latest tested verdict (Passed or Failed) of each node: the failure metrics and alerts.
     latest: dict[str, NodeResult] = field(default_factory=dict)
+    # Nodes whose latest attempt was NotRun, kept apart: never a failure.
+    untested: dict[str, Untested] = field(default_factory=dict)
     run_ids: set[str] = field(default_factory=set)
     invalid: bool = False
     uniform: bool | None = None
@@ -28,3 +39,6 @@ class ValidationState:
 
 class Registry(dict[str, ValidationState]):
     """Validation name -> state; read by the metrics collector at scrape time."""
+
+    # This replica holds the leader Lease (a standby exports no validation series).
+    leading: bool = False

@@ -7,7 +7,7 @@ size limit.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -16,7 +16,7 @@ from gpuval_api.conditions import ConditionReason as R
 from gpuval_api.conditions import ConditionType, ValidationPhase
 from gpuval_api.crd import RunTrigger
 from gpuval_operator.registry import ValidationState
-from gpuval_operator.state import RunState
+from gpuval_operator.state import NodeRecord, Phase, RunState
 from gpuval_operator.uniformity import Outlier
 from gpuval_operator.views import parse_time, run_number
 
@@ -100,7 +100,8 @@ def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Co
     """
     counts = run.counts()
     failed = [r.node for r in run.failed()]
-    done = counts["passed"] + counts["failed"]
+    untested = [r.node for r in run.in_phase(Phase.NOT_RUN)]
+    done = counts["passed"] + counts["failed"] + counts["notRun"]
     complete = run.completed_at is not None
     if complete and counts["total"] == 0:
         # An empty selection is almost always a wrong nodeSelector, not a healthy fleet.
@@ -122,6 +123,14 @@ def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Co
             R.NODES_FAILED,
             f"{len(failed)} of {counts['total']} nodes failed: {_names(failed)}",
         )
+    elif untested:
+        succeeded = Cond(
+            SUCCEEDED,
+            "True",
+            R.NODES_NOT_RUN,
+            f"{counts['passed']} nodes passed; {len(untested)} could not be tested (NotRun, no "
+            f"action taken): {_names(untested)}",
+        )
     else:
         succeeded = Cond(
             SUCCEEDED, "True", R.ALL_NODES_PASSED, f"all {counts['total']} nodes passed"
@@ -136,7 +145,10 @@ def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Co
         )
     elif complete:
         healthy = Cond(
-            NODES_HEALTHY, "True", R.ALL_NODES_PASSED, f"all {counts['total']} nodes passed"
+            NODES_HEALTHY,
+            "True",
+            R.ALL_NODES_PASSED,
+            f"every tested node passed ({done - len(untested)})",
         )
     else:
         healthy = Cond(NODES_HEALTHY, "Unknown", R.RUNNING, "no node has failed so far")
@@ -172,6 +184,13 @@ def phase_of(run: RunState) -> str:
     return ValidationPhase.FAILED if failed else ValidationPhase.SUCCEEDED
 
 
+def _listed(records: Sequence[NodeRecord]) -> list[dict[str, str]]:
+    return [
+        {"node": r.node, "reason": str(r.reason), "message": r.message}
+        for r in records[:MAX_LISTED]
+    ]
+
+
 def build_run_status(
     run: RunState,
     *,
@@ -180,20 +199,24 @@ def build_run_status(
     outliers: Sequence[Outlier] | None,
     now: float,
     next_run_at: float | None = None,
+    dry_run: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The GpuValidation status body (for a JSON merge patch on /status) of a run."""
     failed = run.failed()
+    untested = run.in_phase(Phase.NOT_RUN)
+    planned = sorted((dry_run or {}).items())
     listed = outliers or []
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "phase": phase_of(run),
         "run": run_info(run),
         "nodes": run.counts(),
-        "failingNodes": [
-            {"node": r.node, "reason": str(r.reason), "message": r.message}
-            for r in failed[:MAX_LISTED]
-        ],
+        "failingNodes": _listed(failed),
         "failingNodesOmitted": max(0, len(failed) - MAX_LISTED),
+        "notRunNodes": _listed(untested),
+        "notRunNodesOmitted": max(0, len(untested) - MAX_LISTED),
+        "dryRun": [{"node": n, "actions": a[:1024]} for n, a in planned[:MAX_LISTED]],
+        "dryRunOmitted": max(0, len(planned) - MAX_LISTED),
         "outliers": [o.as_status() for o in listed[:MAX_LISTED]],
         "outliersOmitted": max(0, len(listed) - MAX_LISTED),
         "conditions": merge_conditions(
@@ -228,7 +251,7 @@ def run_summary(run: RunState, outliers: Sequence[Outlier] | None) -> str:
     counts = run.counts()
     summary = (
         f"run {run.run_id} completed: {counts['passed']} passed, {counts['failed']} failed"
-        f" of {counts['total']}"
+        f", {counts['notRun']} not tested of {counts['total']}"
     )
     if outliers:
         summary += f"; {len({o.node for o in outliers})} nodes not uniform"

@@ -1,7 +1,10 @@
 """What the operator remembers of one run: a few hundred bytes per node.
 
 `RunState` holds one run's nodes and applies the compact views of their pods and reports
-(gpuval_operator.views). Everything here is pure and synchronous: the controller does the I/O.
+(gpuval_operator.views). A node's result is Passed, Failed or NotRun (gpuval could not test it);
+a NotRun node with attempts left waits for its next attempt in the same run. Nodes may join a
+run after it started (spec.gating, retries), which reopens a completed run. Everything here is
+pure and synchronous: the controller does the I/O.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from gpuval_api.crd import NodeTrigger
 from gpuval_api.kubernetes import TERMINAL_POD_PHASES
-from gpuval_api.reasons import Reason
+from gpuval_api.reasons import Reason, verdict_of
+from gpuval_api.result import Verdict
 from gpuval_operator import names
 from gpuval_operator.views import PodView, ReportView
 
@@ -23,6 +28,21 @@ class Phase(IntEnum):
     RUNNING = 1
     PASSED = 2
     FAILED = 3
+    NOT_RUN = 4
+
+    @classmethod
+    def of(cls, verdict: Verdict) -> Phase:
+        return {Verdict.PASSED: cls.PASSED, Verdict.NOT_RUN: cls.NOT_RUN}.get(verdict, cls.FAILED)
+
+
+# Keys of RunState.counts(), as the status's NodeCounts spells them.
+COUNT_KEYS = {
+    Phase.PENDING: "pending",
+    Phase.RUNNING: "running",
+    Phase.PASSED: "passed",
+    Phase.FAILED: "failed",
+    Phase.NOT_RUN: "notRun",
+}
 
 
 @dataclass(slots=True)
@@ -32,6 +52,14 @@ class NodeRecord:
     report: str
     pod: str
     phase: Phase = Phase.PENDING
+    attempt: int = 1
+    # Why the node is in the run beyond its start (gating, retry); None: selected at the start.
+    trigger: NodeTrigger | None = None
+    # Not before this (epoch seconds): a retry's backoff.
+    not_before: float = 0.0
+    # The report still shows the previous attempt: reset it before the next pod starts, and
+    # read none of its completed statuses until the reset shows.
+    stale_report: bool = False
     # Its report exists: only then may its pod start (the agent writes to that report).
     planned: bool = False
     pod_seen: bool = False
@@ -40,19 +68,36 @@ class NodeRecord:
     scheduled: bool = False
     unschedulable: str | None = None
     evicted: bool = False
+    # The agent's container started (running or terminated), or its report says Running.
+    started: bool = False
+    waiting_reason: str | None = None
     exit_code: int | None = None
     terminated_reason: str | None = None
     # The verdict the agent left in its termination message; kept only until the node finishes.
     termination: dict[str, Any] | None = None
     pod_gone: bool = False
+    node_gone: bool = False
     terminal_since: float | None = None
     deleted_by_us: bool = False
     reason: Reason | None = None
     message: str = ""
+    # The boot ID and GPU stack the node had when it got its verdict (gating compares them).
+    tested_boot: str | None = None
+    tested_stack: str = ""
 
     @property
     def done(self) -> bool:
         return self.phase >= Phase.PASSED
+
+    def next_attempt(self, pod: str, not_before: float, trigger: NodeTrigger) -> None:
+        """Make the record wait for another attempt, under a new pod name, in the same report
+        (which still shows the previous attempt until the operator resets it)."""
+        fresh = NodeRecord(
+            self.node, self.gpus, self.report, pod, attempt=self.attempt + 1, trigger=trigger,
+            not_before=not_before, stale_report=True, planned=True,
+        )  # fmt: skip
+        for slot in NodeRecord.__slots__:
+            setattr(self, slot, getattr(fresh, slot))
 
 
 @dataclass(slots=True)
@@ -78,37 +123,47 @@ class RunState:
         return record
 
     def counts(self) -> dict[str, int]:
-        counts = {"total": len(self.nodes), **{p.name.lower(): 0 for p in Phase}}
+        counts = {"total": len(self.nodes), **dict.fromkeys(COUNT_KEYS.values(), 0)}
         for record in self.nodes.values():
-            counts[record.phase.name.lower()] += 1
+            counts[COUNT_KEYS[record.phase]] += 1
         return counts
 
     def running(self) -> int:
         return sum(1 for r in self.nodes.values() if r.phase is Phase.RUNNING)
 
-    def pending(self) -> Iterator[NodeRecord]:
-        """Nodes waiting for their wave whose report exists."""
-        return (r for r in self.nodes.values() if r.phase is Phase.PENDING and r.planned)
+    def pending(self, now: float = float("inf")) -> Iterator[NodeRecord]:
+        """Nodes waiting for their wave whose report exists and whose backoff is over."""
+        return (
+            r
+            for r in self.nodes.values()
+            if r.phase is Phase.PENDING and r.planned and r.not_before <= now
+        )
 
     def all_done(self) -> bool:
         return all(r.done for r in self.nodes.values())
 
-    def failed(self) -> list[NodeRecord]:
-        return sorted(
-            (r for r in self.nodes.values() if r.phase is Phase.FAILED), key=lambda r: r.node
-        )
+    def in_phase(self, phase: Phase) -> list[NodeRecord]:
+        return sorted((r for r in self.nodes.values() if r.phase is phase), key=lambda r: r.node)
 
-    def finish_node(self, node: str, passed: bool, reason: Reason | None, message: str) -> bool:
+    def failed(self) -> list[NodeRecord]:
+        return self.in_phase(Phase.FAILED)
+
+    def finish_node(self, node: str, verdict: Verdict, reason: Reason | None, message: str) -> bool:
         """Record a verdict; False when the node already had one (the first verdict stands)."""
         record = self.nodes.get(node)
         if record is None or record.done:
             return False
-        record.phase = Phase.PASSED if passed else Phase.FAILED
+        record.phase = Phase.of(verdict)
+        passed = record.phase is Phase.PASSED
         record.reason = None if passed else (reason or Reason.CHECK_ERROR)
         record.message = message[:300]
         record.termination = None
         self.finished.append(node)
         return True
+
+    def finish_for(self, node: str, reason: Reason, message: str) -> bool:
+        """Record the verdict an operator-side reason gives (Failed or NotRun by its class)."""
+        return self.finish_node(node, verdict_of(reason), reason, message)
 
     def overturn(self, node: str, reason: Reason, message: str) -> bool:
         """Fail a node that passed on its own, on evidence only the whole run shows (a burn
@@ -119,6 +174,10 @@ class RunState:
         record.phase, record.reason, record.message = Phase.FAILED, reason, message[:300]
         self.finished.append(node)
         return True
+
+    def reopen(self) -> None:
+        """Nodes joined a completed run (gating, retry): it is running again."""
+        self.completed_at = None
 
     def apply_report(self, view: ReportView) -> bool:
         """Apply a report of this run; True when it gave its node a verdict."""
@@ -131,8 +190,14 @@ class RunState:
                 view.node, gpus, view.name, names.pod_name(self.validation, self.run_id, view.node)
             )
         record.planned = True
-        if view.completed:
-            return self.finish_node(view.node, view.passed, view.reason, view.message)
+        if record.stale_report:
+            if not view.completed:
+                record.stale_report = False  # the reset (or the new agent) shows
+            return False
+        if view.started:
+            record.started = True
+        if view.completed and view.verdict is not None:
+            return self.finish_node(view.node, view.verdict, view.reason, view.message)
         return False
 
     def apply_pod(self, view: PodView, now: float) -> None:
@@ -141,6 +206,11 @@ class RunState:
         record = self.nodes.get(view.node)
         if record is None:
             return
+        if view.attempt > record.attempt and not record.done:
+            # Seen after a restart: the node was on a later attempt than its report tells.
+            record.attempt, record.pod, record.stale_report = view.attempt, view.name, False
+        if view.name != record.pod:
+            return  # another attempt's pod
         record.pod_seen = True
         record.pod_created = view.created or record.pod_created
         if record.phase is Phase.PENDING:
@@ -152,6 +222,8 @@ class RunState:
         record.scheduled = view.scheduled
         record.unschedulable = None if view.scheduled else view.unschedulable
         record.evicted = view.evicted
+        record.started = record.started or view.started
+        record.waiting_reason = view.waiting_reason
         record.exit_code = view.exit_code
         record.terminated_reason = view.terminated_reason
         if not record.done and view.termination is not None:
@@ -161,7 +233,12 @@ class RunState:
         if view.run != self.run_id:
             return
         record = self.nodes.get(view.node)
-        if record is not None and record.phase is Phase.RUNNING and not record.deleted_by_us:
+        if (
+            record is not None
+            and view.name == record.pod
+            and record.phase is Phase.RUNNING
+            and not record.deleted_by_us
+        ):
             record.pod_gone = True
             # The Eviction API deletes the pod; its last state carries the DisruptionTarget mark.
             record.evicted = record.evicted or view.evicted

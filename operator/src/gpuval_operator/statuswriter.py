@@ -6,7 +6,7 @@ lastTransitionTime carried from one write to the next (gpuval_operator.rollup bu
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuval_operator import rollup
@@ -32,6 +32,7 @@ class StatusWriter:
         next_run_at: float | None,
         dirty: bool,
         force: bool = False,
+        dry_run: Mapping[str, str] | None = None,
     ) -> bool:
         """Write the run's status if forced, or changed and the interval has passed; True when
         written."""
@@ -45,6 +46,7 @@ class StatusWriter:
             outliers=outliers,
             now=time.time(),
             next_run_at=next_run_at,
+            dry_run=dry_run,
         )
         await self._patch(status)
         self.last_write = mono

@@ -58,6 +58,7 @@ class PodView:
     name: str
     node: str
     run: str
+    attempt: int
     phase: str
     created: float
     scheduled: bool
@@ -66,6 +67,8 @@ class PodView:
     exit_code: int | None
     deleting: bool
     terminated_reason: str | None = None
+    started: bool = False
+    waiting_reason: str | None = None
     # The agent's verdict from the termination message, for a report the agent could not write.
     termination: dict[str, Any] | None = None
 
@@ -88,9 +91,12 @@ class PodView:
                 and cond.get("reason") in EVICTION_REASONS
             ):
                 evicted = True
-        exit_code, reason, termination = None, None, None
+        exit_code, reason, termination, started, waiting = None, None, None, False, None
         for cs in status.get("containerStatuses") or []:
-            terminated = (cs.get("state") or {}).get("terminated")
+            state = cs.get("state") or {}
+            terminated = state.get("terminated")
+            started = started or "running" in state or terminated is not None
+            waiting = (state.get("waiting") or {}).get("reason") or waiting
             if terminated is not None:
                 exit_code = terminated.get("exitCode")
                 reason = terminated.get("reason")
@@ -99,6 +105,7 @@ class PodView:
             name=meta.get("name", ""),
             node=annotations.get(keys.ANNOTATION_NODE) or spec.get("nodeName") or "",
             run=labels.get(keys.LABEL_RUN, ""),
+            attempt=int(labels.get(keys.LABEL_ATTEMPT) or 1),
             phase=status.get("phase") or PodPhase.PENDING,
             created=parse_time(meta.get("creationTimestamp")) or 0.0,
             scheduled=scheduled,
@@ -108,6 +115,8 @@ class PodView:
             deleting=bool(meta.get("deletionTimestamp")),
             terminated_reason=reason,
             termination=termination,
+            started=started,
+            waiting_reason=waiting,
         )
 
 
@@ -279,6 +288,16 @@ class ReportView:
     @property
     def passed(self) -> bool:
         return self.verdict is Verdict.PASSED
+
+    @property
+    def started(self) -> bool:
+        """The agent began (it writes Running first), whatever came of it."""
+        return self.phase in (ReportPhase.RUNNING, ReportPhase.COMPLETED)
+
+    @property
+    def tested(self) -> bool:
+        """A verdict with evidence either way (not NotRun)."""
+        return self.verdict in (Verdict.PASSED, Verdict.FAILED)
 
     @classmethod
     def parse(cls, report: Mapping[str, Any], *, per_gpu: bool = False) -> ReportView:

@@ -1,0 +1,141 @@
+"""The nodes a validation selects, followed by one label-selected list+watch: a node deleted or
+gone NotReady mid-run is known at once, and spec.gating learns which nodes joined, rebooted or
+changed their GPU stack. Each node is kept as a NodeView of a few hundred bytes.
+
+Arrivals are batched: a node queued for gating waits until the oldest queued one is
+`batch_seconds` old, then the whole batch joins the current run together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from gpuval_api.crd import Gating, NodeTrigger
+from gpuval_operator.children import Follower
+from gpuval_operator.effects import NODES_PATH
+from gpuval_operator.kube import KubeClient
+from gpuval_operator.nodeviews import NodeView, gating_trigger
+from gpuval_operator.state import Phase, RunState
+
+log = logging.getLogger(__name__)
+
+
+class NodeTracker:
+    def __init__(self, client: KubeClient, validation: str, wake: Callable[[], None]) -> None:
+        self.client = client
+        self.validation = validation
+        self.wake = wake
+        self.views: dict[str, NodeView] = {}
+        self.gone: set[str] = set()  # deleted, or NotReady: known until a run acts on it
+        self.changed: set[str] = set()  # to look at again for gating
+        self.queue: dict[str, tuple[NodeTrigger, float]] = {}
+        self.synced = asyncio.Event()
+        self.selector: str | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._listed: set[str] = set()
+
+    # -- following --
+
+    def follow(self, selector: str) -> None:
+        """(Re)start the list+watch for `selector` (the spec's nodeSelector as a query)."""
+        if self.selector == selector and self._task is not None:
+            return
+        self.stop()
+        self.selector, self.views = selector, {}
+        self.synced = asyncio.Event()
+        follower = Follower(
+            self.client, NODES_PATH, selector, self._on_page, self._on_event,
+            name=f"{self.validation}/nodes",
+        )  # fmt: skip
+        self._follower = follower
+        self._task = asyncio.create_task(self._run(follower), name=f"{self.validation}-nodes")
+
+    async def _run(self, follower: Follower) -> None:
+        waiter = asyncio.create_task(follower.synced.wait())
+        waiter.add_done_callback(lambda _: self.synced.set())
+        await follower.run()
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    def _on_page(self, items: list[dict[str, Any]], first: bool, last: bool) -> None:
+        if first:
+            self._listed = set()
+        for node in items:
+            self._update(node)
+            self._listed.add(node["metadata"]["name"])
+        if last:
+            for name in set(self.views) - self._listed:
+                self._remove(name)  # deleted while the watch was down
+        self.wake()
+
+    def _on_event(self, kind: str, node: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            self._remove((node.get("metadata") or {}).get("name", ""))
+        else:
+            self._update(node)
+        self.wake()
+
+    def _update(self, node: dict[str, Any]) -> None:
+        view = NodeView.parse(node, self.validation)
+        old = self.views.get(view.name)
+        self.views[view.name] = view
+        if not view.ready:
+            self.gone.add(view.name)
+        else:
+            self.gone.discard(view.name)
+        if (
+            old is None
+            or (old.boot_id, old.stack, old.selectable)
+            != (view.boot_id, view.stack, view.selectable)
+            or old.entry != view.entry
+        ):
+            self.changed.add(view.name)
+
+    def _remove(self, name: str) -> None:
+        self.views.pop(name, None)
+        self.queue.pop(name, None)
+        self.gone.add(name)
+
+    # -- what the run learns --
+
+    def mark_gone(self, run: RunState) -> None:
+        """Tell the run which of its running nodes went away."""
+        for name in self.gone:
+            record = run.nodes.get(name)
+            if record is not None and record.phase is Phase.RUNNING:
+                record.node_gone = True
+        self.gone = {n for n in self.gone if n in run.nodes and not run.nodes[n].done}
+
+    def look_for_arrivals(self, run: RunState | None, gating: Gating, now: float) -> None:
+        """Queue the changed nodes that should join the run (new, rebooted, other stack)."""
+        changed, self.changed = self.changed, set()
+        for name in changed:
+            view = self.views.get(name)
+            if view is None or name in self.queue:
+                continue
+            record = run.nodes.get(name) if run is not None else None
+            trigger = gating_trigger(view, gating, record)
+            if trigger is not None:
+                self.queue[name] = (trigger, now)
+                log.info("%s: node %s queued (%s)", self.validation, name, trigger)
+
+    def due_batch(self, gating: Gating, now: float) -> dict[str, NodeTrigger]:
+        """The queued nodes, once the oldest has waited the batch window; else nothing."""
+        if not self.queue:
+            return {}
+        oldest = min(first for _, first in self.queue.values())
+        if now - oldest < gating.batch_seconds:
+            return {}
+        batch, self.queue = {n: t for n, (t, _) in self.queue.items()}, {}
+        return batch
+
+    def next_batch_at(self, gating: Gating) -> float | None:
+        if not self.queue:
+            return None
+        return min(first for _, first in self.queue.values()) + gating.batch_seconds

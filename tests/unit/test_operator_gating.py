@@ -1,0 +1,71 @@
+"""Which nodes join the current run: new ones, rebooted ones, ones with another GPU stack."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuval_api.crd import Gating, NodeTrigger
+from gpuval_api.result import Verdict
+from gpuval_operator.noderecords import entry_key, next_entry
+from gpuval_operator.nodeviews import NodeView, gating_trigger
+from gpuval_operator.state import NodeRecord, Phase
+
+GATING = Gating()
+
+
+def view(boot: str = "boot-1", driver: str = "580.159.04", **kw: Any) -> NodeView:
+    tested = kw.pop("tested", None)
+    annotations = {}
+    if tested is not None:
+        annotations[entry_key("v")] = next_entry(
+            None, Verdict.PASSED, reason=None, at=1, run="1-a", boot=tested[0], stack=tested[1]
+        ).encode()
+    node = {
+        "metadata": {
+            "name": "n1",
+            "labels": {"nvidia.com/cuda.driver-version.full": driver},
+            "annotations": annotations,
+        },
+        "spec": {"unschedulable": kw.pop("cordoned", False)},
+        "status": {
+            "capacity": {"nvidia.com/gpu": "8"},
+            "conditions": [
+                {"type": "Ready", "status": "True" if kw.pop("ready", True) else "False"}
+            ],
+            "nodeInfo": {"bootID": boot},
+        },
+    }
+    return NodeView.parse(node, "v")
+
+
+STACK = "cuda.driver-version.full=580.159.04,gpus=8"
+
+
+def test_a_node_never_validated_joins() -> None:
+    assert gating_trigger(view(), GATING, None) is NodeTrigger.JOINED
+    assert gating_trigger(view(), Gating(join=False), None) is None
+
+
+def test_a_new_boot_id_is_a_reboot_and_another_driver_a_stack_change() -> None:
+    assert gating_trigger(view(tested=("boot-1", STACK)), GATING, None) is None
+    assert gating_trigger(view(boot="boot-2", tested=("boot-1", STACK)), GATING, None) is (
+        NodeTrigger.REBOOTED
+    )
+    upgraded = view(driver="590.10.01", tested=("boot-1", STACK))
+    assert gating_trigger(upgraded, GATING, None) is NodeTrigger.STACK_CHANGED
+    assert gating_trigger(upgraded, Gating(stack_change=False), None) is None
+
+
+def test_a_node_that_cannot_take_the_agent_now_or_is_being_validated_waits() -> None:
+    assert gating_trigger(view(ready=False), GATING, None) is None
+    assert gating_trigger(view(cordoned=True), GATING, None) is None
+    running = NodeRecord("n1", 8, "r", "p", phase=Phase.RUNNING)
+    assert gating_trigger(view(), GATING, running) is None
+
+
+def test_the_runs_own_record_counts_before_the_annotation() -> None:
+    done = NodeRecord(
+        "n1", 8, "r", "p", phase=Phase.PASSED, tested_boot="boot-1", tested_stack=STACK
+    )
+    assert gating_trigger(view(), GATING, done) is None
+    assert gating_trigger(view(boot="boot-9"), GATING, done) is NodeTrigger.REBOOTED

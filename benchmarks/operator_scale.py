@@ -3,6 +3,10 @@
 Measures the figures of shared/targets.md ("Operator"): apply → every first-wave agent pod created,
 last report written → GpuValidation status final, the operator's peak resident memory, the
 GpuValidation object's size, and the operator's API writes per node (from its own request counter).
+The validation gates nodes (spec.gating), so the operator follows all N nodes with its node watch
+the whole time; once the run is complete, `--join` new nodes are added and the time until each has
+its verdict on the node (label gpuval.dev/verdict) is measured: detection, the batch window
+(`--batch-seconds`), pod, stand-in agent, node action.
 
 The agents are stand-ins here, on purpose: the operator is what is measured, so each agent pod's
 report is completed (status Passed, a summary) as soon as kwok marks the pod Running, with the
@@ -117,7 +121,69 @@ class StandInAgents:
             self.on_pod("ADDED", pod)
 
 
-async def measure(cluster: Cluster, nodes: int, max_concurrent: str) -> dict[str, Any]:
+def node_verdicts(cluster: Cluster, names: list[str]) -> dict[str, str]:
+    out = cluster.kubectl(
+        "get", "nodes", *names, "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.metadata.labels.gpuval\\.dev/verdict}\n{end}",
+    ).stdout  # fmt: skip
+    found = {}
+    for line in out.splitlines():
+        name, _, verdict = line.partition(" ")
+        if verdict:
+            found[name] = verdict
+    return found
+
+
+async def measure_join(cluster: Cluster, count: int, op_pid: int) -> dict[str, Any]:
+    """Adds `count` nodes to the gated pool and times each one to its verdict on the node."""
+    names = [f"scale-join-{i:03d}" for i in range(count)]
+    created = time.monotonic()
+    cluster.add_nodes(
+        [GpuNode(name=n, labels={"gpuval.dev/scale": "yes"}) for n in names], wait_ready=False
+    )
+    ready_at: dict[str, float] = {}
+    done_at: dict[str, float] = {}
+    peak = 0
+    while len(done_at) < count:
+        await asyncio.sleep(0.25)
+        now = time.monotonic()
+        peak = max(peak, rss_kib(op_pid))
+        if len(ready_at) < count:
+            out = cluster.kubectl(
+                "get", "nodes", *names, "-o",
+                "jsonpath={range .items[*]}{.metadata.name} "
+                "{.status.conditions[?(@.type=='Ready')].status}\n{end}",
+            ).stdout  # fmt: skip
+            for line in out.splitlines():
+                name, _, status = line.partition(" ")
+                if status == "True":
+                    ready_at.setdefault(name, now)
+        for name in node_verdicts(cluster, names):
+            done_at.setdefault(name, now)
+        print(
+            f"\r{now - created:7.1f}s  joining nodes Ready {len(ready_at)}/{count}  "
+            f"with a verdict {len(done_at)}/{count}",
+            end="", file=sys.stderr, flush=True,
+        )  # fmt: skip
+        if now - created > 600:
+            missing = sorted(set(names) - set(done_at))
+            raise TimeoutError(f"joining nodes without a verdict after 600 s: {missing}")
+    print(file=sys.stderr)
+    from_create = sorted(done_at[n] - created for n in names)
+    from_ready = sorted(done_at[n] - ready_at.get(n, created) for n in names)
+    return {
+        "joinNodes": count,
+        "joinVerdictFromCreateSecondsMedian": round(from_create[count // 2], 2),
+        "joinVerdictFromCreateSecondsMax": round(from_create[-1], 2),
+        "joinVerdictFromReadySecondsMedian": round(from_ready[count // 2], 2),
+        "joinVerdictFromReadySecondsMax": round(from_ready[-1], 2),
+        "operatorPeakRssDuringJoinMiB": round(peak / 1024, 1),
+    }
+
+
+async def measure(
+    cluster: Cluster, nodes: int, max_concurrent: str, join: int, batch_seconds: int
+) -> dict[str, Any]:
     install_crds(cluster)
     cluster.apply(agent_rbac())
     port = free_port()
@@ -146,6 +212,7 @@ async def measure(cluster: Cluster, nodes: int, max_concurrent: str) -> dict[str
                     "maxConcurrent": max_concurrent,
                     "nodeTimeoutSeconds": 3600,
                     "nodeActions": {"label": True},
+                    "gating": {"join": True, "reboot": True, "batchSeconds": batch_seconds},
                 },
             }
             first_wave = (
@@ -188,6 +255,9 @@ async def measure(cluster: Cluster, nodes: int, max_concurrent: str) -> dict[str
                 (operator_writes(port) - writes_before) / nodes, 2
             )
             figures["firstWavePods"] = first_wave
+            if join:
+                figures["gatingBatchSeconds"] = batch_seconds
+                figures.update(await measure_join(cluster, join, op.pid))
     finally:
         follow.cancel()
         await client.close()
@@ -198,6 +268,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--max-concurrent", default="25%")
+    parser.add_argument("--join", type=int, default=5, help="nodes to add after the run")
+    parser.add_argument("--batch-seconds", type=int, default=10, help="spec.gating.batchSeconds")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
     started = time.monotonic()
@@ -216,7 +288,9 @@ def main() -> int:
         ]
         cluster.add_nodes(nodes)
         ready = time.monotonic() - started
-        figures = asyncio.run(measure(cluster, args.nodes, args.max_concurrent))
+        figures = asyncio.run(
+            measure(cluster, args.nodes, args.max_concurrent, args.join, args.batch_seconds)
+        )
         figures["clusterAndNodesReadySeconds"] = round(ready, 1)
     finally:
         cluster.stop()

@@ -159,6 +159,18 @@ def dashboard_queries() -> list[tuple[str, str]]:
     ]
 
 
+def holding_gpus(node: str, name: str) -> dict[str, Any]:
+    """A workload that holds every GPU of `node` (its agent pod cannot schedule)."""
+    limits = {"nvidia.com/gpu": "8"}
+    container = {"name": "train", "image": "example.com/train:1", "resources": {"limits": limits}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": node, "containers": [container]},
+    }
+
+
 def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator_series(
     cluster: Cluster,
     release: chart.Release,
@@ -167,18 +179,28 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
     tmp_path: Path,
 ) -> None:
     tag = uuid.uuid4().hex[:6]
-    burn_pool, healthy_pool = f"burn-{tag}", f"healthy-{tag}"
+    burn_pool, healthy_pool, busy_pool = f"burn-{tag}", f"healthy-{tag}", f"busy-{tag}"
     good, bad, healthy = f"{burn_pool}-good", f"{burn_pool}-bad", f"{healthy_pool}-0"
+    busy = f"{busy_pool}-0"
     cluster.add_nodes(
         [
             chart.pool_node(good, burn_pool),
             chart.pool_node(bad, burn_pool, MISCOMPARE),
             chart.pool_node(healthy, healthy_pool),
+            chart.pool_node(busy, busy_pool),
         ]
     )
-    # Two validations: one with a node failing its burn, one that passes whole (so the
-    # last-success series the stale alert and a dashboard panel read exists too).
-    validations = {f"alerts-{burn_pool}": burn_pool, f"alerts-{healthy_pool}": healthy_pool}
+    # Three validations: one with a node failing its burn, one that passes whole (so the
+    # last-success series the stale alert and a dashboard panel read exists too), and one whose
+    # node's GPUs a workload holds (NotRun: the untested panels' series, and no failure alert).
+    validations = {
+        f"alerts-{burn_pool}": chart.validation(f"alerts-{burn_pool}", burn_pool),
+        f"alerts-{healthy_pool}": chart.validation(f"alerts-{healthy_pool}", healthy_pool),
+        f"alerts-{busy_pool}": chart.validation(
+            f"alerts-{busy_pool}", busy_pool, nodeTimeoutSeconds=10, retry={"attempts": 1}
+        ),
+    }
+    cluster.apply([holding_gpus(busy, f"training-{tag}")])
     port = chart.operator_as_chart_serviceaccount(cluster, release, tmp_path, monkeypatch)
     # The dashboard's per-GPU panels read the series the chart's operator.metricsPerGpu adds.
     monkeypatch.setenv("GPUVAL_METRICS_PER_GPU", "true")
@@ -188,7 +210,7 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
             kopf_runner() as runner,
             prometheus(port, tmp_path) as server,
         ):
-            cluster.apply([chart.validation(name, pool) for name, pool in validations.items()])
+            cluster.apply(list(validations.values()))
             for name in validations:
                 wait_for(
                     f"GpuValidation {name} to complete its run",
@@ -205,6 +227,14 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
             failed = wait_for(
                 f"GpuvalNodeFailed for {bad} to reach firing in Prometheus",
                 lambda: _firing(server, "GpuvalNodeFailed", bad),
+                timeout=60,
+                interval=1,
+            )
+            # The busy node's NotRun comes last (its timeout): the rest is read after Prometheus
+            # has scraped it, so every series the run produced is in.
+            wait_for(
+                f"Prometheus to scrape the NotRun of {busy}",
+                lambda: server.query(f'gpuval_node_not_run_info{{node="{busy}"}}'),
                 timeout=60,
                 interval=1,
             )
@@ -225,8 +255,10 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
     finally:
         for name in validations:
             cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
-        for node in (good, bad, healthy):
+        for node in (good, bad, healthy, busy):
             cluster.kubectl("delete", "node", node, "--wait=false", check=False)
+        cluster.kubectl("delete", "pod", f"training-{tag}", "-n", "default", "--wait=false",
+                        check=False)  # fmt: skip
 
     burn_validation = f"alerts-{burn_pool}"
     assert burn["labels"]["validation"] == burn_validation

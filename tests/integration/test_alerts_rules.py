@@ -21,6 +21,7 @@ ALERTS = (
     "GpuvalFleetNotUniform",
     "GpuvalValidationStale",
     "GpuvalAgentPodsUnschedulable",
+    "GpuvalNodeUntested",
 )
 
 
@@ -326,8 +327,9 @@ def _unschedulable() -> list[dict[str, Any]]:
                                 "description": (
                                     "Agent pods of GpuValidation fleet wait for their nodes' "
                                     "GPUs (nvidia.com/gpu) or are kept off by taints. They never "
-                                    "preempt work; if the GPUs stay busy the nodes fail as "
-                                    "PodUnschedulable at the per-node timeout. kubectl -n "
+                                    "preempt work; if the GPUs stay busy the nodes end NotRun "
+                                    "(PodUnschedulable) at the per-node timeout, untouched, and "
+                                    "are tried again. kubectl -n "
                                     "gpuval-system get pods -l gpuval.dev/validation=fleet"
                                 ),
                             },
@@ -339,7 +341,64 @@ def _unschedulable() -> list[dict[str, Any]]:
     ]
 
 
+# What the operator exports for a node it could not test: no gpuval_node_passed, no failure
+# series, only the NotRun pair.
+NOT_RUN_SERIES = [
+    {
+        "series": (
+            'gpuval_node_not_run_info{validation="fleet",node="busy",reason="PodUnschedulable"}'
+        ),
+        "values": "1x1500",
+    },
+    {
+        "series": 'gpuval_node_not_run_since_timestamp_seconds{validation="fleet",node="busy"}',
+        "values": "0x1500",
+    },
+]
+
+
+def _untested() -> list[dict[str, Any]]:
+    alert = {
+        "exp_labels": {
+            "severity": "info", "validation": "fleet", "node": "busy", "reason": "PodUnschedulable",
+        },
+        "exp_annotations": {
+            "summary": "GPU node busy has gone untested by fleet",
+            "description": (
+                "gpuval validation fleet could not test node busy for 1d 0h 1m 0s "
+                "(PodUnschedulable): no action was taken on it. Usually work holds its GPUs; "
+                "see its GpuNodeReport and kubectl describe node busy."
+            ),
+        },
+    }  # fmt: skip
+    return [
+        {
+            "interval": "1m",
+            "input_series": NOT_RUN_SERIES,
+            "alert_rule_test": [
+                {"eval_time": "23h", "alertname": "GpuvalNodeUntested", "exp_alerts": []},
+                {"eval_time": "1441m", "alertname": "GpuvalNodeUntested", "exp_alerts": [alert]},
+            ],
+        }
+    ]
+
+
+def _not_run_never_fails() -> list[dict[str, Any]]:
+    """A NotRun node for a day: none of the failure alerts fire for it."""
+    quiet = ("GpuvalNodeFailedBurn", "GpuvalNodeFailed", "GpuvalFleetNotUniform")
+    return [
+        {
+            "interval": "1m",
+            "input_series": NOT_RUN_SERIES,
+            "alert_rule_test": [
+                {"eval_time": "1441m", "alertname": name, "exp_alerts": []} for name in quiet
+            ],
+        }
+    ]
+
+
 CASES = {
+    "GpuvalNodeUntested": _untested,
     "GpuvalNodeFailedBurn": _failed_burn,
     "GpuvalNodeFailed": _node_failed,
     "GpuvalFleetNotUniform": _not_uniform,
@@ -386,3 +445,22 @@ def test_promtool_test_rules_passes_for(
 
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "SUCCESS" in proc.stdout
+
+
+def test_a_node_gpuval_could_not_test_never_fires_the_failure_alerts(
+    promtool: Path, rules_file: Path, tmp_path: Path
+) -> None:
+    tests = {
+        "rule_files": [str(rules_file)],
+        "evaluation_interval": "1m",
+        "tests": _not_run_never_fails(),
+    }
+    test_file = tmp_path / "not-run.test.yaml"
+    test_file.write_text(yaml.safe_dump(tests, sort_keys=False))
+    proc = subprocess.run(
+        [str(promtool), "test", "rules", str(test_file)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

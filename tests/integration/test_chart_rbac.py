@@ -27,21 +27,23 @@ Right = tuple[str, str, str]  # (API group, resource[/subresource], verb)
 OPERATOR_CLUSTER_RIGHTS: set[Right] = {
     # kopf: list+watch of GpuValidations, finalizer and progress annotations by patch.
     *{("gpuval.dev", "gpuvalidations", v) for v in ("list", "watch", "patch")},
-    # reconciler: the status roll-up (merge patch on /status).
+    # statuswriter: the status roll-up (merge patch on /status).
     ("gpuval.dev", "gpuvalidations/status", "patch"),
-    # reconciler/children: reports created per node and run, followed by a label-selected
+    # effects/ingest: reports created per node and run, followed by a label-selected
     # list+watch, deleted by label selector when a run is superseded.
     *{("gpuval.dev", "gpunodereports", v) for v in ("list", "watch", "create", "deletecollection")},
-    # reconciler: a node's failure written by the operator when its agent could not.
+    # effects: a node's verdict written by the operator when its agent could not.
     ("gpuval.dev", "gpunodereports/status", "patch"),
-    # planning: node selection; nodeactions: verdict labels, taints, cordon (merge patch).
-    ("", "nodes", "get"),
-    ("", "nodes", "list"),
-    ("", "nodes", "patch"),
+    # planning: node selection; nodewatch: the nodes' list+watch; nodeactions: verdict labels,
+    # taints, cordon (merge patch) and the GpuValidated condition (on the node's status).
+    *{("", "nodes", v) for v in ("get", "list", "watch", "patch")},
+    ("", "nodes/status", "patch"),
 }
 OPERATOR_NAMESPACE_RIGHTS: set[Right] = {
     *{("", "pods", v) for v in ("list", "watch", "create", "delete", "deletecollection")},
     ("", "events", "create"),
+    # leader: the Lease through which one replica acts.
+    *{("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")},
 }
 # The API server grants these to every authenticated user; they are not the chart's.
 SELF_REVIEWS = {

@@ -35,8 +35,9 @@ def test_event_roles_render_exactly_the_operators_event_rules() -> None:
     role = chart.find(objs, "Role", "prod-gpuval-operator-events")
     assert role["metadata"]["namespace"] == rbac.EVENT_NAMESPACE
     assert _rules(role) == [r.as_dict() for r in rbac.EVENT_RULES]
-    kopf = chart.find(objs, "Role", "prod-gpuval-operator-kopf-events")
-    assert _rules(kopf) == [r.as_dict() for r in rbac.EVENT_RULES]
+    own = chart.find(objs, "Role", "prod-gpuval-operator-own")
+    assert own["metadata"]["namespace"] == "gpu-ops"
+    assert _rules(own) == [r.as_dict() for r in rbac.OWN_NAMESPACE_RULES]
 
 
 def test_agent_cluster_role_renders_exactly_the_agents_rules() -> None:

@@ -46,7 +46,10 @@ def test_helm_template_renders_hardened_operator_and_wildcard_free_rbac(
     deployment = chart.find(objs, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert deployment["spec"]["replicas"] == 1
+    # Two replicas behind one leader Lease (gpuval_operator.leader), preferably on two nodes.
+    assert deployment["spec"]["replicas"] == 2
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["GPUVAL_LEASE_NAMESPACE"] and env["GPUVAL_LEASE_NAME"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] != 0
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
@@ -111,16 +114,16 @@ def test_operator_touches_pods_in_the_agent_namespace_and_posts_events_where_the
     }
     pods = chart.find(objs, "Role", "prod-gpuval-operator-pods")
     events = chart.find(objs, "Role", "prod-gpuval-operator-events")
-    kopf_events = chart.find(objs, "Role", "prod-gpuval-operator-kopf-events")
+    own = chart.find(objs, "Role", "prod-gpuval-operator-own")
 
     assert not cluster_resources & {"pods", "events", "secrets", "configmaps"}
     assert pods["metadata"]["namespace"] == "gpu-ops"
     assert [r["resources"] for r in pods["rules"]] == [["pods"]]
     # Events about cluster-scoped objects are shown only from `default`; kopf's go home.
     assert events["metadata"]["namespace"] == "default"
-    assert kopf_events["metadata"]["namespace"] == "gpu-ops"
-    create_events = [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
-    assert events["rules"] == kopf_events["rules"] == create_events
+    assert own["metadata"]["namespace"] == "gpu-ops"
+    create_events = {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}
+    assert events["rules"] == [create_events] and create_events in own["rules"]
 
 
 def test_monitoring_objects_are_absent_by_default_and_present_when_toggled() -> None:
@@ -145,6 +148,7 @@ def test_monitoring_objects_are_absent_by_default_and_present_when_toggled() -> 
         "GpuvalFleetNotUniform",
         "GpuvalValidationStale",
         "GpuvalAgentPodsUnschedulable",
+        "GpuvalNodeUntested",
     }
     for name, alert in alerts.items():
         assert alert["labels"]["team"] == "gpu-infra"
@@ -172,7 +176,11 @@ def test_pinned_digest_wins_over_the_tag() -> None:
         ({"operator.image.digest": "latest"}, "at '/operator/image/digest'"),
         ({"agent.admissionPolicy.validationActions": ["Block"]}, "validationActions/0"),
         ({"prometheusRule.nodeFailed.for": "five minutes"}, "'/prometheusRule/nodeFailed/for'"),
-        ({"operator.replicas": 2}, "additional properties 'replicas' not allowed"),
+        ({"operator.replicas": 0}, "at '/operator/replicas': minimum: got 0"),
+        (
+            {"operator.leaderElection.renewSeconds": 0},
+            "at '/operator/leaderElection/renewSeconds': minimum: got 0",
+        ),
         ({"operator.createConcurrency": 0}, "at '/operator/createConcurrency': minimum: got 0"),
     ],
 )

@@ -33,7 +33,6 @@ from tests.support.fleet import (
     pods_of,
     reports_of,
     scrape,
-    scrape_when_up,
     status_of,
 )
 from tests.support.kube import get_json, wait_for
@@ -57,9 +56,21 @@ def test_a_run_validates_every_selected_node_and_names_the_faulty_one(
         status = completed_run(cluster, name)
         metrics = scrape(port)
         reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        labels = {n: get_json(cluster, "node", n)["metadata"]["labels"] for n in fleet.nodes}
         delete_validation(cluster, name)
+        # Deleting the validation takes its record off its nodes, and what it alone asked for.
+        wait_for(
+            "the deleted validation's labels to leave its nodes",
+            lambda: all(
+                "gpuval.dev/verdict" not in get_json(cluster, "node", n)["metadata"]["labels"]
+                for n in fleet.nodes
+            ),
+            timeout=30,
+        )
 
-    assert status["nodes"] == {"total": 3, "pending": 0, "running": 0, "passed": 2, "failed": 1}
+    assert status["nodes"] == {
+        "total": 3, "pending": 0, "running": 0, "passed": 2, "failed": 1, "notRun": 0
+    }  # fmt: skip
     assert status["phase"] == "Failed"
     assert status["failingNodes"] == [
         {"node": bad, "reason": "BurnMismatch", "message": status["failingNodes"][0]["message"]}
@@ -76,7 +87,6 @@ def test_a_run_validates_every_selected_node_and_names_the_faulty_one(
     assert reports[bad]["verdict"] == "Failed" and reports[bad]["reason"] == "BurnMismatch"
     assert reports[bad]["result"]["backend"] == "simulated"
 
-    labels = {n: get_json(cluster, "node", n)["metadata"]["labels"] for n in fleet.nodes}
     assert {n: labels[n].get("gpuval.dev/verdict") for n in fleet.nodes} == {
         **{n: "passed" for n in good},
         bad: "failed",
@@ -165,7 +175,7 @@ def test_an_agent_that_never_finishes_fails_its_node_at_the_timeout_and_its_pod_
     assert "did not finish within 20s" in reports[hung]["message"]
 
 
-def test_a_node_removed_mid_run_fails_as_node_gone(
+def test_a_node_removed_mid_run_fails_as_node_gone_within_seconds(
     cluster: Cluster,
     fleet: Fleet,
     operator: Callable[[], contextlib.AbstractContextManager[int]],
@@ -177,7 +187,7 @@ def test_a_node_removed_mid_run_fails_as_node_gone(
     with operator():
         apply(
             cluster,
-            fleet.validation(name, nodeTimeoutSeconds=90, checks={"burn": {"durationSeconds": 1}}),
+            fleet.validation(name, nodeTimeoutSeconds=600, checks={"burn": {"durationSeconds": 1}}),
         )
         wait_for(
             "the leaving node's agent to run",
@@ -189,10 +199,13 @@ def test_a_node_removed_mid_run_fails_as_node_gone(
             timeout=60,
         )
         cluster.delete_node(leaves)
-        status = completed_run(cluster, name, timeout=150)
+        # The node watch sees it at once: well before the pod's garbage collection (~40 s) or
+        # the node's timeout (600 s).
+        status = completed_run(cluster, name, timeout=25)
         reports = by_node(reports_of(cluster, name, status["run"]["id"]))
         delete_validation(cluster, name)
     assert reports[stays]["verdict"] == "Passed"
+    assert reports[leaves]["verdict"] == "Failed", reports[leaves]
     assert reports[leaves]["reason"] == "NodeGone", reports[leaves]
     assert leaves in reports[leaves]["message"]
 
@@ -401,7 +414,9 @@ def test_an_operator_killed_mid_run_resumes_without_duplicate_pods_or_lost_resul
         )
 
     assert status["run"]["id"] == before["run"]["id"], "the run resumed, no new run started"
-    assert status["nodes"] == {"total": 6, "pending": 0, "running": 0, "passed": 6, "failed": 0}
+    assert status["nodes"] == {
+        "total": 6, "pending": 0, "running": 0, "passed": 6, "failed": 0, "notRun": 0
+    }  # fmt: skip
     assert set(seen) == set(fleet.nodes)
     duplicates = {node: uids for node, uids in seen.items() if len(uids) != 1}
     assert duplicates == {}, f"one agent pod per node, got {duplicates}"
@@ -432,7 +447,7 @@ def test_the_operator_works_with_only_the_rbac_it_declares_and_is_denied_the_res
             rbac.binding("Role", account, account, home, AGENT_NAMESPACE),
             rbac.role(account, rbac.EVENT_NAMESPACE, rbac.EVENT_RULES),
             rbac.binding("Role", account, account, home, rbac.EVENT_NAMESPACE),
-            rbac.role(f"{account}-kopf", home, rbac.EVENT_RULES),
+            rbac.role(f"{account}-kopf", home, rbac.OWN_NAMESPACE_RULES),
             rbac.binding("Role", f"{account}-kopf", account, home, home),
         ]
     )
@@ -518,101 +533,3 @@ def test_a_spec_change_mid_run_supersedes_the_run_and_cleans_up_its_children(
     assert status["run"]["id"] != first and status["run"]["trigger"] == "spec-changed"
     assert status["run"]["generation"] == 2 and status["nodes"]["passed"] == 3
     assert leftover_reports == [] and leftover_pods == []
-
-
-def test_an_agent_pod_evicted_through_the_eviction_api_fails_its_node_as_evicted(
-    cluster: Cluster,
-    fleet: Fleet,
-    operator: Callable[[], contextlib.AbstractContextManager[int]],
-    unique_name: Callable[[str], str],
-) -> None:
-    node = fleet.add(unique_name("evict"), faults=[{"kind": "hang"}])
-    name = unique_name("evict")
-    with operator():
-        apply(cluster, fleet.validation(name, checks={"burn": {"durationSeconds": 1}}))
-        pod = wait_for(
-            "the agent pod to run",
-            lambda: next(
-                (
-                    p
-                    for p in pods_of(cluster, name)
-                    if (p.get("status") or {}).get("phase") == "Running"
-                ),
-                None,
-            ),
-            timeout=60,
-        )
-        pod_name = pod["metadata"]["name"]
-        eviction = {
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": pod_name, "namespace": AGENT_NAMESPACE},
-        }
-        cluster.kubectl(
-            "create",
-            "--raw",
-            f"/api/v1/namespaces/{AGENT_NAMESPACE}/pods/{pod_name}/eviction",
-            "-f",
-            "-",
-            input=json.dumps(eviction),
-        )
-        status = completed_run(cluster, name, timeout=90)
-        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
-        delete_validation(cluster, name)
-    assert reports[node]["verdict"] == "Failed" and reports[node]["reason"] == "PodEvicted"
-    assert f"agent pod {pod_name} was evicted" in reports[node]["message"]
-
-
-def test_an_agent_pod_waits_for_busy_gpus_without_disturbing_work_and_fails_as_unschedulable(
-    cluster: Cluster,
-    fleet: Fleet,
-    operator: Callable[[], contextlib.AbstractContextManager[int]],
-    unique_name: Callable[[str], str],
-) -> None:
-    node = fleet.add(unique_name("busy"))
-    workload = unique_name("training")
-    cluster.apply(
-        [
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": workload, "namespace": "default"},
-                "spec": {
-                    "nodeName": node,
-                    "containers": [
-                        {
-                            "name": "train",
-                            "image": "example.com/train:1",
-                            "resources": {"limits": {"nvidia.com/gpu": "8"}},
-                        }
-                    ],
-                },
-            }
-        ]
-    )
-    name = unique_name("busy")
-    try:
-        with operator() as port:
-            apply(
-                cluster,
-                fleet.validation(
-                    name, nodeTimeoutSeconds=20, checks={"burn": {"durationSeconds": 1}}
-                ),
-            )
-            wait_for(
-                "the unschedulable agent pod in the metrics",
-                lambda: (
-                    f'gpuval_validation_unschedulable_pods{{validation="{name}"}} 1.0'
-                    in scrape_when_up(port)
-                ),
-                timeout=60,
-            )
-            status = completed_run(cluster, name, timeout=90)
-            reports = by_node(reports_of(cluster, name, status["run"]["id"]))
-            work = get_json(cluster, "pod", workload, "-n", "default")
-            delete_validation(cluster, name)
-    finally:
-        cluster.kubectl("delete", "pod", workload, "-n", "default", "--wait=false", check=False)
-    assert reports[node]["reason"] == "PodUnschedulable"
-    assert "Insufficient nvidia.com/gpu" in reports[node]["message"]
-    assert work["status"]["phase"] == "Running" and not work["metadata"].get("deletionTimestamp")

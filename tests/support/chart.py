@@ -228,10 +228,10 @@ def pool_node(name: str, pool: str, faults: Sequence[Mapping[str, Any]] = ()) ->
 POOL_LABEL = "test.gpuval.dev/pool"
 
 
-def validation(name: str, pool: str) -> dict[str, Any]:
+def validation(name: str, pool: str, **spec: Any) -> dict[str, Any]:
     """A GpuValidation of the test's pool that exercises every call the operator makes: reports,
-    pods, node labels, taints and cordons, Events, status."""
-    return {
+    pods, node labels, taints and cordons, Events, status (`spec` overrides fields)."""
+    body = {
         "apiVersion": "gpuval.dev/v1alpha1",
         "kind": "GpuValidation",
         "metadata": {"name": name},
@@ -243,6 +243,8 @@ def validation(name: str, pool: str) -> dict[str, Any]:
             "nodeActions": {"label": True, "taint": {"effect": "NoSchedule"}, "cordon": True},
         },
     }
+    body["spec"].update(spec)
+    return body
 
 
 @contextlib.contextmanager

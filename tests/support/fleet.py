@@ -24,9 +24,17 @@ class Fleet:
         self.label = label
         self.nodes: list[str] = []
 
-    def add(self, name: str, faults: Sequence[dict[str, Any]] = (), **simulate: Any) -> str:
+    def add(
+        self,
+        name: str,
+        faults: Sequence[dict[str, Any]] = (),
+        *,
+        taints: Sequence[dict[str, str]] = (),
+        **simulate: Any,
+    ) -> str:
         node = simulated_node(name, faults, **simulate)
-        self.cluster.add_nodes([dataclasses.replace(node, labels={"gpuval-test": self.label})])
+        labelled = dataclasses.replace(node, labels={"gpuval-test": self.label}, taints=taints)
+        self.cluster.add_nodes([labelled])
         self.nodes.append(name)
         return name
 

@@ -342,6 +342,7 @@ class GpuNode:
     taints: Sequence[Mapping[str, str]] = ()
     cpu: str = "192"
     memory: str = "2Ti"
+    boot_id: str = "boot-1"
 
     def manifest(self) -> dict[str, Any]:
         labels = {
@@ -379,6 +380,8 @@ class GpuNode:
                     "architecture": "amd64",
                     "operatingSystem": "linux",
                     "kubeletVersion": f"{KUBE_VERSION}-kwok",
+                    # A real kubelet reports its boot; gpuval's gating re-validates on a new one.
+                    "bootID": self.boot_id,
                 },
             },
         }

@@ -119,6 +119,25 @@ def verdict_panels() -> list[Builder[models.Panel]]:
     return [states, uniform, outliers, stale, unschedulable, reasons, verdicts, failing]
 
 
+def untested_panels() -> list[Builder[models.Panel]]:
+    """Nodes gpuval could not test (NotRun: GPUs busy, pod evicted, image not pulled), kept
+    apart from the failures: by reason over time, and which nodes, since when."""
+    by_reason = (
+        timeseries.Panel().id(51).title("Untested nodes (NotRun) by reason").datasource(DATASOURCE)
+        .span(12).height(8).unit("none").min(0)
+        .with_target(query(f"count by (reason) ({sel('gpuval_node_not_run_info')})", "{{reason}}"))
+    )  # fmt: skip
+    since = (
+        table.Panel().id(52).title("Untested nodes: reason and time untested")
+        .datasource(DATASOURCE).span(12).height(8).unit("s")
+        .with_target(
+            query(f"time() - {sel('gpuval_node_not_run_since_timestamp_seconds')}", instant=True)
+            .format(prometheus_models.PromQueryFormat.TABLE)
+        )
+    )  # fmt: skip
+    return [by_reason, since]
+
+
 def _ratio_to_median(metric: str) -> str:
     series = f"{metric}{{{SELECT}}}"
     return (
@@ -198,6 +217,7 @@ def build() -> dashboard.Dashboard:
         .with_variable(_variable("node", "Node", f"gpuval_node_passed{{{VALIDATION}}}"))
     )  # fmt: skip
     _add(board, "Verdicts", verdict_panels(), 1)
+    _add(board, "Untested nodes (NotRun: no action taken, never a failure)", untested_panels(), 50)
     distributions = [
         *distribution_panels(11, "Burn throughput", "gpuval_node_burn_flops_per_second", "flops"),
         *distribution_panels(13, "Host to device", "gpuval_node_h2d_bytes_per_second", "Bps"),

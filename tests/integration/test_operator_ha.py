@@ -1,0 +1,117 @@
+"""Two operator replicas: exactly one acts (a coordination.k8s.io Lease taken before kopf
+watches); the leader SIGKILLed mid-run is replaced by the standby within the lease duration,
+which finishes the same run with one pod per node and every verdict (issue 12)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuval_api.env import OperatorEnv
+from gpuval_devtools.controlplane import Cluster, free_port
+from gpuval_devtools.launch import operator_process
+from tests.support.fleet import (
+    Fleet,
+    apply,
+    by_node,
+    delete_validation,
+    pods_of,
+    reports_of,
+    status_of,
+)
+from tests.support.kube import get_json, wait_for
+
+pytestmark = pytest.mark.usefixtures("install_crds")
+
+
+def _leads(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            return "gpuval_operator_leader 1.0" in answer.read().decode()
+    except OSError:
+        return False
+
+
+@pytest.mark.usefixtures("podrunner")
+def test_the_standby_takes_over_a_killed_leaders_run_without_duplicates_or_lost_verdicts(
+    cluster: Cluster,
+    fleet: Fleet,
+    namespace: str,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    for _ in range(6):
+        fleet.add(unique_name("ha"), timeScale=0.2)
+    name = unique_name("ha")
+    seen: dict[str, set[str]] = {}
+
+    def record_pods() -> None:
+        for pod in pods_of(cluster, name):
+            node = pod["metadata"]["annotations"]["gpuval.dev/node"]
+            seen.setdefault(node, set()).add(pod["metadata"]["uid"])
+
+    env = {
+        OperatorEnv.POD_GRACE_SECONDS: "3",
+        OperatorEnv.LEASE_NAMESPACE: namespace,
+        OperatorEnv.LEASE_DURATION_SECONDS: "6",
+        OperatorEnv.LEASE_RENEW_SECONDS: "2",
+    }
+    ports = [free_port(), free_port()]
+    with contextlib.ExitStack() as stack:
+        replicas: list[subprocess.Popen[bytes]] = []
+        for i, port in enumerate(ports):
+            log = tmp_path / f"op{i}.log"
+            process = operator_process(
+                cluster.kubeconfig, metrics_port=port, log_file=log, extra_env=env
+            )
+            replicas.append(stack.enter_context(process))
+        leader = wait_for(
+            "one replica to lead", lambda: [p for p in ports if _leads(p)], timeout=60
+        )
+        assert len(leader) == 1, "exactly one leader"
+        active = ports.index(leader[0])
+        standby = 1 - active
+        assert not _leads(ports[standby])
+        apply(
+            cluster,
+            fleet.validation(name, maxConcurrent=2, checks={"burn": {"durationSeconds": 20}}),
+        )
+
+        def part_way() -> bool:
+            record_pods()
+            nodes = status_of(cluster, name).get("nodes") or {}
+            return bool(nodes.get("passed")) and nodes.get("pending", 0) > 0
+
+        wait_for("a run part-way through", part_way, timeout=120, interval=0.3)
+        before = status_of(cluster, name)
+        replicas[active].send_signal(signal.SIGKILL)
+        replicas[active].wait()
+        wait_for("the standby to lead", lambda: _leads(ports[standby]), timeout=30)
+
+        def finished() -> dict[str, Any] | None:
+            record_pods()
+            status = status_of(cluster, name)
+            return status if (status.get("run") or {}).get("completedAt") else None
+
+        status = wait_for("the run to complete under the new leader", finished, timeout=240)
+        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        lease = get_json(cluster, "lease", "gpuval-operator", "-n", namespace)
+        delete_validation(cluster, name)
+        wait_for("the validation to go", lambda: get_json(cluster, "gpuvalidation", name) is None,
+                 timeout=30)  # fmt: skip
+
+    assert status["run"]["id"] == before["run"]["id"], "the run went on, no new run started"
+    assert status["nodes"]["passed"] == 6 and status["nodes"]["total"] == 6
+    duplicates = {node: uids for node, uids in seen.items() if len(uids) != 1}
+    assert set(seen) == set(fleet.nodes) and duplicates == {}, duplicates
+    assert {n: r.get("verdict") for n, r in reports.items()} == dict.fromkeys(fleet.nodes, "Passed")
+    assert lease["spec"]["leaseTransitions"] >= 1
+    standby_log = (tmp_path / f"op{standby}.log").read_text()
+    assert "is standby" in standby_log and "took lease" in standby_log

@@ -1,0 +1,190 @@
+"""Never blame a node for what gpuval did not do: a node whose GPUs are busy, or whose agent pod
+was evicted, is NotRun, untouched by any node action, tried again, and counted apart (issue 12)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from gpuval_devtools.controlplane import Cluster
+from gpuval_devtools.launch import AGENT_NAMESPACE
+from tests.support.fleet import (
+    Fleet,
+    apply,
+    by_node,
+    completed_run,
+    delete_validation,
+    pods_of,
+    reports_of,
+    scrape,
+)
+from tests.support.kube import get_json, wait_for
+
+pytestmark = pytest.mark.usefixtures("install_crds")
+
+Operator = Callable[[], contextlib.AbstractContextManager[int]]
+ACTIONS = {"taint": {"effect": "NoSchedule"}, "cordon": True}
+
+
+@contextlib.contextmanager
+def training_job(cluster: Cluster, node: str, name: str) -> Iterator[Callable[[], None]]:
+    """A workload holding all 8 GPUs of `node`; yields a function that ends it early."""
+    cluster.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {
+                    "nodeName": node,
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": "example.com/train:1",
+                            "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                        }
+                    ],
+                },
+            }
+        ]
+    )
+
+    def end() -> None:
+        cluster.kubectl("delete", "pod", name, "-n", "default", "--grace-period=0", check=False)
+
+    try:
+        yield end
+    finally:
+        cluster.kubectl("delete", "pod", name, "-n", "default", "--wait=false", check=False)
+
+
+def _node(cluster: Cluster, node: str) -> dict[str, Any]:
+    found: dict[str, Any] = get_json(cluster, "node", node)
+    return found
+
+
+def _untouched(node: dict[str, Any]) -> bool:
+    taints = node["spec"].get("taints") or []
+    return not node["spec"].get("unschedulable") and not any(
+        t["key"] == "gpuval.dev/unhealthy" for t in taints
+    )
+
+
+def test_a_busy_node_is_not_run_untouched_and_validated_on_its_next_attempt_once_free(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    node = fleet.add(unique_name("busy"))
+    name = unique_name("busy")
+    spec = {
+        "nodeTimeoutSeconds": 12,
+        "checks": {"burn": {"durationSeconds": 1}},
+        "retry": {"attempts": 2, "backoffSeconds": 2},
+        "nodeActions": ACTIONS,
+    }
+    with training_job(cluster, node, unique_name("training")) as end_training, operator():
+        apply(cluster, fleet.validation(name, **spec))
+        first = wait_for(
+            "the first attempt to end NotRun",
+            lambda: next(
+                (r for r in reports_of(cluster, name) if (r.get("status") or {}).get("verdict")),
+                None,
+            ),
+            timeout=60,
+        )
+        after_first = _node(cluster, node)
+        end_training()
+        status = completed_run(cluster, name, timeout=90)
+        report = by_node(reports_of(cluster, name, status["run"]["id"]))[node]
+        pods = sorted(p["metadata"]["name"] for p in pods_of(cluster, name))
+        final = _node(cluster, node)
+        delete_validation(cluster, name)
+
+    assert first["status"]["verdict"] == "NotRun"
+    assert first["status"]["reason"] == "PodUnschedulable" and first["status"]["failures"] == []
+    assert _untouched(after_first), after_first["spec"]
+    assert report["verdict"] == "Passed" and status["nodes"]["passed"] == 1
+    assert pods[-1].endswith("-a2"), pods  # the second attempt, its own pod
+    assert final["metadata"]["labels"]["gpuval.dev/verdict"] == "passed" and _untouched(final)
+
+
+def test_a_node_busy_through_every_attempt_ends_not_run_with_no_action_and_its_own_signals(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    node = fleet.add(unique_name("held"))
+    name = unique_name("held")
+    spec = {
+        "nodeTimeoutSeconds": 10,
+        "checks": {"burn": {"durationSeconds": 1}},
+        "retry": {"attempts": 2, "backoffSeconds": 1},
+        "nodeActions": ACTIONS,
+    }
+    training = unique_name("training")
+    with training_job(cluster, node, training), operator() as port:
+        apply(cluster, fleet.validation(name, **spec))
+        status = completed_run(cluster, name, timeout=120)
+        metrics = scrape(port)
+        state = _node(cluster, node)
+        work = get_json(cluster, "pod", training, "-n", "default")
+        events = get_json(
+            cluster, "events", "-n", "default", "--field-selector", f"involvedObject.name={node}"
+        )
+        delete_validation(cluster, name)
+
+    assert status["nodes"]["notRun"] == 1 and status["nodes"]["failed"] == 0
+    assert status["notRunNodes"][0]["node"] == node
+    assert status["notRunNodes"][0]["reason"] == "PodUnschedulable"
+    assert status["phase"] == "Succeeded"  # nothing failed: nothing was tested
+    assert _untouched(state)
+    assert state["metadata"]["labels"]["gpuval.dev/verdict"] == "not-run"
+    condition = next(c for c in state["status"]["conditions"] if c["type"] == "GpuValidated")
+    assert condition["status"] == "Unknown" and condition["reason"] == "NotRun"
+    assert (
+        f'gpuval_node_not_run_info{{node="{node}",reason="PodUnschedulable",validation="{name}"}}'
+        in metrics
+    )
+    assert f'gpuval_node_passed{{node="{node}"' not in metrics  # never a failure series
+    assert any(e["reason"] == "NodeNotRun" for e in events["items"])
+    assert work["status"]["phase"] == "Running" and not work["metadata"].get("deletionTimestamp")
+
+
+def test_an_agent_pod_evicted_leaves_its_node_not_run_and_untouched(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    node = fleet.add(unique_name("evict"), faults=[{"kind": "hang"}])
+    name = unique_name("evict")
+    spec = {"checks": {"burn": {"durationSeconds": 1}}, "retry": {"attempts": 1}}
+    with operator():
+        apply(cluster, fleet.validation(name, nodeActions=ACTIONS, **spec))
+        pod = wait_for(
+            "the agent pod to run",
+            lambda: next(
+                (
+                    p
+                    for p in pods_of(cluster, name)
+                    if (p.get("status") or {}).get("phase") == "Running"
+                ),
+                None,
+            ),
+            timeout=60,
+        )
+        pod_name = pod["metadata"]["name"]
+        eviction = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod_name, "namespace": AGENT_NAMESPACE},
+        }
+        cluster.kubectl(
+            "create", "--raw", f"/api/v1/namespaces/{AGENT_NAMESPACE}/pods/{pod_name}/eviction",
+            "-f", "-", input=json.dumps(eviction),
+        )  # fmt: skip
+        status = completed_run(cluster, name, timeout=90)
+        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        state = _node(cluster, node)
+        delete_validation(cluster, name)
+    assert reports[node]["verdict"] == "NotRun" and reports[node]["reason"] == "PodEvicted"
+    assert f"agent pod {pod_name} was evicted" in reports[node]["message"]
+    assert _untouched(state)

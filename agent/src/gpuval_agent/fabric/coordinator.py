@@ -251,9 +251,7 @@ class Client:
             _wait(self.stop, 0)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise UnreachableError(
-                    f"could not reach rank 0's rendezvous at {self.shown}: {last}"
-                )
+                raise UnreachableError(f"could not reach rank 0's rendezvous at {self.shown}", last)
             try:
                 sock = socket.create_connection(self.address, timeout=min(5.0, remaining))
             except OSError as error:

@@ -42,6 +42,9 @@ for line in sys.stdin:
     if mode == "die":
         print("RuntimeError: CUDA error: an illegal memory access", flush=True)
         sys.exit(3)
+    if mode == "error":  # says why, then leaves: its partner stays stuck in the collective
+        emit(id=command["id"], error="DistBackendError: NCCL error: remote process exited")
+        sys.exit(3)
     emit(id=command["id"], sizes=[[1048576, 0.001]])
 """
 
@@ -107,6 +110,24 @@ def test_a_worker_that_dies_is_named_with_its_last_words(tmp_path: Path) -> None
     assert outcome == (
         "local GPU 1 died with exit code 3: RuntimeError: CUDA error: an illegal memory access"
     )
+
+
+def test_one_workers_error_ends_the_step_without_waiting_for_its_stuck_partner(
+    tmp_path: Path,
+) -> None:
+    generation = _generation(tmp_path, ["hang", "error"])
+    stop = threading.Event()
+    try:
+        assert isinstance(generation.wait(0, time.monotonic() + 30, stop), list)
+        generation.send({"op": "group", "id": 1})
+        events = generation.wait(1, time.monotonic() + 60, stop)
+    finally:
+        generation.kill()
+    assert isinstance(events, list)
+    report = _report(events)
+    assert (report.status, report.error) == (
+        StepStatus.ERROR, "DistBackendError: NCCL error: remote process exited",
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(

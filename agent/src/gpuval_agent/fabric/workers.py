@@ -39,20 +39,32 @@ _TAIL_TOTAL = 8000
 
 
 def local_gpu_count() -> int:
-    """GPUs CUDA shows this process (after CUDA_VISIBLE_DEVICES), without importing torch."""
+    """GPUs CUDA shows this process (after CUDA_VISIBLE_DEVICES): through cuda-python, which
+    counts in milliseconds, else through torch (seconds to import)."""
     try:
         driver: Any = importlib.import_module("cuda.bindings.driver")
+    except ImportError:
+        driver = None
+    if driver is not None:
+        (status,) = driver.cuInit(0)
+        if status == driver.CUresult.CUDA_SUCCESS:
+            status, count = driver.cuDeviceGetCount()
+            if status == driver.CUresult.CUDA_SUCCESS and count > 0:
+                return int(count)
+        raise AgentError(
+            f"CUDA shows no GPU to this process ({status}): check the driver and "
+            "CUDA_VISIBLE_DEVICES, or give --gpus N"
+        )
+    try:
+        torch: Any = importlib.import_module("torch")
     except ImportError as error:
         raise BackendUnavailableError(
-            f"counting the GPUs needs cuda-python ({error}); or give --gpus N"
+            f"the fabric's cuda backend needs torch ({error}); install the agent's 'gpu' extra"
         ) from None
-    (status,) = driver.cuInit(0)
-    if status != driver.CUresult.CUDA_SUCCESS:
-        raise AgentError(f"CUDA did not initialise ({status}): no driver or no GPU here")
-    status, count = driver.cuDeviceGetCount()
-    if status != driver.CUresult.CUDA_SUCCESS or count < 1:
+    count = int(torch.cuda.device_count())
+    if count < 1:
         raise AgentError("CUDA shows no GPU to this process (check CUDA_VISIBLE_DEVICES)")
-    return int(count)
+    return count
 
 
 @dataclass
@@ -109,8 +121,10 @@ class Generation:
             for events in self.events:
                 events.poll()
             found = [e.by_id.get(step) for e in self.events]
-            if all(event is not None for event in found):
-                return [event for event in found if event is not None]
+            answered = [event for event in found if event is not None]
+            # One worker's error ends the step: the others may be stuck in a collective with it.
+            if len(answered) == len(found) or any("error" in event for event in answered):
+                return answered
             dead = [
                 i for i, p in enumerate(self.processes) if p.poll() is not None and found[i] is None
             ]

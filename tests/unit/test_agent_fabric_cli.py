@@ -13,7 +13,10 @@ from typing import Any
 import pytest
 
 from gpuval_agent.cli import main
+from gpuval_agent.errors import AgentError
 from gpuval_agent.fabric.driver import unique_names
+from gpuval_agent.fabric.frontend import plan_from_env
+from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import FabricResult, Transport
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
@@ -182,3 +185,30 @@ def test_a_wrong_flag_is_named_without_a_traceback(
 
 def test_machines_sharing_a_hostname_get_their_rank_appended() -> None:
     assert unique_names(["gpu", "gpu", "other"]) == ["gpu-0", "gpu-1", "other"]
+
+
+def test_the_pod_mode_reads_its_plan_and_names_a_wrong_variable() -> None:
+    env = {
+        AgentEnv.FABRIC_RANK: "1",
+        AgentEnv.FABRIC_NODES: '["gpu-a", "gpu-b", "gpu-c"]',
+        AgentEnv.FABRIC_MASTER: "10.244.0.7:29500",
+        AgentEnv.FABRIC_GROUP: "fleet-1-g0",
+        AgentEnv.FABRIC_CONFIG: '{"expectedTransport": "IB"}',
+    }
+    plan = plan_from_env(env)
+    assert (plan.rank, plan.world, plan.node, plan.master) == (1, 3, "gpu-b", ("10.244.0.7", 29500))
+    assert plan.group == "fleet-1-g0" and plan.config.expected_transport == "IB"
+    with pytest.raises(AgentError, match="GPUVAL_FABRIC_RANK=3 is not a rank of"):
+        plan_from_env(env | {AgentEnv.FABRIC_RANK: "3"})
+    with pytest.raises(AgentError, match="GPUVAL_FABRIC_CONFIG is invalid: iterations"):
+        plan_from_env(env | {AgentEnv.FABRIC_CONFIG: '{"iterations": 0}'})
+    with pytest.raises(AgentError, match=r"GPUVAL_FABRIC_MASTER='10\.244\.0\.7' is not ADDR:PORT"):
+        plan_from_env(env | {AgentEnv.FABRIC_MASTER: "10.244.0.7"})
+
+
+def test_the_pod_mode_outside_a_pod_says_what_is_missing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(AgentEnv.REPORT_NAME, raising=False)
+    assert main(["fabric", "--cluster"]) == 2
+    assert "GPUVAL_REPORT_NAME is not set" in capsys.readouterr().err

@@ -204,14 +204,13 @@ def _meet(
     link: Server | Client
     if plan.rank == 0:
         link = Server(executor.listen_port(port), plan.world, plan.group, stop)
-        roster = link.join(hello, deadline)
     else:
         link = Client(executor.dial(host, port), plan.master_text, stop)
-        try:
-            roster = link.join(hello, deadline)
-        except BaseException:
-            link.close()
-            raise
+    try:
+        roster = link.join(hello, deadline)
+    except BaseException:
+        link.close()
+        raise
     roster.nodes = unique_names(roster.nodes)
     return link, roster
 

@@ -122,18 +122,21 @@ class Server:
         self._gone: set[int] = set()
         self._inbox: dict[tuple[str, int], Any] = {}
         self._changed = threading.Condition()
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Every address of the host, IPv6 too where it can (an IPv6 cluster's pod IPs).
+        dual = socket.has_dualstack_ipv6()
         try:
-            self._listener.bind(("", port))
+            self._listener = socket.create_server(
+                ("", port),
+                family=socket.AF_INET6 if dual else socket.AF_INET,
+                backlog=max(8, world),
+                dualstack_ipv6=dual,
+            )
         except OSError as error:
-            self._listener.close()
             raise UnreachableError(
                 f"rank 0 cannot listen on port {port} for the group's rendezvous; pick a free "
                 "port (--master ADDR:PORT)",
                 str(error),
             ) from None
-        self._listener.listen(max(8, world))
         self._listener.settimeout(_POLL)
 
     def _hello(self, channel: Channel) -> tuple[int, dict[str, Any]] | None:

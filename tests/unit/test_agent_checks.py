@@ -207,3 +207,14 @@ def test_the_burn_records_each_gpus_reference_fingerprint_with_its_determinants(
     # reference, so only its fingerprint tells.
     assert prints["bf16", 1].value != prints["bf16", 0].value
     assert not [f for f in burn.findings if "iterations" in f.message]
+
+
+def test_a_sweep_that_stops_below_1_gib_is_held_only_to_an_absolute_busbw() -> None:
+    small = ChecksConfig.model_validate({"nccl": {"maxBytes": 1 << 24}})
+    assert _run('{"gpus": 8}', small).verdict is Verdict.PASSED
+    floor = ChecksConfig.model_validate(
+        {"nccl": {"maxBytes": 1 << 24, "minBusbwGBps": {"absolute": 1000}}}
+    )
+    assert ("nccl", Reason.NCCL_LOW_BUSBW, None) in _errors(_run('{"gpus": 8}', floor))
+    slow = _run('{"gpus": 8, "faults": [{"kind": "slow-nccl", "gpu": 0}]}')
+    assert ("nccl", Reason.NCCL_LOW_BUSBW, None) in _errors(slow)

@@ -228,7 +228,10 @@ class NcclCheck(_Model):
     )
     min_busbw_gbps: Threshold = Field(
         default_factory=lambda: Threshold(fraction_of_expected=0.8),
-        description="Minimum bus bandwidth at the largest size, GB/s.",
+        description=(
+            "Minimum bus bandwidth at the largest size, GB/s (the fraction of the part's figure "
+            "applies from 1 GiB up; below, latency bounds a healthy node's figure)."
+        ),
     )
 
     @model_validator(mode="after")

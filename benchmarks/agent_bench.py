@@ -3,10 +3,13 @@
     python benchmarks/agent_bench.py --out bench.json [--seconds 10] [--matrix-size 16384]
 
 References (measured here, now, on the same GPUs): a plain torch.matmul loop per precision, a
-plain copy_ loop per copy kind, a plain torch.distributed all-reduce loop. Targets are those of
-shared/targets.md. The JSON format is stable ("format": "gpuval-agent-bench/1"): one row per
-figure with name, unit, figure (the agent's check), reference, ratio, target and whether it is met,
-so later runs (other machines, 8 GPUs) compare row by row.
+plain copy_ loop per copy kind, and for NCCL at every size from 1 MiB to 4 GiB the lean
+torch.distributed reference (ref_allreduce.py: queued all-reduces in a CUDA graph timed with CUDA
+events, as lean as nccl-tests) beside nccl-tests' own figure (--nccl-tests, nccl_tests.py).
+Targets are those of shared/targets.md. The JSON format is stable ("format":
+"gpuval-agent-bench/1"): one row per figure with name, unit, figure (the agent's check),
+reference, ratio, target and whether it is met, so later runs (other machines, 8 GPUs) compare
+row by row.
 """
 
 from __future__ import annotations
@@ -193,6 +196,67 @@ def plain_copy(kind: str, gpu: int, peer: int | None, nbytes: int, iterations: i
         return nbytes * iterations / (time.perf_counter() - start) / 1e9
 
 
+NCCL_SIZES = [(1 << 20) << i for i in range(13)]  # 1 MiB .. 4 GiB, as all_reduce_perf -b 1M -e 4G
+SMALL_TARGET = 0.9  # shared/targets.md: >= 0.9 of a same-run lean reference at every size >= 1 MiB
+
+
+def _label(size: int) -> str:
+    return f"{size >> 30}GiB" if size >= GIB else f"{size >> 20}MiB"
+
+
+def _lean_reference(gpus: list[int], iterations: int, mode: str) -> dict[int, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "ref.json"
+        subprocess.run([sys.executable, str(Path(__file__).with_name("ref_allreduce.py")),
+                        "--gpus", str(len(gpus)), "--sizes", ",".join(map(str, NCCL_SIZES)),
+                        "--iterations", str(iterations), "--mode", mode, "--out", str(out)],
+                       check=True, timeout=600)  # fmt: skip
+        return {r["bytes"]: r["busbwGBps"] for r in json.loads(out.read_text())}
+
+
+def _nccl_tests(binary: str | None, gpus: int) -> dict[int, float]:
+    if not binary:
+        return {}
+    from nccl_tests import run  # noqa: PLC0415 - beside this file, used only when asked for
+
+    try:
+        return {size: f["inPlaceBusbw"] for size, f in run(Path(binary), gpus).items()}
+    except (RuntimeError, OSError) as error:
+        print(f"nccl-tests: {error}", flush=True)
+        return {}
+
+
+def nccl_rows(gpus: list[int], iterations: int, nccl_tests_binary: str | None) -> None:
+    """The agent's NCCL check at every size >= 1 MiB beside the lean reference (CUDA graph of
+    queued all-reduces, CUDA events) and nccl-tests' in-place figure, all in this run."""
+    outcome = all_reduce_processes(gpus, NCCL_SIZES, iterations, 600)
+    if outcome.timed_out or outcome.error:
+        raise RuntimeError(f"agent all-reduce: timed_out={outcome.timed_out} "
+                           f"error={outcome.error} log={outcome.log_tail}")  # fmt: skip
+    agent = {s.bytes: bus_bandwidth(s.bytes / s.seconds / 1e9, len(gpus)) for s in outcome.sizes}
+    lean = _lean_reference(gpus, iterations, "graph")
+    plain = _lean_reference(gpus, iterations, "eager")
+    tests = _nccl_tests(nccl_tests_binary, len(gpus))
+    print(f"{'size':>8} {'agent':>8} {'lean ref':>9} {'eager ref':>9} {'nccl-tests':>10} "
+          f"{'agent/lean':>10} {'tests/lean':>10}", flush=True)  # fmt: skip
+    for size in NCCL_SIZES:
+        figure, reference, test = agent.get(size), lean.get(size), tests.get(size)
+        TARGETS[f"nccl.busbw.{_label(size)}.lean"] = ("ratio", SMALL_TARGET)
+        row(f"nccl.busbw.{_label(size)}.lean", "GB/s", figure, reference,
+            f"lean torch.distributed reference (CUDA graph, CUDA events), {len(gpus)} processes; "
+            f"eager {plain.get(size)}; nccl-tests in-place {test}")  # fmt: skip
+        rows[-1]["ncclTests"] = test
+        rows[-1]["eagerReference"] = plain.get(size)
+        shown = [f"{v:>9.1f}" if v is not None else f"{'-':>9}"
+                 for v in (figure, reference, plain.get(size), test)]  # fmt: skip
+        ratios = [f"{a / b:>10.3f}" if a and b else f"{'-':>10}"
+                  for a, b in ((figure, reference), (test, reference))]  # fmt: skip
+        print(f"{_label(size):>8} {' '.join(shown)} {' '.join(ratios)}", flush=True)
+    for size in (GIB, 4 * GIB):
+        row(f"nccl.busbw.{_label(size)}", "GB/s", agent.get(size), lean.get(size),
+            f"lean torch.distributed reference, {len(gpus)} processes")  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -202,6 +266,7 @@ def main() -> int:
     parser.add_argument("--transfer-mib", type=int, default=1024)
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--skip", default="", help="comma-separated: burn,bandwidth,nccl,startup")
+    parser.add_argument("--nccl-tests", help="all_reduce_perf to run beside (nccl_tests.py build)")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     gpus = list(range(torch.cuda.device_count()))
@@ -289,30 +354,7 @@ def main() -> int:
         safely("bandwidth", bandwidth)
 
     if "nccl" not in skip and len(gpus) > 1:
-
-        def nccl() -> None:
-            sizes = [1 << 20, 16 << 20, 256 << 20, GIB, 4 * GIB]
-            outcome = all_reduce_processes(gpus, sizes, args.iterations, 600)
-            if outcome.timed_out or outcome.error:
-                raise RuntimeError(f"agent all-reduce: timed_out={outcome.timed_out} "
-                                   f"error={outcome.error} log={outcome.log_tail}")  # fmt: skip
-            agent = {
-                s.bytes: bus_bandwidth(s.bytes / s.seconds / 1e9, len(gpus)) for s in outcome.sizes
-            }
-            with tempfile.TemporaryDirectory() as tmp:
-                out = Path(tmp) / "ref.json"
-                subprocess.run([sys.executable, str(Path(__file__).with_name("ref_allreduce.py")),
-                                "--gpus", str(len(gpus)), "--sizes", f"{GIB},{4 * GIB}",
-                                "--iterations", str(args.iterations), "--out", str(out)],
-                               check=True, timeout=600)  # fmt: skip
-                reference = {r["bytes"]: r["busbwGBps"] for r in json.loads(out.read_text())}
-            for size, label in ((GIB, "1GiB"), (4 * GIB, "4GiB")):
-                row(f"nccl.busbw.{label}", "GB/s", agent.get(size), reference.get(size),
-                    f"plain torch.distributed all_reduce, {len(gpus)} processes")  # fmt: skip
-            for size, busbw in sorted(agent.items()):
-                print(f"  agent all-reduce {size:>12} bytes: busbw {busbw:.1f} GB/s", flush=True)
-
-        safely("nccl", nccl)
+        safely("nccl", lambda: nccl_rows(gpus, args.iterations, args.nccl_tests))
 
     if "startup" not in skip:
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 machine through the device tool, from the repository root:
-#   bash benchmarks/device_run.sh smoke|full
+#   bash benchmarks/device_run.sh smoke|full|check|issue9|final|fabric
 # Installs the carried wheels (.whl: pydantic and its needs, absent there), then the GPU tests,
 # the benchmark and `gpuval-agent run` itself, writing everything under $OUT. Each step runs
 # under its own time limit and the script goes on after a failed step.
@@ -26,7 +26,20 @@ step() { # step NAME LIMIT COMMAND...: log to $OUT/NAME.log, report its exit cod
   nvidia-smi topo -m
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version(), "gpus", torch.cuda.device_count())'
 } >"$OUT/summary.log" 2>&1
-if [ "$MODE" = smoke ]; then
+if [ "$MODE" = fabric ]; then
+  # Issue 10 in one call of at most 9 minutes, 7 files under $OUT: the fabric over sockets beside
+  # plain torch.distributed (fabric_bench), the GPU tests, nccl-tests built from .ref/nccl-tests
+  # against the wheel's NCCL, then the in-node NCCL sweep: agent / lean reference / nccl-tests.
+  budget() { # budget LIMIT: LIMIT, or what is left of 530 s if that is less
+    local left=$((530 - SECONDS)); [ "$left" -lt "$1" ] && echo "$((left > 5 ? left : 5))" || echo "$1"
+  }
+  step fabric_bench "$(budget 150)" python3 benchmarks/fabric_bench.py --out "$OUT/fabric_bench.json"
+  step pytest "$(budget 240)" python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
+  step nccl_tests_build "$(budget 150)" python3 benchmarks/nccl_tests.py build \
+    --src .ref/nccl-tests --into /tmp/nccl-tests
+  step agent_bench "$(budget 150)" python3 benchmarks/agent_bench.py --skip burn,bandwidth,startup \
+    --nccl-tests /tmp/nccl-tests/all_reduce_perf --out "$OUT/agent_bench.json"
+elif [ "$MODE" = smoke ]; then
   step pytest 300 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
   step bench 240 python3 benchmarks/agent_bench.py --seconds 4 --out "$OUT/bench.json"
   step run 120 python3 -m gpuval_agent.cli run --duration 5 --transfer-size 512M --json "$OUT/run.json"

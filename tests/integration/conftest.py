@@ -89,6 +89,20 @@ def install_crds(cluster: Cluster) -> list[str]:
 
 
 @pytest.fixture
+def writer_account(
+    cluster: Cluster, namespace: str, unique_name: Callable[[str], str]
+) -> tuple[str, str]:
+    """A ServiceAccount allowed to patch GpuNodeReport status and nothing else."""
+    account, role = "gpuval-agent", unique_name("agent-writer")
+    cluster.kubectl("create", "serviceaccount", account, "-n", namespace)
+    cluster.kubectl("create", "clusterrole", role, "--verb=get,patch",
+                    "--resource=gpunodereports.gpuval.dev/status")  # fmt: skip
+    cluster.kubectl("create", "clusterrolebinding", role, f"--clusterrole={role}",
+                    f"--serviceaccount={namespace}:{account}")  # fmt: skip
+    return namespace, account
+
+
+@pytest.fixture
 def kopf_runner(
     cluster: Cluster,
 ) -> Callable[..., contextlib.AbstractContextManager[Any]]:

@@ -1,4 +1,5 @@
-"""`gpuval-agent run` (any GPU machine) and `gpuval-agent cluster` (the agent pod).
+"""`gpuval-agent run` (any GPU machine), `gpuval-agent cluster` (the agent pod) and
+`gpuval-agent fabric` (NCCL across machines, by hand or in the fabric pod: gpuval_agent.fabric).
 
 Exit codes: 0 every check passed, 1 a check failed, 2 the agent itself could not run (the reason
 is on stderr; in cluster mode also in the report when it could still be written), and for `run`
@@ -24,6 +25,7 @@ from gpuval_agent.backends import BACKENDS, select_backend
 from gpuval_agent.cluster import cmd_cluster
 from gpuval_agent.display import Display, render_table
 from gpuval_agent.errors import AgentError
+from gpuval_agent.fabric.frontend import add_fabric_parser, cmd_fabric
 from gpuval_agent.outcome import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -34,6 +36,7 @@ from gpuval_agent.outcome import (
 )
 from gpuval_agent.runner import run_checks
 from gpuval_api.checks import CheckName, ChecksConfig, Precision, camel, parse_checks
+from gpuval_api.fabric import FABRIC_SUBCOMMAND
 from gpuval_api.machine import machine_view
 from gpuval_api.result import AgentResult
 
@@ -107,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster = sub.add_parser("cluster", help="in-cluster mode: write this node's GpuNodeReport")
     cluster.add_argument("--backend", choices=BACKENDS)
     cluster.add_argument("--simulate")
+    add_fabric_parser(sub, _size)
     return parser
 
 
@@ -196,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return cmd_run(args)
+        if args.command == FABRIC_SUBCOMMAND:
+            return cmd_fabric(args)
         return cmd_cluster(args)
     except AgentError as error:
         print(f"gpuval-agent: {error}", file=sys.stderr)

@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 import threading
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -45,7 +46,7 @@ DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 _START_WRITE_BUDGET = 30.0
 
 
-def _deadline(environ: os._Environ[str] | dict[str, str]) -> float | None:
+def deadline_from_env(environ: Mapping[str, str]) -> float | None:
     text = environ.get(AgentEnv.DEADLINE)
     if not text:
         return None
@@ -69,8 +70,8 @@ def _expected_gpus(environ: os._Environ[str] | dict[str, str]) -> int | None:
         ) from None
 
 
-def leave_termination_message(status: dict[str, object], path: str | None = None) -> bool:
-    """Write the compact verdict where the kubelet reads the termination message; best effort.
+def write_termination_text(text: str, path: str | None = None) -> bool:
+    """Write `text` where the kubelet reads the termination message; best effort.
 
     The default path is written only where it exists (the kubelet mounts it into every
     container), so the agent never creates a file under /dev of a machine it was started on.
@@ -80,11 +81,16 @@ def leave_termination_message(status: dict[str, object], path: str | None = None
     if chosen is None and not target.exists():
         return False
     try:
-        target.write_text(build_termination_message(status))
+        target.write_text(text)
     except OSError as error:
         print(f"gpuval-agent: no termination message ({target}: {error})", file=sys.stderr)
         return False
     return True
+
+
+def leave_termination_message(status: dict[str, object], path: str | None = None) -> bool:
+    """The compact verdict of a completed report status, in the termination message."""
+    return write_termination_text(build_termination_message(status), path)
 
 
 def _config(
@@ -111,7 +117,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             f"{AgentEnv.REPORT_NAME} is not set: the operator names the report to write"
         )
     node = os.environ.get(AgentEnv.NODE_NAME)
-    writer = ReportWriter(ApiServer.in_cluster(), report, deadline=_deadline(os.environ))
+    writer = ReportWriter(ApiServer.in_cluster(), report, deadline=deadline_from_env(os.environ))
     started = datetime.now(UTC)
     try:
         writer.patch_status(

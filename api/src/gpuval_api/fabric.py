@@ -12,8 +12,9 @@ bandwidth compares with the group's (a 2-node tree can show twice the network ra
 
 from __future__ import annotations
 
+import json
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
@@ -22,11 +23,16 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpuval_api.checks import MAX_FIGURE, camel
 from gpuval_api.reasons import Reason
+from gpuval_api.report import TERMINATION_MESSAGE_LIMIT, StatusKey, one_line
 from gpuval_api.result import NcclSize, Verdict
 
 FABRIC_SCHEMA_VERSION: Literal["gpuval.dev/v1alpha1/fabric"] = "gpuval.dev/v1alpha1/fabric"
 MAX_GROUP = 64
 GIB = 1 << 30
+# The agent's subcommand, and the fabric pod's command (the operator sets it; the agent's CLI and
+# the pod runner read the same names).
+FABRIC_SUBCOMMAND = "fabric"
+FABRIC_POD_COMMAND = ("gpuval-agent", FABRIC_SUBCOMMAND, "--cluster")
 
 
 class _Model(BaseModel):
@@ -388,3 +394,41 @@ def build_fabric_status(result: FabricResult) -> dict[str, object]:
         result=result.model_dump(mode="json", by_alias=True),
     )
     return status.model_dump(mode="json", by_alias=True)
+
+
+def build_fabric_termination_message(status: Mapping[str, object]) -> str:
+    """A fabric agent's `status.fabric` without the result document, as compact JSON within
+    the kubelet's termination-message limit, wrapped as {"fabric": {...}}: the node's fabric
+    verdict survives an API server the agent could not reach (the operator reads it back with
+    `parse_fabric_termination_message`)."""
+    compact = FabricStatus.model_validate(status).model_dump(
+        mode="json", by_alias=True, exclude={"result"}
+    )
+    compact["message"] = one_line(str(compact.get("message") or ""), 512)
+
+    def text() -> str:
+        return json.dumps({str(StatusKey.FABRIC): compact}, separators=(",", ":"))
+
+    if len(text().encode()) > TERMINATION_MESSAGE_LIMIT:
+        compact["message"] = one_line(compact["message"], 64)
+    return text()
+
+
+def parse_fabric_termination_message(text: str | None) -> dict[str, object] | None:
+    """The compact `status.fabric` a fabric agent left in its termination message; None when
+    the text carries none (an agent that died before its verdict, or text that is not ours)."""
+    if not text:
+        return None
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get(StatusKey.FABRIC), dict):
+        return None
+    try:
+        status = FabricStatus.model_validate(document[StatusKey.FABRIC])
+    except ValueError:
+        return None
+    if status.verdict is None:
+        return None
+    return status.model_dump(mode="json", by_alias=True, exclude={"result"})

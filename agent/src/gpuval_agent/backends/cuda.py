@@ -31,17 +31,10 @@ from gpuval_agent.backends.base import (
     XidEvent,
 )
 from gpuval_agent.backends.nvml import Nvml
-from gpuval_agent.backends.ranks import RankGroup
+from gpuval_agent.backends.ranks import SAFE_NCCL_ENV, RankGroup
 from gpuval_agent.errors import BackendUnavailableError
 from gpuval_api.checks import Precision
 from gpuval_api.result import Environment
-
-# NVLink SHARP/multicast stays off: on shared hosts a multicast fault can take the GPUs out.
-SAFE_NCCL_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
 
 
 def _import_torch() -> ModuleType:

@@ -16,6 +16,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# NVLink SHARP/multicast stays off in every rank process: on shared hosts a multicast fault can
+# take the GPUs out.
+SAFE_NCCL_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
 _GRACE_SECONDS = 10.0  # after one rank fails, how long the others get to notice and exit
 _TAIL_PER_RANK = 3000
 GO = b"go\n"
@@ -105,7 +112,7 @@ class RankGroup:
         run.returncodes = [p.returncode for p in self.processes]
         run.seconds = time.monotonic() - started
         if not run.ok:
-            run.last_lines = [_last_line(log) for log in self.logs]
+            run.last_lines = [last_line(log) for log in self.logs]
             run.log_tail = "\n".join(
                 f"--- rank {i} (exit {p.returncode}) ---\n"
                 + log.read_text(errors="replace")[-_TAIL_PER_RANK:]
@@ -141,7 +148,7 @@ def _how(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _last_line(log: Path) -> str:
+def last_line(log: Path) -> str:
     """The last meaningful line a rank wrote: its error, usually (NCCL INFO chatter skipped)."""
     lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
     meaningful = [ln for ln in lines if " NCCL INFO " not in ln]

@@ -17,12 +17,10 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from enum import StrEnum
-from typing import Any, Self
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuval_agent.backends.base import (
     AllReduceOutcome,
@@ -35,11 +33,12 @@ from gpuval_agent.backends.base import (
     Throttle,
     XidEvent,
 )
+from gpuval_agent.backends.simconfig import Fault, FaultKind, SimulationConfig
 from gpuval_agent.checks.nccl import bus_bandwidth
-from gpuval_agent.errors import AgentError, NoDriverError
+from gpuval_agent.errors import NoDriverError
 from gpuval_agent.parts import figures_for
 from gpuval_agent.verify import count_bad_elements, scan_counts
-from gpuval_api.checks import Precision, camel
+from gpuval_api.checks import Precision
 from gpuval_api.env import AgentEnv
 from gpuval_api.result import Environment, GpuInfo, PcieLink
 
@@ -61,67 +60,6 @@ _NUMPY_DTYPES = {
     Precision.FP32: np.float32,
     Precision.FP64: np.float64,
 }
-
-
-class FaultKind(StrEnum):
-    MISCOMPARE = "miscompare"
-    NAN = "nan"
-    OVERHEAT = "overheat"
-    THERMAL_SLOWDOWN = "thermal-slowdown"
-    POWER_CAPPED = "power-capped"
-    PCIE_DEGRADED = "pcie-degraded"
-    MISSING_GPU = "missing-gpu"
-    SLOW_NCCL = "slow-nccl"
-    ECC_UNCORRECTABLE = "ecc-uncorrectable"
-    ROW_REMAP_PENDING = "row-remap-pending"
-    XID = "xid"
-    LOW_BANDWIDTH = "low-bandwidth"
-    HANG = "hang"
-    NO_DRIVER = "no-driver"
-    CUDA_INVISIBLE = "cuda-invisible"  # NVML sees the GPU, CUDA does not (CUDA_VISIBLE_DEVICES)
-    WRONG_REFERENCE = "wrong-reference"  # the GPU computes the same wrong answer every time
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=camel, populate_by_name=True, extra="forbid")
-
-
-class Fault(_Model):
-    kind: FaultKind
-    gpu: int = Field(default=0, ge=0, description="The GPU the fault hits.")
-    iteration: int | None = Field(
-        default=None,
-        ge=0,
-        description="miscompare/nan: the burn iteration corrupted (default: middle).",
-    )
-    xid: int = Field(default=79, description="xid: the XID number reported.")
-
-
-class SimulationConfig(_Model):
-    gpus: int = Field(default=8, ge=0, le=64)
-    product: str = "NVIDIA H200"
-    driver: str = "580.159.04"
-    cuda: str = "13.0"
-    cuda_runtime: str | None = None
-    nccl: str = "2.28.9"
-    faults: list[Fault] = Field(default_factory=list)
-    time_scale: float = Field(default=0.01, ge=0, le=10)
-
-    @classmethod
-    def parse(cls, text: str) -> Self:
-        try:
-            return cls.model_validate_json(text or "{}")
-        except ValidationError as error:
-            raise AgentError(
-                f"the simulation config (--simulate or {AgentEnv.SIMULATE}) is invalid: "
-                f"{_first_error(error)}; see docs/contracts.md, 'Simulated backend'"
-            ) from None
-
-
-def _first_error(error: ValidationError) -> str:
-    first = error.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "(document)"
-    return f"{where}: {first['msg']} (got {first.get('input')!r})"
 
 
 class SimulatedBackend(Backend):

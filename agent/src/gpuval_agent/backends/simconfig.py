@@ -1,0 +1,99 @@
+"""The simulated backend's configuration (GPUVAL_SIMULATE / --simulate): the GPUs it pretends to
+have and the faults it plays (docs/contracts.md, "Simulated backend"). A TEST DOUBLE's settings,
+read by the per-node double (backends/simulated.py) and the fabric's (fabric/simulated.py).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gpuval_agent.errors import AgentError
+from gpuval_api.checks import camel
+from gpuval_api.env import AgentEnv
+
+
+class FaultKind(StrEnum):
+    MISCOMPARE = "miscompare"
+    NAN = "nan"
+    OVERHEAT = "overheat"
+    THERMAL_SLOWDOWN = "thermal-slowdown"
+    POWER_CAPPED = "power-capped"
+    PCIE_DEGRADED = "pcie-degraded"
+    MISSING_GPU = "missing-gpu"
+    SLOW_NCCL = "slow-nccl"
+    ECC_UNCORRECTABLE = "ecc-uncorrectable"
+    ROW_REMAP_PENDING = "row-remap-pending"
+    XID = "xid"
+    LOW_BANDWIDTH = "low-bandwidth"
+    HANG = "hang"
+    NO_DRIVER = "no-driver"
+    CUDA_INVISIBLE = "cuda-invisible"  # NVML sees the GPU, CUDA does not (CUDA_VISIBLE_DEVICES)
+    WRONG_REFERENCE = "wrong-reference"  # the GPU computes the same wrong answer every time
+    # The fabric (`gpuval-agent fabric`): the node's network is slow; its link to `peer` is
+    # slow; it cannot reach rank 0 (a blocked port: it dials a closed one); its collectives
+    # hang; its NCCL falls back to TCP sockets (with NCCL_NET=IB it fails at init instead).
+    FABRIC_SLOW_NODE = "fabric-slow-node"
+    FABRIC_SLOW_LINK = "fabric-slow-link"
+    FABRIC_UNREACHABLE = "fabric-unreachable"
+    FABRIC_HANG = "fabric-hang"
+    FABRIC_SOCKET_FALLBACK = "fabric-socket-fallback"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=camel, populate_by_name=True, extra="forbid")
+
+
+class Fault(_Model):
+    kind: FaultKind
+    gpu: int = Field(default=0, ge=0, description="The GPU the fault hits.")
+    iteration: int | None = Field(
+        default=None,
+        ge=0,
+        description="miscompare/nan: the burn iteration corrupted (default: middle).",
+    )
+    xid: int = Field(default=79, description="xid: the XID number reported.")
+    peer: str | None = Field(
+        default=None, min_length=1, description="fabric-slow-link: the other node's name."
+    )
+    factor: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="fabric-slow-node/-link: the fraction of the healthy figure (0.85 / 0.6).",
+    )
+
+    @model_validator(mode="after")
+    def _link_names_its_peer(self) -> Fault:
+        if self.kind is FaultKind.FABRIC_SLOW_LINK and self.peer is None:
+            raise ValueError("a fabric-slow-link fault names its other node in 'peer'")
+        return self
+
+
+class SimulationConfig(_Model):
+    gpus: int = Field(default=8, ge=0, le=64)
+    product: str = "NVIDIA H200"
+    driver: str = "580.159.04"
+    cuda: str = "13.0"
+    cuda_runtime: str | None = None
+    nccl: str = "2.28.9"
+    faults: list[Fault] = Field(default_factory=list)
+    time_scale: float = Field(default=0.01, ge=0, le=10)
+
+    @classmethod
+    def parse(cls, text: str) -> Self:
+        try:
+            return cls.model_validate_json(text or "{}")
+        except ValidationError as error:
+            raise AgentError(
+                f"the simulation config (--simulate or {AgentEnv.SIMULATE}) is invalid: "
+                f"{_first_error(error)}; see docs/contracts.md, 'Simulated backend'"
+            ) from None
+
+
+def _first_error(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "(document)"
+    return f"{where}: {first['msg']} (got {first.get('input')!r})"

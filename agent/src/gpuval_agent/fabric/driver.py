@@ -1,0 +1,254 @@
+"""The phases, the same on every node and whatever measures them.
+
+1. Meet at rank 0's coordinator (init timeout). 2. Start the workers and check one all-reduce's
+sum across the world (init timeout), then the group's sweep (phase timeout). 3. The pair rounds
+of `pair_rounds(world)`, each pair its own communicator (phase timeout each). 4. One
+confirmation round (round 0) chosen from the gathered pairs by `confirmation_pairs`, computed
+alike on every node. After each phase every node's report is gathered to every node; a phase
+that failed anywhere is followed by fresh workers everywhere (a new world on the next store
+port), so the pair rounds still run after a hung group and a hung pair does not hang the rest.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from gpuval_agent import __version__
+from gpuval_agent.checks.nccl import sweep_sizes
+from gpuval_agent.fabric import coordinator
+from gpuval_agent.fabric.analysis import (
+    Conclusion,
+    GroupRecord,
+    PairRecord,
+    conclude,
+    group_record,
+    pair_floor,
+    pair_record,
+)
+from gpuval_agent.fabric.coordinator import Client, Roster, Server
+from gpuval_agent.fabric.steps import Executor, StepReport, StepStatus
+from gpuval_agent.fabric.transport import read_transport
+from gpuval_api.fabric import (
+    FabricConfig,
+    FabricResult,
+    confirmation_pairs,
+    find_suspects,
+    pair_rounds,
+)
+from gpuval_api.reasons import Reason
+from gpuval_api.result import Verdict
+
+
+@dataclass
+class FabricPlan:
+    """What one node's agent was told: the same on every node but for `rank` and `node`."""
+
+    rank: int
+    world: int
+    master: tuple[str, int]
+    group: str
+    node: str
+    config: FabricConfig = field(default_factory=FabricConfig)
+    nodes: list[str] | None = None  # by rank, when known before the group meets
+
+    @property
+    def master_text(self) -> str:
+        host, port = self.master
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """Node names by rank, made unique (two processes of one host by hand share a hostname)."""
+    counts = Counter(names)
+    return [f"{n}-{rank}" if counts[n] > 1 else n for rank, n in enumerate(names)]
+
+
+class Session:
+    """One node's run of the phases, after the group met."""
+
+    def __init__(
+        self,
+        plan: FabricPlan,
+        executor: Executor,
+        link: Server | Client,
+        roster: Roster,
+    ) -> None:
+        self.plan, self.executor, self.link = plan, executor, link
+        self.names = roster.nodes
+        self.gpus = [int(info.get("gpus") or 0) for info in roster.infos]
+        self.generation = 0
+        timeouts = plan.config.timeouts
+        self.init, self.phase = float(timeouts.init_seconds), float(timeouts.phase_seconds)
+
+    def _exchange(self, step: str, report: StepReport) -> list[StepReport]:
+        payloads = self.link.exchange(step, report.payload(), self.init + self.phase)
+        return [StepReport.from_payload(p) for p in payloads]
+
+    def group_phase(self) -> GroupRecord:
+        config = self.plan.config
+        deadline = time.monotonic() + self.init
+        report = self.executor.start(self.generation, deadline)
+        if report.ok:
+            report = self.executor.check(deadline)
+        if report.ok:
+            sizes = sweep_sizes(config.min_bytes, config.max_bytes)
+            report = self.executor.group(sizes, config.iterations, time.monotonic() + self.phase)
+        return group_record(self._exchange("group", report), self.names, sum(self.gpus))
+
+    def one_round(
+        self, number: int, pairs: list[tuple[int, int]], restart: bool
+    ) -> tuple[list[PairRecord], bool]:
+        """The round's pairs, and whether any node failed in it (fresh workers next)."""
+        config = self.plan.config
+        report = StepReport()
+        if restart:
+            self.executor.stop_workers()
+            self.generation += 1
+            report = self.executor.start(self.generation, time.monotonic() + self.init)
+        if report.ok:
+            report = self.executor.pairs(
+                number, pairs, config.pair_size, config.iterations, time.monotonic() + self.phase
+            )
+        reports = self._exchange(f"round{number}", report)
+        records = [
+            pair_record(
+                number,
+                p,
+                reports=reports,
+                nodes=self.names,
+                gpus=self.gpus,
+                nbytes=config.pair_size,
+            )
+            for p in pairs
+        ]
+        return records, not all(r.ok for r in reports)
+
+    def pair_phases(self, restart: bool) -> list[PairRecord]:
+        records: list[PairRecord] = []
+        for number, pairs in enumerate(pair_rounds(len(self.names)), start=1):
+            found, restart = self.one_round(number, pairs, restart)
+            records += found
+        floor = pair_floor(self.plan.config, records)
+        chosen = confirmation_pairs(find_suspects([r.pair for r in records], floor))
+        if chosen:
+            rank = {name: index for index, name in enumerate(self.names)}
+            found, _ = self.one_round(0, [(rank[a], rank[b]) for a, b in chosen], restart)
+            records += found
+        return records
+
+
+def _result(
+    plan: FabricPlan,
+    executor: Executor,
+    conclusion: Conclusion,
+    nodes: list[str],
+    gpus: int,
+) -> FabricResult:
+    return FabricResult(
+        agent_version=__version__,
+        backend=executor.backend,
+        group=plan.group,
+        node=nodes[plan.rank] if plan.rank < len(nodes) else plan.node,
+        rank=plan.rank,
+        nodes=nodes,
+        gpus_per_node=gpus,
+        nccl_env=executor.nccl_env(),
+        verdict=conclusion.verdict,
+        reason=conclusion.reason,
+        message=conclusion.message,
+    )
+
+
+def _not_met(plan: FabricPlan, error: coordinator.RendezvousError) -> Conclusion:
+    limit = f"within {plan.config.timeouts.init_seconds} s (fabric.timeouts.initSeconds)"
+    if isinstance(error, coordinator.UnreachableError):
+        detail = f"; last attempt: {error.detail}" if error.detail else ""
+        return Conclusion(Verdict.FAILED, Reason.FABRIC_UNREACHABLE, f"{error} {limit}{detail}")
+    if isinstance(error, coordinator.NotFormedError):
+        names = plan.nodes or []
+        missing = ", ".join(
+            f"{names[r]} (rank {r})" if r < len(names) else f"rank {r}" for r in error.missing
+        )
+        return Conclusion(
+            Verdict.NOT_RUN,
+            Reason.FABRIC_UNREACHABLE,
+            f"the group did not form: {missing} never reached rank 0's rendezvous at "
+            f"{plan.master_text} {limit}; their own reports say why",
+        )
+    if isinstance(error, coordinator.RefusedError):
+        return Conclusion(Verdict.NOT_RUN, Reason.INVALID_CONFIG, str(error))
+    return Conclusion(
+        Verdict.NOT_RUN,
+        Reason.FABRIC_UNREACHABLE,
+        f"lost the group's coordinator (rank 0 at {plan.master_text}): {error}",
+    )
+
+
+def _meet(
+    plan: FabricPlan, executor: Executor, stop: threading.Event
+) -> tuple[Server | Client, Roster]:
+    deadline = time.monotonic() + plan.config.timeouts.init_seconds
+    hello = {
+        "type": "hello",
+        "rank": plan.rank,
+        "world": plan.world,
+        "group": plan.group,
+        "node": plan.node,
+        "info": executor.info(),
+        "agent": __version__,
+    }
+    host, port = plan.master
+    link: Server | Client
+    if plan.rank == 0:
+        link = Server(executor.listen_port(port), plan.world, plan.group, stop)
+    else:
+        link = Client(executor.dial(host, port), plan.master_text, stop)
+    try:
+        roster = link.join(hello, deadline)
+    except BaseException:
+        link.close()
+        raise
+    roster.nodes = unique_names(roster.nodes)
+    return link, roster
+
+
+def run_fabric(plan: FabricPlan, executor: Executor, stop: threading.Event) -> FabricResult:
+    """This node's fabric result. coordinator.StoppedError propagates (SIGTERM/SIGINT)."""
+    own_gpus = int(executor.info().get("gpus") or 0)
+    try:
+        link, roster = _meet(plan, executor, stop)
+    except coordinator.StoppedError:
+        raise
+    except coordinator.RendezvousError as error:
+        result = _result(plan, executor, _not_met(plan, error), plan.nodes or [plan.node], own_gpus)
+        return result
+    try:
+        executor.setup(roster, plan.rank)
+        session = Session(plan, executor, link, roster)
+        group = session.group_phase()
+        pairs = session.pair_phases(restart=group.status is not StepStatus.OK)
+    except coordinator.StoppedError:
+        raise
+    except coordinator.RendezvousError as error:
+        return _result(plan, executor, _not_met(plan, error), roster.nodes, own_gpus)
+    finally:
+        executor.stop_workers()
+        link.close()
+    reading = read_transport(executor.nccl_lines())
+    me = roster.nodes[plan.rank]
+    conclusion = conclude(me, plan.config, group, pairs, reading)
+    result = _result(plan, executor, conclusion, roster.nodes, own_gpus)
+    result.transport = reading.transport
+    result.transport_lines = reading.lines
+    result.sizes = group.sizes or []
+    result.busbw_gbps = group.busbw_gbps
+    result.pairs = [r.pair for r in pairs]
+    troubled = group.status is not StepStatus.OK or any(
+        p.status is not StepStatus.OK for p in pairs
+    )
+    if troubled or conclusion.verdict is not Verdict.PASSED:
+        result.log_tail = executor.log_tail()
+    return result

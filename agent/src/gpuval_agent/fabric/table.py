@@ -1,0 +1,59 @@
+"""The fabric result as a person reads it at a terminal. Pure."""
+
+from __future__ import annotations
+
+from gpuval_api.fabric import FabricResult
+from gpuval_api.reasons import REASONS
+from gpuval_api.result import Verdict
+
+_NCCL_SHOWN = 12
+
+
+def _header(result: FabricResult) -> list[str]:
+    gpus = f"{result.gpus_per_node} GPU{'s' if result.gpus_per_node != 1 else ''} per node"
+    lines = [
+        f"gpuval-agent {result.agent_version} fabric ({result.backend} backend): group "
+        f"{result.group}, node {result.node} = rank {result.rank} of {len(result.nodes)}, {gpus}",
+        f"nodes: {', '.join(result.nodes)}",
+        f"transport: {result.transport}",
+    ]
+    lines += [f"  {line}" for line in result.transport_lines]
+    shown = [f"{k}={v}" for k, v in list(result.nccl_env.items())[:_NCCL_SHOWN]]
+    if shown:
+        lines.append("NCCL: " + " ".join(shown))
+    return lines
+
+
+def _sizes(result: FabricResult) -> list[str]:
+    if not result.sizes:
+        return []
+    lines = ["", f"{'BYTES':>12}  {'ALGBW GB/s':>10}  {'BUSBW GB/s':>10}"]
+    lines += [f"{s.bytes:>12}  {s.algbw_gbps:>10.2f}  {s.busbw_gbps:>10.2f}" for s in result.sizes]
+    return lines
+
+
+def _pairs(result: FabricResult) -> list[str]:
+    if not result.pairs:
+        return []
+    width = max(len(f"{p.a} - {p.b}") for p in result.pairs)
+    lines = ["", f"{'ROUND':<13}  {'PAIR':<{width}}  {'BUSBW GB/s':>10}"]
+    for pair in result.pairs:
+        label = "confirmation" if pair.round == 0 else str(pair.round)
+        figure = f"{pair.busbw_gbps:>10.2f}" if pair.busbw_gbps is not None else "    failed"
+        line = f"{label:<13}  {f'{pair.a} - {pair.b}':<{width}}  {figure}"
+        if pair.error:
+            line += f"  {pair.error[:160]}"
+        lines.append(line)
+    return lines
+
+
+def render_fabric(result: FabricResult) -> str:
+    lines = _header(result) + _sizes(result) + _pairs(result) + [""]
+    if result.verdict is Verdict.PASSED:
+        lines.append(f"PASSED: {result.message}")
+    else:
+        label = "FAIL" if result.verdict is Verdict.FAILED else "NOT RUN"
+        lines.append(f"{label} {result.reason or ''}: {result.message}")
+        if result.reason is not None:
+            lines.append(f"  hint: {REASONS[result.reason].hint}")
+    return "\n".join(lines)

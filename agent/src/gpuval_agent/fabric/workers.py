@@ -1,0 +1,304 @@
+"""The real fabric executor: one torch process per local GPU (fabric/worker.py), in generations.
+
+A generation is this node's share of one torch world: its processes meet the other nodes' at a
+TCPStore on rank 0's address and port PORT + 1 + generation (the coordinator keeps PORT), then
+take commands on stdin and answer in their own events files. Every wait has a deadline; at the
+end of a phase that failed anywhere, and at the end, each process is killed with its whole
+process group (only the processes this agent started). Their output (NCCL_DEBUG=INFO) is kept
+for the transport reading and for a failure's log tail. Kept free of torch: CPU-tested.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuval_agent.backends.ranks import RankRun, last_line
+from gpuval_agent.errors import AgentError, BackendUnavailableError
+from gpuval_agent.fabric.coordinator import Roster
+from gpuval_agent.fabric.ncclenv import nccl_variables, worker_environment
+from gpuval_agent.fabric.steps import Executor, PairFigure, StepReport, StepStatus, failed
+from gpuval_api.fabric import FabricConfig
+
+_POLL = 0.05
+_TAIL_PER_LOG = 2500
+_TAIL_TOTAL = 8000
+
+
+def local_gpu_count() -> int:
+    """GPUs CUDA shows this process (after CUDA_VISIBLE_DEVICES): through cuda-python, which
+    counts in milliseconds, else through torch (seconds to import)."""
+    try:
+        driver: Any = importlib.import_module("cuda.bindings.driver")
+    except ImportError:
+        driver = None
+    if driver is not None:
+        (status,) = driver.cuInit(0)
+        if status == driver.CUresult.CUDA_SUCCESS:
+            status, count = driver.cuDeviceGetCount()
+            if status == driver.CUresult.CUDA_SUCCESS and count > 0:
+                return int(count)
+        raise AgentError(
+            f"CUDA shows no GPU to this process ({status}): check the driver and "
+            "CUDA_VISIBLE_DEVICES, or give --gpus N"
+        )
+    try:
+        torch: Any = importlib.import_module("torch")
+    except ImportError as error:
+        raise BackendUnavailableError(
+            f"the fabric's cuda backend needs torch ({error}); install the agent's 'gpu' extra"
+        ) from None
+    count = int(torch.cuda.device_count())
+    if count < 1:
+        raise AgentError("CUDA shows no GPU to this process (check CUDA_VISIBLE_DEVICES)")
+    return count
+
+
+@dataclass
+class _Events:
+    """One worker's events file, read as it grows."""
+
+    path: Path
+    offset: int = 0
+    partial: str = ""
+    by_id: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def poll(self) -> None:
+        if not self.path.exists():
+            return
+        with self.path.open() as handle:
+            handle.seek(self.offset)
+            text = handle.read()
+            self.offset = handle.tell()
+        lines = (self.partial + text).split("\n")
+        self.partial = lines.pop()
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if isinstance(event, dict) and isinstance(event.get("id"), int):
+                    self.by_id[event["id"]] = event
+
+
+class Generation:
+    """This node's processes of one torch world."""
+
+    def __init__(self, commands: list[list[str]], env: dict[str, str], logs: list[Path]) -> None:
+        self.logs = logs
+        self.events = [_Events(log.with_suffix(".events")) for log in logs]
+        self.processes: list[subprocess.Popen[bytes]] = []
+        for command, log in zip(commands, logs, strict=True):
+            with log.open("wb") as sink:
+                process = subprocess.Popen(
+                    command, env=env, stdin=subprocess.PIPE, stdout=sink,
+                    stderr=subprocess.STDOUT, start_new_session=True,
+                )  # fmt: skip
+                self.processes.append(process)
+
+    def send(self, command: dict[str, Any]) -> None:
+        data = (json.dumps(command) + "\n").encode()
+        for process in self.processes:
+            if process.stdin is not None:
+                with contextlib.suppress(BrokenPipeError, OSError):
+                    process.stdin.write(data)
+                    process.stdin.flush()
+
+    def wait(self, step: int, deadline: float, stop: threading.Event) -> list[dict[str, Any]] | str:
+        """Every worker's event for `step`, or why not (a sentence)."""
+        while True:
+            for events in self.events:
+                events.poll()
+            found = [e.by_id.get(step) for e in self.events]
+            answered = [event for event in found if event is not None]
+            # One worker's error ends the step: the others may be stuck in a collective with it.
+            if len(answered) == len(found) or any("error" in event for event in answered):
+                return answered
+            dead = [
+                i for i, p in enumerate(self.processes) if p.poll() is not None and found[i] is None
+            ]
+            if dead:
+                return self._describe_death()
+            if time.monotonic() >= deadline:
+                return "timeout"
+            if stop.wait(_POLL):
+                return "stopped by a signal"
+
+    def _describe_death(self) -> str:
+        run = RankRun(
+            returncodes=[p.poll() for p in self.processes],
+            last_lines=[last_line(log) if log.exists() else "" for log in self.logs],
+        )
+        return run.describe_failure([f"local GPU {i}" for i in range(len(self.processes))])
+
+    def kill(self) -> None:
+        for process in self.processes:
+            if process.stdin is not None:
+                with contextlib.suppress(OSError):
+                    process.stdin.close()
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _report(events: list[dict[str, Any]]) -> StepReport:
+    """One step's report from this node's workers' events (the figures are local 0's)."""
+    errors = [e for e in events if "error" in e]
+    if errors:
+        status = StepStatus.UNREACHABLE if errors[0].get("unreachable") else StepStatus.ERROR
+        return failed(status, " ".join(str(errors[0]["error"]).split()))
+    if any(e.get("sumOk") is False for e in events):
+        return failed(StepStatus.WRONG_SUM, "the all-reduce gave a wrong sum on this node")
+    first = events[0]
+    report = StepReport(sizes=[(int(b), float(s)) for b, s in first.get("sizes") or []])
+    if "pair" in first:
+        a, b = first["pair"]
+        report.pairs = [PairFigure(a=a, b=b, seconds=first["seconds"])]
+    return report
+
+
+class TorchFabric(Executor):
+    """The real backend: NCCL through torch.distributed, one process per local GPU."""
+
+    backend = "cuda"
+
+    def __init__(
+        self,
+        config: FabricConfig,
+        master: tuple[str, int],
+        group: str,
+        stop: threading.Event,
+        *,
+        gpus: int | None = None,
+        environ: Mapping[str, str] | None = None,
+        test_hang: str | None = None,
+    ) -> None:
+        self.config, self.master, self.group_name, self.stop = config, master, group, stop
+        self._gpus = gpus if gpus is not None else local_gpu_count()
+        env = worker_environment(os.environ if environ is None else environ, config)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (*sys.path, env.get("PYTHONPATH")) if p)
+        self._env = env
+        self._test_hang = test_hang
+        self._dir = tempfile.TemporaryDirectory(prefix="gpuval-fabric-")
+        self._logs: list[Path] = []
+        self._current: Generation | None = None
+        self._step = 0
+        self._rank = 0
+        self._layout: list[list[int]] = []
+
+    def info(self) -> dict[str, Any]:
+        return {"gpus": self._gpus, "hostname": socket.gethostname()}
+
+    def setup(self, roster: Roster, rank: int) -> None:
+        self._rank, offset = rank, 0
+        for info in roster.infos:
+            count = int(info.get("gpus") or 0)
+            self._layout.append([offset, count])
+            offset += count
+
+    def _spec(self, generation: int, local: int, log: Path) -> dict[str, Any]:
+        first, _ = self._layout[self._rank]
+        host, port = self.master
+        timeouts = self.config.timeouts
+        return {
+            "rank": first + local, "world": sum(c for _, c in self._layout),
+            "node": self._rank, "layout": self._layout, "device": local,
+            "storeHost": host, "storePort": port + 1 + generation,
+            "initSeconds": timeouts.init_seconds, "phaseSeconds": timeouts.phase_seconds,
+            "events": str(log.with_suffix(".events")), "testHang": self._test_hang,
+        }  # fmt: skip
+
+    def start(self, generation: int, deadline: float) -> StepReport:
+        self.stop_workers()
+        logs = [Path(self._dir.name) / f"gen{generation}-gpu{i}.log" for i in range(self._gpus)]
+        commands = [
+            [sys.executable, "-m", "gpuval_agent.fabric.worker", "--group", self.group_name,
+             "--spec", json.dumps(self._spec(generation, local, log))]
+            for local, log in enumerate(logs)
+        ]  # fmt: skip
+        self._logs += logs
+        self._current = Generation(commands, self._env, logs)
+        self._step = 0
+        return self._wait(
+            0, deadline, "fabric.timeouts.initSeconds", self.config.timeouts.init_seconds
+        )
+
+    def _command(
+        self, command: dict[str, Any], deadline: float, limit: str, seconds: int
+    ) -> StepReport:
+        if self._current is None:
+            return failed(StepStatus.ERROR, "no worker processes are running")
+        self._step += 1
+        self._current.send({**command, "id": self._step})
+        return self._wait(self._step, deadline, limit, seconds)
+
+    def _wait(self, step: int, deadline: float, limit: str, seconds: int) -> StepReport:
+        assert self._current is not None
+        outcome = self._current.wait(step, deadline, self.stop)
+        if isinstance(outcome, list):
+            return _report(outcome)
+        if outcome == "timeout":
+            return failed(StepStatus.TIMEOUT, f"no result within {seconds} s ({limit}): hung")
+        return failed(StepStatus.ERROR, outcome)
+
+    def check(self, deadline: float) -> StepReport:
+        init = self.config.timeouts.init_seconds
+        return self._command({"op": "check"}, deadline, "fabric.timeouts.initSeconds", init)
+
+    def group(self, sizes: list[int], iterations: int, deadline: float) -> StepReport:
+        command = {"op": "group", "sizes": sizes, "iterations": iterations}
+        phase = self.config.timeouts.phase_seconds
+        return self._command(command, deadline, "fabric.timeouts.phaseSeconds", phase)
+
+    def pairs(
+        self,
+        round_number: int,
+        pairs: list[tuple[int, int]],
+        nbytes: int,
+        iterations: int,
+        deadline: float,
+    ) -> StepReport:
+        command = {"op": "pairs", "round": round_number, "pairs": [list(p) for p in pairs],
+                   "bytes": nbytes, "iterations": iterations}  # fmt: skip
+        phase = self.config.timeouts.phase_seconds
+        return self._command(command, deadline, "fabric.timeouts.phaseSeconds", phase)
+
+    def stop_workers(self) -> None:
+        if self._current is not None:
+            self._current.kill()
+            self._current = None
+
+    def nccl_lines(self) -> list[str]:
+        lines: list[str] = []
+        for log in self._logs:
+            if log.exists():
+                lines += log.read_text(errors="replace").splitlines()
+        return lines
+
+    def log_tail(self) -> str | None:
+        tails = [
+            f"--- {log.stem} ---\n" + log.read_text(errors="replace")[-_TAIL_PER_LOG:]
+            for log in self._logs
+            if log.exists()
+        ]
+        text = "\n".join(tails)
+        return text[-_TAIL_TOTAL:] or None
+
+    def nccl_env(self) -> dict[str, str]:
+        return nccl_variables(self._env)
+
+    def close(self) -> None:
+        self.stop_workers()
+        self._dir.cleanup()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 machine through the device tool, from the repository root:
-#   bash benchmarks/device_run.sh smoke|full|check|issue9|final|fabric
+#   bash benchmarks/device_run.sh smoke|full|check|issue9|final|fabric|probe10|final10
 # Installs the carried wheels (.whl: pydantic and its needs, absent there), then the GPU tests,
 # the benchmark and `gpuval-agent run` itself, writing everything under $OUT. Each step runs
 # under its own time limit and the script goes on after a failed step.
@@ -39,6 +39,37 @@ if [ "$MODE" = fabric ]; then
     --src .ref/nccl-tests --into /tmp/nccl-tests
   step agent_bench "$(budget 150)" python3 benchmarks/agent_bench.py --skip burn,bandwidth,startup \
     --nccl-tests /tmp/nccl-tests/all_reduce_perf --out "$OUT/agent_bench.json"
+elif [ "$MODE" = final10 ]; then
+  # The in-node sweep (agent / lean reference / nccl-tests, same run), the fabric over sockets
+  # with 20 iterations, and the fabric GPU tests with their failures written out in full.
+  budget() { local left=$((560 - SECONDS)); [ "$left" -lt "$1" ] && echo "$((left > 5 ? left : 5))" || echo "$1"; }
+  step nccl_tests_build "$(budget 90)" python3 benchmarks/nccl_tests.py build \
+    --src .ref/nccl-tests --into /tmp/nccl-tests
+  step agent_bench "$(budget 120)" python3 benchmarks/agent_bench.py --skip burn,bandwidth,startup \
+    --nccl-tests /tmp/nccl-tests/all_reduce_perf --out "$OUT/agent_bench.json"
+  step fabric_bench "$(budget 120)" python3 benchmarks/fabric_bench.py --iterations 20 \
+    --out "$OUT/fabric_bench.json"
+  step pytest_fabric "$(budget 300)" python3 -m pytest -m gpu tests/gpu/test_gpu_fabric.py -v \
+    --tb=long -rA --timeout 150 -p no:cacheprovider
+elif [ "$MODE" = probe10 ]; then
+  # Wall time of the default run, the in-node all-reduce timed three ways at small sizes (graph,
+  # graph with NCCL_GRAPH_MIXING_SUPPORT=0, eager), the fabric with 20 iterations, the GPU tests.
+  budget() { local left=$((560 - SECONDS)); [ "$left" -lt "$1" ] && echo "$((left > 5 ? left : 5))" || echo "$1"; }
+  began=$(now)
+  step run_default "$(budget 120)" python3 -m gpuval_agent.cli run --json "$OUT/run_default.json"
+  echo "run_default wall $(since "$began") s" >>"$OUT/summary.log"
+  step refs "$(budget 120)" bash -c 'sizes=1048576,2097152,4194304,8388608,16777216,33554432,67108864
+    for v in graph eager nomix; do
+      mode=$v; extra=""; [ $v = nomix ] && mode=graph && export NCCL_GRAPH_MIXING_SUPPORT=0
+      python3 benchmarks/ref_allreduce.py --gpus 2 --sizes $sizes --mode $mode --out /tmp/ref.json
+      echo "== $v"; python3 -c "import json; [print(r[\"bytes\"], r[\"busbwGBps\"]) for r in json.load(open(\"/tmp/ref.json\"))]"
+    done'
+  step fabric_bench "$(budget 120)" python3 benchmarks/fabric_bench.py --iterations 20 \
+    --out /tmp/fabric_bench.json
+  step pytest_fabric "$(budget 150)" python3 -m pytest -m gpu tests/gpu/test_gpu_fabric.py -v \
+    -p no:cacheprovider -rA
+  step pytest "$(budget 300)" python3 -m pytest -m gpu tests/gpu -v -p no:cacheprovider -rA \
+    --deselect tests/gpu/test_gpu_fabric.py
 elif [ "$MODE" = smoke ]; then
   step pytest 300 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
   step bench 240 python3 benchmarks/agent_bench.py --seconds 4 --out "$OUT/bench.json"

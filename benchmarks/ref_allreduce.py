@@ -8,7 +8,8 @@ events on the stream, the slowest rank's time per all-reduce (nccl-tests' defini
 bytes / time, busbw = algbw * 2(n-1)/n).
 - graph (default, the lean reference): `iterations` all-reduces captured once in a CUDA graph,
   replayed until the timed span reaches 50 ms (what nccl-tests does with -G; at 1 MiB a Python
-  launch costs about what the all-reduce does, so a Python loop would measure Python).
+  launch costs about what the all-reduce does, so a Python loop would measure Python), with
+  NCCL_GRAPH_MIXING_SUPPORT=0 unless set (see main).
 - eager: a plain torch.distributed loop, `iterations` launches queued without a sync between them
   (a plain job's all-reduce; at large sizes the launch cost vanishes).
 The environment is inherited: the caller sets NCCL_* (transport, algorithm) for both sides alike.
@@ -108,6 +109,11 @@ def main() -> None:
     for key, value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
                        ("NVSHMEM_DISABLE_NVLS", "1")):  # fmt: skip
         os.environ.setdefault(key, value)
+    if args.mode == "graph":
+        # Graph replays each ended by a synchronize never mix with non-captured NCCL work, so
+        # NCCL's mixing support (its default; it costs a third of the busbw at 1 MiB on H200s,
+        # where this reference then beats nccl-tests' own figure) is off, as in the agent.
+        os.environ.setdefault("NCCL_GRAPH_MIXING_SUPPORT", "0")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

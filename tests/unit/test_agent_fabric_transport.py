@@ -49,6 +49,32 @@ def test_a_network_nccl_net_cannot_start_is_a_fallback_only_when_ib_is_expected(
     assert fell_back(ExpectedTransport.ANY, reading) is None
 
 
+# NCCL 2.28.9 on the H200 machine, NCCL_NET=IB and no HCA (the GPU test's log).
+IB_PLUGIN_FAILED = [
+    "vm:1847:1847 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so",
+    "vm:1847:1847 [0] NCCL INFO NET/IB : No device found.",
+    "vm:1847:1847 [0] NCCL INFO Failed to initialize NET plugin IB",
+    "[2026-11-30 18:34:40] vm:1847:1847 [0] plugin/net.cc:379 NCCL WARN Failed to initialize any "
+    "NET plugin",
+]
+
+
+def test_nccl_2_28_names_the_network_that_failed_to_initialize() -> None:
+    reading = read_transport(IB_PLUGIN_FAILED)
+    assert reading.missing_net == "IB"
+    why = fell_back(ExpectedTransport.IB, reading)
+    assert why is not None and "network IB" in why
+    assert fell_back(ExpectedTransport.ANY, reading) is None
+
+
+def test_only_torchs_last_error_still_counts_as_no_network() -> None:
+    error = "ncclInvalidUsage: invalid usage.\nLast error:\nFailed to initialize any NET plugin"
+    reading = read_transport(error.splitlines())
+    assert reading.missing_net == "any"
+    why = fell_back(ExpectedTransport.IB, reading)
+    assert why is not None and why.startswith("NCCL could not start any network")
+
+
 def test_torchs_exception_text_carries_the_missing_network_too() -> None:
     error = "DistBackendError: NCCL error: invalid usage. Last error:\nError: network IB not found."
     assert read_transport(error.splitlines()).missing_net == "IB"
@@ -87,6 +113,12 @@ def test_workers_run_ring_with_info_and_multicast_off_unless_the_spec_sets_the_a
     assert env["NCCL_ALGO"] == "Tree" and env["NCCL_SOCKET_IFNAME"] == "eth1"
     assert env["NCCL_DEBUG"] == "INFO", "the transport is read from INFO lines: never turned off"
     assert worker_environment({"NCCL_ALGO": "Tree"}, FabricConfig())["NCCL_ALGO"] == "Tree"
+
+
+def test_graph_mixing_support_is_off_for_the_timed_replays_unless_the_person_sets_it() -> None:
+    assert worker_environment({}, FabricConfig())["NCCL_GRAPH_MIXING_SUPPORT"] == "0"
+    kept = worker_environment({"NCCL_GRAPH_MIXING_SUPPORT": "1"}, FabricConfig())
+    assert kept["NCCL_GRAPH_MIXING_SUPPORT"] == "1"
 
 
 def test_the_recorded_variables_are_every_nccl_one_and_nothing_else() -> None:

@@ -31,7 +31,7 @@ from gpuval_agent.backends.base import (
     XidEvent,
 )
 from gpuval_agent.backends.nvml import Nvml
-from gpuval_agent.backends.ranks import SAFE_NCCL_ENV, RankGroup
+from gpuval_agent.backends.ranks import SAFE_NCCL_ENV, TIMING_NCCL_ENV, RankGroup
 from gpuval_agent.errors import BackendUnavailableError
 from gpuval_api.checks import Precision
 from gpuval_api.result import Environment
@@ -347,7 +347,7 @@ class PreparedAllReduce:
         self._dir = tempfile.TemporaryDirectory(prefix="gpuval-nccl-")
         self.out = Path(self._dir.name) / "result.json"
         port = _free_port()
-        base = dict(os.environ) | SAFE_NCCL_ENV
+        base = TIMING_NCCL_ENV | dict(os.environ) | SAFE_NCCL_ENV
         base.setdefault("NCCL_DEBUG", "INFO")
         base.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
         base["PYTHONPATH"] = os.pathsep.join(

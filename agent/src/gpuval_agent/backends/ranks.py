@@ -23,6 +23,13 @@ SAFE_NCCL_ENV = {
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "NVSHMEM_DISABLE_NVLS": "1",
 }
+# The timed all-reduces are replayed from a CUDA graph (torch_collective). With NCCL's graph
+# mixing support on (its default), every graph launch also orders itself against non-captured NCCL
+# work: on 2 H200s that cost a third of the busbw at 1 MiB (58.5 against 88.9 GB/s, nccl-tests
+# 71.1). NCCL allows turning it off when a communicator never has captured and non-captured
+# work outstanding at once; the agent's timing ends every replay in a synchronize, so it never
+# does. The person's own setting wins.
+TIMING_NCCL_ENV = {"NCCL_GRAPH_MIXING_SUPPORT": "0"}
 _GRACE_SECONDS = 10.0  # after one rank fails, how long the others get to notice and exit
 _TAIL_PER_RANK = 3000
 GO = b"go\n"

@@ -4,7 +4,9 @@ At small messages a host-launched loop of `dist.all_reduce` measures the launch 
 each Python call costs tens of microseconds, more than a 1 MiB all-reduce takes on NVLink (the
 agent saw 18 GB/s busbw at 1 MiB where nccl-tests sees 40 on the same 2 H200s). So the timed
 all-reduces are captured once into a CUDA graph and replayed back to back, and small messages
-get more replays, until the timed span is long enough for CUDA events to measure well.
+get more replays, until the timed span is long enough for CUDA events to measure well. Every
+replay is ended by a synchronize before any non-captured collective runs, which is what lets the
+ranks run with NCCL_GRAPH_MIXING_SUPPORT=0 (ranks.TIMING_NCCL_ENV).
 """
 
 from __future__ import annotations

@@ -19,9 +19,15 @@ from gpuval_api.fabric import ExpectedTransport, Transport
 # "IB", "IBext_v8", "Socket", "AWS Libfabric".
 _NET = re.compile(r"via NET/(?P<net>[^/\n]+?)/(?P<dev>\d+)(?:\(\d+\))?(?P<gdr>/GDRDMA)?")
 _LOCAL = re.compile(r"via (?:P2P|SHM)/")
-# NCCL_NET names a network that cannot start (no HCA for IB): "NCCL WARN Error: network IB not
-# found." and the init fails with ncclInvalidUsage.
-_NET_MISSING = re.compile(r"network (?P<net>\S+) not found")
+# NCCL_NET names a network that cannot start (no HCA for IB) and the init fails with
+# ncclInvalidUsage. Older NCCL says "NCCL WARN Error: network IB not found."; 2.28.9 (seen on the
+# H200 machine) says "NCCL INFO Failed to initialize NET plugin IB" and then "NCCL WARN Failed to
+# initialize any NET plugin", the line torch's exception repeats.
+_NET_MISSING = re.compile(
+    r"network (?P<net>\S+) not found|Failed to initialize NET plugin (?P<plugin>\S+)"
+)
+_NO_NET = "Failed to initialize any NET plugin"
+ANY_NET = "any"  # TransportReading.missing_net when no line named the network
 _KEEP = 6
 _LINE_LIMIT = 240
 # Worse transports first: the one reported when several were seen.
@@ -59,7 +65,11 @@ def read_transport(lines: Iterable[str]) -> TransportReading:
         # Also in torch's exception text ("Last error: Error: network IB not found."), which
         # carries no NCCL prefix.
         if (missing := _NET_MISSING.search(line)) is not None:
-            reading.missing_net = missing.group("net").rstrip(".")
+            reading.missing_net = (missing.group("net") or missing.group("plugin")).rstrip(".")
+            kept.setdefault("missing", _short(line))
+            continue
+        if _NO_NET in line:
+            reading.missing_net = reading.missing_net or ANY_NET
             kept.setdefault("missing", _short(line))
             continue
         if " NCCL " not in line:
@@ -84,6 +94,11 @@ def fell_back(expected: ExpectedTransport, reading: TransportReading) -> str | N
     """Why the transport is not the expected one (a sentence), or None when it is acceptable."""
     if expected is not ExpectedTransport.IB:
         return None
+    if reading.missing_net == ANY_NET:
+        return (
+            "NCCL could not start any network (every NET plugin failed to initialize: no usable "
+            "HCA in this node or pod), where fabric.expectedTransport is IB"
+        )
     if reading.missing_net is not None:
         return (
             f"NCCL could not start network {reading.missing_net} (NCCL_NET={reading.missing_net}:"

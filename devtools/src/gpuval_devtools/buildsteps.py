@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -189,3 +190,11 @@ def apt_install(commands: Mapping[str, str], *, log: Log) -> None:
     except BuildError:
         run_step("apt-update", ["apt-get", "update"], log=log)
         run_step("apt-install", argv, env=env, log=log)
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port

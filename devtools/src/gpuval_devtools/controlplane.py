@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -42,11 +41,13 @@ from gpuval_devtools.buildsteps import (
     Log,
     cache_dir,
     debian_binary,
+    free_port,
     parse_version,
     run_step,
     tree_digest,
 )
 from gpuval_devtools.buildsteps import stderr_log as _stderr_log
+from gpuval_devtools.realnode import RealNode
 
 # Earlier names of the build helpers, kept for the tests and tools that import them from here.
 _run_step = run_step
@@ -74,15 +75,9 @@ __all__ = [
 ]
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# The `kubernetes` Service's address in kube-apiserver's default service range.
+API_SERVICE_IP = "10.0.0.1"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-
-
-def free_port() -> int:
-    """A free TCP port on loopback."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _loopback_args() -> list[str]:
@@ -110,11 +105,24 @@ def _loopback_args() -> list[str]:
 
 def _kwokctl_config(workdir: Path, name: str) -> Path:
     """kwok-controller limited to the nodes annotated as kwok's, so a real node's kubelet is left
-    alone. A configuration file, because kwokctl v0.8.0 panics on this flag in --extra-args."""
+    alone (a configuration file: kwokctl v0.8.0 panics on this flag in --extra-args); the API
+    server's certificate valid for the `kubernetes` Service address, which pods of a real node
+    connect to; the API server authenticating to kubelets, so `kubectl logs` reaches one."""
+    pki = workdir / "clusters" / name / "pki"
     config = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokctlConfiguration",
+        "options": {"kubeApiserverCertSANs": [API_SERVICE_IP]},
         "componentsPatches": [
+            {
+                "name": "kube-apiserver",
+                "extraArgs": [
+                    {"key": "kubelet-client-certificate", "value": str(pki / "admin.crt")},
+                    {"key": "kubelet-client-key", "value": str(pki / "admin.key")},
+                    # Not the node's name first: looking it up would ask the machine's resolver.
+                    {"key": "kubelet-preferred-address-types", "value": "InternalIP"},
+                ],
+            },
             {
                 "name": "kwok-controller",
                 "extraArgs": [
@@ -124,7 +132,7 @@ def _kwokctl_config(workdir: Path, name: str) -> Path:
                         "value": f"{KWOK_NODE_ANNOTATION}=fake",
                     },
                 ],
-            }
+            },
         ],
     }
     path = workdir / "configs" / f"{name}.yaml"
@@ -200,6 +208,7 @@ class Cluster:
         cluster_entry = config["clusters"][0]["cluster"]
         self.server: str = cluster_entry["server"]
         self.ca_file = self.cluster_dir / "pki" / "ca.crt"
+        self.real_node: RealNode | None = None
 
     @staticmethod
     def _kwok_env(workdir: Path) -> dict[str, str]:
@@ -216,7 +225,10 @@ class Cluster:
         log: Log = _stderr_log,
         disable_qps_limits: bool = False,
         extra_args: Sequence[str] = (),
+        real_node: bool = False,
     ) -> Cluster:
+        """Starts the control plane with ``nodes`` (kwok), and with ``real_node`` one real node
+        (gpuval_devtools.realnode: needs root) whose name is ``<name>-real``."""
         binaries = build(log=log)
         workdir = cache_dir() / "kwok"
         (workdir / "merged-kubeconfigs").mkdir(parents=True, exist_ok=True)
@@ -274,8 +286,14 @@ class Cluster:
             )
         cluster = cls(name, binaries, workdir)
         log(f"cluster {name!r} up in {time.monotonic() - started:.1f}s at {cluster.server}")
-        if nodes:
-            cluster.add_nodes(nodes)
+        try:
+            if nodes:
+                cluster.add_nodes(nodes)
+            if real_node:
+                cluster.real_node = RealNode.start(cluster, log=log)
+        except BaseException:
+            cluster.stop()
+            raise
         return cluster
 
     def kubectl(
@@ -366,6 +384,9 @@ class Cluster:
         self.kubectl("delete", "node", name, "--wait=true")
 
     def stop(self) -> None:
+        if self.real_node is not None:
+            self.real_node.stop()
+            self.real_node = None
         subprocess.run(
             [str(self.binaries.kwokctl), "delete", "cluster", "--name", self.name],
             env=self._kwok_env(self.workdir),

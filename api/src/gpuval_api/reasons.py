@@ -54,6 +54,7 @@ class Reason(StrEnum):
     AGENT_STOPPED = "AgentStopped"
     # Operator side
     POD_FAILED = "PodFailed"
+    POD_OOM_KILLED = "PodOomKilled"
     POD_EVICTED = "PodEvicted"
     POD_UNSCHEDULABLE = "PodUnschedulable"
     NODE_GONE = "NodeGone"
@@ -181,6 +182,11 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.POD_FAILED: ReasonInfo(
         "the agent pod failed without writing a verdict",
         "read the pod's logs and events (`kubectl logs`, `kubectl describe pod`)",
+    ),
+    Reason.POD_OOM_KILLED: ReasonInfo(
+        "the agent container was killed for exceeding its memory limit (OOMKilled)",
+        "raise spec.agent.resources.limits.memory of the GpuValidation (or remove the limit); "
+        "the agent with torch needs a few GiB",
     ),
     Reason.POD_EVICTED: ReasonInfo(
         "the agent pod was evicted before it finished",

@@ -55,6 +55,7 @@ class PodView:
     evicted: bool
     exit_code: int | None
     deleting: bool
+    oom_killed: bool = False
 
     @classmethod
     def parse(cls, pod: Mapping[str, Any]) -> PodView:
@@ -76,10 +77,14 @@ class PodView:
             ):
                 evicted = True
         exit_code = None
+        oom_killed = False
         for cs in status.get("containerStatuses") or []:
             terminated = (cs.get("state") or {}).get("terminated")
             if terminated is not None:
                 exit_code = terminated.get("exitCode")
+                # The kubelet's word for the kernel's OOM kill under the container's limit; the
+                # exit code alone (137) cannot tell it from any other SIGKILL.
+                oom_killed = oom_killed or terminated.get("reason") == "OOMKilled"
         return cls(
             name=meta.get("name", ""),
             node=annotations.get(names.ANNOTATION_NODE) or spec.get("nodeName") or "",
@@ -91,6 +96,7 @@ class PodView:
             evicted=evicted,
             exit_code=exit_code,
             deleting=bool(meta.get("deletionTimestamp")),
+            oom_killed=oom_killed,
         )
 
 
@@ -290,6 +296,7 @@ class NodeRecord:
     unschedulable: str | None = None
     evicted: bool = False
     exit_code: int | None = None
+    oom_killed: bool = False
     pod_gone: bool = False
     terminal_since: float | None = None
     deleted_by_us: bool = False
@@ -400,6 +407,7 @@ class RunState:
         record.unschedulable = None if view.scheduled else view.unschedulable
         record.evicted = view.evicted
         record.exit_code = view.exit_code
+        record.oom_killed = view.oom_killed
 
     def apply_pod_deleted(self, view: PodView) -> None:
         if view.run != self.run_id:
@@ -442,6 +450,17 @@ def due_failures(
                 failures.append(
                     Failure(
                         r.node, Reason.POD_EVICTED, f"agent pod {r.pod} was evicted", False, False
+                    )
+                )
+            elif r.oom_killed:
+                code = "" if r.exit_code is None else f" (exit code {r.exit_code})"
+                failures.append(
+                    Failure(
+                        r.node,
+                        Reason.POD_OOM_KILLED,
+                        f"agent pod {r.pod} was OOM-killed{code} under its memory limit",
+                        False,
+                        False,
                     )
                 )
             elif r.pod_phase == "Failed":

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuval_devtools import binaries, buildsteps, controlplane
+from gpuval_devtools import binaries, buildsteps, controlplane, kwoknodes
 from gpuval_devtools.controlplane import GPU_RESOURCE, BuildError, GpuNode
 
 
@@ -89,7 +89,7 @@ def test_gpu_node_manifest_advertises_gpus_and_product_labels() -> None:
 
 
 def test_loopback_args_bind_every_component_to_loopback() -> None:
-    args = controlplane._loopback_args()
+    args = kwoknodes.loopback_args()
     overrides = [args[i + 1] for i, a in enumerate(args) if a == "--extra-args"]
     components = {o.split("=", 1)[0] for o in overrides}
     assert components == {

@@ -21,7 +21,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +46,16 @@ from gpuval_devtools.buildsteps import (
     tree_digest,
 )
 from gpuval_devtools.buildsteps import stderr_log as _stderr_log
-from gpuval_devtools.realnode import RealNode
+from gpuval_devtools.kwoknodes import (
+    API_SERVICE_IP,
+    GPU_RESOURCE,
+    KWOK_NODE_ANNOTATION,
+    GpuNode,
+    default_nodes,
+    kwokctl_config,
+    loopback_args,
+)
+from gpuval_devtools.realnode import RealNode, node_tools, stop_left_running
 
 # Earlier names of the build helpers, kept for the tests and tools that import them from here.
 _run_step = run_step
@@ -55,11 +63,13 @@ _tree_digest = tree_digest
 _parse_version = parse_version
 
 __all__ = [
+    "API_SERVICE_IP",
     "ETCD_MIN_VERSION",
     "GO_MODULE_DIR",
     "GPU_RESOURCE",
     "KUBE_COMPONENTS",
     "KUBE_VERSION",
+    "KWOK_NODE_ANNOTATION",
     "KWOK_VERSION",
     "Binaries",
     "BuildError",
@@ -73,126 +83,6 @@ __all__ = [
     "free_port",
     "running_cluster",
 ]
-
-GPU_RESOURCE = "nvidia.com/gpu"
-# The `kubernetes` Service's address in kube-apiserver's default service range.
-API_SERVICE_IP = "10.0.0.1"
-KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-
-
-def _loopback_args() -> list[str]:
-    """kwokctl binds every component to 0.0.0.0; a test control plane belongs on loopback."""
-    etcd, peer, kwok = free_port(), free_port(), free_port()
-    overrides = {
-        "etcd": {
-            "listen-client-urls": f"http://127.0.0.1:{etcd}",
-            "advertise-client-urls": f"http://127.0.0.1:{etcd}",
-            "listen-peer-urls": f"http://127.0.0.1:{peer}",
-            "initial-advertise-peer-urls": f"http://127.0.0.1:{peer}",
-            "initial-cluster": f"node0=http://127.0.0.1:{peer}",
-        },
-        "kube-apiserver": {"bind-address": "127.0.0.1"},
-        "kube-controller-manager": {"bind-address": "127.0.0.1"},
-        "kube-scheduler": {"bind-address": "127.0.0.1"},
-        "kwok-controller": {"server-address": f"127.0.0.1:{kwok}"},
-    }
-    args = ["--etcd-port", str(etcd), "--controller-port", str(kwok)]
-    for component, flags in overrides.items():
-        for key, value in flags.items():
-            args += ["--extra-args", f"{component}={key}={value}"]
-    return args
-
-
-def _kwokctl_config(workdir: Path, name: str) -> Path:
-    """kwok-controller limited to the nodes annotated as kwok's, so a real node's kubelet is left
-    alone (a configuration file: kwokctl v0.8.0 panics on this flag in --extra-args); the API
-    server's certificate valid for the `kubernetes` Service address, which pods of a real node
-    connect to; the API server authenticating to kubelets, so `kubectl logs` reaches one."""
-    pki = workdir / "clusters" / name / "pki"
-    config = {
-        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
-        "kind": "KwokctlConfiguration",
-        "options": {"kubeApiserverCertSANs": [API_SERVICE_IP]},
-        "componentsPatches": [
-            {
-                "name": "kube-apiserver",
-                "extraArgs": [
-                    {"key": "kubelet-client-certificate", "value": str(pki / "admin.crt")},
-                    {"key": "kubelet-client-key", "value": str(pki / "admin.key")},
-                    # Not the node's name first: looking it up would ask the machine's resolver.
-                    {"key": "kubelet-preferred-address-types", "value": "InternalIP"},
-                ],
-            },
-            {
-                "name": "kwok-controller",
-                "extraArgs": [
-                    {"key": "manage-all-nodes", "value": "false", "override": True},
-                    {
-                        "key": "manage-nodes-with-annotation-selector",
-                        "value": f"{KWOK_NODE_ANNOTATION}=fake",
-                    },
-                ],
-            },
-        ],
-    }
-    path = workdir / "configs" / f"{name}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-@dataclass(frozen=True)
-class GpuNode:
-    """A simulated node (kwok) that advertises ``gpus`` NVIDIA GPUs as ``nvidia.com/gpu``."""
-
-    name: str
-    gpus: int = 8
-    product: str = "NVIDIA-H200"
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    taints: Sequence[Mapping[str, str]] = ()
-    cpu: str = "192"
-    memory: str = "2Ti"
-
-    def manifest(self) -> dict[str, Any]:
-        labels = {
-            "kubernetes.io/hostname": self.name,
-            "kubernetes.io/os": "linux",
-            "kubernetes.io/arch": "amd64",
-            "node-role.kubernetes.io/gpu": "",
-            "type": "kwok",
-            "nvidia.com/gpu.present": "true",
-            "nvidia.com/gpu.product": self.product,
-            "nvidia.com/gpu.count": str(self.gpus),
-            "nvidia.com/gpu.memory": "143771",
-            **self.labels,
-        }
-        resources = {
-            "cpu": self.cpu,
-            "memory": self.memory,
-            "pods": "110",
-            "ephemeral-storage": "1Ti",
-            GPU_RESOURCE: str(self.gpus),
-        }
-        return {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": self.name,
-                "labels": labels,
-                "annotations": {KWOK_NODE_ANNOTATION: "fake", **self.annotations},
-            },
-            "spec": {"taints": [dict(t) for t in self.taints]},
-            "status": {
-                "capacity": resources,
-                "allocatable": resources,
-                "nodeInfo": {
-                    "architecture": "amd64",
-                    "operatingSystem": "linux",
-                    "kubeletVersion": f"{KUBE_VERSION}-kwok",
-                },
-            },
-        }
 
 
 class Cluster:
@@ -244,7 +134,7 @@ class Cluster:
         argv = [
             str(binaries.kwokctl),
             "--config",
-            str(_kwokctl_config(workdir, name)),
+            str(kwokctl_config(workdir, name)),
             "create",
             "cluster",
             "--name",
@@ -270,7 +160,7 @@ class Cluster:
             "--wait",
             "2m",
         ]
-        argv.extend(_loopback_args())
+        argv.extend(loopback_args())
         if disable_qps_limits:
             argv.append("--disable-qps-limits")
         argv.extend(extra_args)
@@ -414,10 +304,6 @@ def running_cluster(name: str, nodes: Sequence[GpuNode] = (), **kwargs: Any) -> 
         cluster.stop()
 
 
-def default_nodes(count: int, prefix: str = "gpu-node") -> list[GpuNode]:
-    return [GpuNode(name=f"{prefix}-{i}") for i in range(count)]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m gpuval_devtools.controlplane",
@@ -430,6 +316,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     up.add_argument("--name", default="gpuval")
     up.add_argument("--nodes", type=int, default=3)
     up.add_argument("--gpus", type=int, default=8)
+    up.add_argument(
+        "--real-node", action="store_true", help="also one real node (needs root; see realnode)"
+    )
     down = sub.add_parser("down", help="stop and delete a cluster")
     down.add_argument("--name", default="gpuval")
     args = parser.parse_args(argv)
@@ -437,14 +326,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "build":
             started = time.monotonic()
             binaries = build()
-            for name, path in vars(binaries).items():
+            tools = node_tools(binaries, log=_stderr_log)
+            for name, path in [*vars(binaries).items(), *vars(tools).items()]:
                 print(f"{name:24} {path}")
             print(f"ready in {time.monotonic() - started:.1f}s")
         elif args.command == "up":
             nodes = [GpuNode(name=f"gpu-node-{i}", gpus=args.gpus) for i in range(args.nodes)]
-            cluster = Cluster.start(args.name, nodes)
+            cluster = Cluster.start(args.name, nodes, real_node=args.real_node)
             print(f"export KUBECONFIG={cluster.kubeconfig}")
         elif args.command == "down":
+            stop_left_running(args.name)
             Cluster.attach(args.name).stop()
     except (BuildError, FileNotFoundError, TimeoutError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -23,14 +23,12 @@ from pathlib import Path
 from typing import IO
 
 from gpuval_devtools.buildsteps import BuildError, Log
+from gpuval_devtools.kwoknodes import API_SERVICE_IP
 
 BRIDGE = "gpuval0"
 POD_CIDR = "10.244.0.0/24"
 GATEWAY = "10.244.0.1"
 GATEWAY_PREFIX = f"{GATEWAY}/24"
-# kube-apiserver's default service range; its first address is the `kubernetes` Service.
-SERVICE_CIDR = "10.0.0.0/24"
-API_SERVICE_IP = "10.0.0.1"
 CHAIN = "GPUVAL-NODE"
 CGROUP_ROOT = "gpuval"
 CNI_NETWORK = "gpuval-node"

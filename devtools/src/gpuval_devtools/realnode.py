@@ -42,6 +42,7 @@ from gpuval_devtools.buildsteps import (
 )
 
 if TYPE_CHECKING:
+    from gpuval_devtools.binaries import Binaries
     from gpuval_devtools.controlplane import Cluster
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -63,7 +64,7 @@ class NodeTools:
     kube_proxy: Path
 
 
-def node_tools(cluster: Cluster, *, log: Log) -> NodeTools:
+def node_tools(binaries: Binaries, *, log: Log) -> NodeTools:
     """containerd, runc and the CNI plugins unpacked from Debian bookworm; iptables and conntrack
     installed (the plugins and kube-proxy run them, with the system's libraries)."""
     apt_install({"iptables": "iptables", "conntrack": "conntrack"}, log=log)
@@ -83,8 +84,8 @@ def node_tools(cluster: Cluster, *, log: Log) -> NodeTools:
         ctr=containerd["usr/bin/ctr"],
         runc=runc,
         cni_bin=cni["usr/lib/cni/bridge"].parent,
-        kubelet=cluster.binaries.kubelet,
-        kube_proxy=cluster.binaries.kube_proxy,
+        kubelet=binaries.kubelet,
+        kube_proxy=binaries.kube_proxy,
     )
 
 
@@ -113,7 +114,7 @@ class RealNode:
         """Starts the node and waits until it is Ready with its GPUs advertised; on any failure
         the machine is put back as it was before raising."""
         started = time.monotonic()
-        tools = node_tools(cluster, log=log)
+        tools = node_tools(cluster.binaries, log=log)
         pause = images.ensure_pause(log=log)
         built = images.ensure(log=log)
         stack = contextlib.ExitStack()
@@ -275,6 +276,17 @@ class RealNode:
             shutil.rmtree(self.paths.root / sub, ignore_errors=True)
         self.exit_stack.close()
         return problems
+
+
+def stop_left_running(cluster_name: str, *, log: Log = stderr_log) -> bool:
+    """Stops the real node of ``cluster_name`` that a process which has ended started (as
+    `make cluster-up REAL_NODE=1` does); False when there is none."""
+    footprint = nodenet.Footprint.load()
+    if footprint is None or Path(footprint.root) != node_root(cluster_name):
+        return False
+    with nodenet.machine_lock(log=log):
+        nodenet.sweep(log=log)
+    return True
 
 
 def footprint_of_running_node() -> nodenet.Footprint:

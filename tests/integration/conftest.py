@@ -21,7 +21,9 @@ from typing import Any
 import pytest
 from kopf.testing import KopfRunner
 
+from gpuval_devtools import images
 from gpuval_devtools.controlplane import Cluster, GpuNode
+from gpuval_devtools.realnode import RealNode
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO_ROOT / "crds"
@@ -51,6 +53,39 @@ def cluster() -> Iterator[Cluster]:
         else:
             os.environ["KUBECONFIG"] = previous
         started.stop()
+
+
+@pytest.fixture(scope="session")
+def real_node_cluster(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """The session's cluster with one real node (gpuval_devtools.realnode) beside its kwok
+    nodes; only with --real-node (make test passes it), which needs root."""
+    if not request.config.getoption("--real-node"):
+        pytest.skip("needs one real node: run with --real-node (make test does), as root")
+    cluster.real_node = RealNode.start(cluster)
+    try:
+        yield cluster
+    finally:
+        if cluster.real_node is not None:
+            problems = cluster.real_node.stop()
+            cluster.real_node = None
+            assert not problems, f"the real node's teardown left: {problems}"
+
+
+@pytest.fixture(scope="session")
+def built_images(request: pytest.FixtureRequest) -> list[images.BuiltImage]:
+    """gpuval's images built here without a daemon (cached); with --real-node only, as building
+    them needs root (mmdebstrap, chroot)."""
+    if not request.config.getoption("--real-node"):
+        pytest.skip("builds the images: run with --real-node (make test does), as root")
+    return images.ensure()
+
+
+@pytest.fixture
+def real_node(real_node_cluster: Cluster) -> RealNode:
+    """The running real node (a test may have restarted it: always the current one)."""
+    node = real_node_cluster.real_node
+    assert node is not None, "the real node was stopped by an earlier test and not restarted"
+    return node
 
 
 @pytest.fixture(scope="session")

@@ -91,6 +91,8 @@ def _assert_machine_as_before(footprint: nodenet.Footprint) -> None:
     assert nodenet._pids_with_argument(footprint.containerd_socket) == []
     assert not nodenet._cgroup_dirs()
     assert nodenet.Footprint.load() is None
+    for created in footprint.created_dirs:
+        assert not Path(created).exists(), f"{created} was made by the node and is still there"
 
 
 def test_stopping_the_node_puts_the_machine_back_and_a_dead_owners_node_is_swept(

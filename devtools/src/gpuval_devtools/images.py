@@ -285,19 +285,26 @@ def _cached(
 ) -> BuiltImage:
     out = cache_dir() / "images" / f"{name}-{key}"
     stamp = out / ".stamp"
-    if stamp.is_file() and not no_cache:
-        cached = json.loads(stamp.read_text())
-        return BuiltImage(
-            name,
-            cached["ref"],
-            out / f"{name}.oci.tar",
-            out / f"{name}.packages.json",
-            cached["digest"],
-        )
-    shutil.rmtree(out, ignore_errors=True)
-    image = build(out)
-    stamp.write_text(json.dumps({"digest": image.digest, "ref": image.ref}))
-    return image
+    if not stamp.is_file() or no_cache:
+        # Built beside and renamed into place: sessions sharing the cache never see half an image.
+        partial = out.with_name(f"{out.name}.partial-{os.getpid()}")
+        shutil.rmtree(partial, ignore_errors=True)
+        image = build(partial)
+        (partial / ".stamp").write_text(json.dumps({"digest": image.digest, "ref": image.ref}))
+        if no_cache:
+            shutil.rmtree(out, ignore_errors=True)
+        try:
+            partial.rename(out)
+        except OSError:  # another session finished the same image first: theirs is as good
+            shutil.rmtree(partial, ignore_errors=True)
+    cached = json.loads(stamp.read_text())
+    return BuiltImage(
+        name,
+        cached["ref"],
+        out / f"{name}.oci.tar",
+        out / f"{name}.packages.json",
+        cached["digest"],
+    )
 
 
 def ensure(

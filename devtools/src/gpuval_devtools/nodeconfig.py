@@ -132,6 +132,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
   BinaryName = "{tools.runc}"
+  # runc's state in the node's own directory, not /run/containerd/runc.
+  Root = "{base}/runc"
   SystemdCgroup = false
 
 [plugins."io.containerd.grpc.v1.cri".cni]

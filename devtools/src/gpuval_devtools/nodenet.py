@@ -48,6 +48,12 @@ SYSCTLS = (
 )
 
 
+# Fixed paths the kubelet and containerd write whatever their configuration says: the device
+# plugin socket directory, the container log links, the shims' sockets (/run/containerd/s), the
+# CNI result cache. Removed at the end when the node created them.
+MACHINE_DIRS = ("/var/lib/kubelet", "/var/log/containers", "/run/containerd", "/var/lib/cni")
+
+
 @dataclass
 class Footprint:
     """What the machine looked like before the node, and what the node started."""
@@ -57,6 +63,7 @@ class Footprint:
     iptables: dict[str, str] = field(default_factory=dict)
     sysctls: dict[str, str] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
+    created_dirs: list[str] = field(default_factory=list)
 
     def save(self) -> None:
         RUN_DIR.mkdir(parents=True, exist_ok=True)
@@ -110,6 +117,7 @@ def record(root: Path, containerd_socket: Path) -> Footprint:
         path = Path("/proc/sys") / key
         if path.exists():
             footprint.sysctls[key] = path.read_text().strip()
+    footprint.created_dirs = [d for d in MACHINE_DIRS if not Path(d).exists()]
     footprint.save()
     return footprint
 
@@ -197,10 +205,30 @@ def _pids_with_argument(text: str) -> list[int]:
     return found
 
 
+def _listening_sockets(pids: Sequence[int]) -> list[Path]:
+    """The paths of the Unix sockets these processes hold (a shim's, in /run/containerd/s)."""
+    inodes = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith("socket:["):
+                        inodes.add(target[8:-1])
+    paths = []
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 8 and fields[6] in inodes and fields[7].startswith("/"):
+            paths.append(Path(fields[7]))
+    return paths
+
+
 def kill_everything(footprint: Footprint) -> None:
     """SIGKILL to the node's daemons, its containers (by cgroup) and their shims (by the
-    containerd socket in their command line), then the empty cgroups removed."""
+    containerd socket in their command line; their own sockets removed after), then the empty
+    cgroups removed."""
     _kill(list(footprint.pids.values()))
+    shim_sockets = _listening_sockets(_pids_with_argument(footprint.containerd_socket))
     for _ in range(20):
         victims = _pids_in_cgroups() + _pids_with_argument(footprint.containerd_socket)
         victims = [p for p in victims if p != os.getpid()]
@@ -208,6 +236,9 @@ def kill_everything(footprint: Footprint) -> None:
             break
         _kill(victims)
         time.sleep(0.25)
+    for socket_path in shim_sockets:
+        if not str(socket_path).startswith(footprint.root):
+            socket_path.unlink(missing_ok=True)
     for top in _cgroup_dirs():
         for path in sorted(top.rglob("*"), key=lambda p: len(p.parts), reverse=True):
             if path.is_dir():
@@ -245,12 +276,29 @@ def teardown(footprint: Footprint, *, log: Log) -> list[str]:
             link.unlink()
     for result in Path("/var/lib/cni/results").glob(f"{CNI_NETWORK}-*"):
         result.unlink()
+    Path("/var/lib/kubelet/device-plugins/kubelet.sock").unlink(missing_ok=True)
+    for created in footprint.created_dirs:
+        _remove_if_only_directories(Path(created))
     if _pids_in_cgroups():
         problems.append("processes left in the node's cgroups")
     (RUN_DIR / "state.json").unlink(missing_ok=True)
     if problems:
         log(f"real node teardown left: {', '.join(problems)}")
     return problems
+
+
+def _remove_if_only_directories(top: Path) -> None:
+    """Removes ``top`` when nothing but empty directories is left in it (files in it are not
+    the node's: the node's own were removed before)."""
+    if not top.is_dir():
+        return
+    for dirpath, _dirnames, filenames in os.walk(top):
+        if filenames:
+            return
+        del dirpath
+    for path in sorted(top.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        path.rmdir()
+    top.rmdir()
 
 
 def sweep(*, log: Log) -> None:

@@ -166,10 +166,11 @@ class RealNode:
         if path is not None:
             # containerd finds its shim (containerd-shim-runc-v2) on PATH.
             env = {**os.environ, "PATH": f"{path}:{os.environ.get('PATH', '')}"}
-        log_file = (self.paths.logs / f"{component}.log").open("ab")
-        proc = subprocess.Popen(
-            argv, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
+        # Its own session: a Ctrl-C to the tests must not kill it before teardown does.
+        with (self.paths.logs / f"{component}.log").open("ab") as log_file:
+            proc = subprocess.Popen(
+                argv, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
         self.processes[component] = proc
         self.footprint.pids[component] = proc.pid
         self.footprint.save()
@@ -272,8 +273,9 @@ class RealNode:
                 proc.wait(timeout=10)
         self.processes.clear()
         problems = nodenet.teardown(self.footprint, log=log)
-        for sub in ("containerd", "kubelet", "cni"):
-            shutil.rmtree(self.paths.root / sub, ignore_errors=True)
+        if not problems:  # never delete through a mount that stayed
+            for sub in ("containerd", "kubelet", "cni"):
+                shutil.rmtree(self.paths.root / sub, ignore_errors=True)
         self.exit_stack.close()
         return problems
 

@@ -274,8 +274,14 @@ def teardown(footprint: Footprint, *, log: Log) -> list[str]:
     for link in Path("/var/log/containers").glob("*.log"):
         if link.is_symlink() and os.readlink(link).startswith(footprint.root):
             link.unlink()
-    for result in Path("/var/lib/cni/results").glob(f"{CNI_NETWORK}-*"):
-        result.unlink()
+    # libcni caches each result in /var/lib/cni whatever containerd's config says: ours are
+    # those of the sandboxes this node's containerd made (its pod network's and the loopback's).
+    sandboxes = (
+        Path(footprint.root) / "containerd" / "root" / "io.containerd.grpc.v1.cri" / "sandboxes"
+    )
+    for sandbox in sandboxes.glob("*") if sandboxes.is_dir() else []:
+        for result in Path("/var/lib/cni/results").glob(f"*-{sandbox.name}-*"):
+            result.unlink()
     Path("/var/lib/kubelet/device-plugins/kubelet.sock").unlink(missing_ok=True)
     for created in footprint.created_dirs:
         _remove_if_only_directories(Path(created))

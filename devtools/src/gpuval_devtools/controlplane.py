@@ -85,6 +85,39 @@ __all__ = [
 ]
 
 
+def _create_argv(name: str, binaries: Binaries, workdir: Path) -> list[str]:
+    """`kwokctl create cluster` over the binaries built here (the caller adds loopback flags)."""
+    return [
+        str(binaries.kwokctl),
+        "--config",
+        str(kwokctl_config(workdir, name)),
+        "create",
+        "cluster",
+        "--name",
+        name,
+        "--runtime",
+        "binary",
+        "--kube-authorization=true",
+        "--kube-apiserver-binary",
+        str(binaries.kube_apiserver),
+        "--kube-controller-manager-binary",
+        str(binaries.kube_controller_manager),
+        "--kube-scheduler-binary",
+        str(binaries.kube_scheduler),
+        "--kwok-controller-binary",
+        str(binaries.kwok),
+        "--etcd-binary",
+        str(binaries.etcd),
+        "--kubeconfig",
+        # kwokctl merges the new context into this file; kept out of clusters/, where
+        # kwokctl expects only cluster directories, and away from ~/.kube/config.
+        str(workdir / "merged-kubeconfigs" / f"{name}.yaml"),
+        "--quiet-pull",
+        "--wait",
+        "2m",
+    ]
+
+
 class Cluster:
     """A running local control plane. Start it with :meth:`start`, end it with :meth:`stop`."""
 
@@ -131,35 +164,7 @@ class Cluster:
                 capture_output=True,
                 check=False,
             )
-        argv = [
-            str(binaries.kwokctl),
-            "--config",
-            str(kwokctl_config(workdir, name)),
-            "create",
-            "cluster",
-            "--name",
-            name,
-            "--runtime",
-            "binary",
-            "--kube-authorization=true",
-            "--kube-apiserver-binary",
-            str(binaries.kube_apiserver),
-            "--kube-controller-manager-binary",
-            str(binaries.kube_controller_manager),
-            "--kube-scheduler-binary",
-            str(binaries.kube_scheduler),
-            "--kwok-controller-binary",
-            str(binaries.kwok),
-            "--etcd-binary",
-            str(binaries.etcd),
-            "--kubeconfig",
-            # kwokctl merges the new context into this file; kept out of clusters/, where
-            # kwokctl expects only cluster directories, and away from ~/.kube/config.
-            str(workdir / "merged-kubeconfigs" / f"{name}.yaml"),
-            "--quiet-pull",
-            "--wait",
-            "2m",
-        ]
+        argv = _create_argv(name, binaries, workdir)
         argv.extend(loopback_args())
         if disable_qps_limits:
             argv.append("--disable-qps-limits")

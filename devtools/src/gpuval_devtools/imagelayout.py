@@ -244,10 +244,14 @@ def assemble(
         log=log,
     )
     run_step("image-umoci-gc", [str(umoci), "gc", "--layout", str(layout)], log=log)
+    _name_for_containerd(layout, ref)
+
+
+def _name_for_containerd(layout: Path, ref: str) -> None:
+    """umoci tags the manifest `0.1.0`; `ctr images import` names the image by this annotation."""
     index_path = layout / "index.json"
     index = json.loads(index_path.read_text())
     for manifest in index["manifests"]:
-        # containerd names an imported image by this annotation (ctr images import).
         manifest.setdefault("annotations", {})[CONTAINERD_NAME] = ref
     index_path.write_text(json.dumps(index, separators=(",", ":")))
 

@@ -240,7 +240,7 @@ def build_image(
             layout,
             ref,
             [(base, "debian"), (deps, "python"), (app, "gpuval")],
-            config=_config_args(spec),
+            config=spec.umoci_config(),
             epoch=epoch,
             log=log,
         )
@@ -260,24 +260,6 @@ def build_image(
         packages.write_text(json.dumps(listing, indent=1) + "\n")
     log(f"image {ref}: {digest} in {time.monotonic() - started:.0f}s -> {archive}")
     return BuiltImage(spec.name, ref, archive, packages, digest)
-
-
-def _config_args(spec: ImageSpec) -> list[str]:
-    args = ["--config.env=PATH=/usr/local/bin:/usr/bin:/bin"]
-    args += [f"--config.env={key}={value}" for key, value in spec.env]
-    args += [f"--config.cmd={part}" for part in spec.cmd]
-    args += [f"--config.exposedports={port}" for port in spec.ports]
-    if spec.user:
-        args.append(f"--config.user={spec.user}")
-    labels = {
-        "org.opencontainers.image.title": spec.repository,
-        "org.opencontainers.image.description": spec.description,
-        "org.opencontainers.image.version": VERSION,
-        "org.opencontainers.image.licenses": "Apache-2.0",
-        **dict(spec.labels),
-    }
-    args += [f"--config.label={key}={value}" for key, value in labels.items()]
-    return args
 
 
 def _cached(

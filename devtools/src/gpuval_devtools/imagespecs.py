@@ -47,6 +47,24 @@ class ImageSpec:
     def name(self) -> str:
         return f"{self.repository}{self.tag_suffix}"
 
+    def umoci_config(self) -> list[str]:
+        """The image configuration as `umoci config` options."""
+        args = ["--config.env=PATH=/usr/local/bin:/usr/bin:/bin"]
+        args += [f"--config.env={key}={value}" for key, value in self.env]
+        args += [f"--config.cmd={part}" for part in self.cmd]
+        args += [f"--config.exposedports={port}" for port in self.ports]
+        if self.user:
+            args.append(f"--config.user={self.user}")
+        labels = {
+            "org.opencontainers.image.title": self.repository,
+            "org.opencontainers.image.description": self.description,
+            "org.opencontainers.image.version": VERSION,
+            "org.opencontainers.image.licenses": "Apache-2.0",
+            **dict(self.labels),
+        }
+        args += [f"--config.label={key}={value}" for key, value in labels.items()]
+        return args
+
 
 _PYTHON_ENV = (("PYTHONUNBUFFERED", "1"), ("PYTHONDONTWRITEBYTECODE", "1"))
 

@@ -136,6 +136,18 @@ def write_layer(tree: Path, tar_path: Path, epoch: int) -> None:
                 )
 
 
+def drop_scripts(site: Path) -> None:
+    """Removes the console scripts uv wrote beside ``--target`` and their RECORD lines: they
+    start with this machine's interpreter path (so their hashes differ per checkout), and the
+    image gets its own (:func:`write_console_scripts`)."""
+    shutil.rmtree(site / "bin", ignore_errors=True)
+    for record in site.glob("*.dist-info/RECORD"):
+        lines = record.read_text().splitlines(keepends=True)
+        kept = [line for line in lines if not line.startswith("bin/")]
+        if kept != lines:
+            record.write_text("".join(kept))
+
+
 # Where and when uv installed a local wheel: the checkout's path, a timestamp.
 _INSTALL_SOURCE_FILES = ("direct_url.json", "uv_cache.json")
 

@@ -174,7 +174,7 @@ def python_layer(spec: ImageSpec, target: Path, *, log: Log) -> None:
     )
     # Console scripts of the dependencies (kopf, normalizer, ...) are not used in the image and
     # would carry this machine's interpreter path.
-    shutil.rmtree(target / SITE_PACKAGES / "bin", ignore_errors=True)
+    imagelayout.drop_scripts(target / SITE_PACKAGES)
 
 
 def gpuval_layer(spec: ImageSpec, target: Path, wheels: Path, *, log: Log) -> None:
@@ -205,7 +205,7 @@ def gpuval_layer(spec: ImageSpec, target: Path, wheels: Path, *, log: Log) -> No
         cwd=REPO_ROOT,
         log=log,
     )
-    shutil.rmtree(site / "bin", ignore_errors=True)
+    imagelayout.drop_scripts(site)
     imagelayout.forget_install_source(site)
     imagelayout.write_console_scripts(site, target / "usr" / "local" / "bin")
 

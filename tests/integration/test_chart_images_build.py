@@ -139,3 +139,17 @@ def test_the_daemonless_operator_image_holds_the_packages_the_dockerfile_install
 def _normal(name: str) -> str:
     """A distribution name as PEP 503 compares them."""
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_building_the_operator_image_again_gives_the_same_digest(
+    built_images: list[images.BuiltImage], tmp_path: Path
+) -> None:
+    """Reproducible: a second build from scratch (no cache) is byte for byte the first."""
+    (first,) = [i for i in built_images if i.name == OPERATOR_IMAGE.name]
+    again = images.build_image(OPERATOR_IMAGE, tmp_path, log=lambda _message: None)
+    earlier = json.loads(first.packages.read_text())
+    now = json.loads(again.packages.read_text())
+    if now["debian"] != earlier["debian"]:
+        pytest.skip("Debian's mirror changed between the two builds: a new input, a new digest")
+    assert now["layers"] == earlier["layers"]
+    assert again.digest == first.digest

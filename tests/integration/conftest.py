@@ -61,14 +61,12 @@ def real_node_cluster(cluster: Cluster, request: pytest.FixtureRequest) -> Itera
     nodes; only with --real-node (make test passes it), which needs root."""
     if not request.config.getoption("--real-node"):
         pytest.skip("needs one real node: run with --real-node (make test does), as root")
-    cluster.real_node = RealNode.start(cluster)
+    cluster.start_real_node()
     try:
         yield cluster
     finally:
-        if cluster.real_node is not None:
-            problems = cluster.real_node.stop()
-            cluster.real_node = None
-            assert not problems, f"the real node's teardown left: {problems}"
+        problems = cluster.stop_real_node()
+        assert not problems, f"the real node's teardown left: {problems}"
 
 
 @pytest.fixture(scope="session")

@@ -120,5 +120,5 @@ def test_stopping_the_node_puts_the_machine_back_and_a_dead_owners_node_is_swept
     assert restarted.stop() == []
     _assert_machine_as_before(footprint)
 
-    real_node_cluster.real_node = RealNode.start(real_node_cluster)
+    real_node_cluster.start_real_node()
     real_node_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)

@@ -185,7 +185,7 @@ class Cluster:
             if nodes:
                 cluster.add_nodes(nodes)
             if real_node:
-                cluster.real_node = RealNode.start(cluster, log=log)
+                cluster.start_real_node(log=log)
         except BaseException:
             cluster.stop()
             raise
@@ -278,10 +278,20 @@ class Cluster:
     def delete_node(self, name: str) -> None:
         self.kubectl("delete", "node", name, "--wait=true")
 
+    def start_real_node(self, *, log: Log = _stderr_log) -> RealNode:
+        """Starts this cluster's real node (``<name>-real``; gpuval_devtools.realnode), or
+        starts it anew when one runs."""
+        self.stop_real_node()
+        self.real_node = RealNode.start(self, log=log)
+        return self.real_node
+
+    def stop_real_node(self) -> list[str]:
+        """Stops the real node, if one runs; returns what its teardown could not remove."""
+        node, self.real_node = self.real_node, None
+        return node.stop() if node is not None else []
+
     def stop(self) -> None:
-        if self.real_node is not None:
-            self.real_node.stop()
-            self.real_node = None
+        self.stop_real_node()
         subprocess.run(
             [str(self.binaries.kwokctl), "delete", "cluster", "--name", self.name],
             env=self._kwok_env(self.workdir),

@@ -54,6 +54,16 @@ def prepare_base(root: Path, *, non_root: str) -> None:
     tmp.chmod(0o1777)
 
 
+# compileall, whose failures are logged and not fatal (as pip and uv treat them): wheels carry
+# files for other Python versions (torch's py312_intrinsics.py) that 3.11 cannot compile.
+_COMPILE = (
+    "import compileall, py_compile, sys\n"
+    "mode = py_compile.PycInvalidationMode.UNCHECKED_HASH\n"
+    "for top in sys.argv[1:]:\n"
+    "    compileall.compile_dir(top, quiet=1, invalidation_mode=mode)\n"
+)
+
+
 def compile_bytecode(base: Path, layer: Path, *, log: Log) -> None:
     """Byte-compiles a layer's Python with the image's interpreter, so the read-only operator
     container never compiles at start. Unchecked-hash .pyc files: no source time in them (the
@@ -71,17 +81,7 @@ def compile_bytecode(base: Path, layer: Path, *, log: Log) -> None:
     try:
         run_step(
             f"image-compile-{layer.name}",
-            [
-                "chroot",
-                str(base),
-                "/usr/bin/python3",
-                "-m",
-                "compileall",
-                "-q",
-                "--invalidation-mode",
-                "unchecked-hash",
-                *targets,
-            ],
+            ["chroot", str(base), "/usr/bin/python3", "-c", _COMPILE, *targets],
             log=log,
         )
     finally:
@@ -101,6 +101,7 @@ def smoke_test(
     (deps / SITE_PACKAGES).rename(site)
     moved: list[str] = []
     try:
+        _device_nodes(base / "dev", create=True)
         for entry in sorted((app / SITE_PACKAGES).iterdir()):
             entry.rename(site / entry.name)
             moved.append(entry.name)
@@ -111,9 +112,23 @@ def smoke_test(
             log=log,
         )
     finally:
+        _device_nodes(base / "dev", create=False)
         for name in moved:
             (site / name).rename(app / SITE_PACKAGES / name)
         site.rename(deps / SITE_PACKAGES)
+
+
+# The devices a program expects (torch reads /dev/urandom at import); a container runtime
+# supplies them, the image carries none, so they exist only while the smoke test runs.
+_DEVICES = {"null": (1, 3), "zero": (1, 5), "random": (1, 8), "urandom": (1, 9)}
+
+
+def _device_nodes(dev: Path, *, create: bool) -> None:
+    for name, (major, minor) in _DEVICES.items():
+        node = dev / name
+        node.unlink(missing_ok=True)
+        if create:
+            os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
 
 
 def write_layer(tree: Path, tar_path: Path, epoch: int) -> None:

@@ -18,12 +18,13 @@ browser: ## Install Debian's chromium (root, once; .debs cached under $GPUVAL_CA
 	@./hack/ensure-chromium.sh
 
 .PHONY: controlplane
-controlplane: setup ## Build and cache etcd, kube-apiserver/-controller-manager/-scheduler, kubectl, kwok, kwokctl, helm, prometheus
+controlplane: setup ## Build and cache etcd, the Kubernetes components (kubelet too), kwok, kwokctl, helm, prometheus, the real node's runtime
 	$(UV) run --frozen python -m gpuval_devtools.controlplane build
 
 .PHONY: cluster-up
-cluster-up: controlplane ## Start a local control plane with simulated GPU nodes (kubeconfig path printed)
-	$(UV) run --frozen python -m gpuval_devtools.controlplane up --nodes 3
+REAL_NODE ?=
+cluster-up: controlplane ## Start a local control plane with simulated GPU nodes (kubeconfig path printed); REAL_NODE=1 adds a real node
+	$(UV) run --frozen python -m gpuval_devtools.controlplane up --nodes 3 $(if $(REAL_NODE),--real-node)
 
 .PHONY: cluster-down
 cluster-down: ## Stop and delete the local control plane started by cluster-up
@@ -61,8 +62,14 @@ images-lint: setup ## hadolint both Dockerfiles
 
 REGISTRY ?= localhost/gpuval
 TAG ?= 0.1.0
+GPU ?=
+LOAD ?=
 .PHONY: images
-images: ## Build the operator and agent images (needs a Docker engine): make images REGISTRY=... TAG=...
+images: setup ## Build the images here, no daemon (out/images/*.oci.tar): GPU=1 adds the GPU agent, LOAD=1 loads them into the running real node
+	$(UV) run --frozen python -m gpuval_devtools.images build --registry $(REGISTRY) $(if $(GPU),--gpu) $(if $(LOAD),--load)
+
+.PHONY: images-docker
+images-docker: ## Build the operator and GPU agent images with a Docker engine: make images-docker REGISTRY=... TAG=...
 	docker build -f images/operator/Dockerfile -t $(REGISTRY)/gpuval-operator:$(TAG) .
 	docker build -f images/agent/Dockerfile -t $(REGISTRY)/gpuval-agent:$(TAG) .
 
@@ -73,9 +80,9 @@ lint: setup ## ruff and mypy --strict over every package
 	$(UV) run --frozen mypy
 
 .PHONY: test
-test: setup controlplane browser ## The README's test command: lint, generated-file check, unit, browser and cluster tests
+test: setup controlplane browser ## The README's test command: lint, generated-file check, unit, browser and cluster tests (with a real node)
 	$(MAKE) lint check-generated
-	$(UV) run --frozen pytest -m "not gpu"
+	$(UV) run --frozen pytest -m "not gpu" --real-node
 
 .PHONY: report-screenshot
 report-screenshot: setup browser ## Rerun the report's browser test and keep its screenshot as docs/images/fleet-report.png

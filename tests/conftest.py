@@ -21,6 +21,15 @@ def _have_gpu() -> bool:
     return shutil.which("nvidia-smi") is not None
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--real-node",
+        action="store_true",
+        help="run the tests that need one real node in the test cluster (a kubelet, containerd "
+        "and gpuval's images built here; needs root): `make test` passes it",
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if _have_gpu():
         return

@@ -20,8 +20,10 @@ import pytest
 from kopf.testing import KopfRunner
 
 from gpuval_api.env import OperatorEnv
+from gpuval_devtools import images
 from gpuval_devtools.controlplane import Cluster, GpuNode, free_port
 from gpuval_devtools.launch import AGENT_NAMESPACE, agent_rbac, podrunner_process
+from gpuval_devtools.realnode import RealNode
 from tests.support.fleet import Fleet
 
 Factory = Callable[..., contextlib.AbstractContextManager[Any]]
@@ -54,6 +56,37 @@ def cluster() -> Iterator[Cluster]:
         else:
             os.environ["KUBECONFIG"] = previous
         started.stop()
+
+
+@pytest.fixture(scope="session")
+def real_node_cluster(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """The session's cluster with one real node (gpuval_devtools.realnode) beside its kwok
+    nodes; only with --real-node (make test passes it), which needs root."""
+    if not request.config.getoption("--real-node"):
+        pytest.skip("needs one real node: run with --real-node (make test does), as root")
+    cluster.start_real_node()
+    try:
+        yield cluster
+    finally:
+        problems = cluster.stop_real_node()
+        assert not problems, f"the real node's teardown left: {problems}"
+
+
+@pytest.fixture(scope="session")
+def built_images(request: pytest.FixtureRequest) -> list[images.BuiltImage]:
+    """gpuval's images built here without a daemon (cached); with --real-node only, as building
+    them needs root (mmdebstrap, chroot)."""
+    if not request.config.getoption("--real-node"):
+        pytest.skip("builds the images: run with --real-node (make test does), as root")
+    return images.ensure()
+
+
+@pytest.fixture
+def real_node(real_node_cluster: Cluster) -> RealNode:
+    """The running real node (a test may have restarted it: always the current one)."""
+    node = real_node_cluster.real_node
+    assert node is not None, "the real node was stopped by an earlier test and not restarted"
+    return node
 
 
 @pytest.fixture(scope="session")

@@ -11,12 +11,18 @@ the integration tests. The agent's image is not replayed: its sync brings torch,
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from gpuval_devtools import images
+from gpuval_devtools.imagespecs import OPERATOR as OPERATOR_IMAGE
 from tests.unit.test_chart_images import OPERATOR, REPO_ROOT, parse
 
 
@@ -42,9 +48,10 @@ def _uv() -> str:
     return found
 
 
-def test_operator_build_stage_installs_a_runnable_operator_without_the_gpu_stack(
-    tmp_path: Path,
-) -> None:
+@pytest.fixture(scope="module")
+def build_stage_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The virtualenv the operator Dockerfile's build stage makes, made here."""
+    tmp_path = tmp_path_factory.mktemp("build-stage")
     build = parse(OPERATOR)[0]
     ignore = OPERATOR.with_name("Dockerfile.dockerignore")
     context = tmp_path / "src"
@@ -79,7 +86,13 @@ def test_operator_build_stage_installs_a_runnable_operator_without_the_gpu_stack
             assert proc.returncode == 0, f"RUN {args}\n{proc.stderr}"
             synced += 1
     assert synced == 2, "a dependency layer and the workspace layer"
+    return venv
 
+
+def test_operator_build_stage_installs_a_runnable_operator_without_the_gpu_stack(
+    build_stage_venv: Path,
+) -> None:
+    venv = build_stage_venv
     assert (venv / "bin" / "gpuval-operator").is_file()
     probe = subprocess.run(
         [
@@ -98,3 +111,45 @@ def test_operator_build_stage_installs_a_runnable_operator_without_the_gpu_stack
     # --no-editable: the code is inside the venv, not a link back to the build context.
     assert module_file.startswith(str(venv)), module_file
     assert no_torch == "True"
+
+
+def test_the_daemonless_operator_image_holds_the_packages_the_dockerfile_installs(
+    build_stage_venv: Path, built_images: list[images.BuiltImage]
+) -> None:
+    """Both build paths install the same Python distributions at the same versions."""
+    proc = subprocess.run(
+        [
+            str(build_stage_venv / "bin" / "python"),
+            "-c",
+            "import importlib.metadata as m, json;"
+            "print(json.dumps(sorted([d.metadata['Name'], d.version] for d in m.distributions())))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dockerfile = {_normal(name): version for name, version in json.loads(proc.stdout)}
+    (operator,) = [i for i in built_images if i.name == OPERATOR_IMAGE.name]
+    listing = json.loads(operator.packages.read_text())
+    daemonless = {_normal(p["name"]): p["version"] for p in listing["python"]}
+    assert daemonless == dockerfile
+    assert "kopf" in daemonless and "torch" not in daemonless
+
+
+def _normal(name: str) -> str:
+    """A distribution name as PEP 503 compares them."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_building_the_operator_image_again_gives_the_same_digest(
+    built_images: list[images.BuiltImage], tmp_path: Path
+) -> None:
+    """Reproducible: a second build from scratch (no cache) is byte for byte the first."""
+    (first,) = [i for i in built_images if i.name == OPERATOR_IMAGE.name]
+    again = images.build_image(OPERATOR_IMAGE, tmp_path, log=lambda _message: None)
+    earlier = json.loads(first.packages.read_text())
+    now = json.loads(again.packages.read_text())
+    if now["debian"] != earlier["debian"]:
+        pytest.skip("Debian's mirror changed between the two builds: a new input, a new digest")
+    assert now["layers"] == earlier["layers"]
+    assert again.digest == first.digest

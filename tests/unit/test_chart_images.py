@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from gpuval_api.crd import DEFAULT_AGENT_IMAGE
+from gpuval_devtools import imagespecs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 IMAGES = REPO_ROOT / "images"
@@ -173,3 +174,31 @@ def test_image_tags_agree_with_the_chart_and_the_crd_default() -> None:
         agent_repository.rsplit("/", 1)[0]
         == values["operator"]["image"]["repository"].rsplit("/", 1)[0]
     )
+
+
+def _synced(dockerfile: Path) -> tuple[str, tuple[str, ...]]:
+    """(package, extras) of the build stage's last `uv sync`: what the image installs."""
+    syncs = [run for run in parse(dockerfile)[0].all("RUN") if "uv sync" in run]
+    last = syncs[-1].split("uv sync", 1)[1].split("&&")[0].split()
+    package = last[last.index("--package") + 1]
+    extras = tuple(last[i + 1] for i, arg in enumerate(last) if arg == "--extra")
+    return package, extras
+
+
+def test_the_daemonless_images_install_what_the_dockerfiles_install() -> None:
+    """gpuval_devtools.images builds the images without Docker from the same lock: the same
+    workspace member with the same extras as each Dockerfile (the CPU agent: the agent without
+    the gpu extra). tests/integration/test_chart_images_build.py compares the installed
+    packages themselves."""
+    assert _synced(OPERATOR) == (imagespecs.OPERATOR.package, imagespecs.OPERATOR.extras)
+    assert _synced(AGENT) == (imagespecs.AGENT_GPU.package, imagespecs.AGENT_GPU.extras)
+    assert imagespecs.AGENT_CPU.package == imagespecs.AGENT_GPU.package
+    assert imagespecs.AGENT_CPU.extras == ()
+    # Both run the same programs as the same users.
+    (operator_cmd,) = parse(OPERATOR)[-1].all("CMD")
+    assert tuple(json.loads(operator_cmd)) == imagespecs.OPERATOR.cmd
+    (agent_cmd,) = parse(AGENT)[-1].all("CMD")
+    assert tuple(json.loads(agent_cmd)) == imagespecs.AGENT_GPU.cmd
+    (user,) = parse(OPERATOR)[-1].all("USER")
+    assert user == imagespecs.OPERATOR.user
+    assert imagespecs.AGENT_GPU.user is None and not parse(AGENT)[-1].all("USER")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuval_devtools import controlplane
+from gpuval_devtools import binaries, buildsteps, controlplane, kwoknodes
 from gpuval_devtools.controlplane import GPU_RESOURCE, BuildError, GpuNode
 
 
@@ -44,7 +44,7 @@ def test_tree_digest_changes_when_the_go_module_changes(
     module = tmp_path / "mod"
     module.mkdir()
     (module / "go.mod").write_text("module x\n")
-    monkeypatch.setattr(controlplane, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(buildsteps, "REPO_ROOT", tmp_path)
     before = controlplane._tree_digest([module], "v1.36.3")
     same = controlplane._tree_digest([module], "v1.36.3")
     other_version = controlplane._tree_digest([module], "v1.36.4")
@@ -89,7 +89,7 @@ def test_gpu_node_manifest_advertises_gpus_and_product_labels() -> None:
 
 
 def test_loopback_args_bind_every_component_to_loopback() -> None:
-    args = controlplane._loopback_args()
+    args = kwoknodes.loopback_args()
     overrides = [args[i + 1] for i, a in enumerate(args) if a == "--extra-args"]
     components = {o.split("=", 1)[0] for o in overrides}
     assert components == {
@@ -103,3 +103,51 @@ def test_loopback_args_bind_every_component_to_loopback() -> None:
         value = override.split("=", 2)[2]
         assert "0.0.0.0" not in value
         assert "127.0.0.1" in value
+
+
+def test_tree_digest_ignores_byte_compiled_caches_the_tests_write_into_sources(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "src"
+    (source / "pkg").mkdir(parents=True)
+    (source / "pkg" / "mod.py").write_text("X = 1\n")
+    monkeypatch.setattr(buildsteps, "REPO_ROOT", tmp_path)
+    before = buildsteps.tree_digest([source], "image")
+    (source / "pkg" / "__pycache__").mkdir()
+    (source / "pkg" / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"\x00")
+    assert buildsteps.tree_digest([source], "image") == before
+    (source / "pkg" / "mod.py").write_text("X = 2\n")
+    assert buildsteps.tree_digest([source], "image") != before
+
+
+def test_kube_binaries_of_different_module_states_live_in_different_directories(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Worktrees on different states of hack/controlplane share one cache: each state gets its
+    own directory, so they never rebuild over each other."""
+    module = tmp_path / "hack" / "controlplane"
+    (module / "cmd" / "kubelet").mkdir(parents=True)
+    (module / "go.mod").write_text("module x\n")
+    (module / "go.sum").write_text("")
+    (module / "cmd" / "kubelet" / "main.go").write_text("package main\n")
+    monkeypatch.setattr(buildsteps, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(binaries, "GO_MODULE_DIR", module)
+    monkeypatch.setenv("GPUVAL_CACHE", str(tmp_path / "cache"))
+    built: list[Path] = []
+
+    def fake_go_build(step: str, argv: list[str], **_kwargs: object) -> None:
+        out = Path(argv[argv.index("-o") + 1])
+        built.append(out)
+        for component in binaries.KUBE_COMPONENTS:
+            (out / component).write_text("binary")
+
+    monkeypatch.setattr(binaries, "run_step", fake_go_build)
+    first = binaries._ensure_kube(log=lambda _m: None)["kubelet"].parent
+    (module / "go.sum").write_text("k8s.io/x v0.1.0 h1:abc\n")
+    second = binaries._ensure_kube(log=lambda _m: None)["kubelet"].parent
+    again = binaries._ensure_kube(log=lambda _m: None)["kubelet"].parent
+    assert first != second
+    assert again == second
+    assert first.name.startswith(f"kube-{binaries.KUBE_VERSION}-")
+    assert len(built) == 2, "the second state's binaries are reused, not rebuilt"
+    assert (first / "kubelet").is_file(), "the first state's binaries are still there"

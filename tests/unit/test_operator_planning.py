@@ -104,6 +104,8 @@ def test_agent_pod_asks_for_all_gpus_is_tied_to_its_node_and_never_restarts() ->
     container = pod["spec"]["containers"][0]
     assert pod["metadata"]["namespace"] == "gpuval"
     assert pod["spec"]["restartPolicy"] == "Never"
+    # No service-link variables: a Service named gpuval-metrics would set GPUVAL_METRICS_PORT.
+    assert pod["spec"]["enableServiceLinks"] is False
     assert pod["spec"]["serviceAccountName"] == "agent-sa"
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
     assert container["command"] == ["gpuval-agent", "cluster"]

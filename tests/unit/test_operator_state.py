@@ -86,6 +86,25 @@ def test_a_failed_pod_without_report_fails_the_node_after_the_grace_period() -> 
     assert not failure.delete_pod
 
 
+def test_an_oom_killed_container_fails_the_node_as_oom_killed_not_as_a_plain_failure() -> None:
+    run = make_run("a", "b")
+    terminated = {"exitCode": 137, "reason": "OOMKilled"}
+    run.apply_pod(
+        pod("a", "Failed", status={"containerStatuses": [{"state": {"terminated": terminated}}]}),
+        now=0.0,
+    )
+    killed = {"exitCode": 137, "reason": "Error"}
+    run.apply_pod(
+        pod("b", "Failed", status={"containerStatuses": [{"state": {"terminated": killed}}]}),
+        now=0.0,
+    )
+    failures = {f.node: f for f in due_outcomes(run, now=T0, monotonic=60.0, timeout=600, grace=10)}
+    assert failures["a"].reason is Reason.POD_OOM_KILLED
+    assert "OOM-killed with exit code 137" in failures["a"].message
+    assert failures["b"].reason is Reason.POD_FAILED
+    assert "exit code 137" in failures["b"].message
+
+
 def test_an_evicted_pod_fails_the_node_as_evicted() -> None:
     run = make_run("a")
     run.apply_pod(pod("a", "Failed", status={"reason": "Evicted"}), now=0.0)

@@ -254,7 +254,8 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     Reason.POD_OOM_KILLED: ReasonInfo(
         "the agent was killed for exceeding its memory limit: the node was not tested",
-        "raise spec.agent.resources.limits.memory (the burn and NCCL need a few GiB per GPU)",
+        "raise spec.agent.resources.limits.memory of the GpuValidation (or remove the limit): "
+        "the burn and NCCL need a few GiB per GPU",
         verdict=Verdict.NOT_RUN,
     ),
     Reason.IMAGE_PULL_FAILED: ReasonInfo(

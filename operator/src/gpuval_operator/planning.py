@@ -202,6 +202,10 @@ def node_pod(
         },
         "spec": {
             "restartPolicy": "Never",
+            # Service links would put <SERVICE>_PORT variables into the agent's environment: with
+            # the chart's default release name its metrics Service `gpuval-metrics` becomes
+            # GPUVAL_METRICS_PORT=tcp://..., which the agent reads as its own setting.
+            "enableServiceLinks": False,
             "serviceAccountName": config.agent_service_account,
             "automountServiceAccountToken": True,
             "affinity": {

@@ -1,0 +1,181 @@
+"""The control plane's binaries, built from Go modules or unpacked from Debian once and cached.
+
+- kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, and the real node's kubelet and
+  kube-proxy: compiled from the Go module in ``hack/controlplane`` whose mains call
+  ``k8s.io/kubernetes/cmd/<component>/app``, stamped with the Kubernetes version so kwokctl can
+  read it;
+- kwok and kwokctl, helm: ``go install`` at pinned tags;
+- etcd (>= 3.5.11, which kube-apiserver >= 1.31 needs): unpacked from Debian trixie's
+  ``etcd-server`` package (bookworm's 3.4 is too old); an ``etcd`` already on PATH that is new
+  enough is used instead;
+- prometheus and promtool (the alert tests): unpacked from Debian trixie.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuval_devtools.buildsteps import (
+    DEBIAN_NEWER_SUITE,
+    REPO_ROOT,
+    BuildError,
+    Log,
+    cache_dir,
+    debian_binary,
+    go_env,
+    parse_version,
+    run_step,
+    stamped,
+    stderr_log,
+    tree_digest,
+)
+
+KUBE_VERSION = "v1.36.3"
+KWOK_VERSION = "v0.8.0"
+HELM_MODULE = "helm.sh/helm/v3"
+HELM_VERSION = "v3.22.0"
+ETCD_MIN_VERSION = (3, 5, 11)
+
+GO_MODULE_DIR = REPO_ROOT / "hack" / "controlplane"
+KUBE_COMPONENTS = (
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kubelet",
+    "kube-proxy",
+)
+
+
+@dataclass(frozen=True)
+class Binaries:
+    etcd: Path
+    kube_apiserver: Path
+    kube_controller_manager: Path
+    kube_scheduler: Path
+    kubectl: Path
+    kubelet: Path
+    kube_proxy: Path
+    kwok: Path
+    kwokctl: Path
+    helm: Path
+    prometheus: Path
+    promtool: Path
+
+
+def etcd_version(binary: Path) -> tuple[int, ...]:
+    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=False)
+    return parse_version(out.stdout)
+
+
+def _ensure_etcd(*, log: Log) -> Path:
+    on_path = shutil.which("etcd")
+    if on_path and etcd_version(Path(on_path)) >= ETCD_MIN_VERSION:
+        return Path(on_path)
+    etcd = debian_binary("etcd-server", ["etcd"], log=log)["etcd"]
+    version = etcd_version(etcd)
+    if version < ETCD_MIN_VERSION:
+        raise BuildError(
+            f"etcd from Debian {DEBIAN_NEWER_SUITE} is {version}, kube-apiserver "
+            f"{KUBE_VERSION} needs >= {ETCD_MIN_VERSION}"
+        )
+    return etcd
+
+
+def kube_key() -> str:
+    """The key of the Go module's state (go.mod, go.sum, the mains) and the Kubernetes version."""
+    return tree_digest(
+        [GO_MODULE_DIR / "go.mod", GO_MODULE_DIR / "go.sum", GO_MODULE_DIR / "cmd"], KUBE_VERSION
+    )
+
+
+def _ensure_kube(*, log: Log) -> dict[str, Path]:
+    root = cache_dir()
+    key = kube_key()
+    # The key is in the directory name, not only in the stamp: worktrees on different states of
+    # the module share this cache, and one directory per state lets them coexist instead of
+    # rebuilding over each other.
+    out = root / "bin" / f"kube-{KUBE_VERSION}-{key}"
+    stamp = out / ".stamp"
+    paths = {c: out / c for c in KUBE_COMPONENTS}
+    if stamped(stamp, key) and all(p.is_file() for p in paths.values()):
+        return paths
+    out.mkdir(parents=True, exist_ok=True)
+    major, minor = KUBE_VERSION.lstrip("v").split(".")[:2]
+    pkg = "k8s.io/component-base/version"
+    ldflags = " ".join(
+        [
+            "-s -w",
+            f"-X {pkg}.gitVersion={KUBE_VERSION}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+            f"-X {pkg}.buildDate=1970-01-01T00:00:00Z",
+        ]
+    )
+    log(
+        f"building {', '.join(KUBE_COMPONENTS)} from Go modules: the first build takes "
+        "20-40 minutes on 2 cores, later ones are cached"
+    )
+    run_step(
+        "build-kubernetes",
+        ["go", "build", "-ldflags", ldflags, "-o", str(out) + "/", "./cmd/..."],
+        cwd=GO_MODULE_DIR,
+        env=go_env(root),
+        log=log,
+    )
+    stamp.write_text(key)
+    return paths
+
+
+def _go_install(step: str, target: str, names: Sequence[str], *, log: Log) -> dict[str, Path]:
+    root = cache_dir()
+    out = root / "bin" / step
+    paths = {n: out / n for n in names}
+    stamp = out / ".stamp"
+    if stamped(stamp, target) and all(p.is_file() for p in paths.values()):
+        return paths
+    out.mkdir(parents=True, exist_ok=True)
+    env = go_env(root)
+    env["GOBIN"] = str(out)
+    run_step(f"install-{step}", ["go", "install", *target.split()], env=env, log=log)
+    stamp.write_text(target)
+    return paths
+
+
+def build(*, log: Log = stderr_log) -> Binaries:
+    """Builds or unpacks every binary once; later calls return the cached paths in milliseconds."""
+    if shutil.which("go") is None:
+        raise BuildError("build step 'go' failed: no `go` on PATH (Go >= 1.26 is needed)")
+    etcd = _ensure_etcd(log=log)
+    kube = _ensure_kube(log=log)
+    kwok = _go_install(
+        f"kwok-{KWOK_VERSION}",
+        f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION} sigs.k8s.io/kwok/cmd/kwokctl@{KWOK_VERSION}",
+        ["kwok", "kwokctl"],
+        log=log,
+    )
+    helm = _go_install(
+        f"helm-{HELM_VERSION}", f"{HELM_MODULE}/cmd/helm@{HELM_VERSION}", ["helm"], log=log
+    )
+    # The alert tests run a real Prometheus; unpacked here so no test downloads anything.
+    prometheus = debian_binary("prometheus", ["prometheus"], log=log)["prometheus"]
+    promtool = debian_binary("promtool", ["promtool"], log=log)["promtool"]
+    return Binaries(
+        etcd=etcd,
+        kube_apiserver=kube["kube-apiserver"],
+        kube_controller_manager=kube["kube-controller-manager"],
+        kube_scheduler=kube["kube-scheduler"],
+        kubectl=kube["kubectl"],
+        kubelet=kube["kubelet"],
+        kube_proxy=kube["kube-proxy"],
+        kwok=kwok["kwok"],
+        kwokctl=kwok["kwokctl"],
+        helm=helm["helm"],
+        prometheus=prometheus,
+        promtool=promtool,
+    )

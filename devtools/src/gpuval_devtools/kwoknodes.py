@@ -1,0 +1,141 @@
+"""What the kwok side of the local control plane is made of: the kwokctl arguments and
+configuration that keep it on loopback and away from a real node, and the simulated GPU nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuval_devtools.binaries import KUBE_VERSION
+from gpuval_devtools.buildsteps import free_port
+
+GPU_RESOURCE = "nvidia.com/gpu"
+# The `kubernetes` Service's address in kube-apiserver's default service range.
+API_SERVICE_IP = "10.0.0.1"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+
+
+def loopback_args() -> list[str]:
+    """kwokctl binds every component to 0.0.0.0; a test control plane belongs on loopback."""
+    etcd, peer, kwok = free_port(), free_port(), free_port()
+    overrides = {
+        "etcd": {
+            "listen-client-urls": f"http://127.0.0.1:{etcd}",
+            "advertise-client-urls": f"http://127.0.0.1:{etcd}",
+            "listen-peer-urls": f"http://127.0.0.1:{peer}",
+            "initial-advertise-peer-urls": f"http://127.0.0.1:{peer}",
+            "initial-cluster": f"node0=http://127.0.0.1:{peer}",
+        },
+        "kube-apiserver": {"bind-address": "127.0.0.1"},
+        "kube-controller-manager": {"bind-address": "127.0.0.1"},
+        "kube-scheduler": {"bind-address": "127.0.0.1"},
+        "kwok-controller": {"server-address": f"127.0.0.1:{kwok}"},
+    }
+    args = ["--etcd-port", str(etcd), "--controller-port", str(kwok)]
+    for component, flags in overrides.items():
+        for key, value in flags.items():
+            args += ["--extra-args", f"{component}={key}={value}"]
+    return args
+
+
+def kwokctl_config(workdir: Path, name: str) -> Path:
+    """kwok-controller limited to the nodes annotated as kwok's, so a real node's kubelet is left
+    alone (a configuration file: kwokctl v0.8.0 panics on this flag in --extra-args); the API
+    server's certificate valid for the `kubernetes` Service address, which pods of a real node
+    connect to; the API server authenticating to kubelets, so `kubectl logs` reaches one."""
+    pki = workdir / "clusters" / name / "pki"
+    config = {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokctlConfiguration",
+        "options": {"kubeApiserverCertSANs": [API_SERVICE_IP]},
+        "componentsPatches": [
+            {
+                "name": "kube-apiserver",
+                "extraArgs": [
+                    {"key": "kubelet-client-certificate", "value": str(pki / "admin.crt")},
+                    {"key": "kubelet-client-key", "value": str(pki / "admin.key")},
+                    # Not the node's name first: looking it up would ask the machine's resolver.
+                    {"key": "kubelet-preferred-address-types", "value": "InternalIP"},
+                ],
+            },
+            {
+                "name": "kwok-controller",
+                "extraArgs": [
+                    {"key": "manage-all-nodes", "value": "false", "override": True},
+                    {
+                        "key": "manage-nodes-with-annotation-selector",
+                        "value": f"{KWOK_NODE_ANNOTATION}=fake",
+                    },
+                ],
+            },
+        ],
+    }
+    path = workdir / "configs" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@dataclass(frozen=True)
+class GpuNode:
+    """A simulated node (kwok) that advertises ``gpus`` NVIDIA GPUs as ``nvidia.com/gpu``."""
+
+    name: str
+    gpus: int = 8
+    product: str = "NVIDIA-H200"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    taints: Sequence[Mapping[str, str]] = ()
+    cpu: str = "192"
+    memory: str = "2Ti"
+    boot_id: str = "boot-1"
+
+    def manifest(self) -> dict[str, Any]:
+        labels = {
+            "kubernetes.io/hostname": self.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "node-role.kubernetes.io/gpu": "",
+            "type": "kwok",
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.product": self.product,
+            "nvidia.com/gpu.count": str(self.gpus),
+            "nvidia.com/gpu.memory": "143771",
+            **self.labels,
+        }
+        resources = {
+            "cpu": self.cpu,
+            "memory": self.memory,
+            "pods": "110",
+            "ephemeral-storage": "1Ti",
+            GPU_RESOURCE: str(self.gpus),
+        }
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.name,
+                "labels": labels,
+                "annotations": {KWOK_NODE_ANNOTATION: "fake", **self.annotations},
+            },
+            "spec": {"taints": [dict(t) for t in self.taints]},
+            "status": {
+                "capacity": resources,
+                "allocatable": resources,
+                "nodeInfo": {
+                    "architecture": "amd64",
+                    "operatingSystem": "linux",
+                    "kubeletVersion": f"{KUBE_VERSION}-kwok",
+                    # A real kubelet reports its boot; gpuval's gating re-validates on a new one.
+                    "bootID": self.boot_id,
+                },
+            },
+        }
+
+
+def default_nodes(count: int, prefix: str = "gpu-node") -> list[GpuNode]:
+    return [GpuNode(name=f"{prefix}-{i}") for i in range(count)]

@@ -1,0 +1,302 @@
+"""docs/install.md's path on the test cluster's real node, with the images built here: `helm
+install` runs the operator image as a real pod (probes pass, non-root, read-only root
+filesystem), `helm test` runs as a real pod, and a GpuValidation ends with the real node
+validated by the agent image's pod, which writes its report with the ServiceAccount token the
+kubelet bound to it, through the admission policy; kwok nodes of the same run keep their pod
+runner. Then what only a real pod can show: a killed container fails its node (PodFailed) and an
+OOM-killed one leaves it NotRun (PodOomKilled), and the leader replica's pod deleted mid-run hands
+the Lease to the standby, which finishes the run.
+
+Figures (helm install -> operator Ready, apply -> the real node's verdict) are printed, never
+asserted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuval_agent.errors import AgentError
+from gpuval_agent.kube import ApiServer, ReportWriter
+from gpuval_devtools.controlplane import Cluster
+from gpuval_devtools.realnode import RealNode
+from tests.support import chart, real
+from tests.support.kube import get_json, wait_for
+
+
+@pytest.fixture(scope="module")
+def release(real_node_cluster: Cluster, install_crds: list[str]) -> Iterator[chart.Release]:
+    """The chart installed as docs/install.md says (release `gpuval`), operator on the real
+    node; uninstalled at the end so no operator outlives these tests."""
+    node = real_node_cluster.real_node
+    assert node is not None
+    namespace = f"install-{uuid.uuid4().hex[:6]}"
+    installed, seconds = real.install_as_documented(real_node_cluster, namespace, node.name)
+    print(f"\nhelm install -> operator pod Ready on the real node: {seconds:.1f}s")
+    try:
+        yield installed
+    finally:
+        chart.uninstall(real_node_cluster, installed)
+        real_node_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+@pytest.fixture
+def pool(
+    real_node_cluster: Cluster, real_node: RealNode, unique_name: Callable[[str], str]
+) -> Iterator[str]:
+    """A pool label value put on the real node for one test."""
+    name = unique_name("pool")
+    real.pool_label(real_node_cluster, real_node.name, name)
+    yield name
+    real.pool_label(real_node_cluster, real_node.name, None)
+
+
+def test_helm_install_runs_the_operator_image_non_root_read_only_and_helm_test_passes(
+    real_node_cluster: Cluster, real_node: RealNode, release: chart.Release
+) -> None:
+    pods = real.operator_pods(real_node_cluster, release.namespace)
+    assert len(pods) == 2, "the chart runs two replicas"
+    leader = wait_for("a replica to hold the leader Lease",
+                      lambda: real.leader_pod(real_node_cluster, release))  # fmt: skip
+    assert leader["metadata"]["name"] in {p["metadata"]["name"] for p in pods}
+    for pod in pods:  # the standby is as Ready as the leader: /healthz answers while it waits
+        assert pod["spec"]["nodeName"] == real_node.name
+        (status,) = pod["status"]["containerStatuses"]
+        assert status["ready"] is True and status["restartCount"] == 0
+        assert status["image"] == real.OPERATOR_IMAGE
+        # Looked at from the host: the container's process runs as 65532 on a read-only root.
+        pid = real_node.container_pid(status["containerID"])
+        assert real.process_uid(pid) == 65532
+        assert "ro" in real.root_mount_options(pid)
+
+    test = chart.helm(
+        "test", release.name, "--namespace", release.namespace, "--timeout", "120s",
+        kubeconfig=real_node_cluster.kubeconfig, check=False,
+    )  # fmt: skip
+    assert test.returncode == 0, test.stdout + test.stderr
+    assert "Phase:          Succeeded" in test.stdout
+
+
+def test_the_real_node_is_validated_by_the_agent_image_and_kwok_nodes_by_the_pod_runner(
+    *,
+    real_node_cluster: Cluster,
+    real_node: RealNode,
+    release: chart.Release,
+    pool: str,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    cluster = real_node_cluster
+    kwok = [unique_name("kw"), unique_name("kw")]
+    cluster.add_nodes([chart.pool_node(n, pool) for n in kwok])
+    name = unique_name("val")
+    try:
+        with chart.podrunner(cluster, release.namespace, tmp_path):
+            started = time.monotonic()
+            cluster.apply([real.validation_of(name, pool)])
+            verdict = wait_for(
+                "the real node's verdict",
+                lambda: _verdict(cluster, name, real_node.name),
+                timeout=180,
+            )
+            print(f"\napply -> the real node's verdict: {time.monotonic() - started:.1f}s")
+            status = wait_for("the run to end", lambda: real.completed(cluster, name), timeout=180)
+        reports = real.reports_by_node(cluster, name)
+        pods = {p["spec"]["nodeName"]: p for p in real.agent_pods(cluster, release.namespace, name)}
+        log = real.logs(cluster, release.namespace, pods[real_node.name]["metadata"]["name"])
+    finally:
+        cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
+        for node in kwok:
+            cluster.kubectl("delete", "node", node, "--wait=false", check=False)
+
+    assert verdict == "Passed", reports[real_node.name]["status"]
+    assert status["nodes"]["passed"] == 3, status
+    # The real node's agent ran in the agent image's container, to completion, and said so.
+    agent = pods[real_node.name]
+    (container,) = agent["status"]["containerStatuses"]
+    assert container["image"] == real.AGENT_IMAGE
+    assert container["state"]["terminated"]["exitCode"] == 0
+    assert "gpuval: burn passed" in log, log
+    report = reports[real_node.name]["status"]
+    assert report["result"]["backend"] == "simulated"
+    # The report was completed while that container ran (RFC 3339 UTC strings sort as times).
+    ran = container["state"]["terminated"]
+    assert ran["startedAt"] <= report["completedAt"] <= ran["finishedAt"], (ran, report)
+    # It wrote its report as the chart's agent ServiceAccount, which the admission policy only
+    # lets write its own node's report, with the token the kubelet bound to its pod.
+    assert agent["spec"]["serviceAccountName"] == release.agent_sa
+    for node in kwok:
+        assert reports[node]["status"]["verdict"] == "Passed"
+
+
+def _verdict(cluster: Cluster, validation: str, node: str) -> str:
+    report = real.reports_by_node(cluster, validation).get(node) or {}
+    return str((report.get("status") or {}).get("verdict") or "")
+
+
+def _failure(
+    cluster: Cluster, validation: str, node: str, key: str = "failingNodes"
+) -> tuple[str, str] | None:
+    """The node's (reason, message) in the finished run's status list `key`: failingNodes, or
+    notRunNodes for what gpuval could not test."""
+    status = real.completed(cluster, validation)
+    if status is None:
+        return None
+    for failing in status.get(key) or []:
+        if failing["node"] == node:
+            return str(failing["reason"]), str(failing.get("message") or "")
+    return ("", "")
+
+
+def test_a_killed_agent_container_fails_its_node_with_exit_code_137_after_its_token_was_fenced(
+    *,
+    real_node_cluster: Cluster,
+    real_node: RealNode,
+    release: chart.Release,
+    pool: str,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    cluster = real_node_cluster
+    name = unique_name("kill")
+    cluster.apply([real.validation_of(name, pool, burn_seconds=120, time_scale=1.0)])
+    try:
+        pod = wait_for("the agent pod", lambda: real.agent_pods(cluster, release.namespace, name))[
+            0
+        ]
+        container = real.running_container(cluster, release.namespace, pod["metadata"]["name"])
+        _token_writes_only_its_own_nodes_report(cluster, real_node, release, pod, tmp_path)
+        os.kill(real_node.container_pid(container), signal.SIGKILL)
+        failure = wait_for("the run to end", lambda: _failure(cluster, name, real_node.name))
+        final = get_json(cluster, "pod", pod["metadata"]["name"], "-n", release.namespace)
+    finally:
+        cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
+    terminated = final["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert terminated["exitCode"] == 137 and terminated["reason"] != "OOMKilled"
+    reason, message = failure
+    assert reason == "PodFailed", failure
+    assert "exit code 137" in message, message
+
+
+def _token_writes_only_its_own_nodes_report(
+    cluster: Cluster, node: RealNode, release: chart.Release, pod: dict[str, Any], tmp: Path
+) -> None:
+    """The token the kubelet projected into the running agent pod carries the real node, and the
+    admission policy refuses it a write to another node's report (the agent's own writer)."""
+    token = real.projected_token(node, pod["metadata"]["uid"])
+    claims = real.token_claims(token)["kubernetes.io"]
+    assert claims["node"]["name"] == node.name
+    assert claims["pod"]["name"] == pod["metadata"]["name"]
+    other = f"other-{uuid.uuid4().hex[:6]}"
+    cluster.apply([chart.report(other, "some-other-node")])
+    token_file = tmp / "token"
+    token_file.write_text(token)
+    writer = ReportWriter(ApiServer(cluster.server, token_file, cluster.ca_file), other, budget=0)
+    try:
+        with pytest.raises(AgentError) as refused:
+            writer.patch_status({"phase": "Completed", "verdict": "Passed", "message": "forged"})
+    finally:
+        cluster.kubectl("delete", "gpunodereport", other, "--wait=false", check=False)
+    assert "HTTP 403" in str(refused.value)
+    assert f"ValidatingAdmissionPolicy '{release.policy}'" in str(refused.value)
+
+
+def test_an_oom_killed_agent_leaves_its_node_not_run_as_pod_oom_killed(
+    real_node_cluster: Cluster,
+    real_node: RealNode,
+    release: chart.Release,
+    pool: str,
+    unique_name: Callable[[str], str],
+) -> None:
+    cluster = real_node_cluster
+    name = unique_name("oom")
+    # The agent's interpreter and imports need about 40 MiB; 24 MiB is killed at start.
+    memory = {"memory": "24Mi"}
+    validation = real.validation_of(
+        name, pool, resources={"limits": memory, "requests": memory},
+        retry={"attempts": 2, "backoffSeconds": 0},
+    )  # fmt: skip
+    cluster.apply([validation])
+    try:
+        failure = wait_for(
+            "the run to end",
+            lambda: _failure(cluster, name, real_node.name, "notRunNodes"),
+        )
+        pods = real.agent_pods(cluster, release.namespace, name)
+        node = get_json(cluster, "node", real_node.name)
+    finally:
+        cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
+    # An OOM kill under a limit the spec set is no evidence against the node: NotRun, retried
+    # (spec.retry: two attempts), and no failure label or taint.
+    assert len(pods) == 2, "NotRun is tried again: spec.retry.attempts"
+    for pod in pods:
+        terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+        assert terminated["reason"] == "OOMKilled", terminated
+    reason, message = failure
+    assert reason == "PodOomKilled", failure
+    assert "OOM-killed" in message
+    assert node["metadata"]["labels"].get("gpuval.dev/verdict") != "failed"
+    assert not any(t["key"] == "gpuval.dev/unhealthy" for t in node["spec"].get("taints") or [])
+
+
+def test_the_leader_pod_deleted_mid_run_hands_over_to_the_standby_which_finishes_the_run_once(
+    *,
+    real_node_cluster: Cluster,
+    real_node: RealNode,
+    release: chart.Release,
+    pool: str,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    cluster = real_node_cluster
+    kwok = [unique_name("kw"), unique_name("kw")]
+    cluster.add_nodes([chart.pool_node(n, pool) for n in kwok])
+    name = unique_name("restart")
+    before = wait_for("the leader", lambda: real.leader_pod(cluster, release))
+    try:
+        with chart.podrunner(cluster, release.namespace, tmp_path):
+            cluster.apply([real.validation_of(name, pool, burn_seconds=20, time_scale=1.0)])
+            pod = wait_for(
+                "the real node's agent pod",
+                lambda: _agent_on(cluster, release, name, real_node.name),
+            )
+            real.running_container(cluster, release.namespace, pod)
+            cluster.kubectl("delete", "pod", before["metadata"]["name"], "-n", release.namespace)
+            # The standby takes the Lease once the deleted leader stops renewing it.
+            after = wait_for(
+                "another replica to hold the Lease",
+                lambda: _new_leader(cluster, release, before["metadata"]["name"]),
+                timeout=120,
+            )
+            status = wait_for("the run to end", lambda: real.completed(cluster, name), timeout=240)
+        reports = real.reports_by_node(cluster, name)
+        pods = real.agent_pods(cluster, release.namespace, name)
+    finally:
+        cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
+        for node in kwok:
+            cluster.kubectl("delete", "node", node, "--wait=false", check=False)
+    assert after["spec"]["nodeName"] == real_node.name
+    assert status["nodes"]["total"] == 3 and status["nodes"]["passed"] == 3, status
+    assert status["run"]["number"] == 1, "the new operator finished the run, not a new one"
+    # Nothing duplicated: one agent pod and one report per node.
+    assert sorted(p["spec"]["nodeName"] for p in pods) == sorted([real_node.name, *kwok])
+    assert set(reports) == {real_node.name, *kwok}
+
+
+def _agent_on(cluster: Cluster, release: chart.Release, validation: str, node: str) -> str:
+    for pod in real.agent_pods(cluster, release.namespace, validation):
+        if pod["spec"].get("nodeName") == node:
+            return str(pod["metadata"]["name"])
+    return ""
+
+
+def _new_leader(cluster: Cluster, release: chart.Release, old: str) -> dict[str, Any] | None:
+    leader = real.leader_pod(cluster, release)
+    return leader if leader is not None and leader["metadata"]["name"] != old else None

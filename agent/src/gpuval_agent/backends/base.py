@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 
 from gpuval_agent.verify import BadIteration
 from gpuval_api.checks import Precision
@@ -108,6 +109,9 @@ class Backend(ABC):
     the user must see (NoDriverError from environment() means nothing else can run)."""
 
     name: str
+    # Seconds the parts of the last environment() took (e.g. nvmlInit), for the driver check's
+    # metrics: a run's time outside its checks is looked for there.
+    environment_split: Mapping[str, float] = MappingProxyType({})
 
     @abstractmethod
     def environment(self) -> Environment:

@@ -112,7 +112,11 @@ class CudaBackend(Backend):
         return self._nvml
 
     def environment(self) -> Environment:
-        environment: Environment = self._nvml_session().environment()
+        began = time.monotonic()
+        session = self._nvml_session()
+        opened = time.monotonic()
+        environment: Environment = session.environment()
+        queried = time.monotonic()
         self._uuids = {g.index: g.uuid for g in environment.gpus if g.uuid}
         if environment.cuda_driver_version is None:
             environment.cuda_driver_version = _cuda_python_driver_version()
@@ -120,6 +124,11 @@ class CudaBackend(Backend):
         # torch's CUDA from its installed version tag ('2.11.0+cu130') without importing it, and
         # the import goes on in the background, counted in the burn's set-up.
         torch_version, runtime = torch_version_from_metadata()
+        self.environment_split = {
+            "nvmlSessionSeconds": round(opened - began, 3),
+            "nvmlQueriesSeconds": round(queried - opened, 3),
+            "versionsSeconds": round(time.monotonic() - queried, 3),
+        }
         if runtime is None:
             self.finish_environment(environment)
         else:

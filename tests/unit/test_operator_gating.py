@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from gpuval_api.crd import Gating, NodeTrigger
 from gpuval_api.result import Verdict
+from gpuval_operator.kube import ApiError
 from gpuval_operator.noderecords import entry_key, next_entry
 from gpuval_operator.nodeviews import NodeView, gating_trigger
+from gpuval_operator.nodewatch import NodeTracker
+from gpuval_operator.planning import Candidate
 from gpuval_operator.state import NodeRecord, Phase
 
 GATING = Gating()
@@ -69,3 +73,30 @@ def test_the_runs_own_record_counts_before_the_annotation() -> None:
     )
     assert gating_trigger(view(), GATING, done) is None
     assert gating_trigger(view(boot="boot-9"), GATING, done) is NodeTrigger.REBOOTED
+
+
+def _tracker_with(*views: NodeView) -> NodeTracker:
+    tracker = NodeTracker(client=None, validation="v", wake=lambda: None)  # type: ignore[arg-type]
+    tracker.views = {v.name: v for v in views}
+    return tracker
+
+
+def test_a_run_starts_from_the_node_watchs_views_once_they_are_listed() -> None:
+    ready, held = view(), view(ready=False)
+    held.name = "n0"
+    tracker = _tracker_with(ready, held)
+    tracker.synced.set()
+    found = asyncio.run(tracker.candidates(wait=0))
+    assert found == [Candidate("n1", 8)], "only selectable nodes, in name order"
+
+
+def test_a_run_lists_the_nodes_itself_when_the_watch_has_not_listed_them_or_was_refused() -> None:
+    tracker = _tracker_with(view())
+    assert asyncio.run(tracker.candidates(wait=0.3)) is None
+
+    class Refused:
+        refused = ApiError(400, "GET", "/api/v1/nodes", {"message": "unable to parse"})
+
+    tracker._follower = Refused()  # type: ignore[assignment]
+    # Refused: no waiting out the whole limit, the caller's own list says why.
+    assert asyncio.run(asyncio.wait_for(tracker.candidates(wait=60), 5)) is None

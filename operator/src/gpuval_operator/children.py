@@ -53,6 +53,8 @@ class Follower:
         self.synced = asyncio.Event()
         self.resource_version = ""
         self.relists = 0
+        # The API server refused the list itself (400: a selector it does not accept).
+        self.refused: ApiError | None = None
 
     async def _relist(self) -> None:
         first = True
@@ -61,6 +63,7 @@ class Follower:
             first = False
             self.resource_version = version
         self.relists += 1
+        self.refused = None
         self.synced.set()
 
     async def run(self) -> None:
@@ -88,6 +91,8 @@ class Follower:
                 log.info("%s: resourceVersion expired; listing again", self.name)
                 need_list = True
             except (ApiError, OSError, TimeoutError, ValueError, aiohttp.ClientError) as exc:
+                if isinstance(exc, ApiError) and exc.status == 400:
+                    self.refused = exc
                 # An API server restart drops every watch at once: one line each, no traceback.
                 log.warning(
                     "%s: watch ended (%s: %s); resuming in %.1fs",

@@ -46,6 +46,8 @@ from gpuval_operator.validation import parse_spec
 from gpuval_operator.views import parse_time, run_number
 
 log = logging.getLogger(__name__)
+# How long a run's start waits for the node watch's first list before listing the nodes itself.
+CANDIDATES_WAIT_SECONDS = 60.0
 
 
 @dataclass(slots=True)
@@ -268,7 +270,11 @@ class ValidationController:
         )
         run_id = f"{number}-{secrets.token_hex(2)}"
         try:
-            candidates = await self.effects.list_candidates(spec)
+            # The node watch lists the selected nodes anyway: a second list of 10,000 nodes would
+            # hold back the first wave by tens of seconds on a busy API server.
+            candidates = await self.tracker.candidates(CANDIDATES_WAIT_SECONDS)
+            if candidates is None:
+                candidates = await self.effects.list_candidates(spec)
         except ApiError as exc:
             if exc.status != 400:
                 raise

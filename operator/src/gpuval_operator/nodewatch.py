@@ -9,7 +9,9 @@ Arrivals are batched: a node queued for gating waits until the oldest queued one
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +20,7 @@ from gpuval_operator.children import Follower
 from gpuval_operator.effects import NODES_PATH
 from gpuval_operator.kube import KubeClient
 from gpuval_operator.nodeviews import NodeView, gating_trigger
+from gpuval_operator.planning import Candidate
 from gpuval_operator.state import Phase, RunState
 
 log = logging.getLogger(__name__)
@@ -35,6 +38,7 @@ class NodeTracker:
         self.synced = asyncio.Event()
         self.selector: str | None = None
         self._task: asyncio.Task[None] | None = None
+        self._follower: Follower | None = None
         self._listed: set[str] = set()
 
     # -- following --
@@ -57,6 +61,24 @@ class NodeTracker:
         waiter = asyncio.create_task(follower.synced.wait())
         waiter.add_done_callback(lambda _: self.synced.set())
         await follower.run()
+
+    async def candidates(self, wait: float) -> list[Candidate] | None:
+        """The selectable nodes in name order, from the watch's views once it has listed them all
+        (waiting up to `wait` seconds); None when it has not, or the API server refused the
+        selector: the caller lists the nodes itself and learns why."""
+        deadline = time.monotonic() + wait
+        while not self.synced.is_set() and time.monotonic() < deadline:
+            if self._follower_refused():
+                return None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.synced.wait(), 0.2)
+        if not self.synced.is_set():
+            return None
+        chosen = (Candidate(v.name, v.gpus) for v in self.views.values() if v.selectable)
+        return sorted(chosen, key=lambda c: c.name)
+
+    def _follower_refused(self) -> bool:
+        return self._follower is not None and self._follower.refused is not None
 
     def stop(self) -> None:
         if self._task is not None:

@@ -186,3 +186,14 @@ def test_a_group_that_did_not_form_is_not_run_as_recorded() -> None:
         (Verdict.NOT_RUN, Reason.FABRIC_GANG_NOT_FORMED)
     }
     assert found.groups[0].worst.reason is Reason.FABRIC_GANG_NOT_FORMED
+
+
+def test_what_an_agent_wrote_as_its_group_was_given_up_does_not_count() -> None:
+    gang = FabricRecord(Verdict.NOT_RUN, Reason.FABRIC_GANG_NOT_FORMED, "b's pod never started")
+    lost = FabricRecord(Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE, "lost the coordinator", True)
+    found = classify(
+        [group("g1", ["a", "b", "c"], busbw=None, records=[gang, gang, lost], pairs=())],
+        FabricThresholds(),
+    )
+    assert found.nodes["c"] == found.nodes["a"]
+    assert found.nodes["c"].reason is Reason.FABRIC_GANG_NOT_FORMED

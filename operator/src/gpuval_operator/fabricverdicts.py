@@ -5,8 +5,8 @@ run. It takes the run's median pair busbw for the pairs' floor (`thresholds.floo
 median busbw of the groups of each size for the groups' floor, and settles each node's fabric
 verdict:
 
-- a group that did not form (FabricGangNotFormed) and a node whose group did not meet are NotRun,
-  as recorded; a group of three or more where every other rank could not reach rank 0 names
+- a group that did not form (FabricGangNotFormed) is NotRun on every node, whatever an agent
+  stopped with it wrote; a node whose group did not meet is NotRun, as recorded; a group of three or more where every other rank could not reach rank 0 names
   rank 0 (FabricUnreachable) and not the others (NotRun); in a group of two the two sides cannot
   be told apart, and neither is named (NotRun);
 - what an agent or the operator found against a node other than slowness (transport fallback,
@@ -144,10 +144,27 @@ def _group_floors(
     return {size: thresholds.floor(statistics.median(v)) for size, v in by_size.items()}
 
 
+def not_formed(group: GroupEvidence) -> list[Final] | None:
+    """The group did not form (the operator gave it up): nothing was measured, whatever an agent
+    wrote as its pod was stopped (a rank that lost rank 0, say). Each keeps the operator's words
+    where it has them."""
+    gave_up = [
+        r for r in group.records if r.reason is Reason.FABRIC_GANG_NOT_FORMED and not r.by_agent
+    ]
+    if not gave_up:
+        return None
+    return [
+        Final(Verdict.NOT_RUN, Reason.FABRIC_GANG_NOT_FORMED, r.message)
+        if r.reason is Reason.FABRIC_GANG_NOT_FORMED
+        else Final(Verdict.NOT_RUN, Reason.FABRIC_GANG_NOT_FORMED, gave_up[0].message)
+        for r in group.records
+    ]
+
+
 def classify_group(
     group: GroupEvidence, pair_floor: float, group_floor: float | None
 ) -> GroupOutcome:
-    finals = rank0_unreachable(group)
+    finals = not_formed(group) or rank0_unreachable(group)
     if finals is None:
         named: dict[str, Final] = {}
         # Blame needs a reference: a group whose every node was slow somewhere names no one.

@@ -6,9 +6,10 @@ median busbw of the groups of each size for the groups' floor, and settles each 
 verdict:
 
 - a group that did not form (FabricGangNotFormed) is NotRun on every node, whatever an agent
-  stopped with it wrote; a node whose group did not meet is NotRun, as recorded; a group of three or more where every other rank could not reach rank 0 names
-  rank 0 (FabricUnreachable) and not the others (NotRun); in a group of two the two sides cannot
-  be told apart, and neither is named (NotRun);
+  stopped with it wrote; a node whose group did not meet is NotRun, as recorded; a group of
+  three or more where every other rank could not reach rank 0 names rank 0 (FabricUnreachable)
+  and not the others (NotRun); in a group of two the two sides cannot be told apart, and
+  neither is named (NotRun);
 - what an agent or the operator found against a node other than slowness (transport fallback,
   a hang, a crash, a pod that failed) stands;
 - slowness is judged again against the run-wide floor with the same pair method the agents use

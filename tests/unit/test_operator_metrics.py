@@ -125,8 +125,8 @@ def test_fabric_series_come_from_settled_reports_and_a_not_run_node_has_none() -
             **build_planned_fabric_status("g1", ["a", "b", "c"], node),
             "verdict": verdict, "reason": reason, "busbwGBps": 300.0, "classified": classified,
         }  # fmt: skip
-        ingest.on_report({"metadata": {"name": f"{run}-{node}"},
-                          "spec": {"node": node, "run": run}, "status": {"fabric": fabric}})  # fmt: skip
+        spec = {"node": node, "run": run}
+        ingest.on_report({"metadata": {"name": node}, "spec": spec, "status": {"fabric": fabric}})
 
     report("a", "1-aaaa", "Passed", None, True)
     report("b", "1-aaaa", "Failed", "FabricSlowNode", True)

@@ -197,3 +197,22 @@ def test_what_an_agent_wrote_as_its_group_was_given_up_does_not_count() -> None:
     )
     assert found.nodes["c"] == found.nodes["a"]
     assert found.nodes["c"].reason is Reason.FABRIC_GANG_NOT_FORMED
+
+
+def test_in_a_group_of_three_a_node_slow_in_both_its_pairs_is_named() -> None:
+    nodes = names("a", 3)
+    found = classify(
+        [group("g1", nodes, pairs=pairs_of(nodes, {"a1": 0.8})), group("g2", names("b"))],
+        FabricThresholds(),
+    )
+    assert found.nodes["a1"].reason is Reason.FABRIC_SLOW_NODE
+    assert {found.nodes["a0"].verdict, found.nodes["a2"].verdict} == {Verdict.PASSED}
+
+
+def test_a_slow_pair_of_two_nodes_names_neither_and_is_a_slow_group() -> None:
+    pair = ["a0", "a1"]
+    others = [group(f"g{i}", names(f"b{i}", 2)) for i in range(2)]
+    slow = group("g9", pair, busbw=BASE * 0.5, pairs=pairs_of(pair, {"a0": 0.5}))
+    found = classify([*others, slow], FabricThresholds())
+    assert {found.nodes[n].verdict for n in pair} == {Verdict.PASSED}
+    assert [g.name for g in found.groups if g.slow] == ["g9"]

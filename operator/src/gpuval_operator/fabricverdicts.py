@@ -14,8 +14,8 @@ verdict:
   a hang, a crash, a pod that failed) stands;
 - slowness is judged again against the run-wide floor with the same pair method the agents use
   (`gpuval_api.fabric.blame`): the nodes it names fail (FabricSlowNode, FabricSlowLink); one an
-  agent named against its group alone and the run does not is Passed. A group without a node
-  that was fine in all its pairs names no one;
+  agent named against its group alone and the run does not is Passed. A group in which no pair
+  reached the floor names no one;
 - a group below its floor that names no node is a slow group: listed in the validation status,
   no node blamed.
 
@@ -28,7 +28,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpuval_api.fabric import FabricPair, FabricThresholds, blame, find_suspects, median_pair
+from gpuval_api.fabric import FabricPair, FabricThresholds, blame, median_pair
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
 from gpuval_operator.fabricstate import FabricRecord
@@ -168,8 +168,10 @@ def classify_group(
     finals = not_formed(group) or rank0_unreachable(group)
     if finals is None:
         named: dict[str, Final] = {}
-        # Blame needs a reference: a group whose every node was slow somewhere names no one.
-        if find_suspects(group.pairs, pair_floor).good:
+        # Blame needs a reference: a group in which no pair reached the floor is slow as a
+        # whole and names no one.
+        rounds = [p for p in group.pairs if p.round >= 1]
+        if any(p.busbw_gbps is not None and p.busbw_gbps >= pair_floor for p in rounds):
             for found in blame(group.pairs, pair_floor):
                 named[found.node] = Final(Verdict.FAILED, found.reason, found.message)
         finals = [

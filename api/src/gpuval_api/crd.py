@@ -453,7 +453,11 @@ class NodeCounts(_Model):
     total: int = Field(default=0, description="Nodes selected for the run.")
     pending: int = Field(default=0, description="Nodes not started yet (waiting for their wave).")
     running: int = Field(
-        default=0, description="Nodes whose agent pod exists and has no verdict yet."
+        default=0,
+        description=(
+            "Nodes whose agent pod exists and has no verdict yet, or that passed their local "
+            "checks and wait for their fabric verdict (spec.fabric)."
+        ),
     )
     passed: int = Field(default=0, description="Nodes that passed.")
     failed: int = Field(default=0, description="Nodes that failed.")

@@ -27,6 +27,7 @@ from typing import Any
 from gpuval_api import keys
 from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, RunTrigger
+from gpuval_api.report import StatusKey
 from gpuval_operator import cron, lifecycle, planning, rollup
 from gpuval_operator.children import Follower
 from gpuval_operator.config import OperatorConfig
@@ -195,7 +196,8 @@ class ValidationController:
                 log.info("%s: resuming run %s", self.name, run.run_id)
                 spec, _ = parse_spec(self.body.get("spec"))
                 if spec is not None and spec.fabric is not None and run.completed_at is None:
-                    run.fabric = FabricRun()
+                    fabric = self._status().get(StatusKey.FABRIC) or {}
+                    run.fabric = FabricRun(started_at=parse_time(fabric.get("startedAt")))
         return self.state.run
 
     def _decide(self, spec: GpuValidationSpec | None) -> Decision:

@@ -23,6 +23,7 @@ from gpuval_operator.fabricrollup import build_fabric_status, summary_line
 from gpuval_operator.fabricstate import FabricRun
 from gpuval_operator.fabricverdicts import Classification, Final, GroupOutcome
 from gpuval_operator.fabricviews import FabricView
+from gpuval_operator.state import Phase, RunState
 
 RUN = "1-aaaa"
 T0 = 1767225600.0
@@ -307,3 +308,38 @@ def test_the_status_lists_counts_the_worst_groups_and_the_slow_ones() -> None:
     assert "reason" not in status["worstGroups"][1], "no nulls inside a list"
     assert [(g["group"], g["floorGBps"]) for g in status["slowGroups"]] == [("g2", 300.0)]
     assert status["summary"] == "4/5 passed, 1 failed, 1 slow groups; worst 361.0 GB/s"
+
+
+def test_a_node_that_passed_locally_waits_for_the_fabric_counted_running() -> None:
+    run = RunState("v", RUN, 1, 1, "created", T0, fabric=FabricRun())
+    for node in ("a", "b", "c"):
+        run.add(node, 8, f"r-{node}", f"p-{node}")
+    run.finish_node("a", Verdict.PASSED, None, "ok")
+    run.finish_node("b", Verdict.FAILED, Reason.BURN_MISMATCH, "gpu 3")
+    assert run.finished == ["b"], "a failed node's actions need no fabric"
+    assert run.nodes["a"].held and run.counts()["running"] == 1
+    assert not run.all_done()
+    run.release("a", Verdict.FAILED, Reason.FABRIC_SLOW_NODE, "slow in every pair")
+    assert run.nodes["a"].phase is Phase.FAILED and run.nodes["a"].reason is Reason.FABRIC_SLOW_NODE
+    assert run.finished == ["b", "a"]
+    assert run.local_settled() is False, "c has no local verdict yet"
+
+
+def test_a_reports_fabric_view_keeps_the_agents_verdict_beside_the_settled_one() -> None:
+    status = {
+        **build_planned_fabric_status("g1", ["a", "b"], "b"),
+        FabricKey.VERDICT: "Passed",
+        FabricKey.MESSAGE: "the run does not name it",
+        FabricKey.CLASSIFIED: True,
+        FabricKey.RESULT: {
+            "verdict": "Failed", "reason": "FabricSlowNode", "message": "slow against its group",
+            "pairs": [{"round": 1, "a": "a", "b": "b", "bytes": 1024, "busbwGBps": 12.5}],
+        },
+    }  # fmt: skip
+    view = FabricView.parse(status)
+    assert view is not None and view.classified and view.by_agent
+    assert (view.verdict, view.raw_verdict) == (Verdict.PASSED, Verdict.FAILED)
+    assert view.raw_reason is Reason.FABRIC_SLOW_NODE and view.nodes == ("a", "b")
+    assert [p.busbw_gbps for p in view.pairs] == [12.5]
+    planned = FabricView.parse(build_planned_fabric_status("g1", ["a", "b"], "a"))
+    assert planned is not None and planned.planned and planned.rank == 0

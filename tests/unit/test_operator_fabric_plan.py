@@ -145,3 +145,26 @@ def test_an_ipv6_rank_0_is_bracketed() -> None:
     container = _pod(_spec(), 2, "fd00::5")["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env[AgentEnv.FABRIC_MASTER] == "[fd00::5]:20006"
+
+
+def test_a_restart_reads_the_plan_back_in_order_and_a_lone_representative_keeps_its_domain() -> (
+    None
+):
+    domains = {"a1": "rack-a", "a2": "rack-a", "b1": "rack-b", "c1": "rack-c"}
+    plan = domain_groups(sorted(domains), 8, domains)
+    reps = fabricplan.representatives(plan, passed=set(domains))
+    assert reps == ["a1", "b1", "c1"]
+    # Reports name each node's latest group: the representatives show x1 by now.
+    found = {"g1": ("a1", "a2"), "x1": ("a1", "b1", "c1")}
+    rebuilt = fabricplan.rebuilt_groups(found, domains)
+    assert [(p.name, p.nodes, p.domain, p.cross) for p in rebuilt] == [
+        ("g0-b1", ("b1",), "rack-b", False),
+        ("g0-c1", ("c1",), "rack-c", False),
+        ("g1", ("a1", "a2"), "rack-a", False),
+        ("x1", ("a1", "b1", "c1"), None, True),
+    ]
+    assert fabricplan.representatives(rebuilt, passed=set(domains)) == reps
+    assert fabricplan.rebuilt_groups({"g2": ("c", "d"), "g1": ("a", "b")}, None) == [
+        GroupPlan("g1", ("a", "b")),
+        GroupPlan("g2", ("c", "d")),
+    ]

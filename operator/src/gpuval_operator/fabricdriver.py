@@ -27,7 +27,7 @@ from gpuval_api.report import StatusKey, build_operator_failure_status
 from gpuval_api.result import Verdict
 from gpuval_operator import fabriclife, fabricplan, names, planning
 from gpuval_operator.effects import Effects
-from gpuval_operator.fabricplan import CROSS_PREFIX, GroupPlan
+from gpuval_operator.fabricplan import GroupPlan
 from gpuval_operator.fabricpods import build_fabric_pod, fabric_config
 from gpuval_operator.fabricports import PortPool
 from gpuval_operator.fabricrollup import summary_line
@@ -90,21 +90,9 @@ class FabricDriver:
     def _rebuild(self, run: RunState, fabric: FabricRun, wanted: FabricSpec, mark: str) -> None:
         """After a restart: the groups as the reports' status.fabric name them."""
         found = fabric.planned_groups()
-        domains = self._domains(sorted({n for nodes in found.values() for n in nodes}))
         keyed = wanted.topology_key is not None
-
-        def order(name: str) -> tuple[bool, int]:
-            return name.startswith(CROSS_PREFIX), int(name[1:]) if name[1:].isdigit() else 0
-
-        plans = [
-            GroupPlan(
-                name,
-                nodes,
-                None if name.startswith(CROSS_PREFIX) or not keyed else domains[nodes[0]],
-                cross=name.startswith(CROSS_PREFIX),
-            )
-            for name, nodes in sorted(found.items(), key=lambda item: order(item[0]))
-        ]
+        domains = self._domains(sorted({n for nodes in found.values() for n in nodes}))
+        plans = fabricplan.rebuilt_groups(found, domains if keyed else None)
         fabric.add_groups(plans, self._namer(run), time.monotonic(), time.time())
         fabric.planned = True
         fabric.cross_planned = not keyed or mark.endswith(keys.FABRIC_CROSS_SUFFIX)
@@ -227,6 +215,9 @@ class FabricDriver:
     async def _open(self, run: RunState, fabric: FabricRun, spec: GpuValidationSpec) -> None:
         limit = planning.concurrency_limit(spec.max_concurrent, len(run.nodes))
         for group in fabriclife.groups_to_open(fabric, limit):
+            if group.plan.cross and not fabric.cross_planned:
+                # Read back from a plan a restart interrupted: it opens once it is marked whole.
+                continue
             group.port = group.port or self.ports.take()
             group.opened_at = time.time()
             await self._create(run, spec, group, group.members[0], None)

@@ -101,6 +101,32 @@ def cross_groups(reps: Sequence[str], size: int) -> list[GroupPlan]:
     ]
 
 
+def rebuilt_groups(
+    found: Mapping[str, tuple[str, ...]], domains: Mapping[str, str] | None
+) -> list[GroupPlan]:
+    """The plan again after a restart, from group -> nodes as the reports name them, in plan
+    order (domain groups, then cross-domain ones). With `domains` (a topology key), a node alone
+    in its domain whose report already shows its cross-domain group gets its group of one back
+    (it runs nothing; only its domain matters for choosing representatives)."""
+    groups = dict(found)
+    if domains is not None:
+        inside = {n for name, ns in groups.items() if not name.startswith(CROSS_PREFIX) for n in ns}
+        every = {n for ns in groups.values() for n in ns}
+        for node in sorted(every - inside):
+            groups[f"{DOMAIN_PREFIX}0-{node}"] = (node,)
+
+    def order(name: str) -> tuple[bool, int, str]:
+        number = name[len(CROSS_PREFIX) :]
+        return name.startswith(CROSS_PREFIX), int(number) if number.isdigit() else 0, name
+
+    plans: list[GroupPlan] = []
+    for name in sorted(groups, key=order):
+        nodes, cross = groups[name], name.startswith(CROSS_PREFIX)
+        domain = None if cross or domains is None else domains.get(nodes[0], "")
+        plans.append(GroupPlan(name, nodes, domain, cross=cross))
+    return plans
+
+
 def agent_seconds(config: FabricConfig, world: int) -> int:
     """The longest a group's agents may take once they all run: the meeting, the group's
     start-up and sweep, and each pair round (the confirmation included), each with fresh workers

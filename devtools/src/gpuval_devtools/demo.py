@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuval_api.conditions import ValidationPhase
+from gpuval_api.report import StatusKey
 from gpuval_devtools.controlplane import Cluster, GpuNode, free_port
 from gpuval_devtools.launch import (
     REPO_ROOT,
@@ -115,7 +116,7 @@ def demo_nodes(nodes: int) -> list[GpuNode]:
 
 def fabric_lines(cluster: Cluster, obj: Mapping[str, Any]) -> list[str]:
     """The fabric phase: its summary, then each node's group, verdict and busbw."""
-    fabric = (obj.get("status") or {}).get("fabric")
+    fabric = (obj.get("status") or {}).get(StatusKey.FABRIC)
     if not fabric:
         return ["  (no fabric phase: spec.fabric is unset)"]
     lines = [f"  {fabric.get('summary', '')}"]

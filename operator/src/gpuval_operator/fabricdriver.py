@@ -264,7 +264,13 @@ class FabricDriver:
         self, run: RunState, fabric: FabricRun, node: str, final: Final | None
     ) -> None:
         """The node's settled fabric verdict into its report, then its final verdict."""
-        final = final or Final(Verdict.PASSED, None, "alone in its topology domain")
+        # Only a node alone in its domain, in no cross-domain group, is in no group compared.
+        final = final or Final(
+            Verdict.NOT_RUN,
+            None,
+            "alone in its topology domain, and no other domain had a node to test across: its "
+            "fabric was not tested",
+        )
         never = any(
             m.never_started
             for name in fabric.groups_of[node]

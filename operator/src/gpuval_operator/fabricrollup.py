@@ -32,7 +32,8 @@ def node_counts(run: FabricRun) -> dict[str, int]:
         verdict: Verdict | None
         if settled is not None:
             final = settled.get(node)
-            verdict = final.verdict if final is not None else Verdict.PASSED
+            # In no group compared: alone in its domain with no cross-domain group (untested).
+            verdict = final.verdict if final is not None else Verdict.NOT_RUN
         else:
             records: list[FabricRecord | None] = [
                 run.result(run.groups[g], m)

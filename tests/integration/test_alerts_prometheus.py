@@ -30,6 +30,16 @@ from tests.support import chart
 from tests.support.kube import get_json, wait_for
 
 MISCOMPARE = [{"kind": "miscompare", "gpu": 3}]
+SLOW_FABRIC = [{"kind": "fabric-slow-node", "factor": 0.5}]
+# The fabric of a pool of four (the simulated backend computes its figures: sizes cost nothing).
+FABRIC = {
+    "groupSize": 4,
+    "minBytes": 1 << 28,
+    "maxBytes": 1 << 30,
+    "pairBytes": 1 << 30,
+    "iterations": 2,
+    "timeouts": {"gangSeconds": 30, "initSeconds": 20, "phaseSeconds": 20},
+}
 DASHBOARD = chart.CHART / "files" / "dashboard.json"
 METRIC_NAME = re.compile(r"\bgpuval_[a-z0-9_]+\b")
 
@@ -180,24 +190,32 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
 ) -> None:
     tag = uuid.uuid4().hex[:6]
     burn_pool, healthy_pool, busy_pool = f"burn-{tag}", f"healthy-{tag}", f"busy-{tag}"
+    fabric_pool = f"fabric-{tag}"
     good, bad, healthy = f"{burn_pool}-good", f"{burn_pool}-bad", f"{healthy_pool}-0"
     busy = f"{busy_pool}-0"
+    slow = f"{fabric_pool}-2"
+    linked = [f"{fabric_pool}-{i}" for i in range(4)]
     cluster.add_nodes(
         [
             chart.pool_node(good, burn_pool),
             chart.pool_node(bad, burn_pool, MISCOMPARE),
             chart.pool_node(healthy, healthy_pool),
             chart.pool_node(busy, busy_pool),
+            *(chart.pool_node(n, fabric_pool, SLOW_FABRIC if n == slow else ()) for n in linked),
         ]
     )
-    # Three validations: one with a node failing its burn, one that passes whole (so the
-    # last-success series the stale alert and a dashboard panel read exists too), and one whose
-    # node's GPUs a workload holds (NotRun: the untested panels' series, and no failure alert).
+    # Four validations: one with a node failing its burn, one that passes whole (so the
+    # last-success series the stale alert and a dashboard panel read exists too), one whose
+    # node's GPUs a workload holds (NotRun: the untested panels' series, and no failure alert),
+    # and one testing the fabric of four nodes, one of them slow (the fabric panels and alert).
     validations = {
         f"alerts-{burn_pool}": chart.validation(f"alerts-{burn_pool}", burn_pool),
         f"alerts-{healthy_pool}": chart.validation(f"alerts-{healthy_pool}", healthy_pool),
         f"alerts-{busy_pool}": chart.validation(
             f"alerts-{busy_pool}", busy_pool, nodeTimeoutSeconds=10, retry={"attempts": 1}
+        ),
+        f"alerts-{fabric_pool}": chart.validation(
+            f"alerts-{fabric_pool}", fabric_pool, fabric=FABRIC
         ),
     }
     cluster.apply([holding_gpus(busy, f"training-{tag}")])
@@ -230,6 +248,12 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
                 timeout=60,
                 interval=1,
             )
+            fabric = wait_for(
+                f"GpuvalNodeFabricFailed for {slow} to reach firing in Prometheus",
+                lambda: _firing(server, "GpuvalNodeFabricFailed", slow),
+                timeout=60,
+                interval=1,
+            )
             # The busy node's NotRun comes last (its timeout): the rest is read after Prometheus
             # has scraped it, so every series the run produced is in.
             wait_for(
@@ -255,7 +279,7 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
     finally:
         for name in validations:
             cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
-        for node in (good, bad, healthy, busy):
+        for node in (good, bad, healthy, busy, *linked):
             cluster.kubectl("delete", "node", node, "--wait=false", check=False)
         cluster.kubectl("delete", "pod", f"training-{tag}", "-n", "default", "--wait=false",
                         check=False)  # fmt: skip
@@ -266,11 +290,14 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
     assert burn["labels"]["severity"] == "critical"
     assert burn["annotations"]["summary"] == f"GPU node {bad} failed its burn: BurnMismatch"
     assert failed["labels"]["reason"] == "BurnMismatch"
-    # Only the failing node alerts: the passing ones of both validations do not.
+    assert fabric["labels"]["reason"] == "FabricSlowNode"
+    assert fabric["labels"]["validation"] == f"alerts-{fabric_pool}"
+    # Only the failing nodes alert: the passing ones of every validation do not, nor the slow
+    # node's partners in the fabric.
     alerting_nodes = {
         a["labels"].get("node") for a in alerts if a["labels"]["alertname"].startswith("GpuvalNode")
     }
-    assert alerting_nodes == {bad}
+    assert alerting_nodes == {bad, slow}
 
     assert {r["metric"]["node"] for r in grafana} == {bad}, grafana
     assert {r["metric"]["reason"] for r in grafana} == {"BurnMismatch"}

@@ -18,6 +18,7 @@ from tests.support import chart
 ALERTS = (
     "GpuvalNodeFailedBurn",
     "GpuvalNodeFailed",
+    "GpuvalNodeFabricFailed",
     "GpuvalFleetNotUniform",
     "GpuvalValidationStale",
     "GpuvalAgentPodsUnschedulable",
@@ -354,7 +355,65 @@ NOT_RUN_SERIES = [
         "series": 'gpuval_node_not_run_since_timestamp_seconds{validation="fleet",node="busy"}',
         "values": "0x1500",
     },
+    # A node whose fabric group did not form (its own fabric pod never started): NotRun, and
+    # no fabric series of a verdict either.
+    {
+        "series": 'gpuval_node_not_run_info{validation="fleet",node="gangless",'
+        'reason="FabricGangNotFormed"}',
+        "values": "1x1500",
+    },
+    {
+        "series": 'gpuval_node_not_run_since_timestamp_seconds{validation="fleet",node="gangless"}',
+        "values": "60000x1500",
+    },
 ]
+
+
+def _fabric_failed() -> list[dict[str, Any]]:
+    def alert(node: str, reason: str) -> dict[str, Any]:
+        return {
+            "exp_labels": {
+                "severity": "warning", "validation": "fleet", "node": node, "reason": reason,
+            },
+            "exp_annotations": {
+                "summary": f"GPU node {node} failed the fabric test: {reason}",
+                "description": (
+                    f"GpuValidation fleet named node {node} in its cross-node NCCL test "
+                    f"({reason}). Multi-node jobs on it run at its pace or hang. Its report's "
+                    "status.fabric names the partners, the figures and the transport: kubectl "
+                    "get gpunodereports -l gpuval.dev/validation=fleet"
+                ),
+            },
+        }  # fmt: skip
+
+    failure = 'gpuval_node_fabric_failure_info{{validation="fleet",node="{}",reason="{}"}}'
+    passed = 'gpuval_node_fabric_passed{{validation="fleet",node="{}"}}'
+    return [
+        {
+            "interval": "1m",
+            "input_series": [
+                {"series": passed.format("gpu-1"), "values": "1x10"},
+                {"series": passed.format("gpu-2"), "values": "0x10"},
+                {"series": failure.format("gpu-2", "FabricSlowNode"), "values": "1x10"},
+                {"series": passed.format("gpu-3"), "values": "0x10"},
+                {"series": failure.format("gpu-3", "FabricSlowLink"), "values": "1x10"},
+                {"series": passed.format("gpu-4"), "values": "0x10"},
+                {"series": failure.format("gpu-4", "FabricUnreachable"), "values": "1x10"},
+            ],
+            "alert_rule_test": [
+                {
+                    # for: 0m: a node the fabric named alerts at the first evaluation.
+                    "eval_time": "0m",
+                    "alertname": "GpuvalNodeFabricFailed",
+                    "exp_alerts": [
+                        alert("gpu-2", "FabricSlowNode"),
+                        alert("gpu-3", "FabricSlowLink"),
+                        alert("gpu-4", "FabricUnreachable"),
+                    ],
+                },
+            ],
+        }
+    ]
 
 
 def _untested() -> list[dict[str, Any]]:
@@ -385,7 +444,12 @@ def _untested() -> list[dict[str, Any]]:
 
 def _not_run_never_fails() -> list[dict[str, Any]]:
     """A NotRun node for a day: none of the failure alerts fire for it."""
-    quiet = ("GpuvalNodeFailedBurn", "GpuvalNodeFailed", "GpuvalFleetNotUniform")
+    quiet = (
+        "GpuvalNodeFailedBurn",
+        "GpuvalNodeFailed",
+        "GpuvalNodeFabricFailed",
+        "GpuvalFleetNotUniform",
+    )
     return [
         {
             "interval": "1m",
@@ -401,6 +465,7 @@ CASES = {
     "GpuvalNodeUntested": _untested,
     "GpuvalNodeFailedBurn": _failed_burn,
     "GpuvalNodeFailed": _node_failed,
+    "GpuvalNodeFabricFailed": _fabric_failed,
     "GpuvalFleetNotUniform": _not_uniform,
     "GpuvalValidationStale": _stale,
     "GpuvalAgentPodsUnschedulable": _unschedulable,

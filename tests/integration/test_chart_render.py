@@ -145,6 +145,7 @@ def test_monitoring_objects_are_absent_by_default_and_present_when_toggled() -> 
     assert set(alerts) == {
         "GpuvalNodeFailedBurn",
         "GpuvalNodeFailed",
+        "GpuvalNodeFabricFailed",
         "GpuvalFleetNotUniform",
         "GpuvalValidationStale",
         "GpuvalAgentPodsUnschedulable",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -30,10 +30,12 @@ class Fleet:
         faults: Sequence[dict[str, Any]] = (),
         *,
         taints: Sequence[dict[str, str]] = (),
+        labels: Mapping[str, str] | None = None,
         **simulate: Any,
     ) -> str:
         node = simulated_node(name, faults, **simulate)
-        labelled = dataclasses.replace(node, labels={"gpuval-test": self.label}, taints=taints)
+        own = {**(labels or {}), "gpuval-test": self.label}
+        labelled = dataclasses.replace(node, labels=own, taints=taints)
         self.cluster.add_nodes([labelled])
         self.nodes.append(name)
         return name

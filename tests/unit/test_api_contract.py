@@ -15,6 +15,7 @@ import pytest
 from gpuval_api import conditions, keys, kubernetes, report
 from gpuval_api.crd import GpuNodeReportStatus, ReportSummary, RunTrigger
 from gpuval_api.env import AgentEnv, OperatorEnv
+from gpuval_api.fabric import FabricKey, FabricStatus
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
 
@@ -99,3 +100,8 @@ def test_report_status_keys_are_the_crds_field_names() -> None:
     assert {str(k) for k in report.StatusKey} == aliases
     summary = {f.alias or n for n, f in ReportSummary.model_fields.items()}
     assert {str(k) for k in report.SummaryKey} == summary
+
+
+def test_fabric_status_keys_are_the_crds_field_names() -> None:
+    aliases = {f.alias or n for n, f in FabricStatus.model_fields.items()}
+    assert {str(k) for k in FabricKey} == aliases

@@ -5,9 +5,11 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuval_api.fabric import build_planned_fabric_status
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
 from gpuval_operator import names
+from gpuval_operator.ingest import ChildIngest
 from gpuval_operator.metrics import make_registry
 from gpuval_operator.registry import Registry, ValidationState
 from gpuval_operator.state import RunState
@@ -112,3 +114,32 @@ def test_every_failed_check_of_a_node_is_a_series_not_only_its_first_reason() ->
         name == "gpuval_node_check_failure_info" and dict(labels)["node"] == "a"
         for name, labels in got
     )
+
+
+def test_fabric_series_come_from_settled_reports_and_a_not_run_node_has_none() -> None:
+    state = ValidationState("fleet")
+    ingest = ChildIngest(state, per_gpu=False)
+
+    def report(node: str, run: str, verdict: str, reason: str | None, classified: bool) -> None:
+        fabric = {
+            **build_planned_fabric_status("g1", ["a", "b", "c"], node),
+            "verdict": verdict, "reason": reason, "busbwGBps": 300.0, "classified": classified,
+        }  # fmt: skip
+        spec = {"node": node, "run": run}
+        ingest.on_report({"metadata": {"name": node}, "spec": spec, "status": {"fabric": fabric}})
+
+    report("a", "1-aaaa", "Passed", None, True)
+    report("b", "1-aaaa", "Failed", "FabricSlowNode", True)
+    report("c", "1-aaaa", "NotRun", "FabricGangNotFormed", True)
+    report("a", "2-bbbb", "Failed", "FabricSlowLink", False)  # not settled yet: not read
+    registry = Registry()
+    registry["fleet"] = state
+    text = generate_latest(make_registry(registry)).decode()
+    assert 'gpuval_node_fabric_passed{node="a",validation="fleet"} 1.0' in text
+    assert 'gpuval_node_fabric_passed{node="b",validation="fleet"} 0.0' in text
+    assert (
+        'gpuval_node_fabric_failure_info{node="b",reason="FabricSlowNode",validation="fleet"} 1.0'
+        in text
+    )
+    assert 'node="c"' not in text
+    assert 'gpuval_fabric_group_busbw_bytes_per_second{group="g1",validation="fleet"} 3e+11' in text

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpuval_api.crd import GpuValidation
-from gpuval_api.views import FailureView, FleetView, UnitView
+from gpuval_api.views import FabricFinding, FailureView, FleetView, UnitView
 from gpuval_operator import plugin
 from tests.support.fleets import sample_fleet, validation
 
@@ -33,6 +33,22 @@ def test_status_caps_each_section_and_says_how_many_more() -> None:
 
     assert out.count("BurnNaN") == plugin.MAX_LINES
     assert "... and 5 more" in out
+
+
+def test_status_shows_the_fabric_summary_and_the_nodes_the_fabric_named() -> None:
+    named = FabricFinding("g1", "Failed", "FabricSlowNode", "slow in every pair", 180.0)
+    units = (
+        UnitView("n1", "Passed", fabric=FabricFinding("g1", "Passed", None, "", 361.0)),
+        UnitView("n2", "Failed", reason="FabricSlowNode", fabric=named),
+        UnitView("n3", "Passed"),
+    )
+    view = FleetView(
+        "GpuValidation f", "fleet", "node", "Failed", units, fabric_summary="1/2 passed, 1 failed"
+    )
+    out = plugin.render_status(view, GpuValidation.model_validate({"metadata": {"name": "f"}}))
+    assert "Fabric: 1/2 passed, 1 failed" in out
+    assert "  n2  group g1  FabricSlowNode: slow in every pair" in out
+    assert "n1  group" not in out
 
 
 def test_list_prints_one_line_per_validation() -> None:

@@ -44,3 +44,53 @@ def test_disagreeing_gpu_counts_are_invalid() -> None:
     assert errors == [
         "spec.expected.gpuCount=8 disagrees with spec.checks.driver.expectedGpus=4; set one of them"
     ]
+
+
+def test_a_valid_fabric_spec_has_no_errors() -> None:
+    spec, errors = parse_spec(
+        {
+            "fabric": {
+                "groupSize": 4,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "expectedTransport": "IB",
+                "ncclEnv": [{"name": "NCCL_NET", "value": "IB"}],
+            }
+        }
+    )
+    assert errors == [] and spec is not None and spec.fabric is not None
+
+
+def test_fabric_sizes_out_of_order_name_both_fields() -> None:
+    spec, errors = parse_spec({"fabric": {"minBytes": 1 << 30, "maxBytes": 1 << 20}})
+    assert spec is None and len(errors) == 1
+    assert "fabric.minBytes (1073741824) is larger than fabric.maxBytes (1048576)" in errors[0]
+    assert "set minBytes <= maxBytes" in errors[0]
+
+
+def test_a_topology_key_that_is_no_label_key_is_invalid() -> None:
+    _, errors = parse_spec({"fabric": {"topologyKey": "Rack Name/x"}})
+    assert errors == [
+        "spec.fabric.topologyKey='Rack Name/x': not a label key (its prefix is not a DNS "
+        "subdomain (lowercase letters, digits, '-' and '.')); use a node label such as "
+        "topology.kubernetes.io/zone"
+    ]
+
+
+def test_an_expected_transport_the_nccl_environment_forbids_is_invalid() -> None:
+    _, errors = parse_spec(
+        {
+            "fabric": {
+                "expectedTransport": "IB",
+                "ncclEnv": [{"name": "NCCL_NET", "value": "Socket"}],
+            }
+        }
+    )
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.fabric.expectedTransport=IB: contradicts")
+    assert "NCCL_NET='Socket'" in errors[0]
+
+
+def test_a_variable_given_twice_in_the_nccl_environment_is_invalid() -> None:
+    env = [{"name": "NCCL_IB_HCA", "value": "mlx5_0"}, {"name": "NCCL_IB_HCA", "value": "mlx5_1"}]
+    _, errors = parse_spec({"fabric": {"ncclEnv": env}})
+    assert errors == ["spec.fabric.ncclEnv[NCCL_IB_HCA]: given 2 times; give each variable once"]

@@ -53,3 +53,5 @@ class EventReason(StrEnum):
     NODE_NOT_RUN = "NodeNotRun"  # on the GpuValidation and the node: not tested, no action
     NODE_QUEUED = "NodeQueued"  # a node added to the run (joined, rebooted, stack changed, retry)
     DRY_RUN = "DryRunNodeAction"  # on the node: what would have been done
+    FABRIC_STARTED = "FabricStarted"  # the run's fabric groups are planned
+    FABRIC_COMPLETED = "FabricCompleted"  # every group compared: the fabric's verdicts settled

@@ -18,6 +18,7 @@ from pydantic.alias_generators import to_camel
 from gpuval_api.checks import ChecksConfig
 from gpuval_api.conditions import ConditionType
 from gpuval_api.fabric import FabricSpec, FabricStatus
+from gpuval_api.fabricsummary import FabricRunStatus
 from gpuval_api.reasons import Reason
 from gpuval_api.report import REPORT_VERDICTS, ReportPhase
 from gpuval_api.result import Verdict
@@ -452,7 +453,11 @@ class NodeCounts(_Model):
     total: int = Field(default=0, description="Nodes selected for the run.")
     pending: int = Field(default=0, description="Nodes not started yet (waiting for their wave).")
     running: int = Field(
-        default=0, description="Nodes whose agent pod exists and has no verdict yet."
+        default=0,
+        description=(
+            "Nodes whose agent pod exists and has no verdict yet, or that passed their local "
+            "checks and wait for their fabric verdict (spec.fabric)."
+        ),
     )
     passed: int = Field(default=0, description="Nodes that passed.")
     failed: int = Field(default=0, description="Nodes that failed.")
@@ -563,6 +568,9 @@ class GpuValidationStatus(_Model):
         default_factory=list, max_length=50, description="Uniformity outliers, at most 50."
     )
     outliers_omitted: int = Field(default=0, description="Outliers beyond the listed ones.")
+    fabric: FabricRunStatus | None = Field(
+        default=None, description="The run's fabric phase (spec.fabric): counts and worst groups."
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Succeeded, NodesHealthy, Uniform and Invalid.",

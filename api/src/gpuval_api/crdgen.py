@@ -218,6 +218,7 @@ def build_crds() -> dict[str, dict[str, Any]]:
             {"name": "Passed", "type": "integer", "jsonPath": ".status.nodes.passed"},
             {"name": "Failed", "type": "integer", "jsonPath": ".status.nodes.failed"},
             _condition_column("Uniform", "Uniform"),
+            {"name": "Fabric", "type": "string", "jsonPath": ".status.fabric.summary"},
             {"name": "Last Run", "type": "date", "jsonPath": ".status.run.startedAt"},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ],

@@ -17,12 +17,12 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpuval_api.checks import MAX_FIGURE, camel
-from gpuval_api.reasons import Reason
+from gpuval_api.reasons import Reason, verdict_of
 from gpuval_api.report import TERMINATION_MESSAGE_LIMIT, StatusKey, one_line
 from gpuval_api.result import NcclSize, Verdict
 
@@ -33,6 +33,8 @@ GIB = 1 << 30
 # the pod runner read the same names).
 FABRIC_SUBCOMMAND = "fabric"
 FABRIC_POD_COMMAND = ("gpuval-agent", FABRIC_SUBCOMMAND, "--cluster")
+# The check a fabric failure is listed under in a report's status.failures.
+FABRIC_CHECK = FABRIC_SUBCOMMAND
 
 
 class _Model(BaseModel):
@@ -353,20 +355,40 @@ def blame(pairs: Sequence[FabricPair], floor: float) -> list[Blame]:
     return sorted(found, key=lambda b: (b.node, b.reason))
 
 
+class FabricKey(StrEnum):
+    """Keys of a GpuNodeReport's `status.fabric` (FabricStatus's field names)."""
+
+    GROUP = "group"
+    RANK = "rank"
+    WORLD = "world"
+    NODES = "nodes"
+    VERDICT = "verdict"
+    REASON = "reason"
+    MESSAGE = "message"
+    BUSBW = "busbwGBps"
+    TRANSPORT = "transport"
+    RESULT = "result"
+    CLASSIFIED = "classified"
+
+
 class FabricStatus(_Model):
     """`status.fabric` of a node's GpuNodeReport: its group's figures and its fabric verdict
-    (written by its fabric agent; the operator rewrites the verdict once it has compared the
+    (written by its fabric agent; the operator writes the group alone when it plans the run's
+    groups, records what an agent could not, and rewrites the verdict once it has compared the
     run's groups and pairs)."""
 
     group: str = Field(max_length=253, description="The fabric group's name.")
     rank: int = Field(ge=0, le=MAX_GROUP, description="This node's rank in the group.")
     world: int = Field(ge=1, le=MAX_GROUP, description="Nodes in the group.")
+    nodes: list[Annotated[str, Field(max_length=253)]] | None = Field(
+        default=None, max_length=MAX_GROUP, description="The group's nodes by rank."
+    )
     verdict: Verdict | None = Field(
         default=None,
         json_schema_extra={
             "enum": [str(Verdict.PASSED), str(Verdict.FAILED), str(Verdict.NOT_RUN)]
         },
-        description="Passed, Failed (the fabric named this node) or NotRun.",
+        description="Passed, Failed (the fabric named this node) or NotRun; absent: planned.",
     )
     reason: Reason | None = Field(default=None, description="Why, when not Passed.")
     message: str = Field(default="", max_length=1024, description="One line about it.")
@@ -378,6 +400,13 @@ class FabricStatus(_Model):
         default=None,
         description="The fabric agent's whole result (schema gpuval.dev/v1alpha1/fabric).",
     )
+    classified: bool | None = Field(
+        default=None,
+        description=(
+            "True once the operator compared the run's groups and settled verdict, reason and "
+            "message (result keeps the agent's own)."
+        ),
+    )
 
 
 def build_fabric_status(result: FabricResult) -> dict[str, object]:
@@ -386,6 +415,7 @@ def build_fabric_status(result: FabricResult) -> dict[str, object]:
         group=result.group,
         rank=result.rank,
         world=len(result.nodes),
+        nodes=list(result.nodes),
         verdict=result.verdict,
         reason=result.reason,
         message=result.message[:1024],
@@ -396,13 +426,42 @@ def build_fabric_status(result: FabricResult) -> dict[str, object]:
     return status.model_dump(mode="json", by_alias=True)
 
 
+def build_planned_fabric_status(group: str, nodes: Sequence[str], node: str) -> dict[str, object]:
+    """`status.fabric` as the operator writes it when it plans the run's groups: the group and
+    the node's rank in it, every other field cleared (a merge patch's null), so a node's earlier
+    group (a representative's, before its cross-domain group) is not read as this one's."""
+    status = FabricStatus(group=group, rank=list(nodes).index(node), world=len(nodes))
+    status.nodes = list(nodes)
+    body = status.model_dump(mode="json", by_alias=True)
+    body[FabricKey.MESSAGE] = None
+    return body
+
+
+def build_operator_fabric_status(
+    group: str, nodes: Sequence[str], node: str, reason: Reason, message: str
+) -> dict[str, object]:
+    """`status.fabric` the operator records for a node whose fabric agent could not (its pod
+    never started, hung past its deadline, failed without a verdict): the verdict is the
+    reason's class (gpuval_api.reasons), the figures cleared."""
+    body = build_planned_fabric_status(group, nodes, node)
+    body[FabricKey.VERDICT] = str(verdict_of(reason))
+    body[FabricKey.REASON] = str(reason)
+    body[FabricKey.MESSAGE] = one_line(message)
+    return body
+
+
+# What a termination message leaves out: the result document and the group's node list (too big
+# for the kubelet's 4096 bytes), and the operator's mark (an agent's verdict is never classified).
+_NOT_IN_TERMINATION = {"result", "nodes", "classified"}
+
+
 def build_fabric_termination_message(status: Mapping[str, object]) -> str:
-    """A fabric agent's `status.fabric` without the result document, as compact JSON within
-    the kubelet's termination-message limit, wrapped as {"fabric": {...}}: the node's fabric
-    verdict survives an API server the agent could not reach (the operator reads it back with
-    `parse_fabric_termination_message`)."""
+    """A fabric agent's `status.fabric` without the result document (and the node list), as
+    compact JSON within the kubelet's termination-message limit, wrapped as {"fabric": {...}}:
+    the node's fabric verdict survives an API server the agent could not reach (the operator
+    reads it back with `parse_fabric_termination_message`)."""
     compact = FabricStatus.model_validate(status).model_dump(
-        mode="json", by_alias=True, exclude={"result"}
+        mode="json", by_alias=True, exclude=_NOT_IN_TERMINATION
     )
     compact["message"] = one_line(str(compact.get("message") or ""), 512)
 
@@ -431,4 +490,4 @@ def parse_fabric_termination_message(text: str | None) -> dict[str, object] | No
         return None
     if status.verdict is None:
         return None
-    return status.model_dump(mode="json", by_alias=True, exclude={"result"})
+    return status.model_dump(mode="json", by_alias=True, exclude=_NOT_IN_TERMINATION)

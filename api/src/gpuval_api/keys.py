@@ -23,9 +23,19 @@ LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 AGENT_COMPONENT: Final = "agent"
 ANNOTATION_NODE: Final = f"{PREFIX}/node"
 ANNOTATION_GPUS: Final = f"{PREFIX}/gpus"
+# On fabric pods (cross-node NCCL): the group's name and the pod's rank in it, and the rendezvous
+# port the operator picked for the group (a restarted operator reuses it).
+LABEL_FABRIC_GROUP: Final = f"{PREFIX}/fabric-group"
+LABEL_FABRIC_RANK: Final = f"{PREFIX}/fabric-rank"
+ANNOTATION_FABRIC_PORT: Final = f"{PREFIX}/fabric-port"
 
 # On GpuValidations.
 ANNOTATION_PLANNED_RUN: Final = f"{PREFIX}/planned-run"
+# Every member of the run's fabric plan has its group in its report's status.fabric: the run's id
+# once the groups inside domains are written, FABRIC_CROSS_SUFFIX added once the cross-domain
+# groups are too.
+ANNOTATION_FABRIC_PLANNED: Final = f"{PREFIX}/fabric-planned"
+FABRIC_CROSS_SUFFIX: Final = "/cross"
 
 # On nodes.
 NODE_LABEL_VERDICT: Final = f"{PREFIX}/verdict"

@@ -93,6 +93,17 @@ class FailureView:
 
 
 @dataclass(frozen=True, slots=True)
+class FabricFinding:
+    """A node's fabric result: its group (its last one, for a node in two), verdict, reason."""
+
+    group: str
+    verdict: str | None
+    reason: str | None = None
+    message: str = ""
+    busbw_gbps: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class UnitView:
     """A node of a fleet or a GPU of a machine."""
 
@@ -105,6 +116,7 @@ class UnitView:
     failures: tuple[FailureView, ...] = ()
     # NCCL all-reduce sweep: (message bytes, busbw GB/s), smallest first.
     nccl: tuple[tuple[int, float], ...] = ()
+    fabric: FabricFinding | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +160,12 @@ class FleetView:
     conditions: tuple[tuple[str, str, str, str], ...] = ()  # type, status, reason, message
     run: str = ""
     failing_omitted: int = 0
+    fabric_summary: str = ""  # the validation's status.fabric.summary; empty without a fabric
+
+    @property
+    def fabric_named(self) -> list[UnitView]:
+        """Nodes the fabric test named (its Failed verdicts), by name."""
+        return [u for u in self.units if u.fabric is not None and u.fabric.verdict == FAILED]
 
     @property
     def counts(self) -> dict[str, int]:
@@ -259,6 +277,15 @@ def _parse_result(document: object) -> AgentResult | None:
         return None
 
 
+def fabric_finding(report: GpuNodeReport) -> FabricFinding | None:
+    fabric = report.status.fabric if report.status is not None else None
+    if fabric is None:
+        return None
+    verdict = str(fabric.verdict) if fabric.verdict is not None else None
+    reason = str(fabric.reason) if fabric.reason is not None else None
+    return FabricFinding(fabric.group, verdict, reason, fabric.message, fabric.busbw_gbps)
+
+
 def node_unit(report: GpuNodeReport) -> UnitView:
     """A fleet's unit: one node, from its GpuNodeReport."""
     node = report.spec.node
@@ -288,6 +315,7 @@ def node_unit(report: GpuNodeReport) -> UnitView:
         environment=_node_environment(result) if result else {},
         failures=failures,
         nccl=nccl_curve(result.check("nccl")) if result else (),
+        fabric=fabric_finding(report),
     )
 
 
@@ -315,4 +343,5 @@ def fleet_of_units(validation: GpuValidation, node_units: Iterable[UnitView]) ->
         conditions=conditions,
         run=(status.run.id if status and status.run else ""),
         failing_omitted=(status.failing_nodes_omitted if status else 0),
+        fabric_summary=(status.fabric.summary if status and status.fabric else ""),
     )

@@ -138,6 +138,34 @@ def untested_panels() -> list[Builder[models.Panel]]:
     return [by_reason, since]
 
 
+def fabric_panels() -> list[Builder[models.Panel]]:
+    """The cross-node NCCL test (spec.fabric): each group's busbw, lowest first, and the nodes it
+    named with the reason (a group that did not form is NotRun: it shows under untested)."""
+    groups = (
+        bargauge.Panel().id(61).title("Fabric groups: all-reduce busbw, lowest first")
+        .datasource(DATASOURCE).span(12).height(8).unit("Bps").min(0)
+        .with_target(query(
+            f"sort(gpuval_fabric_group_busbw_bytes_per_second{{{VALIDATION}}})",
+            "{{validation}} {{group}}", instant=True,
+        ))
+        .display_mode(common_models.BarGaugeDisplayMode.BASIC)
+        .orientation(common_models.VizOrientation.HORIZONTAL)
+    )  # fmt: skip
+    named = (
+        table.Panel().id(62).title("Nodes the fabric named: reason").datasource(DATASOURCE)
+        .span(12).height(8)
+        .with_target(query(f"gpuval_node_fabric_failure_info{{{SELECT}}} == 1", instant=True)
+                     .format(prometheus_models.PromQueryFormat.TABLE))
+    )  # fmt: skip
+    verdicts = (
+        statetimeline.Panel().id(63).title("Node fabric verdicts (1 passed, 0 failed)")
+        .datasource(DATASOURCE).span(24).height(8)
+        .with_target(query(f"gpuval_node_fabric_passed{{{SELECT}}}", "{{node}}"))
+        .thresholds(_thresholds((None, "red"), (1, "green")))
+    )  # fmt: skip
+    return [groups, named, verdicts]
+
+
 def _ratio_to_median(metric: str) -> str:
     series = f"{metric}{{{SELECT}}}"
     return (
@@ -208,8 +236,9 @@ def _variable(name: str, label: str, source: str) -> dashboard.QueryVariable:
 def build() -> dashboard.Dashboard:
     board = (
         dashboard.Dashboard("gpuval: GPU node validation").uid(UID)
-        .description("Verdicts, burn throughput, bandwidths, NCCL busbw and temperatures of the "
-                     "GPU nodes gpuval validates, with the slowest nodes named.")
+        .description("Verdicts, burn throughput, bandwidths, NCCL busbw (in the node and across "
+                     "nodes) and temperatures of the GPU nodes gpuval validates, with the slowest "
+                     "nodes named.")
         .tags(["gpuval", "gpu"]).timezone("utc").editable().refresh("1m").time("now-7d", "now")
         .with_variable(dashboard.DatasourceVariable("datasource").label("Data source")
                        .type("prometheus"))
@@ -218,6 +247,7 @@ def build() -> dashboard.Dashboard:
     )  # fmt: skip
     _add(board, "Verdicts", verdict_panels(), 1)
     _add(board, "Untested nodes (NotRun: no action taken, never a failure)", untested_panels(), 50)
+    _add(board, "Fabric: NCCL across nodes (spec.fabric)", fabric_panels(), 60)
     distributions = [
         *distribution_panels(11, "Burn throughput", "gpuval_node_burn_flops_per_second", "flops"),
         *distribution_panels(13, "Host to device", "gpuval_node_h2d_bytes_per_second", "Bps"),

@@ -1,12 +1,14 @@
 """`make demo`: gpuval end to end on a local control plane with simulated GPU nodes.
 
 Starts the control plane (built from Go modules and cached by gpuval_devtools.controlplane) with
-four simulated 8-GPU nodes, one of them faulty (GPU 3 computes wrong results), installs the CRDs,
-runs the real operator and the pod runner (which runs the real agent, with its simulated backend,
-for every agent pod that gets scheduled), applies examples/gpuvalidation-fleet.yaml, waits for the
-run to finish, and prints `kubectl get gpuvalidations,gpunodereports`, the nodes' verdict labels and
-taints, an excerpt of the operator's /metrics, `kubectl gpuval status fleet`, and last the path of
-the HTML fleet report `kubectl gpuval report` wrote.
+six simulated 8-GPU nodes, three of them faulty (GPU 3 of the last computes wrong results, GPU 5
+of the one before throttles, gpu-node-1's network is slow), installs the CRDs, runs the real
+operator and the pod runner (which runs the real agent, with its simulated backend, for every
+agent and fabric pod that gets scheduled), applies examples/gpuvalidation-fleet.yaml, waits for
+the run to finish, local checks and fabric phase, and prints `kubectl get
+gpuvalidations,gpunodereports`, the fabric's result, the nodes' verdict labels and taints, an
+excerpt of the operator's /metrics, `kubectl gpuval status fleet`, and last the path of the HTML
+fleet report `kubectl gpuval report` wrote.
 
 `python -m gpuval_devtools.demo [--keep] [--nodes N]`; with --keep the cluster stays up and its
 kubeconfig is printed.
@@ -22,11 +24,12 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gpuval_api.conditions import ValidationPhase
+from gpuval_api.report import StatusKey
 from gpuval_devtools.controlplane import Cluster, GpuNode, free_port
 from gpuval_devtools.launch import (
     REPO_ROOT,
@@ -82,6 +85,8 @@ def metrics_excerpt(port: int) -> str:
         "gpuval_node_passed",
         "gpuval_node_failure_info",
         "gpuval_node_burn_flops_per_second",
+        "gpuval_node_fabric",
+        "gpuval_fabric_group_busbw",
         "gpuval_operator_build_info",
     )
     return "\n".join(line for line in text.splitlines() if line.startswith(keep))
@@ -91,13 +96,41 @@ def banner(text: str) -> None:
     print(f"\n=== {text}", flush=True)
 
 
+# The node whose network is slow (one NIC of eight down, and more): the fabric names it once four
+# nodes pass their local checks (a slow node is told from a slow link by two pairs and a fast one).
+FABRIC_SLOW = 1
+FABRIC_NODES = 6
+
+
 def demo_nodes(nodes: int) -> list[GpuNode]:
-    """Healthy nodes, the last one computing wrong results on GPU 3, and from three nodes on the
-    one before it throttling GPU 5 (slow: the report's outlier)."""
+    """Healthy nodes, the last one computing wrong results on GPU 3, from three nodes on the one
+    before it throttling GPU 5 (slow: the report's outlier), and from six nodes on gpu-node-1
+    with a slow network (the fabric names it)."""
     faults: dict[int, list[dict[str, Any]]] = {nodes - 1: [{"kind": "miscompare", "gpu": 3}]}
     if nodes >= 3:
         faults[nodes - 2] = [{"kind": "thermal-slowdown", "gpu": 5}]
+    if nodes >= FABRIC_NODES:
+        faults[FABRIC_SLOW] = [{"kind": "fabric-slow-node", "factor": 0.7}]
     return [simulated_node(f"gpu-node-{i}", faults=faults.get(i, ())) for i in range(nodes)]
+
+
+def fabric_lines(cluster: Cluster, obj: Mapping[str, Any]) -> list[str]:
+    """The fabric phase: its summary, then each node's group, verdict and busbw."""
+    fabric = (obj.get("status") or {}).get(StatusKey.FABRIC)
+    if not fabric:
+        return ["  (no fabric phase: spec.fabric is unset)"]
+    lines = [f"  {fabric.get('summary', '')}"]
+    for group in fabric.get("worstGroups") or []:
+        lines.append(
+            f"  group {group['group']}: {group['nodes']} nodes, busbw "
+            f"{group.get('busbwGBps', 0):.1f} GB/s {group.get('reason', '')}".rstrip()
+        )
+    columns = (
+        "custom-columns=NODE:.spec.node,GROUP:.status.fabric.group,FABRIC:.status.fabric.verdict,"
+        "REASON:.status.fabric.reason,MESSAGE:.status.fabric.message"
+    )
+    listed = cluster.kubectl("get", "gpunodereports", "-o", columns).stdout.rstrip()
+    return [*lines, *(f"  {line[:160]}" for line in listed.splitlines())]
 
 
 def kubectl_gpuval(cluster: Cluster, *args: str) -> str:
@@ -130,9 +163,10 @@ def show_results(cluster: Cluster, workdir: Path) -> None:
 def run_demo(nodes: int, keep: bool, timeout: float) -> int:
     cluster_nodes = demo_nodes(nodes)
     slow = f", gpu-node-{nodes - 2} is slow" if nodes >= 3 else ""
+    fabric = f", gpu-node-{FABRIC_SLOW}'s network is slow" if nodes >= FABRIC_NODES else ""
     banner(
         f"starting the local control plane with {nodes} simulated 8-GPU nodes "
-        f"(gpu-node-{nodes - 1} computes wrong results{slow})"
+        f"(gpu-node-{nodes - 1} computes wrong results{slow}{fabric})"
     )
     cluster = Cluster.start("gpuval-demo", cluster_nodes)
     workdir = Path(tempfile.mkdtemp(prefix="gpuval-demo-"))
@@ -157,6 +191,8 @@ def run_demo(nodes: int, keep: bool, timeout: float) -> int:
             banner("conditions")
             for cond in obj["status"]["conditions"]:
                 print(f"  {cond['type']}={cond['status']} ({cond['reason']}): {cond['message']}")
+            banner("fabric: NCCL all-reduce across the nodes that passed their local checks")
+            print("\n".join(fabric_lines(cluster, obj)))
             banner("kubectl get nodes -L gpuval.dev/verdict,gpuval.dev/reason (and taints)")
             print(
                 cluster.kubectl(
@@ -186,7 +222,10 @@ def run_demo(nodes: int, keep: bool, timeout: float) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpuval_devtools.demo", description=__doc__)
     parser.add_argument(
-        "--nodes", type=int, default=4, help="simulated GPU nodes (the last two are faulty)"
+        "--nodes",
+        type=int,
+        default=FABRIC_NODES,
+        help="simulated GPU nodes (the last two are faulty; from six on, gpu-node-1's network)",
     )
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
     parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for the run")

@@ -21,17 +21,21 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuval_api import keys
 from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, RunTrigger
+from gpuval_api.report import StatusKey
 from gpuval_operator import cron, lifecycle, planning, rollup
 from gpuval_operator.children import Follower
 from gpuval_operator.config import OperatorConfig
 from gpuval_operator.effects import REPORTS_PATH, Effects
 from gpuval_operator.execution import RunDriver
+from gpuval_operator.fabricdriver import FabricDriver
+from gpuval_operator.fabricports import PortPool
+from gpuval_operator.fabricstate import FabricRun
 from gpuval_operator.ingest import ChildIngest
 from gpuval_operator.kube import ApiError, KubeClient
 from gpuval_operator.lifecycle import Decision, RunFacts, Step
@@ -55,6 +59,8 @@ class Context:
     client: KubeClient
     config: OperatorConfig
     registry: Registry
+    # The fabric groups' rendezvous ports, unique across this operator's validations.
+    ports: PortPool = field(default_factory=PortPool)
 
 
 class SupersededError(Exception):
@@ -87,14 +93,25 @@ class ValidationController:
         self.reports = ReportPlanner(self.effects, self.ingest.wake.set)
         self.actor = NodeActor(self.effects)
         self.tracker = NodeTracker(ctx.client, name, self.ingest.wake.set)
+        self.ports = ctx.ports
+        fabric = FabricDriver(
+            effects=self.effects, tracker=self.tracker, ports=ctx.ports,
+            annotations=self._annotations, changed=self._changed,
+        )  # fmt: skip
         self.driver = RunDriver(
             state=self.state, effects=self.effects, actor=self.actor, tracker=self.tracker,
-            reports=self.reports, ingest=self.ingest,
+            reports=self.reports, ingest=self.ingest, fabric=fabric,
         )  # fmt: skip
         self.invalid_generation: int | None = None
 
     def _status(self) -> dict[str, Any]:
         return dict(self.body.get("status") or {})
+
+    def _annotations(self) -> dict[str, str]:
+        return dict((self.body.get("metadata") or {}).get("annotations") or {})
+
+    def _changed(self) -> None:
+        self.ingest.dirty = True
 
     def generation(self) -> int:
         return int((self.body.get("metadata") or {}).get("generation") or 1)
@@ -173,11 +190,16 @@ class ValidationController:
             first = False
 
     def _resume(self) -> RunState | None:
-        """The run recorded in the status, rebuilt (its nodes come from its reports)."""
+        """The run recorded in the status, rebuilt (its nodes come from its reports; its fabric
+        phase, when going on, from its reports and pods)."""
         if self.state.run is None:
-            self.state.run = rollup.read_run(self.name, self._status(), self.state)
-            if self.state.run is not None:
-                log.info("%s: resuming run %s", self.name, self.state.run.run_id)
+            run = self.state.run = rollup.read_run(self.name, self._status(), self.state)
+            if run is not None:
+                log.info("%s: resuming run %s", self.name, run.run_id)
+                spec, _ = parse_spec(self.body.get("spec"))
+                if spec is not None and spec.fabric is not None and run.completed_at is None:
+                    fabric = self._status().get(StatusKey.FABRIC) or {}
+                    run.fabric = FabricRun(started_at=parse_time(fabric.get("startedAt")))
         return self.state.run
 
     def _decide(self, spec: GpuValidationSpec | None) -> Decision:
@@ -199,7 +221,10 @@ class ValidationController:
         )
 
     def _follow_nodes(self, spec: GpuValidationSpec) -> None:
-        self.tracker.follow(spec.node_selector.to_query() if spec.node_selector else "")
+        self.tracker.follow(
+            spec.node_selector.to_query() if spec.node_selector else "",
+            spec.fabric.topology_key if spec.fabric is not None else None,
+        )
 
     async def _step(self) -> None:
         generation = self.generation()
@@ -289,6 +314,7 @@ class ValidationController:
             trigger=trigger, started_at=time.time(),
         )  # fmt: skip
         add_nodes(run, self.name, candidates)
+        run.fabric = FabricRun() if spec.fabric is not None else None
         self.state.run = run
         self.state.last_run_started = run.started_at
         self.next_run_at, self.outliers, self.invalid_generation = None, None, None
@@ -310,6 +336,8 @@ class ValidationController:
     async def _supersede(self, run: RunState) -> None:
         log.info("%s: run %s superseded by a spec change", self.name, run.run_id)
         self.reports.cancel()
+        for group in run.fabric.groups.values() if run.fabric is not None else ():
+            self.ports.release(group.port)
         await self.effects.delete_run(run)
         self.state.run_ids.discard(run.run_id)
         self.state.run = None

@@ -83,13 +83,18 @@ class Effects:
 
     async def mark_planned(self, run_id: str) -> None:
         """Record that every report of the run exists, so a restart need not look for them."""
+        await self.annotate(keys.ANNOTATION_PLANNED_RUN, run_id)
+
+    async def annotate(self, key: str, value: str) -> bool:
+        """Set an annotation of the GpuValidation (a step of a run done); False when refused."""
         try:
             await self.client.merge_patch(
-                f"{VALIDATIONS_PATH}/{q(self.name)}",
-                {"metadata": {"annotations": {keys.ANNOTATION_PLANNED_RUN: run_id}}},
+                f"{VALIDATIONS_PATH}/{q(self.name)}", {"metadata": {"annotations": {key: value}}}
             )
         except ApiError as exc:
-            log.warning("%s: could not record that run %s is planned: %s", self.name, run_id, exc)
+            log.warning("%s: could not set %s=%s: %s", self.name, key, value, exc)
+            return False
+        return True
 
     async def list_candidates(self, spec: GpuValidationSpec) -> list[planning.Candidate]:
         query = spec.node_selector.to_query() if spec.node_selector else ""
@@ -148,12 +153,24 @@ class Effects:
 
     async def delete_pod(self, record: NodeRecord) -> None:
         record.deleted_by_us = True
-        await self.client.delete(f"{self.pods_path}/{q(record.pod)}")
+        await self.delete_pod_named(record.pod)
+
+    async def delete_pod_named(self, name: str) -> None:
+        await self.client.delete(f"{self.pods_path}/{q(name)}")
+
+    async def create_fabric_pod(self, body: dict[str, Any]) -> str | None:
+        """Create a fabric pod; the API server's refusal as text, None when made or it exists."""
+        try:
+            await self.client.create(self.pods_path, body)
+        except ApiError as exc:
+            return None if exc.status == 409 else f"could not create the fabric pod: {exc}"
+        return None
 
     async def node_exists(self, node: str) -> bool:
         return await self.client.get_or_none(f"{NODES_PATH}/{q(node)}") is not None
 
-    async def write_report_status(self, record: NodeRecord, status: dict[str, Any]) -> None:
+    async def write_report_status(self, record: NodeRecord, status: dict[str, Any]) -> bool:
+        """Merge-patch the report's status (top-level nulls dropped); False when refused."""
         status = {k: v for k, v in status.items() if v is not None}
         try:
             await self.client.merge_patch(
@@ -161,6 +178,8 @@ class Effects:
             )
         except ApiError as exc:
             log.warning("%s: could not write report %s: %s", self.name, record.report, exc)
+            return False
+        return True
 
     async def write_report_failure(
         self, record: NodeRecord, reason: Reason, message: str, check: str = AGENT_CHECK

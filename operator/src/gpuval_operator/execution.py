@@ -1,8 +1,9 @@
 """Driving an active run, one tick at a time: nodes gone, arrivals joining (spec.gating), outcomes
 of pods that ended without a report, retries of nodes gpuval could not test (spec.retry), the
-next wave of agent pods, node actions for new verdicts, and, once every node has one, the burn
-fingerprints compared across the run. The decisions are lifecycle's, the calls effects' and
-nodeactions'; this module sequences them.
+next wave of agent pods, the fabric phase (spec.fabric: gpuval_operator.fabricdriver), node
+actions for new verdicts, and, once every node has one, the burn fingerprints compared across
+the run. The decisions are lifecycle's, the calls effects' and nodeactions'; this module
+sequences them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey, build_reset_status
 from gpuval_operator import lifecycle, names, planning
 from gpuval_operator.effects import Effects
+from gpuval_operator.fabricdriver import FabricDriver
 from gpuval_operator.fingerprints import fingerprint_outliers
 from gpuval_operator.ingest import ChildIngest
 from gpuval_operator.nodeactions import NodeActor
@@ -39,9 +41,11 @@ class RunDriver:
         tracker: NodeTracker,
         reports: ReportPlanner,
         ingest: ChildIngest,
+        fabric: FabricDriver,
     ) -> None:
         self.state, self.effects, self.actor = state, effects, actor
         self.tracker, self.reports, self.ingest = tracker, reports, ingest
+        self.fabric = fabric
         self.config = effects.config
 
     async def tick(self, run: RunState, spec: GpuValidationSpec) -> bool:
@@ -57,6 +61,7 @@ class RunDriver:
             await self.effects.bounded(self._record(run, o) for o in outcomes)
         self._retry(run, spec)
         await self._launch(run, spec)
+        await self.fabric.tick(run, spec)
         await self.after_verdicts(run, spec)
         return run.all_done()
 
@@ -71,7 +76,7 @@ class RunDriver:
         for name, trigger in sorted(batch.items()):
             view = self.tracker.views.get(name)
             record = run.nodes.get(name)
-            if view is None or (record is not None and not record.done):
+            if view is None or (record is not None and not record.settled):
                 continue
             if record is None:
                 fresh.append(planning.Candidate(name, view.gpus))

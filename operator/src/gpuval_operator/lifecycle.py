@@ -186,8 +186,13 @@ def due_outcomes(
 
 
 def retry_wanted(record: NodeRecord, policy: RetryPolicy) -> bool:
-    """A node gpuval could not test gets another attempt while it has attempts left."""
-    return record.phase is Phase.NOT_RUN and record.attempt < policy.attempts
+    """A node gpuval could not test gets another attempt while it has attempts left; one whose
+    fabric group did not form waits for the next run (its local checks passed)."""
+    return (
+        record.phase is Phase.NOT_RUN
+        and record.reason is not Reason.FABRIC_GANG_NOT_FORMED
+        and record.attempt < policy.attempts
+    )
 
 
 def next_wave(run: RunState, limit: int, now: float = float("inf")) -> list[NodeRecord]:

@@ -1,8 +1,9 @@
 """The operator's /metrics, built at scrape time from what the controllers hold (no per-event
 bookkeeping).
 
-Per validation: node counts of the current run, run timestamps, uniformity. Per node: the verdict
-and worst-GPU figures of its latest completed report. Per GPU only with GPUVAL_METRICS_PER_GPU,
+Per validation: node counts of the current run, run timestamps, uniformity, the fabric groups'
+busbw. Per node: the verdict and worst-GPU figures of its latest completed report, its latest
+settled fabric verdict. Per GPU only with GPUVAL_METRICS_PER_GPU,
 because 80,000 series cost the scrape most of a second of GIL; per-GPU detail always lives in the
 reports and the agent's live exporter. Names follow Prometheus' conventions: base units in the name,
 one unit per metric.
@@ -20,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from gpuval_api.reasons import Reason
+from gpuval_api.result import Verdict
 from gpuval_operator.kube import KubeClient
 from gpuval_operator.registry import Registry, ValidationState
 from gpuval_operator.state import Phase
@@ -108,6 +110,40 @@ class _Families:
             for key, (suffix, _) in SUMMARY_FIGURES.items()
         }
         self.gpu_figures: dict[str, GaugeMetricFamily] = {}
+        self.fabric_group = _gauge(
+            "gpuval_fabric_group_busbw_bytes_per_second",
+            "All-reduce bus bandwidth of each fabric group of the latest run with settled "
+            "fabric verdicts, at its largest size.", v, "group",
+        )  # fmt: skip
+        self.fabric_slow = _gauge(
+            "gpuval_validation_fabric_slow_groups",
+            "Fabric groups of the current run below their floor with no node named.", v,
+        )  # fmt: skip
+        self.fabric_passed = _gauge(
+            "gpuval_node_fabric_passed",
+            "1 when the node's latest settled fabric verdict is Passed, 0 when Failed (absent "
+            "for NotRun: its group did not form).", v, n,
+        )  # fmt: skip
+        self.fabric_failure = _gauge(
+            "gpuval_node_fabric_failure_info",
+            "The reason of a node's latest failed fabric verdict (always 1).", v, n, "reason",
+        )  # fmt: skip
+
+    def add_fabric(self, name: str, state: ValidationState) -> None:
+        for group, busbw in list(state.fabric_groups.items()):
+            self.fabric_group.add_metric([name, group], busbw * 1e9)
+        run = state.run
+        if run is not None and run.fabric is not None and run.fabric.classification is not None:
+            slow = sum(1 for g in run.fabric.classification.groups if g.slow)
+            self.fabric_slow.add_metric([name], float(slow))
+        for node, fabric in list(state.fabric_nodes.items()):
+            if fabric.verdict is Verdict.NOT_RUN:
+                continue
+            passed = fabric.verdict is Verdict.PASSED
+            self.fabric_passed.add_metric([name, node], 1.0 if passed else 0.0)
+            if not passed:
+                reason = str(fabric.reason or Reason.CHECK_ERROR)
+                self.fabric_failure.add_metric([name, node, reason], 1.0)
 
     def add_validation(self, name: str, state: ValidationState) -> None:
         self.invalid.add_metric([name], 1.0 if state.invalid else 0.0)
@@ -135,6 +171,7 @@ class _Families:
         for node, untested in list(state.untested.items()):
             self.untested.add_metric([name, node, untested.reason], 1.0)
             self.untested_since.add_metric([name, node], untested.since)
+        self.add_fabric(name, state)
 
     def add_node(self, name: str, node: str, result: NodeResult) -> None:
         self.passed.add_metric([name, node], 1.0 if result.passed else 0.0)
@@ -166,6 +203,7 @@ class _Families:
         yield from (self.untested, self.untested_since)
         yield from self.figures.values()
         yield from self.gpu_figures.values()
+        yield from (self.fabric_group, self.fabric_slow, self.fabric_passed, self.fabric_failure)
 
 
 class GpuvalCollector(Collector):

@@ -52,3 +52,10 @@ def pod_name(validation: str, run: str, node: str, attempt: int = 1) -> str:
     is also a valid hostname."""
     parts = ["gpuval", validation, run, node] + ([f"a{attempt}"] if attempt > 1 else [])
     return bounded_name(*parts, limit=MAX_LABEL_VALUE)
+
+
+def fabric_pod_name(validation: str, run: str, group: str, rank: int) -> str:
+    """The fabric pod of rank `rank` of fabric group `group` in run `run` (one per node and group:
+    a representative of its topology domain has one in its domain's group and one in the
+    cross-domain group); at most 63."""
+    return bounded_name("gpuval", validation, run, group, f"r{rank}", limit=MAX_LABEL_VALUE)

@@ -49,11 +49,16 @@ class NodeView:
     boot_id: str
     stack: str
     entry: NodeEntry | None  # this validation's annotation on the node
+    # Its value of spec.fabric.topologyKey ("" without it); None when the spec names no key.
+    domain: str | None = None
 
     @classmethod
-    def parse(cls, node: Mapping[str, Any], validation: str) -> NodeView:
+    def parse(
+        cls, node: Mapping[str, Any], validation: str, topology_key: str | None = None
+    ) -> NodeView:
         meta = node.get("metadata") or {}
         annotations = meta.get("annotations") or {}
+        labels = meta.get("labels") or {}
         info = (node.get("status") or {}).get("nodeInfo") or {}
         unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
         return cls(
@@ -64,6 +69,7 @@ class NodeView:
             boot_id=str(info.get("bootID") or ""),
             stack=stack_of(node),
             entry=NodeEntry.decode(annotations.get(entry_key(validation))),
+            domain=None if topology_key is None else sys.intern(labels.get(topology_key, "")),
         )
 
     @property
@@ -76,9 +82,10 @@ def gating_trigger(view: NodeView, gating: Gating, record: NodeRecord | None) ->
 
     What the node was last tested on comes from its record in the current run when it has a
     verdict there (a dry run writes no annotation), else from this validation's annotation.
-    A node the run is still validating, or one that cannot take the agent now, waits.
+    A node the run is still validating (its fabric included), or one that cannot take the agent
+    now, waits.
     """
-    if not view.selectable or (record is not None and not record.done):
+    if not view.selectable or (record is not None and not record.settled):
         return None
     if record is not None and record.tested_boot is not None:
         boot, stack = record.tested_boot, record.tested_stack

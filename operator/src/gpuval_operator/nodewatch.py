@@ -37,18 +37,20 @@ class NodeTracker:
         self.queue: dict[str, tuple[NodeTrigger, float]] = {}
         self.synced = asyncio.Event()
         self.selector: str | None = None
+        self.topology_key: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._follower: Follower | None = None
         self._listed: set[str] = set()
 
     # -- following --
 
-    def follow(self, selector: str) -> None:
-        """(Re)start the list+watch for `selector` (the spec's nodeSelector as a query)."""
-        if self.selector == selector and self._task is not None:
+    def follow(self, selector: str, topology_key: str | None = None) -> None:
+        """(Re)start the list+watch for `selector` (the spec's nodeSelector as a query), keeping
+        each node's value of `topology_key` (spec.fabric.topologyKey)."""
+        if (self.selector, self.topology_key) == (selector, topology_key) and self._task:
             return
         self.stop()
-        self.selector, self.views = selector, {}
+        self.selector, self.topology_key, self.views = selector, topology_key, {}
         self.synced = asyncio.Event()
         follower = Follower(
             self.client, NODES_PATH, selector, self._on_page, self._on_event,
@@ -104,7 +106,7 @@ class NodeTracker:
         self.wake()
 
     def _update(self, node: dict[str, Any]) -> None:
-        view = NodeView.parse(node, self.validation)
+        view = NodeView.parse(node, self.validation, self.topology_key)
         old = self.views.get(view.name)
         self.views[view.name] = view
         if not view.ready:

@@ -135,29 +135,48 @@ def _tolerations(spec: GpuValidationSpec) -> list[dict[str, Any]]:
     return always + gated + extra
 
 
+def common_env(*, report: str, deadline: float | None) -> list[dict[str, Any]]:
+    """What every agent pod (local checks or fabric) is told: the report to write, its node,
+    until when."""
+    env: list[dict[str, Any]] = [
+        {"name": AgentEnv.REPORT_NAME, "value": report},
+        {"name": AgentEnv.NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
+    if deadline is not None:
+        env.append({"name": AgentEnv.DEADLINE, "value": str(int(deadline))})
+    return env
+
+
+def spec_env(spec: GpuValidationSpec) -> list[dict[str, Any]]:
+    """The spec's extra variables, last in every agent pod."""
+    return [{"name": e.name, "value": e.value} for e in spec.agent.env]
+
+
 def agent_env(
     *, report: str, gpus: int, spec: GpuValidationSpec, deadline: float | None
 ) -> list[dict[str, Any]]:
     """The agent container's environment: what to write where, what to check, until when."""
     checks = json.dumps(spec.checks.model_dump(mode="json", by_alias=True), separators=(",", ":"))
-    env: list[dict[str, Any]] = [
-        {"name": AgentEnv.REPORT_NAME, "value": report},
-        {"name": AgentEnv.NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    env = common_env(report=report, deadline=deadline)
+    env += [
         {"name": AgentEnv.CHECKS, "value": checks},
         {"name": AgentEnv.EXPECTED_GPUS, "value": str(gpus)},
     ]
-    if deadline is not None:
-        env.append({"name": AgentEnv.DEADLINE, "value": str(int(deadline))})
     if spec.agent.metrics_port is not None:
         env.append({"name": AgentEnv.METRICS_PORT, "value": str(spec.agent.metrics_port)})
-    env.extend({"name": e.name, "value": e.value} for e in spec.agent.env)
-    return env
+    return env + spec_env(spec)
 
 
 def agent_container(
-    spec: GpuValidationSpec, gpus: int, command: list[str], env: list[dict[str, Any]]
+    spec: GpuValidationSpec,
+    gpus: int,
+    command: list[str],
+    env: list[dict[str, Any]],
+    *,
+    metrics: bool = True,
 ) -> dict[str, Any]:
-    """The agent container: all the node's GPUs, the spec's image, resources and privilege."""
+    """The agent container: all the node's GPUs, the spec's image, resources and privilege
+    (and the live metrics port, unless `metrics` is off: a fabric agent serves none)."""
     agent = spec.agent
     container: dict[str, Any] = {
         "name": "agent",
@@ -171,7 +190,7 @@ def agent_container(
         },
         "securityContext": {"privileged": agent.privileged},
     }
-    if agent.metrics_port is not None:
+    if metrics and agent.metrics_port is not None:
         container["ports"] = [{"name": "metrics", "containerPort": agent.metrics_port}]
     return container
 
@@ -185,11 +204,15 @@ def node_pod(
     spec: GpuValidationSpec,
     config: OperatorConfig,
     container: dict[str, Any],
+    annotations: Mapping[str, str] | None = None,
+    host_network: bool = False,
 ) -> dict[str, Any]:
-    """A pod tied to `node` by affinity, never restarted, under the agents' ServiceAccount.
+    """A pod tied to `node` by affinity, never restarted, under the agents' ServiceAccount (on
+    the node's network with `host_network`).
 
     A manifest literal: long by nature, nothing in it decides anything.
     """
+    pod_spec: dict[str, Any] = {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -197,10 +220,11 @@ def node_pod(
             "name": name,
             "namespace": config.agent_namespace,
             "labels": {**labels, keys.LABEL_COMPONENT: keys.AGENT_COMPONENT},
-            "annotations": {keys.ANNOTATION_NODE: node},
+            "annotations": {**(annotations or {}), keys.ANNOTATION_NODE: node},
             "ownerReferences": [owner],
         },
         "spec": {
+            **(pod_spec if host_network else {}),
             "restartPolicy": "Never",
             # Service links would put <SERVICE>_PORT variables into the agent's environment: with
             # the chart's default release name its metrics Service `gpuval-metrics` becomes

@@ -152,8 +152,22 @@ def render_status(view: FleetView, validation: GpuValidation) -> str:
         lines += [f"  {u.name}  {u.verdict}  {u.reason or ''}  {u.message}".rstrip()
                   for u in view.others[:MAX_LINES]]  # fmt: skip
         lines += _more(len(view.others))
+    lines += _fabric_lines(view)
     lines += _outlier_lines(view, validation)
     return "\n".join(lines)
+
+
+def _fabric_lines(view: FleetView) -> list[str]:
+    """The fabric phase (spec.fabric): its summary and the nodes it named."""
+    if not view.fabric_summary:
+        return []
+    named = view.fabric_named
+    lines = [f"Fabric: {view.fabric_summary}"]
+    for unit in named[:MAX_LINES]:
+        found = unit.fabric
+        if found is not None:
+            lines.append(f"  {unit.name}  group {found.group}  {found.reason}: {found.message}")
+    return lines + _more(len(named))
 
 
 def _outlier_lines(view: FleetView, validation: GpuValidation) -> list[str]:

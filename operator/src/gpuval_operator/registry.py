@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuval_api.reasons import Reason
+from gpuval_api.result import Verdict
 from gpuval_operator.state import RunState
 from gpuval_operator.views import NodeResult
 
@@ -16,6 +18,15 @@ class Untested:
 
     reason: str
     since: float
+
+
+@dataclass(slots=True)
+class FabricNode:
+    """A node's latest settled fabric verdict (metrics; the fabric alert)."""
+
+    run: str
+    verdict: Verdict
+    reason: Reason | None
 
 
 @dataclass(slots=True)
@@ -35,6 +46,11 @@ class ValidationState:
     last_run_started: float | None = None
     last_run_completed: float | None = None
     last_success: float | None = None
+    # The fabric: each node's latest settled verdict, and the groups' busbw (GB/s) of the latest
+    # run that has settled ones.
+    fabric_nodes: dict[str, FabricNode] = field(default_factory=dict)
+    fabric_run: str = ""
+    fabric_groups: dict[str, float] = field(default_factory=dict)
 
 
 class Registry(dict[str, ValidationState]):

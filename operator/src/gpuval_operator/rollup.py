@@ -15,6 +15,8 @@ from typing import Any
 from gpuval_api.conditions import ConditionReason as R
 from gpuval_api.conditions import ConditionType, ValidationPhase
 from gpuval_api.crd import RunTrigger
+from gpuval_api.report import StatusKey
+from gpuval_operator.fabricrollup import build_fabric_status
 from gpuval_operator.registry import ValidationState
 from gpuval_operator.state import NodeRecord, Phase, RunState
 from gpuval_operator.uniformity import Outlier
@@ -224,6 +226,11 @@ def build_run_status(
         ),
         "nextRunAt": rfc3339(next_run_at) if next_run_at else None,
     }
+    # The validation's status.fabric has the report's key (gpuval_api.report.StatusKey).
+    if run.fabric is not None:
+        status[StatusKey.FABRIC] = build_fabric_status(run.fabric)
+    elif run.completed_at is None:
+        status[StatusKey.FABRIC] = None  # a run without a fabric phase: the last one's is gone
     if run.completed_at is not None:
         status["lastCompletedRun"] = run_info(run)
     return status

@@ -20,6 +20,8 @@ from gpuval_api.kubernetes import TERMINAL_POD_PHASES
 from gpuval_api.reasons import Reason, verdict_of
 from gpuval_api.result import Verdict
 from gpuval_operator import names
+from gpuval_operator.fabricpodview import FabricPodView
+from gpuval_operator.fabricstate import FabricRun
 from gpuval_operator.views import PodView, ReportView
 
 
@@ -84,10 +86,18 @@ class NodeRecord:
     # The boot ID and GPU stack the node had when it got its verdict (gating compares them).
     tested_boot: str | None = None
     tested_stack: str = ""
+    # Passed its local checks and waits for its fabric verdict (spec.fabric): no node action yet,
+    # counted as running.
+    held: bool = False
 
     @property
     def done(self) -> bool:
         return self.phase >= Phase.PASSED
+
+    @property
+    def settled(self) -> bool:
+        """Its verdict in this run is final: done, and not waiting for the fabric."""
+        return self.done and not self.held
 
     def next_attempt(self, pod: str, not_before: float, trigger: NodeTrigger) -> None:
         """Make the record wait for another attempt, under a new pod name, in the same report
@@ -113,6 +123,8 @@ class RunState:
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     completed_at: float | None = None
     finished: list[str] = field(default_factory=list)
+    # The run's fabric phase, when the spec asks for one (and the run is going on).
+    fabric: FabricRun | None = None
 
     def add(self, node: str, gpus: int, report: str, pod: str) -> NodeRecord:
         record = self.nodes.get(node)
@@ -125,7 +137,7 @@ class RunState:
     def counts(self) -> dict[str, int]:
         counts = {"total": len(self.nodes), **dict.fromkeys(COUNT_KEYS.values(), 0)}
         for record in self.nodes.values():
-            counts[COUNT_KEYS[record.phase]] += 1
+            counts[COUNT_KEYS[Phase.RUNNING if record.held else record.phase]] += 1
         return counts
 
     def running(self) -> int:
@@ -140,7 +152,15 @@ class RunState:
         )
 
     def all_done(self) -> bool:
-        return all(r.done for r in self.nodes.values())
+        return all(r.settled for r in self.nodes.values())
+
+    def local_settled(self) -> bool:
+        """Every node has its local verdict, or waits for a retry's backoff: the fabric phase
+        may begin."""
+        return all(
+            r.done or (r.phase is Phase.PENDING and r.trigger is NodeTrigger.RETRY)
+            for r in self.nodes.values()
+        )
 
     def in_phase(self, phase: Phase) -> list[NodeRecord]:
         return sorted((r for r in self.nodes.values() if r.phase is phase), key=lambda r: r.node)
@@ -158,8 +178,23 @@ class RunState:
         record.reason = None if passed else (reason or Reason.CHECK_ERROR)
         record.message = message[:300]
         record.termination = None
-        self.finished.append(node)
+        if passed and self.fabric is not None and self.fabric.wants(node):
+            record.held = True
+        else:
+            self.finished.append(node)
         return True
+
+    def release(self, node: str, verdict: Verdict, reason: Reason | None, message: str) -> None:
+        """A node held for the fabric gets its final verdict (unchanged when it stays Passed, or
+        NotRun as recorded when its own fabric pod never started) and its node actions."""
+        record = self.nodes.get(node)
+        if record is None or not record.held:
+            return
+        record.held = False
+        if record.phase is Phase.PASSED and verdict is not Verdict.PASSED:
+            record.phase = Phase.of(verdict)
+            record.reason, record.message = reason or Reason.CHECK_ERROR, message[:300]
+        self.finished.append(node)
 
     def finish_for(self, node: str, reason: Reason, message: str) -> bool:
         """Record the verdict an operator-side reason gives (Failed or NotRun by its class)."""
@@ -183,6 +218,8 @@ class RunState:
         """Apply a report of this run; True when it gave its node a verdict."""
         if view.run != self.run_id:
             return False
+        if self.fabric is not None:
+            self.fabric.apply_report(view.node, view.fabric)
         record = self.nodes.get(view.node)
         if record is None:
             gpus = view.gpus or 0
@@ -228,6 +265,16 @@ class RunState:
         record.terminated_reason = view.terminated_reason
         if not record.done and view.termination is not None:
             record.termination = view.termination
+
+    def apply_fabric_pod(
+        self, view: FabricPodView, monotonic: float, now: float, *, deleted: bool = False
+    ) -> None:
+        if view.pod.run != self.run_id or self.fabric is None:
+            return
+        if deleted:
+            self.fabric.apply_pod_deleted(view)
+        else:
+            self.fabric.apply_pod(view, monotonic, now)
 
     def apply_pod_deleted(self, view: PodView) -> None:
         if view.run != self.run_id:

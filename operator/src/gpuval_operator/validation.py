@@ -7,13 +7,21 @@ exception reaches kopf.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
 from gpuval_api.crd import GpuValidationSpec
+from gpuval_api.fabric import ExpectedTransport, FabricSpec
 from gpuval_operator import cron
+
+# A qualified label key: an optional DNS-subdomain prefix and '/', then a name of at most 63.
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# NCCL_NET values that contradict an expected transport.
+_NET_OF = {ExpectedTransport.IB: "socket", ExpectedTransport.SOCKET: "ib"}
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:
@@ -65,6 +73,8 @@ def check_spec(spec: GpuValidationSpec) -> list[str]:
                 f"time out; raise it above {needed:g} (with room for the other checks) or "
                 "shorten the burn"
             )
+    if spec.fabric is not None:
+        errors += check_fabric(spec.fabric)
     expected_gpus = spec.checks.driver.expected_gpus
     if (
         expected_gpus is not None
@@ -75,5 +85,44 @@ def check_spec(spec: GpuValidationSpec) -> list[str]:
         errors.append(
             f"spec.expected.gpuCount={spec.expected.gpu_count} disagrees with "
             f"spec.checks.driver.expectedGpus={expected_gpus}; set one of them"
+        )
+    return errors
+
+
+def label_key_problem(key: str) -> str | None:
+    """Why `key` is not a valid Kubernetes label key, or None."""
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return "its prefix is not a DNS subdomain (lowercase letters, digits, '-' and '.')"
+    if not _LABEL_NAME.match(name):
+        return (
+            "its name must be 1-63 letters, digits, '-', '_' or '.', starting and ending "
+            "alphanumeric"
+        )
+    return None
+
+
+def check_fabric(fabric: FabricSpec) -> list[str]:
+    """What the schema cannot check about spec.fabric."""
+    errors: list[str] = []
+    if fabric.topology_key is not None:
+        problem = label_key_problem(fabric.topology_key)
+        if problem is not None:
+            errors.append(
+                f"spec.fabric.topologyKey={fabric.topology_key!r}: not a label key ({problem}); "
+                "use a node label such as topology.kubernetes.io/zone"
+            )
+    names = [v.name for v in fabric.nccl_env]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        errors.append(
+            f"spec.fabric.ncclEnv[{name}]: given {names.count(name)} times; give each variable once"
+        )
+    net = next((v.value for v in reversed(fabric.nccl_env) if v.name == "NCCL_NET"), None)
+    contradicting = _NET_OF.get(fabric.expected_transport)
+    if net is not None and contradicting is not None and net.lower() == contradicting:
+        errors.append(
+            f"spec.fabric.expectedTransport={fabric.expected_transport}: contradicts "
+            f"spec.fabric.ncclEnv NCCL_NET={net!r}, which forces the other transport; drop "
+            "NCCL_NET or set expectedTransport to match it"
         )
     return errors

@@ -35,6 +35,7 @@ from gpuval_api.report import (
     parse_termination_message,
 )
 from gpuval_api.result import Metric, Verdict
+from gpuval_operator.fabricviews import FabricView
 
 
 def parse_time(text: str | None) -> float | None:
@@ -280,6 +281,7 @@ class ReportView:
     gpu_figures: tuple[tuple[int, str, float], ...]
     failed_checks: tuple[tuple[str, str], ...] = ()
     fingerprints: tuple[Fingerprint, ...] = ()
+    fabric: FabricView | None = None
 
     @property
     def completed(self) -> bool:
@@ -307,6 +309,7 @@ class ReportView:
         annotations = meta.get("annotations") or {}
         summary = status.get(StatusKey.SUMMARY) or {}
         result = status.get(StatusKey.RESULT)
+        fabric = status.get(StatusKey.FABRIC)
         gpus = annotations.get(keys.ANNOTATION_GPUS, "")
         return cls(
             name=meta.get("name", ""),
@@ -327,6 +330,7 @@ class ReportView:
             gpu_figures=gpu_figures(result) if per_gpu else (),
             failed_checks=failed_checks(status.get(StatusKey.FAILURES)),
             fingerprints=burn_fingerprints(result),
+            fabric=FabricView.parse(fabric) if isinstance(fabric, Mapping) else None,
         )
 
 

@@ -1,0 +1,98 @@
+"""The fabric part of a GpuValidation's status (`status.fabric`): bounded whatever the fleet's
+size, like the rest of the status (counts, a handful of the worst groups, the slow groups), and
+one display string for the printer column. Per-node detail lives in the reports' status.fabric.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpuval_api.checks import camel
+from gpuval_api.reasons import Reason
+
+# The worst groups and the slow groups listed in the status, at most this many each.
+MAX_LISTED_GROUPS = 5
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=camel, populate_by_name=True, extra="forbid")
+
+
+class FabricGroupEntry(_Model):
+    """One group of the run's fabric phase, as the status lists it."""
+
+    group: str = Field(
+        max_length=253, description="The group's name (label gpuval.dev/fabric-group)."
+    )
+    domain: str | None = Field(
+        default=None,
+        max_length=63,
+        description="The topology domain of a group inside one; absent for a cross-domain group.",
+    )
+    nodes: int = Field(ge=0, description="Nodes in the group.")
+    busbw_gbps: float | None = Field(
+        default=None, description="The group's all-reduce busbw at its largest size, GB/s."
+    )
+    floor_gbps: float | None = Field(
+        default=None,
+        description="Below this the group is slow: the thresholds against the run's median of "
+        "groups of the same size.",
+    )
+    reason: Reason | None = Field(
+        default=None, description="The worst fabric reason of its nodes; absent when all passed."
+    )
+    message: str = Field(default="", max_length=1024, description="One line about it.")
+
+
+class FabricNodeCounts(_Model):
+    """Nodes of the run's fabric phase by their fabric verdict."""
+
+    total: int = Field(default=0, description="Nodes in the fabric phase.")
+    pending: int = Field(default=0, description="Nodes without a fabric verdict yet.")
+    passed: int = Field(default=0, description="Nodes whose fabric passed.")
+    failed: int = Field(default=0, description="Nodes the fabric named (slow, unreachable...).")
+    not_run: int = Field(
+        default=0, description="Nodes whose fabric was not tested (their group did not form)."
+    )
+
+
+class FabricRunStatus(_Model):
+    """What the run's fabric phase found, bounded."""
+
+    summary: str = Field(
+        default="",
+        max_length=256,
+        description="For display only (printer column), e.g. '1 failed of 8; worst 323.0 GB/s'.",
+    )
+    started_at: str | None = Field(
+        default=None,
+        description="When the groups were planned (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
+    )
+    completed_at: str | None = Field(
+        default=None,
+        description="When every group's verdict was settled (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
+    )
+    groups: int = Field(default=0, description="Groups of the run (cross-domain ones included).")
+    groups_done: int = Field(default=0, description="Groups with every node's result in.")
+    nodes: FabricNodeCounts = Field(
+        default_factory=FabricNodeCounts, description="Nodes by fabric verdict."
+    )
+    median_pair_gbps: float | None = Field(
+        default=None, description="The run's median pair busbw (the pairs' floor is taken from it)."
+    )
+    worst_groups: list[FabricGroupEntry] = Field(
+        default_factory=list,
+        max_length=MAX_LISTED_GROUPS,
+        description="The groups with the lowest busbw (failed ones first), at most 5.",
+    )
+    slow_groups: list[FabricGroupEntry] = Field(
+        default_factory=list,
+        max_length=MAX_LISTED_GROUPS,
+        description=(
+            "Groups below their floor in which no node was named: recorded here only, no node "
+            "is blamed; at most 5."
+        ),
+    )
+    slow_groups_omitted: int = Field(default=0, description="Slow groups beyond the listed.")

@@ -1,0 +1,103 @@
+"""The compact view of a report's status.fabric (ReportView.fabric).
+
+Like gpuval_operator.views, the object is cut here to the few fields the decisions need and
+dropped; a group's pairs (the same in every member's result) are kept once per group by the
+caller (gpuval_operator.fabricstate). Pure and synchronous.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpuval_api.fabric import FabricKey, FabricPair
+from gpuval_api.reasons import Reason
+from gpuval_api.report import REPORT_VERDICTS
+from gpuval_api.result import Verdict
+
+MESSAGE_LIMIT = 300
+
+
+def _verdict(value: Any) -> Verdict | None:
+    return next((v for v in REPORT_VERDICTS if v == value), None)
+
+
+def _reason(value: Any) -> Reason | None:
+    try:
+        return Reason(value) if value is not None else None
+    except ValueError:
+        return Reason.CHECK_ERROR
+
+
+def _pairs(result: Mapping[str, Any]) -> tuple[FabricPair, ...]:
+    found: list[FabricPair] = []
+    for raw in result.get("pairs") or []:
+        try:
+            found.append(FabricPair.model_validate(raw))
+        except ValidationError:
+            continue
+    return tuple(found)
+
+
+@dataclass(frozen=True, slots=True)
+class FabricView:
+    """A report's status.fabric: the node's group and rank, and its result when it has one.
+
+    `verdict`/`reason`/`message` are what the status says now (the operator may have rewritten
+    them); `raw_*` are the agent's own (its result document), or the operator's record when no
+    agent wrote one. Classification reads the raw ones, so it comes out the same when redone."""
+
+    group: str
+    rank: int
+    world: int
+    nodes: tuple[str, ...]
+    verdict: Verdict | None
+    reason: Reason | None
+    message: str
+    classified: bool
+    raw_verdict: Verdict | None
+    raw_reason: Reason | None
+    raw_message: str
+    by_agent: bool
+    busbw: float | None
+    transport: str | None
+    pairs: tuple[FabricPair, ...] = ()
+
+    @property
+    def planned(self) -> bool:
+        """The operator's plan only: no result yet."""
+        return self.verdict is None
+
+    @classmethod
+    def parse(cls, fabric: Mapping[str, Any]) -> FabricView | None:
+        group = fabric.get(FabricKey.GROUP)
+        rank, world = fabric.get(FabricKey.RANK), fabric.get(FabricKey.WORLD)
+        if not isinstance(group, str) or not isinstance(rank, int) or not isinstance(world, int):
+            return None
+        result = fabric.get(FabricKey.RESULT)
+        document = result if isinstance(result, Mapping) else None
+        verdict, reason = _verdict(fabric.get(FabricKey.VERDICT)), fabric.get(FabricKey.REASON)
+        message = str(fabric.get(FabricKey.MESSAGE) or "")[:MESSAGE_LIMIT]
+        source = document if document is not None else fabric
+        busbw = fabric.get(FabricKey.BUSBW)
+        return cls(
+            group=sys.intern(group),
+            rank=rank,
+            world=world,
+            nodes=tuple(sys.intern(str(n)) for n in fabric.get(FabricKey.NODES) or ()),
+            verdict=verdict,
+            reason=_reason(reason),
+            message=message,
+            classified=bool(fabric.get(FabricKey.CLASSIFIED)),
+            raw_verdict=_verdict(source.get(FabricKey.VERDICT)) if verdict else None,
+            raw_reason=_reason(source.get(FabricKey.REASON)),
+            raw_message=str(source.get(FabricKey.MESSAGE) or "")[:MESSAGE_LIMIT],
+            by_agent=document is not None,
+            busbw=float(busbw) if isinstance(busbw, int | float) else None,
+            transport=fabric.get(FabricKey.TRANSPORT),
+            pairs=_pairs(document) if document is not None else (),
+        )

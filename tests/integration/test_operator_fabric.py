@@ -1,0 +1,326 @@
+"""The fabric phase on the real control plane: the operator groups the nodes that passed their
+local checks, starts each group's fabric pods (rank 0 first, the others once it has a pod IP),
+and the real agents (simulated backend, run by the pod runner) meet over loopback, all-reduce,
+narrow a slow group down in pairs and write each node's status.fabric; the operator compares the
+run's groups and settles every node's verdict.
+
+Every wait is bounded and nothing asserts a duration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuval_devtools.controlplane import Cluster, free_port
+from gpuval_devtools.launch import operator_process
+from tests.support.fleet import (
+    Fleet,
+    apply,
+    by_node,
+    completed_run,
+    delete_validation,
+    pods_of,
+    reports_of,
+    scrape,
+    status_of,
+)
+from tests.support.kube import get_json, wait_for
+
+pytestmark = pytest.mark.usefixtures("install_crds")
+
+Operator = Callable[[], contextlib.AbstractContextManager[int]]
+# The simulated backend computes its figures: sizes cost nothing, and at 1 GiB the latency it
+# models does not blur a slow node's figures.
+FABRIC = {
+    "groupSize": 8,
+    "minBytes": 1 << 28,
+    "maxBytes": 1 << 30,
+    "pairBytes": 1 << 30,
+    "iterations": 2,
+    "timeouts": {"gangSeconds": 30, "initSeconds": 20, "phaseSeconds": 20},
+}
+LOCAL = {"burn": {"durationSeconds": 1}}
+GROUP_LABEL = "gpuval.dev/fabric-group"
+
+
+def fabric(**overrides: Any) -> dict[str, Any]:
+    return {**FABRIC, **overrides}
+
+
+def fabric_pods(cluster: Cluster, name: str) -> list[dict[str, Any]]:
+    return [p for p in pods_of(cluster, name) if GROUP_LABEL in p["metadata"]["labels"]]
+
+
+def fabric_of(reports: dict[str, dict[str, Any]]) -> dict[str, tuple[str, str | None]]:
+    return {n: (s["fabric"]["verdict"], s["fabric"].get("reason")) for n, s in reports.items()}
+
+
+def test_one_slow_node_of_eight_is_named_and_its_partners_pass(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    nodes = [fleet.add(unique_name("f")) for _ in range(7)]
+    slow = fleet.add(unique_name("f"), faults=[{"kind": "fabric-slow-node", "factor": 0.5}])
+    name = unique_name("fabric")
+    with operator() as port:
+        actions = {"taint": {"effect": "NoSchedule"}}
+        spec = {"maxConcurrent": "100%", "checks": LOCAL, "nodeActions": actions}
+        apply(cluster, fleet.validation(name, fabric=fabric(), **spec))
+        status = completed_run(cluster, name, timeout=180)
+        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        pods = fabric_pods(cluster, name)
+        metrics = scrape(port)
+        labels = {n: get_json(cluster, "node", n)["metadata"]["labels"] for n in fleet.nodes}
+        delete_validation(cluster, name)
+
+    assert fabric_of(reports) == {
+        **{n: ("Passed", None) for n in nodes},
+        slow: ("Failed", "FabricSlowNode"),
+    }
+    assert all(r["fabric"]["classified"] is True for r in reports.values())
+    assert reports[slow]["verdict"] == "Failed" and reports[slow]["reason"] == "FabricSlowNode"
+    assert reports[slow]["failures"][0]["check"] == "fabric"
+    assert all(reports[n]["verdict"] == "Passed" for n in nodes)
+    assert status["nodes"]["failed"] == 1 and status["nodes"]["passed"] == 7
+    assert status["failingNodes"][0]["node"] == slow
+    summary = status["fabric"]
+    assert summary["groups"] == 1 and summary["groupsDone"] == 1
+    assert summary["nodes"] == {"total": 8, "pending": 0, "passed": 7, "failed": 1, "notRun": 0}
+    assert summary["worstGroups"][0]["reason"] == "FabricSlowNode"
+    assert summary["summary"].startswith("7/8 passed, 1 failed")
+    assert len(pods) == 8 and {p["metadata"]["labels"][GROUP_LABEL] for p in pods} == {"g1"}
+    assert labels[slow]["gpuval.dev/verdict"] == "failed"
+    assert {labels[n]["gpuval.dev/verdict"] for n in nodes} == {"passed"}
+    assert (
+        f'gpuval_node_fabric_failure_info{{node="{slow}",reason="FabricSlowNode",'
+        f'validation="{name}"}} 1.0' in metrics
+    )
+    busbw = f'gpuval_fabric_group_busbw_bytes_per_second{{group="g1",validation="{name}"}}'
+    assert busbw in metrics
+
+
+def test_a_slow_link_names_its_two_nodes(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    ranks = sorted(unique_name("l") for _ in range(8))
+    a, b = ranks[2], ranks[3]  # a pair of the first round
+    for node in ranks:
+        faults = [{"kind": "fabric-slow-link", "peer": b}] if node == a else []
+        fleet.add(node, faults=faults)
+    name = unique_name("link")
+    with operator():
+        apply(cluster, fleet.validation(name, maxConcurrent="100%", checks=LOCAL, fabric=fabric()))
+        status = completed_run(cluster, name, timeout=180)
+        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        delete_validation(cluster, name)
+    verdicts = fabric_of(reports)
+    assert {n: v for n, v in verdicts.items() if v[0] != "Passed"} == {
+        a: ("Failed", "FabricSlowLink"),
+        b: ("Failed", "FabricSlowLink"),
+    }
+    assert b in reports[a]["fabric"]["message"] and a in reports[b]["fabric"]["message"]
+
+
+def test_an_unreachable_rank_0_a_hang_and_a_transport_fallback_each_give_their_reason(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    # Three groups of three (name order): g1 whose rank 0 nobody reaches, g2 whose middle node
+    # hangs in every collective, g3 whose last node's NCCL falls back to sockets.
+    ranks = sorted(unique_name("t") for _ in range(9))
+    unreachable, hung, sockets = ranks[0], ranks[4], ranks[8]
+    faults = {
+        unreachable: [{"kind": "fabric-unreachable"}],
+        hung: [{"kind": "fabric-hang"}],
+        sockets: [{"kind": "fabric-socket-fallback"}],
+    }
+    for node in ranks:
+        fleet.add(node, faults=faults.get(node, []))
+    name = unique_name("faults")
+    short = {"gangSeconds": 30, "initSeconds": 8, "phaseSeconds": 5}
+    spec = fabric(groupSize=3, expectedTransport="IB", timeouts=short)
+    with operator():
+        apply(cluster, fleet.validation(name, maxConcurrent="100%", checks=LOCAL, fabric=spec))
+        status = completed_run(cluster, name, timeout=240)
+        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        delete_validation(cluster, name)
+    verdicts = fabric_of(reports)
+    assert {n: v for n, v in verdicts.items() if v[0] == "Failed"} == {
+        unreachable: ("Failed", "FabricUnreachable"),
+        hung: ("Failed", "NcclTimeout"),
+        sockets: ("Failed", "FabricTransportFallback"),
+    }
+    # g1's other ranks could not reach rank 0: it is named, they are not (their local checks
+    # passed, so they pass).
+    for node in ranks[1:3]:
+        assert verdicts[node] == ("NotRun", "FabricUnreachable")
+        assert reports[node]["verdict"] == "Passed"
+    assert "could not reach this node's rendezvous" in reports[unreachable]["fabric"]["message"]
+    assert "NCCL INFO" in (reports[hung]["fabric"]["result"].get("logTail") or "")
+    assert reports[sockets]["fabric"]["transport"] == "Socket"
+    assert status["nodes"]["failed"] == 3 and status["nodes"]["passed"] == 6
+
+
+def test_with_a_topology_key_groups_stay_in_their_domain_and_representatives_cross_them(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    zone = "topology.gpuval.dev/rack"
+    racks = {"rack-a": 6, "rack-b": 6, "rack-c": 4}
+    domain = {}
+    for rack, count in racks.items():
+        for _ in range(count):
+            domain[fleet.add(unique_name("z"), labels={zone: rack})] = rack
+    name = unique_name("topo")
+    with operator():
+        spec = fabric(groupSize=4, topologyKey=zone)
+        apply(cluster, fleet.validation(name, maxConcurrent="100%", checks=LOCAL, fabric=spec))
+        status = completed_run(cluster, name, timeout=240)
+        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        pods = fabric_pods(cluster, name)
+        delete_validation(cluster, name)
+    members: dict[str, set[str]] = {}
+    for p in pods:
+        group = p["metadata"]["labels"][GROUP_LABEL]
+        members.setdefault(group, set()).add(p["metadata"]["annotations"]["gpuval.dev/node"])
+    inside = {g: ns for g, ns in members.items() if g.startswith("g")}
+    # Six nodes in groups of four: 4 + 2 (a last pair is a group); four: one group.
+    assert sorted(len(ns) for ns in inside.values()) == [2, 2, 4, 4, 4]
+    assert all(len({domain[n] for n in ns}) == 1 for ns in inside.values())
+    assert set().union(*inside.values()) == set(fleet.nodes)
+    [cross] = [ns for g, ns in members.items() if g.startswith("x")]
+    assert sorted(domain[n] for n in cross) == sorted(racks), "one representative per rack"
+    # Every representative is in two groups, every other node in one; every node passed.
+    assert len(pods) == len(fleet.nodes) + len(racks)
+    assert {v for v in fabric_of(reports).values()} == {("Passed", None)}
+    assert {reports[n]["fabric"]["group"] for n in cross} == {"x1"}
+    assert status["fabric"]["groups"] == 6 and status["fabric"]["nodes"]["passed"] == 16
+
+
+def test_an_operator_killed_mid_fabric_finishes_it_without_a_second_pod_per_node_and_group(
+    cluster: Cluster,
+    fleet: Fleet,
+    podrunner: Path,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    ranks = sorted(unique_name("k") for _ in range(8))
+    slow = ranks[6]  # in the second group of four, which starts after the first
+    for node in ranks:
+        fleet.add(node, faults=[{"kind": "fabric-slow-node"}] if node == slow else [])
+    name = unique_name("killed")
+    seen: dict[tuple[str, str], set[str]] = {}
+    ports: dict[str, set[str]] = {}
+
+    def record_pods() -> list[dict[str, Any]]:
+        pods = fabric_pods(cluster, name)
+        for pod in pods:
+            meta = meta_of(pod)
+            key = (meta["annotations"]["gpuval.dev/node"], meta["labels"][GROUP_LABEL])
+            seen.setdefault(key, set()).add(meta["uid"])
+            ports.setdefault(key[1], set()).add(meta["annotations"]["gpuval.dev/fabric-port"])
+        return pods
+
+    env = {"GPUVAL_POD_GRACE_SECONDS": "3"}
+    spec = {"maxConcurrent": 4, "checks": LOCAL, "fabric": fabric(groupSize=4)}
+    with operator_process(
+        cluster.kubeconfig, metrics_port=free_port(), log_file=tmp_path / "op1.log", extra_env=env
+    ) as first:
+        apply(cluster, fleet.validation(name, **spec))
+        wait_for("the first fabric group's pods", record_pods, timeout=120, interval=0.2)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    before = status_of(cluster, name)
+    assert before["fabric"]["groupsDone"] < 2, "killed before the fabric phase ended"
+    with operator_process(
+        cluster.kubeconfig, metrics_port=free_port(), log_file=tmp_path / "op2.log", extra_env=env
+    ):
+
+        def finished() -> dict[str, Any] | None:
+            record_pods()
+            status = status_of(cluster, name)
+            return status if (status.get("run") or {}).get("completedAt") else None
+
+        status = wait_for("the resumed run to complete", finished, timeout=240, interval=0.3)
+        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        delete_validation(cluster, name)
+        wait_for("the validation to go", lambda: get_json(cluster, "gpuvalidation", name) is None)
+
+    assert status["run"]["id"] == before["run"]["id"]
+    # The second operator read the groups back; it planned nothing anew.
+    log = (tmp_path / "op2.log").read_text()
+    assert f"fabric of run {status['run']['id']} resumed: 2 groups" in log
+    assert "groups of up to" not in log
+    assert {v for n, v in fabric_of(reports).items() if n != slow} == {("Passed", None)}
+    assert fabric_of(reports)[slow] == ("Failed", "FabricSlowNode")
+    assert status["nodes"]["failed"] == 1 and status["nodes"]["passed"] == 7
+    assert len(seen) == 8, seen
+    assert {k: len(v) for k, v in seen.items() if len(v) != 1} == {}, "one pod per node and group"
+    assert all(len(p) == 1 for p in ports.values()), f"one rendezvous port per group: {ports}"
+
+
+def meta_of(pod: dict[str, Any]) -> dict[str, Any]:
+    meta: dict[str, Any] = pod["metadata"]
+    return meta
+
+
+@contextlib.contextmanager
+def holding_gpus(cluster: Cluster, node: str, name: str) -> Iterator[None]:
+    """A workload bound to `node` holding its 8 GPUs (the scheduler counts it; kwok runs it)."""
+    limits = {"nvidia.com/gpu": "8"}
+    container = {"name": "train", "image": "example.com/train:1", "resources": {"limits": limits}}
+    cluster.apply([{
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": node, "containers": [container]},
+    }])  # fmt: skip
+    try:
+        yield
+    finally:
+        cluster.kubectl("delete", "pod", name, "-n", "default", "--wait=false", check=False)
+
+
+def test_a_group_that_cannot_form_is_not_run_and_no_node_is_acted_on(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    ranks = sorted(unique_name("b") for _ in range(3))
+    busy, slow_local = ranks[1], ranks[2]
+    for node in ranks:
+        # The last node's local checks take a while: the workload takes the busy node's GPUs
+        # after its own local checks and before the fabric phase.
+        fleet.add(node, **({"timeScale": 1.0} if node == slow_local else {}))
+    name = unique_name("gang")
+    actions = {"taint": {"effect": "NoSchedule"}, "cordon": True}
+    short = {"gangSeconds": 10, "initSeconds": 20, "phaseSeconds": 20}
+    spec = {"maxConcurrent": "100%", "checks": LOCAL, "nodeActions": actions,
+            "fabric": fabric(groupSize=3, timeouts=short)}  # fmt: skip
+    with operator():
+        apply(cluster, fleet.validation(name, **spec))
+
+        def busy_done() -> bool:
+            report = by_node(reports_of(cluster, name)).get(busy) or {}
+            return report.get("phase") == "Completed"
+
+        wait_for("the busy node's local checks", busy_done, timeout=120)
+        assert not fabric_pods(cluster, name), "the fabric began before the workload came"
+        with holding_gpus(cluster, busy, unique_name("training")):
+            status = completed_run(cluster, name, timeout=180)
+        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        nodes = {n: get_json(cluster, "node", n) for n in ranks}
+        left = [p for p in fabric_pods(cluster, name) if p["status"].get("phase") == "Pending"]
+        delete_validation(cluster, name)
+    assert left == [], "the group's pods were deleted at the gang timeout"
+    assert {n: v for n, v in fabric_of(reports).items()} == {
+        n: ("NotRun", "FabricGangNotFormed") for n in ranks
+    }
+    assert (reports[busy]["verdict"], reports[busy]["reason"]) == ("NotRun", "FabricGangNotFormed")
+    assert "its own pod never started" in reports[busy]["fabric"]["message"]
+    assert {reports[n]["verdict"] for n in ranks if n != busy} == {"Passed"}
+    assert status["nodes"]["notRun"] == 1 and status["nodes"]["failed"] == 0
+    assert status["fabric"]["nodes"]["notRun"] == 3
+    for node in nodes.values():
+        assert not node["spec"].get("unschedulable")
+        assert not any(t["key"] == "gpuval.dev/unhealthy" for t in node["spec"].get("taints") or [])
+    assert nodes[busy]["metadata"]["labels"]["gpuval.dev/verdict"] == "not-run"

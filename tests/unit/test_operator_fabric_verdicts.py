@@ -1,0 +1,218 @@
+"""The run-wide comparison of the fabric groups: who is named, who is spared, which groups are
+slow (gpuval_operator.fabricverdicts). Pure: no cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from gpuval_api.fabric import FabricPair, FabricThresholds, pair_rounds
+from gpuval_api.reasons import Reason
+from gpuval_api.result import Verdict
+from gpuval_operator.fabricstate import FabricRecord
+from gpuval_operator.fabricverdicts import GroupEvidence, classify
+
+PASS = FabricRecord(Verdict.PASSED, None, "fine", by_agent=True)
+BASE = 380.0
+
+
+def pairs_of(
+    nodes: Sequence[str],
+    speed: Mapping[str, float] | None = None,
+    links: Mapping[frozenset[str], float] | None = None,
+) -> tuple[FabricPair, ...]:
+    """The pair rounds of a group, each pair at BASE times its slower node and its link."""
+    speed, links = speed or {}, links or {}
+    found = []
+    for number, rnd in enumerate(pair_rounds(len(nodes)), start=1):
+        for a, b in rnd:
+            na, nb = nodes[a], nodes[b]
+            factor = min(speed.get(na, 1.0), speed.get(nb, 1.0)) * links.get(
+                frozenset((na, nb)), 1.0
+            )
+            found.append(
+                FabricPair(round=number, a=na, b=nb, bytes=1 << 30, busbw_gbps=BASE * factor)
+            )
+    return tuple(found)
+
+
+def group(
+    name: str,
+    nodes: Sequence[str],
+    busbw: float | None = BASE,
+    records: Sequence[FabricRecord] | None = None,
+    pairs: tuple[FabricPair, ...] | None = None,
+) -> GroupEvidence:
+    records = records or [PASS] * len(nodes)
+    found = pairs_of(nodes) if pairs is None else pairs
+    return GroupEvidence(name, tuple(nodes), tuple(records), busbw, found, None)
+
+
+def names(prefix: str, count: int = 8) -> list[str]:
+    return [f"{prefix}{i}" for i in range(count)]
+
+
+def test_a_slow_node_is_named_and_its_partners_pass() -> None:
+    nodes = names("a")
+    slow = group("g1", nodes, busbw=BASE * 0.8, pairs=pairs_of(nodes, {"a3": 0.8}))
+    found = classify([slow, group("g2", names("b"))], FabricThresholds())
+    assert found.nodes["a3"].verdict is Verdict.FAILED
+    assert found.nodes["a3"].reason is Reason.FABRIC_SLOW_NODE
+    assert {n for n, f in found.nodes.items() if f.verdict is not Verdict.PASSED} == {"a3"}
+    # The group is below its floor, but a node explains it: no slow group.
+    assert not any(g.slow for g in found.groups)
+
+
+def test_a_slow_link_names_both_its_nodes_and_no_one_else() -> None:
+    nodes = names("a")
+    link = pairs_of(nodes, links={frozenset(("a2", "a3")): 0.6})
+    found = classify([group("g1", nodes, pairs=link)], FabricThresholds())
+    named = {n: f.reason for n, f in found.nodes.items() if f.verdict is Verdict.FAILED}
+    assert named == {"a2": Reason.FABRIC_SLOW_LINK, "a3": Reason.FABRIC_SLOW_LINK}
+    assert "a3" in found.nodes["a2"].message
+
+
+def test_a_node_its_agent_named_slow_against_its_group_alone_passes_when_the_run_does_not() -> None:
+    # Group g1's agents compared a1 with their own slow median; the run's pairs are faster still,
+    # but a1 is only 5 % below them: within the 0.9 threshold.
+    nodes = names("a")
+    agent_said = FabricRecord(Verdict.FAILED, Reason.FABRIC_SLOW_NODE, "slow in every pair", True)
+    records = [PASS, agent_said, *[PASS] * 6]
+    g1 = group("g1", nodes, records=records, pairs=pairs_of(nodes, {"a1": 0.95}))
+    found = classify([g1, group("g2", names("b"))], FabricThresholds())
+    assert found.nodes["a1"].verdict is Verdict.PASSED
+    assert "FabricSlowNode" in found.nodes["a1"].message
+
+
+def test_a_uniformly_slow_group_names_no_node_and_is_a_slow_group() -> None:
+    slow_nodes = names("s", 4)
+    slow = group(
+        "g3",
+        slow_nodes,
+        busbw=BASE * 0.5,
+        pairs=pairs_of(slow_nodes, dict.fromkeys(slow_nodes, 0.5)),
+    )
+    fast = [group(f"g{i}", names(f"f{i}", 4), busbw=BASE) for i in range(2)]
+    found = classify([*fast, slow], FabricThresholds())
+    assert all(f.verdict is Verdict.PASSED for f in found.nodes.values())
+    assert [g.name for g in found.groups if g.slow] == ["g3"]
+    outcome = next(g for g in found.groups if g.name == "g3")
+    assert outcome.floor is not None and outcome.floor > outcome.busbw  # type: ignore[operator]
+
+
+def test_groups_are_compared_with_groups_of_their_own_size_only() -> None:
+    # A group of three is slower than the groups of eight (fewer GPUs share the ring), but it is
+    # the only one of its size: never slow against them.
+    small = group("g9", names("t", 3), busbw=BASE * 0.5)
+    found = classify([group("g1", names("a")), group("g2", names("b")), small], FabricThresholds())
+    assert not any(g.slow for g in found.groups)
+
+
+def test_an_absolute_floor_marks_a_group_slow_without_blaming_its_nodes() -> None:
+    nodes = names("a", 4)
+    below = FabricRecord(Verdict.FAILED, Reason.NCCL_LOW_BUSBW, "below the absolute floor", True)
+    g1 = group(
+        "g1",
+        nodes,
+        busbw=300.0,
+        records=[below] * 4,
+        pairs=pairs_of(nodes, dict.fromkeys(nodes, 300 / BASE)),
+    )
+    found = classify([g1], FabricThresholds(absolute_busbw_gbps=350.0))
+    assert all(f.verdict is Verdict.PASSED for f in found.nodes.values())
+    assert found.groups[0].slow
+
+
+def test_when_every_other_rank_cannot_reach_rank_0_rank_0_is_named_and_they_are_not() -> None:
+    nodes = names("a", 4)
+    came = FabricRecord(
+        Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE, "a1, a2, a3 never reached", True
+    )
+    lost = FabricRecord(
+        Verdict.FAILED, Reason.FABRIC_UNREACHABLE, "could not reach 10.0.0.1:20000", True
+    )
+    found = classify(
+        [group("g1", nodes, busbw=None, records=[came, lost, lost, lost], pairs=())],
+        FabricThresholds(),
+    )
+    assert (found.nodes["a0"].verdict, found.nodes["a0"].reason) == (
+        Verdict.FAILED,
+        Reason.FABRIC_UNREACHABLE,
+    )
+    assert {found.nodes[n].verdict for n in nodes[1:]} == {Verdict.NOT_RUN}
+    assert "10.0.0.1:20000" in found.nodes["a0"].message
+
+
+def test_one_rank_that_cannot_reach_rank_0_is_named_alone() -> None:
+    nodes = names("a", 4)
+    came = FabricRecord(Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE, "a2 never reached", True)
+    lost = FabricRecord(Verdict.FAILED, Reason.FABRIC_UNREACHABLE, "could not reach", True)
+    found = classify(
+        [group("g1", nodes, busbw=None, records=[came, came, lost, came], pairs=())],
+        FabricThresholds(),
+    )
+    assert found.nodes["a2"].verdict is Verdict.FAILED
+    assert {found.nodes[n].verdict for n in ("a0", "a1", "a3")} == {Verdict.NOT_RUN}
+
+
+def test_in_a_group_of_two_an_unreachable_rank_names_neither_side() -> None:
+    came = FabricRecord(Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE, "a1 never reached", True)
+    lost = FabricRecord(Verdict.FAILED, Reason.FABRIC_UNREACHABLE, "could not reach", True)
+    found = classify(
+        [group("g1", ["a0", "a1"], busbw=None, records=[came, lost], pairs=())], FabricThresholds()
+    )
+    assert {f.verdict for f in found.nodes.values()} == {Verdict.NOT_RUN}
+
+
+def test_what_is_not_slowness_stands_and_a_node_in_two_groups_gets_the_worse() -> None:
+    fell_back = FabricRecord(Verdict.FAILED, Reason.FABRIC_TRANSPORT_FALLBACK, "sockets", True)
+    nodes = names("a", 4)
+    g1 = group("g1", nodes, records=[PASS, PASS, fell_back, PASS])
+    x1 = group(
+        "x1",
+        ["a0", "b0", "c0"],
+        records=[FabricRecord(Verdict.FAILED, Reason.NCCL_TIMEOUT, "hung", True), PASS, PASS],
+    )
+    found = classify([g1, x1], FabricThresholds())
+    assert found.nodes["a2"].reason is Reason.FABRIC_TRANSPORT_FALLBACK
+    assert found.nodes["a0"].reason is Reason.NCCL_TIMEOUT
+
+
+def test_a_group_that_did_not_form_is_not_run_as_recorded() -> None:
+    gang = FabricRecord(Verdict.NOT_RUN, Reason.FABRIC_GANG_NOT_FORMED, "did not form")
+    found = classify(
+        [group("g1", names("a", 3), busbw=None, records=[gang] * 3, pairs=())], FabricThresholds()
+    )
+    assert {(f.verdict, f.reason) for f in found.nodes.values()} == {
+        (Verdict.NOT_RUN, Reason.FABRIC_GANG_NOT_FORMED)
+    }
+    assert found.groups[0].worst.reason is Reason.FABRIC_GANG_NOT_FORMED
+
+
+def test_what_an_agent_wrote_as_its_group_was_given_up_does_not_count() -> None:
+    gang = FabricRecord(Verdict.NOT_RUN, Reason.FABRIC_GANG_NOT_FORMED, "b's pod never started")
+    lost = FabricRecord(Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE, "lost the coordinator", True)
+    found = classify(
+        [group("g1", ["a", "b", "c"], busbw=None, records=[gang, gang, lost], pairs=())],
+        FabricThresholds(),
+    )
+    assert found.nodes["c"] == found.nodes["a"]
+    assert found.nodes["c"].reason is Reason.FABRIC_GANG_NOT_FORMED
+
+
+def test_in_a_group_of_three_a_node_slow_in_both_its_pairs_is_named() -> None:
+    nodes = names("a", 3)
+    found = classify(
+        [group("g1", nodes, pairs=pairs_of(nodes, {"a1": 0.8})), group("g2", names("b"))],
+        FabricThresholds(),
+    )
+    assert found.nodes["a1"].reason is Reason.FABRIC_SLOW_NODE
+    assert {found.nodes["a0"].verdict, found.nodes["a2"].verdict} == {Verdict.PASSED}
+
+
+def test_a_slow_pair_of_two_nodes_names_neither_and_is_a_slow_group() -> None:
+    pair = ["a0", "a1"]
+    others = [group(f"g{i}", names(f"b{i}", 2)) for i in range(2)]
+    slow = group("g9", pair, busbw=BASE * 0.5, pairs=pairs_of(pair, {"a0": 0.5}))
+    found = classify([*others, slow], FabricThresholds())
+    assert {found.nodes[n].verdict for n in pair} == {Verdict.PASSED}
+    assert [g.name for g in found.groups if g.slow] == ["g9"]

@@ -56,7 +56,8 @@ NCCL_BUSBW = Figure("ncclBusbwGBps", "NCCL all-reduce busbw", "GB/s", "nccl")
 # Higher is better for every one of them; temperature is a limit, checked by the burn itself.
 FIGURES: tuple[Figure, ...] = (BURN, H2D, D2H, DEVICE_COPY, P2P, NCCL_BUSBW)
 
-# Environment fields compared across units (the operator's uniformity fields, same names).
+# Environment fields compared across units; the operator's uniformity compares the same ones
+# (gpuval_operator.views.UNIFORMITY_FIELDS is this tuple).
 ENVIRONMENT_FIELDS: tuple[str, ...] = (
     "driverVersion",
     "cudaDriverVersion",

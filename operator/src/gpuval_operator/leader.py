@@ -23,6 +23,7 @@ from enum import Enum, auto
 from typing import Any
 
 from gpuval_operator.kube import ApiError, KubeClient, q
+from gpuval_operator.views import parse_time
 
 log = logging.getLogger(__name__)
 
@@ -32,13 +33,7 @@ def micro_time(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def parse_micro_time(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+parse_micro_time = parse_time  # a MicroTime is RFC 3339 with microseconds
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from gpuval_api.report import (
     parse_termination_message,
 )
 from gpuval_api.result import Metric, Verdict
+from gpuval_api.views import ENVIRONMENT_FIELDS
 from gpuval_operator.fabricviews import FabricView
 
 
@@ -121,19 +122,9 @@ class PodView:
         )
 
 
-# Environment fields compared across nodes for uniformity, in output order.
-UNIFORMITY_FIELDS = (
-    "driverVersion",
-    "cudaDriverVersion",
-    "ncclVersion",
-    "gpuProduct",
-    "gpuCount",
-    "vbios",
-    "kernel",
-    "eccEnabled",
-    "migMode",
-    "persistenceMode",
-)
+# Environment fields compared across nodes for uniformity, in output order: the ones
+# kubectl gpuval and the report show.
+UNIFORMITY_FIELDS = ENVIRONMENT_FIELDS
 
 # Figures of the report summary exported per node: summary key -> (metric suffix, factor to base
 # units).

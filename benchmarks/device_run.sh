@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 machine through the device tool, from the repository root:
-#   bash benchmarks/device_run.sh smoke|full|check|issue9|final|fabric|probe10|final10
+#   bash benchmarks/device_run.sh smoke|full|check|issue9|b7|final|fabric|probe10|final10
 # Installs the carried wheels (.whl: pydantic and its needs, absent there), then the GPU tests,
 # the benchmark and `gpuval-agent run` itself, writing everything under $OUT. Each step runs
 # under its own time limit and the script goes on after a failed step.
@@ -86,6 +86,21 @@ elif [ "$MODE" = issue9 ]; then
   step run_default 150 python3 -m gpuval_agent.cli run --json "$OUT/run_default.json"
   echo "run_default wall $(since "$began") s; ended $(now)" >>"$OUT/summary.log"
   step pytest 400 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
+elif [ "$MODE" = b7 ]; then
+  # Where the default run's time goes outside its checks: the probe in a fresh process, the
+  # default run twice (its driver check carries the environment record's split), the probe again.
+  python3 -c 'import importlib.metadata as m; from gpuval_agent.backends.cuda import torch_versions_from_files as f
+print("metadata", m.version("torch"), "files", f()); import torch; print("imported", torch.__version__, torch.version.cuda)' \
+    >>"$OUT/summary.log" 2>&1
+  step probe_before 120 python3 benchmarks/wall_probe.py
+  for n in 1 2; do
+    began=$(now)
+    step run_default_$n 150 python3 -m gpuval_agent.cli run --json "$OUT/run_default_$n.json"
+    echo "run_default_$n wall $(since "$began") s; began $began, ended $(now)," \
+      "JSON written $(python3 -c "import os; print(os.stat('$OUT/run_default_$n.json').st_mtime)")" \
+      >>"$OUT/summary.log"
+  done
+  step probe_after 120 python3 benchmarks/wall_probe.py
 elif [ "$MODE" = final ]; then
   step pytest 240 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
   (sleep 30; curl -s localhost:9400/metrics >"$OUT/metrics.txt" 2>&1) &

@@ -85,8 +85,8 @@ def run_checks(
             environment=bare, checks=checks,
         )  # fmt: skip
 
-    # Kept in the driver check's metrics with its split (backend.environment_split): on the
-    # H200 VMs the record took 3.2 s, the largest part of a run outside its checks.
+    # Kept in the driver check's metrics with its split (backend.environment_split): time spent
+    # here is counted by no check, so a run's wall time shows it first (issue 9, B7).
     environment_seconds = time.monotonic() - recording
     if environment.hostname is None:
         environment.hostname = socket.gethostname()

@@ -134,7 +134,12 @@ class BurnCheck(_Model):
 
     enabled: bool = Field(default=True, description="Run the burn.")
     duration_seconds: float = Field(
-        default=60.0, gt=0, le=86400, description="Burn time per precision, in seconds."
+        default=60.0,
+        gt=0,
+        le=86400,
+        description=(
+            "Burn time per precision, in seconds, set-up included (the first also loads torch)."
+        ),
     )
     precisions: list[Precision] = Field(
         default_factory=lambda: [Precision.BF16],

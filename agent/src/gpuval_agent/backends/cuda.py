@@ -1,13 +1,16 @@
 """The real backend: NVML for the record and telemetry, CUDA through cuda-python and torch.
 
-torch is imported lazily and in the background from the start, so the driver and health checks
-(NVML and cuda-python only) run while its several-second import finishes.
+torch is imported when a check first needs it (the burn, by default), in the background so the
+progress line keeps moving; the driver and health checks use NVML and cuda-python only, and read
+torch's versions from its files without importing it.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import socket
@@ -87,9 +90,10 @@ class CudaBackend(Backend):
             self._torch_ready.set()
 
     def _start_torch_import(self) -> None:
-        """torch's import runs in the background from the end of the environment record on: it
-        takes seconds and holds the GIL, so started earlier it tripled the record's own time
-        (4.7 s instead of 0.5 s on 2x H200); the burn, which needs torch, absorbs the rest."""
+        """torch's import starts when a check first needs torch (the burn, by default), so it is
+        part of that check's set-up time. It takes seconds and holds the GIL for most of them
+        (loading libtorch): started at the end of the environment record, it stalled the main
+        thread there for 4.5 s on 2x H200, time that no check counted (issue 9, B7)."""
         if not self._torch_started:
             self._torch_started = True
             threading.Thread(target=self._load_torch, name="torch-import", daemon=True).start()
@@ -121,9 +125,9 @@ class CudaBackend(Backend):
         if environment.cuda_driver_version is None:
             environment.cuda_driver_version = _cuda_python_driver_version()
         # torch's import takes seconds and the burn needs it anyway: the driver check reads
-        # torch's CUDA from its installed version tag ('2.11.0+cu130') without importing it, and
-        # the import goes on in the background, counted in the burn's set-up.
-        torch_version, runtime = torch_version_from_metadata()
+        # torch's versions from its files without importing it, and the import waits for the
+        # first check that needs torch, counted in its set-up.
+        torch_version, runtime = torch_versions_from_files()
         self.environment_split = {
             "nvmlSessionSeconds": round(opened - began, 3),
             "nvmlQueriesSeconds": round(queried - opened, 3),
@@ -133,7 +137,6 @@ class CudaBackend(Backend):
             self.finish_environment(environment)
         else:
             environment.torch_version, environment.cuda_runtime_version = torch_version, runtime
-        self._start_torch_import()
         return environment
 
     def finish_environment(self, environment: Environment) -> None:
@@ -275,14 +278,39 @@ class CudaBackend(Backend):
             self._nvml.close()
 
 
-def torch_version_from_metadata() -> tuple[str | None, str | None]:
-    """(torch's version, its CUDA as major.minor) from the installed distribution's version tag,
-    without importing torch; (version or None, None) when the tag names no CUDA build."""
+def torch_versions_from_files() -> tuple[str | None, str | None]:
+    """(torch's version, its CUDA as major.minor) without importing torch: from the
+    `torch/version.py` that `torch.version` would load (`__version__`, `cuda`), else from the
+    distribution's version tag. PyPI's CUDA wheels carry no tag in their metadata ('2.11.0' where
+    torch says '2.11.0+cu130'), so the metadata alone made the driver check import torch, 4.4 s
+    on 2x H200 that no check counted. (None, None) when torch is not installed."""
+    spec = importlib.util.find_spec("torch")  # finds the package without running its __init__
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        values = _string_constants(Path(location) / "version.py")
+        if values.get("__version__"):
+            return values["__version__"], values.get("cuda") or None
     try:
         version = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
         return None, None
     return version, cuda_from_local_tag(version)
+
+
+def _string_constants(path: Path) -> dict[str, str]:
+    """NAME = 'text' assignments at the top of a Python file, read without running it."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    found: dict[str, str] = {}
+    for node in tree.body:
+        target: ast.expr | None = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
+            found.update({target.id: value.value} if isinstance(value.value, str) else {})
+    return found
 
 
 def cuda_from_local_tag(version: str) -> str | None:

@@ -85,7 +85,7 @@ test: setup controlplane browser ## The README's test command: lint, generated-f
 	$(UV) run --frozen pytest -m "not gpu" --real-node
 
 .PHONY: report-screenshot
-report-screenshot: setup browser ## Rerun the report's browser test and keep its screenshot as docs/images/fleet-report.png
+report-screenshot: setup browser ## Rerun the report's browser tests and keep their screenshots as docs/images/fleet-report.png and fabric-report.png
 	GPUVAL_SCREENSHOT_DIR=docs/images $(UV) run --frozen pytest -q tests/browser
 
 .PHONY: test-unit

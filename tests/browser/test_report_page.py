@@ -2,8 +2,9 @@
 (simulated backend), opened in headless chromium with the network refused, and judged by what the
 browser drew: every plot present and sized, one point per node coloured by its verdict, the slow
 and the wrong node labelled on the burn plot, the failures with their hints, a verdict this
-version does not know (NotRun) counted on its own. The screenshot is kept: with
-GPUVAL_SCREENSHOT_DIR set (make report-screenshot) it is copied there for the README."""
+version does not know (NotRun) counted on its own; the fabric section's pairs with the slow node's
+bars red. The screenshots are kept: with GPUVAL_SCREENSHOT_DIR set (make report-screenshot) they
+are copied there for the README and docs/see.md."""
 
 from __future__ import annotations
 
@@ -18,11 +19,12 @@ import pytest
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_report import write_page
 from tests.support.browser import look_at
-from tests.support.fleets import sample_fleet
+from tests.support.fleets import fabric_fleet, sample_fleet
 
 pytestmark = pytest.mark.browser
 
 FAILED_RED = "rgb(198, 40, 40)"  # gpuval_report.figures: Failed is #c62828
+PASSED_GREEN = "rgb(46, 125, 50)"  # and Passed #2e7d32
 FIGURE_PLOTS = [
     "plot-burnTflops",
     "plot-h2dGBps",
@@ -87,3 +89,30 @@ def test_gpuval_agent_run_html_gives_the_same_page_for_one_machine(tmp_path: Pat
     assert "GPU 5 (60% of median)" in burn["annotations"]
     assert "ThermalSlowdown" in seen.text
     assert seen.plot("plot-nccl-sweep")["lines"] == 1
+
+
+def test_the_fabric_section_draws_every_pair_and_names_the_slow_node(tmp_path: Path) -> None:
+    # Four nodes measured by the real fabric agent code (simulated executor) over loopback;
+    # gpu-node-1's network runs at 0.6 of the rest.
+    view, slow = fabric_fleet(size=4, slow=1)
+    page = write_page(view, tmp_path / "fabric.html")
+
+    seen = look_at(page, tmp_path / "fabric.png", element="#fabric")
+
+    assert seen.refused == [] and seen.errors == []
+    pairs = seen.plot("plot-fabric-pairs")
+    # Rounds 1 and 2 of four nodes (a ring of four edges) and one confirmation of the suspect.
+    assert len(pairs["bars"]) == 5
+    red = [tick for tick, fill in zip(pairs["xticks"], pairs["bars"], strict=True)
+           if fill == FAILED_RED]  # fmt: skip
+    # Every red bar has the slow node at one end, and it is in all of its pairs' bars.
+    assert red and all(slow in tick for tick in red), red
+    assert sorted(red) == sorted(t for t in pairs["xticks"] if slow in t)
+    assert pairs["bars"].count(PASSED_GREEN) == 2
+    assert "FabricSlowNode" in seen.text
+    assert "IB/GDRDMA" in seen.text
+    assert "1 failed of 4" in seen.text
+    # A fleet without a fabric phase has no fabric section.
+    plain, _ = sample_fleet(healthy=1)
+    assert 'id="fabric"' not in write_page(plain, tmp_path / "plain.html").read_text()
+    keep(tmp_path / "fabric.png", "fabric-report.png")

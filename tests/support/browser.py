@@ -37,6 +37,9 @@ _PLOTS_JS = """
     fills: points.map(p => getComputedStyle(p).fill),
     lines: plot.querySelectorAll('.scatterlayer path.js-line').length,
     annotations: Array.from(plot.querySelectorAll('.annotation-text')).map(a => a.textContent),
+    bars: Array.from(plot.querySelectorAll('.barlayer .point path'))
+      .map(p => getComputedStyle(p).fill),
+    xticks: Array.from(plot.querySelectorAll('.xtick text')).map(t => t.textContent),
   };
 })
 """
@@ -69,9 +72,15 @@ def chromium() -> Iterator[Browser]:
 
 
 def look_at(
-    page_file: Path, screenshot: Path, *, width: int = 1280, height: int = 1600
+    page_file: Path,
+    screenshot: Path,
+    *,
+    width: int = 1280,
+    height: int = 1600,
+    element: str | None = None,
 ) -> Rendered:
-    """Open `page_file`, wait for its plots to be drawn, screenshot the first `height` pixels."""
+    """Open `page_file`, wait for its plots to be drawn, screenshot the first `height` pixels
+    (or the `element` a CSS selector names, wherever it is on the page)."""
     refused: list[str] = []
     errors: list[str] = []
 
@@ -93,7 +102,10 @@ def look_at(
             "document.querySelectorAll('.js-plotly-plot .main-svg').length >= "
             "document.querySelectorAll('.plot').length"
         )
-        page.screenshot(path=str(screenshot))
+        if element is None:
+            page.screenshot(path=str(screenshot))
+        else:
+            page.locator(element).screenshot(path=str(screenshot))
         return Rendered(
             plots=page.evaluate(_PLOTS_JS),
             text=page.inner_text("body"),

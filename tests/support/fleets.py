@@ -6,17 +6,24 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from gpuval_agent.backends.simulated import SimulatedBackend, SimulationConfig
 from gpuval_agent.display import Display
+from gpuval_agent.fabric.driver import FabricPlan, run_fabric
+from gpuval_agent.fabric.simulated import SimulatedFabric
 from gpuval_agent.runner import run_checks
 from gpuval_api.checks import ChecksConfig
 from gpuval_api.crd import GpuNodeReport, GpuValidation
-from gpuval_api.report import build_report_status
-from gpuval_api.result import AgentResult
+from gpuval_api.fabric import FABRIC_CHECK, FabricConfig, FabricResult, build_fabric_status
+from gpuval_api.fabricsummary import FabricRunStatus
+from gpuval_api.report import StatusKey, build_operator_failure_status, build_report_status
+from gpuval_api.result import AgentResult, Verdict
 from gpuval_api.views import FleetView, fleet_view
+from gpuval_devtools.controlplane import free_port
 
 SLOW = "thermal-slowdown"  # burn at 60 % on one GPU: a slow node (and a failed one)
 WRONG = "miscompare"  # one flipped bit in one burn result: a failed node at full speed
@@ -97,3 +104,67 @@ def sample_fleet(healthy: int = 5) -> tuple[FleetView, dict[str, str]]:
     failed = [roles["slow"], roles["wrong"]]
     view = fleet_view(validation(name, run, len(reports), failed), reports)
     return view, roles
+
+
+def fabric_results(
+    nodes: Sequence[str], faults: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> list[FabricResult]:
+    """One fabric group of `nodes` measured by the real fabric agent code (simulated executor),
+    each node's agent in its own thread, meeting rank 0's coordinator over loopback TCP."""
+    config = FabricConfig.model_validate(
+        {"timeouts": {"initSeconds": 10, "phaseSeconds": 10}, "maxBytes": 1 << 28}
+    )
+    port, stop = free_port(), threading.Event()
+    results: dict[int, FabricResult] = {}
+
+    def agent(rank: int) -> None:
+        node = nodes[rank]
+        simulation = {
+            "gpus": 8,
+            "timeScale": 0.001,
+            "faults": [dict(f) for f in faults.get(node, [])],
+        }
+        executor = SimulatedFabric(
+            SimulationConfig.parse(json.dumps(simulation)), config, node, stop
+        )
+        plan = FabricPlan(
+            rank=rank, world=len(nodes), master=("127.0.0.1", port), group="fabric-1-g0",
+            node=node, config=config, nodes=list(nodes),
+        )  # fmt: skip
+        results[rank] = run_fabric(plan, executor, stop)
+
+    threads = [threading.Thread(target=agent, args=(rank,)) for rank in range(len(nodes))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    stop.set()
+    assert len(results) == len(nodes), f"fabric agents finished: {sorted(results)}"
+    return [results[rank] for rank in range(len(nodes))]
+
+
+def fabric_fleet(size: int = 4, slow: int = 1) -> tuple[FleetView, str]:
+    """A fleet whose nodes all passed their local checks and then their fabric group, but for
+    node `slow`, whose network runs at 0.6 of the rest (the simulated fabric-slow-node fault);
+    its report is failed as the operator fails it. Returns the view and the slow node's name."""
+    name, run = "fabric", "fabric-1-abcd"
+    nodes = [f"gpu-node-{i}" for i in range(size)]
+    slow_node = nodes[slow]
+    fabric = fabric_results(nodes, {slow_node: [{"kind": "fabric-slow-node", "factor": 0.6}]})
+    reports = []
+    for node, outcome in zip(nodes, fabric, strict=True):
+        status = build_report_status(simulated_result(node))
+        if outcome.reason is not None and outcome.verdict == Verdict.FAILED:
+            status |= build_operator_failure_status(
+                outcome.reason, outcome.message, None, datetime.now(UTC), FABRIC_CHECK
+            )
+        status[StatusKey.FABRIC] = build_fabric_status(outcome)
+        reports.append(GpuNodeReport.model_validate(
+            {"metadata": {"name": f"{name}-{run}-{node}"},
+             "spec": {"validation": name, "run": run, "node": node}, "status": status}
+        ))  # fmt: skip
+    failed = [o.node for o in fabric if o.verdict == Verdict.FAILED]
+    document = validation(name, run, len(nodes), failed)
+    assert document.status is not None
+    document.status.fabric = FabricRunStatus(summary=f"{len(failed)} failed of {size}")
+    return fleet_view(document, reports), slow_node

@@ -120,3 +120,43 @@ def test_a_machine_view_has_one_unit_per_gpu_and_names_the_slow_one() -> None:
     assert {f.reason for f in view.failures} == {"LowThroughput", "ThermalSlowdown"}
     assert all("p2pGBps" in u.figures for u in view.units)
     assert [host for host, _ in view.nccl_curves] == ["box"]
+
+
+def _fabric_report(node: str, pairs: list[dict[str, Any]]) -> GpuNodeReport:
+    fabric = {"group": "g0", "rank": 0, "world": 4, "verdict": "Passed", "transport": "IB",
+              "result": {"pairs": pairs}}  # fmt: skip
+    return report(node, {"phase": "Completed", "verdict": "Passed", "fabric": fabric})
+
+
+PAIRS = [
+    {"round": 1, "a": "a", "b": "b", "bytes": 1 << 30, "busbwGBps": 40.0},
+    {"round": 1, "a": "c", "b": "d", "bytes": 1 << 30, "busbwGBps": 48.0},
+    {"round": 2, "a": "b", "b": "c", "bytes": 1 << 30, "busbwGBps": 40.0},
+    {"round": 2, "a": "d", "b": "a", "bytes": 1 << 30, "busbwGBps": 48.0},
+    {"round": 0, "a": "b", "b": "d", "bytes": 1 << 30, "busbwGBps": 41.0},
+    {"round": "first", "a": "x", "b": "y"},  # a shape this version cannot read: left out
+]
+
+
+def test_fabric_pairs_are_listed_once_rounds_first_with_the_floor_the_spec_sets() -> None:
+    reports = [_fabric_report(node, PAIRS) for node in "abcd"]
+    spec = {"fabric": {"thresholds": {"fractionOfMedian": 0.95}}}
+    view = fleet_view(GpuValidation.model_validate({"metadata": {"name": "v"}, "spec": spec}),
+                      reports)  # fmt: skip
+    links = view.fabric_links
+    assert [(link.round, link.a, link.b) for link in links] == [
+        (1, "a", "b"), (1, "c", "d"), (2, "b", "c"), (2, "d", "a"), (0, "b", "d"),
+    ]  # fmt: skip
+    assert {u.fabric.transport for u in view.units if u.fabric} == {"IB"}
+    # The median of the pair rounds (the confirmation is not part of it), times the fraction.
+    assert view.fabric_median_gbps == pytest.approx(44.0)
+    assert view.fabric_floor_gbps == pytest.approx(0.95 * 44.0)
+
+
+def test_the_run_wide_median_in_the_status_is_the_one_pairs_are_judged_by() -> None:
+    document = {"metadata": {"name": "v"}, "status": {"fabric": {"medianPairGBps": 50.0}}}
+    view = fleet_view(GpuValidation.model_validate(document), [_fabric_report("a", PAIRS)])
+    # The default fraction of the median is 0.9.
+    assert (view.fabric_median_gbps, view.fabric_floor_gbps) == (50.0, pytest.approx(45.0))
+    none = fleet_view(GpuValidation.model_validate({"metadata": {"name": "v"}}), [])
+    assert (none.fabric_links, none.fabric_median_gbps, none.fabric_floor_gbps) == ([], None, None)

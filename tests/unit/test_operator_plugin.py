@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpuval_api.crd import GpuValidation
-from gpuval_api.views import FabricFinding, FailureView, FleetView, UnitView
+from gpuval_api.fabricview import FabricFinding
+from gpuval_api.views import FailureView, FleetView, UnitView
 from gpuval_operator import plugin
 from tests.support.fleets import sample_fleet, validation
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from gpuval_api.crd import GpuNodeReport, GpuValidation
+from gpuval_api.fabricview import FabricFinding, FabricLink, fabric_bounds, fabric_finding
 from gpuval_api.lenient import read_model
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_api.report import ReportPhase
@@ -94,17 +95,6 @@ class FailureView:
 
 
 @dataclass(frozen=True, slots=True)
-class FabricFinding:
-    """A node's fabric result: its group (its last one, for a node in two), verdict, reason."""
-
-    group: str
-    verdict: str | None
-    reason: str | None = None
-    message: str = ""
-    busbw_gbps: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class UnitView:
     """A node of a fleet or a GPU of a machine."""
 
@@ -162,11 +152,24 @@ class FleetView:
     run: str = ""
     failing_omitted: int = 0
     fabric_summary: str = ""  # the validation's status.fabric.summary; empty without a fabric
+    # The run's median pair busbw and the floor below which a pair is slow (fabric_bounds).
+    fabric_median_gbps: float | None = None
+    fabric_floor_gbps: float | None = None
 
     @property
     def fabric_named(self) -> list[UnitView]:
         """Nodes the fabric test named (its Failed verdicts), by name."""
         return [u for u in self.units if u.fabric is not None and u.fabric.verdict == FAILED]
+
+    @property
+    def fabric_links(self) -> list[FabricLink]:
+        """Every pair the fabric measured, once (each node of a group reports all its pairs)."""
+        found: dict[tuple[str, int, str, str], FabricLink] = {}
+        for unit in self.units:
+            for link in unit.fabric.links if unit.fabric else ():
+                found.setdefault((link.group, link.round, link.a, link.b), link)
+        # By group, the pair rounds in order, then the confirmations (round 0) that followed.
+        return [found[key] for key in sorted(found, key=lambda k: (k[0], k[1] == 0, k))]
 
     @property
     def counts(self) -> dict[str, int]:
@@ -278,15 +281,6 @@ def _parse_result(document: object) -> AgentResult | None:
         return None
 
 
-def fabric_finding(report: GpuNodeReport) -> FabricFinding | None:
-    fabric = report.status.fabric if report.status is not None else None
-    if fabric is None:
-        return None
-    verdict = str(fabric.verdict) if fabric.verdict is not None else None
-    reason = str(fabric.reason) if fabric.reason is not None else None
-    return FabricFinding(fabric.group, verdict, reason, fabric.message, fabric.busbw_gbps)
-
-
 def node_unit(report: GpuNodeReport) -> UnitView:
     """A fleet's unit: one node, from its GpuNodeReport."""
     node = report.spec.node
@@ -330,6 +324,8 @@ def fleet_of_units(validation: GpuValidation, node_units: Iterable[UnitView]) ->
     keeps the units, a few hundred bytes each, and drops each page of whole reports)."""
     status = validation.status
     units = sorted(node_units, key=lambda u: u.name)
+    links = (link for u in units for link in (u.fabric.links if u.fabric else ()))
+    median, floor = fabric_bounds(validation, links)
     conditions = tuple(
         (c.type, str(c.status), c.reason, c.message) for c in (status.conditions if status else [])
     )
@@ -345,4 +341,6 @@ def fleet_of_units(validation: GpuValidation, node_units: Iterable[UnitView]) ->
         run=(status.run.id if status and status.run else ""),
         failing_omitted=(status.failing_nodes_omitted if status else 0),
         fabric_summary=(status.fabric.summary if status and status.fabric else ""),
+        fabric_median_gbps=median,
+        fabric_floor_gbps=floor,
     )

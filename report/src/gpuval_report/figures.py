@@ -2,8 +2,8 @@
 
 A distribution per figure (one point per unit, hover names it) with the outliers and failing units
 labelled on the plot, so a person sees who is slow without hovering; the NCCL sweep as busbw
-against message size. Colours follow the verdict; a verdict this version does not know gets a
-colour of its own rather than being dropped.
+against message size (the fabric's pairs are drawn by gpuval_report.fabric). Colours follow the
+verdict; a verdict this version does not know gets a colour of its own rather than being dropped.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def verdict_colour(verdict: str, known: Sequence[str] = ()) -> str:
     return OTHER_COLOURS[index % len(OTHER_COLOURS)]
 
 
-def _layout(title: str, height: int) -> dict[str, Any]:
+def layout(title: str, height: int) -> dict[str, Any]:
     return {
         "title": {"text": title, "x": 0.01},
         "height": height,
@@ -111,7 +111,7 @@ def distribution(view: FleetView, figure: Figure, outliers: Sequence[FigureOutli
             x=x, y=y, text=text, showarrow=True, arrowhead=2, ax=0, ay=-28 - 18 * (index % 3),
             font={"color": verdict_colour(unit_verdict, verdicts)},
         )  # fmt: skip
-    fig.update_layout(**_layout(f"{figure.label} per {view.unit_label} ({figure.unit})", 300))
+    fig.update_layout(**layout(f"{figure.label} per {view.unit_label} ({figure.unit})", 300))
     fig.update_xaxes(title_text=f"{figure.unit} (grey: median; dotted red: 90 % of the median)")
     fig.update_yaxes(
         tickvals=list(range(len(rows))),
@@ -158,7 +158,7 @@ def nccl_sweep(view: FleetView) -> go.Figure | None:
                 hovertemplate=f"{name}: %{{y:.1f}} GB/s at %{{x:.3s}}B<extra></extra>",
             )
         )
-    fig.update_layout(**_layout("NCCL all-reduce bus bandwidth against message size", 380))
+    fig.update_layout(**layout("NCCL all-reduce bus bandwidth against message size", 380))
     fig.update_xaxes(type="log", title_text="message size (bytes)")
     fig.update_yaxes(title_text="busbw (GB/s)", rangemode="tozero")
     return fig

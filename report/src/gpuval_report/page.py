@@ -1,5 +1,5 @@
 """One self-contained HTML page for a FleetView: counts, failures with hints, outliers, the
-plots, the uniformity table and every unit's figures.
+plots, the fabric between nodes, the uniformity table and every unit's figures.
 
 Self-contained means it opens with no network: plotly.js is inlined once in the head, the styles
 are inline, and nothing is referenced by URL. Every text from the cluster is HTML-escaped.
@@ -15,7 +15,9 @@ from plotly.offline import get_plotlyjs
 
 from gpuval_api.conditions import ConditionType
 from gpuval_api.views import FIGURES, PASSED, FleetView, UniformityRow
+from gpuval_report.fabric import fabric_section
 from gpuval_report.figures import distribution, figure_html, nccl_sweep, verdict_colour
+from gpuval_report.tables import table
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em 2em; color: #212121; }
@@ -33,15 +35,6 @@ tr.bad td { background: #ffebee; }
 """
 # Units listed by name in one uniformity cell before the rest are only counted.
 NAMES_SHOWN = 12
-
-
-def _table(headers: list[str], rows: list[list[str]], bad: list[bool] | None = None) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    body = []
-    for index, row in enumerate(rows):
-        css = ' class="bad"' if bad and bad[index] else ""
-        body.append(f"<tr{css}>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 def _counts(view: FleetView) -> str:
@@ -72,8 +65,8 @@ def _failures(view: FleetView) -> str:
         if view.failing_omitted
         else ""
     )
-    table = _table([view.unit_label, "check", "GPU", "reason", "message", "hint"], rows)
-    return table + more
+    listed = table([view.unit_label, "check", "GPU", "reason", "message", "hint"], rows)
+    return listed + more
 
 
 def _others(view: FleetView) -> str:
@@ -82,8 +75,8 @@ def _others(view: FleetView) -> str:
             for u in view.others]  # fmt: skip
     if not rows:
         return ""
-    table = _table([view.unit_label, "Verdict", "Reason", "Message"], rows)
-    return f'<h2>Not judged</h2><div id="others">{table}</div>'
+    listed = table([view.unit_label, "Verdict", "Reason", "Message"], rows)
+    return f'<h2>Not judged</h2><div id="others">{listed}</div>'
 
 
 def _outliers(view: FleetView) -> str:
@@ -100,7 +93,7 @@ def _outliers(view: FleetView) -> str:
         ]
         for o in outliers
     ]
-    return _table([view.unit_label, "figure", "value", "median", "of median"], rows)
+    return table([view.unit_label, "figure", "value", "median", "of median"], rows)
 
 
 def _names(names: tuple[str, ...]) -> str:
@@ -118,7 +111,7 @@ def _uniformity(rows: list[UniformityRow]) -> str:
         for index, (value, holders) in enumerate(row.values):
             cells.append([escape(row.field) if index == 0 else "", escape(value), _names(holders)])
             bad.append(index > 0)
-    return _table(["field", "value", "units"], cells, bad)
+    return table(["field", "value", "units"], cells, bad)
 
 
 def _units(view: FleetView) -> str:
@@ -128,7 +121,7 @@ def _units(view: FleetView) -> str:
         + [f"{u.figures[f.key]:.1f}" if f.key in u.figures else "" for f in FIGURES]
         for u in view.units
     ]
-    return _table(headers, rows, [u.verdict != PASSED for u in view.units])
+    return table(headers, rows, [u.verdict != PASSED for u in view.units])
 
 
 def _plots(view: FleetView) -> str:
@@ -150,7 +143,7 @@ def _plots(view: FleetView) -> str:
 def render_page(view: FleetView, generated_at: datetime | None = None) -> str:
     """The whole page as one string."""
     moment = (generated_at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S UTC")
-    conditions = _table(
+    conditions = table(
         ["condition", "status", "reason", "message"],
         [[escape(part) for part in cond] for cond in view.conditions],
         [cond[1] != "True" and cond[0] != ConditionType.INVALID for cond in view.conditions],
@@ -166,6 +159,7 @@ def render_page(view: FleetView, generated_at: datetime | None = None) -> str:
         _others(view),
         f'<h2>Outliers</h2><div id="outliers">{_outliers(view)}</div>',
         f'<h2>Figures</h2><div id="plots">{_plots(view)}</div>',
+        fabric_section(view),
         f'<h2>Uniformity</h2><div id="uniformity">{_uniformity(view.uniformity)}</div>',
         f"<h2>Every {view.unit_label}</h2><details><summary>{len(view.units)} "
         f'{view.unit_label}s</summary><div id="units">{_units(view)}</div></details>',

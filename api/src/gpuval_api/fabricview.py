@@ -1,0 +1,87 @@
+"""A node's fabric result as a person looks at it (gpuval_api.views' fleet units carry it): its
+group, fabric verdict, transport and the group's pairs; and the floor the run's pairs are judged
+by. Pure: nothing here calls the API or draws."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from gpuval_api.crd import GpuNodeReport, GpuValidation
+from gpuval_api.fabric import FabricPair, FabricThresholds
+
+
+@dataclass(frozen=True, slots=True)
+class FabricLink:
+    """One pair all-reduce of a fabric group: round 1, 2 (3) or 0 for a confirmation pair."""
+
+    group: str
+    round: int
+    a: str
+    b: str
+    busbw_gbps: float | None  # None: the pair failed (`error` says how)
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FabricFinding:
+    """A node's fabric result: its group (its last one, for a node in two), verdict, reason, the
+    transport NCCL used and the group's pairs as its agent measured them."""
+
+    group: str
+    verdict: str | None
+    reason: str | None = None
+    message: str = ""
+    busbw_gbps: float | None = None
+    transport: str | None = None
+    links: tuple[FabricLink, ...] = ()
+
+
+def fabric_links(group: str, result: object) -> tuple[FabricLink, ...]:
+    """The pairs of a fabric agent's result document; a pair of a shape this version cannot
+    read is left out, not guessed."""
+    pairs = result.get("pairs") if isinstance(result, dict) else None
+    links = []
+    for item in pairs if isinstance(pairs, list) else []:
+        try:
+            pair = FabricPair.model_validate(item)
+        except ValidationError:
+            continue
+        links.append(FabricLink(group, pair.round, pair.a, pair.b, pair.busbw_gbps, pair.error))
+    return tuple(links)
+
+
+def fabric_finding(report: GpuNodeReport) -> FabricFinding | None:
+    fabric = report.status.fabric if report.status is not None else None
+    if fabric is None:
+        return None
+    return FabricFinding(
+        group=fabric.group,
+        verdict=str(fabric.verdict) if fabric.verdict is not None else None,
+        reason=str(fabric.reason) if fabric.reason is not None else None,
+        message=fabric.message,
+        busbw_gbps=fabric.busbw_gbps,
+        transport=str(fabric.transport) if fabric.transport is not None else None,
+        links=fabric_links(fabric.group, fabric.result),
+    )
+
+
+def fabric_bounds(
+    validation: GpuValidation, links: Iterable[FabricLink]
+) -> tuple[float | None, float | None]:
+    """(the run's median pair busbw, the floor below which a pair is slow), as the operator
+    judges pairs: its run-wide median when the status has one, else the median of the pair
+    rounds the reports hold; the floor from spec.fabric.thresholds (or their defaults)."""
+    status = validation.status.fabric if validation.status else None
+    median = status.median_pair_gbps if status else None
+    if median is None:
+        figures = [link.busbw_gbps for link in links
+                   if link.round >= 1 and link.busbw_gbps is not None]  # fmt: skip
+        median = statistics.median(figures) if figures else None
+    if median is None:
+        return None, None
+    spec = validation.spec.fabric if validation.spec else None
+    return median, (spec.thresholds if spec else FabricThresholds()).floor(median)

@@ -68,37 +68,25 @@ def run_checks(
     first = enabled[0] if enabled else CheckName.DRIVER
     reporter.check_started(first.value, None)
     startup = process_uptime()
-    checks: list[CheckResult] = []
     recording = time.monotonic()
     try:
         environment = backend.environment()
     except NoDriverError as error:
-        builder = CheckBuilder(CheckName.DRIVER.value)
-        builder.add(Reason.DRIVER_NOT_LOADED, f"NVML: {error.detail}")
-        checks.append(builder.finish())
-        reporter.check_finished(checks[0])
-        why = "no NVIDIA driver or GPU (see the driver check)"
-        checks.extend(skipped(name.value, why) for name in enabled if name != CheckName.DRIVER)
         bare = Environment(hostname=socket.gethostname(), kernel=platform.release())
         return _result(
             config=config, backend=backend, node=node, started_at=started_at, startup=startup,
-            environment=bare, checks=checks,
+            environment=bare, checks=_no_driver(error, enabled, reporter),
         )  # fmt: skip
 
     # Kept in the driver check's metrics with its split (backend.environment_split): time spent
     # here is counted by no check, so a run's wall time shows it first (issue 9, B7).
-    environment_seconds = time.monotonic() - recording
+    recorded = {"environmentSeconds": round(time.monotonic() - recording, 3)}
     if environment.hostname is None:
         environment.hostname = socket.gethostname()
     if expected_gpus is None and (advertised := backend.advertised_gpu_count()) is not None:
         expected_gpus = advertised
         expected_gpus_source = f"the GPUs the {backend.name} backend's node advertises"
-    gpus = [gpu.index for gpu in environment.gpus]
-    if CheckName.NCCL in enabled and len(gpus) > 1:
-        nccl = config.nccl
-        backend.prepare_all_reduce(
-            gpus, sweep_sizes(nccl.min_bytes, nccl.max_bytes), nccl.iterations, nccl.timeout_seconds
-        )
+    _prepare_nccl(backend, config, enabled, [gpu.index for gpu in environment.gpus])
     sampler = Sampler(backend, sample_interval, on_samples)
     sampler.start()
     context = CheckContext(
@@ -113,22 +101,7 @@ def run_checks(
         stop=stop or threading.Event(),
     )
     try:
-        for position, name in enumerate(enabled):
-            if context.stop.is_set():
-                checks.append(skipped(name.value, "the agent was asked to stop"))
-                continue
-            if position > 0:
-                reporter.check_started(name.value, _expected_seconds(config, name))
-            if name in _CUDA_CHECKS and environment.gpus and not context.usable_gpus:
-                result = skipped(name.value, "CUDA did not initialise on any GPU")
-            else:
-                result = _run_one(name, context)
-            if name is CheckName.DRIVER:
-                result.metrics["environmentSeconds"] = round(environment_seconds, 3)
-                result.metrics.update(backend.environment_split)
-                context.excluded.update(cuda_failures(result))
-            checks.append(result)
-            reporter.check_finished(result)
+        checks = _run_enabled(context, enabled, recorded | dict(backend.environment_split))
     finally:
         sampler.stop()
         try:
@@ -139,6 +112,53 @@ def run_checks(
         config=config, backend=backend, node=node, started_at=started_at, startup=startup,
         environment=environment, checks=checks, stopped=context.stop.is_set(),
     )  # fmt: skip
+
+
+def _prepare_nccl(
+    backend: Backend, config: ChecksConfig, enabled: list[CheckName], gpus: list[int]
+) -> None:
+    """Start the NCCL ranks now, so their communicators form while the other checks run."""
+    if CheckName.NCCL in enabled and len(gpus) > 1:
+        nccl = config.nccl
+        sizes = sweep_sizes(nccl.min_bytes, nccl.max_bytes)
+        backend.prepare_all_reduce(gpus, sizes, nccl.iterations, nccl.timeout_seconds)
+
+
+def _no_driver(
+    error: NoDriverError, enabled: list[CheckName], reporter: Reporter
+) -> list[CheckResult]:
+    """The driver check failed as DriverNotLoaded, every other enabled check skipped."""
+    builder = CheckBuilder(CheckName.DRIVER.value)
+    builder.add(Reason.DRIVER_NOT_LOADED, f"NVML: {error.detail}")
+    checks = [builder.finish()]
+    reporter.check_finished(checks[0])
+    why = "no NVIDIA driver or GPU (see the driver check)"
+    checks.extend(skipped(name.value, why) for name in enabled if name != CheckName.DRIVER)
+    return checks
+
+
+def _run_enabled(
+    context: CheckContext, enabled: list[CheckName], recorded: dict[str, float]
+) -> list[CheckResult]:
+    """Every enabled check in order; `recorded` (the environment record's timings) goes into the
+    driver check's metrics."""
+    checks: list[CheckResult] = []
+    for position, name in enumerate(enabled):
+        if context.stop.is_set():
+            checks.append(skipped(name.value, "the agent was asked to stop"))
+            continue
+        if position > 0:
+            context.reporter.check_started(name.value, _expected_seconds(context.config, name))
+        if name in _CUDA_CHECKS and context.environment.gpus and not context.usable_gpus:
+            result = skipped(name.value, "CUDA did not initialise on any GPU")
+        else:
+            result = _run_one(name, context)
+        if name is CheckName.DRIVER:
+            result.metrics.update(recorded)
+            context.excluded.update(cuda_failures(result))
+        checks.append(result)
+        context.reporter.check_finished(result)
+    return checks
 
 
 def cuda_failures(driver: CheckResult) -> dict[int, str]:

@@ -45,7 +45,7 @@ from gpuval_operator.registry import Registry, ValidationState
 from gpuval_operator.reports import ReportPlanner, add_nodes
 from gpuval_operator.state import RunState
 from gpuval_operator.statuswriter import StatusWriter
-from gpuval_operator.uniformity import Outlier, expected_values, find_outliers
+from gpuval_operator.uniformity import Outlier, run_outliers
 from gpuval_operator.validation import parse_spec
 from gpuval_operator.views import parse_time, run_number
 
@@ -343,8 +343,7 @@ class ValidationController:
         self.state.run = None
 
     async def _execute(self, run: RunState, spec: GpuValidationSpec) -> None:
-        annotations = (self.body.get("metadata") or {}).get("annotations") or {}
-        await self.reports.ensure(run, spec, annotations)
+        await self.reports.ensure(run, spec, self._annotations())
         while not self.stopped():
             if self.generation() != run.generation:
                 raise SupersededError
@@ -367,9 +366,7 @@ class ValidationController:
             for node, result in self.state.latest.items()
             if node in run.nodes and result.run == run.run_id and result.environment
         }
-        expected = expected_values(spec.expected)
-        found = find_outliers(environments, expected) if environments else None
-        self.outliers = None if found is None else found + fingerprints
+        self.outliers = run_outliers(environments, spec.expected, fingerprints)
         self.state.uniform = None if self.outliers is None else not self.outliers
         self.state.outliers = len(self.outliers or [])
         self.state.last_run_completed = run.completed_at

@@ -77,6 +77,10 @@ class _Families:
             "gpuval_validation_last_success_timestamp_seconds",
             "When a run last completed with every node passed.", v,
         )  # fmt: skip
+        self._node_families(v, n)
+        self._fabric_families(v, n)
+
+    def _node_families(self, v: str, n: str) -> None:
         self.passed = _gauge(
             "gpuval_node_passed", "1 when the node's latest verdict is Passed, 0 when Failed.",
             v, n,
@@ -110,6 +114,8 @@ class _Families:
             for key, (suffix, _) in SUMMARY_FIGURES.items()
         }
         self.gpu_figures: dict[str, GaugeMetricFamily] = {}
+
+    def _fabric_families(self, v: str, n: str) -> None:
         self.fabric_group = _gauge(
             "gpuval_fabric_group_busbw_bytes_per_second",
             "All-reduce bus bandwidth of each fabric group of the latest run with settled "

@@ -100,62 +100,63 @@ def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Co
     `outliers` is None while the run goes on or when no node reported an environment: uniformity is
     then Unknown rather than a premature True.
     """
-    counts = run.counts()
-    failed = [r.node for r in run.failed()]
-    untested = [r.node for r in run.in_phase(Phase.NOT_RUN)]
-    done = counts["passed"] + counts["failed"] + counts["notRun"]
-    complete = run.completed_at is not None
-    if complete and counts["total"] == 0:
+    valid = Cond(INVALID, "False", R.VALID, "the spec is valid")
+    if run.completed_at is not None and run.counts()["total"] == 0:
         # An empty selection is almost always a wrong nodeSelector, not a healthy fleet.
         message = "no Ready, schedulable node with nvidia.com/gpu matched spec.nodeSelector"
         return [
             Cond(SUCCEEDED, "False", R.NO_NODES_SELECTED, message),
             Cond(NODES_HEALTHY, "Unknown", R.NO_NODES_SELECTED, message),
             Cond(UNIFORM, "Unknown", R.NO_NODES_SELECTED, message),
-            Cond(INVALID, "False", R.VALID, "the spec is valid"),
+            valid,
         ]
-    if not complete:
-        succeeded = Cond(
+    return [_succeeded(run), _healthy(run), uniform_condition(outliers), valid]
+
+
+def _succeeded(run: RunState) -> Cond:
+    counts = run.counts()
+    failed = [r.node for r in run.failed()]
+    untested = [r.node for r in run.in_phase(Phase.NOT_RUN)]
+    done = counts["passed"] + counts["failed"] + counts["notRun"]
+    if run.completed_at is None:
+        return Cond(
             SUCCEEDED, "Unknown", R.RUNNING, f"{done} of {counts['total']} nodes have a verdict"
         )
-    elif failed:
-        succeeded = Cond(
+    if failed:
+        return Cond(
             SUCCEEDED,
             "False",
             R.NODES_FAILED,
             f"{len(failed)} of {counts['total']} nodes failed: {_names(failed)}",
         )
-    elif untested:
-        succeeded = Cond(
+    if untested:
+        return Cond(
             SUCCEEDED,
             "True",
             R.NODES_NOT_RUN,
             f"{counts['passed']} nodes passed; {len(untested)} could not be tested (NotRun, no "
             f"action taken): {_names(untested)}",
         )
-    else:
-        succeeded = Cond(
-            SUCCEEDED, "True", R.ALL_NODES_PASSED, f"all {counts['total']} nodes passed"
-        )
+    return Cond(SUCCEEDED, "True", R.ALL_NODES_PASSED, f"all {counts['total']} nodes passed")
+
+
+def _healthy(run: RunState) -> Cond:
+    failed = [r.node for r in run.failed()]
     if failed:
         first = run.nodes[failed[0]]
-        healthy = Cond(
+        return Cond(
             NODES_HEALTHY,
             "False",
             R.NODES_FAILED,
             f"{len(failed)} failed: {_names(failed)} (first: {first.reason}: {first.message})",
         )
-    elif complete:
-        healthy = Cond(
-            NODES_HEALTHY,
-            "True",
-            R.ALL_NODES_PASSED,
-            f"every tested node passed ({done - len(untested)})",
+    if run.completed_at is not None:
+        counts = run.counts()
+        tested = counts["passed"] + counts["failed"]
+        return Cond(
+            NODES_HEALTHY, "True", R.ALL_NODES_PASSED, f"every tested node passed ({tested})"
         )
-    else:
-        healthy = Cond(NODES_HEALTHY, "Unknown", R.RUNNING, "no node has failed so far")
-    uniform = uniform_condition(outliers)
-    return [succeeded, healthy, uniform, Cond(INVALID, "False", R.VALID, "the spec is valid")]
+    return Cond(NODES_HEALTHY, "Unknown", R.RUNNING, "no node has failed so far")
 
 
 def invalid_conditions(errors: Sequence[str]) -> list[Cond]:

@@ -85,3 +85,15 @@ def find_outliers(
             if value != top
         )
     return outliers
+
+
+def run_outliers(
+    environments: Mapping[str, Mapping[str, str]],
+    expected: ExpectedEnvironment | None,
+    fingerprints: list[Outlier],
+) -> list[Outlier] | None:
+    """A completed run's outliers: environments against spec.expected (or the majority), then
+    the burn fingerprints' minority; None when no node of the run recorded an environment."""
+    if not environments:
+        return None
+    return find_outliers(environments, expected_values(expected)) + fingerprints

@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gpuval_agent.checks.common import CheckBuilder, CheckContext
+from gpuval_agent.telemetry import GpuWindow
 from gpuval_api.checks import Threshold
 from gpuval_api.reasons import Reason
-from gpuval_api.result import CheckResult, Metric, PairResult
+from gpuval_api.result import CheckResult, Metric, PairResult, PcieLink
 
 _MIB = 1 << 20
 
@@ -53,97 +54,32 @@ def _polling(context: CheckContext, interval: float = 0.02) -> Iterator[None]:
         thread.join()
 
 
+class _Steps:
+    """The check's progress: one step per transfer measured."""
+
+    def __init__(self, context: CheckContext, gpus: list[int]) -> None:
+        config = context.config.bandwidth
+        self.reporter, self.done = context.reporter, 0
+        self.total = len(gpus) * 3 + (2 if config.concurrent and len(gpus) > 1 else 0)
+        self.total += len(gpus) * (len(gpus) - 1) if config.peer else 0
+
+    def __call__(self, detail: str) -> None:
+        self.reporter.check_progress("bandwidth", self.done / max(self.total, 1), detail)
+        self.done += 1
+
+
 def run_bandwidth(context: CheckContext) -> CheckResult:
     builder = CheckBuilder("bandwidth", context)
     config = context.config.bandwidth
-    part = context.part
-    backend = context.backend
-    nbytes = config.transfer_mib * _MIB
     gpus = context.usable_gpus
     context.note_excluded(builder)
-    steps = len(gpus) * 3 + (2 if config.concurrent and len(gpus) > 1 else 0)
-    steps += len(gpus) * (len(gpus) - 1) if config.peer else 0
-    done = 0
-
-    def step(detail: str) -> None:
-        nonlocal done
-        context.reporter.check_progress("bandwidth", done / max(steps, 1), detail)
-        done += 1
-
-    info = {gpu.index: gpu for gpu in context.environment.gpus}
+    step = _Steps(context, gpus)
     for gpu in gpus:
-        step(f"GPU {gpu} host->device")
-        with context.sampler.window() as window, _polling(context):
-            h2d = backend.host_device_bandwidth("h2d", [gpu], nbytes, config.iterations)[gpu]
-        step(f"GPU {gpu} device->host")
-        d2h = backend.host_device_bandwidth("d2h", [gpu], nbytes, config.iterations)[gpu]
-        step(f"GPU {gpu} device copy")
-        local = backend.device_copy_bandwidth(gpu, nbytes, config.iterations)
-        builder.gpu_metric(gpu, Metric.H2D, h2d)
-        builder.gpu_metric(gpu, Metric.D2H, d2h)
-        builder.gpu_metric(gpu, Metric.DEVICE_COPY, local)
-        _below(builder, what=f"GPU {gpu} host->device", field="minH2dGBps", gbps=h2d,
-               threshold=config.min_h2d_gbps, expected=part.h2d_gbps, gpu=gpu)  # fmt: skip
-        _below(builder, what=f"GPU {gpu} device->host", field="minD2hGBps", gbps=d2h,
-               threshold=config.min_d2h_gbps, expected=part.d2h_gbps, gpu=gpu)  # fmt: skip
-        _below(builder, what=f"GPU {gpu} device-local copy", field="minDeviceCopyGBps",
-               gbps=local, threshold=config.min_device_copy_gbps,
-               expected=part.device_copy_gbps, gpu=gpu)  # fmt: skip
-        # The link is read while the host->device copy loads it: idle links drop their generation.
-        seen = window.gpu(gpu)
-        link = info[gpu].pcie
-        builder.gpu_metric(gpu, "pcieGenUnderLoad", seen.max_pcie_gen)
-        builder.gpu_metric(gpu, "pcieWidthUnderLoad", seen.max_pcie_width)
-        degraded = []
-        if seen.max_pcie_gen is not None and link.max_gen and seen.max_pcie_gen < link.max_gen:
-            degraded.append(f"generation {seen.max_pcie_gen} of {link.max_gen}")
-        if (
-            seen.max_pcie_width is not None
-            and link.max_width
-            and seen.max_pcie_width < link.max_width
-        ):
-            degraded.append(f"width x{seen.max_pcie_width} of x{link.max_width}")
-        if degraded:
-            builder.add(
-                Reason.PCIE_LINK_DEGRADED,
-                f"GPU {gpu}: PCIe link under load runs at {' and '.join(degraded)}",
-                gpu=gpu,
-            )
-
+        _one_gpu(context, builder, gpu, step)
     if config.concurrent and len(gpus) > 1:
-        for direction, field, threshold, expected in (
-            ("h2d", "minH2dGBps", config.min_h2d_gbps, part.h2d_gbps),
-            ("d2h", "minD2hGBps", config.min_d2h_gbps, part.d2h_gbps),
-        ):
-            step(f"all GPUs {direction}")
-            figures = backend.host_device_bandwidth(direction, gpus, nbytes, config.iterations)
-            for gpu, gbps in figures.items():
-                builder.gpu_metric(gpu, f"{direction}GBpsConcurrent", gbps)
-                _below(builder, what=f"GPU {gpu} {direction} with all GPUs copying at once",
-                       field=field, gbps=gbps, threshold=threshold, expected=expected,
-                       gpu=gpu)  # fmt: skip
-            builder.metrics[f"{direction}GBpsConcurrentTotal"] = round(sum(figures.values()), 3)
-
+        _all_at_once(context, builder, gpus, step)
     if config.peer:
-        for src in gpus:
-            for dst in gpus:
-                if src == dst:
-                    continue
-                step(f"GPU {src} -> GPU {dst}")
-                if not backend.peer_access(src, dst):
-                    builder.pairs.append(PairResult(src=src, dst=dst, gbps=None, peer_access=False))
-                    builder.add(
-                        Reason.PEER_ACCESS_UNAVAILABLE,
-                        f"GPU {src} cannot access GPU {dst} directly",
-                        gpu=src,
-                        peer=dst,
-                    )
-                    continue
-                gbps = backend.peer_bandwidth(src, dst, nbytes, config.iterations)
-                builder.pairs.append(PairResult(src=src, dst=dst, gbps=round(gbps, 3)))
-                _below(builder, what=f"GPU {src} -> GPU {dst}", field="minP2pGBps", gbps=gbps,
-                       threshold=config.min_p2p_gbps, expected=part.p2p_gbps, gpu=src,
-                       peer=dst)  # fmt: skip
+        _peers(context, builder, gpus, step)
     if builder.failed:
         return builder.finish()
     worst = {
@@ -156,3 +92,87 @@ def run_bandwidth(context: CheckContext) -> CheckResult:
         f"{worst[Metric.DEVICE_COPY]:.0f}" + (f", p2p {min(p2p):.1f}" if p2p else "")
     )
     return builder.finish(message=message)
+
+
+def _one_gpu(context: CheckContext, builder: CheckBuilder, gpu: int, step: _Steps) -> None:
+    """Host->device, device->host and device-local copy of one GPU alone, and its PCIe link."""
+    config, part, backend = context.config.bandwidth, context.part, context.backend
+    nbytes = config.transfer_mib * _MIB
+    step(f"GPU {gpu} host->device")
+    with context.sampler.window() as window, _polling(context):
+        h2d = backend.host_device_bandwidth("h2d", [gpu], nbytes, config.iterations)[gpu]
+    step(f"GPU {gpu} device->host")
+    d2h = backend.host_device_bandwidth("d2h", [gpu], nbytes, config.iterations)[gpu]
+    step(f"GPU {gpu} device copy")
+    local = backend.device_copy_bandwidth(gpu, nbytes, config.iterations)
+    builder.gpu_metric(gpu, Metric.H2D, h2d)
+    builder.gpu_metric(gpu, Metric.D2H, d2h)
+    builder.gpu_metric(gpu, Metric.DEVICE_COPY, local)
+    _below(builder, what=f"GPU {gpu} host->device", field="minH2dGBps", gbps=h2d,
+           threshold=config.min_h2d_gbps, expected=part.h2d_gbps, gpu=gpu)  # fmt: skip
+    _below(builder, what=f"GPU {gpu} device->host", field="minD2hGBps", gbps=d2h,
+           threshold=config.min_d2h_gbps, expected=part.d2h_gbps, gpu=gpu)  # fmt: skip
+    _below(builder, what=f"GPU {gpu} device-local copy", field="minDeviceCopyGBps",
+           gbps=local, threshold=config.min_device_copy_gbps,
+           expected=part.device_copy_gbps, gpu=gpu)  # fmt: skip
+    # The link is read while the host->device copy loads it: idle links drop their generation.
+    info = next(g for g in context.environment.gpus if g.index == gpu)
+    _link_under_load(builder, gpu, window.gpu(gpu), info.pcie)
+
+
+def _link_under_load(builder: CheckBuilder, gpu: int, seen: GpuWindow, link: PcieLink) -> None:
+    builder.gpu_metric(gpu, "pcieGenUnderLoad", seen.max_pcie_gen)
+    builder.gpu_metric(gpu, "pcieWidthUnderLoad", seen.max_pcie_width)
+    degraded = []
+    if seen.max_pcie_gen is not None and link.max_gen and seen.max_pcie_gen < link.max_gen:
+        degraded.append(f"generation {seen.max_pcie_gen} of {link.max_gen}")
+    if seen.max_pcie_width is not None and link.max_width and seen.max_pcie_width < link.max_width:
+        degraded.append(f"width x{seen.max_pcie_width} of x{link.max_width}")
+    if degraded:
+        builder.add(
+            Reason.PCIE_LINK_DEGRADED,
+            f"GPU {gpu}: PCIe link under load runs at {' and '.join(degraded)}",
+            gpu=gpu,
+        )
+
+
+def _all_at_once(
+    context: CheckContext, builder: CheckBuilder, gpus: list[int], step: _Steps
+) -> None:
+    """Host<->device with every GPU copying at once: a shared PCIe switch or root port shows."""
+    config, part = context.config.bandwidth, context.part
+    for direction, field, threshold, expected in (
+        ("h2d", "minH2dGBps", config.min_h2d_gbps, part.h2d_gbps),
+        ("d2h", "minD2hGBps", config.min_d2h_gbps, part.d2h_gbps),
+    ):
+        step(f"all GPUs {direction}")
+        figures = context.backend.host_device_bandwidth(
+            direction, gpus, config.transfer_mib * _MIB, config.iterations
+        )
+        for gpu, gbps in figures.items():
+            builder.gpu_metric(gpu, f"{direction}GBpsConcurrent", gbps)
+            _below(builder, what=f"GPU {gpu} {direction} with all GPUs copying at once",
+                   field=field, gbps=gbps, threshold=threshold, expected=expected,
+                   gpu=gpu)  # fmt: skip
+        builder.metrics[f"{direction}GBpsConcurrentTotal"] = round(sum(figures.values()), 3)
+
+
+def _peers(context: CheckContext, builder: CheckBuilder, gpus: list[int], step: _Steps) -> None:
+    """Every ordered pair of GPUs, peer to peer."""
+    config, backend = context.config.bandwidth, context.backend
+    for src, dst in ((s, d) for s in gpus for d in gpus if s != d):
+        step(f"GPU {src} -> GPU {dst}")
+        if not backend.peer_access(src, dst):
+            builder.pairs.append(PairResult(src=src, dst=dst, gbps=None, peer_access=False))
+            builder.add(
+                Reason.PEER_ACCESS_UNAVAILABLE,
+                f"GPU {src} cannot access GPU {dst} directly",
+                gpu=src,
+                peer=dst,
+            )
+            continue
+        gbps = backend.peer_bandwidth(src, dst, config.transfer_mib * _MIB, config.iterations)
+        builder.pairs.append(PairResult(src=src, dst=dst, gbps=round(gbps, 3)))
+        _below(builder, what=f"GPU {src} -> GPU {dst}", field="minP2pGBps", gbps=gbps,
+               threshold=config.min_p2p_gbps, expected=context.part.p2p_gbps, gpu=src,
+               peer=dst)  # fmt: skip

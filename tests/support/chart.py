@@ -292,12 +292,8 @@ def operator_as_chart_serviceaccount(
         monkeypatch.setenv(key, value)
     # The chart's port is the pod's; in-process the operator shares the host's ports.
     monkeypatch.setenv("GPUVAL_METRICS_PORT", str(port))
+    # Read at login and at start-up (kopf's login, gpuval_operator.credentials), not at import.
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    # The kubernetes client reads $KUBECONFIG once, when first imported; an earlier test may have
-    # imported it already.
-    from kubernetes.config import kube_config  # noqa: PLC0415
-
-    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))
     return port
 
 

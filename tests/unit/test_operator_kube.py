@@ -16,7 +16,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from gpuval_operator.children import Follower
-from gpuval_operator.kube import ApiError, Credentials, KubeClient
+from gpuval_operator.credentials import Credentials
+from gpuval_operator.kube import ApiError, KubeClient
 
 
 async def serve(app: web.Application) -> tuple[TestServer, KubeClient]:

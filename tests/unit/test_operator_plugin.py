@@ -74,7 +74,9 @@ def test_an_unreadable_kubeconfig_is_named_and_exits_1(
 ) -> None:
     missing = tmp_path / "nope"
     assert plugin.main(["--kubeconfig", str(missing), "status"]) == 1
-    assert f"cannot load the kubeconfig ({missing})" in capsys.readouterr().err
+    assert (
+        f"cannot use the kubeconfig: kubeconfig {missing}: no such file" in capsys.readouterr().err
+    )
 
 
 def test_a_report_that_cannot_be_written_names_the_path(tmp_path: Path) -> None:

@@ -47,7 +47,8 @@ from gpuval_api.kubernetes import (
 from gpuval_devtools.controlplane import free_port
 from gpuval_devtools.simulation import API_OUTAGE_ANNOTATION, SIMULATE_ANNOTATION
 from gpuval_operator.children import Follower
-from gpuval_operator.kube import ApiError, KubeClient, load_credentials, q
+from gpuval_operator.credentials import load_credentials
+from gpuval_operator.kube import ApiError, KubeClient, q
 
 log = logging.getLogger("gpuval.podrunner")
 

@@ -1,8 +1,8 @@
 """A small asyncio Kubernetes client on raw JSON, for the operator's hot paths.
 
-The `kubernetes` package is used only to resolve credentials (kubeconfig or in-cluster); requests go
-through aiohttp and come back as plain dicts, because the generated models' deserialisation costs
-more CPU than the operator's whole logic at fleet scale. Lists are paginated; watches ask for
+Credentials come from `gpuval_operator.credentials` (in-cluster or a kubeconfig); requests go
+through aiohttp and come back as plain dicts, because generated models' deserialisation costs more
+CPU than the operator's whole logic at fleet scale. Lists are paginated; watches ask for
 bookmarks and resume from the last resourceVersion; 429 and 5xx are retried with backoff (honouring
 Retry-After), so bursts of creates slow down instead of failing.
 """
@@ -12,16 +12,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import random
-import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+
+from gpuval_operator.credentials import Credentials
 
 log = logging.getLogger(__name__)
 
@@ -43,49 +42,6 @@ class ApiError(Exception):
 
 class ResourceExpiredError(Exception):
     """The watch's resourceVersion is too old (410): list again."""
-
-
-@dataclass(frozen=True, slots=True)
-class Credentials:
-    server: str
-    ssl_context: ssl.SSLContext | bool
-    headers: dict[str, str]
-    token_file: str | None = None
-
-
-def load_credentials(kubeconfig: str | None = None) -> Credentials:
-    """Credentials from `kubeconfig`, $KUBECONFIG, ~/.kube/config or the in-cluster
-    ServiceAccount.
-    """
-    # Heavy imports, needed once at start-up only.
-    from kubernetes import config as kconfig  # noqa: PLC0415
-    from kubernetes.client import Configuration  # noqa: PLC0415
-
-    cfg = Configuration()
-    token_file: str | None = None
-    # The kubernetes package reads $KUBECONFIG once, at import; read it now so a changed one counts.
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        kconfig.load_kube_config(config_file=path, client_configuration=cfg)  # type: ignore[no-untyped-call]
-    else:
-        kconfig.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-    context: ssl.SSLContext | bool
-    if cfg.verify_ssl:
-        context = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
-        if cfg.cert_file:
-            context.load_cert_chain(cfg.cert_file, cfg.key_file)
-    else:
-        context = False
-    headers: dict[str, str] = {}
-    auth = cfg.get_api_key_with_prefix("authorization") or cfg.get_api_key_with_prefix(
-        "BearerToken"
-    )
-    if auth:
-        headers["Authorization"] = auth
-    elif cfg.username and cfg.password:
-        headers["Authorization"] = str(cfg.get_basic_auth_token())
-    return Credentials(cfg.host.rstrip("/"), context, headers, token_file)
 
 
 def selector(labels: Mapping[str, str]) -> str:

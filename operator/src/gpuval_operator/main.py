@@ -20,8 +20,9 @@ from gpuval_api import keys
 from gpuval_api.crd import GROUP, VALIDATION_PLURAL, VERSION, NodeSelector
 from gpuval_operator.config import ConfigError, OperatorConfig
 from gpuval_operator.controller import Context, ValidationController
+from gpuval_operator.credentials import load_credentials
 from gpuval_operator.effects import Effects
-from gpuval_operator.kube import KubeClient, load_credentials
+from gpuval_operator.kube import KubeClient
 from gpuval_operator.leader import LeaderElector
 from gpuval_operator.metrics import make_registry, start_server
 from gpuval_operator.nodeactions import NodeActor
@@ -53,11 +54,9 @@ def configure(settings: kopf.OperatorSettings) -> None:
 
 @kopf.on.login()
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """$KUBECONFIG as it is at login time, else the pod's ServiceAccount.
-
-    kopf's default login goes through the kubernetes package, which reads $KUBECONFIG once at
-    import: an operator started in-process after the variable changed would not see it.
-    """
+    """$KUBECONFIG as it is at login time, else the pod's ServiceAccount, else ~/.kube/config:
+    the order of gpuval_operator.credentials, with kopf's own readers (kopf's default login would
+    look for the kubernetes package first, which the operator does not install)."""
     if os.environ.get("KUBECONFIG"):
         return kopf.login_with_kubeconfig(**kwargs)
     return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
@@ -90,7 +89,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         await elector.acquire()
         memo.leader_task = asyncio.create_task(elector.keep(_lost_lease), name="leader")
     registry.leading = True
-    # Start-up garbage (the kubernetes package's modules) is never freed; keep the collector off it.
+    # Start-up garbage (imported modules, settings) is never freed; keep the collector off it.
     gc.freeze()
 
 

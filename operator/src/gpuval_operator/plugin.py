@@ -23,7 +23,8 @@ from gpuval_api.crd import API_VERSION, GpuNodeReport, GpuValidation
 from gpuval_api.lenient import read_model
 from gpuval_api.views import FleetView, UnitView, fleet_of_units, node_unit
 from gpuval_operator import names
-from gpuval_operator.kube import ApiError, KubeClient, ResourceExpiredError, load_credentials, q
+from gpuval_operator.credentials import CredentialsError, load_credentials
+from gpuval_operator.kube import ApiError, KubeClient, ResourceExpiredError, q
 
 VALIDATIONS = f"/apis/{API_VERSION}/gpuvalidations"
 REPORTS = f"/apis/{API_VERSION}/gpunodereports"
@@ -55,9 +56,8 @@ async def _fetch(
     """The named GpuValidation with its current run's node units, or every GpuValidation."""
     try:
         credentials = load_credentials(kubeconfig)
-    except Exception as error:  # the kubernetes package raises several kinds for one cause
-        where = kubeconfig or "$KUBECONFIG or ~/.kube/config"
-        raise PluginError(f"cannot load the kubeconfig ({where}): {error}") from None
+    except CredentialsError as error:  # it names the file, the entry and the field
+        raise PluginError(f"cannot use the kubeconfig: {error}") from None
     async with KubeClient(credentials, max_retries=2) as client:
         try:
             if name is None:

@@ -182,3 +182,27 @@ def test_exec_credential_certificates_are_pem_text(tmp_path: Path) -> None:
     path = kubeconfig(tmp_path / "config", user={"exec": {"command": str(plugin)}}, cluster=cluster)
     found = load_credentials(str(path))
     assert isinstance(found.ssl_context, ssl.SSLContext) and found.headers == {}
+
+
+def test_an_exec_plugin_asking_for_cluster_info_gets_it_and_a_missing_one_its_install_hint(
+    tmp_path: Path,
+) -> None:
+    plugin = tmp_path / "cluster-plugin"
+    plugin.write_text(
+        f"#!{sys.executable}\nimport json, os\n"
+        "cluster = json.loads(os.environ['KUBERNETES_EXEC_INFO'])['spec']['cluster']\n"
+        "token = cluster['server'] + '|' + cluster['config']['region']\n"
+        "print(json.dumps({'kind': 'ExecCredential', 'status': {'token': token}}))\n"
+    )
+    plugin.chmod(plugin.stat().st_mode | stat.S_IXUSR)
+    cluster = {"server": "https://h:1", "insecure-skip-tls-verify": True,
+               "extensions": [{"name": "client.authentication.k8s.io/exec",
+                               "extension": {"region": "eu-west-1"}}]}  # fmt: skip
+    user = {"exec": {"command": str(plugin), "provideClusterInfo": True}}
+    found = load_credentials(str(kubeconfig(tmp_path / "config", user=user, cluster=cluster)))
+    assert found.headers == {"Authorization": "Bearer https://h:1|eu-west-1"}
+
+    missing = {"exec": {"command": "gpuval-no-such-plugin", "installHint": "brew install it\n"}}
+    path = kubeconfig(tmp_path / "missing", user=missing)
+    with pytest.raises(CredentialsError, match=r"did not run: .*\(brew install it\)"):
+        load_credentials(str(path))

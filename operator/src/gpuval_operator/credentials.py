@@ -153,7 +153,9 @@ def from_kubeconfig(paths: list[Path]) -> Credentials:
     field = f"kubeconfig {merged.where}: users[{user_name!r}].user"
     user_body = dict(user.body)
     if user_body.get("exec"):
-        user_body |= run_exec_plugin(user_body["exec"], user.directory, f"{field}.exec")
+        user_body |= run_exec_plugin(
+            user_body["exec"], user.directory, f"{field}.exec", cluster=cluster.body
+        )
     context_ssl = _ssl_context(cluster, f"kubeconfig {merged.where}: clusters[{cluster_name!r}]")
     _load_client_certificate(context_ssl, user_body, user.directory, field)
     headers, token_file = _authorization(user_body, user.directory, field)
@@ -240,17 +242,29 @@ def _authorization(
     return {}, None
 
 
-def run_exec_plugin(spec: dict[str, Any], directory: Path, field: str) -> dict[str, Any]:
+def run_exec_plugin(
+    spec: dict[str, Any], directory: Path, field: str, *, cluster: dict[str, Any]
+) -> dict[str, Any]:
     """Run the credential plugin as kubectl does; its ExecCredential status as user fields (token,
-    client-certificate-data, client-key-data). Read once: a long-running process should run in
-    a pod, where the ServiceAccount token is re-read."""
+    client-certificate-data, client-key-data). With provideClusterInfo the plugin is told the
+    cluster (server, CA, the exec extension's config). Read once: a long-running process should
+    run in a pod, where the ServiceAccount token is re-read."""
     command = spec.get("command")
     if not command:
         raise CredentialsError(f"{field}.command is not set")
     if os.sep in str(command) and not Path(str(command)).is_absolute():
         command = str(directory / str(command))
     api_version = spec.get("apiVersion") or EXEC_API_VERSION
-    info = {"apiVersion": api_version, "kind": "ExecCredential", "spec": {"interactive": False}}
+    request: dict[str, Any] = {"interactive": False}
+    if spec.get("provideClusterInfo"):
+        extensions = {e.get("name"): e.get("extension") for e in cluster.get("extensions") or []}
+        request["cluster"] = {
+            "server": cluster.get("server"),
+            "certificate-authority-data": cluster.get("certificate-authority-data"),
+            "insecure-skip-tls-verify": bool(cluster.get("insecure-skip-tls-verify")),
+            "config": extensions.get("client.authentication.k8s.io/exec"),
+        }
+    info = {"apiVersion": api_version, "kind": "ExecCredential", "spec": request}
     env = dict(os.environ) | {e["name"]: e["value"] for e in spec.get("env") or []}
     env["KUBERNETES_EXEC_INFO"] = json.dumps(info)
     argv = [str(command), *(str(a) for a in spec.get("args") or [])]
@@ -260,7 +274,8 @@ def run_exec_plugin(spec: dict[str, Any], directory: Path, field: str) -> dict[s
             check=False, stdin=subprocess.DEVNULL,
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as error:
-        raise CredentialsError(f"{field}: {argv[0]} did not run: {error}") from None
+        hint = f" ({spec['installHint'].strip()})" if spec.get("installHint") else ""
+        raise CredentialsError(f"{field}: {argv[0]} did not run: {error}{hint}") from None
     if done.returncode != 0:
         said = done.stderr.strip()[-400:]
         raise CredentialsError(f"{field}: {argv[0]} exited with {done.returncode}: {said}")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuval_operator.credentials import CredentialsError, load_credentials
+from gpuval_operator.credentials import CredentialsError, load_connection, load_credentials
 
 CA = b"-----BEGIN CERTIFICATE-----\nnot really\n-----END CERTIFICATE-----\n"
 
@@ -141,8 +141,16 @@ def test_in_a_pod_the_service_account_and_the_service_address_are_used(
     account.mkdir()
     (account / "token").write_text("pod-token\n")
     (account / "ca.crt").write_bytes(cert_file.read_bytes())
+    (account / "namespace").write_text("gpuval-system\n")
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "fd00::1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    # kopf's login gets the same identity, with the namespace its Events of cluster objects use.
+    info = load_connection(service_account=account).info
+    assert (info.server, info.token, info.default_namespace) == (
+        "https://[fd00::1]:443",
+        "pod-token",
+        "gpuval-system",
+    )
     found = load_credentials(service_account=account)
     assert found.server == "https://[fd00::1]:443"
     assert found.headers == {"Authorization": "Bearer pod-token"}

@@ -9,8 +9,11 @@ client-key(-data), token, tokenFile, username with password, or an exec credenti
 (client.authentication.k8s.io v1 or v1beta1, which EKS, GKE and AKS use). What the client cannot
 honour (the legacy auth-provider plugins, proxy-url, tls-server-name) is refused by name.
 
-This replaces the `kubernetes` package, which the operator used for this lookup alone: its two
-generated clients (sync and asyncio) were 126 of the operator image's 241 MB.
+What is read becomes one `kopf.ConnectionInfo`: kopf's login hands it to kopf, and the operator's
+own client (`load_credentials`) takes its SSL context and Authorization header from it, so both
+talk to the API server as the same identity. This replaces the `kubernetes` package, which the
+operator used for this lookup alone: its two generated clients (sync and asyncio) were 126 of the
+operator image's 241 MB.
 """
 
 from __future__ import annotations
@@ -21,11 +24,11 @@ import json
 import os
 import ssl
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import kopf
 import yaml
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -56,6 +59,36 @@ def load_credentials(
 ) -> Credentials:
     """`kubeconfig`, else $KUBECONFIG, else in-cluster (KUBERNETES_SERVICE_HOST set), else
     ~/.kube/config. Files are read now, so a $KUBECONFIG changed since start-up counts."""
+    found = load_connection(kubeconfig, service_account=service_account)
+    try:
+        context = found.info.as_ssl_context()
+    except (OSError, ssl.SSLError, ValueError) as error:
+        raise CredentialsError(f"{found.where}: the certificates do not load: {error}") from None
+    headers = {"Authorization": found.authorization} if found.authorization else {}
+    return Credentials(found.info.server.rstrip("/"), context, headers, found.token_file)
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """What was read: kopf's ConnectionInfo, where from, and the token file to re-read."""
+
+    info: kopf.ConnectionInfo
+    where: str
+    token_file: str | None = None
+
+    @property
+    def authorization(self) -> str | None:
+        info = self.info
+        if info.username and info.password:
+            pair = base64.b64encode(f"{info.username}:{info.password}".encode()).decode()
+            return f"Basic {pair}"
+        return f"Bearer {info.token}" if info.token else None
+
+
+def load_connection(
+    kubeconfig: str | None = None, *, service_account: Path = SERVICE_ACCOUNT
+) -> Connection:
+    """The same choice as load_credentials, as kopf's ConnectionInfo."""
     path = kubeconfig or os.environ.get("KUBECONFIG")
     host = os.environ.get("KUBERNETES_SERVICE_HOST")
     if not path and host:
@@ -65,17 +98,21 @@ def load_credentials(
     return from_kubeconfig([Path(p).expanduser() for p in listed if p])
 
 
-def in_cluster(host: str, port: str, directory: Path) -> Credentials:
+def in_cluster(host: str, port: str, directory: Path) -> Connection:
     token = directory / "token"
     if not token.is_file():
         raise CredentialsError(
             f"KUBERNETES_SERVICE_HOST={host} says this runs in a pod, but {token} is missing: "
             "mount the ServiceAccount token (automountServiceAccountToken) or set KUBECONFIG"
         )
-    server = f"[{host}]" if ":" in host else host
-    context = ssl.create_default_context(cafile=str(directory / "ca.crt"))
-    headers = {"Authorization": f"Bearer {token.read_text().strip()}"}
-    return Credentials(f"https://{server}:{port}", context, headers, str(token))
+    namespace = directory / "namespace"
+    info = kopf.ConnectionInfo(
+        server=f"https://{f'[{host}]' if ':' in host else host}:{port}",
+        ca_path=str(directory / "ca.crt"),
+        token=token.read_text().strip(),
+        default_namespace=namespace.read_text().strip() if namespace.is_file() else None,
+    )
+    return Connection(info, f"the ServiceAccount at {directory}", str(token))
 
 
 @dataclass(slots=True)
@@ -130,7 +167,7 @@ def _refuse(merged: _Merged, field: str, body: dict[str, Any]) -> None:
             )
 
 
-def from_kubeconfig(paths: list[Path]) -> Credentials:
+def from_kubeconfig(paths: list[Path]) -> Connection:
     merged = _merge(paths)
     if merged.current is None:
         raise CredentialsError(f"kubeconfig {merged.where}: current-context is not set")
@@ -156,10 +193,24 @@ def from_kubeconfig(paths: list[Path]) -> Credentials:
         user_body |= run_exec_plugin(
             user_body["exec"], user.directory, f"{field}.exec", cluster=cluster.body
         )
-    context_ssl = _ssl_context(cluster, f"kubeconfig {merged.where}: clusters[{cluster_name!r}]")
-    _load_client_certificate(context_ssl, user_body, user.directory, field)
-    headers, token_file = _authorization(user_body, user.directory, field)
-    return Credentials(str(server).rstrip("/"), context_ssl, headers, token_file)
+    token, token_file = _token(user_body, user.directory, field)
+    ca = _certificate_authority(cluster, f"kubeconfig {merged.where}: clusters[{cluster_name!r}]")
+    cert = _client_certificate(user_body, user.directory, field)
+    info = kopf.ConnectionInfo(
+        server=str(server),
+        insecure=bool(cluster.body.get("insecure-skip-tls-verify")) or None,
+        token=token,
+        username=user_body.get("username") or None,
+        password=user_body.get("password") or None,
+        default_namespace=context.get("namespace") or None,
+        ca_path=ca.get("path"),
+        ca_data=ca.get("data"),
+        certificate_path=cert.get("certificate_path"),
+        certificate_data=cert.get("certificate_data"),
+        private_key_path=cert.get("key_path"),
+        private_key_data=cert.get("key_data"),
+    )
+    return Connection(info, f"kubeconfig {merged.where}", token_file)
 
 
 def _path(value: object, directory: Path) -> Path:
@@ -174,72 +225,53 @@ def _decoded(value: object, field: str) -> bytes:
         raise CredentialsError(f"{field}: not base64") from None
 
 
-def _ssl_context(cluster: _Entry, field: str) -> ssl.SSLContext:
+def _certificate_authority(cluster: _Entry, field: str) -> dict[str, str]:
+    """{"data": PEM} or {"path": file}; nothing: the system's trust store."""
     body = cluster.body
-    if body.get("insecure-skip-tls-verify"):
-        # The server is not verified; a client certificate is still presented.
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        return context
     if body.get("certificate-authority-data"):
         data = _decoded(body["certificate-authority-data"], f"{field}.certificate-authority-data")
-        return ssl.create_default_context(cadata=data.decode("ascii", "replace"))
+        return {"data": data.decode("ascii", "replace")}
     if body.get("certificate-authority"):
         path = _path(body["certificate-authority"], cluster.directory)
         if not path.is_file():
             raise CredentialsError(f"{field}.certificate-authority: {path} does not exist")
-        return ssl.create_default_context(cafile=str(path))
-    return ssl.create_default_context()
+        return {"path": str(path)}
+    return {}
 
 
-def _load_client_certificate(
-    context: ssl.SSLContext, user: dict[str, Any], directory: Path, field: str
-) -> None:
-    """client-certificate(-data) and client-key(-data) into `context`; data fields pass
-    through a private temporary directory that is gone when this returns."""
-    parts: dict[str, Path | bytes] = {}
+def _client_certificate(user: dict[str, Any], directory: Path, field: str) -> dict[str, str]:
+    """client-certificate(-data) and client-key(-data): {certificate,key}_{data,path} (PEM data or
+    file paths), both or neither."""
+    found: dict[str, str] = {}
     for kind in ("certificate", "key"):
         if user.get(f"client-{kind}-data"):
-            parts[kind] = _decoded(user[f"client-{kind}-data"], f"{field}.client-{kind}-data")
+            data = _decoded(user[f"client-{kind}-data"], f"{field}.client-{kind}-data")
+            found[f"{kind}_data"] = data.decode("ascii", "replace")
         elif user.get(f"client-{kind}"):
-            parts[kind] = _path(user[f"client-{kind}"], directory)
-    if not parts:
-        return
-    if len(parts) == 1:
-        missing = "client-key" if "certificate" in parts else "client-certificate"
+            path = _path(user[f"client-{kind}"], directory)
+            if not path.is_file():
+                raise CredentialsError(f"{field}.client-{kind}: {path} does not exist")
+            found[f"{kind}_path"] = str(path)
+    if len(found) == 1:
+        missing = (
+            "client-key" if next(iter(found)).startswith("certificate") else "client-certificate"
+        )
         raise CredentialsError(
             f"{field}: {missing}(-data) is missing: a client certificate needs both"
         )
-    with tempfile.TemporaryDirectory(prefix="gpuval-credentials-") as private:
-        files = []
-        for kind, value in parts.items():
-            target = value if isinstance(value, Path) else Path(private) / kind
-            if isinstance(value, bytes):
-                target.write_bytes(value)
-            files.append(str(target))
-        try:
-            context.load_cert_chain(files[0], files[1])
-        except (OSError, ssl.SSLError) as error:
-            raise CredentialsError(
-                f"{field}: the client certificate does not load: {error}"
-            ) from None
+    return found
 
 
-def _authorization(
-    user: dict[str, Any], directory: Path, field: str
-) -> tuple[dict[str, str], str | None]:
+def _token(user: dict[str, Any], directory: Path, field: str) -> tuple[str | None, str | None]:
+    """(the bearer token, the file to re-read it from as it rotates)."""
     if user.get("token"):
-        return {"Authorization": f"Bearer {user['token']}"}, None
+        return str(user["token"]), None
     if user.get("tokenFile"):
         path = _path(user["tokenFile"], directory)
         if not path.is_file():
             raise CredentialsError(f"{field}.tokenFile: {path} does not exist")
-        return {"Authorization": f"Bearer {path.read_text().strip()}"}, str(path)
-    if user.get("username") and user.get("password"):
-        pair = base64.b64encode(f"{user['username']}:{user['password']}".encode()).decode()
-        return {"Authorization": f"Basic {pair}"}, None
-    return {}, None
+        return path.read_text().strip(), str(path)
+    return None, None
 
 
 def run_exec_plugin(

@@ -20,7 +20,7 @@ from gpuval_api import keys
 from gpuval_api.crd import GROUP, VALIDATION_PLURAL, VERSION, NodeSelector
 from gpuval_operator.config import ConfigError, OperatorConfig
 from gpuval_operator.controller import Context, ValidationController
-from gpuval_operator.credentials import load_credentials
+from gpuval_operator.credentials import CredentialsError, load_connection, load_credentials
 from gpuval_operator.effects import Effects
 from gpuval_operator.kube import KubeClient
 from gpuval_operator.leader import LeaderElector
@@ -53,13 +53,14 @@ def configure(settings: kopf.OperatorSettings) -> None:
 
 
 @kopf.on.login()
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """$KUBECONFIG as it is at login time, else the pod's ServiceAccount, else ~/.kube/config:
-    the order of gpuval_operator.credentials, with kopf's own readers (kopf's default login would
-    look for the kubernetes package first, which the operator does not install)."""
-    if os.environ.get("KUBECONFIG"):
-        return kopf.login_with_kubeconfig(**kwargs)
-    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+def login(**_: Any) -> kopf.ConnectionInfo:
+    """The identity the operator's own client uses (gpuval_operator.credentials: $KUBECONFIG as it
+    is at login time, else the pod's ServiceAccount, else ~/.kube/config), so kopf and the client
+    are the same caller. kopf calls this again when the API server answers 401 (a rotated token)."""
+    try:
+        return load_connection().info
+    except CredentialsError as error:
+        raise kopf.LoginError(str(error)) from None
 
 
 @kopf.on.startup()

@@ -64,7 +64,7 @@ def load_credentials(
         context = found.info.as_ssl_context()
     except (OSError, ssl.SSLError, ValueError) as error:
         raise CredentialsError(f"{found.where}: the certificates do not load: {error}") from None
-    headers = {"Authorization": found.authorization} if found.authorization else {}
+    headers = found.info.as_http_headers()
     return Credentials(found.info.server.rstrip("/"), context, headers, found.token_file)
 
 
@@ -75,14 +75,6 @@ class Connection:
     info: kopf.ConnectionInfo
     where: str
     token_file: str | None = None
-
-    @property
-    def authorization(self) -> str | None:
-        info = self.info
-        if info.username and info.password:
-            pair = base64.b64encode(f"{info.username}:{info.password}".encode()).decode()
-            return f"Basic {pair}"
-        return f"Bearer {info.token}" if info.token else None
 
 
 def load_connection(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpuval_api.checks import MAX_FIGURE, camel
 from gpuval_api.reasons import Reason, verdict_of
@@ -258,6 +258,19 @@ class Suspects:
 
 def _slow(pair: FabricPair, floor: float) -> bool:
     return pair.busbw_gbps is None or pair.busbw_gbps < floor
+
+
+def read_pairs(result: object) -> tuple[FabricPair, ...]:
+    """The pairs of a fabric agent's result document (a report's status.fabric.result); a pair of
+    a shape this version cannot read is left out, not guessed."""
+    pairs = result.get("pairs") if isinstance(result, Mapping) else None
+    found: list[FabricPair] = []
+    for item in pairs if isinstance(pairs, list) else []:
+        try:
+            found.append(FabricPair.model_validate(item))
+        except ValidationError:
+            continue
+    return tuple(found)
 
 
 def median_pair(pairs: Iterable[FabricPair]) -> float | None:

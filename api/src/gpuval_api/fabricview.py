@@ -8,10 +8,8 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pydantic import ValidationError
-
 from gpuval_api.crd import GpuNodeReport, GpuValidation
-from gpuval_api.fabric import FabricPair, FabricThresholds
+from gpuval_api.fabric import FabricThresholds, read_pairs
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,17 +39,10 @@ class FabricFinding:
 
 
 def fabric_links(group: str, result: object) -> tuple[FabricLink, ...]:
-    """The pairs of a fabric agent's result document; a pair of a shape this version cannot
-    read is left out, not guessed."""
-    pairs = result.get("pairs") if isinstance(result, dict) else None
-    links = []
-    for item in pairs if isinstance(pairs, list) else []:
-        try:
-            pair = FabricPair.model_validate(item)
-        except ValidationError:
-            continue
-        links.append(FabricLink(group, pair.round, pair.a, pair.b, pair.busbw_gbps, pair.error))
-    return tuple(links)
+    """The pairs of a fabric agent's result document, as links of `group`."""
+    return tuple(
+        FabricLink(group, p.round, p.a, p.b, p.busbw_gbps, p.error) for p in read_pairs(result)
+    )
 
 
 def fabric_finding(report: GpuNodeReport) -> FabricFinding | None:

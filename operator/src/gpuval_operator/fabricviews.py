@@ -12,9 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
-
-from gpuval_api.fabric import FabricKey, FabricPair
+from gpuval_api.fabric import FabricKey, FabricPair, read_pairs
 from gpuval_api.reasons import Reason
 from gpuval_api.report import REPORT_VERDICTS
 from gpuval_api.result import Verdict
@@ -31,16 +29,6 @@ def _reason(value: Any) -> Reason | None:
         return Reason(value) if value is not None else None
     except ValueError:
         return Reason.CHECK_ERROR
-
-
-def _pairs(result: Mapping[str, Any]) -> tuple[FabricPair, ...]:
-    found: list[FabricPair] = []
-    for raw in result.get("pairs") or []:
-        try:
-            found.append(FabricPair.model_validate(raw))
-        except ValidationError:
-            continue
-    return tuple(found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,5 +87,5 @@ class FabricView:
             by_agent=document is not None,
             busbw=float(busbw) if isinstance(busbw, int | float) else None,
             transport=fabric.get(FabricKey.TRANSPORT),
-            pairs=_pairs(document) if document is not None else (),
+            pairs=read_pairs(document) if document is not None else (),
         )

@@ -160,3 +160,19 @@ def test_the_run_wide_median_in_the_status_is_the_one_pairs_are_judged_by() -> N
     assert (view.fabric_median_gbps, view.fabric_floor_gbps) == (50.0, pytest.approx(45.0))
     none = fleet_view(GpuValidation.model_validate({"metadata": {"name": "v"}}), [])
     assert (none.fabric_links, none.fabric_median_gbps, none.fabric_floor_gbps) == ([], None, None)
+
+
+def test_without_a_run_wide_median_each_pair_counts_once_whatever_its_groups_size() -> None:
+    def member(node: str, group: str, world: int, pairs: list[tuple[int, str, str, float]]) -> Any:
+        result = {"pairs": [{"round": r, "a": a, "b": b, "bytes": 1 << 30, "busbwGBps": bw}
+                            for r, a, b, bw in pairs]}  # fmt: skip
+        fabric = {"group": group, "rank": 0, "world": world, "verdict": "Passed",
+                  "result": result}  # fmt: skip
+        return report(node, {"phase": "Completed", "verdict": "Passed", "fabric": fabric})
+
+    two = [(1, "a", "b", 10.0)]
+    three = [(1, "c", "d", 40.0), (2, "d", "e", 50.0), (3, "e", "c", 60.0)]
+    reports = [member(n, "g0", 2, two) for n in "ab"] + [member(n, "g1", 3, three) for n in "cde"]
+    view = fleet_view(GpuValidation.model_validate({"metadata": {"name": "v"}}), reports)
+    # 10, 40, 50, 60: not 50, which counting each pair once per member that reported it gives.
+    assert view.fabric_median_gbps == pytest.approx(45.0)

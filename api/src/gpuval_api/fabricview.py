@@ -65,7 +65,8 @@ def fabric_bounds(
 ) -> tuple[float | None, float | None]:
     """(the run's median pair busbw, the floor below which a pair is slow), as the operator
     judges pairs: its run-wide median when the status has one, else the median of the pair
-    rounds the reports hold; the floor from spec.fabric.thresholds (or their defaults)."""
+    rounds among `links` (each pair once: the members of a group all report its pairs); the
+    floor from spec.fabric.thresholds (or their defaults)."""
     status = validation.status.fabric if validation.status else None
     median = status.median_pair_gbps if status else None
     if median is None:

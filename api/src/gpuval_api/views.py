@@ -164,12 +164,7 @@ class FleetView:
     @property
     def fabric_links(self) -> list[FabricLink]:
         """Every pair the fabric measured, once (each node of a group reports all its pairs)."""
-        found: dict[tuple[str, int, str, str], FabricLink] = {}
-        for unit in self.units:
-            for link in unit.fabric.links if unit.fabric else ():
-                found.setdefault((link.group, link.round, link.a, link.b), link)
-        # By group, the pair rounds in order, then the confirmations (round 0) that followed.
-        return [found[key] for key in sorted(found, key=lambda k: (k[0], k[1] == 0, k))]
+        return distinct_links(self.units)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -314,6 +309,16 @@ def node_unit(report: GpuNodeReport) -> UnitView:
     )
 
 
+def distinct_links(units: Iterable[UnitView]) -> list[FabricLink]:
+    """Every pair the units' fabric results hold, once: by group, the pair rounds in order, then
+    the confirmations (round 0) that followed."""
+    found: dict[tuple[str, int, str, str], FabricLink] = {}
+    for unit in units:
+        for link in unit.fabric.links if unit.fabric else ():
+            found.setdefault((link.group, link.round, link.a, link.b), link)
+    return [found[key] for key in sorted(found, key=lambda k: (k[0], k[1] == 0, k))]
+
+
 def fleet_view(validation: GpuValidation, reports: Iterable[GpuNodeReport]) -> FleetView:
     """A GpuValidation's current run as a fleet: one unit per node report, sorted by node name."""
     return fleet_of_units(validation, (node_unit(r) for r in reports))
@@ -324,8 +329,7 @@ def fleet_of_units(validation: GpuValidation, node_units: Iterable[UnitView]) ->
     keeps the units, a few hundred bytes each, and drops each page of whole reports)."""
     status = validation.status
     units = sorted(node_units, key=lambda u: u.name)
-    links = (link for u in units for link in (u.fabric.links if u.fabric else ()))
-    median, floor = fabric_bounds(validation, links)
+    median, floor = fabric_bounds(validation, distinct_links(units))
     conditions = tuple(
         (c.type, str(c.status), c.reason, c.message) for c in (status.conditions if status else [])
     )

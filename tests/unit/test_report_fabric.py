@@ -24,7 +24,8 @@ def test_a_pair_below_the_floor_or_failed_is_slow_and_the_slowest_comes_first() 
         FabricLink("g", 2, "b", "c", None, "c: hung"),
         FabricLink("g", 0, "c", "a", 30.0),
     ]
-    slow = slow_links(view_of(links))
+    view = view_of(links)
+    slow = slow_links(view.fabric_links, view.fabric_floor_gbps)
     assert [(link.a, link.b) for link in slow] == [("b", "c"), ("c", "a"), ("c", "d")]
 
 

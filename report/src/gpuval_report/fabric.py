@@ -10,6 +10,7 @@ busbw; every fabric node in a folded table.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
 
 import plotly.graph_objects as go
@@ -28,12 +29,10 @@ def _label(link: FabricLink) -> str:
     return f"{link.a} ↔ {link.b} ({kind})"
 
 
-def slow_links(view: FleetView) -> list[FabricLink]:
+def slow_links(links: Sequence[FabricLink], floor: float | None) -> list[FabricLink]:
     """Pairs that failed or measured below the run's floor, slowest first."""
-    floor = view.fabric_floor_gbps or 0.0
-    slow = [
-        link for link in view.fabric_links if link.busbw_gbps is None or link.busbw_gbps < floor
-    ]
+    bound = floor or 0.0
+    slow = [link for link in links if link.busbw_gbps is None or link.busbw_gbps < bound]
     return sorted(slow, key=lambda link: link.busbw_gbps or 0.0)
 
 
@@ -47,7 +46,7 @@ def pairs_figure(view: FleetView) -> go.Figure | None:
     if len(links) > MAX_LINKS:
         shown = sorted(links, key=lambda link: link.busbw_gbps or 0.0)[:MAX_LINKS]
         title += f": the {MAX_LINKS} slowest of {len(links)} pairs"
-    slow = set(slow_links(view))
+    slow = set(slow_links(links, view.fabric_floor_gbps))
     fig = go.Figure(
         go.Bar(
             x=[_label(link) for link in shown],

@@ -31,6 +31,22 @@ class ReportPhase(StrEnum):
 REPORT_VERDICTS = (Verdict.PASSED, Verdict.FAILED, Verdict.NOT_RUN)
 
 
+def read_verdict(value: object) -> Verdict | None:
+    """A report's verdict as written (status or status.fabric); None for anything else."""
+    return next((v for v in REPORT_VERDICTS if v == value), None)
+
+
+def read_reason(value: object) -> Reason | None:
+    """A report's reason as written. The CRD's enum refuses unknown reasons; one from a newer
+    agent still reads as an error, never as none."""
+    if value is None:
+        return None
+    try:
+        return Reason(str(value))
+    except ValueError:
+        return Reason.CHECK_ERROR
+
+
 class StatusKey(StrEnum):
     """Keys of a GpuNodeReport's `status` (docs/contracts.md, "Report status")."""
 

@@ -14,21 +14,10 @@ from typing import Any
 
 from gpuval_api.fabric import FabricKey, FabricPair, read_pairs
 from gpuval_api.reasons import Reason
-from gpuval_api.report import REPORT_VERDICTS
+from gpuval_api.report import read_reason, read_verdict
 from gpuval_api.result import Verdict
 
 MESSAGE_LIMIT = 300
-
-
-def _verdict(value: Any) -> Verdict | None:
-    return next((v for v in REPORT_VERDICTS if v == value), None)
-
-
-def _reason(value: Any) -> Reason | None:
-    try:
-        return Reason(value) if value is not None else None
-    except ValueError:
-        return Reason.CHECK_ERROR
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +57,7 @@ class FabricView:
             return None
         result = fabric.get(FabricKey.RESULT)
         document = result if isinstance(result, Mapping) else None
-        verdict, reason = _verdict(fabric.get(FabricKey.VERDICT)), fabric.get(FabricKey.REASON)
+        verdict, reason = read_verdict(fabric.get(FabricKey.VERDICT)), fabric.get(FabricKey.REASON)
         message = str(fabric.get(FabricKey.MESSAGE) or "")[:MESSAGE_LIMIT]
         source = document if document is not None else fabric
         busbw = fabric.get(FabricKey.BUSBW)
@@ -78,11 +67,11 @@ class FabricView:
             world=world,
             nodes=tuple(sys.intern(str(n)) for n in fabric.get(FabricKey.NODES) or ()),
             verdict=verdict,
-            reason=_reason(reason),
+            reason=read_reason(reason),
             message=message,
             classified=bool(fabric.get(FabricKey.CLASSIFIED)),
-            raw_verdict=_verdict(source.get(FabricKey.VERDICT)) if verdict else None,
-            raw_reason=_reason(source.get(FabricKey.REASON)),
+            raw_verdict=read_verdict(source.get(FabricKey.VERDICT)) if verdict else None,
+            raw_reason=read_reason(source.get(FabricKey.REASON)),
             raw_message=str(source.get(FabricKey.MESSAGE) or "")[:MESSAGE_LIMIT],
             by_agent=document is not None,
             busbw=float(busbw) if isinstance(busbw, int | float) else None,

@@ -27,12 +27,13 @@ from gpuval_api.kubernetes import (
 )
 from gpuval_api.reasons import Reason
 from gpuval_api.report import (
-    REPORT_VERDICTS,
     FailureKey,
     ReportPhase,
     StatusKey,
     SummaryKey,
     parse_termination_message,
+    read_reason,
+    read_verdict,
 )
 from gpuval_api.result import Metric, Verdict
 from gpuval_api.views import ENVIRONMENT_FIELDS
@@ -244,18 +245,6 @@ def burn_fingerprints(result: Mapping[str, Any] | None) -> tuple[Fingerprint, ..
     )
 
 
-def _verdict(value: Any) -> Verdict | None:
-    return next((v for v in REPORT_VERDICTS if v == value), None)
-
-
-def _reason(value: Any) -> Reason | None:
-    try:
-        return Reason(value) if value is not None else None
-    except ValueError:
-        # The CRD's enum refuses unknown reasons; one from a newer agent still reads as an error.
-        return Reason.CHECK_ERROR
-
-
 @dataclass(slots=True)
 class ReportView:
     name: str
@@ -307,8 +296,8 @@ class ReportView:
             node=spec.get("node", ""),
             run=spec.get("run", ""),
             phase=status.get(StatusKey.PHASE) or ReportPhase.PENDING,
-            verdict=_verdict(status.get(StatusKey.VERDICT)),
-            reason=_reason(status.get(StatusKey.REASON)),
+            verdict=read_verdict(status.get(StatusKey.VERDICT)),
+            reason=read_reason(status.get(StatusKey.REASON)),
             message=(status.get(StatusKey.MESSAGE) or "")[:300],
             completed_at=parse_time(status.get(StatusKey.COMPLETED_AT)),
             gpus=int(gpus) if gpus.isdigit() else None,

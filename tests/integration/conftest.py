@@ -25,6 +25,7 @@ from gpuval_devtools.controlplane import Cluster, GpuNode, free_port
 from gpuval_devtools.launch import AGENT_NAMESPACE, agent_rbac, podrunner_process
 from gpuval_devtools.realnode import RealNode
 from tests.support.fleet import Fleet
+from tests.support.promtool import promtool_binary
 
 Factory = Callable[..., contextlib.AbstractContextManager[Any]]
 
@@ -187,3 +188,9 @@ def fleet(cluster: Cluster, unique_name: Callable[[str], str]) -> Iterator[Fleet
     yield own
     for node in own.nodes:
         cluster.kubectl("delete", "node", node, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session")
+def promtool() -> Path:
+    """Debian's promtool, unpacked once into the cache (the alert and Grafana rule tests)."""
+    return promtool_binary()

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuval_devtools.controlplane import debian_binary
 from tests.support import chart
+from tests.support.promtool import run_rule_tests
 
 ALERTS = (
     "GpuvalNodeFailedBurn",
@@ -24,11 +24,6 @@ ALERTS = (
     "GpuvalAgentPodsUnschedulable",
     "GpuvalNodeUntested",
 )
-
-
-@pytest.fixture(scope="module")
-def promtool() -> Path:
-    return debian_binary("promtool", ["promtool"], log=lambda _message: None)["promtool"]
 
 
 @pytest.fixture(scope="module")
@@ -493,20 +488,7 @@ def test_promtool_check_rules_accepts_the_charts_rules(promtool: Path, rules_fil
 def test_promtool_test_rules_passes_for(
     alert: str, promtool: Path, rules_file: Path, tmp_path: Path
 ) -> None:
-    tests = {
-        "rule_files": [str(rules_file)],
-        "evaluation_interval": "1m",
-        "tests": CASES[alert](),
-    }
-    test_file = tmp_path / f"{alert}.test.yaml"
-    test_file.write_text(yaml.safe_dump(tests, sort_keys=False))
-
-    proc = subprocess.run(
-        [str(promtool), "test", "rules", str(test_file)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = run_rule_tests(promtool, [rules_file], CASES[alert](), tmp_path / f"{alert}.test.yaml")
 
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "SUCCESS" in proc.stdout
@@ -515,17 +497,5 @@ def test_promtool_test_rules_passes_for(
 def test_a_node_gpuval_could_not_test_never_fires_the_failure_alerts(
     promtool: Path, rules_file: Path, tmp_path: Path
 ) -> None:
-    tests = {
-        "rule_files": [str(rules_file)],
-        "evaluation_interval": "1m",
-        "tests": _not_run_never_fails(),
-    }
-    test_file = tmp_path / "not-run.test.yaml"
-    test_file.write_text(yaml.safe_dump(tests, sort_keys=False))
-    proc = subprocess.run(
-        [str(promtool), "test", "rules", str(test_file)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = run_rule_tests(promtool, [rules_file], _not_run_never_fails(), tmp_path / "nr.yaml")
     assert proc.returncode == 0, proc.stdout + proc.stderr

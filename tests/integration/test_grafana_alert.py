@@ -17,8 +17,8 @@ import jsonschema
 import pytest
 import yaml
 
-from gpuval_devtools.controlplane import debian_binary
 from tests.support import chart
+from tests.support.promtool import run_rule_tests
 
 SCHEMA = chart.REPO_ROOT / "charts" / "schemas" / "grafana-alerting-provisioning.schema.json"
 FILE_KEY = "gpuval-alert-rules.yaml"
@@ -134,11 +134,6 @@ def test_values_schema_refuses_a_dollar_in_an_alert_label() -> None:
     assert "/grafanaAlert/alertLabels/a" in proc.stderr, proc.stderr
 
 
-@pytest.fixture(scope="module")
-def promtool() -> Path:
-    return debian_binary("promtool", ["promtool"], log=lambda _message: None)["promtool"]
-
-
 def _as_prometheus_rules(expr: str, path: Path) -> Path:
     # Grafana's threshold B (A > 0) as the one PromQL a Prometheus rule can state.
     rules = {"groups": [{"name": "grafana", "rules": [{"alert": "Burn", "expr": f"({expr}) > 0"}]}]}
@@ -168,39 +163,28 @@ def test_the_grafana_rules_query_fires_for_the_node_failing_its_burn_only(
         ('check="health",node="gpu-3",reason="EccUncorrectable"', "1x5"),
         ('check="health",node="gpu-5",reason="EccUncorrectable"', "1x5"),
     ]
-    tests = {
-        "rule_files": [str(rules)],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": [
-                    {"series": f'gpuval_node_check_failure_info{{validation="fleet",{labels}}}',
-                     "values": values}
-                    for labels, values in series
-                ] + [{"series": 'gpuval_node_passed{validation="fleet",node="gpu-1"}',
-                      "values": "1x5"}],
-                "alert_rule_test": [
-                    {
-                        "eval_time": "1m",
-                        "alertname": "Burn",
-                        "exp_alerts": [
-                            {"exp_labels": {"validation": "fleet", "node": "gpu-3",
-                                            "reason": "BurnMismatch"}}
-                        ],
-                    }
-                ],
-            }
-        ],
-    }  # fmt: skip
-    test_file = tmp_path / "grafana.test.yaml"
-    test_file.write_text(yaml.safe_dump(tests, sort_keys=False))
+    cases = [
+        {
+            "interval": "1m",
+            "input_series": [
+                {"series": f'gpuval_node_check_failure_info{{validation="fleet",{labels}}}',
+                 "values": values}
+                for labels, values in series
+            ] + [{"series": 'gpuval_node_passed{validation="fleet",node="gpu-1"}',
+                  "values": "1x5"}],
+            "alert_rule_test": [
+                {
+                    "eval_time": "1m",
+                    "alertname": "Burn",
+                    "exp_alerts": [
+                        {"exp_labels": {"validation": "fleet", "node": "gpu-3",
+                                        "reason": "BurnMismatch"}}
+                    ],
+                }
+            ],
+        }
+    ]  # fmt: skip
 
-    proc = subprocess.run(
-        [str(promtool), "test", "rules", str(test_file)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = run_rule_tests(promtool, [rules], cases, tmp_path / "grafana.test.yaml")
 
     assert proc.returncode == 0, proc.stdout + proc.stderr

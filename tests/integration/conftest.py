@@ -24,7 +24,7 @@ from gpuval_devtools import images
 from gpuval_devtools.controlplane import Cluster, GpuNode, free_port
 from gpuval_devtools.launch import AGENT_NAMESPACE, agent_rbac, podrunner_process
 from gpuval_devtools.realnode import RealNode
-from tests.support.fleet import Fleet
+from tests.support.fleet import Fleet, Operator
 from tests.support.promtool import promtool_binary
 
 Factory = Callable[..., contextlib.AbstractContextManager[Any]]
@@ -164,9 +164,7 @@ def podrunner(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 @pytest.fixture
-def operator(
-    kopf_runner: Factory, monkeypatch: pytest.MonkeyPatch, podrunner: Path
-) -> Callable[[], contextlib.AbstractContextManager[int]]:
+def operator(kopf_runner: Factory, monkeypatch: pytest.MonkeyPatch, podrunner: Path) -> Operator:
     """A factory: `with operator() as metrics_port:` runs the operator in-process."""
 
     @contextlib.contextmanager

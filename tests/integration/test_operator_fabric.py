@@ -21,6 +21,7 @@ from gpuval_devtools.controlplane import Cluster, free_port
 from gpuval_devtools.launch import operator_process
 from tests.support.fleet import (
     Fleet,
+    Operator,
     apply,
     by_node,
     completed_run,
@@ -34,7 +35,6 @@ from tests.support.kube import get_json, wait_for
 
 pytestmark = pytest.mark.usefixtures("install_crds")
 
-Operator = Callable[[], contextlib.AbstractContextManager[int]]
 # The simulated backend computes its figures: sizes cost nothing, and at 1 GiB the latency it
 # models does not blur a slow node's figures.
 FABRIC = {

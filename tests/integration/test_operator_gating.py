@@ -3,7 +3,6 @@ node; a dry run that touches nothing (issue 12)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +13,7 @@ from gpuval_devtools.controlplane import Cluster
 from tests.integration.test_operator_notrun import training_job
 from tests.support.fleet import (
     Fleet,
+    Operator,
     apply,
     by_node,
     completed_run,
@@ -26,7 +26,6 @@ from tests.support.kube import get_json, wait_for
 
 pytestmark = pytest.mark.usefixtures("install_crds")
 
-Operator = Callable[[], contextlib.AbstractContextManager[int]]
 STARTUP = {"key": "gpuval.dev/unvalidated", "effect": "NoSchedule"}
 GATING = {"batchSeconds": 1, "startupTaint": {"key": STARTUP["key"]}}
 QUICK = {"burn": {"durationSeconds": 1}}

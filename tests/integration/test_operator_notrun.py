@@ -14,6 +14,7 @@ from gpuval_devtools.controlplane import Cluster
 from gpuval_devtools.launch import AGENT_NAMESPACE
 from tests.support.fleet import (
     Fleet,
+    Operator,
     apply,
     by_node,
     completed_run,
@@ -26,7 +27,6 @@ from tests.support.kube import get_json, wait_for
 
 pytestmark = pytest.mark.usefixtures("install_crds")
 
-Operator = Callable[[], contextlib.AbstractContextManager[int]]
 ACTIONS = {"taint": {"effect": "NoSchedule"}, "cordon": True}
 
 

@@ -4,7 +4,6 @@ node whose burn reference differs from its peers' (issue 9, C)."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from gpuval_devtools.controlplane import Cluster
 from tests.support.fleet import (
     Fleet,
+    Operator,
     apply,
     by_node,
     completed_run,
@@ -22,8 +22,6 @@ from tests.support.fleet import (
 from tests.support.kube import get_json
 
 pytestmark = pytest.mark.usefixtures("install_crds")
-
-Operator = Callable[[], contextlib.AbstractContextManager[int]]
 
 
 def test_a_verdict_the_agent_could_not_write_arrives_through_its_termination_message(

@@ -3,9 +3,10 @@ completed run, read its status, reports, pods and the operator's metrics."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -14,6 +15,9 @@ from gpuval_devtools.controlplane import Cluster
 from gpuval_devtools.launch import AGENT_NAMESPACE
 from gpuval_devtools.simulation import simulated_node
 from tests.support.kube import get_json, wait_for
+
+# The integration conftest's `operator` fixture: `with operator() as metrics_port:`.
+Operator = Callable[[], contextlib.AbstractContextManager[int]]
 
 
 class Fleet:

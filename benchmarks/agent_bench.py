@@ -84,18 +84,26 @@ def row(
         else:
             met = figure <= value
     entry = {
-        "name": name, "unit": unit, "figure": figure, "reference": reference,
-        "referenceName": reference_name, "ratio": ratio,
-        "target": {"kind": target[0], "value": target[1]} if target else None, "met": met,
+        "name": name,
+        "unit": unit,
+        "figure": figure,
+        "reference": reference,
+        "referenceName": reference_name,
+        "ratio": ratio,
+        "target": {"kind": target[0], "value": target[1]} if target else None,
+        "met": met,
         "perGpu": per_gpu or {},
-    }  # fmt: skip
+    }
     rows.append(entry)
     shown = "-" if figure is None else f"{figure:.2f}"
     ref = "-" if reference is None else f"{reference:.2f}"
     rat = "-" if ratio is None else f"{ratio:.3f}"
     tgt = "-" if target is None else f"{target[0]} {target[1]:.3g}"
-    print(f"{name:<28} {shown:>10} {unit:<8} ref {ref:>10} ratio {rat:>6}  target {tgt:<12} "
-          f"{'' if met is None else ('MET' if met else 'MISSED')}", flush=True)  # fmt: skip
+    print(
+        f"{name:<28} {shown:>10} {unit:<8} ref {ref:>10} ratio {rat:>6}  target {tgt:<12} "
+        f"{'' if met is None else ('MET' if met else 'MISSED')}",
+        flush=True,
+    )
 
 
 def _rounded(figures: dict[int, float]) -> dict[str, float]:
@@ -161,8 +169,9 @@ def naive_verified(gpu: int, n: int, seconds: float) -> float:
 def verified_burn(
     gpus: list[int], precision: Precision, n: int, seconds: float
 ) -> tuple[dict[int, float], int]:
-    measurements = torch_burn.burn(gpus, precision, n, seconds, on_progress=lambda _: None,
-                                   stop=threading.Event())  # fmt: skip
+    measurements = torch_burn.burn(
+        gpus, precision, n, seconds, on_progress=lambda _: None, stop=threading.Event()
+    )
     bad = sum(len(m.bad) for m in measurements)
     for m in measurements:
         if m.error:
@@ -207,10 +216,24 @@ def _label(size: int) -> str:
 def _lean_reference(gpus: list[int], iterations: int, mode: str) -> dict[int, float]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "ref.json"
-        subprocess.run([sys.executable, str(Path(__file__).with_name("ref_allreduce.py")),
-                        "--gpus", str(len(gpus)), "--sizes", ",".join(map(str, NCCL_SIZES)),
-                        "--iterations", str(iterations), "--mode", mode, "--out", str(out)],
-                       check=True, timeout=600)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                str(Path(__file__).with_name("ref_allreduce.py")),
+                "--gpus",
+                str(len(gpus)),
+                "--sizes",
+                ",".join(map(str, NCCL_SIZES)),
+                "--iterations",
+                str(iterations),
+                "--mode",
+                mode,
+                "--out",
+                str(out),
+            ],
+            check=True,
+            timeout=600,
+        )
         return {r["bytes"]: r["busbwGBps"] for r in json.loads(out.read_text())}
 
 
@@ -231,30 +254,49 @@ def nccl_rows(gpus: list[int], iterations: int, nccl_tests_binary: str | None) -
     queued all-reduces, CUDA events) and nccl-tests' in-place figure, all in this run."""
     outcome = all_reduce_processes(gpus, NCCL_SIZES, iterations, 600)
     if outcome.timed_out or outcome.error:
-        raise RuntimeError(f"agent all-reduce: timed_out={outcome.timed_out} "
-                           f"error={outcome.error} log={outcome.log_tail}")  # fmt: skip
+        raise RuntimeError(
+            f"agent all-reduce: timed_out={outcome.timed_out} "
+            f"error={outcome.error} log={outcome.log_tail}"
+        )
     agent = {s.bytes: bus_bandwidth(s.bytes / s.seconds / 1e9, len(gpus)) for s in outcome.sizes}
     lean = _lean_reference(gpus, iterations, "graph")
     plain = _lean_reference(gpus, iterations, "eager")
     tests = _nccl_tests(nccl_tests_binary, len(gpus))
-    print(f"{'size':>8} {'agent':>8} {'lean ref':>9} {'eager ref':>9} {'nccl-tests':>10} "
-          f"{'agent/lean':>10} {'tests/lean':>10}", flush=True)  # fmt: skip
+    print(
+        f"{'size':>8} {'agent':>8} {'lean ref':>9} {'eager ref':>9} {'nccl-tests':>10} "
+        f"{'agent/lean':>10} {'tests/lean':>10}",
+        flush=True,
+    )
     for size in NCCL_SIZES:
         figure, reference, test = agent.get(size), lean.get(size), tests.get(size)
         TARGETS[f"nccl.busbw.{_label(size)}.lean"] = ("ratio", SMALL_TARGET)
-        row(f"nccl.busbw.{_label(size)}.lean", "GB/s", figure, reference,
+        row(
+            f"nccl.busbw.{_label(size)}.lean",
+            "GB/s",
+            figure,
+            reference,
             f"lean torch.distributed reference (CUDA graph, CUDA events), {len(gpus)} processes; "
-            f"eager {plain.get(size)}; nccl-tests in-place {test}")  # fmt: skip
+            f"eager {plain.get(size)}; nccl-tests in-place {test}",
+        )
         rows[-1]["ncclTests"] = test
         rows[-1]["eagerReference"] = plain.get(size)
-        shown = [f"{v:>9.1f}" if v is not None else f"{'-':>9}"
-                 for v in (figure, reference, plain.get(size), test)]  # fmt: skip
-        ratios = [f"{a / b:>10.3f}" if a and b else f"{'-':>10}"
-                  for a, b in ((figure, reference), (test, reference))]  # fmt: skip
+        shown = [
+            f"{v:>9.1f}" if v is not None else f"{'-':>9}"
+            for v in (figure, reference, plain.get(size), test)
+        ]
+        ratios = [
+            f"{a / b:>10.3f}" if a and b else f"{'-':>10}"
+            for a, b in ((figure, reference), (test, reference))
+        ]
         print(f"{_label(size):>8} {' '.join(shown)} {' '.join(ratios)}", flush=True)
     for size in (GIB, 4 * GIB):
-        row(f"nccl.busbw.{_label(size)}", "GB/s", agent.get(size), lean.get(size),
-            f"lean torch.distributed reference, {len(gpus)} processes")  # fmt: skip
+        row(
+            f"nccl.busbw.{_label(size)}",
+            "GB/s",
+            agent.get(size),
+            lean.get(size),
+            f"lean torch.distributed reference, {len(gpus)} processes",
+        )
 
 
 def main() -> int:
@@ -273,9 +315,12 @@ def main() -> int:
     started = datetime.now(UTC)
     backend = CudaBackend()
     environment = backend.environment()
-    print(f"{len(gpus)} x {environment.gpus[0].name}, driver {environment.driver_version}, CUDA "
-          f"{environment.cuda_driver_version}/{environment.cuda_runtime_version}, torch "
-          f"{environment.torch_version}, NCCL {environment.nccl_version}", flush=True)  # fmt: skip
+    print(
+        f"{len(gpus)} x {environment.gpus[0].name}, driver {environment.driver_version}, CUDA "
+        f"{environment.cuda_driver_version}/{environment.cuda_runtime_version}, torch "
+        f"{environment.torch_version}, NCCL {environment.nccl_version}",
+        flush=True,
+    )
     n = args.matrix_size
 
     def worst(figures: dict[int, float]) -> float | None:
@@ -295,9 +340,14 @@ def main() -> int:
             def burn_pair(precision: Precision = precision) -> None:
                 plain = plain_matmul(gpus, precision, n, args.seconds)
                 verified, bad = verified_burn(gpus, precision, n, args.seconds)
-                row(f"burn.{precision}", "TFLOP/s", worst(verified), worst(plain),
+                row(
+                    f"burn.{precision}",
+                    "TFLOP/s",
+                    worst(verified),
+                    worst(plain),
                     f"plain torch.matmul {precision} {n}^3, all GPUs at once",
-                    per_gpu={str(g): round(v, 2) for g, v in verified.items()})  # fmt: skip
+                    per_gpu={str(g): round(v, 2) for g, v in verified.items()},
+                )
                 if bad:
                     print(f"  burn.{precision}: {bad} bad iterations on a healthy machine!")
 
@@ -307,11 +357,21 @@ def main() -> int:
             def burn_8192() -> None:
                 plain = plain_matmul(gpus, Precision.BF16, 8192, args.seconds)
                 verified, _ = verified_burn(gpus, Precision.BF16, 8192, args.seconds)
-                row("burn.bf16.8192", "TFLOP/s", worst(verified), worst(plain),
-                    "plain torch.matmul bf16 8192^3, all GPUs at once")  # fmt: skip
+                row(
+                    "burn.bf16.8192",
+                    "TFLOP/s",
+                    worst(verified),
+                    worst(plain),
+                    "plain torch.matmul bf16 8192^3, all GPUs at once",
+                )
                 naive = naive_verified(0, 8192, args.seconds / 2)
-                row("burn.bf16.8192.naive", "TFLOP/s", naive, worst(plain),
-                    "naive verify-every-iteration loop (torch.equal), GPU 0 alone")  # fmt: skip
+                row(
+                    "burn.bf16.8192.naive",
+                    "TFLOP/s",
+                    naive,
+                    worst(plain),
+                    "naive verify-every-iteration loop (torch.equal), GPU 0 alone",
+                )
 
             safely("burn.bf16.8192", burn_8192)
 
@@ -324,15 +384,33 @@ def main() -> int:
                     g: torch_copy.host_device(kind, [g], nbytes, args.iterations)[g] for g in gpus
                 }
                 refs = {g: plain_copy(kind, g, None, nbytes, args.iterations) for g in gpus}
-                row(f"bandwidth.{name}", "GB/s", worst(figures), worst(refs),
-                    "plain pinned copy_ loop, host-timed", per_gpu=_rounded(figures))  # fmt: skip
+                row(
+                    f"bandwidth.{name}",
+                    "GB/s",
+                    worst(figures),
+                    worst(refs),
+                    "plain pinned copy_ loop, host-timed",
+                    per_gpu=_rounded(figures),
+                )
                 together = torch_copy.host_device(kind, gpus, nbytes, args.iterations)
-                row(f"bandwidth.{name}.allGpus", "GB/s", worst(together), worst(figures),
-                    "same copy, one GPU at a time", per_gpu=_rounded(together))  # fmt: skip
+                row(
+                    f"bandwidth.{name}.allGpus",
+                    "GB/s",
+                    worst(together),
+                    worst(figures),
+                    "same copy, one GPU at a time",
+                    per_gpu=_rounded(together),
+                )
             local = {g: torch_copy.device_local(g, nbytes, args.iterations) for g in gpus}
             refs = {g: plain_copy("device", g, None, nbytes, args.iterations) for g in gpus}
-            row("bandwidth.deviceCopy", "GB/s", worst(local), worst(refs),
-                "plain device copy_ loop, host-timed", per_gpu=_rounded(local))  # fmt: skip
+            row(
+                "bandwidth.deviceCopy",
+                "GB/s",
+                worst(local),
+                worst(refs),
+                "plain device copy_ loop, host-timed",
+                per_gpu=_rounded(local),
+            )
             pairs = {
                 f"{s}->{d}": torch_copy.peer(s, d, nbytes, args.iterations)
                 for s in gpus
@@ -346,9 +424,14 @@ def main() -> int:
                 if s != d
             }
             if pairs:
-                row("bandwidth.p2p", "GB/s", min(pairs.values()), min(refs_p.values()),
+                row(
+                    "bandwidth.p2p",
+                    "GB/s",
+                    min(pairs.values()),
+                    min(refs_p.values()),
                     "plain peer copy_ loop, host-timed",
-                    per_gpu={k: round(v, 2) for k, v in pairs.items()})  # fmt: skip
+                    per_gpu={k: round(v, 2) for k, v in pairs.items()},
+                )
             torch_copy.release()
 
         safely("bandwidth", bandwidth)
@@ -362,15 +445,38 @@ def main() -> int:
             with tempfile.TemporaryDirectory() as tmp:
                 out = Path(tmp) / "r.json"
                 begun = time.perf_counter()
-                subprocess.run([sys.executable, "-m", "gpuval_agent.cli", "run", "--checks",
-                                "driver,health", "--quiet", "--json", str(out)],
-                               check=False, timeout=120, stdout=subprocess.DEVNULL)  # fmt: skip
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "gpuval_agent.cli",
+                        "run",
+                        "--checks",
+                        "driver,health",
+                        "--quiet",
+                        "--json",
+                        str(out),
+                    ],
+                    check=False,
+                    timeout=120,
+                    stdout=subprocess.DEVNULL,
+                )
                 wall = time.perf_counter() - begun
                 document = json.loads(out.read_text())
-            row("startup.firstCheckSeconds", "s", document.get("startupSeconds"), None,
-                "process start to the first check running (agent's own clock)")  # fmt: skip
-            row("startup.driverAndHealthWallSeconds", "s", wall, None,
-                "wall time of `gpuval-agent run --checks driver,health`")  # fmt: skip
+            row(
+                "startup.firstCheckSeconds",
+                "s",
+                document.get("startupSeconds"),
+                None,
+                "process start to the first check running (agent's own clock)",
+            )
+            row(
+                "startup.driverAndHealthWallSeconds",
+                "s",
+                wall,
+                None,
+                "wall time of `gpuval-agent run --checks driver,health`",
+            )
 
         safely("startup", startup)
 

@@ -72,10 +72,28 @@ def run_agents(config: dict[str, Any], tmp: Path, timeout: float) -> list[dict[s
     processes = []
     for rank in (0, 1):
         env = dict(os.environ) | NETWORK | {"CUDA_VISIBLE_DEVICES": str(rank)}
-        command = [sys.executable, "-m", "gpuval_agent.cli", "fabric", "--rank", str(rank),
-                   "--world", "2", "--master", f"127.0.0.1:{port}", "--nodes", "gpu0,gpu1",
-                   "--group", "fabric-bench", "--gpus", "1", "--config", str(config_file),
-                   "--json", str(tmp / f"rank{rank}.json")]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "gpuval_agent.cli",
+            "fabric",
+            "--rank",
+            str(rank),
+            "--world",
+            "2",
+            "--master",
+            f"127.0.0.1:{port}",
+            "--nodes",
+            "gpu0,gpu1",
+            "--group",
+            "fabric-bench",
+            "--gpus",
+            "1",
+            "--config",
+            str(config_file),
+            "--json",
+            str(tmp / f"rank{rank}.json"),
+        ]
         log = (tmp / f"rank{rank}.log").open("w")
         processes.append((subprocess.Popen(command, env=env, stdout=log, stderr=log), log))
     results = []
@@ -96,11 +114,24 @@ def run_reference(sizes: list[int], iterations: int, tmp: Path, timeout: float) 
     out = tmp / "reference.json"
     env = dict(os.environ) | NETWORK
     subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("ref_allreduce.py")), "--gpus", "2",
-         "--sizes", ",".join(map(str, sizes)), "--iterations", str(iterations),
-         "--mode", "eager", "--out", str(out)],
-        env=env, check=True, timeout=timeout,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(Path(__file__).with_name("ref_allreduce.py")),
+            "--gpus",
+            "2",
+            "--sizes",
+            ",".join(map(str, sizes)),
+            "--iterations",
+            str(iterations),
+            "--mode",
+            "eager",
+            "--out",
+            str(out),
+        ],
+        env=env,
+        check=True,
+        timeout=timeout,
+    )
     return {r["bytes"]: r["busbwGBps"] for r in json.loads(out.read_text())}
 
 
@@ -111,9 +142,16 @@ def table(agent: dict[int, float], reference: dict[int, float]) -> list[dict[str
         figure, plain = agent[size], reference.get(size)
         ratio = figure / plain if plain else None
         met = None if size < TARGET_FROM or ratio is None else ratio >= TARGET
-        rows.append({"bytes": size, "agentBusbwGBps": figure, "referenceBusbwGBps": plain,
-                     "ratio": ratio, "target": TARGET if size >= TARGET_FROM else None,
-                     "met": met})  # fmt: skip
+        rows.append(
+            {
+                "bytes": size,
+                "agentBusbwGBps": figure,
+                "referenceBusbwGBps": plain,
+                "ratio": ratio,
+                "target": TARGET if size >= TARGET_FROM else None,
+                "met": met,
+            }
+        )
         shown = "-" if ratio is None else f"{ratio:.3f}"
         verdict = "" if met is None else ("MET" if met else "MISSED")
         print(f"{size:>12} {figure:>11.2f} {plain or 0:>11.2f} {shown:>7}  {verdict}", flush=True)
@@ -130,9 +168,12 @@ def main() -> int:
     args = parser.parse_args()
     started = datetime.now(UTC)
     config = {
-        "minBytes": MIB, "maxBytes": args.max_size, "pairBytes": args.pair_size,
-        "iterations": args.iterations, "timeouts": {"initSeconds": 120, "phaseSeconds": 180},
-    }  # fmt: skip
+        "minBytes": MIB,
+        "maxBytes": args.max_size,
+        "pairBytes": args.pair_size,
+        "iterations": args.iterations,
+        "timeouts": {"initSeconds": 120, "phaseSeconds": 180},
+    }
     with tempfile.TemporaryDirectory(prefix="fabric-bench-") as name:
         tmp = Path(name)
         results = run_agents(config, tmp, args.timeout)
@@ -147,11 +188,17 @@ def main() -> int:
     print(f"pairs: {[(p['a'], p['b'], p.get('busbwGBps')) for p in first.get('pairs', [])]}")
     rows = table(agent, reference)
     document = {
-        "format": FORMAT, "startedAt": started.isoformat(),
-        "completedAt": datetime.now(UTC).isoformat(), "settings": config, "network": NETWORK,
-        "transport": first.get("transport"), "transportLines": first.get("transportLines"),
-        "ncclEnv": first.get("ncclEnv"), "agents": results, "rows": rows,
-    }  # fmt: skip
+        "format": FORMAT,
+        "startedAt": started.isoformat(),
+        "completedAt": datetime.now(UTC).isoformat(),
+        "settings": config,
+        "network": NETWORK,
+        "transport": first.get("transport"),
+        "transportLines": first.get("transportLines"),
+        "ncclEnv": first.get("ncclEnv"),
+        "agents": results,
+        "rows": rows,
+    }
     Path(args.out).write_text(json.dumps(document, indent=2) + "\n")
     missed = [r["bytes"] for r in rows if r["met"] is False]
     print(f"wrote {args.out}; sizes >= 256 MiB below {TARGET}: {missed or 'none'}", flush=True)

@@ -64,15 +64,20 @@ def build(src: Path, into: Path, jobs: int) -> Path:
     into.mkdir(parents=True, exist_ok=True)
     home = nccl_home(into)
     variables = [
-        f"CUDA_HOME={cuda}", f"NCCL_HOME={home}", "MPI=0", f"BUILDDIR={into.resolve()}",
+        f"CUDA_HOME={cuda}",
+        f"NCCL_HOME={home}",
+        "MPI=0",
+        f"BUILDDIR={into.resolve()}",
         "NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90",
-    ]  # fmt: skip
+    ]
     binary = into.resolve() / "all_reduce_perf"
     for target in (str(binary), "build"):  # one binary; else the whole set (older Makefiles)
         done = subprocess.run(
             ["make", "-C", str(src / "src"), f"-j{jobs}", *variables, target],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         print(done.stdout[-3000:], done.stderr[-3000:], sep="\n", flush=True)
         if binary.exists():
             return binary
@@ -87,8 +92,12 @@ def run(binary: Path, gpus: int, low: str = "1M", high: str = "4G") -> dict[int,
     )
     done = subprocess.run(
         [str(binary), "-b", low, "-e", high, "-f", "2", "-g", str(gpus)],
-        capture_output=True, text=True, env=env, timeout=300, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     print(done.stdout, done.stderr, sep="\n", flush=True)
     figures: dict[int, dict[str, float]] = {}
     for line in done.stdout.splitlines():
@@ -98,8 +107,9 @@ def run(binary: Path, gpus: int, low: str = "1M", high: str = "4G") -> dict[int,
         # ... | out-of-place: time algbw busbw #wrong | in-place: time algbw busbw #wrong
         try:
             figures[int(fields[0])] = {
-                "outOfPlaceBusbw": float(fields[-6]), "inPlaceBusbw": float(fields[-2]),
-            }  # fmt: skip
+                "outOfPlaceBusbw": float(fields[-6]),
+                "inPlaceBusbw": float(fields[-2]),
+            }
         except ValueError:
             continue
     if not figures:

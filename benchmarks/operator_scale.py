@@ -124,9 +124,12 @@ class StandInAgents:
 
 def node_verdicts(cluster: Cluster, names: list[str]) -> dict[str, str]:
     out = cluster.kubectl(
-        "get", "nodes", *names, "-o",
+        "get",
+        "nodes",
+        *names,
+        "-o",
         "jsonpath={range .items[*]}{.metadata.name} {.metadata.labels.gpuval\\.dev/verdict}\n{end}",
-    ).stdout  # fmt: skip
+    ).stdout
     found = {}
     for line in out.splitlines():
         name, _, verdict = line.partition(" ")
@@ -151,10 +154,13 @@ async def measure_join(cluster: Cluster, count: int, op_pid: int) -> dict[str, A
         peak = max(peak, rss_kib(op_pid))
         if len(ready_at) < count:
             out = cluster.kubectl(
-                "get", "nodes", *names, "-o",
+                "get",
+                "nodes",
+                *names,
+                "-o",
                 "jsonpath={range .items[*]}{.metadata.name} "
                 "{.status.conditions[?(@.type=='Ready')].status}\n{end}",
-            ).stdout  # fmt: skip
+            ).stdout
             for line in out.splitlines():
                 name, _, status = line.partition(" ")
                 if status == "True":
@@ -164,8 +170,10 @@ async def measure_join(cluster: Cluster, count: int, op_pid: int) -> dict[str, A
         print(
             f"\r{now - created:7.1f}s  joining nodes Ready {len(ready_at)}/{count}  "
             f"with a verdict {len(done_at)}/{count}",
-            end="", file=sys.stderr, flush=True,
-        )  # fmt: skip
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
         if now - created > 600:
             missing = sorted(set(names) - set(done_at))
             raise TimeoutError(f"joining nodes without a verdict after 600 s: {missing}")

@@ -82,16 +82,25 @@ def _worker(rank: int, settings: tuple[int, int, list[int], int, str, str]) -> N
     device = torch.device("cuda", rank)
     torch.cuda.set_device(device)
     dist.init_process_group(
-        "nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+        "nccl",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
         device_id=device,
-    )  # fmt: skip
+    )
     buffer = torch.ones(max(sizes) // 4, dtype=torch.float32, device=device)
     results = []
     for size in sizes:
         seconds = _agreed(_per_all_reduce(buffer[: size // 4], iterations, mode), device)
         algbw = size / seconds / 1e9
-        results.append({"bytes": size, "seconds": seconds, "algbwGBps": algbw,
-                        "busbwGBps": algbw * 2 * (world - 1) / world})  # fmt: skip
+        results.append(
+            {
+                "bytes": size,
+                "seconds": seconds,
+                "algbwGBps": algbw,
+                "busbwGBps": algbw * 2 * (world - 1) / world,
+            }
+        )
     if rank == 0:
         with open(out, "w") as sink:
             json.dump(results, sink)
@@ -106,8 +115,11 @@ def main() -> None:
     parser.add_argument("--mode", choices=("graph", "eager"), default="graph")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    for key, value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
-                       ("NVSHMEM_DISABLE_NVLS", "1")):  # fmt: skip
+    for key, value in (
+        ("NCCL_NVLS_ENABLE", "0"),
+        ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+        ("NVSHMEM_DISABLE_NVLS", "1"),
+    ):
         os.environ.setdefault(key, value)
     if args.mode == "graph":
         # Graph replays each ended by a synchronize never mix with non-captured NCCL work, so

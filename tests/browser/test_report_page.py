@@ -74,10 +74,24 @@ def test_gpuval_agent_run_html_gives_the_same_page_for_one_machine(tmp_path: Pat
     page = tmp_path / "machine.html"
     simulation = '{"timeScale": 0.001, "faults": [{"kind": "thermal-slowdown", "gpu": 5}]}'
     proc = subprocess.run(
-        [sys.executable, "-m", "gpuval_agent.cli", "run", "--backend", "simulated",
-         "--simulate", simulation, "--quiet", "--html", str(page)],
-        capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gpuval_agent.cli",
+            "run",
+            "--backend",
+            "simulated",
+            "--simulate",
+            simulation,
+            "--quiet",
+            "--html",
+            str(page),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert proc.returncode == 1, proc.stderr  # a check failed: GPU 5 throttles
 
     seen = look_at(page, tmp_path / "machine.png")
@@ -103,8 +117,11 @@ def test_the_fabric_section_draws_every_pair_and_names_the_slow_node(tmp_path: P
     pairs = seen.plot("plot-fabric-pairs")
     # Rounds 1 and 2 of four nodes (a ring of four edges) and one confirmation of the suspect.
     assert len(pairs["bars"]) == 5
-    red = [tick for tick, fill in zip(pairs["xticks"], pairs["bars"], strict=True)
-           if fill == FAILED_RED]  # fmt: skip
+    red = [
+        tick
+        for tick, fill in zip(pairs["xticks"], pairs["bars"], strict=True)
+        if fill == FAILED_RED
+    ]
     # Every red bar has the slow node at one end, and it is in all of its pairs' bars.
     assert red and all(slow in tick for tick in red), red
     assert sorted(red) == sorted(t for t in pairs["xticks"] if slow in t)

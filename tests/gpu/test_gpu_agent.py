@@ -68,17 +68,25 @@ def _agent(*args: str, tmp_path: Path) -> tuple[int, dict[str, object]]:
     out = tmp_path / "result.json"
     completed = subprocess.run(
         [sys.executable, "-m", "gpuval_agent.cli", "run", "--quiet", "--json", str(out), *args],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert "Traceback" not in completed.stderr, completed.stderr
     return completed.returncode, json.loads(out.read_text())
 
 
 def test_run_with_every_check_short_passes_on_a_healthy_machine(tmp_path: Path) -> None:
     code, document = _agent(
-        "--duration", "3", "--transfer-size", "256M", "--nccl-max-size", "256M",
+        "--duration",
+        "3",
+        "--transfer-size",
+        "256M",
+        "--nccl-max-size",
+        "256M",
         tmp_path=tmp_path,
-    )  # fmt: skip
+    )
     checks = {c["name"]: c for c in document["checks"]}  # type: ignore[union-attr]
     assert set(checks) == {"driver", "health", "burn", "bandwidth", "nccl"}
     failures = [f for c in checks.values() for f in c["findings"] if f["severity"] == "Error"]
@@ -104,11 +112,25 @@ def test_a_gpu_cuda_cannot_see_is_left_out_by_the_load_checks_by_name(tmp_path: 
     one line per message (issue 9, B6)."""
     out = tmp_path / "result.json"
     completed = subprocess.run(
-        [sys.executable, "-m", "gpuval_agent.cli", "run", "--quiet", "--json", str(out),
-         "--checks", "driver,burn,nccl", "--duration", "3"],
-        capture_output=True, text=True, timeout=600, check=False,
+        [
+            sys.executable,
+            "-m",
+            "gpuval_agent.cli",
+            "run",
+            "--quiet",
+            "--json",
+            str(out),
+            "--checks",
+            "driver,burn,nccl",
+            "--duration",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
         env={**os.environ, "CUDA_VISIBLE_DEVICES": "1"},
-    )  # fmt: skip
+    )
     document = json.loads(out.read_text())
     checks = {c["name"]: c for c in document["checks"]}
     driver, burn, nccl = checks["driver"], checks["burn"], checks["nccl"]

@@ -20,16 +20,26 @@ POSITIONS = frozenset({0, 3, 17})
 
 def _burn(precision: Precision, n: int, seconds: float, inject: dict[int, object] | None = None):  # type: ignore[no-untyped-def]
     return torch_burn.burn(
-        list(range(GPUS)), precision, n, seconds, on_progress=lambda _: None,
-        stop=threading.Event(), inject=inject,
-    )  # fmt: skip
+        list(range(GPUS)),
+        precision,
+        n,
+        seconds,
+        on_progress=lambda _: None,
+        stop=threading.Event(),
+        inject=inject,
+    )
 
 
 @pytest.mark.parametrize(
     ("precision", "n"),
-    [(Precision.BF16, 4096), (Precision.FP16, 4096), (Precision.TF32, 4096), (Precision.FP32, 2048),
-     (Precision.FP64, 2048)],
-)  # fmt: skip
+    [
+        (Precision.BF16, 4096),
+        (Precision.FP16, 4096),
+        (Precision.TF32, 4096),
+        (Precision.FP32, 2048),
+        (Precision.FP64, 2048),
+    ],
+)
 def test_a_flipped_low_bit_in_one_element_is_caught_in_every_replay(
     precision: Precision, n: int
 ) -> None:

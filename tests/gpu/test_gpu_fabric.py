@@ -67,15 +67,36 @@ def _two_nodes(
     (tmp_path / "fabric.json").write_text(json.dumps(config))
     processes = []
     for rank in (0, 1):
-        command = [sys.executable, "-m", "gpuval_agent.cli", "fabric", "--rank", str(rank),
-                   "--world", "2", "--master", f"127.0.0.1:{port}", "--nodes", "gpu0,gpu1",
-                   "--group", group, "--gpus", "1", "--config", str(tmp_path / "fabric.json"),
-                   "--json", str(tmp_path / f"rank{rank}.json")]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "gpuval_agent.cli",
+            "fabric",
+            "--rank",
+            str(rank),
+            "--world",
+            "2",
+            "--master",
+            f"127.0.0.1:{port}",
+            "--nodes",
+            "gpu0,gpu1",
+            "--group",
+            group,
+            "--gpus",
+            "1",
+            "--config",
+            str(tmp_path / "fabric.json"),
+            "--json",
+            str(tmp_path / f"rank{rank}.json"),
+        ]
         if hang is not None and rank == 1:
             command += ["--test-hang", hang]
         environ = dict(os.environ) | (env or {}) | {"CUDA_VISIBLE_DEVICES": str(rank)}
-        processes.append(subprocess.Popen(command, env=environ, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True))  # fmt: skip
+        processes.append(
+            subprocess.Popen(
+                command, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
     outputs = [p.communicate(timeout=400)[0] for p in processes]
     for output in outputs:
         assert "Traceback" not in output, output
@@ -116,8 +137,9 @@ def test_nccl_net_ib_without_ib_is_a_transport_fallback_not_a_crash_or_a_pass(
     results, group = _two_nodes(tmp_path, config)
     for result in results:
         assert (result.verdict, result.reason) == (
-            Verdict.FAILED, Reason.FABRIC_TRANSPORT_FALLBACK,
-        ), (result.message, result.log_tail)  # fmt: skip
+            Verdict.FAILED,
+            Reason.FABRIC_TRANSPORT_FALLBACK,
+        ), (result.message, result.log_tail)
         assert "network IB" in result.message
     assert _leftover_workers(group) == []
 

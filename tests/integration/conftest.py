@@ -129,10 +129,20 @@ def writer_account(
     """A ServiceAccount allowed to patch GpuNodeReport status and nothing else."""
     account, role = "gpuval-agent", unique_name("agent-writer")
     cluster.kubectl("create", "serviceaccount", account, "-n", namespace)
-    cluster.kubectl("create", "clusterrole", role, "--verb=get,patch",
-                    "--resource=gpunodereports.gpuval.dev/status")  # fmt: skip
-    cluster.kubectl("create", "clusterrolebinding", role, f"--clusterrole={role}",
-                    f"--serviceaccount={namespace}:{account}")  # fmt: skip
+    cluster.kubectl(
+        "create",
+        "clusterrole",
+        role,
+        "--verb=get,patch",
+        "--resource=gpunodereports.gpuval.dev/status",
+    )
+    cluster.kubectl(
+        "create",
+        "clusterrolebinding",
+        role,
+        f"--clusterrole={role}",
+        f"--serviceaccount={namespace}:{account}",
+    )
     return namespace, account
 
 

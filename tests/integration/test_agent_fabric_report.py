@@ -49,10 +49,15 @@ def _fabric_agents(
             AgentEnv.FABRIC_CONFIG: json.dumps(CONFIG),
             AgentEnv.TERMINATION_LOG: str(tmp_path / f"termination-{rank}"),
         }
-        processes.append(subprocess.Popen(
-            [sys.executable, "-m", "gpuval_agent.cli", "fabric", "--cluster"], env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        ))  # fmt: skip
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "gpuval_agent.cli", "fabric", "--cluster"],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     done = []
     for process in processes:
         out, err = process.communicate(timeout=120)

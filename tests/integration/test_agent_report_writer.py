@@ -24,8 +24,12 @@ pytestmark = pytest.mark.cluster
 def _run_agent(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "gpuval_agent.cli", "cluster"],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_the_agent_writes_a_failed_report_with_reason_summary_and_result(
@@ -38,8 +42,9 @@ def test_the_agent_writes_a_failed_report_with_reason_summary_and_result(
     report = unique_name("report")
     create_report(cluster, report)
     account_dir = serviceaccount_dir(cluster, *writer_account, tmp_path)
-    env = agent_env(cluster, account_dir, report,
-                     {"gpus": 8, "faults": [{"kind": "miscompare", "gpu": 5}]})  # fmt: skip
+    env = agent_env(
+        cluster, account_dir, report, {"gpus": 8, "faults": [{"kind": "miscompare", "gpu": 5}]}
+    )
     completed = _run_agent(env)
     assert completed.returncode == 1, completed.stderr
     status = get_json(cluster, "gpunodereport", report)["status"]

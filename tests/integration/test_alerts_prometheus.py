@@ -281,8 +281,9 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
             cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
         for node in (good, bad, healthy, busy, *linked):
             cluster.kubectl("delete", "node", node, "--wait=false", check=False)
-        cluster.kubectl("delete", "pod", f"training-{tag}", "-n", "default", "--wait=false",
-                        check=False)  # fmt: skip
+        cluster.kubectl(
+            "delete", "pod", f"training-{tag}", "-n", "default", "--wait=false", check=False
+        )
 
     burn_validation = f"alerts-{burn_pool}"
     assert burn["labels"]["validation"] == burn_validation

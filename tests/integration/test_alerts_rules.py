@@ -368,7 +368,10 @@ def _fabric_failed() -> list[dict[str, Any]]:
     def alert(node: str, reason: str) -> dict[str, Any]:
         return {
             "exp_labels": {
-                "severity": "warning", "validation": "fleet", "node": node, "reason": reason,
+                "severity": "warning",
+                "validation": "fleet",
+                "node": node,
+                "reason": reason,
             },
             "exp_annotations": {
                 "summary": f"GPU node {node} failed the fabric test: {reason}",
@@ -379,7 +382,7 @@ def _fabric_failed() -> list[dict[str, Any]]:
                     "get gpunodereports -l gpuval.dev/validation=fleet"
                 ),
             },
-        }  # fmt: skip
+        }
 
     failure = 'gpuval_node_fabric_failure_info{{validation="fleet",node="{}",reason="{}"}}'
     passed = 'gpuval_node_fabric_passed{{validation="fleet",node="{}"}}'
@@ -414,7 +417,10 @@ def _fabric_failed() -> list[dict[str, Any]]:
 def _untested() -> list[dict[str, Any]]:
     alert = {
         "exp_labels": {
-            "severity": "info", "validation": "fleet", "node": "busy", "reason": "PodUnschedulable",
+            "severity": "info",
+            "validation": "fleet",
+            "node": "busy",
+            "reason": "PodUnschedulable",
         },
         "exp_annotations": {
             "summary": "GPU node busy has gone untested by fleet",
@@ -424,7 +430,7 @@ def _untested() -> list[dict[str, Any]]:
                 "see its GpuNodeReport and kubectl describe node busy."
             ),
         },
-    }  # fmt: skip
+    }
     return [
         {
             "interval": "1m",

@@ -63,8 +63,9 @@ def test_helm_install_runs_the_operator_image_non_root_read_only_and_helm_test_p
 ) -> None:
     pods = real.operator_pods(real_node_cluster, release.namespace)
     assert len(pods) == 2, "the chart runs two replicas"
-    leader = wait_for("a replica to hold the leader Lease",
-                      lambda: real.leader_pod(real_node_cluster, release))  # fmt: skip
+    leader = wait_for(
+        "a replica to hold the leader Lease", lambda: real.leader_pod(real_node_cluster, release)
+    )
     assert leader["metadata"]["name"] in {p["metadata"]["name"] for p in pods}
     for pod in pods:  # the standby is as Ready as the leader: /healthz answers while it waits
         assert pod["spec"]["nodeName"] == real_node.name
@@ -77,9 +78,15 @@ def test_helm_install_runs_the_operator_image_non_root_read_only_and_helm_test_p
         assert "ro" in real.root_mount_options(pid)
 
     test = chart.helm(
-        "test", release.name, "--namespace", release.namespace, "--timeout", "120s",
-        kubeconfig=real_node_cluster.kubeconfig, check=False,
-    )  # fmt: skip
+        "test",
+        release.name,
+        "--namespace",
+        release.namespace,
+        "--timeout",
+        "120s",
+        kubeconfig=real_node_cluster.kubeconfig,
+        check=False,
+    )
     assert test.returncode == 0, test.stdout + test.stderr
     assert "Phase:          Succeeded" in test.stdout
 
@@ -220,9 +227,11 @@ def test_an_oom_killed_agent_leaves_its_node_not_run_as_pod_oom_killed(
     # The agent's interpreter and imports need about 40 MiB; 24 MiB is killed at start.
     memory = {"memory": "24Mi"}
     validation = real.validation_of(
-        name, pool, resources={"limits": memory, "requests": memory},
+        name,
+        pool,
+        resources={"limits": memory, "requests": memory},
         retry={"attempts": 2, "backoffSeconds": 0},
-    )  # fmt: skip
+    )
     cluster.apply([validation])
     try:
         failure = wait_for(

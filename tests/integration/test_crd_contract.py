@@ -123,9 +123,15 @@ def test_a_report_status_outside_the_catalogue_is_refused(
     cluster.kubectl("create", "-f", "-", input=yaml.safe_dump(report))
     try:
         proc = cluster.kubectl(
-            "patch", "gpunodereport", name, "--subresource=status", "--type=merge",
-            "-p", json.dumps({"status": status}), check=False,
-        )  # fmt: skip
+            "patch",
+            "gpunodereport",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps({"status": status}),
+            check=False,
+        )
         assert proc.returncode != 0, "the API server accepted it"
         assert field in proc.stderr and "Unsupported value" in proc.stderr, proc.stderr
     finally:

@@ -126,10 +126,14 @@ def test_the_schema_refuses_what_would_stop_grafana_naming_the_field(
 
 def test_values_schema_refuses_a_dollar_in_an_alert_label() -> None:
     proc = chart.helm(
-        "template", "gpuval", str(chart.CHART), "--kube-version", chart.KUBE_VERSION,
+        "template",
+        "gpuval",
+        str(chart.CHART),
+        "--kube-version",
+        chart.KUBE_VERSION,
         *chart.set_args({"grafanaAlert.enabled": True, "grafanaAlert.alertLabels": {"a": "$HOME"}}),
         check=False,
-    )  # fmt: skip
+    )
     assert proc.returncode != 0
     assert "/grafanaAlert/alertLabels/a" in proc.stderr, proc.stderr
 
@@ -167,23 +171,30 @@ def test_the_grafana_rules_query_fires_for_the_node_failing_its_burn_only(
         {
             "interval": "1m",
             "input_series": [
-                {"series": f'gpuval_node_check_failure_info{{validation="fleet",{labels}}}',
-                 "values": values}
+                {
+                    "series": f'gpuval_node_check_failure_info{{validation="fleet",{labels}}}',
+                    "values": values,
+                }
                 for labels, values in series
-            ] + [{"series": 'gpuval_node_passed{validation="fleet",node="gpu-1"}',
-                  "values": "1x5"}],
+            ]
+            + [{"series": 'gpuval_node_passed{validation="fleet",node="gpu-1"}', "values": "1x5"}],
             "alert_rule_test": [
                 {
                     "eval_time": "1m",
                     "alertname": "Burn",
                     "exp_alerts": [
-                        {"exp_labels": {"validation": "fleet", "node": "gpu-3",
-                                        "reason": "BurnMismatch"}}
+                        {
+                            "exp_labels": {
+                                "validation": "fleet",
+                                "node": "gpu-3",
+                                "reason": "BurnMismatch",
+                            }
+                        }
                     ],
                 }
             ],
         }
-    ]  # fmt: skip
+    ]
 
     proc = run_rule_tests(promtool, [rules], cases, tmp_path / "grafana.test.yaml")
 

@@ -42,8 +42,12 @@ def kubectl_gpuval(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[
     }
     return subprocess.run(
         [str(cluster.binaries.kubectl), "gpuval", *args],
-        env=env, capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
 
 
 def _completed(cluster: Cluster, name: str) -> bool:
@@ -80,11 +84,19 @@ def test_kubectl_gpuval_shows_the_run_the_failing_nodes_with_hints_and_the_outli
     }
     try:
         with (
-            operator_process(cluster.kubeconfig, metrics_port=free_port(),
-                             log_file=tmp_path / "operator.log", namespace=AGENT_NAMESPACE),
-            podrunner_process(cluster, logs_dir=tmp_path / "agents",
-                              log_file=tmp_path / "podrunner.log", namespace=AGENT_NAMESPACE),
-        ):  # fmt: skip
+            operator_process(
+                cluster.kubeconfig,
+                metrics_port=free_port(),
+                log_file=tmp_path / "operator.log",
+                namespace=AGENT_NAMESPACE,
+            ),
+            podrunner_process(
+                cluster,
+                logs_dir=tmp_path / "agents",
+                log_file=tmp_path / "podrunner.log",
+                namespace=AGENT_NAMESPACE,
+            ),
+        ):
             cluster.apply([validation])
             done = functools.partial(_completed, cluster, name)
             wait_for(f"GpuValidation {name} to complete its run", done, timeout=180, interval=1)

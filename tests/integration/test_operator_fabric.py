@@ -272,10 +272,16 @@ def holding_gpus(cluster: Cluster, node: str, name: str) -> Iterator[None]:
     """A workload bound to `node` holding its 8 GPUs (the scheduler counts it; kwok runs it)."""
     limits = {"nvidia.com/gpu": "8"}
     container = {"name": "train", "image": "example.com/train:1", "resources": {"limits": limits}}
-    cluster.apply([{
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
-        "spec": {"nodeName": node, "containers": [container]},
-    }])  # fmt: skip
+    cluster.apply(
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"nodeName": node, "containers": [container]},
+            }
+        ]
+    )
     try:
         yield
     finally:
@@ -294,8 +300,12 @@ def test_a_group_that_cannot_form_is_not_run_and_no_node_is_acted_on(
     name = unique_name("gang")
     actions = {"taint": {"effect": "NoSchedule"}, "cordon": True}
     short = {"gangSeconds": 10, "initSeconds": 20, "phaseSeconds": 20}
-    spec = {"maxConcurrent": "100%", "checks": LOCAL, "nodeActions": actions,
-            "fabric": fabric(groupSize=3, timeouts=short)}  # fmt: skip
+    spec = {
+        "maxConcurrent": "100%",
+        "checks": LOCAL,
+        "nodeActions": actions,
+        "fabric": fabric(groupSize=3, timeouts=short),
+    }
     with operator():
         apply(cluster, fleet.validation(name, **spec))
 

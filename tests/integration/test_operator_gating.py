@@ -76,8 +76,9 @@ def test_a_joining_node_is_validated_and_loses_its_startup_taint_on_pass_keeps_i
         wait_for("both joining nodes to get a verdict in the same run", joined, timeout=90)
         status = wait_for("the reopened run to complete", reopened_and_done, timeout=60)
         passed, failed = _node(cluster, good), _node(cluster, bad)
-        events = get_json(cluster, "events", "-n", "default", "--field-selector",
-                          f"involvedObject.name={name}")  # fmt: skip
+        events = get_json(
+            cluster, "events", "-n", "default", "--field-selector", f"involvedObject.name={name}"
+        )
         delete_validation(cluster, name)
 
     assert status["run"]["number"] == 1, "the nodes joined the current run"
@@ -107,9 +108,14 @@ def test_a_rebooted_node_is_validated_again(
         apply(cluster, fleet.validation(name, gating=GATING, checks=QUICK))
         completed_run(cluster, name)
         cluster.kubectl(
-            "patch", "node", node, "--subresource=status", "--type=merge",
-            "-p", json.dumps({"status": {"nodeInfo": {"bootID": "boot-2"}}}),
-        )  # fmt: skip
+            "patch",
+            "node",
+            node,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps({"status": {"nodeInfo": {"bootID": "boot-2"}}}),
+        )
         wait_for(
             "a second attempt's pod on the rebooted node",
             lambda: any(p["metadata"]["name"].endswith("-a2") for p in pods_of(cluster, name)),
@@ -148,8 +154,13 @@ def test_two_validations_on_one_node_leave_it_failed_naming_the_failing_one_unti
     node = fleet.add(unique_name("shared"), [{"kind": "thermal-slowdown", "gpu": 2}])
     strict, lax = unique_name("strict"), unique_name("lax")
     actions = {"taint": {"effect": "NoSchedule"}}
-    lenient = {"burn": {"durationSeconds": 1, "failOnThermalSlowdown": False,
-                        "minTflops": {"fractionOfExpected": 0.5}}}  # fmt: skip
+    lenient = {
+        "burn": {
+            "durationSeconds": 1,
+            "failOnThermalSlowdown": False,
+            "minTflops": {"fractionOfExpected": 0.5},
+        }
+    }
     with operator():
         apply(cluster, fleet.validation(strict, checks=QUICK, nodeActions=actions))
         completed_run(cluster, strict)
@@ -186,8 +197,9 @@ def test_a_dry_run_touches_no_node_and_says_what_it_would_do(
         apply(cluster, fleet.validation(name, checks=QUICK, nodeActions=actions))
         status = completed_run(cluster, name)
         after = _node(cluster, bad)
-        events = get_json(cluster, "events", "-n", "default", "--field-selector",
-                          f"involvedObject.name={bad}")  # fmt: skip
+        events = get_json(
+            cluster, "events", "-n", "default", "--field-selector", f"involvedObject.name={bad}"
+        )
         delete_validation(cluster, name)
     # kube-controller-manager adds the beta.kubernetes.io labels to a new node on its own time:
     # what gpuval could have written is compared, all of it.

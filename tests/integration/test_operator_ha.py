@@ -104,8 +104,11 @@ def test_the_standby_takes_over_a_killed_leaders_run_without_duplicates_or_lost_
         reports = by_node(reports_of(cluster, name, status["run"]["id"]))
         lease = get_json(cluster, "lease", "gpuval-operator", "-n", namespace)
         delete_validation(cluster, name)
-        wait_for("the validation to go", lambda: get_json(cluster, "gpuvalidation", name) is None,
-                 timeout=30)  # fmt: skip
+        wait_for(
+            "the validation to go",
+            lambda: get_json(cluster, "gpuvalidation", name) is None,
+            timeout=30,
+        )
 
     assert status["run"]["id"] == before["run"]["id"], "the run went on, no new run started"
     assert status["nodes"]["passed"] == 6 and status["nodes"]["total"] == 6

@@ -178,9 +178,13 @@ def test_an_agent_pod_evicted_leaves_its_node_not_run_and_untouched(
             "metadata": {"name": pod_name, "namespace": AGENT_NAMESPACE},
         }
         cluster.kubectl(
-            "create", "--raw", f"/api/v1/namespaces/{AGENT_NAMESPACE}/pods/{pod_name}/eviction",
-            "-f", "-", input=json.dumps(eviction),
-        )  # fmt: skip
+            "create",
+            "--raw",
+            f"/api/v1/namespaces/{AGENT_NAMESPACE}/pods/{pod_name}/eviction",
+            "-f",
+            "-",
+            input=json.dumps(eviction),
+        )
         status = completed_run(cluster, name, timeout=90)
         reports = by_node(reports_of(cluster, name, status["run"]["id"]))
         state = _node(cluster, node)

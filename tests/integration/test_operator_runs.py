@@ -69,8 +69,13 @@ def test_a_run_validates_every_selected_node_and_names_the_faulty_one(
         )
 
     assert status["nodes"] == {
-        "total": 3, "pending": 0, "running": 0, "passed": 2, "failed": 1, "notRun": 0
-    }  # fmt: skip
+        "total": 3,
+        "pending": 0,
+        "running": 0,
+        "passed": 2,
+        "failed": 1,
+        "notRun": 0,
+    }
     assert status["phase"] == "Failed"
     assert status["failingNodes"] == [
         {"node": bad, "reason": "BurnMismatch", "message": status["failingNodes"][0]["message"]}
@@ -415,8 +420,13 @@ def test_an_operator_killed_mid_run_resumes_without_duplicate_pods_or_lost_resul
 
     assert status["run"]["id"] == before["run"]["id"], "the run resumed, no new run started"
     assert status["nodes"] == {
-        "total": 6, "pending": 0, "running": 0, "passed": 6, "failed": 0, "notRun": 0
-    }  # fmt: skip
+        "total": 6,
+        "pending": 0,
+        "running": 0,
+        "passed": 6,
+        "failed": 0,
+        "notRun": 0,
+    }
     assert set(seen) == set(fleet.nodes)
     duplicates = {node: uids for node, uids in seen.items() if len(uids) != 1}
     assert duplicates == {}, f"one agent pod per node, got {duplicates}"

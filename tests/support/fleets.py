@@ -77,18 +77,28 @@ def validation(name: str, run: str, total: int, failed: Sequence[str]) -> GpuVal
             "metadata": {"name": name},
             "status": {
                 "phase": "Failed" if failed else "Succeeded",
-                "run": {"id": run, "number": 1, "generation": 1, "trigger": "created",
-                        "startedAt": "2026-11-30T12:00:00Z", "completedAt": "2026-11-30T12:01:00Z"},
+                "run": {
+                    "id": run,
+                    "number": 1,
+                    "generation": 1,
+                    "trigger": "created",
+                    "startedAt": "2026-11-30T12:00:00Z",
+                    "completedAt": "2026-11-30T12:01:00Z",
+                },
                 "nodes": {"total": total, "passed": total - len(failed), "failed": len(failed)},
                 "conditions": [
-                    {"type": "NodesHealthy", "status": "False" if failed else "True",
-                     "reason": "NodesFailed" if failed else "AllPassed",
-                     "message": f"{len(failed)} failed: {', '.join(failed)}",
-                     "observedGeneration": 1, "lastTransitionTime": "2026-11-30T12:01:00Z"},
+                    {
+                        "type": "NodesHealthy",
+                        "status": "False" if failed else "True",
+                        "reason": "NodesFailed" if failed else "AllPassed",
+                        "message": f"{len(failed)} failed: {', '.join(failed)}",
+                        "observedGeneration": 1,
+                        "lastTransitionTime": "2026-11-30T12:01:00Z",
+                    },
                 ],
             },
         }
-    )  # fmt: skip
+    )
 
 
 def sample_fleet(healthy: int = 5) -> tuple[FleetView, dict[str, str]]:
@@ -128,9 +138,14 @@ def fabric_results(
             SimulationConfig.parse(json.dumps(simulation)), config, node, stop
         )
         plan = FabricPlan(
-            rank=rank, world=len(nodes), master=("127.0.0.1", port), group="fabric-1-g0",
-            node=node, config=config, nodes=list(nodes),
-        )  # fmt: skip
+            rank=rank,
+            world=len(nodes),
+            master=("127.0.0.1", port),
+            group="fabric-1-g0",
+            node=node,
+            config=config,
+            nodes=list(nodes),
+        )
         results[rank] = run_fabric(plan, executor, stop)
 
     threads = [threading.Thread(target=agent, args=(rank,)) for rank in range(len(nodes))]
@@ -159,10 +174,15 @@ def fabric_fleet(size: int = 4, slow: int = 1) -> tuple[FleetView, str]:
                 outcome.reason, outcome.message, None, datetime.now(UTC), FABRIC_CHECK
             )
         status[StatusKey.FABRIC] = build_fabric_status(outcome)
-        reports.append(GpuNodeReport.model_validate(
-            {"metadata": {"name": f"{name}-{run}-{node}"},
-             "spec": {"validation": name, "run": run, "node": node}, "status": status}
-        ))  # fmt: skip
+        reports.append(
+            GpuNodeReport.model_validate(
+                {
+                    "metadata": {"name": f"{name}-{run}-{node}"},
+                    "spec": {"validation": name, "run": run, "node": node},
+                    "status": status,
+                }
+            )
+        )
     failed = [o.node for o in fabric if o.verdict == Verdict.FAILED]
     document = validation(name, run, len(nodes), failed)
     assert document.status is not None

@@ -20,8 +20,11 @@ def run_rule_tests(
 ) -> subprocess.CompletedProcess[str]:
     """`promtool test rules` over `cases` (the test file's `tests`, evaluated every minute)
     against `rule_files`; the test file is written to `path`."""
-    tests = {"rule_files": [str(f) for f in rule_files], "evaluation_interval": "1m",
-             "tests": cases}  # fmt: skip
+    tests = {
+        "rule_files": [str(f) for f in rule_files],
+        "evaluation_interval": "1m",
+        "tests": cases,
+    }
     path.write_text(yaml.safe_dump(tests, sort_keys=False))
     return subprocess.run(
         [str(promtool), "test", "rules", str(path)], capture_output=True, text=True, check=False

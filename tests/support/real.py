@@ -133,17 +133,26 @@ def install_as_documented(
     )
     started = time.monotonic()
     chart.helm(
-        "install", release, str(chart.CHART), "--namespace", namespace,
-        "--set", f"operator.image.repository={OPERATOR_REPOSITORY}",
-        *chart.set_args({
-            "operator.image.pullPolicy": "Never",
-            "operator.nodeSelector": {"kubernetes.io/hostname": node},
-            "operator.tolerations": [TOLERATION],
-        }),
-        "--wait", "--timeout", "180s",
+        "install",
+        release,
+        str(chart.CHART),
+        "--namespace",
+        namespace,
+        "--set",
+        f"operator.image.repository={OPERATOR_REPOSITORY}",
+        *chart.set_args(
+            {
+                "operator.image.pullPolicy": "Never",
+                "operator.nodeSelector": {"kubernetes.io/hostname": node},
+                "operator.tolerations": [TOLERATION],
+            }
+        ),
+        "--wait",
+        "--timeout",
+        "180s",
         kubeconfig=cluster.kubeconfig,
         timeout=240,
-    )  # fmt: skip
+    )
     ready = wait_for("the operator pod to be Ready", lambda: operator_ready_at(cluster, namespace))
     return chart.Release(name=release, namespace=namespace, fullname=release), ready - started
 

@@ -17,8 +17,9 @@ def test_a_healthy_node_exits_zero_and_writes_a_valid_result(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "result.json"
-    code = main(["run", "--backend", "simulated", "--simulate", HEALTHY, "--quiet",
-                 "--json", str(out)])  # fmt: skip
+    code = main(
+        ["run", "--backend", "simulated", "--simulate", HEALTHY, "--quiet", "--json", str(out)]
+    )
     assert code == 0
     result = AgentResult.model_validate_json(out.read_text())
     assert result.verdict is Verdict.PASSED and result.backend == "simulated"
@@ -39,9 +40,26 @@ def test_a_failing_check_exits_one_and_prints_reason_and_hint(
 
 def test_flags_set_the_checks_and_their_parameters(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
-    code = main(["run", "--backend", "simulated", "--simulate", HEALTHY, "--quiet",
-                 "--checks", "burn,nccl", "--duration", "7", "--precisions", "bf16,fp64",
-                 "--nccl-max-size", "64M", "--json", str(out)])  # fmt: skip
+    code = main(
+        [
+            "run",
+            "--backend",
+            "simulated",
+            "--simulate",
+            HEALTHY,
+            "--quiet",
+            "--checks",
+            "burn,nccl",
+            "--duration",
+            "7",
+            "--precisions",
+            "bf16,fp64",
+            "--nccl-max-size",
+            "64M",
+            "--json",
+            str(out),
+        ]
+    )
     assert code == 0
     result = json.loads(out.read_text())
     assert [c["name"] for c in result["checks"]] == ["burn", "nccl"]
@@ -53,8 +71,16 @@ def test_flags_set_the_checks_and_their_parameters(tmp_path: Path) -> None:
 def test_no_driver_is_a_clear_message_without_a_traceback(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code = main(["run", "--backend", "simulated", "--quiet",
-                 "--simulate", '{"faults": [{"kind": "no-driver"}]}'])  # fmt: skip
+    code = main(
+        [
+            "run",
+            "--backend",
+            "simulated",
+            "--quiet",
+            "--simulate",
+            '{"faults": [{"kind": "no-driver"}]}',
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 1
     assert "DriverNotLoaded: NVML: NVML Shared Library Not Found" in captured.out

@@ -14,8 +14,9 @@ def test_off_a_terminal_each_check_prints_a_start_and_an_end_line() -> None:
     stream = io.StringIO()
     display = Display(stream=stream)
     backend = SimulatedBackend(SimulationConfig.parse('{"gpus": 2, "timeScale": 0.001}'))
-    result = run_checks(ChecksConfig(), backend, display, on_samples=display.samples,
-                        sample_interval=0.01)  # fmt: skip
+    result = run_checks(
+        ChecksConfig(), backend, display, on_samples=display.samples, sample_interval=0.01
+    )
     display.close()
     lines = stream.getvalue().splitlines()
     for name in ("driver", "health", "burn", "bandwidth", "nccl"):

@@ -85,8 +85,9 @@ def test_a_pair_with_a_silent_node_fails_naming_it() -> None:
 
 def test_a_node_slow_with_both_partners_fails_and_its_partners_pass() -> None:
     pairs = _ring({("a", "b"): 30.0, ("d", "a"): 31.0})
-    pairs.append(PairRecord(FabricPair(round=0, a="a", b="c", bytes=GIB, busbw_gbps=30.5),
-                            StepStatus.OK))  # fmt: skip
+    pairs.append(
+        PairRecord(FabricPair(round=0, a="a", b="c", bytes=GIB, busbw_gbps=30.5), StepStatus.OK)
+    )
     slow = conclude("a", FabricConfig(), HEALTHY_GROUP, pairs, IB)
     assert (slow.verdict, slow.reason) == (Verdict.FAILED, Reason.FABRIC_SLOW_NODE)
     assert "b, d" in slow.message

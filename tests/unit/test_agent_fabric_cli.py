@@ -45,13 +45,37 @@ def _group(
     processes = []
     for rank in range(world):
         simulate = {"gpus": 2, "faults": (faults or {}).get(rank, [])}
-        processes.append(subprocess.Popen(
-            [sys.executable, "-m", "gpuval_agent.cli", "fabric", "--backend", "simulated",
-             "--simulate", json.dumps(simulate), "--rank", str(rank), "--world", str(world),
-             "--master", f"127.0.0.1:{port}", "--nodes", ",".join(names), "--group", "g1",
-             "--config", str(config_file), "--json", str(tmp_path / f"rank{rank}.json")],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        ))  # fmt: skip
+        processes.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "gpuval_agent.cli",
+                    "fabric",
+                    "--backend",
+                    "simulated",
+                    "--simulate",
+                    json.dumps(simulate),
+                    "--rank",
+                    str(rank),
+                    "--world",
+                    str(world),
+                    "--master",
+                    f"127.0.0.1:{port}",
+                    "--nodes",
+                    ",".join(names),
+                    "--group",
+                    "g1",
+                    "--config",
+                    str(config_file),
+                    "--json",
+                    str(tmp_path / f"rank{rank}.json"),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     nodes = []
     for rank, process in enumerate(processes):
         output, _ = process.communicate(timeout=120)
@@ -75,9 +99,11 @@ def test_a_healthy_group_passes_on_every_node_with_every_pair_and_the_transport(
     assert first.transport is Transport.IB_GDRDMA
     assert any("via NET/IB/0/GDRDMA" in line for line in first.transport_lines)
     assert [(p.round, p.a, p.b) for p in first.pairs] == [
-        (1, "node-a", "node-b"), (1, "node-c", "node-d"),
-        (2, "node-b", "node-c"), (2, "node-d", "node-a"),
-    ]  # fmt: skip
+        (1, "node-a", "node-b"),
+        (1, "node-c", "node-d"),
+        (2, "node-b", "node-c"),
+        (2, "node-d", "node-a"),
+    ]
     assert [s.bytes for s in first.sizes] == [1 << (20 + i) for i in range(11)]
     assert first.busbw_gbps is not None and first.busbw_gbps > 300
     assert first.nccl_env["NCCL_ALGO"] == "Ring" and first.nccl_env["NCCL_DEBUG"] == "INFO"
@@ -100,9 +126,14 @@ def test_one_slow_node_of_eight_is_named_and_its_partners_pass(tmp_path: Path) -
 def test_a_slow_link_names_its_two_nodes_and_no_other(tmp_path: Path) -> None:
     nodes = _group(tmp_path, 6, {2: [{"kind": "fabric-slow-link", "peer": "node-d"}]})
     verdicts = _verdicts(nodes)
-    assert verdicts.pop("node-c") == verdicts.pop("node-d") == (
-        Verdict.FAILED, Reason.FABRIC_SLOW_LINK,
-    )  # fmt: skip
+    assert (
+        verdicts.pop("node-c")
+        == verdicts.pop("node-d")
+        == (
+            Verdict.FAILED,
+            Reason.FABRIC_SLOW_LINK,
+        )
+    )
     assert set(verdicts.values()) == {(Verdict.PASSED, None)}
     assert "the link to node-d is slow" in nodes[2].result.message
     assert "the link to node-c is slow" in nodes[3].result.message
@@ -114,14 +145,16 @@ def test_a_node_that_cannot_reach_rank_0_says_where_and_the_others_are_not_run(
     nodes = _group(tmp_path, 3, {1: [{"kind": "fabric-unreachable"}]})
     unreachable = nodes[1].result
     assert (unreachable.verdict, unreachable.reason) == (
-        Verdict.FAILED, Reason.FABRIC_UNREACHABLE,
-    )  # fmt: skip
+        Verdict.FAILED,
+        Reason.FABRIC_UNREACHABLE,
+    )
     assert "could not reach rank 0's rendezvous at 127.0.0.1:" in unreachable.message
     assert "ConnectionRefusedError" in unreachable.message
     for other in (nodes[0], nodes[2]):
         assert (other.result.verdict, other.result.reason) == (
-            Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE,
-        )  # fmt: skip
+            Verdict.NOT_RUN,
+            Reason.FABRIC_UNREACHABLE,
+        )
         assert "node-b (rank 1) never reached rank 0's rendezvous" in other.result.message
         assert other.code == 2
     assert nodes[1].code == 1
@@ -144,8 +177,9 @@ def test_sockets_where_ib_is_expected_fail_that_node_only(tmp_path: Path) -> Non
     nodes = _group(tmp_path, 4, {3: [{"kind": "fabric-socket-fallback"}]}, config)
     fallback = nodes[3].result
     assert (fallback.verdict, fallback.reason) == (
-        Verdict.FAILED, Reason.FABRIC_TRANSPORT_FALLBACK,
-    )  # fmt: skip
+        Verdict.FAILED,
+        Reason.FABRIC_TRANSPORT_FALLBACK,
+    )
     assert fallback.transport is Transport.SOCKET
     assert any("via NET/Socket/0" in line for line in fallback.transport_lines)
     assert {_verdicts(nodes)[n] for n in ("node-a", "node-b", "node-c")} == {(Verdict.PASSED, None)}
@@ -161,8 +195,9 @@ def test_nccl_net_ib_without_an_hca_fails_at_init_as_a_fallback_not_a_crash(tmp_
     # Two nodes make one pair: nothing tells the healthy end from the broken one, so it is not
     # passed either; its own reason is the failed all-reduce.
     assert (nodes[0].result.verdict, nodes[0].result.reason) == (
-        Verdict.FAILED, Reason.NCCL_ERROR,
-    )  # fmt: skip
+        Verdict.FAILED,
+        Reason.NCCL_ERROR,
+    )
 
 
 @pytest.mark.parametrize(
@@ -172,10 +207,23 @@ def test_nccl_net_ib_without_an_hca_fails_at_init_as_a_fallback_not_a_crash(tmp_
         (["--rank", "2", "--world", "2", "--master", "h:1"], "the rank 0 to world-1"),
         (["--rank", "0", "--world", "2", "--master", "nohost"], "is not ADDR:PORT"),
         (["--rank", "0", "--world", "2", "--master", "h:1", "--nodes", "a"], "give 2 names"),
-        (["--rank", "0", "--world", "1", "--master", "h:1", "--max-size", "1K",
-          "--pair-size", "2"], "pairBytes: Input should be greater than or equal to 4"),
+        (
+            [
+                "--rank",
+                "0",
+                "--world",
+                "1",
+                "--master",
+                "h:1",
+                "--max-size",
+                "1K",
+                "--pair-size",
+                "2",
+            ],
+            "pairBytes: Input should be greater than or equal to 4",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_wrong_flag_is_named_without_a_traceback(
     args: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -22,8 +22,14 @@ from gpuval_devtools.controlplane import free_port
 
 
 def _hello(rank: int, world: int = 3, group: str = "g") -> dict[str, Any]:
-    return {"type": "hello", "rank": rank, "world": world, "group": group, "node": f"n{rank}",
-            "info": {"gpus": rank + 1}}  # fmt: skip
+    return {
+        "type": "hello",
+        "rank": rank,
+        "world": world,
+        "group": group,
+        "node": f"n{rank}",
+        "info": {"gpus": rank + 1},
+    }
 
 
 def _in_thread(work: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
@@ -54,8 +60,10 @@ def test_a_group_meets_and_every_phase_is_gathered_to_every_node() -> None:
         thread.join()
         assert box["value"] == roster
     assert roster == Roster(nodes=["n0", "n1", "n2"], infos=[{"gpus": 1}, {"gpus": 2}, {"gpus": 3}])
-    exchanges = [_in_thread(lambda c=c, r=r: c.exchange("s", {"from": r}, 10))
-                 for r, (c, _) in zip((1, 2), clients, strict=True)]  # fmt: skip
+    exchanges = [
+        _in_thread(lambda c=c, r=r: c.exchange("s", {"from": r}, 10))
+        for r, (c, _) in zip((1, 2), clients, strict=True)
+    ]
     gathered = server.exchange("s", {"from": 0}, 10)
     assert gathered == [{"from": 0}, {"from": 1}, {"from": 2}]
     for thread, box in exchanges:

@@ -53,8 +53,10 @@ def _generation(tmp_path: Path, modes: list[str]) -> Generation:
     script = tmp_path / "fake_worker.py"
     script.write_text(FAKE)
     logs = [tmp_path / f"gen0-gpu{i}.log" for i in range(len(modes))]
-    commands = [[sys.executable, str(script), str(log.with_suffix(".events")), mode]
-                for log, mode in zip(logs, modes, strict=True)]  # fmt: skip
+    commands = [
+        [sys.executable, str(script), str(log.with_suffix(".events")), mode]
+        for log, mode in zip(logs, modes, strict=True)
+    ]
     return Generation(commands, dict(os.environ), logs)
 
 
@@ -126,21 +128,31 @@ def test_one_workers_error_ends_the_step_without_waiting_for_its_stuck_partner(
     assert isinstance(events, list)
     report = _report(events)
     assert (report.status, report.error) == (
-        StepStatus.ERROR, "DistBackendError: NCCL error: remote process exited",
-    )  # fmt: skip
+        StepStatus.ERROR,
+        "DistBackendError: NCCL error: remote process exited",
+    )
 
 
 @pytest.mark.parametrize(
     ("events", "status", "error"),
     [
-        ([{"id": 1, "error": "DistNetworkError: timed out\n  connecting", "unreachable": True}],
-         StepStatus.UNREACHABLE, "DistNetworkError: timed out connecting"),
-        ([{"id": 1, "sumOk": True}, {"id": 1, "error": "DistBackendError: NCCL error"}],
-         StepStatus.ERROR, "DistBackendError: NCCL error"),
-        ([{"id": 1, "sumOk": True}, {"id": 1, "sumOk": False}],
-         StepStatus.WRONG_SUM, "the all-reduce gave a wrong sum on this node"),
+        (
+            [{"id": 1, "error": "DistNetworkError: timed out\n  connecting", "unreachable": True}],
+            StepStatus.UNREACHABLE,
+            "DistNetworkError: timed out connecting",
+        ),
+        (
+            [{"id": 1, "sumOk": True}, {"id": 1, "error": "DistBackendError: NCCL error"}],
+            StepStatus.ERROR,
+            "DistBackendError: NCCL error",
+        ),
+        (
+            [{"id": 1, "sumOk": True}, {"id": 1, "sumOk": False}],
+            StepStatus.WRONG_SUM,
+            "the all-reduce gave a wrong sum on this node",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_workers_bad_news_becomes_the_steps_status(
     events: list[dict[str, object]], status: StepStatus, error: str
 ) -> None:
@@ -149,8 +161,12 @@ def test_a_workers_bad_news_becomes_the_steps_status(
 
 
 def test_a_pair_figure_is_local_rank_0s() -> None:
-    report = _report([{"id": 3, "pair": [2, 5], "seconds": 0.5, "sumOk": True},
-                      {"id": 3, "pair": [2, 5], "seconds": 0.4, "sumOk": True}])  # fmt: skip
+    report = _report(
+        [
+            {"id": 3, "pair": [2, 5], "seconds": 0.5, "sumOk": True},
+            {"id": 3, "pair": [2, 5], "seconds": 0.4, "sumOk": True},
+        ]
+    )
     assert report.ok and [(p.a, p.b, p.seconds) for p in report.pairs] == [(2, 5, 0.5)]
 
 

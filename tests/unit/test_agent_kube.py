@@ -44,23 +44,41 @@ def api(tmp_path: Path) -> Iterator[FakeApiServer]:
         pytest.skip("openssl is needed to make the test server's certificate")
     key, cert = tmp_path / "key.pem", tmp_path / "ca.crt"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
-         "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     (tmp_path / "token").write_text("token-one\n")
     state = FakeApiServer(url="", directory=tmp_path)
 
     class Handler(BaseHTTPRequestHandler):
         def do_PATCH(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
-            state.requests.append({
-                "path": self.path,
-                "contentType": self.headers["Content-Type"],
-                "authorization": self.headers["Authorization"],
-                "body": json.loads(body),
-            })  # fmt: skip
+            state.requests.append(
+                {
+                    "path": self.path,
+                    "contentType": self.headers["Content-Type"],
+                    "authorization": self.headers["Authorization"],
+                    "body": json.loads(body),
+                }
+            )
             code = state.answers.pop(0) if state.answers else 200
             answer = json.dumps({"message": f"answer {code}"}).encode()
             self.send_response(code)

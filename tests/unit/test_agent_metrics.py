@@ -12,8 +12,9 @@ def test_telemetry_and_burn_progress_become_base_unit_gauges_per_gpu() -> None:
     registry = CollectorRegistry()
     metrics = AgentMetrics(registry)
     metrics.set_backend("simulated")
-    metrics.samples([TelemetrySample(gpu=1, temperature_celsius=61.0, power_watts=690.5,
-                                     sm_clock_mhz=1980.0)])  # fmt: skip
+    metrics.samples(
+        [TelemetrySample(gpu=1, temperature_celsius=61.0, power_watts=690.5, sm_clock_mhz=1980.0)]
+    )
     metrics.burn_progress(BurnProgress(gpu=1, iterations=10, tflops=712.5))
 
     def value(name: str, **labels: str) -> float | None:

@@ -18,11 +18,20 @@ from gpuval_api.result import Verdict
 
 def _status(message: str = "slow in every pair", log_tail: str = "") -> dict[str, object]:
     result = FabricResult(
-        agent_version="0.1.0", backend="simulated", group="g-1", node="n3", rank=3,
-        nodes=["n0", "n1", "n2", "n3"], gpus_per_node=8, transport=Transport.IB_GDRDMA,
-        busbw_gbps=361.2, verdict=Verdict.FAILED, reason=Reason.FABRIC_SLOW_NODE,
-        message=message, log_tail=log_tail,
-    )  # fmt: skip
+        agent_version="0.1.0",
+        backend="simulated",
+        group="g-1",
+        node="n3",
+        rank=3,
+        nodes=["n0", "n1", "n2", "n3"],
+        gpus_per_node=8,
+        transport=Transport.IB_GDRDMA,
+        busbw_gbps=361.2,
+        verdict=Verdict.FAILED,
+        reason=Reason.FABRIC_SLOW_NODE,
+        message=message,
+        log_tail=log_tail,
+    )
     return build_fabric_status(result)
 
 
@@ -31,9 +40,15 @@ def test_the_fabric_verdict_comes_back_without_the_result_document() -> None:
     text = build_fabric_termination_message(status)
     assert len(text.encode()) <= TERMINATION_MESSAGE_LIMIT
     assert parse_fabric_termination_message(text) == {
-        "group": "g-1", "rank": 3, "world": 4, "verdict": "Failed", "reason": "FabricSlowNode",
-        "message": "slow in every pair", "busbwGBps": 361.2, "transport": "IB/GDRDMA",
-    }  # fmt: skip
+        "group": "g-1",
+        "rank": 3,
+        "world": 4,
+        "verdict": "Failed",
+        "reason": "FabricSlowNode",
+        "message": "slow in every pair",
+        "busbwGBps": 361.2,
+        "transport": "IB/GDRDMA",
+    }
 
 
 def test_a_long_message_is_cut_to_fit() -> None:

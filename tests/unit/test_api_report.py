@@ -104,7 +104,7 @@ def _passing_checks() -> list[CheckResult]:
             NcclSize(bytes=1 << 32, time_seconds=0.02, algbw_gbps=340, busbw_gbps=340),
         ],
     )
-    return [burn, bandwidth, nccl]  # fmt: skip
+    return [burn, bandwidth, nccl]
 
 
 def test_passed_report_summarises_the_worst_gpu_of_each_figure() -> None:
@@ -196,10 +196,17 @@ def test_a_node_gpuval_could_not_test_is_not_run_with_no_failure_listed() -> Non
 def test_every_reason_of_an_untested_node_is_not_run_and_evidence_is_failed() -> None:
     not_run = {r for r, info in REASONS.items() if info.verdict == "NotRun"}
     assert not_run == {
-        Reason.POD_UNSCHEDULABLE, Reason.POD_EVICTED, Reason.POD_DELETED, Reason.POD_OOM_KILLED,
-        Reason.IMAGE_PULL_FAILED, Reason.AGENT_NOT_STARTED, Reason.NODE_GONE_UNTESTED,
-        Reason.INVALID_CONFIG, Reason.AGENT_STOPPED, Reason.FABRIC_GANG_NOT_FORMED,
-    }  # fmt: skip
+        Reason.POD_UNSCHEDULABLE,
+        Reason.POD_EVICTED,
+        Reason.POD_DELETED,
+        Reason.POD_OOM_KILLED,
+        Reason.IMAGE_PULL_FAILED,
+        Reason.AGENT_NOT_STARTED,
+        Reason.NODE_GONE_UNTESTED,
+        Reason.INVALID_CONFIG,
+        Reason.AGENT_STOPPED,
+        Reason.FABRIC_GANG_NOT_FORMED,
+    }
     for evidence in (Reason.TIMED_OUT, Reason.NODE_GONE, Reason.POD_FAILED, Reason.BURN_MISMATCH):
         assert REASONS[evidence].verdict == "Failed"
 

@@ -30,9 +30,12 @@ def unit(name: str, verdict: str = "Passed", **figures: float) -> UnitView:
 
 def report(node: str, status: dict[str, Any] | None) -> GpuNodeReport:
     return GpuNodeReport.model_validate(
-        {"metadata": {"name": node}, "spec": {"validation": "v", "run": "r", "node": node},
-         "status": status}
-    )  # fmt: skip
+        {
+            "metadata": {"name": node},
+            "spec": {"validation": "v", "run": "r", "node": node},
+            "status": status,
+        }
+    )
 
 
 def test_an_outlier_is_below_ninety_percent_of_the_median_of_its_figure() -> None:
@@ -60,10 +63,20 @@ def test_unknown_verdicts_are_counted_under_their_own_name_and_listed_apart() ->
 
 
 def test_a_failed_report_without_failures_still_shows_its_reason_with_the_hint() -> None:
-    failed = node_unit(report("n", {"phase": "Completed", "verdict": "Failed",
-                                    "reason": "PodEvicted", "message": "evicted"}))  # fmt: skip
-    not_run = node_unit(report("m", {"phase": "Completed", "verdict": "NotRun",
-                                     "reason": "PodUnschedulable"}))  # fmt: skip
+    failed = node_unit(
+        report(
+            "n",
+            {
+                "phase": "Completed",
+                "verdict": "Failed",
+                "reason": "PodEvicted",
+                "message": "evicted",
+            },
+        )
+    )
+    not_run = node_unit(
+        report("m", {"phase": "Completed", "verdict": "NotRun", "reason": "PodUnschedulable"})
+    )
     running = node_unit(report("k", {"phase": "Running"}))
     pending = node_unit(report("p", None))
 
@@ -80,8 +93,10 @@ def test_a_reason_this_version_does_not_know_has_no_hint_instead_of_an_error() -
 
 
 def test_uniformity_rows_put_the_majority_value_first() -> None:
-    units = [UnitView(n, "Passed", environment={"driverVersion": d})
-             for n, d in (("a", "580"), ("b", "570"), ("c", "580"))]  # fmt: skip
+    units = [
+        UnitView(n, "Passed", environment={"driverVersion": d})
+        for n, d in (("a", "580"), ("b", "570"), ("c", "580"))
+    ]
 
     (row,) = uniformity_rows(units, ["driverVersion", "kernel"])
 
@@ -123,8 +138,14 @@ def test_a_machine_view_has_one_unit_per_gpu_and_names_the_slow_one() -> None:
 
 
 def _fabric_report(node: str, pairs: list[dict[str, Any]]) -> GpuNodeReport:
-    fabric = {"group": "g0", "rank": 0, "world": 4, "verdict": "Passed", "transport": "IB",
-              "result": {"pairs": pairs}}  # fmt: skip
+    fabric = {
+        "group": "g0",
+        "rank": 0,
+        "world": 4,
+        "verdict": "Passed",
+        "transport": "IB",
+        "result": {"pairs": pairs},
+    }
     return report(node, {"phase": "Completed", "verdict": "Passed", "fabric": fabric})
 
 
@@ -141,12 +162,17 @@ PAIRS = [
 def test_fabric_pairs_are_listed_once_rounds_first_with_the_floor_the_spec_sets() -> None:
     reports = [_fabric_report(node, PAIRS) for node in "abcd"]
     spec = {"fabric": {"thresholds": {"fractionOfMedian": 0.95}}}
-    view = fleet_view(GpuValidation.model_validate({"metadata": {"name": "v"}, "spec": spec}),
-                      reports)  # fmt: skip
+    view = fleet_view(
+        GpuValidation.model_validate({"metadata": {"name": "v"}, "spec": spec}), reports
+    )
     links = view.fabric_links
     assert [(link.round, link.a, link.b) for link in links] == [
-        (1, "a", "b"), (1, "c", "d"), (2, "b", "c"), (2, "d", "a"), (0, "b", "d"),
-    ]  # fmt: skip
+        (1, "a", "b"),
+        (1, "c", "d"),
+        (2, "b", "c"),
+        (2, "d", "a"),
+        (0, "b", "d"),
+    ]
     assert {u.fabric.transport for u in view.units if u.fabric} == {"IB"}
     # The median of the pair rounds (the confirmation is not part of it), times the fraction.
     assert view.fabric_median_gbps == pytest.approx(44.0)
@@ -164,10 +190,13 @@ def test_the_run_wide_median_in_the_status_is_the_one_pairs_are_judged_by() -> N
 
 def test_without_a_run_wide_median_each_pair_counts_once_whatever_its_groups_size() -> None:
     def member(node: str, group: str, world: int, pairs: list[tuple[int, str, str, float]]) -> Any:
-        result = {"pairs": [{"round": r, "a": a, "b": b, "bytes": 1 << 30, "busbwGBps": bw}
-                            for r, a, b, bw in pairs]}  # fmt: skip
-        fabric = {"group": group, "rank": 0, "world": world, "verdict": "Passed",
-                  "result": result}  # fmt: skip
+        result = {
+            "pairs": [
+                {"round": r, "a": a, "b": b, "bytes": 1 << 30, "busbwGBps": bw}
+                for r, a, b, bw in pairs
+            ]
+        }
+        fabric = {"group": group, "rank": 0, "world": world, "verdict": "Passed", "result": result}
         return report(node, {"phase": "Completed", "verdict": "Passed", "fabric": fabric})
 
     two = [(1, "a", "b", 10.0)]

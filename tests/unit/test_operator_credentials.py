@@ -20,8 +20,14 @@ from gpuval_operator.credentials import CredentialsError, load_connection, load_
 CA = b"-----BEGIN CERTIFICATE-----\nnot really\n-----END CERTIFICATE-----\n"
 
 
-def kubeconfig(path: Path, *, user: dict[str, Any], cluster: dict[str, Any] | None = None,
-               name: str = "one", current: str | None = "one") -> Path:  # fmt: skip
+def kubeconfig(
+    path: Path,
+    *,
+    user: dict[str, Any],
+    cluster: dict[str, Any] | None = None,
+    name: str = "one",
+    current: str | None = "one",
+) -> Path:
     config: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -98,9 +104,14 @@ def test_an_exec_plugin_is_run_with_its_env_and_its_token_used(tmp_path: Path) -
         " 'status': {'token': os.environ['CLUSTER'] + '-' + sys.argv[1]}}))\n"
     )
     plugin.chmod(plugin.stat().st_mode | stat.S_IXUSR)
-    user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1",
-                     "command": "./bin/token-plugin", "args": ["prod"],
-                     "env": [{"name": "CLUSTER", "value": "eu1"}]}}  # fmt: skip
+    user = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": "./bin/token-plugin",
+            "args": ["prod"],
+            "env": [{"name": "CLUSTER", "value": "eu1"}],
+        }
+    }
     found = load_credentials(str(kubeconfig(tmp_path / "config", user=user)))
     assert found.headers == {"Authorization": "Bearer eu1-prod"}
 
@@ -110,14 +121,17 @@ def test_an_exec_plugin_is_run_with_its_env_and_its_token_used(tmp_path: Path) -
     [
         ({"token": "t"}, None, "current-context is not set"),
         ({"token": "t"}, "elsewhere", "current-context is 'elsewhere', which names no entry"),
-        ({"auth-provider": {"name": "gcp"}}, "one",
-         "users['one'].user.auth-provider is not supported"),
+        (
+            {"auth-provider": {"name": "gcp"}},
+            "one",
+            "users['one'].user.auth-provider is not supported",
+        ),
         ({"exec": {"command": "false"}}, "one", "users['one'].user.exec: false exited with 1"),
         ({"exec": {"command": "true"}}, "one", "printed no ExecCredential JSON"),
         ({"client-certificate-data": "bm90"}, "one", "client-key(-data) is missing"),
         ({"tokenFile": "gone"}, "one", "users['one'].user.tokenFile:"),
     ],
-)  # fmt: skip
+)
 def test_what_cannot_be_used_is_named(
     tmp_path: Path, user: dict[str, Any], current: str | None, said: str
 ) -> None:
@@ -170,10 +184,27 @@ def _self_signed(directory: Path) -> tuple[Path, Path]:
 
     key, cert = directory / "key.pem", directory / "cert.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=test"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=test",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return key, cert
 
 
@@ -203,9 +234,13 @@ def test_an_exec_plugin_asking_for_cluster_info_gets_it_and_a_missing_one_its_in
         "print(json.dumps({'kind': 'ExecCredential', 'status': {'token': token}}))\n"
     )
     plugin.chmod(plugin.stat().st_mode | stat.S_IXUSR)
-    cluster = {"server": "https://h:1", "insecure-skip-tls-verify": True,
-               "extensions": [{"name": "client.authentication.k8s.io/exec",
-                               "extension": {"region": "eu-west-1"}}]}  # fmt: skip
+    cluster = {
+        "server": "https://h:1",
+        "insecure-skip-tls-verify": True,
+        "extensions": [
+            {"name": "client.authentication.k8s.io/exec", "extension": {"region": "eu-west-1"}}
+        ],
+    }
     user = {"exec": {"command": str(plugin), "provideClusterInfo": True}}
     found = load_credentials(str(kubeconfig(tmp_path / "config", user=user, cluster=cluster)))
     assert found.headers == {"Authorization": "Bearer https://h:1|eu-west-1"}

@@ -332,10 +332,12 @@ def test_a_reports_fabric_view_keeps_the_agents_verdict_beside_the_settled_one()
         FabricKey.MESSAGE: "the run does not name it",
         FabricKey.CLASSIFIED: True,
         FabricKey.RESULT: {
-            "verdict": "Failed", "reason": "FabricSlowNode", "message": "slow against its group",
+            "verdict": "Failed",
+            "reason": "FabricSlowNode",
+            "message": "slow against its group",
             "pairs": [{"round": 1, "a": "a", "b": "b", "bytes": 1024, "busbwGBps": 12.5}],
         },
-    }  # fmt: skip
+    }
     view = FabricView.parse(status)
     assert view is not None and view.classified and view.by_agent
     assert (view.verdict, view.raw_verdict) == (Verdict.PASSED, Verdict.FAILED)

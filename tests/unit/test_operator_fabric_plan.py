@@ -48,8 +48,15 @@ def test_groups_are_in_name_order_whatever_order_the_nodes_come_in() -> None:
 def test_with_a_topology_key_groups_stay_inside_a_domain_and_a_lone_node_gets_a_group_of_one() -> (
     None
 ):
-    domains = {"a1": "rack-a", "a2": "rack-a", "a3": "rack-a", "b1": "rack-b", "b2": "rack-b",
-               "c1": "rack-c", "u1": ""}  # fmt: skip
+    domains = {
+        "a1": "rack-a",
+        "a2": "rack-a",
+        "a3": "rack-a",
+        "b1": "rack-b",
+        "b2": "rack-b",
+        "c1": "rack-c",
+        "u1": "",
+    }
     plans = domain_groups(sorted(domains), 8, domains)
     assert [(p.name, p.nodes, p.domain) for p in plans] == [
         ("g1", ("u1",), ""),
@@ -93,16 +100,31 @@ def test_a_pod_deadline_covers_the_gang_and_every_phase_of_the_agents() -> None:
 
 def _spec(**fabric: object) -> GpuValidationSpec:
     return GpuValidationSpec.model_validate(
-        {"fabric": {"groupSize": 4, "maxBytes": 1 << 24, **fabric},
-         "agent": {"env": [{"name": "NCCL_SOCKET_IFNAME", "value": "eth1"}], "metricsPort": 9400}}
-    )  # fmt: skip
+        {
+            "fabric": {"groupSize": 4, "maxBytes": 1 << 24, **fabric},
+            "agent": {
+                "env": [{"name": "NCCL_SOCKET_IFNAME", "value": "eth1"}],
+                "metricsPort": 9400,
+            },
+        }
+    )
 
 
 def _pod(spec: GpuValidationSpec, rank: int, ip: str | None) -> dict[str, Any]:
     return build_fabric_pod(
-        validation="v", uid="u", run="1-aaaa", group="g1", nodes=("n0", "n1", "n2"), rank=rank,
-        gpus=8, port=20006, master_ip=ip, deadline=1234.5, spec=spec, config=OperatorConfig(),
-    )  # fmt: skip
+        validation="v",
+        uid="u",
+        run="1-aaaa",
+        group="g1",
+        nodes=("n0", "n1", "n2"),
+        rank=rank,
+        gpus=8,
+        port=20006,
+        master_ip=ip,
+        deadline=1234.5,
+        spec=spec,
+        config=OperatorConfig(),
+    )
 
 
 def test_the_fabric_pod_is_the_agent_pod_running_the_fabric_with_its_groups_rendezvous() -> None:

@@ -123,8 +123,11 @@ def test_fabric_series_come_from_settled_reports_and_a_not_run_node_has_none() -
     def report(node: str, run: str, verdict: str, reason: str | None, classified: bool) -> None:
         fabric = {
             **build_planned_fabric_status("g1", ["a", "b", "c"], node),
-            "verdict": verdict, "reason": reason, "busbwGBps": 300.0, "classified": classified,
-        }  # fmt: skip
+            "verdict": verdict,
+            "reason": reason,
+            "busbwGBps": 300.0,
+            "classified": classified,
+        }
         spec = {"node": node, "run": run}
         ingest.on_report({"metadata": {"name": node}, "spec": spec, "status": {"fabric": fabric}})
 

@@ -126,8 +126,9 @@ def test_forgetting_a_deleted_validation_lifts_what_it_alone_asked_for() -> None
 def test_nothing_changes_when_the_node_is_already_as_wanted() -> None:
     state = node({"v1": entry(Verdict.PASSED)})
     state["metadata"]["labels"] = {
-        keys.NODE_LABEL_VERDICT: "passed", keys.NODE_LABEL_VALIDATED_AT: "1700000000",
-    }  # fmt: skip
+        keys.NODE_LABEL_VERDICT: "passed",
+        keys.NODE_LABEL_VALIDATED_AT: "1700000000",
+    }
     condition = plan_node(node(), "v1", entry(Verdict.PASSED), STAMP).condition
     state["status"]["conditions"].append(condition)
     plan = plan_node(state, "v1", entry(Verdict.PASSED), STAMP)

@@ -176,8 +176,13 @@ def test_counts_follow_phases() -> None:
     run.apply_pod(pod("d"), now=0.0)
     run.apply_report(report("d"))
     assert run.counts() == {
-        "total": 4, "pending": 1, "running": 1, "passed": 1, "failed": 1, "notRun": 0
-    }  # fmt: skip
+        "total": 4,
+        "pending": 1,
+        "running": 1,
+        "passed": 1,
+        "failed": 1,
+        "notRun": 0,
+    }
     assert [r.node for r in run.failed()] == ["c"]
 
 

@@ -11,10 +11,14 @@ from gpuval_report.fabric import MAX_LINKS, fabric_section, pairs_figure, slow_l
 def view_of(links: list[FabricLink], floor: float | None = 45.0) -> FleetView:
     finding = FabricFinding("g", "Passed", links=tuple(links))
     return FleetView(
-        title="v", kind="fleet", unit_label="node", phase="Succeeded",
+        title="v",
+        kind="fleet",
+        unit_label="node",
+        phase="Succeeded",
         units=(UnitView("a", "Passed", fabric=finding),),
-        fabric_median_gbps=None if floor is None else floor / 0.9, fabric_floor_gbps=floor,
-    )  # fmt: skip
+        fabric_median_gbps=None if floor is None else floor / 0.9,
+        fabric_floor_gbps=floor,
+    )
 
 
 def test_a_pair_below_the_floor_or_failed_is_slow_and_the_slowest_comes_first() -> None:
@@ -39,7 +43,12 @@ def test_a_large_run_draws_only_its_slowest_pairs_and_says_so() -> None:
 
 
 def test_a_run_without_a_fabric_phase_has_no_section() -> None:
-    plain = FleetView(title="v", kind="fleet", unit_label="node", phase="Succeeded",
-                      units=(UnitView("a", "Passed"),))  # fmt: skip
+    plain = FleetView(
+        title="v",
+        kind="fleet",
+        unit_label="node",
+        phase="Succeeded",
+        units=(UnitView("a", "Passed"),),
+    )
     assert fabric_section(plain) == ""
     assert 'id="fabric"' in fabric_section(view_of([FabricLink("g", 1, "a", "b", 50.0)]))

@@ -88,8 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpuval-agent {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="validate this machine's GPUs and print a table")
-    run.add_argument("--checks", type=_names, help="comma-separated checks (default: all): "
-                     + ",".join(c.value for c in CheckName))  # fmt: skip
+    run.add_argument(
+        "--checks",
+        type=_names,
+        help="comma-separated checks (default: all): " + ",".join(c.value for c in CheckName),
+    )
     run.add_argument("--duration", type=float, help="burn seconds per precision (default 60)")
     run.add_argument("--precisions", type=_precisions, help="burn precisions, e.g. bf16,tf32,fp64")
     run.add_argument("--matrix-size", type=int, help="burn GEMM size n (default 16384)")
@@ -181,8 +184,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     stop_on_signals(stop)
     try:
         result = run_checks(
-            config, backend, display, on_samples=display.samples, stop=stop,
-        )  # fmt: skip
+            config,
+            backend,
+            display,
+            on_samples=display.samples,
+            stop=stop,
+        )
     finally:
         display.close()
         backend.close()

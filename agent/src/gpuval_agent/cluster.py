@@ -137,10 +137,15 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     stop_on_signals(stop)
     try:
         result = run_checks(
-            config, backend, display, node=node, expected_gpus=expected,
+            config,
+            backend,
+            display,
+            node=node,
+            expected_gpus=expected,
             expected_gpus_source=f"the node's nvidia.com/gpu ({AgentEnv.EXPECTED_GPUS})",
-            on_samples=display.samples, stop=stop,
-        )  # fmt: skip
+            on_samples=display.samples,
+            stop=stop,
+        )
     finally:
         display.close()
         backend.close()

@@ -58,11 +58,23 @@ def invalid_config_result(message: str, node: str | None, backend: str) -> Agent
     info = REASONS[Reason.INVALID_CONFIG]
     finding = Finding(reason=Reason.INVALID_CONFIG, message=message, hint=info.hint)
     check = CheckResult(
-        name="config", verdict=Verdict.FAILED, reason=Reason.INVALID_CONFIG, hint=info.hint,
-        message=message, findings=[finding],
-    )  # fmt: skip
+        name="config",
+        verdict=Verdict.FAILED,
+        reason=Reason.INVALID_CONFIG,
+        hint=info.hint,
+        message=message,
+        findings=[finding],
+    )
     return AgentResult(
-        agent_version=__version__, backend=backend, node=node, started_at=now, completed_at=now,
-        verdict=Verdict.FAILED, reason=Reason.INVALID_CONFIG, message=message,
-        checks_config=ChecksConfig(), environment=Environment(), checks=[check],
-    )  # fmt: skip
+        agent_version=__version__,
+        backend=backend,
+        node=node,
+        started_at=now,
+        completed_at=now,
+        verdict=Verdict.FAILED,
+        reason=Reason.INVALID_CONFIG,
+        message=message,
+        checks_config=ChecksConfig(),
+        environment=Environment(),
+        checks=[check],
+    )

@@ -74,9 +74,14 @@ def run_checks(
     except NoDriverError as error:
         bare = Environment(hostname=socket.gethostname(), kernel=platform.release())
         return _result(
-            config=config, backend=backend, node=node, started_at=started_at, startup=startup,
-            environment=bare, checks=_no_driver(error, enabled, reporter),
-        )  # fmt: skip
+            config=config,
+            backend=backend,
+            node=node,
+            started_at=started_at,
+            startup=startup,
+            environment=bare,
+            checks=_no_driver(error, enabled, reporter),
+        )
 
     # Kept in the driver check's metrics with its split (backend.environment_split): time spent
     # here is counted by no check, so a run's wall time shows it first (issue 9, B7).
@@ -109,9 +114,15 @@ def run_checks(
         except AgentError as error:
             environment.unsupported.append(f"torch versions ({error})")
     return _result(
-        config=config, backend=backend, node=node, started_at=started_at, startup=startup,
-        environment=environment, checks=checks, stopped=context.stop.is_set(),
-    )  # fmt: skip
+        config=config,
+        backend=backend,
+        node=node,
+        started_at=started_at,
+        startup=startup,
+        environment=environment,
+        checks=checks,
+        stopped=context.stop.is_set(),
+    )
 
 
 def _prepare_nccl(

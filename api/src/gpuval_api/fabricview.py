@@ -70,8 +70,9 @@ def fabric_bounds(
     status = validation.status.fabric if validation.status else None
     median = status.median_pair_gbps if status else None
     if median is None:
-        figures = [link.busbw_gbps for link in links
-                   if link.round >= 1 and link.busbw_gbps is not None]  # fmt: skip
+        figures = [
+            link.busbw_gbps for link in links if link.round >= 1 and link.busbw_gbps is not None
+        ]
         median = statistics.median(figures) if figures else None
     if median is None:
         return None, None

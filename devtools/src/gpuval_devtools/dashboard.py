@@ -65,12 +65,18 @@ def stat_panel(
     panel_id: int, title: str, expr: str, legend: str = "", unit: str = "none"
 ) -> stat.Panel:
     return (
-        stat.Panel().id(panel_id).title(title).datasource(DATASOURCE).span(4).height(4).unit(unit)
+        stat.Panel()
+        .id(panel_id)
+        .title(title)
+        .datasource(DATASOURCE)
+        .span(4)
+        .height(4)
+        .unit(unit)
         .with_target(query(expr, legend, instant=True))
         .color_mode(common_models.BigValueColorMode.VALUE)
         .graph_mode(common_models.BigValueGraphMode.NONE)
         .reduce_options(common.ReduceDataOptions().calcs(["lastNotNull"]))
-    )  # fmt: skip
+    )
 
 
 def verdict_panels() -> list[Builder[models.Panel]]:
@@ -100,22 +106,39 @@ def verdict_panels() -> list[Builder[models.Panel]]:
         6, "Unschedulable agent pods", f"sum(gpuval_validation_unschedulable_pods{{{VALIDATION}}})"
     ).span(4)
     reasons = (
-        timeseries.Panel().id(7).title("Failing nodes by reason").datasource(DATASOURCE)
-        .span(12).height(8).unit("none").min(0)
+        timeseries.Panel()
+        .id(7)
+        .title("Failing nodes by reason")
+        .datasource(DATASOURCE)
+        .span(12)
+        .height(8)
+        .unit("none")
+        .min(0)
         .with_target(query(f"count by (reason) ({sel('gpuval_node_failure_info')})", "{{reason}}"))
-    )  # fmt: skip
+    )
     verdicts = (
-        statetimeline.Panel().id(8).title("Node verdicts (1 passed, 0 failed)")
-        .datasource(DATASOURCE).span(12).height(8)
+        statetimeline.Panel()
+        .id(8)
+        .title("Node verdicts (1 passed, 0 failed)")
+        .datasource(DATASOURCE)
+        .span(12)
+        .height(8)
         .with_target(query(f"gpuval_node_passed{{{SELECT}}}", "{{node}}"))
         .thresholds(_thresholds((None, "red"), (1, "green")))
-    )  # fmt: skip
+    )
     failing = (
-        table.Panel().id(9).title("Failing nodes: check and reason").datasource(DATASOURCE)
-        .span(24).height(8)
-        .with_target(query(f"gpuval_node_check_failure_info{{{SELECT}}} == 1", instant=True)
-                     .format(prometheus_models.PromQueryFormat.TABLE))
-    )  # fmt: skip
+        table.Panel()
+        .id(9)
+        .title("Failing nodes: check and reason")
+        .datasource(DATASOURCE)
+        .span(24)
+        .height(8)
+        .with_target(
+            query(f"gpuval_node_check_failure_info{{{SELECT}}} == 1", instant=True).format(
+                prometheus_models.PromQueryFormat.TABLE
+            )
+        )
+    )
     return [states, uniform, outliers, stale, unschedulable, reasons, verdicts, failing]
 
 
@@ -123,18 +146,30 @@ def untested_panels() -> list[Builder[models.Panel]]:
     """Nodes gpuval could not test (NotRun: GPUs busy, pod evicted, image not pulled), kept
     apart from the failures: by reason over time, and which nodes, since when."""
     by_reason = (
-        timeseries.Panel().id(51).title("Untested nodes (NotRun) by reason").datasource(DATASOURCE)
-        .span(12).height(8).unit("none").min(0)
+        timeseries.Panel()
+        .id(51)
+        .title("Untested nodes (NotRun) by reason")
+        .datasource(DATASOURCE)
+        .span(12)
+        .height(8)
+        .unit("none")
+        .min(0)
         .with_target(query(f"count by (reason) ({sel('gpuval_node_not_run_info')})", "{{reason}}"))
-    )  # fmt: skip
+    )
     since = (
-        table.Panel().id(52).title("Untested nodes: reason and time untested")
-        .datasource(DATASOURCE).span(12).height(8).unit("s")
+        table.Panel()
+        .id(52)
+        .title("Untested nodes: reason and time untested")
+        .datasource(DATASOURCE)
+        .span(12)
+        .height(8)
+        .unit("s")
         .with_target(
-            query(f"time() - {sel('gpuval_node_not_run_since_timestamp_seconds')}", instant=True)
-            .format(prometheus_models.PromQueryFormat.TABLE)
+            query(
+                f"time() - {sel('gpuval_node_not_run_since_timestamp_seconds')}", instant=True
+            ).format(prometheus_models.PromQueryFormat.TABLE)
         )
-    )  # fmt: skip
+    )
     return [by_reason, since]
 
 
@@ -142,27 +177,47 @@ def fabric_panels() -> list[Builder[models.Panel]]:
     """The cross-node NCCL test (spec.fabric): each group's busbw, lowest first, and the nodes it
     named with the reason (a group that did not form is NotRun: it shows under untested)."""
     groups = (
-        bargauge.Panel().id(61).title("Fabric groups: all-reduce busbw, lowest first")
-        .datasource(DATASOURCE).span(12).height(8).unit("Bps").min(0)
-        .with_target(query(
-            f"sort(gpuval_fabric_group_busbw_bytes_per_second{{{VALIDATION}}})",
-            "{{validation}} {{group}}", instant=True,
-        ))
+        bargauge.Panel()
+        .id(61)
+        .title("Fabric groups: all-reduce busbw, lowest first")
+        .datasource(DATASOURCE)
+        .span(12)
+        .height(8)
+        .unit("Bps")
+        .min(0)
+        .with_target(
+            query(
+                f"sort(gpuval_fabric_group_busbw_bytes_per_second{{{VALIDATION}}})",
+                "{{validation}} {{group}}",
+                instant=True,
+            )
+        )
         .display_mode(common_models.BarGaugeDisplayMode.BASIC)
         .orientation(common_models.VizOrientation.HORIZONTAL)
-    )  # fmt: skip
+    )
     named = (
-        table.Panel().id(62).title("Nodes the fabric named: reason").datasource(DATASOURCE)
-        .span(12).height(8)
-        .with_target(query(f"gpuval_node_fabric_failure_info{{{SELECT}}} == 1", instant=True)
-                     .format(prometheus_models.PromQueryFormat.TABLE))
-    )  # fmt: skip
+        table.Panel()
+        .id(62)
+        .title("Nodes the fabric named: reason")
+        .datasource(DATASOURCE)
+        .span(12)
+        .height(8)
+        .with_target(
+            query(f"gpuval_node_fabric_failure_info{{{SELECT}}} == 1", instant=True).format(
+                prometheus_models.PromQueryFormat.TABLE
+            )
+        )
+    )
     verdicts = (
-        statetimeline.Panel().id(63).title("Node fabric verdicts (1 passed, 0 failed)")
-        .datasource(DATASOURCE).span(24).height(8)
+        statetimeline.Panel()
+        .id(63)
+        .title("Node fabric verdicts (1 passed, 0 failed)")
+        .datasource(DATASOURCE)
+        .span(24)
+        .height(8)
         .with_target(query(f"gpuval_node_fabric_passed{{{SELECT}}}", "{{node}}"))
         .thresholds(_thresholds((None, "red"), (1, "green")))
-    )  # fmt: skip
+    )
     return [groups, named, verdicts]
 
 
@@ -180,19 +235,31 @@ def distribution_panels(
     """A figure across the fleet: the histogram of every node's value, and the slowest nodes as a
     fraction of the median, red below OUTLIER_RATIO."""
     spread = (
-        histogram.Panel().id(panel_id).title(f"{label}: distribution over nodes")
-        .datasource(DATASOURCE).span(10).height(8).unit(unit).combine(True)
+        histogram.Panel()
+        .id(panel_id)
+        .title(f"{label}: distribution over nodes")
+        .datasource(DATASOURCE)
+        .span(10)
+        .height(8)
+        .unit(unit)
+        .combine(True)
         .with_target(query(f"{metric}{{{SELECT}}}", "{{node}}", instant=True))
-    )  # fmt: skip
+    )
     slowest = (
-        bargauge.Panel().id(panel_id + 1)
+        bargauge.Panel()
+        .id(panel_id + 1)
         .title(f"{label}: slowest {SLOWEST} nodes, fraction of the fleet median (red: outliers)")
-        .datasource(DATASOURCE).span(14).height(8).unit("percentunit").min(0).max(1.1)
+        .datasource(DATASOURCE)
+        .span(14)
+        .height(8)
+        .unit("percentunit")
+        .min(0)
+        .max(1.1)
         .with_target(query(_ratio_to_median(metric), "{{node}}", instant=True))
         .display_mode(common_models.BarGaugeDisplayMode.BASIC)
         .orientation(common_models.VizOrientation.HORIZONTAL)
         .thresholds(_thresholds((None, "red"), (OUTLIER_RATIO, "green")))
-    )  # fmt: skip
+    )
     return [spread, slowest]
 
 
@@ -206,9 +273,14 @@ def series_panel(
 ) -> timeseries.Panel:
     """(metric, legend suffix) pairs over time, one line per node (and GPU)."""
     panel = (
-        timeseries.Panel().id(panel_id).title(title).datasource(DATASOURCE)
-        .span(12).height(8).unit(unit)
-    )  # fmt: skip
+        timeseries.Panel()
+        .id(panel_id)
+        .title(title)
+        .datasource(DATASOURCE)
+        .span(12)
+        .height(8)
+        .unit(unit)
+    )
     for metric, suffix in series:
         per_gpu = metric.startswith("gpuval_gpu_")
         legend = "{{validation}} {{node}}" + (" GPU {{gpu}}" if per_gpu else "")
@@ -226,25 +298,37 @@ def _add(
 
 def _variable(name: str, label: str, source: str) -> dashboard.QueryVariable:
     return (
-        dashboard.QueryVariable(name).label(label).datasource(DATASOURCE)
+        dashboard.QueryVariable(name)
+        .label(label)
+        .datasource(DATASOURCE)
         .query(f"label_values({source}, {name})")
         .refresh(models.VariableRefresh.ON_TIME_RANGE_CHANGED)
-        .multi(True).include_all(True).all_value(".*")
-    )  # fmt: skip
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+    )
 
 
 def build() -> dashboard.Dashboard:
     board = (
-        dashboard.Dashboard("gpuval: GPU node validation").uid(UID)
-        .description("Verdicts, burn throughput, bandwidths, NCCL busbw (in the node and across "
-                     "nodes) and temperatures of the GPU nodes gpuval validates, with the slowest "
-                     "nodes named.")
-        .tags(["gpuval", "gpu"]).timezone("utc").editable().refresh("1m").time("now-7d", "now")
-        .with_variable(dashboard.DatasourceVariable("datasource").label("Data source")
-                       .type("prometheus"))
+        dashboard.Dashboard("gpuval: GPU node validation")
+        .uid(UID)
+        .description(
+            "Verdicts, burn throughput, bandwidths, NCCL busbw (in the node and across "
+            "nodes) and temperatures of the GPU nodes gpuval validates, with the slowest "
+            "nodes named."
+        )
+        .tags(["gpuval", "gpu"])
+        .timezone("utc")
+        .editable()
+        .refresh("1m")
+        .time("now-7d", "now")
+        .with_variable(
+            dashboard.DatasourceVariable("datasource").label("Data source").type("prometheus")
+        )
         .with_variable(_variable("validation", "GpuValidation", "gpuval_validation_nodes"))
         .with_variable(_variable("node", "Node", f"gpuval_node_passed{{{VALIDATION}}}"))
-    )  # fmt: skip
+    )
     _add(board, "Verdicts", verdict_panels(), 1)
     _add(board, "Untested nodes (NotRun: no action taken, never a failure)", untested_panels(), 50)
     _add(board, "Fabric: NCCL across nodes (spec.fabric)", fabric_panels(), 60)
@@ -257,38 +341,54 @@ def build() -> dashboard.Dashboard:
     over_time = [
         series_panel(21, "Burn throughput", [("gpuval_node_burn_flops_per_second", "")], "flops"),
         series_panel(
-            22, "NCCL all-reduce bus bandwidth",
-            [("gpuval_node_nccl_busbw_bytes_per_second", "")], "Bps",
+            22,
+            "NCCL all-reduce bus bandwidth",
+            [("gpuval_node_nccl_busbw_bytes_per_second", "")],
+            "Bps",
         ),
         series_panel(
-            23, "Host to device / device to host bandwidth",
-            [("gpuval_node_h2d_bytes_per_second", "h2d"),
-             ("gpuval_node_d2h_bytes_per_second", "d2h")], "Bps",
+            23,
+            "Host to device / device to host bandwidth",
+            [
+                ("gpuval_node_h2d_bytes_per_second", "h2d"),
+                ("gpuval_node_d2h_bytes_per_second", "d2h"),
+            ],
+            "Bps",
         ),
         series_panel(
-            24, "Device copy / peer to peer bandwidth",
-            [("gpuval_node_device_copy_bytes_per_second", "device"),
-             ("gpuval_node_p2p_bytes_per_second", "p2p")], "Bps",
+            24,
+            "Device copy / peer to peer bandwidth",
+            [
+                ("gpuval_node_device_copy_bytes_per_second", "device"),
+                ("gpuval_node_p2p_bytes_per_second", "p2p"),
+            ],
+            "Bps",
         ),
-    ]  # fmt: skip
+    ]
     _add(board, "Throughput and bandwidth over time (worst GPU per node)", over_time, 20)
     temperatures = [
         series_panel(
-            31, "Hottest GPU per node under burn",
-            [("gpuval_node_max_temperature_celsius", "")], "celsius",
+            31,
+            "Hottest GPU per node under burn",
+            [("gpuval_node_max_temperature_celsius", "")],
+            "celsius",
         ),
         series_panel(
-            32, "GPU temperature under burn (per GPU; operator.metricsPerGpu)",
-            [("gpuval_gpu_max_temperature_celsius", "")], "celsius",
+            32,
+            "GPU temperature under burn (per GPU; operator.metricsPerGpu)",
+            [("gpuval_gpu_max_temperature_celsius", "")],
+            "celsius",
         ),
-    ]  # fmt: skip
+    ]
     _add(board, "Temperatures", temperatures, 30)
     per_gpu = [
-        series_panel(41, "Burn throughput per GPU", [("gpuval_gpu_burn_flops_per_second", "")],
-                     "flops"),
-        series_panel(42, "Host to device bandwidth per GPU",
-                     [("gpuval_gpu_h2d_bytes_per_second", "")], "Bps"),
-    ]  # fmt: skip
+        series_panel(
+            41, "Burn throughput per GPU", [("gpuval_gpu_burn_flops_per_second", "")], "flops"
+        ),
+        series_panel(
+            42, "Host to device bandwidth per GPU", [("gpuval_gpu_h2d_bytes_per_second", "")], "Bps"
+        ),
+    ]
     _add(board, "Per GPU (operator.metricsPerGpu)", per_gpu, 40)
     return board
 
@@ -308,8 +408,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     json.loads(text)  # the encoder's output is JSON, or this raises before anything is written
     if args.check:
         if TARGET.read_text() != text:
-            print(f"{TARGET} is stale against gpuval_devtools.dashboard: run `make dashboard` "
-                  "and commit the result", file=sys.stderr)  # fmt: skip
+            print(
+                f"{TARGET} is stale against gpuval_devtools.dashboard: run `make dashboard` "
+                "and commit the result",
+                file=sys.stderr,
+            )
             return 1
         return 0
     TARGET.write_text(text)

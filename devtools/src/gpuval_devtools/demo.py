@@ -143,8 +143,12 @@ def kubectl_gpuval(cluster: Cluster, *args: str) -> str:
     }
     proc = subprocess.run(
         [str(cluster.binaries.kubectl), "gpuval", *args],
-        env=env, capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"kubectl gpuval {' '.join(args)} failed: {proc.stderr.strip()}")
     return str(proc.stdout).rstrip()

@@ -107,10 +107,16 @@ def podrunner_process(
     """The pod runner (kubelet stand-in) as its own process; `namespace` limits it to the agent
     pods of one namespace, `env` replaces the inherited environment."""
     argv = [
-        sys.executable, "-m", "gpuval_devtools.podrunner",
-        "--kubeconfig", str(cluster.kubeconfig), "--ca-file", str(cluster.ca_file),
-        "--logs", str(logs_dir),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "gpuval_devtools.podrunner",
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        "--ca-file",
+        str(cluster.ca_file),
+        "--logs",
+        str(logs_dir),
+    ]
     if namespace is not None:
         argv += ["--namespace", namespace]
     with log_file.open("wb") as out:

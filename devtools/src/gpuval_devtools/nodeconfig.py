@@ -174,11 +174,40 @@ def client_cert(cluster: Cluster, stem: Path, user: str, group: str | None) -> t
     subject = (f"/O={group}" if group else "") + f"/CN={user}"
     ca_key = cluster.ca_file.with_name("ca.key")
     for argv in (
-        ["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-keyout", str(key), "-subj", subject, "-out", str(csr)],
-        ["openssl", "x509", "-req", "-in", str(csr), "-CA", str(cluster.ca_file), "-CAkey",
-         str(ca_key), "-set_serial", "1", "-days", "7", "-out", str(crt)],
-    ):  # fmt: skip
+        [
+            "openssl",
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-subj",
+            subject,
+            "-out",
+            str(csr),
+        ],
+        [
+            "openssl",
+            "x509",
+            "-req",
+            "-in",
+            str(csr),
+            "-CA",
+            str(cluster.ca_file),
+            "-CAkey",
+            str(ca_key),
+            "-set_serial",
+            "1",
+            "-days",
+            "7",
+            "-out",
+            str(crt),
+        ],
+    ):
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise BuildError(f"real node: {' '.join(argv[:2])} for {user} failed: {proc.stderr}")
@@ -262,15 +291,22 @@ def kubelet_argv(paths: NodePaths, tools: NodeTools, node: str, node_ip: str) ->
     }
     return [
         str(tools.kubelet),
-        "--config", str(paths.kubelet_config),
-        "--kubeconfig", str(paths.root / "kubelet" / "kubeconfig"),
-        "--root-dir", str(paths.kubelet_root),
-        "--cert-dir", str(paths.pki / "kubelet-serving"),
-        "--hostname-override", node,
-        "--node-ip", node_ip,
-        "--node-labels", ",".join(f"{k}={v}" for k, v in labels.items()),
+        "--config",
+        str(paths.kubelet_config),
+        "--kubeconfig",
+        str(paths.root / "kubelet" / "kubeconfig"),
+        "--root-dir",
+        str(paths.kubelet_root),
+        "--cert-dir",
+        str(paths.pki / "kubelet-serving"),
+        "--hostname-override",
+        node,
+        "--node-ip",
+        node_ip,
+        "--node-labels",
+        ",".join(f"{k}={v}" for k, v in labels.items()),
         "--v=2",
-    ]  # fmt: skip
+    ]
 
 
 def proxy_config(paths: NodePaths, node: str, kubeconfig_path: Path) -> dict[str, Any]:
@@ -301,10 +337,17 @@ def clusterdns_argv(paths: NodePaths, cluster: Cluster) -> list[str]:
     pki = cluster.ca_file.parent
     del paths
     return [
-        sys.executable, "-m", "gpuval_devtools.clusterdns",
-        "--listen", nodenet.GATEWAY,
-        "--server", cluster.server,
-        "--ca", str(cluster.ca_file),
-        "--cert", str(pki / "admin.crt"),
-        "--key", str(pki / "admin.key"),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "gpuval_devtools.clusterdns",
+        "--listen",
+        nodenet.GATEWAY,
+        "--server",
+        cluster.server,
+        "--ca",
+        str(cluster.ca_file),
+        "--cert",
+        str(pki / "admin.crt"),
+        "--key",
+        str(pki / "admin.key"),
+    ]

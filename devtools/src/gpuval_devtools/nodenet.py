@@ -150,9 +150,23 @@ def setup_network(api_port: int) -> None:
     _ipt("-I", "FORWARD", "1", "-j", CHAIN)
     _ipt("-t", "nat", "-N", CHAIN)
     _ipt(
-        "-t", "nat", "-A", CHAIN, "-i", BRIDGE, "-d", API_SERVICE_IP, "-p", "tcp",
-        "--dport", "443", "-j", "DNAT", "--to-destination", f"127.0.0.1:{api_port}",
-    )  # fmt: skip
+        "-t",
+        "nat",
+        "-A",
+        CHAIN,
+        "-i",
+        BRIDGE,
+        "-d",
+        API_SERVICE_IP,
+        "-p",
+        "tcp",
+        "--dport",
+        "443",
+        "-j",
+        "DNAT",
+        "--to-destination",
+        f"127.0.0.1:{api_port}",
+    )
     _ipt("-t", "nat", "-I", "PREROUTING", "1", "-j", CHAIN)
 
 

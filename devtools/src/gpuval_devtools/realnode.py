@@ -69,16 +69,23 @@ def node_tools(binaries: Binaries, *, log: Log) -> NodeTools:
     installed (the plugins and kube-proxy run them, with the system's libraries)."""
     apt_install({"iptables": "iptables", "conntrack": "conntrack"}, log=log)
     containerd = debian_files(
-        "containerd", ["usr/bin/containerd", "usr/bin/ctr", "usr/bin/containerd-shim-runc-v2"],
-        suite=NODE_DEBIAN, log=log,
-    )  # fmt: skip
+        "containerd",
+        ["usr/bin/containerd", "usr/bin/ctr", "usr/bin/containerd-shim-runc-v2"],
+        suite=NODE_DEBIAN,
+        log=log,
+    )
     runc = debian_files("runc", ["usr/sbin/runc"], suite=NODE_DEBIAN, log=log)["usr/sbin/runc"]
     cni = debian_files(
         "containernetworking-plugins",
-        ["usr/lib/cni/bridge", "usr/lib/cni/host-local", "usr/lib/cni/portmap",
-         "usr/lib/cni/loopback"],
-        suite=NODE_DEBIAN, log=log,
-    )  # fmt: skip
+        [
+            "usr/lib/cni/bridge",
+            "usr/lib/cni/host-local",
+            "usr/lib/cni/portmap",
+            "usr/lib/cni/loopback",
+        ],
+        suite=NODE_DEBIAN,
+        log=log,
+    )
     return NodeTools(
         containerd=containerd["usr/bin/containerd"],
         ctr=containerd["usr/bin/ctr"],
@@ -152,9 +159,14 @@ class RealNode:
             self.load_images([image.archive])
             self.image_refs[image.name] = image.ref
         cluster.kubectl(
-            "label", "service", "kubernetes", "-n", "default", f"{PROXY_NAME_LABEL}=gpuval-dnat",
+            "label",
+            "service",
+            "kubernetes",
+            "-n",
+            "default",
+            f"{PROXY_NAME_LABEL}=gpuval-dnat",
             "--overwrite",
-        )  # fmt: skip
+        )
         self._spawn("clusterdns", nodeconfig.clusterdns_argv(paths, cluster))
         self._spawn("kube-proxy", [str(self.tools.kube_proxy), "--config", str(paths.proxy_config)])
         self._spawn("kubelet", nodeconfig.kubelet_argv(paths, self.tools, self.name, node_ip))
@@ -218,10 +230,19 @@ class RealNode:
 
     def _ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            [str(self.tools.ctr), "--address", str(self.paths.containerd_socket),
-             "--namespace", "k8s.io", *args],
-            capture_output=True, text=True, check=False, timeout=300,
-        )  # fmt: skip
+            [
+                str(self.tools.ctr),
+                "--address",
+                str(self.paths.containerd_socket),
+                "--namespace",
+                "k8s.io",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
         if check and proc.returncode != 0:
             raise BuildError(
                 f"real node: ctr {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()}"
@@ -237,9 +258,14 @@ class RealNode:
     def _advertise_gpus(self) -> None:
         patch = [{"op": "add", "path": "/status/capacity/nvidia.com~1gpu", "value": str(self.gpus)}]
         self.cluster.kubectl(
-            "patch", "node", self.name, "--subresource=status", "--type=json",
-            "-p", json.dumps(patch),
-        )  # fmt: skip
+            "patch",
+            "node",
+            self.name,
+            "--subresource=status",
+            "--type=json",
+            "-p",
+            json.dumps(patch),
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             out = self.cluster.kubectl(
@@ -304,7 +330,15 @@ def load_into_running_node(archives: list[Path], *, log: Log = stderr_log) -> No
     ctr = debian_files("containerd", ["usr/bin/ctr"], suite=NODE_DEBIAN, log=log)["usr/bin/ctr"]
     for archive in archives:
         subprocess.run(
-            [str(ctr), "--address", footprint.containerd_socket, "--namespace", "k8s.io",
-             "images", "import", str(archive)],
+            [
+                str(ctr),
+                "--address",
+                footprint.containerd_socket,
+                "--namespace",
+                "k8s.io",
+                "images",
+                "import",
+                str(archive),
+            ],
             check=True,
-        )  # fmt: skip
+        )

@@ -96,8 +96,11 @@ class Follower:
                 # An API server restart drops every watch at once: one line each, no traceback.
                 log.warning(
                     "%s: watch ended (%s: %s); resuming in %.1fs",
-                    self.name, type(exc).__name__, exc, backoff,
-                )  # fmt: skip
+                    self.name,
+                    type(exc).__name__,
+                    exc,
+                    backoff,
+                )
                 await asyncio.sleep(backoff * (0.5 + random.random()))
                 backoff = min(backoff * 2, 30.0)
             except Exception:

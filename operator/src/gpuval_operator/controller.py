@@ -95,13 +95,21 @@ class ValidationController:
         self.tracker = NodeTracker(ctx.client, name, self.ingest.wake.set)
         self.ports = ctx.ports
         fabric = FabricDriver(
-            effects=self.effects, tracker=self.tracker, ports=ctx.ports,
-            annotations=self._annotations, changed=self._changed,
-        )  # fmt: skip
+            effects=self.effects,
+            tracker=self.tracker,
+            ports=ctx.ports,
+            annotations=self._annotations,
+            changed=self._changed,
+        )
         self.driver = RunDriver(
-            state=self.state, effects=self.effects, actor=self.actor, tracker=self.tracker,
-            reports=self.reports, ingest=self.ingest, fabric=fabric,
-        )  # fmt: skip
+            state=self.state,
+            effects=self.effects,
+            actor=self.actor,
+            tracker=self.tracker,
+            reports=self.reports,
+            ingest=self.ingest,
+            fabric=fabric,
+        )
         self.invalid_generation: int | None = None
 
     def _status(self) -> dict[str, Any]:
@@ -133,13 +141,21 @@ class ValidationController:
     def _start_followers(self) -> tuple[Follower, Follower]:
         client, sel, ing = self.effects.client, self.effects.selector, self.ingest
         reports = Follower(
-            client, REPORTS_PATH, sel, ing.on_reports_page, ing.on_report_event,
+            client,
+            REPORTS_PATH,
+            sel,
+            ing.on_reports_page,
+            ing.on_report_event,
             name=f"{self.name}/reports",
-        )  # fmt: skip
+        )
         pods = Follower(
-            client, self.effects.pods_path, sel, ing.on_pods_page, ing.on_pod_event,
+            client,
+            self.effects.pods_path,
+            sel,
+            ing.on_pods_page,
+            ing.on_pod_event,
             name=f"{self.name}/pods",
-        )  # fmt: skip
+        )
         self._followers = [
             asyncio.create_task(reports.run(), name=f"{self.name}-reports"),
             asyncio.create_task(pods.run(), name=f"{self.name}-pods"),
@@ -310,9 +326,13 @@ class ValidationController:
             )
             return
         run = RunState(
-            validation=self.name, run_id=run_id, number=number, generation=self.generation(),
-            trigger=trigger, started_at=time.time(),
-        )  # fmt: skip
+            validation=self.name,
+            run_id=run_id,
+            number=number,
+            generation=self.generation(),
+            trigger=trigger,
+            started_at=time.time(),
+        )
         add_nodes(run, self.name, candidates)
         run.fabric = FabricRun() if spec.fabric is not None else None
         self.state.run = run

@@ -294,9 +294,14 @@ def run_exec_plugin(
     argv = [str(command), *(str(a) for a in spec.get("args") or [])]
     try:
         done = subprocess.run(
-            argv, env=env, capture_output=True, text=True, timeout=EXEC_TIMEOUT_SECONDS,
-            check=False, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            argv,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=EXEC_TIMEOUT_SECONDS,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.TimeoutExpired) as error:
         hint = f" ({spec['installHint'].strip()})" if spec.get("installHint") else ""
         raise CredentialsError(f"{field}: {argv[0]} did not run: {error}{hint}") from None

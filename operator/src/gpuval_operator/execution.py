@@ -54,9 +54,12 @@ class RunDriver:
         if spec.gating is not None:
             await self.join(run, spec, self.tracker.due_batch(spec.gating, time.time()))
         outcomes = lifecycle.due_outcomes(
-            run, now=time.time(), monotonic=time.monotonic(),
-            timeout=spec.node_timeout_seconds, grace=self.config.pod_grace_seconds,
-        )  # fmt: skip
+            run,
+            now=time.time(),
+            monotonic=time.monotonic(),
+            timeout=spec.node_timeout_seconds,
+            grace=self.config.pod_grace_seconds,
+        )
         if outcomes:
             await self.effects.bounded(self._record(run, o) for o in outcomes)
         self._retry(run, spec)
@@ -81,9 +84,11 @@ class RunDriver:
             if record is None:
                 fresh.append(planning.Candidate(name, view.gpus))
                 run.add(
-                    name, view.gpus, names.report_name(run.validation, run.run_id, name),
+                    name,
+                    view.gpus,
+                    names.report_name(run.validation, run.run_id, name),
                     names.pod_name(run.validation, run.run_id, name),
-                ).trigger = trigger  # fmt: skip
+                ).trigger = trigger
             else:
                 pod = names.pod_name(run.validation, run.run_id, name, record.attempt + 1)
                 record.next_attempt(pod, 0.0, trigger)
@@ -102,9 +107,13 @@ class RunDriver:
             if not gone and lifecycle.retry_wanted(record, spec.retry):
                 pod = names.pod_name(run.validation, run.run_id, record.node, record.attempt + 1)
                 log.info(
-                    "%s: %s not tested (%s); attempt %d in %ds", run.validation, record.node,
-                    record.reason, record.attempt + 1, spec.retry.backoff_seconds,
-                )  # fmt: skip
+                    "%s: %s not tested (%s); attempt %d in %ds",
+                    run.validation,
+                    record.node,
+                    record.reason,
+                    record.attempt + 1,
+                    spec.retry.backoff_seconds,
+                )
                 record.next_attempt(
                     pod, time.time() + spec.retry.backoff_seconds, NodeTrigger.RETRY
                 )

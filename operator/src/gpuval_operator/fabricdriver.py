@@ -173,9 +173,13 @@ class FabricDriver:
             if views is not None and (n not in views or not views[n].ready)
         )
         outcomes = fabriclife.due_outcomes(
-            fabric, fabric_config(spec), now=time.time(), monotonic=time.monotonic(),
-            grace=self.effects.config.pod_grace_seconds, gone=gone,
-        )  # fmt: skip
+            fabric,
+            fabric_config(spec),
+            now=time.time(),
+            monotonic=time.monotonic(),
+            grace=self.effects.config.pod_grace_seconds,
+            gone=gone,
+        )
         for outcome in outcomes:
             member = fabric.groups[outcome.group].members[outcome.rank]
             member.recorded = outcome.record
@@ -193,19 +197,29 @@ class FabricDriver:
         if outcomes:
             self.changed()
 
-    def _pod(self, run: RunState, spec: GpuValidationSpec, group: Group, rank: int,
-             ip: str | None) -> dict[str, Any]:  # fmt: skip
+    def _pod(
+        self, run: RunState, spec: GpuValidationSpec, group: Group, rank: int, ip: str | None
+    ) -> dict[str, Any]:
         assert group.port is not None and group.opened_at is not None
         node = group.plan.nodes[rank]
         return build_fabric_pod(
-            validation=self.effects.name, uid=self.effects.uid, run=run.run_id,
-            group=group.name, nodes=group.plan.nodes, rank=rank, gpus=run.nodes[node].gpus,
-            port=group.port, master_ip=ip, spec=spec, config=self.effects.config,
+            validation=self.effects.name,
+            uid=self.effects.uid,
+            run=run.run_id,
+            group=group.name,
+            nodes=group.plan.nodes,
+            rank=rank,
+            gpus=run.nodes[node].gpus,
+            port=group.port,
+            master_ip=ip,
+            spec=spec,
+            config=self.effects.config,
             deadline=fabricplan.pod_deadline(fabric_config(spec), group.opened_at, group.size),
-        )  # fmt: skip
+        )
 
-    async def _create(self, run: RunState, spec: GpuValidationSpec, group: Group,
-                      member: Member, ip: str | None) -> None:  # fmt: skip
+    async def _create(
+        self, run: RunState, spec: GpuValidationSpec, group: Group, member: Member, ip: str | None
+    ) -> None:
         member.requested = True
         refused = await self.effects.create_fabric_pod(self._pod(run, spec, group, member.rank, ip))
         if refused is not None:

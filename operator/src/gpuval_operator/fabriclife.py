@@ -232,9 +232,15 @@ def due_outcomes(
             if run.result(group, member) is not None:
                 continue
             found = member_outcome(
-                run, group, member, config, now=now, monotonic=monotonic, grace=grace,
+                run,
+                group,
+                member,
+                config,
+                now=now,
+                monotonic=monotonic,
+                grace=grace,
                 node_gone=member.node in gone,
-            )  # fmt: skip
+            )
             if found is not None:
                 outcomes.append(found)
     return outcomes

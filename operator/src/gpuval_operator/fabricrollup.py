@@ -77,12 +77,17 @@ def _provisional(run: FabricRun) -> list[dict[str, Any]]:
         records = [r for m in group.members if (r := run.result(group, m)) is not None]
         worst = max(records, key=lambda r: _RANK[r.verdict])
         failing = worst.verdict is not Verdict.PASSED
-        entries.append({
-            "group": group.name, "domain": group.plan.domain or None, "nodes": group.size,
-            "busbwGBps": run.busbw.get(group.name), "floorGBps": None,
-            "reason": str(worst.reason) if failing and worst.reason else None,
-            "message": worst.message[:1024] if failing else "",
-        })  # fmt: skip
+        entries.append(
+            {
+                "group": group.name,
+                "domain": group.plan.domain or None,
+                "nodes": group.size,
+                "busbwGBps": run.busbw.get(group.name),
+                "floorGBps": None,
+                "reason": str(worst.reason) if failing and worst.reason else None,
+                "message": worst.message[:1024] if failing else "",
+            }
+        )
     return entries
 
 
@@ -120,10 +125,13 @@ def build_fabric_status(run: FabricRun) -> dict[str, Any]:
         listed = sorted((_entry(g) for g in found.groups), key=_order)
         slow = [g for g in found.groups if g.slow]
         slow_entries = [
-            _entry(g, f"below its floor {g.floor or 0:.1f} GB/s (groups of {len(g.nodes)} nodes "
-                      "across the run); no node stands out, none is named")
+            _entry(
+                g,
+                f"below its floor {g.floor or 0:.1f} GB/s (groups of {len(g.nodes)} nodes "
+                "across the run); no node stands out, none is named",
+            )
             for g in sorted(slow, key=lambda g: g.busbw or 0.0)
-        ]  # fmt: skip
+        ]
         median = found.median_pair
     else:
         listed, slow_entries, median = sorted(_provisional(run), key=_order), [], None

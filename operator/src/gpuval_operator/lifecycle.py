@@ -120,17 +120,21 @@ def _ended(r: NodeRecord) -> Outcome:
         )
         reason = r.termination.get(StatusKey.REASON)
         return Outcome(
-            r.node, verdict, Reason(reason) if reason else None, message.strip(),
+            r.node,
+            verdict,
+            Reason(reason) if reason else None,
+            message.strip(),
             status=r.termination,
-        )  # fmt: skip
+        )
     if r.evicted:
         return Outcome.of(r.node, Reason.POD_EVICTED, f"agent pod {r.pod} was evicted")
     code = "" if r.exit_code is None else f" with exit code {r.exit_code}"
     if r.terminated_reason == CONTAINER_REASON_OOM_KILLED:
         return Outcome.of(
-            r.node, Reason.POD_OOM_KILLED, f"agent pod {r.pod} was OOM-killed{code}: raise "
-            "spec.agent.resources.limits.memory",
-        )  # fmt: skip
+            r.node,
+            Reason.POD_OOM_KILLED,
+            f"agent pod {r.pod} was OOM-killed{code}: raise spec.agent.resources.limits.memory",
+        )
     if r.pod_phase == PodPhase.FAILED:
         message = f"agent pod {r.pod} failed{code} without a verdict"
     else:

@@ -30,8 +30,13 @@ from gpuval_operator.views import SUMMARY_FIGURES, NodeResult
 log = logging.getLogger(__name__)
 
 # Label values of gpuval_validation_nodes{state} -> RunState.counts() keys.
-NODE_STATES = {"pending": "pending", "running": "running", "passed": "passed", "failed": "failed",
-               "notrun": "notRun"}  # fmt: skip
+NODE_STATES = {
+    "pending": "pending",
+    "running": "running",
+    "passed": "passed",
+    "failed": "failed",
+    "notrun": "notRun",
+}
 
 
 def operator_version() -> str:
@@ -52,61 +57,83 @@ class _Families:
         self.per_gpu = per_gpu
         v, n = "validation", "node"
         self.nodes = _gauge(
-            "gpuval_validation_nodes", "Nodes of the current run of a GpuValidation, by state.",
-            v, "state",
-        )  # fmt: skip
+            "gpuval_validation_nodes",
+            "Nodes of the current run of a GpuValidation, by state.",
+            v,
+            "state",
+        )
         self.unschedulable = _gauge(
             "gpuval_validation_unschedulable_pods",
-            "Agent pods of the current run the scheduler could not place.", v,
-        )  # fmt: skip
+            "Agent pods of the current run the scheduler could not place.",
+            v,
+        )
         self.invalid = _gauge("gpuval_validation_invalid", "1 when the spec is invalid.", v)
         self.uniform = _gauge(
             "gpuval_validation_uniform",
-            "1 when every node's environment agrees, 0 when not (absent until compared).", v,
-        )  # fmt: skip
+            "1 when every node's environment agrees, 0 when not (absent until compared).",
+            v,
+        )
         self.outliers = _gauge("gpuval_validation_outliers", "Outliers of the last run.", v)
         self.started = _gauge(
             "gpuval_validation_last_run_start_timestamp_seconds",
-            "When the current or last run started.", v,
-        )  # fmt: skip
+            "When the current or last run started.",
+            v,
+        )
         self.completed = _gauge(
             "gpuval_validation_last_run_completion_timestamp_seconds",
-            "When the last run completed.", v,
-        )  # fmt: skip
+            "When the last run completed.",
+            v,
+        )
         self.success = _gauge(
             "gpuval_validation_last_success_timestamp_seconds",
-            "When a run last completed with every node passed.", v,
-        )  # fmt: skip
+            "When a run last completed with every node passed.",
+            v,
+        )
         self._node_families(v, n)
         self._fabric_families(v, n)
 
     def _node_families(self, v: str, n: str) -> None:
         self.passed = _gauge(
-            "gpuval_node_passed", "1 when the node's latest verdict is Passed, 0 when Failed.",
-            v, n,
-        )  # fmt: skip
+            "gpuval_node_passed",
+            "1 when the node's latest verdict is Passed, 0 when Failed.",
+            v,
+            n,
+        )
         self.failure = _gauge(
             "gpuval_node_failure_info",
-            "The reason of a node's latest failed verdict (always 1).", v, n, "reason",
-        )  # fmt: skip
+            "The reason of a node's latest failed verdict (always 1).",
+            v,
+            n,
+            "reason",
+        )
         self.check_failure = _gauge(
             "gpuval_node_check_failure_info",
             "Each (check, reason) that failed in the node's latest report (always 1).",
-            v, n, "check", "reason",
-        )  # fmt: skip
+            v,
+            n,
+            "check",
+            "reason",
+        )
         self.untested = _gauge(
             "gpuval_node_not_run_info",
             "Nodes whose latest attempt was NotRun (gpuval could not test them; never a failure), "
-            "with the reason (always 1).", v, n, "reason",
-        )  # fmt: skip
+            "with the reason (always 1).",
+            v,
+            n,
+            "reason",
+        )
         self.untested_since = _gauge(
             "gpuval_node_not_run_since_timestamp_seconds",
-            "Since when the node has gone untested (its first NotRun without a test since).", v, n,
-        )  # fmt: skip
+            "Since when the node has gone untested (its first NotRun without a test since).",
+            v,
+            n,
+        )
         self.validated = _gauge(
             "gpuval_node_last_validation_timestamp_seconds",
-            "When the node's latest verdict was written.", v, n,
-        )  # fmt: skip
+            "When the node's latest verdict was written.",
+            v,
+            n,
+        )
         self.figures = {
             suffix: _gauge(
                 f"gpuval_node_{suffix}", f"Worst GPU of the node in its latest report: {key}.", v, n
@@ -119,21 +146,29 @@ class _Families:
         self.fabric_group = _gauge(
             "gpuval_fabric_group_busbw_bytes_per_second",
             "All-reduce bus bandwidth of each fabric group of the latest run with settled "
-            "fabric verdicts, at its largest size.", v, "group",
-        )  # fmt: skip
+            "fabric verdicts, at its largest size.",
+            v,
+            "group",
+        )
         self.fabric_slow = _gauge(
             "gpuval_validation_fabric_slow_groups",
-            "Fabric groups of the current run below their floor with no node named.", v,
-        )  # fmt: skip
+            "Fabric groups of the current run below their floor with no node named.",
+            v,
+        )
         self.fabric_passed = _gauge(
             "gpuval_node_fabric_passed",
             "1 when the node's latest settled fabric verdict is Passed, 0 when Failed (absent "
-            "for NotRun: its group did not form).", v, n,
-        )  # fmt: skip
+            "for NotRun: its group did not form).",
+            v,
+            n,
+        )
         self.fabric_failure = _gauge(
             "gpuval_node_fabric_failure_info",
-            "The reason of a node's latest failed fabric verdict (always 1).", v, n, "reason",
-        )  # fmt: skip
+            "The reason of a node's latest failed fabric verdict (always 1).",
+            v,
+            n,
+            "reason",
+        )
 
     def add_fabric(self, name: str, state: ValidationState) -> None:
         for group, busbw in list(state.fabric_groups.items()):
@@ -198,8 +233,10 @@ class _Families:
                     family = self.gpu_figures[suffix] = _gauge(
                         f"gpuval_gpu_{suffix}",
                         f"Per-GPU figure of the node's latest report: {suffix}.",
-                        "validation", "node", "gpu",
-                    )  # fmt: skip
+                        "validation",
+                        "node",
+                        "gpu",
+                    )
                 family.add_metric([name, node, str(index)], value)
 
     def all(self) -> Iterator[Metric]:

@@ -53,9 +53,13 @@ class NodeTracker:
         self.selector, self.topology_key, self.views = selector, topology_key, {}
         self.synced = asyncio.Event()
         follower = Follower(
-            self.client, NODES_PATH, selector, self._on_page, self._on_event,
+            self.client,
+            NODES_PATH,
+            selector,
+            self._on_page,
+            self._on_event,
             name=f"{self.validation}/nodes",
-        )  # fmt: skip
+        )
         self._follower = follower
         self._task = asyncio.create_task(self._run(follower), name=f"{self.validation}-nodes")
 

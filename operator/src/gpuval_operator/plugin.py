@@ -149,8 +149,10 @@ def render_status(view: FleetView, validation: GpuValidation) -> str:
         lines.append(f"  ({view.failing_omitted} more failing nodes beyond the status' list)")
     if view.others:
         lines.append(f"Not judged: {len(view.others)}")
-        lines += [f"  {u.name}  {u.verdict}  {u.reason or ''}  {u.message}".rstrip()
-                  for u in view.others[:MAX_LINES]]  # fmt: skip
+        lines += [
+            f"  {u.name}  {u.verdict}  {u.reason or ''}  {u.message}".rstrip()
+            for u in view.others[:MAX_LINES]
+        ]
         lines += _more(len(view.others))
     lines += _fabric_lines(view)
     lines += _outlier_lines(view, validation)

@@ -103,9 +103,16 @@ class NodeRecord:
         """Make the record wait for another attempt, under a new pod name, in the same report
         (which still shows the previous attempt until the operator resets it)."""
         fresh = NodeRecord(
-            self.node, self.gpus, self.report, pod, attempt=self.attempt + 1, trigger=trigger,
-            not_before=not_before, stale_report=True, planned=True,
-        )  # fmt: skip
+            self.node,
+            self.gpus,
+            self.report,
+            pod,
+            attempt=self.attempt + 1,
+            trigger=trigger,
+            not_before=not_before,
+            stale_report=True,
+            planned=True,
+        )
         for slot in NodeRecord.__slots__:
             setattr(self, slot, getattr(fresh, slot))
 

@@ -108,9 +108,15 @@ def distribution(view: FleetView, figure: Figure, outliers: Sequence[FigureOutli
         unit_verdict = next(u.verdict for u in measured if u.name == name)
         x, y = position[name]
         fig.add_annotation(
-            x=x, y=y, text=text, showarrow=True, arrowhead=2, ax=0, ay=-28 - 18 * (index % 3),
+            x=x,
+            y=y,
+            text=text,
+            showarrow=True,
+            arrowhead=2,
+            ax=0,
+            ay=-28 - 18 * (index % 3),
             font={"color": verdict_colour(unit_verdict, verdicts)},
-        )  # fmt: skip
+        )
     fig.update_layout(**layout(f"{figure.label} per {view.unit_label} ({figure.unit})", 300))
     fig.update_xaxes(title_text=f"{figure.unit} (grey: median; dotted red: 90 % of the median)")
     fig.update_yaxes(

@@ -71,8 +71,10 @@ def _failures(view: FleetView) -> str:
 
 def _others(view: FleetView) -> str:
     """Units neither passed nor failed nor waiting: gpuval could not judge them (e.g. NotRun)."""
-    rows = [[escape(u.name), escape(u.verdict), escape(u.reason or ""), escape(u.message)]
-            for u in view.others]  # fmt: skip
+    rows = [
+        [escape(u.name), escape(u.verdict), escape(u.reason or ""), escape(u.message)]
+        for u in view.others
+    ]
     if not rows:
         return ""
     listed = table([view.unit_label, "Verdict", "Reason", "Message"], rows)

@@ -91,9 +91,16 @@ def verify_into(c: torch.Tensor, ref: torch.Tensor, slot: torch.Tensor, use_trit
     if use_triton and HAVE_TRITON:
         programs = torch.cuda.get_device_properties(c.device).multi_processor_count * 4
         _verify_kernel[(programs,)](
-            c_bits, ref_bits, slot, c_bits.numel(), mag=mag, exp=exp, block=4096, nprog=programs,
+            c_bits,
+            ref_bits,
+            slot,
+            c_bits.numel(),
+            mag=mag,
+            exp=exp,
+            block=4096,
+            nprog=programs,
             num_warps=8,
-        )  # fmt: skip
+        )
         return
     slot[0] += (c_bits != ref_bits).sum(dtype=torch.int32)
     slot[1] += (~torch.isfinite(c)).sum(dtype=torch.int32)
@@ -145,8 +152,12 @@ class _GpuBurn:
                     torch.matmul(self.a, self.b, out=self.c)
                 end.record()
                 with _compile_lock:  # Triton's first compile is not safe from several threads
-                    verify_into(self.c, self.c, torch.zeros(2, dtype=torch.int32, device=device),
-                                self.use_triton)  # fmt: skip
+                    verify_into(
+                        self.c,
+                        self.c,
+                        torch.zeros(2, dtype=torch.int32, device=device),
+                        self.use_triton,
+                    )
                     self.stream.synchronize()
             iteration_seconds = start.elapsed_time(end) / 3000
             self.k = max(1, min(_MAX_GRAPH_ITERATIONS, round(REPLAY_SECONDS / iteration_seconds)))
@@ -267,9 +278,15 @@ def determinants(gpu: int, precision: Precision, n: int) -> str:
     model, SM count and version); nodes equal in these must compute bit-identical references."""
     props = torch.cuda.get_device_properties(gpu)
     return "|".join(
-        [props.name, f"sm{props.multi_processor_count}", f"n{n}", str(precision),
-         f"torch {torch.__version__}", _blas_version()]
-    )  # fmt: skip
+        [
+            props.name,
+            f"sm{props.multi_processor_count}",
+            f"n{n}",
+            str(precision),
+            f"torch {torch.__version__}",
+            _blas_version(),
+        ]
+    )
 
 
 def burn(

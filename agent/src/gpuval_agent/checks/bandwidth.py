@@ -108,13 +108,33 @@ def _one_gpu(context: CheckContext, builder: CheckBuilder, gpu: int, step: _Step
     builder.gpu_metric(gpu, Metric.H2D, h2d)
     builder.gpu_metric(gpu, Metric.D2H, d2h)
     builder.gpu_metric(gpu, Metric.DEVICE_COPY, local)
-    _below(builder, what=f"GPU {gpu} host->device", field="minH2dGBps", gbps=h2d,
-           threshold=config.min_h2d_gbps, expected=part.h2d_gbps, gpu=gpu)  # fmt: skip
-    _below(builder, what=f"GPU {gpu} device->host", field="minD2hGBps", gbps=d2h,
-           threshold=config.min_d2h_gbps, expected=part.d2h_gbps, gpu=gpu)  # fmt: skip
-    _below(builder, what=f"GPU {gpu} device-local copy", field="minDeviceCopyGBps",
-           gbps=local, threshold=config.min_device_copy_gbps,
-           expected=part.device_copy_gbps, gpu=gpu)  # fmt: skip
+    _below(
+        builder,
+        what=f"GPU {gpu} host->device",
+        field="minH2dGBps",
+        gbps=h2d,
+        threshold=config.min_h2d_gbps,
+        expected=part.h2d_gbps,
+        gpu=gpu,
+    )
+    _below(
+        builder,
+        what=f"GPU {gpu} device->host",
+        field="minD2hGBps",
+        gbps=d2h,
+        threshold=config.min_d2h_gbps,
+        expected=part.d2h_gbps,
+        gpu=gpu,
+    )
+    _below(
+        builder,
+        what=f"GPU {gpu} device-local copy",
+        field="minDeviceCopyGBps",
+        gbps=local,
+        threshold=config.min_device_copy_gbps,
+        expected=part.device_copy_gbps,
+        gpu=gpu,
+    )
     # The link is read while the host->device copy loads it: idle links drop their generation.
     info = next(g for g in context.environment.gpus if g.index == gpu)
     _link_under_load(builder, gpu, window.gpu(gpu), info.pcie)
@@ -151,9 +171,15 @@ def _all_at_once(
         )
         for gpu, gbps in figures.items():
             builder.gpu_metric(gpu, f"{direction}GBpsConcurrent", gbps)
-            _below(builder, what=f"GPU {gpu} {direction} with all GPUs copying at once",
-                   field=field, gbps=gbps, threshold=threshold, expected=expected,
-                   gpu=gpu)  # fmt: skip
+            _below(
+                builder,
+                what=f"GPU {gpu} {direction} with all GPUs copying at once",
+                field=field,
+                gbps=gbps,
+                threshold=threshold,
+                expected=expected,
+                gpu=gpu,
+            )
         builder.metrics[f"{direction}GBpsConcurrentTotal"] = round(sum(figures.values()), 3)
 
 
@@ -173,6 +199,13 @@ def _peers(context: CheckContext, builder: CheckBuilder, gpus: list[int], step: 
             continue
         gbps = backend.peer_bandwidth(src, dst, config.transfer_mib * _MIB, config.iterations)
         builder.pairs.append(PairResult(src=src, dst=dst, gbps=round(gbps, 3)))
-        _below(builder, what=f"GPU {src} -> GPU {dst}", field="minP2pGBps", gbps=gbps,
-               threshold=config.min_p2p_gbps, expected=context.part.p2p_gbps, gpu=src,
-               peer=dst)  # fmt: skip
+        _below(
+            builder,
+            what=f"GPU {src} -> GPU {dst}",
+            field="minP2pGBps",
+            gbps=gbps,
+            threshold=config.min_p2p_gbps,
+            expected=context.part.p2p_gbps,
+            gpu=src,
+            peer=dst,
+        )

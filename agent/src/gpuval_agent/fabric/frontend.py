@@ -78,8 +78,11 @@ def add_fabric_parser(
     fabric.add_argument("--max-size", type=size, help="largest all-reduce of the sweep (8G)")
     fabric.add_argument("--pair-size", type=size, help="all-reduce size of the pairs (1G)")
     fabric.add_argument("--iterations", type=int, help="timed all-reduces per size (20)")
-    fabric.add_argument("--expected-transport", choices=[str(t) for t in ExpectedTransport],
-                        help="IB: sockets fail the node; Socket; Any (default)")  # fmt: skip
+    fabric.add_argument(
+        "--expected-transport",
+        choices=[str(t) for t in ExpectedTransport],
+        help="IB: sockets fail the node; Socket; Any (default)",
+    )
     fabric.add_argument("--gpus", type=int, help="GPUs of this machine to use (default: all)")
     fabric.add_argument("--json", dest="json_path", help="write the result here ('-': stdout)")
     fabric.add_argument("--backend", choices=BACKENDS, help="GPU backend (default cuda)")
@@ -105,9 +108,11 @@ def _config(args: argparse.Namespace) -> FabricConfig:
     except (OSError, ValueError) as error:
         raise AgentError(f"--config {str(args.config)!r}: {error}") from None
     flags = {
-        "maxBytes": args.max_size, "pairBytes": args.pair_size,
-        "iterations": args.iterations, "expectedTransport": args.expected_transport,
-    }  # fmt: skip
+        "maxBytes": args.max_size,
+        "pairBytes": args.pair_size,
+        "iterations": args.iterations,
+        "expectedTransport": args.expected_transport,
+    }
     merged = base | {key: value for key, value in flags.items() if value is not None}
     if args.max_size is not None and "minBytes" not in base:
         merged["minBytes"] = min(FabricConfig().min_bytes, args.max_size)

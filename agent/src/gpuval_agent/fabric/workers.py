@@ -102,9 +102,13 @@ class Generation:
         for command, log in zip(commands, logs, strict=True):
             with log.open("wb") as sink:
                 process = subprocess.Popen(
-                    command, env=env, stdin=subprocess.PIPE, stdout=sink,
-                    stderr=subprocess.STDOUT, start_new_session=True,
-                )  # fmt: skip
+                    command,
+                    env=env,
+                    stdin=subprocess.PIPE,
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
                 self.processes.append(process)
 
     def send(self, command: dict[str, Any]) -> None:
@@ -213,21 +217,34 @@ class TorchFabric(Executor):
         host, port = self.master
         timeouts = self.config.timeouts
         return {
-            "rank": first + local, "world": sum(c for _, c in self._layout),
-            "node": self._rank, "layout": self._layout, "device": local,
-            "storeHost": host, "storePort": port + 1 + generation,
-            "initSeconds": timeouts.init_seconds, "phaseSeconds": timeouts.phase_seconds,
-            "events": str(log.with_suffix(".events")), "testHang": self._test_hang,
-        }  # fmt: skip
+            "rank": first + local,
+            "world": sum(c for _, c in self._layout),
+            "node": self._rank,
+            "layout": self._layout,
+            "device": local,
+            "storeHost": host,
+            "storePort": port + 1 + generation,
+            "initSeconds": timeouts.init_seconds,
+            "phaseSeconds": timeouts.phase_seconds,
+            "events": str(log.with_suffix(".events")),
+            "testHang": self._test_hang,
+        }
 
     def start(self, generation: int, deadline: float) -> StepReport:
         self.stop_workers()
         logs = [Path(self._dir.name) / f"gen{generation}-gpu{i}.log" for i in range(self._gpus)]
         commands = [
-            [sys.executable, "-m", "gpuval_agent.fabric.worker", "--group", self.group_name,
-             "--spec", json.dumps(self._spec(generation, local, log))]
+            [
+                sys.executable,
+                "-m",
+                "gpuval_agent.fabric.worker",
+                "--group",
+                self.group_name,
+                "--spec",
+                json.dumps(self._spec(generation, local, log)),
+            ]
             for local, log in enumerate(logs)
-        ]  # fmt: skip
+        ]
         self._logs += logs
         self._current = Generation(commands, self._env, logs)
         self._step = 0
@@ -270,8 +287,13 @@ class TorchFabric(Executor):
         iterations: int,
         deadline: float,
     ) -> StepReport:
-        command = {"op": "pairs", "round": round_number, "pairs": [list(p) for p in pairs],
-                   "bytes": nbytes, "iterations": iterations}  # fmt: skip
+        command = {
+            "op": "pairs",
+            "round": round_number,
+            "pairs": [list(p) for p in pairs],
+            "bytes": nbytes,
+            "iterations": iterations,
+        }
         phase = self.config.timeouts.phase_seconds
         return self._command(command, deadline, "fabric.timeouts.phaseSeconds", phase)
 

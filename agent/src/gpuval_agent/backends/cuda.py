@@ -36,6 +36,7 @@ from gpuval_agent.backends.base import (
 from gpuval_agent.backends.nvml import Nvml
 from gpuval_agent.backends.ranks import SAFE_NCCL_ENV, TIMING_NCCL_ENV, RankGroup
 from gpuval_agent.errors import BackendUnavailableError
+from gpuval_agent.state.model import GpuState
 from gpuval_api.checks import Precision
 from gpuval_api.result import Environment
 
@@ -197,6 +198,9 @@ class CudaBackend(Backend):
     def telemetry(self) -> list[TelemetrySample]:
         samples: list[TelemetrySample] = self._nvml_session().telemetry()
         return samples
+
+    def gpu_state(self) -> list[GpuState]:
+        return self._nvml_session().gpu_states()
 
     def xid_events(self) -> list[XidEvent]:
         events: list[XidEvent] = self._nvml_session().xid_events()

@@ -19,7 +19,7 @@ from gpuval_agent.record import RunRecord
 from gpuval_api.checks import CheckName
 from gpuval_api.evidence import EvidenceStatus, Section, encode_evidence
 from gpuval_api.reasons import Reason
-from gpuval_api.report import rfc3339
+from gpuval_api.report import StatusKey, rfc3339
 from gpuval_api.result import AgentResult, Verdict
 
 _FAILED_CHECKS, _COUNTERS, _KERNEL_LOG, _NCCL_LOG, _NVML, _HOST, _ENVIRONMENT = (
@@ -109,9 +109,9 @@ def build_evidence(result: AgentResult, record: RunRecord) -> EvidenceStatus:
     """The bounded, encoded bundle of a run (gpuval_api.evidence.MAX_ENCODED_BYTES)."""
     header = {
         "node": result.node or result.environment.hostname,
-        "verdict": str(result.verdict),
-        "reason": str(result.reason) if result.reason else None,
-        "message": result.message,
+        StatusKey.VERDICT.value: str(result.verdict),
+        StatusKey.REASON.value: str(result.reason) if result.reason else None,
+        StatusKey.MESSAGE.value: result.message,
         "agentVersion": result.agent_version,
         "backend": result.backend,
         "createdAt": rfc3339(datetime.now(UTC)),

@@ -12,7 +12,7 @@ and on a part the agent has no figure for, only the absolute threshold applies.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Self
+from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -136,7 +136,7 @@ class FindingAction(StrEnum):
 class NetworkExpectations(_Model):
     """What the node's InfiniBand/RoCE ports (sysfs /sys/class/infiniband) should show."""
 
-    devices: list[str] = Field(
+    devices: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
         default_factory=list,
         max_length=64,
         description="RDMA devices to check (e.g. mlx5_0). Empty: every device the node has.",
@@ -219,7 +219,7 @@ class StateCheck(_Model):
         description="Most memory banks with low or no spare rows (row remapper histogram) before "
         "RowRemapSparesLow.",
     )
-    ignore_xids: list[int] = Field(
+    ignore_xids: list[Annotated[int, Field(ge=1, le=1023)]] = Field(
         default_factory=list,
         max_length=64,
         description="XIDs in the kernel log that are never reported.",

@@ -11,8 +11,11 @@ from typing import Any, TypeVar
 import pynvml  # type: ignore[import-untyped,unused-ignore]
 
 from gpuval_agent.state.model import (
+    COMPLETED,
     CORRECTED_AGGREGATE,
     CORRECTED_VOLATILE,
+    FABRIC_SUCCESS,
+    NOT_SUPPORTED,
     UNCORRECTED_AGGREGATE,
     UNCORRECTED_VOLATILE,
     GpuFabric,
@@ -40,7 +43,7 @@ _LOCATIONS = {
     7: "SRAM",
 }
 _NVLINK_COUNTERS = {"replay": 0, "recovery": 1, "crcFlit": 2, "crcData": 3}
-_FABRIC_STATES = {0: "NotSupported", 1: "NotStarted", 2: "InProgress", 3: "Completed"}
+_FABRIC_STATES = {0: NOT_SUPPORTED, 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: COMPLETED}
 _NOT_SUPPORTED = {
     pynvml.NVML_ERROR_NOT_SUPPORTED,
     pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
@@ -207,9 +210,11 @@ def _fabric(handle: Any) -> GpuFabric:
         nv.nvmlDeviceGetGpuFabricInfo(handle, byref(info))
     state = _FABRIC_STATES.get(int(info.state), f"unknown ({int(info.state)})")
     fabric = GpuFabric(state=state, health_mask=getattr(info, "healthMask", None))
-    if state != "NotSupported":
+    if state != NOT_SUPPORTED:
         status = int(info.status)
-        fabric.status = "Success" if status == nv.NVML_SUCCESS else str(pynvml.NVMLError(status))
+        fabric.status = (
+            FABRIC_SUCCESS if status == nv.NVML_SUCCESS else str(pynvml.NVMLError(status))
+        )
         fabric.clique_id = int(info.cliqueId)
         fabric.cluster_uuid = bytes(info.clusterUuid).hex()
     return fabric

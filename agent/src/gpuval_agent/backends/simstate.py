@@ -16,8 +16,11 @@ from pathlib import Path
 
 from gpuval_agent.backends.simconfig import Fault, FaultKind
 from gpuval_agent.state.model import (
+    COMPLETED,
     CORRECTED_AGGREGATE,
     CORRECTED_VOLATILE,
+    FABRIC_SUCCESS,
+    NOT_SUPPORTED,
     UNCORRECTED_AGGREGATE,
     UNCORRECTED_VOLATILE,
     GpuFabric,
@@ -97,10 +100,10 @@ class SimulatedHost:
         )
         if self.gpus > 1:
             state.nvlinks = [self._nvlink(gpu, link) for link in range(NVLINKS)]
-            state.fabric = GpuFabric(state="Completed", status="Success", clique_id=1)
+            state.fabric = GpuFabric(state=COMPLETED, status=FABRIC_SUCCESS, clique_id=1)
         else:
             state.not_read.append(f"NVLink: not supported on any of {NVLINKS} links")
-            state.fabric = GpuFabric(state="NotSupported")
+            state.fabric = GpuFabric(state=NOT_SUPPORTED)
         return state
 
     def _nvlink(self, gpu: int, link: int) -> NvLink:

@@ -15,7 +15,7 @@ from gpuval_agent.state.model import Reading
 from gpuval_agent.state.read import take_reading
 from gpuval_api.checks import CheckName, FindingAction, StateCheck
 from gpuval_api.reasons import REASONS, Reason, Severity
-from gpuval_api.result import CheckResult, Finding, Verdict
+from gpuval_api.result import CheckResult, Finding, GpuCheckResult, Verdict
 
 NAME = CheckName.STATE.value
 _BEFORE = "before the load checks"
@@ -146,29 +146,26 @@ def amend(result: CheckResult, context: CheckContext) -> CheckResult:
     errors = [f for f in findings if f.severity is Severity.ERROR]
     failed_gpus = {f.gpu for f in errors if f.gpu is not None}
     gpus = [
-        g.model_copy(
-            update={
-                "verdict": Verdict.FAILED if g.index in failed_gpus else g.verdict,
-                "reason": g.reason or next((f.reason for f in errors if f.gpu == g.index), None),
-            }
+        GpuCheckResult(
+            index=g.index,
+            uuid=g.uuid,
+            verdict=Verdict.FAILED if g.index in failed_gpus else g.verdict,
+            reason=g.reason or next((f.reason for f in errors if f.gpu == g.index), None),
+            metrics=g.metrics,
         )
         for g in result.gpus
     ]
-    metrics = dict(result.metrics)
-    metrics["afterReadings"] = len(after)
-    metrics["afterReadSeconds"] = round(sum(after), 4)
-    return result.model_copy(
-        update={
-            "findings": findings,
-            "gpus": gpus,
-            "metrics": metrics,
-            "verdict": Verdict.FAILED if errors else result.verdict,
-            "reason": errors[0].reason if errors else None,
-            "hint": errors[0].hint if errors else None,
-            "message": errors[0].message if errors else result.message,
-            "duration_seconds": round(result.duration_seconds + sum(after), 3),
-        }
-    )
+    amended = result.model_copy(deep=True)
+    amended.findings = findings
+    amended.gpus = gpus
+    amended.metrics["afterReadings"] = len(after)
+    amended.metrics["afterReadSeconds"] = round(sum(after), 4)
+    amended.verdict = Verdict.FAILED if errors else result.verdict
+    amended.reason = errors[0].reason if errors else None
+    amended.hint = errors[0].hint if errors else None
+    amended.message = errors[0].message if errors else result.message
+    amended.duration_seconds = round(result.duration_seconds + sum(after), 3)
+    return amended
 
 
 def _gpu_of(counter: str) -> int | None:

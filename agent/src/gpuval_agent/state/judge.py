@@ -12,7 +12,10 @@ from pathlib import Path
 from gpuval_agent.state import sysfs
 from gpuval_agent.state.kernellog import gpu_of
 from gpuval_agent.state.model import (
+    COMPLETED,
     CORRECTED_VOLATILE,
+    FABRIC_SUCCESS,
+    NOT_SUPPORTED,
     UNCORRECTED_AGGREGATE,
     UNCORRECTED_VOLATILE,
     GpuState,
@@ -258,9 +261,9 @@ def _clocks_and_power(gpu: GpuState, config: StateCheck) -> Iterator[StateFindin
 
 def _fabric(gpu: GpuState) -> Iterator[StateFinding]:
     fabric = gpu.fabric
-    if fabric is None or fabric.state == "NotSupported":
+    if fabric is None or fabric.state == NOT_SUPPORTED:
         return
-    if fabric.state != "Completed" or fabric.status != "Success":
+    if fabric.state != COMPLETED or fabric.status != FABRIC_SUCCESS:
         yield StateFinding(
             Reason.GPU_FABRIC_NOT_READY,
             f"GPU {gpu.index}: fabric registration {fabric.state}, status {fabric.status}",

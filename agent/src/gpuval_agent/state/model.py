@@ -25,12 +25,18 @@ class NvLink:
     errors: dict[str, int] = field(default_factory=dict)
 
 
+# nvmlGpuFabricState_t, as nvml.h names the states (NVML_GPU_FABRIC_STATE_<name>).
+NOT_SUPPORTED = "NOT_SUPPORTED"
+COMPLETED = "COMPLETED"
+FABRIC_SUCCESS = "Success"
+
+
 @dataclass(slots=True)
 class GpuFabric:
     """NVML's GPU fabric info (NVSwitch systems)."""
 
-    state: str  # NotSupported, NotStarted, InProgress, Completed
-    status: str | None = None  # the registration's NVML return, "Success" when it worked
+    state: str  # NOT_SUPPORTED, NOT_STARTED, IN_PROGRESS or COMPLETED
+    status: str | None = None  # the registration's NVML return, FABRIC_SUCCESS when it worked
     clique_id: int | None = None
     cluster_uuid: str | None = None
     health_mask: int | None = None

@@ -141,7 +141,7 @@ class NetworkExpectations(_Model):
         max_length=64,
         description="RDMA devices to check (e.g. mlx5_0). Empty: every device the node has.",
     )
-    expected_rate_gbps: float | None = Field(
+    expected_rate_gbit_per_second: float | None = Field(
         default=None,
         gt=0,
         le=10_000,

@@ -94,7 +94,9 @@ def _findings(category: str, test: str, result: dict[str, Any]) -> list[DcgmFind
     if isinstance(warnings, dict):
         warnings = [warnings]
     found = []
-    for warning in warnings or [{}]:
+    for item in warnings or [{}]:
+        # NVVS 1.3 wrote a warning as plain text, later versions as {warning, error_id, ...}.
+        warning = item if isinstance(item, dict) else {"warning": item}
         text = " ".join(str(warning.get("warning", "no message")).split())
         category_id = warning.get("error_category")
         reason = Reason.DCGM_DIAG_FAILED

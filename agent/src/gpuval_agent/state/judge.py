@@ -316,12 +316,12 @@ def _ports(host: HostState, config: StateCheck, root: Path | None) -> Iterator[S
                 Reason.IB_PORT_DOWN,
                 f"{port.name}: state {port.state}, physical state {port.phys_state}",
             )
-        expected = network.expected_rate_gbps
+        expected = network.expected_rate_gbit_per_second
         if expected and port.rate_gbps is not None and port.rate_gbps < expected:
             yield StateFinding(
                 Reason.IB_PORT_RATE_LOW,
                 f"{port.name}: rate {port.rate_text}, expected {expected:g} Gb/s "
-                "(state.network.expectedRateGbps)",
+                "(state.network.expectedRateGbitPerSecond)",
             )
         downed = port.counters.get("link_downed", 0)
         if downed > network.max_link_downed:

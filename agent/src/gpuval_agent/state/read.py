@@ -6,12 +6,21 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from gpuval_agent.backends.base import Backend
+from typing import Protocol
+
 from gpuval_agent.state import kernellog, sysfs
-from gpuval_agent.state.model import Reading
+from gpuval_agent.state.model import GpuState, Reading
 
 
-def take_reading(backend: Backend, root: Path, label: str, ib_devices: list[str]) -> Reading:
+class GpuStateSource(Protocol):
+    """What answers for the GPUs: a backend (NVML, the simulated double) or a recording."""
+
+    def gpu_state(self) -> list[GpuState]: ...
+
+
+def take_reading(
+    backend: GpuStateSource, root: Path, label: str, ib_devices: list[str]
+) -> Reading:
     start = time.monotonic()
     gpus = backend.gpu_state()
     addresses = [sysfs.pci_address(gpu.bus_id) for gpu in gpus if gpu.bus_id]

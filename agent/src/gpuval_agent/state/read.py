@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-
 from typing import Protocol
 
 from gpuval_agent.state import kernellog, sysfs
@@ -18,9 +17,7 @@ class GpuStateSource(Protocol):
     def gpu_state(self) -> list[GpuState]: ...
 
 
-def take_reading(
-    backend: GpuStateSource, root: Path, label: str, ib_devices: list[str]
-) -> Reading:
+def take_reading(backend: GpuStateSource, root: Path, label: str, ib_devices: list[str]) -> Reading:
     start = time.monotonic()
     gpus = backend.gpu_state()
     addresses = [sysfs.pci_address(gpu.bus_id) for gpu in gpus if gpu.bus_id]

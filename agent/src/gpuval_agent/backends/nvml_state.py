@@ -5,7 +5,7 @@ the GPU fabric info. A query the GPU does not support is left None and named in 
 from __future__ import annotations
 
 from collections.abc import Callable
-from ctypes import byref
+from ctypes import ArgumentError, byref
 from typing import Any, TypeVar
 
 import pynvml  # type: ignore[import-untyped,unused-ignore]
@@ -49,6 +49,9 @@ _NOT_SUPPORTED = {
     pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
 }
 # nvmlDeviceGetFieldValues: the speed of one link (scope = the link), Mbps.
+# A binding older or newer than this code (a struct or call it lacks, another signature) fails
+# one query, never the whole reading.
+_BINDING_ERRORS = (TypeError, ValueError, AttributeError, ArgumentError)
 _FI_NVLINK_SPEED = getattr(pynvml, "NVML_FI_DEV_NVLINK_GET_SPEED", 164)
 _MAX_LINKS = getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)
 
@@ -116,7 +119,10 @@ def read_gpu_state(index: int, handle: Any) -> GpuState:
     default = q("default power limit", lambda: nv.nvmlDeviceGetPowerManagementDefaultLimit(handle))
     state.power_limit_watts = limit / 1000 if limit is not None else None
     state.default_power_limit_watts = default / 1000 if default is not None else None
-    state.fabric = q("GPU fabric info", lambda: _fabric(handle))
+    try:
+        state.fabric = q("GPU fabric info", lambda: _fabric(handle))
+    except _BINDING_ERRORS as error:
+        state.not_read.append(f"GPU fabric info: {type(error).__name__}: {error}")
     reader.finish()
     return state
 
@@ -233,7 +239,7 @@ def _quiet(call: Callable[..., T], *args: Any) -> T | None:
     """A per-location or per-link query: many GPUs support only some, which is not news."""
     try:
         return call(*args)
-    except pynvml.NVMLError:
+    except (pynvml.NVMLError, *_BINDING_ERRORS):
         return None
 
 

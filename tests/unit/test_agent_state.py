@@ -259,3 +259,21 @@ def test_only_counters_that_grew_are_named() -> None:
     before = {"a": 1, "b": 5}
     assert growth(before, {"a": 1, "b": 7, "c": 2}) == {"b": 2, "c": 2}
     assert growth(before, {"a": 0, "b": 5}) == {}
+
+
+def test_the_h200_machine_recorded_this_session_replays_as_it_read(tmp_path: Path) -> None:
+    # benchmarks/state_probe.py on the 1-GPU H200 (results in benchmarks/results/h200-state-*):
+    # its NVML answers and sysfs files; its kernel log was not recorded.
+    state = _recorded("h200-vm-recorded", tmp_path)
+    assert state.verdict is Verdict.PASSED
+    assert [f.reason for f in state.findings] == [Reason.KERNEL_LOG_UNREADABLE]
+    assert state.gpus[0].metrics["pcieWidth"] == 16 and state.gpus[0].metrics["pcieGeneration"] == 5
+    not_read = "\n".join(state.not_read)
+    for lacking in (
+        "GPU 0: NVLink: not supported on any of 36 links",
+        "GPU 0: retired pages: not supported",
+        "InfiniBand/RoCE: no /sys/class/infiniband",
+        "PCIe AER of 0000:00:06.0: no aer_dev_correctable, aer_dev_nonfatal, aer_dev_fatal",
+        "NVSwitch: none on the PCI bus",
+    ):
+        assert lacking in not_read

@@ -10,7 +10,8 @@ from pathlib import Path
 from gpuval_agent.checks.common import CheckBuilder, CheckContext
 from gpuval_agent.record import Growth
 from gpuval_agent.state.counters import counters, growth
-from gpuval_agent.state.judge import StateFinding, judge
+from gpuval_agent.state.finding import StateFinding
+from gpuval_agent.state.judge import judge
 from gpuval_agent.state.model import Reading
 from gpuval_agent.state.read import take_reading
 from gpuval_api.checks import CheckName, FindingAction, StateCheck

@@ -1,16 +1,16 @@
 """Pure decisions of the state check: a reading at rest and the configuration give findings, each
 with its reason from the catalogue and a message naming the GPU, link or port and the figures.
-Nothing here reads hardware; tests feed recorded readings."""
+The GPUs' are here, the host's in hostjudge. Nothing here reads hardware; tests feed recorded
+readings."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-from gpuval_agent.state import sysfs
-from gpuval_agent.state.kernellog import gpu_of
+from gpuval_agent.state import hostjudge, sysfs
+from gpuval_agent.state.finding import StateFinding
+from gpuval_agent.state.hostjudge import aer
 from gpuval_agent.state.model import (
     COMPLETED,
     CORRECTED_VOLATILE,
@@ -20,10 +20,8 @@ from gpuval_agent.state.model import (
     UNCORRECTED_VOLATILE,
     GpuState,
     HostState,
-    IbPort,
     Reading,
 )
-from gpuval_agent.state.xids import ACTION_REASONS, lookup
 from gpuval_api.checks import StateCheck
 from gpuval_api.reasons import Reason
 
@@ -36,13 +34,6 @@ IDLE_FAULT_BITS = {
     0x80: "HwPowerBrakeSlowdown",
 }
 _GPU_IDLE_BIT = 0x1
-
-
-@dataclass(frozen=True, slots=True)
-class StateFinding:
-    reason: Reason
-    message: str
-    gpu: int | None = None
 
 
 def judge(
@@ -58,10 +49,10 @@ def judge(
         findings.extend(_gpu_pcie(gpu, reading.host, config))
         findings.extend(_clocks_and_power(gpu, config))
         findings.extend(_fabric(gpu))
-    findings.extend(_kernel_xids(reading, config))
-    findings.extend(_fabric_manager(reading.host))
-    findings.extend(_ports(reading.host, config, root))
-    findings.extend(_locality(reading))
+    findings.extend(hostjudge.kernel_xids(reading, config))
+    findings.extend(hostjudge.fabric_manager(reading.host))
+    findings.extend(hostjudge.ports(reading.host, config, root))
+    findings.extend(hostjudge.locality(reading))
     return findings
 
 
@@ -70,34 +61,52 @@ def _ecc_detail(gpu: GpuState, key: str) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
-def _memory(gpu: GpuState, config: StateCheck) -> Iterator[StateFinding]:
-    g = gpu.index
-    volatile = gpu.ecc.get(UNCORRECTED_VOLATILE)
-    if volatile is not None and volatile > config.max_uncorrectable_ecc:
+def _ecc_over(
+    gpu: GpuState, key: str, limit: int, reason: Reason, *, kind: str, setting: str
+) -> Iterator[StateFinding]:
+    """A volatile ECC count above its configured maximum, by memory location."""
+    count = gpu.ecc.get(key)
+    if count is not None and count > limit:
         yield StateFinding(
-            Reason.ECC_UNCORRECTABLE,
-            f"GPU {g}: {volatile} uncorrectable ECC errors since the last reset"
-            f"{_ecc_detail(gpu, UNCORRECTED_VOLATILE)} (state.maxUncorrectableEcc is "
-            f"{config.max_uncorrectable_ecc})",
-            g,
+            reason,
+            f"GPU {gpu.index}: {count} {kind} ECC errors since the last reset"
+            f"{_ecc_detail(gpu, key)} (state.{setting} is {limit})",
+            gpu.index,
         )
+
+
+def _memory(gpu: GpuState, config: StateCheck) -> Iterator[StateFinding]:
+    yield from _ecc_over(
+        gpu,
+        UNCORRECTED_VOLATILE,
+        config.max_uncorrectable_ecc,
+        Reason.ECC_UNCORRECTABLE,
+        kind="uncorrectable",
+        setting="maxUncorrectableEcc",
+    )
+    volatile = gpu.ecc.get(UNCORRECTED_VOLATILE)
     aggregate = gpu.ecc.get(UNCORRECTED_AGGREGATE)
     if aggregate and aggregate > (volatile or 0):
         yield StateFinding(
             Reason.ECC_AGGREGATE_UNCORRECTABLE,
-            f"GPU {g}: {aggregate} uncorrectable ECC errors in its lifetime"
+            f"GPU {gpu.index}: {aggregate} uncorrectable ECC errors in its lifetime"
             f"{_ecc_detail(gpu, UNCORRECTED_AGGREGATE)}, {volatile or 0} since the last reset",
-            g,
+            gpu.index,
         )
-    corrected = gpu.ecc.get(CORRECTED_VOLATILE)
-    if corrected is not None and corrected > config.max_correctable_ecc:
-        yield StateFinding(
-            Reason.ECC_CORRECTABLE_HIGH,
-            f"GPU {g}: {corrected} correctable ECC errors since the last reset"
-            f"{_ecc_detail(gpu, CORRECTED_VOLATILE)} (state.maxCorrectableEcc is "
-            f"{config.max_correctable_ecc})",
-            g,
-        )
+    yield from _ecc_over(
+        gpu,
+        CORRECTED_VOLATILE,
+        config.max_correctable_ecc,
+        Reason.ECC_CORRECTABLE_HIGH,
+        kind="correctable",
+        setting="maxCorrectableEcc",
+    )
+    yield from _remapping(gpu, config)
+
+
+def _remapping(gpu: GpuState, config: StateCheck) -> Iterator[StateFinding]:
+    """Row remapping (Ampere and newer) and page retirement (older GPUs)."""
+    g = gpu.index
     if gpu.remap_pending:
         yield StateFinding(
             Reason.ROW_REMAP_PENDING,
@@ -213,29 +222,7 @@ def _gpu_pcie(gpu: GpuState, host: HostState, config: StateCheck) -> Iterator[St
             )
     device = host.pci.get(sysfs.pci_address(gpu.bus_id)) if gpu.bus_id else None
     if device is not None:
-        yield from _aer(f"GPU {g}", device.aer, config, g)
-
-
-def _aer(
-    subject: str, aer: dict[str, int] | None, config: StateCheck, gpu: int | None
-) -> Iterator[StateFinding]:
-    if not aer:
-        return
-    uncorrectable = aer.get("fatal", 0) + aer.get("nonfatal", 0)
-    if uncorrectable:
-        yield StateFinding(
-            Reason.PCIE_AER_UNCORRECTABLE,
-            f"{subject}: PCIe AER fatal {aer.get('fatal', 0)}, non-fatal {aer.get('nonfatal', 0)}",
-            gpu,
-        )
-    correctable = aer.get("correctable", 0)
-    if correctable > config.max_pcie_correctable_errors:
-        yield StateFinding(
-            Reason.PCIE_AER_CORRECTABLE,
-            f"{subject}: {correctable} correctable PCIe AER errors "
-            f"(state.maxPcieCorrectableErrors is {config.max_pcie_correctable_errors})",
-            gpu,
-        )
+        yield from aer(f"GPU {g}", device.aer, config, g)
 
 
 def _clocks_and_power(gpu: GpuState, config: StateCheck) -> Iterator[StateFinding]:
@@ -267,130 +254,5 @@ def _fabric(gpu: GpuState) -> Iterator[StateFinding]:
         yield StateFinding(
             Reason.GPU_FABRIC_NOT_READY,
             f"GPU {gpu.index}: fabric registration {fabric.state}, status {fabric.status}",
-            gpu.index,
-        )
-
-
-def _fabric_manager(host: HostState) -> Iterator[StateFinding]:
-    if host.nvswitches and host.fabric_manager is False:
-        yield StateFinding(
-            Reason.FABRIC_MANAGER_NOT_RUNNING,
-            f"{len(host.nvswitches)} NVSwitches on the PCI bus and no nv-fabricmanager process",
-        )
-
-
-def _kernel_xids(reading: Reading, config: StateCheck) -> Iterator[StateFinding]:
-    log = reading.host.kernel_log
-    if log.source is None:
-        yield StateFinding(
-            Reason.KERNEL_LOG_UNREADABLE, f"kernel log not readable: {log.error or 'unknown'}"
-        )
-        return
-    bus_ids = {
-        gpu.index: sysfs.pci_address(gpu.bus_id) for gpu in reading.gpus if gpu.bus_id is not None
-    }
-    counts = Counter(
-        (gpu_of(x, bus_ids), x.xid) for x in log.xids if x.xid not in config.ignore_xids
-    )
-    for (gpu, xid), count in sorted(
-        counts.items(), key=lambda item: (item[0][0] or -1, item[0][1])
-    ):
-        mnemonic, action = lookup(xid)
-        reason = ACTION_REASONS[action]
-        if reason is None:
-            continue
-        where = f"GPU {gpu}" if gpu is not None else "a device that is not one of the GPUs"
-        yield StateFinding(
-            reason,
-            f"{where}: XID {xid} ({mnemonic}) {count} time{'s' if count > 1 else ''} in the "
-            f"kernel log since boot; NVIDIA's immediate action: {action}",
-            gpu,
-        )
-
-
-def _ports(host: HostState, config: StateCheck, root: Path | None) -> Iterator[StateFinding]:
-    network = config.network
-    for port in host.ports:
-        if port.state != "ACTIVE" or port.phys_state != "LinkUp":
-            yield StateFinding(
-                Reason.IB_PORT_DOWN,
-                f"{port.name}: state {port.state}, physical state {port.phys_state}",
-            )
-        expected = network.expected_rate_gbit_per_second
-        if expected and port.rate_gbps is not None and port.rate_gbps < expected:
-            yield StateFinding(
-                Reason.IB_PORT_RATE_LOW,
-                f"{port.name}: rate {port.rate_text}, expected {expected:g} Gb/s "
-                "(state.network.expectedRateGbitPerSecond)",
-            )
-        downed = port.counters.get("link_downed", 0)
-        if downed > network.max_link_downed:
-            yield StateFinding(
-                Reason.IB_LINK_FLAPPING,
-                f"{port.name}: link went down {downed} times (link_downed; "
-                f"state.network.maxLinkDowned is {network.max_link_downed})",
-            )
-        errors = {
-            k: v
-            for k, v in port.counters.items()
-            if k != "link_downed" and v > network.max_port_errors
-        }
-        if errors:
-            counts = ", ".join(f"{k} {v:,}" for k, v in sorted(errors.items()))
-            yield StateFinding(
-                Reason.IB_PORT_ERRORS,
-                f"{port.name}: {counts} (state.network.maxPortErrors is {network.max_port_errors})",
-            )
-    yield from _nic_links(host, config, root)
-
-
-def _nic_links(host: HostState, config: StateCheck, root: Path | None) -> Iterator[StateFinding]:
-    by_address: dict[str, list[IbPort]] = {}
-    for port in host.ports:
-        if port.pci_address:
-            by_address.setdefault(port.pci_address, []).append(port)
-    for address, ports in sorted(by_address.items()):
-        device = host.pci.get(address)
-        if device is None:
-            continue
-        subject = f"network adapter {ports[0].device} ({address})"
-        yield from _aer(subject, device.aer, config, None)
-        slot_speed, slot_width = (
-            (None, None) if root is None else sysfs.upstream_limits(root, device)
-        )
-        top_speed = min(
-            (s for s in (sysfs.speed_gts(device.max_speed), sysfs.speed_gts(slot_speed)) if s),
-            default=None,
-        )
-        top_width = min((w for w in (device.max_width, slot_width) if w), default=None)
-        speed = sysfs.speed_gts(device.current_speed)
-        if (speed and top_speed and speed < top_speed) or (
-            device.current_width and top_width and device.current_width < top_width
-        ):
-            allowed = f"{top_speed:g} GT/s" if top_speed else device.max_speed
-            yield StateFinding(
-                Reason.PCIE_LINK_DOWNTRAINED,
-                f"{subject}: PCIe link {device.current_speed} x{device.current_width}, the device "
-                f"and its slot allow {allowed} x{top_width}",
-            )
-
-
-def _locality(reading: Reading) -> Iterator[StateFinding]:
-    nics = {
-        p.pci_address: reading.host.pci[p.pci_address].numa_node
-        for p in reading.host.ports
-        if p.pci_address in reading.host.pci
-    }
-    nodes = {numa for numa in nics.values() if numa is not None}
-    if not nodes:
-        return
-    for gpu in reading.gpus:
-        device = reading.host.pci.get(sysfs.pci_address(gpu.bus_id)) if gpu.bus_id else None
-        if device is None or device.numa_node is None or device.numa_node in nodes:
-            continue
-        yield StateFinding(
-            Reason.NIC_GPU_LOCALITY,
-            f"GPU {gpu.index} sits on NUMA node {device.numa_node}; the network adapters on "
-            f"{', '.join(map(str, sorted(nodes)))}",
             gpu.index,
         )

@@ -277,3 +277,19 @@ def test_the_h200_machine_recorded_this_session_replays_as_it_read(tmp_path: Pat
         "NVSwitch: none on the PCI bus",
     ):
         assert lacking in not_read
+
+
+def test_xids_older_than_the_configured_age_no_longer_count(tmp_path: Path) -> None:
+    # The recording's XID 79 was logged 86.4 s after boot, its XID 13 at 90.0 s; the machine is
+    # up 91 s: only the XID 13 is younger than 2 s.
+    recording = load("hgx-kernel-xids", tmp_path)
+    recording.write("proc/uptime", "91.00 180.00\n")
+    config = parse_checks('{"state": {"xidMaxAgeSeconds": 2}}').only([CheckName.STATE])
+    backend = RecordedBackend(recording)
+    result = run_checks(config, backend, Recorder(), sample_interval=0.01)  # type: ignore[arg-type]
+    backend.close()
+    state = _state(result)
+    assert [f.reason for f in state.findings] == [Reason.KERNEL_XID_RESTART_APP]
+    assert (
+        "in the kernel log of the last 3600 s (state.xidMaxAgeSeconds)" in state.findings[0].message
+    )

@@ -224,6 +224,13 @@ class StateCheck(_Model):
         max_length=64,
         description="XIDs in the kernel log that are never reported.",
     )
+    xid_max_age_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=10 * 365 * 86400,
+        description="Only XIDs logged within this many seconds count (e.g. since a GPU reset that "
+        "cleared them). Unset: every XID since boot.",
+    )
     expected_nvlinks: int | None = Field(
         default=None,
         ge=0,

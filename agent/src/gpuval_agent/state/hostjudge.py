@@ -10,7 +10,7 @@ from pathlib import Path
 from gpuval_agent.state import sysfs
 from gpuval_agent.state.finding import StateFinding
 from gpuval_agent.state.kernellog import gpu_of
-from gpuval_agent.state.model import HostState, IbPort, Reading
+from gpuval_agent.state.model import HostState, IbPort, KernelXid, Reading
 from gpuval_agent.state.xids import ACTION_REASONS, lookup
 from gpuval_api.checks import StateCheck
 from gpuval_api.reasons import Reason
@@ -57,10 +57,17 @@ def kernel_xids(reading: Reading, config: StateCheck) -> Iterator[StateFinding]:
         gpu.index: sysfs.pci_address(gpu.bus_id) for gpu in reading.gpus if gpu.bus_id is not None
     }
     counts = Counter(
-        (gpu_of(x, bus_ids), x.xid) for x in log.xids if x.xid not in config.ignore_xids
+        (gpu_of(x, bus_ids), x.xid)
+        for x in log.xids
+        if x.xid not in config.ignore_xids and _recent(x, log.uptime_seconds, config)
+    )
+    window = (
+        "since boot"
+        if config.xid_max_age_seconds is None
+        else f"of the last {config.xid_max_age_seconds:g} s (state.xidMaxAgeSeconds)"
     )
     for (gpu, xid), count in sorted(
-        counts.items(), key=lambda item: (item[0][0] or -1, item[0][1])
+        counts.items(), key=lambda item: (-1 if item[0][0] is None else item[0][0], item[0][1])
     ):
         mnemonic, action = lookup(xid)
         reason = ACTION_REASONS[action]
@@ -70,9 +77,17 @@ def kernel_xids(reading: Reading, config: StateCheck) -> Iterator[StateFinding]:
         yield StateFinding(
             reason,
             f"{where}: XID {xid} ({mnemonic}) {count} time{'s' if count > 1 else ''} in the "
-            f"kernel log since boot; NVIDIA's immediate action: {action}",
+            f"kernel log {window}; NVIDIA's immediate action: {action}",
             gpu,
         )
+
+
+def _recent(xid: KernelXid, uptime: float | None, config: StateCheck) -> bool:
+    """Whether an XID is within state.xidMaxAgeSeconds (one whose age is unknown counts)."""
+    limit = config.xid_max_age_seconds
+    if limit is None or uptime is None or xid.since_boot is None:
+        return True
+    return uptime - xid.since_boot <= limit
 
 
 def ports(host: HostState, config: StateCheck, root: Path | None) -> Iterator[StateFinding]:

@@ -15,6 +15,8 @@ from gpuval_agent.state.model import KernelLog, KernelXid
 
 # NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)")
+# dmesg's (and our kmsg lines') time since boot: '[ 8640.123456] ...'.
+_SINCE_BOOT = re.compile(r"^\[\s*(\d+\.\d+)\]")
 _MAX_RECORD = 8192
 _DMESG_TIMEOUT = 5.0
 # Lines kept around each XID line for the evidence bundle.
@@ -22,11 +24,13 @@ CONTEXT_BEFORE, CONTEXT_AFTER = 3, 3
 
 
 def _kmsg_message(record: str) -> str | None:
-    """The message of one /dev/kmsg record ('6,1234,5678,-;text'); None for continuations."""
+    """One /dev/kmsg record ('6,1234,5678,-;text', the third field microseconds since boot) as
+    dmesg prints it ('[    0.005678] text'); None for continuation lines."""
     head, sep, text = record.partition(";")
-    if not sep or "," not in head:
+    fields = head.split(",")
+    if not sep or len(fields) < 3 or not fields[2].isdigit():
         return None
-    return text.rstrip("\n").split("\n", 1)[0]
+    return f"[{int(fields[2]) / 1e6:12.6f}] " + text.rstrip("\n").split("\n", 1)[0]
 
 
 def _read_kmsg(path: Path) -> list[str]:
@@ -77,10 +81,15 @@ def parse_xids(lines: list[str]) -> list[KernelXid]:
     found = []
     for index, line in enumerate(lines):
         match = _XID.search(line)
+        stamp = _SINCE_BOOT.match(line)
         if match:
             found.append(
                 KernelXid(
-                    xid=int(match.group(2)), pci=match.group(1).lower(), line=index, text=line
+                    xid=int(match.group(2)),
+                    pci=match.group(1).lower(),
+                    line=index,
+                    text=line,
+                    since_boot=float(stamp.group(1)) if stamp else None,
                 )
             )
     return found
@@ -108,7 +117,18 @@ def read_kernel_log(root: Path) -> KernelLog:
     for xid in xids:
         keep.update(range(max(0, xid.line - CONTEXT_BEFORE), xid.line + CONTEXT_AFTER + 1))
     context = [f"{i}: {lines[i]}" for i in sorted(keep) if i < len(lines)]
-    return KernelLog(source=source, lines=context, xids=xids, line_count=len(lines))
+    uptime = _uptime(root)
+    return KernelLog(
+        source=source, lines=context, xids=xids, line_count=len(lines), uptime_seconds=uptime
+    )
+
+
+def _uptime(root: Path) -> float | None:
+    """Seconds since boot (/proc/uptime), to give each XID its age."""
+    try:
+        return float((root / "proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def gpu_of(xid: KernelXid, bus_ids: dict[int, str]) -> int | None:

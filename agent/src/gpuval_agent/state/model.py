@@ -114,6 +114,7 @@ class KernelXid:
     pci: str  # as the line writes it, e.g. 0000:18:00
     line: int  # its index among the log lines read
     text: str
+    since_boot: float | None = None  # seconds after boot it was logged, where the line says
 
 
 @dataclass(slots=True)
@@ -123,6 +124,7 @@ class KernelLog:
     source: str | None = None  # /dev/kmsg or dmesg; None when unreadable
     lines: list[str] = field(default_factory=list)  # the lines around each XID, numbered
     line_count: int = 0
+    uptime_seconds: float | None = None  # when it was read, for each XID's age
     xids: list[KernelXid] = field(default_factory=list)
     error: str | None = None  # why it could not be read
 

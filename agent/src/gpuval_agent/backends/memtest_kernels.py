@@ -46,6 +46,13 @@ def _word(offs, value, address, first_word, KIND: tl.constexpr, TILE: tl.constex
     return word
 
 
+@triton.jit  # type: ignore[untyped-decorator,unused-ignore]
+def _step_and_block(values_ptr, step, blocks_ptr, block):  # type: ignore[no-untyped-def]
+    """The step's value, and the block's device address and global index of its first word."""
+    value = tl.load(values_ptr + step)
+    return value, tl.load(blocks_ptr + 2 * block), tl.load(blocks_ptr + 2 * block + 1)
+
+
 @triton.jit(do_not_specialize=["step", "block"])  # type: ignore[untyped-decorator,unused-ignore]
 def fill(  # type: ignore[no-untyped-def]  # noqa: PLR0917 - Triton kernels take positional pointers
     ptr,
@@ -58,9 +65,7 @@ def fill(  # type: ignore[no-untyped-def]  # noqa: PLR0917 - Triton kernels take
     TILE: tl.constexpr,  # noqa: N803
     NPROG: tl.constexpr,  # noqa: N803
 ):
-    value = tl.load(values_ptr + step)
-    address = tl.load(blocks_ptr + 2 * block)
-    first_word = tl.load(blocks_ptr + 2 * block + 1)
+    value, address, first_word = _step_and_block(values_ptr, step, blocks_ptr, block)
     for start in range(tl.program_id(0) * TILE, n, NPROG * TILE):
         offs = start + tl.arange(0, TILE)
         tl.store(ptr + offs, _word(offs, value, address, first_word, KIND, TILE))
@@ -85,9 +90,7 @@ def check(  # type: ignore[no-untyped-def]  # noqa: PLR0917 - Triton kernels tak
     TILE: tl.constexpr,  # noqa: N803
     NPROG: tl.constexpr,  # noqa: N803
 ):
-    value = tl.load(values_ptr + step)
-    address = tl.load(blocks_ptr + 2 * block)
-    first_word = tl.load(blocks_ptr + 2 * block + 1)
+    value, address, first_word = _step_and_block(values_ptr, step, blocks_ptr, block)
     count = tl.zeros([TILE], dtype=tl.int32)
     first = tl.zeros([TILE], dtype=tl.int32) + n
     last = tl.zeros([TILE], dtype=tl.int32) - 1

@@ -147,7 +147,7 @@ def allocate(target_bytes: int, try_allocate: Callable[[int], str | None]) -> st
         elif largest > MIN_BLOCK:
             largest = max(largest // 2, MIN_BLOCK)
         else:
-            return f"{_size(left)} could not be allocated ({refused})"
+            return f"{size_text(left)} could not be allocated ({refused})"
     return None
 
 
@@ -208,17 +208,13 @@ class Miscompare:
         return (
             f"GPU {gpu}: pattern {self.step.label} (pass {self.step.pass_index + 1}): "
             f"{self.words} word{'s' if self.words != 1 else ''} read back wrong {where}, "
-            f"{_size(self.first_offset)} into the {_size(tested_bytes)} tested; bits flipped "
-            f"0x{self.flipped_bits:016x}"
+            f"{size_text(self.first_offset)} into the {size_text(tested_bytes)} tested; "
+            f"bits flipped 0x{self.flipped_bits:016x}"
         )
 
 
 def size_text(nbytes: int) -> str:
     """'137.20 GiB', '64.00 MiB', '512 B'."""
-    return _size(nbytes)
-
-
-def _size(nbytes: int) -> str:
     for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
         if nbytes >= 1 << shift:
             return f"{nbytes / (1 << shift):.2f} {unit}"
@@ -334,7 +330,6 @@ class MemoryMeasurement:
     free_bytes: int = 0  # free when the test started
     tested_bytes: int = 0
     blocks: int = 0
-    first_address: int | None = None
     steps_done: int = 0
     steps_planned: int = 0
     seconds: float = 0.0  # GPU time of the steps run (writes and verifications)

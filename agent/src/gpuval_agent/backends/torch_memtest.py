@@ -270,7 +270,6 @@ def memtest_gpu(
             measurement.tested_bytes, measurement.shortfall = region.nbytes, region.shortfall
             measurement.blocks = len(region.blocks)
             if region.blocks:
-                measurement.first_address = region.blocks[0].address
                 measurement.steps_planned = len(plan.steps)
             with torch.cuda.stream(torch.cuda.Stream(device)):
                 for pass_index in range(plan.passes):

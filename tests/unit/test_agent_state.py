@@ -290,6 +290,4 @@ def test_xids_older_than_the_configured_age_no_longer_count(tmp_path: Path) -> N
     backend.close()
     state = _state(result)
     assert [f.reason for f in state.findings] == [Reason.KERNEL_XID_RESTART_APP]
-    assert (
-        "in the kernel log of the last 2 s (state.xidMaxAgeSeconds)" in state.findings[0].message
-    )
+    assert "in the kernel log of the last 2 s (state.xidMaxAgeSeconds)" in state.findings[0].message

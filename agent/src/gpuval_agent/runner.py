@@ -20,6 +20,7 @@ from gpuval_agent.checks.common import CheckBuilder, CheckContext, Reporter, ski
 from gpuval_agent.checks.dcgm import run_dcgm
 from gpuval_agent.checks.driver import run_driver
 from gpuval_agent.checks.health import run_health
+from gpuval_agent.checks.memory import run_memory
 from gpuval_agent.checks.nccl import run_nccl, sweep_sizes
 from gpuval_agent.errors import AgentError, NoDriverError
 from gpuval_agent.parts import figures_for
@@ -34,13 +35,14 @@ CHECKS: dict[CheckName, Callable[[CheckContext], CheckResult]] = {
     CheckName.STATE: state.run_state,
     CheckName.DRIVER: run_driver,
     CheckName.HEALTH: run_health,
+    CheckName.MEMORY: run_memory,
     CheckName.BURN: run_burn,
     CheckName.BANDWIDTH: run_bandwidth,
     CheckName.NCCL: run_nccl,
     CheckName.DCGM: run_dcgm,
 }
 # Checks that load the GPUs through CUDA: meaningless when CUDA did not initialise anywhere.
-_CUDA_CHECKS = {CheckName.BURN, CheckName.BANDWIDTH, CheckName.NCCL}
+_CUDA_CHECKS = {CheckName.MEMORY, CheckName.BURN, CheckName.BANDWIDTH, CheckName.NCCL}
 # Checks that leave the hardware at rest; after any other, the state is read again (its error
 # counters compared with the reading before).
 _AT_REST = {CheckName.STATE, CheckName.DRIVER, CheckName.HEALTH}
@@ -143,8 +145,9 @@ def run_checks(
 def _prepare_nccl(
     backend: Backend, config: ChecksConfig, enabled: list[CheckName], gpus: list[int]
 ) -> None:
-    """Start the NCCL ranks now, so their communicators form while the other checks run."""
-    if CheckName.NCCL in enabled and len(gpus) > 1:
+    """Start the NCCL ranks now, so their communicators form while the other checks run; not
+    when the memory test runs, which takes nearly all free memory the ranks would race it for."""
+    if CheckName.NCCL in enabled and CheckName.MEMORY not in enabled and len(gpus) > 1:
         nccl = config.nccl
         sizes = sweep_sizes(nccl.min_bytes, nccl.max_bytes)
         backend.prepare_all_reduce(gpus, sizes, nccl.iterations, nccl.timeout_seconds)

@@ -70,6 +70,9 @@ class Reason(StrEnum):
     DCGM_PERFORMANCE_ERROR = "DcgmPerformanceError"
     DCGM_SOFTWARE_ERROR = "DcgmSoftwareError"
     DCGM_DIAG_FAILED = "DcgmDiagFailed"
+    # Memory test (agent)
+    MEMORY_MISCOMPARE = "MemoryMiscompare"
+    MEMORY_PARTLY_COVERED = "MemoryPartlyCovered"
     # Burn (agent)
     BURN_MISMATCH = "BurnMismatch"
     BURN_NAN = "BurnNaN"
@@ -339,6 +342,19 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.DCGM_DIAG_FAILED: ReasonInfo(
         "DCGM diagnostics reported a failure of another kind, or dcgmi itself failed",
         "read the DCGM message in the report and `dcgmi diag` output on the node",
+    ),
+    Reason.MEMORY_MISCOMPARE: ReasonInfo(
+        "a word of GPU memory read back differently from what was written (a bit flipped)",
+        "drain the node; read the ECC and row-remap counters (`nvidia-smi -q -d "
+        "ECC,ROW_REMAPPER`), reset the GPU and re-run `gpuval-agent run --checks memory`; RMA "
+        "it if words still differ",
+    ),
+    Reason.MEMORY_PARTLY_COVERED: ReasonInfo(
+        "the memory test could allocate less of the GPU's memory than configured: what was not "
+        "tested is neither passed nor failed",
+        "see what holds GPU memory (`nvidia-smi --query-compute-apps=pid,used_memory "
+        "--format=csv`) and re-run the memory test when the GPU is free",
+        Severity.WARNING,
     ),
     Reason.BURN_MISMATCH: ReasonInfo(
         "a burn result differed from the verified reference",

@@ -60,6 +60,7 @@ class StatusKey(StrEnum):
     FAILURES = "failures"
     RESULT = "result"
     FABRIC = "fabric"
+    EVIDENCE = "evidence"
 
 
 class SummaryKey(StrEnum):
@@ -160,8 +161,11 @@ def _status(values: dict[StatusKey, Any]) -> dict[str, Any]:
     return {str(key): value for key, value in values.items()}
 
 
-def build_report_status(result: AgentResult) -> dict[str, Any]:
-    """The `status` of a completed GpuNodeReport, as the agent writes it with a JSON merge patch."""
+def build_report_status(
+    result: AgentResult, evidence: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The `status` of a completed GpuNodeReport, as the agent writes it with a JSON merge patch;
+    `evidence` is a failing node's bundle (gpuval_api.evidence), null otherwise."""
     verdict = Verdict.PASSED if result.verdict is Verdict.PASSED else Verdict.FAILED
     return _status(
         {
@@ -177,6 +181,8 @@ def build_report_status(result: AgentResult) -> dict[str, Any]:
             StatusKey.SUMMARY: build_summary(result),
             StatusKey.FAILURES: build_failures(result),
             StatusKey.RESULT: result.to_jsonable(),
+            # Merge patch: null removes an earlier run's bundle from a passing report.
+            StatusKey.EVIDENCE: dict(evidence) if evidence is not None else None,
         }
     )
 
@@ -194,6 +200,7 @@ def build_running_status(started_at: datetime, message: str = "agent started") -
             StatusKey.SUMMARY: None,
             StatusKey.FAILURES: None,
             StatusKey.RESULT: None,
+            StatusKey.EVIDENCE: None,
         }
     )
 

@@ -175,6 +175,11 @@ class CheckResult(_Model):
     nccl_sizes: list[NcclSize] = Field(default_factory=list)
     fingerprints: list[BurnFingerprint] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list)
+    not_read: list[str] = Field(
+        default_factory=list,
+        description="What the check could not read or the node does not have, each with why "
+        "(e.g. 'InfiniBand: no devices under /sys/class/infiniband').",
+    )
     log_tail: str | None = Field(
         default=None,
         description="Kept diagnostic output (e.g. NCCL_DEBUG=INFO of a hang), truncated.",

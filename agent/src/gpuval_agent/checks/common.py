@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
 from gpuval_agent.backends.base import Backend, BurnProgress
 from gpuval_agent.parts import PartFigures
+from gpuval_agent.record import RunRecord
+from gpuval_agent.state.model import Reading
 from gpuval_agent.telemetry import Sampler
 from gpuval_api.checks import ChecksConfig
 from gpuval_api.reasons import REASONS, Reason, Severity
@@ -51,6 +54,10 @@ class CheckContext:
     # GPUs an earlier layer found broken (e.g. CUDA did not initialise): GPU index -> why. The
     # checks that load GPUs leave them out and say so, instead of failing on them again.
     excluded: dict[int, str] = field(default_factory=dict)
+    # What the run keeps beyond its result (the state readings, for the evidence bundle), and
+    # who hears of each state reading (the live metrics).
+    record: RunRecord = field(default_factory=RunRecord)
+    on_reading: Callable[[Reading], None] | None = None
 
     @property
     def gpus(self) -> list[int]:
@@ -86,6 +93,7 @@ class CheckBuilder:
         self.nccl_sizes: list[NcclSize] = []
         self.fingerprints: list[BurnFingerprint] = []
         self.log_tail: str | None = None
+        self.not_read: list[str] = []
 
     def add(
         self,
@@ -150,6 +158,7 @@ class CheckBuilder:
             nccl_sizes=self.nccl_sizes,
             fingerprints=self.fingerprints,
             findings=self.findings,
+            not_read=self.not_read,
             log_tail=self.log_tail,
         )
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from gpuval_api.baseline import bands
 from gpuval_api.reasons import Severity
 from gpuval_api.result import AgentResult, Metric
 from gpuval_api.views import (
@@ -101,6 +102,11 @@ def machine_view(result: AgentResult) -> FleetView:
         for index in indices
     )
     curve = nccl_curve(result.check("nccl"))
+    baseline = None
+    if result.baseline is not None:
+        precision = str(result.checks_config.burn.precisions[0])
+        largest = curve[-1][0] if curve else None
+        baseline = bands.of_comparison(result.baseline, precision, largest)
     return FleetView(
         title=f"{host}: {result.verdict}" + (f" ({result.reason})" if result.reason else ""),
         kind="machine",
@@ -109,4 +115,5 @@ def machine_view(result: AgentResult) -> FleetView:
         units=units,
         failures=tuple(failures),
         nccl_curves=((host, curve),) if curve else (),
+        baseline=baseline,
     )

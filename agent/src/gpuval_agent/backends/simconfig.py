@@ -32,6 +32,9 @@ class FaultKind(StrEnum):
     NO_DRIVER = "no-driver"
     CUDA_INVISIBLE = "cuda-invisible"  # NVML sees the GPU, CUDA does not (CUDA_VISIBLE_DEVICES)
     WRONG_REFERENCE = "wrong-reference"  # the GPU computes the same wrong answer every time
+    # Every figure of the GPU at `factor` (0.85) of a healthy one, nothing else wrong: what only
+    # a baseline (or the node's history) sees; one per GPU slows a whole node (a regression).
+    SLOW_GPU = "slow-gpu"
     # The fabric (`gpuval-agent fabric`): the node's network is slow; its link to `peer` is
     # slow; it cannot reach rank 0 (a blocked port: it dials a closed one); its collectives
     # hang; its NCCL falls back to TCP sockets (with NCCL_NET=IB it fails at init instead).
@@ -62,7 +65,10 @@ class Fault(_Model):
         default=None,
         gt=0,
         le=1,
-        description="fabric-slow-node/-link: the fraction of the healthy figure (0.85 / 0.6).",
+        description=(
+            "slow-gpu, fabric-slow-node/-link: the fraction of the healthy figure "
+            "(0.85 / 0.85 / 0.6)."
+        ),
     )
 
     @model_validator(mode="after")

@@ -63,12 +63,13 @@ def sparkline(points: Sequence[tuple[str, float]], unit: str) -> str:
     """An inline SVG trend line of (run, value), oldest first; the last point marked."""
     values = [v for _, v in points]
     low, high = min(values), max(values)
-    span = (high - low) or 1.0
     step = (_WIDTH - 2 * _PAD) / max(len(values) - 1, 1)
-    xy = [
-        (_PAD + i * step, _HEIGHT - _PAD - (v - low) / span * (_HEIGHT - 2 * _PAD))
-        for i, v in enumerate(values)
-    ]
+
+    def height(v: float) -> float:
+        share = (v - low) / (high - low) if high > low else 0.5  # a flat line sits mid-way
+        return _HEIGHT - _PAD - share * (_HEIGHT - 2 * _PAD)
+
+    xy = [(_PAD + i * step, height(v)) for i, v in enumerate(values)]
     line = " ".join(f"{x:.1f},{y:.1f}" for x, y in xy)
     title = "; ".join(f"{run}: {v:.1f} {unit}" for run, v in points)
     x, y = xy[-1]
@@ -105,11 +106,15 @@ def history_section(view: FleetView) -> str:
             if len(points) < 2:
                 cells.append("")
                 continue
-            cells.append(f"{sparkline(points, figure.unit)} {points[-1][1]:.1f}")
+            cells.append(
+                f'<span class="trend">{sparkline(points, figure.unit)} {points[-1][1]:.1f}</span>'
+            )
         rows.append(cells)
-    headers = [view.unit_label, "lowest last / median of earlier"] + [
-        f"{f.label} ({f.unit})" for f in shown
-    ]
+    headers = [view.unit_label, "fall"] + [f"{f.label} ({f.unit})" for f in shown]
+    intro = (
+        f"<p>Each {view.unit_label}'s figures over its recent runs, this run last; fall: the "
+        "lowest ratio of a figure's last value to the median of its earlier runs.</p>"
+    )
     more = len(units) - MAX_TRENDS
     tail = f"<p>{more} more nodes with a history are not shown.</p>" if more > 0 else ""
-    return f'<h2>History</h2><div id="history">{table(headers, rows)}{tail}</div>'
+    return f'<h2>History</h2><div id="history">{intro}{table(headers, rows)}{tail}</div>'

@@ -34,6 +34,7 @@ td:first-child { white-space: nowrap; }
 tr.bad td { background: #ffebee; }
 .plot { border: 1px solid #eceff1; margin: .6em 0; }
 .none { color: #2e7d32; }
+span.trend { white-space: nowrap; } svg.trend { vertical-align: middle; }
 """
 # Units listed by name in one uniformity cell before the rest are only counted.
 NAMES_SHOWN = 12

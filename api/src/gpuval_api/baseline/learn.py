@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpuval_api.baseline import figures
-from gpuval_api.baseline.figures import Sample
+from gpuval_api.baseline.figures import Sample, Scope
 from gpuval_api.baseline.model import (
     MAX_EXCLUDED,
     MAX_FIGURES,
@@ -88,29 +88,47 @@ class _Pool:
             yield s
 
     def by_figure(self) -> dict[str, tuple[list[float], set[str]]]:
+        """Figure -> (its values, the nodes they came from); a fabric pair, which both its
+        nodes report, counts once."""
         found: dict[str, tuple[list[float], set[str]]] = {}
+        pairs: set[tuple[str, str]] = set()
         for node in self.nodes.values():
             for s in self.samples(node):
                 values, names = found.setdefault(s.figure, ([], set()))
-                values.append(s.value)
                 names.add(node.node)
+                if s.peer_node is not None:
+                    pair = (min(node.node, s.peer_node), max(node.node, s.peer_node))
+                    if pair in pairs:
+                        continue
+                    pairs.add(pair)
+                values.append(s.value)
         return found
+
+
+def _offs(pool: _Pool, node: NodeFigures, centres: dict[str, float]) -> list[tuple[float, Sample]]:
+    """How far off its centre each figure of the node is: its furthest sample, but for a fabric
+    pair its nearest one (a node slow in one pair and fine in another is not the slow one; the
+    fabric names slow links itself)."""
+    by_figure: dict[str, list[tuple[float, Sample]]] = {}
+    for s in pool.samples(node):
+        centre = centres.get(s.figure)
+        if centre:
+            by_figure.setdefault(s.figure, []).append((abs(s.value / centre - 1), s))
+    pick = {Scope.FABRIC: min}
+    return [
+        pick.get(figures.scope(figure), max)(offs, key=lambda o: o[0])
+        for figure, offs in by_figure.items()
+    ]
 
 
 def _breaking(
     pool: _Pool, centres: dict[str, float], fraction: float, round_: int
 ) -> list[ExcludedNode]:
-    """Per node kept, its sample furthest off its centre when that is more than `fraction`."""
+    """Per node kept, its figure furthest off its centre when that is more than `fraction`."""
     found = []
     for node in pool.nodes.values():
-        worst: tuple[float, Sample] | None = None
-        for s in pool.samples(node):
-            centre = centres.get(s.figure)
-            if not centre:
-                continue
-            off = abs(s.value / centre - 1)
-            if off > fraction and (worst is None or off > worst[0]):
-                worst = (off, s)
+        offs = [o for o in _offs(pool, node, centres) if o[0] > fraction]
+        worst = max(offs, key=lambda o: o[0]) if offs else None
         if worst is not None:
             s = worst[1]
             found.append(
@@ -183,6 +201,15 @@ def learn(
     kept = tuple(sorted(pool.nodes))
     spec = None
     learned_figures = _figures(pool) if not problem else []
+    wide = [
+        f for f in learned_figures if figures.judged(f.figure) and f.spread > fraction * f.centre
+    ]
+    if wide:
+        problem = (
+            f"the spread of {wide[0].figure} ({wide[0].spread:g} around {wide[0].centre:g}) is "
+            f"more than {fraction:g} of its centre: the nodes disagree too much for one baseline"
+        )
+        learned_figures = []
     if learned_figures:
         base = source or BaselineSource(kind=SourceKind.LEARNED)
         spec = GpuBaselineSpec(

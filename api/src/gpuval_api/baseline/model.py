@@ -168,6 +168,7 @@ class BaselineSource(_Model):
     run: str | None = Field(default=None, max_length=64, description="Learned: the run id.")
     learned_at: str | None = Field(
         default=None,
+        max_length=64,
         description="Learned: when (RFC 3339).",
         json_schema_extra={"format": "date-time"},
     )
@@ -324,6 +325,7 @@ class HistoryEntry(_Model):
     run: str = Field(min_length=1, max_length=64, description="The run id.")
     completed_at: str | None = Field(
         default=None,
+        max_length=64,
         description="When the node's verdict was written (RFC 3339).",
         json_schema_extra={"format": "date-time"},
     )

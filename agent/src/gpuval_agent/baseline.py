@@ -1,4 +1,5 @@
-"""`gpuval-agent run --baseline`: this machine's figures against the baseline of its GPU stack.
+"""`gpuval-agent run --baseline`: this machine's figures against the baseline of its GPU stack
+(and in the agent pod, against the GpuBaselines the operator passes in GPUVAL_BASELINE).
 
 The baselines are a file's (`--baseline FILE`, as `kubectl gpuval baseline export` writes it),
 then the ones shipped with gpuval (gpuval_api/baseline/shipped: H200, measured with this
@@ -9,12 +10,17 @@ below (1 - fraction) x its centre becomes a BelowBaseline finding of the check t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from gpuval_agent.errors import AgentError
 from gpuval_agent.runner import overall
 from gpuval_api.baseline import figures, files, rules
+from gpuval_api.baseline.model import BaselineSettings
 from gpuval_api.baseline.rules import Below, Candidate
+from gpuval_api.env import AgentEnv
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_api.result import AgentResult, CheckResult, Finding, GpuCheckResult, Verdict
 
@@ -34,6 +40,26 @@ def candidates(choice: str | None) -> list[Candidate]:
     except files.BaselineFileError as error:
         raise AgentError(f"--baseline: {error}") from None
     return [(b.metadata.name, b.spec) for b in mine] + shipped
+
+
+def from_env(environ: Mapping[str, str]) -> tuple[list[Candidate], float] | None:
+    """The baselines and fraction the operator gave the agent pod (GPUVAL_BASELINE,
+    GPUVAL_BASELINE_FRACTION); None when it gave none. Raises ValueError naming the variable."""
+    text = environ.get(AgentEnv.BASELINE)
+    if not text:
+        return None
+    try:
+        found = files.from_yaml(text, AgentEnv.BASELINE)
+    except files.BaselineFileError as error:
+        raise ValueError(str(error)) from None
+    fraction_text = environ.get(AgentEnv.BASELINE_FRACTION) or str(BaselineSettings().fraction)
+    try:
+        fraction = BaselineSettings.model_validate({"fraction": fraction_text}).fraction
+    except ValidationError as error:
+        raise ValueError(
+            f"{AgentEnv.BASELINE_FRACTION}={fraction_text!r}: {error.errors()[0]['msg']}"
+        ) from None
+    return [(b.metadata.name, b.spec) for b in found], fraction
 
 
 def _blame(gpu: GpuCheckResult) -> GpuCheckResult:

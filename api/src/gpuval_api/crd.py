@@ -18,6 +18,7 @@ from pydantic.alias_generators import to_camel
 
 from gpuval_api.baseline.model import (
     MAX_HISTORY,
+    BaselineRunStatus,
     BaselineSettings,
     GpuBaselineSpec,
     HistoryEntry,
@@ -587,6 +588,10 @@ class GpuValidationStatus(_Model):
     outliers_omitted: int = Field(default=0, description="Outliers beyond the listed ones.")
     fabric: FabricRunStatus | None = Field(
         default=None, description="The run's fabric phase (spec.fabric): counts and worst groups."
+    )
+    baseline: BaselineRunStatus | None = Field(
+        default=None,
+        description="The run against its baselines (spec.baseline): judged, below, systemic.",
     )
     conditions: list[Condition] = Field(
         default_factory=list,

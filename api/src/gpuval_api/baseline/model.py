@@ -350,3 +350,34 @@ class HistoryEntry(_Model):
     fabric_pair_gbps: float | None = Field(
         default=None, ge=0, le=MAX_FIGURE, description="Lowest busbw of its fabric pairs, GB/s."
     )
+
+
+class SystemicFigure(_Model):
+    """A figure on which most judged nodes of the run are below their baseline."""
+
+    figure: str = Field(pattern=FIGURE_PATTERN, max_length=32, description="The figure.")
+    below: int = Field(ge=0, le=MAX_NODES, description="Nodes below their baseline on it.")
+    judged: int = Field(ge=0, le=MAX_NODES, description="Nodes judged on it.")
+    median_ratio: float = Field(ge=0, le=100, description="The judged nodes' median ratio.")
+    message: str = Field(default="", max_length=1024, description="One line about it.")
+
+
+class BaselineRunStatus(_Model):
+    """`status.baseline` of a GpuValidation: the run against its baselines, bounded."""
+
+    judged: int = Field(default=0, ge=0, le=MAX_NODES, description="Nodes with a baseline.")
+    below: int = Field(default=0, ge=0, le=MAX_NODES, description="Nodes below it on a figure.")
+    drifting: int = Field(
+        default=0, ge=0, le=MAX_NODES, description="Nodes named DriftFromHistory."
+    )
+    systemic: list[SystemicFigure] = Field(
+        default_factory=list,
+        max_length=8,
+        description=(
+            "Figures on which more than systemicFraction of the judged nodes are below: the "
+            "stack (driver, firmware, settings), not the nodes; node actions are held."
+        ),
+    )
+    learned: list[Annotated[str, Field(max_length=NAME_LENGTH)]] = Field(
+        default_factory=list, max_length=MAX_NAMES, description="GpuBaselines this run learned."
+    )

@@ -4,14 +4,9 @@ on every GPU of every node."""
 
 from __future__ import annotations
 
-import io
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuval_agent.backends.simulated import SimulatedBackend, SimulationConfig
-from gpuval_agent.display import Display
-from gpuval_agent.runner import run_checks
 from gpuval_api.baseline import figures
 from gpuval_api.baseline.learn import NodeFigures
 from gpuval_api.checks import ChecksConfig
@@ -26,15 +21,10 @@ def measured(
     gpus: int = GPUS,
     config: ChecksConfig | None = None,
 ) -> AgentResult:
-    """The real agent's checks on a simulated H200 node of `gpus` GPUs."""
-    simulation = {"gpus": gpus, "timeScale": 0, "faults": [dict(f) for f in faults]}
-    backend = SimulatedBackend(SimulationConfig.parse(json.dumps(simulation)))
-    display = Display(stream=io.StringIO(), quiet=True)
-    try:
-        return run_checks(config or ChecksConfig(), backend, display, node=node)
-    finally:
-        display.close()
-        backend.close()
+    """The real agent's checks on a simulated H200 node of `gpus` GPUs, no simulated waits."""
+    from tests.support.fleets import simulated_result  # noqa: PLC0415 - fleets imports this module
+
+    return simulated_result(node, faults, config, gpus=gpus, time_scale=0)
 
 
 def slowed(factor: float, gpus: Sequence[int] = range(GPUS)) -> list[dict[str, Any]]:

@@ -16,9 +16,8 @@ from gpuval_agent.display import Display
 from gpuval_agent.fabric.driver import FabricPlan, run_fabric
 from gpuval_agent.fabric.simulated import SimulatedFabric
 from gpuval_agent.runner import run_checks
-from gpuval_api.baseline import figures
 from gpuval_api.baseline.history import entry_of_result
-from gpuval_api.baseline.learn import NodeFigures, learn
+from gpuval_api.baseline.learn import learn
 from gpuval_api.baseline.model import GpuBaselineSpec
 from gpuval_api.checks import ChecksConfig
 from gpuval_api.crd import GpuNodeReport, GpuValidation
@@ -28,16 +27,21 @@ from gpuval_api.report import StatusKey, build_operator_failure_status, build_re
 from gpuval_api.result import AgentResult, Verdict
 from gpuval_api.views import FleetView, fleet_view
 from gpuval_devtools.controlplane import free_port
+from tests.support.baselines import node_figures, slowed
 
 SLOW = "thermal-slowdown"  # burn at 60 % on one GPU: a slow node (and a failed one)
 WRONG = "miscompare"  # one flipped bit in one burn result: a failed node at full speed
 
 
 def simulated_result(
-    node: str, faults: Sequence[Mapping[str, Any]] = (), config: ChecksConfig | None = None
+    node: str,
+    faults: Sequence[Mapping[str, Any]] = (),
+    config: ChecksConfig | None = None,
+    gpus: int = 8,
+    time_scale: float = 0.001,
 ) -> AgentResult:
-    """The real agent's checks on a simulated 8-GPU H200 node."""
-    simulation = {"timeScale": 0.001, "faults": [dict(f) for f in faults]}
+    """The real agent's checks on a simulated H200 node (8 GPUs unless told)."""
+    simulation = {"gpus": gpus, "timeScale": time_scale, "faults": [dict(f) for f in faults]}
     backend = SimulatedBackend(SimulationConfig.parse(json.dumps(simulation)))
     display = Display(stream=io.StringIO(), quiet=True)
     try:
@@ -126,7 +130,9 @@ def sample_fleet(healthy: int = 5, baseline: bool = False) -> tuple[FleetView, d
         roles["decliner"] = "gpu-node-1"
     declining = [0.97**n for n in range(4)]
     results = [
-        simulated_result(node, slowed(declining[-1]) if node == roles.get("decliner") else ())
+        simulated_result(
+            node, slowed(declining[-1], range(8)) if node == roles.get("decliner") else ()
+        )
         for node in (f"gpu-node-{i}" for i in range(healthy))
     ]
     results.append(simulated_result(roles["slow"], [{"kind": SLOW, "gpu": 5}]))
@@ -136,7 +142,8 @@ def sample_fleet(healthy: int = 5, baseline: bool = False) -> tuple[FleetView, d
         flat = [results[0]] * 3
         histories = {r.node or "": flat for r in results}
         histories[roles["decliner"]] = [
-            simulated_result(roles["decliner"], slowed(f) if f < 1 else ()) for f in declining[:-1]
+            simulated_result(roles["decliner"], slowed(f, range(8)) if f < 1 else ())
+            for f in declining[:-1]
         ]
     reports = [node_report(name, run, r, histories.get(r.node or "", ())) for r in results]
     reports.append(not_run_report(name, run, roles["untested"]))
@@ -146,19 +153,9 @@ def sample_fleet(healthy: int = 5, baseline: bool = False) -> tuple[FleetView, d
     return view, roles
 
 
-def slowed(factor: float, gpus: int = 8) -> list[dict[str, Any]]:
-    """Every GPU of the node at `factor` of a healthy one (the simulated slow-gpu fault)."""
-    return [{"kind": "slow-gpu", "gpu": gpu, "factor": factor} for gpu in range(gpus)]
-
-
 def learned_from(results: Sequence[AgentResult]) -> tuple[str, GpuBaselineSpec]:
     """The GpuBaseline learned from `results` (their key's), named after the key."""
-    nodes = [
-        NodeFigures(
-            r.node or "", figures.node_key(r.environment)[0], True, tuple(figures.result_samples(r))
-        )
-        for r in results
-    ]
+    nodes = [node_figures(r) for r in results]
     key = nodes[0].key
     assert key is not None
     outcome = learn(nodes, key, fraction=0.1, min_nodes=2)

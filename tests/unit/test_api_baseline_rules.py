@@ -7,8 +7,9 @@ from __future__ import annotations
 from gpuval_agent.baseline import judge
 from gpuval_api.baseline import figures, rules
 from gpuval_api.baseline.comparison import Match
+from gpuval_api.baseline.figures import FABRIC_PAIR, Sample
 from gpuval_api.baseline.learn import learn
-from gpuval_api.baseline.model import BaselineKey, GpuBaselineSpec
+from gpuval_api.baseline.model import BaselineKey, FigureBaseline, GpuBaselineSpec, Unit
 from gpuval_api.checks import ChecksConfig
 from gpuval_api.reasons import Reason
 from gpuval_api.result import AgentResult, Verdict
@@ -148,3 +149,33 @@ def test_a_stopped_run_gets_its_comparison_but_no_baseline_finding() -> None:
 
     assert judged.baseline is not None and judged.baseline.below > 0
     assert below_reasons(judged) == [] and judged.reason is Reason.AGENT_STOPPED
+
+
+def test_a_node_is_below_the_fabric_baseline_only_when_its_best_pair_is() -> None:
+    spec = learned_baseline()
+    measured_with = "pairBytes=1073741824,transport=IB/GDRDMA"
+    fabric = FigureBaseline(
+        figure=FABRIC_PAIR,
+        unit=Unit.GBPS,
+        centre=380.0,
+        spread=2.0,
+        nodes=8,
+        samples=8,
+        measured_with=measured_with,
+    )
+    spec.figures.append(fabric)
+
+    def pairs(*values: float) -> list[Sample]:
+        return [
+            Sample(FABRIC_PAIR, v, measured_with, peer_node=f"p{i}") for i, v in enumerate(values)
+        ]
+
+    assert rules.fabric_below(pairs(380.0, 200.0), spec, 0.1) is None  # a slow link, not the node
+    below = rules.fabric_below(pairs(300.0, 250.0), spec, 0.1)
+    assert below is not None and below.value == 300.0
+    assert below.message == (
+        "with p0: fabric.pair 300.0 GB/s is 0.79 of the H200 baseline 380.0 "
+        "(below 0.90 of it: fraction 0.1)"
+    )
+    other = [Sample(FABRIC_PAIR, 9.0, "pairBytes=1073741824,transport=Socket", peer_node="p")]
+    assert rules.fabric_below(other, spec, 0.1) is None

@@ -274,7 +274,7 @@ def _node_environment(result: AgentResult) -> dict[str, str]:
     return {k: str(v) for k, v in raw.items() if v is not None}
 
 
-def _parse_result(document: object) -> AgentResult | None:
+def parse_result(document: object) -> AgentResult | None:
     """The report's result document, or None when absent or of a shape this version cannot read."""
     if not isinstance(document, dict):
         return None
@@ -303,7 +303,7 @@ def node_unit(report: GpuNodeReport) -> UnitView:
         failures = (
             FailureView(node, "-", status.reason, status.message or "", hint_for(status.reason)),
         )
-    result = _parse_result(status.result)
+    result = parse_result(status.result)
     return UnitView(
         name=node,
         verdict=status.verdict,

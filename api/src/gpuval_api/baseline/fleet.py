@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from pydantic import ValidationError
-
 from gpuval_api.baseline import figures, history, learn, rules
 from gpuval_api.baseline.comparison import BaselineComparison
 from gpuval_api.baseline.model import (
@@ -31,21 +29,15 @@ from gpuval_api.baseline.model import (
 )
 from gpuval_api.crd import GpuBaseline, GpuNodeReport, ObjectMeta
 from gpuval_api.fabric import read_pairs
-from gpuval_api.lenient import read_model
 from gpuval_api.report import rfc3339
 from gpuval_api.result import AgentResult, Verdict
+from gpuval_api.views import parse_result
 
 MAX_SYSTEMIC = 8
 
 
 def _result(report: GpuNodeReport) -> AgentResult | None:
-    document = report.status.result if report.status else None
-    if not isinstance(document, dict):
-        return None
-    try:
-        return read_model(AgentResult, document)
-    except ValidationError:
-        return None
+    return parse_result(report.status.result) if report.status else None
 
 
 def report_figures(report: GpuNodeReport) -> learn.NodeFigures | None:

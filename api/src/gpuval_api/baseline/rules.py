@@ -172,3 +172,23 @@ def systemic(
             ratio = statistics.median(entry.ratio or 0.0 for _, entry in entries)
             found.append(Systemic(figure, below, len(entries), ratio))
     return found
+
+
+def fabric_below(samples: Sequence[Sample], spec: GpuBaselineSpec, fraction: float) -> Below | None:
+    """A node's fabric pairs against the baseline's `fabric.pair`: below only when its best pair
+    is (one slow pair is a link, which the fabric phase names; a slow node is slow with every
+    partner). Pairs measured otherwise (size, transport) do not compare."""
+    base = spec.figure(figures.FABRIC_PAIR)
+    mine = [
+        s
+        for s in samples
+        if s.figure == figures.FABRIC_PAIR
+        and base is not None
+        and s.measured_with == base.measured_with
+    ]
+    if base is None or not mine:
+        return None
+    best = max(mine, key=lambda s: s.value)
+    if best.value >= (1 - fraction) * base.centre:
+        return None
+    return Below(figures.FABRIC_PAIR, best.value, base.centre, fraction, spec.key.label, best)

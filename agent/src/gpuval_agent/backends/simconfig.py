@@ -11,7 +11,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpuval_agent.errors import AgentError
-from gpuval_api.checks import camel
+from gpuval_api.checks import MemoryPattern, camel
 from gpuval_api.env import AgentEnv
 
 
@@ -35,6 +35,10 @@ class FaultKind(StrEnum):
     # Every figure of the GPU at `factor` (0.85) of a healthy one, nothing else wrong: what only
     # a baseline (or the node's history) sees; one per GPU slows a whole node (a regression).
     SLOW_GPU = "slow-gpu"
+    # The memory test: one bit flips between a pattern's write and its read-back; another
+    # process takes part of the GPU's memory while the test allocates (allocations refused).
+    MEMORY_FLIP = "memory-flip"
+    MEMORY_HELD = "memory-held"
     # The fabric (`gpuval-agent fabric`): the node's network is slow; its link to `peer` is
     # slow; it cannot reach rank 0 (a blocked port: it dials a closed one); its collectives
     # hang; its NCCL falls back to TCP sockets (with NCCL_NET=IB it fails at init instead).
@@ -67,8 +71,21 @@ class Fault(_Model):
         le=1,
         description=(
             "slow-gpu, fabric-slow-node/-link: the fraction of the healthy figure "
-            "(0.85 / 0.85 / 0.6)."
+            "(0.85 / 0.85 / 0.6); "
+            "memory-held: the fraction of the GPU's memory the other process takes (0.5)."
         ),
+    )
+    offset: int | None = Field(
+        default=None,
+        ge=0,
+        description="memory-flip: byte offset into the tested memory (default: its middle).",
+    )
+    bit: int = Field(default=0, ge=0, le=63, description="memory-flip: the bit flipped.")
+    pattern: MemoryPattern = Field(
+        default=MemoryPattern.RANDOM, description="memory-flip: the pattern it flips during."
+    )
+    step: int = Field(
+        default=0, ge=0, le=63, description="memory-flip: the pattern's step (walking: the bit)."
     )
 
     @model_validator(mode="after")

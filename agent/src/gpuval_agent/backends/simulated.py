@@ -34,14 +34,22 @@ from gpuval_agent.backends.base import (
     XidEvent,
 )
 from gpuval_agent.backends.simconfig import Fault, FaultKind, SimulationConfig
+from gpuval_agent.backends.simmemory import CONTEXT_BYTES, SimulatedMemory, simulated_memtest
 from gpuval_agent.checks.nccl import bus_bandwidth
 from gpuval_agent.errors import NoDriverError
+from gpuval_agent.memtest import (
+    MemoryFlip,
+    MemoryMeasurement,
+    MemoryPlan,
+    MemoryProgressCallback,
+)
 from gpuval_agent.parts import figures_for
 from gpuval_agent.verify import count_bad_elements, scan_counts
 from gpuval_api.checks import Precision
 from gpuval_api.env import AgentEnv
 from gpuval_api.result import Environment, GpuInfo, PcieLink
 
+_MEMORY_TOTAL = 143771 << 20  # an H200's memory, as NVML reports it
 _SMALL = 16  # side of the small matrices each simulated iteration really multiplies
 _MAX_ITERATIONS = 200  # simulated iterations per GPU and precision, whatever the duration
 # Figures of a healthy simulated part, as fractions of the part's expected figures.
@@ -114,7 +122,7 @@ class SimulatedBackend(Backend):
                     serial=f"SIM{index:04d}",
                     vbios="96.00.sim",
                     pci_bus_id=f"00000000:{0x18 + index * 0x10:02X}:00.0",
-                    memory_total_bytes=143771 << 20,
+                    memory_total_bytes=_MEMORY_TOTAL,
                     pcie=PcieLink(
                         current_gen=1, max_gen=5, current_width=8 if degraded else 16, max_width=16
                     ),
@@ -288,6 +296,41 @@ class SimulatedBackend(Backend):
 
     def close(self) -> None:
         self._burning.clear()
+
+    def memory_test(
+        self,
+        gpus: list[int],
+        plan: MemoryPlan,
+        *,
+        on_progress: MemoryProgressCallback,
+        stop: threading.Event,
+    ) -> list[MemoryMeasurement]:
+        self._burning.clear()
+        gbps = (self._part.device_copy_gbps or 1000.0) * _HEALTHY
+        measurements = []
+        for gpu in gpus:
+            held = self._fault(FaultKind.MEMORY_HELD, gpu)
+            middle = plan.target_bytes(_MEMORY_TOTAL - CONTEXT_BYTES) // 2
+            flips = [
+                MemoryFlip(
+                    gpu=gpu,
+                    offset=middle if fault.offset is None else fault.offset,
+                    bit=fault.bit,
+                    pattern=fault.pattern,
+                    step=fault.step,
+                )
+                for fault in self._faults.get(FaultKind.MEMORY_FLIP, [])
+                if fault.gpu == gpu
+            ]
+            memory = SimulatedMemory(
+                gpu, _MEMORY_TOTAL, (held.factor or 0.5) if held else 0.0, flips
+            )
+            measurements.append(
+                simulated_memtest(
+                    memory, plan, gbps, on_progress=on_progress, stop=stop, sleep=self._sleep
+                )
+            )
+        return measurements
 
     def host_device_bandwidth(
         self, direction: str, gpus: list[int], nbytes: int, iterations: int

@@ -234,6 +234,25 @@ def _run_one(name: CheckName, context: CheckContext) -> CheckResult:
         return builder.finish()
 
 
+def overall(
+    checks: list[CheckResult], gpu_count: int, stopped: bool
+) -> tuple[Verdict, Reason | None, str]:
+    """The run's verdict, reason (the first failed check's) and message from its checks."""
+    failed = [c for c in checks if c.verdict is Verdict.FAILED]
+    reason = failed[0].reason if failed else None
+    if failed:
+        message = "; ".join(f"{c.name}: {c.message}" for c in failed)
+    else:
+        ran = [c.name for c in checks if c.verdict is Verdict.PASSED]
+        message = f"{gpu_count} GPUs passed {', '.join(ran) or 'no checks'}"
+    if stopped:
+        # A partial run never passes: a stopped burn ran shorter than configured.
+        reason = Reason.AGENT_STOPPED
+        message = f"stopped before the checks finished; {message}"
+    verdict = Verdict.FAILED if failed or stopped else Verdict.PASSED
+    return verdict, reason, message
+
+
 def _result(
     *,
     config: ChecksConfig,
@@ -245,24 +264,14 @@ def _result(
     checks: list[CheckResult],
     stopped: bool = False,
 ) -> AgentResult:
-    failed = [c for c in checks if c.verdict is Verdict.FAILED]
-    reason = failed[0].reason if failed else None
-    if failed:
-        message = "; ".join(f"{c.name}: {c.message}" for c in failed)
-    else:
-        ran = [c.name for c in checks if c.verdict is Verdict.PASSED]
-        message = f"{environment.gpu_count} GPUs passed {', '.join(ran) or 'no checks'}"
-    if stopped:
-        # A partial run never passes: a stopped burn ran shorter than configured.
-        reason = Reason.AGENT_STOPPED
-        message = f"stopped before the checks finished; {message}"
+    verdict, reason, message = overall(checks, environment.gpu_count, stopped)
     return AgentResult(
         agent_version=__version__,
         backend=backend.name,
         node=node,
         started_at=started_at,
         completed_at=datetime.now(UTC),
-        verdict=Verdict.FAILED if failed or stopped else Verdict.PASSED,
+        verdict=verdict,
         reason=reason,
         message=message,
         startup_seconds=round(startup, 3) if startup is not None else None,

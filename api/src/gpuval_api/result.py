@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpuval_api.baseline.comparison import BaselineComparison
 from gpuval_api.checks import ChecksConfig, camel
 from gpuval_api.jsonschema import ExplicitDefaults
 from gpuval_api.reasons import Reason, Severity
@@ -204,6 +205,13 @@ class AgentResult(_Model):
     checks_config: ChecksConfig
     environment: Environment
     checks: list[CheckResult] = Field(default_factory=list)
+    baseline: BaselineComparison | None = Field(
+        default=None,
+        description=(
+            "The figures against the baseline of this GPU stack (gpuval-agent run --baseline, "
+            "the shipped ones by default); BelowBaseline findings are in the measuring checks."
+        ),
+    )
 
     def check(self, name: str) -> CheckResult | None:
         """The result of the check called `name`, if it ran."""

@@ -110,3 +110,17 @@ def test_report_status_refuses_verdicts_and_reasons_outside_the_catalogue() -> N
     assert "Maybe" not in props["reason"]["enum"] and "BurnMismatch" in props["reason"]["enum"]
     assert props["failures"]["items"]["properties"]["reason"]["enum"] == props["reason"]["enum"]
     assert props["phase"]["enum"] == ["Pending", "Running", "Completed"]
+
+
+def test_no_short_name_is_also_a_category_so_kubectl_get_short_name_name_works() -> None:
+    # kubectl expands a category before it looks a short name up: a short name equal to a
+    # category can never name one object ("you must specify only one resource").
+    names = [crd["spec"]["names"] for crd in crdgen.build_crds().values()]
+    short_names = {s for n in names for s in n["shortNames"]}
+    categories = {c for n in names for c in n["categories"]}
+    plurals = {n["plural"] for n in names} | {n["singular"] for n in names}
+
+    assert short_names == {"gpuval", "gpureport"}
+    assert categories == {"gpuval-all"}
+    assert not short_names & categories
+    assert not categories & plurals

@@ -1,10 +1,11 @@
 """The gpuval custom resources as typed models: the one source the CRDs in crds/ are generated from.
 
 `GpuValidation` (cluster-scoped, short name `gpuval`) asks for a validation of a set of GPU
-nodes; `GpuNodeReport` (cluster-scoped, one per node and run, owned by its GpuValidation) holds
-one node's result. Every field carries a description because it becomes the CRD field's
-description (`kubectl explain`). Cross-field constraints the schema can express are CEL rules
-here; the rest are checked by the operator (`gpuval_operator.validation`).
+nodes; `GpuNodeReport` (cluster-scoped, short name `gpureport`, one per node and run, owned by its
+GpuValidation) holds one node's result; `kubectl get gpuval-all` lists both. Every field carries a
+description because it becomes the CRD field's description (`kubectl explain`). Cross-field
+constraints the schema can express are CEL rules here; the rest are checked by the operator
+(`gpuval_operator.validation`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ VALIDATION_KIND = "GpuValidation"
 VALIDATION_PLURAL = "gpuvalidations"
 REPORT_KIND = "GpuNodeReport"
 REPORT_PLURAL = "gpunodereports"
+# `kubectl get gpuval NAME` reads a short name; `kubectl get gpuval-all` the category of both kinds.
+# kubectl expands a category before it looks up a short name, so the two must differ: with both
+# `gpuval`, `kubectl get gpuval fleet` failed with "you must specify only one resource".
+VALIDATION_SHORT_NAME = "gpuval"
+REPORT_SHORT_NAME = "gpureport"
+CATEGORY = "gpuval-all"
 
 GPU_RESOURCE = "nvidia.com/gpu"
 

@@ -178,7 +178,7 @@ def _crd(
                 "plural": plural,
                 "singular": kind.lower(),
                 "shortNames": short_names,
-                "categories": ["gpuval"],
+                "categories": [crd.CATEGORY],
             },
             "versions": [
                 {
@@ -207,7 +207,7 @@ def build_crds() -> dict[str, dict[str, Any]]:
     validation = _crd(
         kind=crd.VALIDATION_KIND,
         plural=crd.VALIDATION_PLURAL,
-        short_names=["gpuval"],
+        short_names=[crd.VALIDATION_SHORT_NAME],
         spec_model=crd.GpuValidationSpec,
         status_model=crd.GpuValidationStatus,
         description=crd.GpuValidation.__doc__ or "",
@@ -226,7 +226,7 @@ def build_crds() -> dict[str, dict[str, Any]]:
     report = _crd(
         kind=crd.REPORT_KIND,
         plural=crd.REPORT_PLURAL,
-        short_names=["gpureport"],
+        short_names=[crd.REPORT_SHORT_NAME],
         spec_model=crd.GpuNodeReportSpec,
         status_model=crd.GpuNodeReportStatus,
         description=crd.GpuNodeReport.__doc__ or "",

@@ -276,6 +276,11 @@ class Cluster:
             timeout=120,
         )
 
+    def component_pid(self, component: str) -> int:
+        """The process id of a control-plane component (``kube-apiserver``...), from the pid file
+        kwokctl's binary runtime keeps for it."""
+        return int((self.cluster_dir / "pids" / f"{component}.pid").read_text().strip())
+
     def delete_node(self, name: str) -> None:
         self.kubectl("delete", "node", name, "--wait=true")
 

@@ -166,12 +166,18 @@ def test_dashboard_has_a_panel_for_each_figure_the_issue_names(subject: str) -> 
     assert subject in titles, f"no dashboard panel about {subject!r}: {titles}"
 
 
-def test_notes_name_every_alert_the_prometheus_rule_defines() -> None:
+@pytest.mark.parametrize(
+    "document",
+    [CHART / "templates" / "NOTES.txt", REPO_ROOT / "docs" / "install.md"],
+    ids=lambda p: p.name,
+)
+def test_notes_and_the_install_guide_name_every_alert_the_prometheus_rule_defines(
+    document: Path,
+) -> None:
     rules = (CHART / "templates" / "prometheusrule.yaml").read_text()
-    notes = (CHART / "templates" / "NOTES.txt").read_text()
     alerts = re.findall(r"^\s*- alert: (\w+)$", rules, flags=re.MULTILINE)
-    named = set(re.findall(r"\bGpuval[A-Za-z]+\b", notes))
+    named = set(re.findall(r"\bGpuval[A-Z][A-Za-z]+\b", document.read_text()))
 
     assert len(alerts) == 7, alerts
-    assert sorted(set(alerts) - named) == [], "alerts NOTES.txt does not name"
-    assert sorted(named - set(alerts)) == [], "NOTES.txt names alerts the rules do not define"
+    assert sorted(set(alerts) - named) == [], f"alerts {document.name} does not name"
+    assert sorted(named - set(alerts)) == [], f"{document.name} names alerts the rules lack"

@@ -192,11 +192,24 @@ class Cluster:
             raise
         return cluster
 
+    def _kubectl_base(self, kubeconfig: Path) -> list[str]:
+        """kubectl with this cluster's own discovery cache: the default one (~/.kube/cache) is
+        keyed by host:port, and a later cluster on a reused loopback port would read the API
+        groups of an earlier one (seen: a category that no longer existed)."""
+        cache = self.kubeconfig.parent / "kubectl-cache"
+        return [
+            str(self.binaries.kubectl),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--cache-dir",
+            str(cache),
+        ]
+
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            [str(self.binaries.kubectl), "--kubeconfig", str(self.kubeconfig), *args],
+            [*self._kubectl_base(self.kubeconfig), *args],
             input=input,
             capture_output=True,
             text=True,
@@ -268,7 +281,7 @@ class Cluster:
     ) -> subprocess.CompletedProcess[str]:
         """kubectl with another kubeconfig (another identity); never raises on a non-zero exit."""
         return subprocess.run(
-            [str(self.binaries.kubectl), "--kubeconfig", str(kubeconfig), *args],
+            [*self._kubectl_base(kubeconfig), *args],
             input=input,
             capture_output=True,
             text=True,

@@ -1,0 +1,148 @@
+"""Kueue, built from its Go module and running against the real control plane, admits a GPU pod
+group whole or not at all: members of a group that does not fit the quota hold no GPU (all gated,
+none placed on a node, though the kwok nodes have room), and all start together when the quota
+frees. Namespaces that did not opt in are left alone. No gpuval operator runs here: this pins the
+set-up the operator's Kueue path is tested on (docs/kueue.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from gpuval_api.kueue import MANAGED, QUEUE_NAME_LABEL, PodGroup
+from gpuval_devtools.controlplane import GPU_RESOURCE, Cluster
+from gpuval_devtools.kueue import Kueue
+from tests.support.kube import wait_for
+from tests.support.kueue import condition, gated, gpu_pod, placed, pods
+
+GPUS_PER_MEMBER = 4
+
+
+def _submit(cluster: Cluster, namespace: str, group: PodGroup) -> list[str]:
+    names = [f"{group.name}-{i}" for i in range(group.total)]
+    cluster.apply([gpu_pod(n, namespace, GPUS_PER_MEMBER, group) for n in names])
+    return names
+
+
+def _workload_refused_quota(
+    kueue: Kueue, namespace: str, group: PodGroup
+) -> Callable[[], Mapping[str, Any] | None]:
+    """Kueue made the group's one Workload, tried it against the quota and left it pending."""
+
+    def check() -> Mapping[str, Any] | None:
+        for workload in kueue.workloads(namespace):
+            if workload["metadata"]["name"] != group.name:
+                continue
+            reserved = condition(workload, "QuotaReserved")
+            if reserved and reserved["status"] == "False" and reserved["reason"] == "Pending":
+                return workload
+        return None
+
+    return check
+
+
+def _all_placed_and_ungated(
+    cluster: Cluster, namespace: str, names: Sequence[str]
+) -> Callable[[], list[dict[str, Any]] | None]:
+    def check() -> list[dict[str, Any]] | None:
+        found = pods(cluster, namespace, names)
+        ok = len(found) == len(names) and all(placed(p) and not gated(p) for p in found)
+        return found if ok else None
+
+    return check
+
+
+def _assert_holding_nothing(cluster: Cluster, namespace: str, names: Sequence[str]) -> None:
+    found = pods(cluster, namespace, names)
+    assert [p["metadata"]["name"] for p in found] == list(names)
+    assert [n for n, p in zip(names, found, strict=True) if not gated(p)] == []
+    assert [n for n, p in zip(names, found, strict=True) if placed(p)] == []
+
+
+def test_a_group_over_the_quota_holds_no_gpu_and_starts_whole_when_the_quota_is_raised(
+    cluster: Cluster, kueue: Kueue, kueue_namespace: str
+) -> None:
+    queue = kueue.queue("gpus", kueue_namespace, gpus=8)
+    group = PodGroup(queue=queue.name, name="fabric-a", total=3)
+    names = _submit(cluster, kueue_namespace, group)
+
+    pending = wait_for(
+        "Kueue to leave the 12-GPU group pending under an 8-GPU quota",
+        _workload_refused_quota(kueue, kueue_namespace, group),
+    )
+    reserved = condition(pending, "QuotaReserved")
+    assert reserved is not None
+    assert GPU_RESOURCE in reserved["message"]
+    _assert_holding_nothing(cluster, kueue_namespace, names)
+
+    queue.set_gpus(12)
+    admitted = wait_for(
+        "every member to be ungated and placed once the quota holds the group",
+        _all_placed_and_ungated(cluster, kueue_namespace, names),
+    )
+    # Kueue sends the admitted pods to the flavor's nodes (its nodeLabels).
+    assert {p["spec"]["nodeSelector"]["nvidia.com/gpu.present"] for p in admitted} == {"true"}
+
+
+def test_a_waiting_group_starts_whole_when_the_group_holding_the_quota_finishes(
+    cluster: Cluster, kueue: Kueue, kueue_namespace: str
+) -> None:
+    queue = kueue.queue("gpus", kueue_namespace, gpus=8)
+    first = PodGroup(queue=queue.name, name="first", total=2)
+    first_names = _submit(cluster, kueue_namespace, first)
+    wait_for(
+        "the first group to take the whole quota",
+        _all_placed_and_ungated(cluster, kueue_namespace, first_names),
+    )
+    second = PodGroup(queue=queue.name, name="second", total=2)
+    second_names = _submit(cluster, kueue_namespace, second)
+    wait_for(
+        "Kueue to leave the second group pending while the first holds the quota",
+        _workload_refused_quota(kueue, kueue_namespace, second),
+    )
+    _assert_holding_nothing(cluster, kueue_namespace, second_names)
+
+    # What a kubelet reports when the members' containers exit 0.
+    for name in first_names:
+        cluster.kubectl(
+            "patch",
+            "pod",
+            name,
+            "-n",
+            kueue_namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            '{"status": {"phase": "Succeeded"}}',
+        )
+    wait_for(
+        "the second group to start whole once the first finished",
+        _all_placed_and_ungated(cluster, kueue_namespace, second_names),
+    )
+
+
+def test_pods_of_a_namespace_that_did_not_opt_in_are_left_alone(
+    cluster: Cluster, kueue: Kueue, namespace: str, kueue_namespace: str
+) -> None:
+    """The same queued pod is gated where Kueue manages the namespace and untouched elsewhere,
+    as is a plain pod: Kueue's webhook ran for all three."""
+    queued = {QUEUE_NAME_LABEL: "gpus"}
+    plain = gpu_pod("plain", namespace, 1)
+    labelled = gpu_pod("queued", namespace, 1)
+    managed = gpu_pod("queued", kueue_namespace, 1)
+    labelled["metadata"]["labels"] = queued
+    managed["metadata"]["labels"] = queued
+    cluster.apply([plain, labelled, managed])
+
+    untouched = wait_for(
+        "both pods outside Kueue's namespaces to be placed",
+        _all_placed_and_ungated(cluster, namespace, ["plain", "queued"]),
+    )
+    for pod in untouched:
+        assert pod["spec"].get("schedulingGates") is None
+        assert MANAGED not in pod["metadata"].get("labels", {})
+        assert MANAGED not in pod["metadata"].get("finalizers", [])
+    (gated_pod,) = pods(cluster, kueue_namespace, ["queued"])
+    assert gated(gated_pod)
+    assert gated_pod["metadata"]["labels"][MANAGED] == "true"
+    assert MANAGED in gated_pod["metadata"]["finalizers"]

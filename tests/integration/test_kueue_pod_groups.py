@@ -12,7 +12,7 @@ from typing import Any
 from gpuval_api.kueue import MANAGED, QUEUE_NAME_LABEL, PodGroup
 from gpuval_devtools.controlplane import GPU_RESOURCE, Cluster
 from gpuval_devtools.kueue import Kueue
-from tests.support.kube import wait_for
+from tests.support.kube import get_json, wait_for
 from tests.support.kueue import condition, gated, gpu_pod, placed, pods
 
 GPUS_PER_MEMBER = 4
@@ -146,3 +146,17 @@ def test_pods_of_a_namespace_that_did_not_opt_in_are_left_alone(
     assert gated(gated_pod)
     assert gated_pod["metadata"]["labels"][MANAGED] == "true"
     assert MANAGED in gated_pod["metadata"]["finalizers"]
+
+
+def test_the_api_server_reaches_kueues_conversion_webhook_on_loopback(
+    cluster: Cluster, kueue: Kueue, kueue_namespace: str
+) -> None:
+    """Kueue's CRDs serve v1beta1 and v1beta2 and convert through its webhook: reading a queue
+    stored as v1beta2 in v1beta1 is answered by the manager on loopback."""
+    queue = kueue.queue("gpus", kueue_namespace, gpus=8)
+    old = get_json(cluster, "clusterqueues.v1beta1.kueue.x-k8s.io", queue.cluster_queue)
+    assert old is not None, "the v1beta1 read failed: the conversion webhook was not reached"
+    assert old["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+    (group,) = old["spec"]["resourceGroups"]
+    quotas = {r["name"]: r["nominalQuota"] for r in group["flavors"][0]["resources"]}
+    assert quotas[GPU_RESOURCE] == "8"

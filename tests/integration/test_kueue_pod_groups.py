@@ -52,11 +52,20 @@ def _all_placed_and_ungated(
     return check
 
 
-def _assert_holding_nothing(cluster: Cluster, namespace: str, names: Sequence[str]) -> None:
+def _held_back(
+    cluster: Cluster, kueue: Kueue, namespace: str, group: PodGroup, names: Sequence[str]
+) -> Mapping[str, Any]:
+    """Waits until Kueue has tried the group against the quota and left it pending; then no
+    member may hold a GPU: every one gated, none placed on a node."""
+    pending: Mapping[str, Any] = wait_for(
+        f"Kueue to leave the group {group.name} pending for quota",
+        _workload_refused_quota(kueue, namespace, group),
+    )
     found = pods(cluster, namespace, names)
     assert [p["metadata"]["name"] for p in found] == list(names)
     assert [n for n, p in zip(names, found, strict=True) if not gated(p)] == []
     assert [n for n, p in zip(names, found, strict=True) if placed(p)] == []
+    return pending
 
 
 def test_a_group_over_the_quota_holds_no_gpu_and_starts_whole_when_the_quota_is_raised(
@@ -66,14 +75,10 @@ def test_a_group_over_the_quota_holds_no_gpu_and_starts_whole_when_the_quota_is_
     group = PodGroup(queue=queue.name, name="fabric-a", total=3)
     names = _submit(cluster, kueue_namespace, group)
 
-    pending = wait_for(
-        "Kueue to leave the 12-GPU group pending under an 8-GPU quota",
-        _workload_refused_quota(kueue, kueue_namespace, group),
-    )
+    pending = _held_back(cluster, kueue, kueue_namespace, group, names)
     reserved = condition(pending, "QuotaReserved")
     assert reserved is not None
-    assert GPU_RESOURCE in reserved["message"]
-    _assert_holding_nothing(cluster, kueue_namespace, names)
+    assert GPU_RESOURCE in reserved["message"], "12 GPUs asked for under a quota of 8"
 
     queue.set_gpus(12)
     admitted = wait_for(
@@ -96,11 +101,7 @@ def test_a_waiting_group_starts_whole_when_the_group_holding_the_quota_finishes(
     )
     second = PodGroup(queue=queue.name, name="second", total=2)
     second_names = _submit(cluster, kueue_namespace, second)
-    wait_for(
-        "Kueue to leave the second group pending while the first holds the quota",
-        _workload_refused_quota(kueue, kueue_namespace, second),
-    )
-    _assert_holding_nothing(cluster, kueue_namespace, second_names)
+    _held_back(cluster, kueue, kueue_namespace, second, second_names)
 
     # What a kubelet reports when the members' containers exit 0.
     for name in first_names:

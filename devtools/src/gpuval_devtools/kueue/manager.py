@@ -26,7 +26,14 @@ import yaml
 
 from gpuval_api.kubernetes import TERMINAL_POD_PHASES, PodPhase
 from gpuval_api.kueue import ADMISSION_GATE, QUEUE_NAME_LABEL, RETRIABLE_IN_GROUP_ANNOTATION
-from gpuval_devtools.buildsteps import BuildError, Log, cache_dir, free_port, stderr_log
+from gpuval_devtools.buildsteps import (
+    BuildError,
+    Log,
+    cache_dir,
+    free_port,
+    stderr_log,
+    stop_process,
+)
 from gpuval_devtools.kueue import certs, manifests
 from gpuval_devtools.kueue.build import KueueBuild, build
 
@@ -153,6 +160,19 @@ class Kueue:
             "apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(items)
         )
 
+    def _dry_run(self, obj: Mapping[str, Any]) -> subprocess.CompletedProcess[str]:
+        """A server-side dry run of creating ``obj``: admission webhooks run, nothing is kept."""
+        return self.cluster.kubectl(
+            "create",
+            "--dry-run=server",
+            "-o",
+            "json",
+            "-f",
+            "-",
+            input=json.dumps(obj),
+            check=False,
+        )
+
     def _spawn(self, config_file: Path) -> None:
         token = self.cluster.kubectl(
             "create",
@@ -199,9 +219,7 @@ class Kueue:
         last = ""
         while time.monotonic() < deadline:
             self._check_alive()
-            proc = self.cluster.kubectl(
-                "create", "--dry-run=server", "-f", "-", input=json.dumps(probe), check=False
-            )
+            proc = self._dry_run(probe)
             if proc.returncode == 0:
                 return
             last = proc.stderr.strip()
@@ -227,16 +245,7 @@ class Kueue:
         deadline, last = time.monotonic() + timeout, ""
         while time.monotonic() < deadline:
             self._check_alive()
-            proc = self.cluster.kubectl(
-                "create",
-                "--dry-run=server",
-                "-o",
-                "json",
-                "-f",
-                "-",
-                input=json.dumps(probe),
-                check=False,
-            )
+            proc = self._dry_run(probe)
             if proc.returncode == 0:
                 gates = json.loads(proc.stdout)["spec"].get("schedulingGates", [])
                 if any(g["name"] == ADMISSION_GATE for g in gates):
@@ -316,10 +325,5 @@ class Kueue:
                 "delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found", check=False
             )
         proc, self.process = self.process, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            stop_process(proc)

@@ -6,14 +6,21 @@ set-up the operator's Kueue path is tested on (docs/kueue.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import json
 from typing import Any
 
 from gpuval_api.kueue import MANAGED, QUEUE_NAME_LABEL, PodGroup
 from gpuval_devtools.controlplane import GPU_RESOURCE, Cluster
 from gpuval_devtools.kueue import Kueue
-from tests.support.kube import get_json, wait_for
-from tests.support.kueue import condition, gated, gpu_pod, placed, pods
+from tests.support.kube import get_json
+from tests.support.kueue import (
+    condition,
+    gated,
+    gpu_pod,
+    pods,
+    wait_held_back,
+    wait_placed,
+)
 
 GPUS_PER_MEMBER = 4
 
@@ -24,50 +31,6 @@ def _submit(cluster: Cluster, namespace: str, group: PodGroup) -> list[str]:
     return names
 
 
-def _workload_refused_quota(
-    kueue: Kueue, namespace: str, group: PodGroup
-) -> Callable[[], Mapping[str, Any] | None]:
-    """Kueue made the group's one Workload, tried it against the quota and left it pending."""
-
-    def check() -> Mapping[str, Any] | None:
-        for workload in kueue.workloads(namespace):
-            if workload["metadata"]["name"] != group.name:
-                continue
-            reserved = condition(workload, "QuotaReserved")
-            if reserved and reserved["status"] == "False" and reserved["reason"] == "Pending":
-                return workload
-        return None
-
-    return check
-
-
-def _all_placed_and_ungated(
-    cluster: Cluster, namespace: str, names: Sequence[str]
-) -> Callable[[], list[dict[str, Any]] | None]:
-    def check() -> list[dict[str, Any]] | None:
-        found = pods(cluster, namespace, names)
-        ok = len(found) == len(names) and all(placed(p) and not gated(p) for p in found)
-        return found if ok else None
-
-    return check
-
-
-def _held_back(
-    cluster: Cluster, kueue: Kueue, namespace: str, group: PodGroup, names: Sequence[str]
-) -> Mapping[str, Any]:
-    """Waits until Kueue has tried the group against the quota and left it pending; then no
-    member may hold a GPU: every one gated, none placed on a node."""
-    pending: Mapping[str, Any] = wait_for(
-        f"Kueue to leave the group {group.name} pending for quota",
-        _workload_refused_quota(kueue, namespace, group),
-    )
-    found = pods(cluster, namespace, names)
-    assert [p["metadata"]["name"] for p in found] == list(names)
-    assert [n for n, p in zip(names, found, strict=True) if not gated(p)] == []
-    assert [n for n, p in zip(names, found, strict=True) if placed(p)] == []
-    return pending
-
-
 def test_a_group_over_the_quota_holds_no_gpu_and_starts_whole_when_the_quota_is_raised(
     cluster: Cluster, kueue: Kueue, kueue_namespace: str
 ) -> None:
@@ -75,16 +38,13 @@ def test_a_group_over_the_quota_holds_no_gpu_and_starts_whole_when_the_quota_is_
     group = PodGroup(queue=queue.name, name="fabric-a", total=3)
     names = _submit(cluster, kueue_namespace, group)
 
-    pending = _held_back(cluster, kueue, kueue_namespace, group, names)
+    pending = wait_held_back(cluster, kueue, kueue_namespace, group.name, names)
     reserved = condition(pending, "QuotaReserved")
     assert reserved is not None
     assert GPU_RESOURCE in reserved["message"], "12 GPUs asked for under a quota of 8"
 
     queue.set_gpus(12)
-    admitted = wait_for(
-        "every member to be ungated and placed once the quota holds the group",
-        _all_placed_and_ungated(cluster, kueue_namespace, names),
-    )
+    admitted = wait_placed(cluster, kueue_namespace, names)
     # Kueue sends the admitted pods to the flavor's nodes (its nodeLabels).
     assert {p["spec"]["nodeSelector"]["nvidia.com/gpu.present"] for p in admitted} == {"true"}
 
@@ -95,13 +55,10 @@ def test_a_waiting_group_starts_whole_when_the_group_holding_the_quota_finishes(
     queue = kueue.queue("gpus", kueue_namespace, gpus=8)
     first = PodGroup(queue=queue.name, name="first", total=2)
     first_names = _submit(cluster, kueue_namespace, first)
-    wait_for(
-        "the first group to take the whole quota",
-        _all_placed_and_ungated(cluster, kueue_namespace, first_names),
-    )
+    wait_placed(cluster, kueue_namespace, first_names)
     second = PodGroup(queue=queue.name, name="second", total=2)
     second_names = _submit(cluster, kueue_namespace, second)
-    _held_back(cluster, kueue, kueue_namespace, second, second_names)
+    wait_held_back(cluster, kueue, kueue_namespace, second.name, second_names)
 
     # What a kubelet reports when the members' containers exit 0.
     for name in first_names:
@@ -116,10 +73,7 @@ def test_a_waiting_group_starts_whole_when_the_group_holding_the_quota_finishes(
             "-p",
             '{"status": {"phase": "Succeeded"}}',
         )
-    wait_for(
-        "the second group to start whole once the first finished",
-        _all_placed_and_ungated(cluster, kueue_namespace, second_names),
-    )
+    wait_placed(cluster, kueue_namespace, second_names)
 
 
 def test_pods_of_a_namespace_that_did_not_opt_in_are_left_alone(
@@ -135,10 +89,7 @@ def test_pods_of_a_namespace_that_did_not_opt_in_are_left_alone(
     managed["metadata"]["labels"] = queued
     cluster.apply([plain, labelled, managed])
 
-    untouched = wait_for(
-        "both pods outside Kueue's namespaces to be placed",
-        _all_placed_and_ungated(cluster, namespace, ["plain", "queued"]),
-    )
+    untouched = wait_placed(cluster, namespace, ["plain", "queued"])
     for pod in untouched:
         assert pod["spec"].get("schedulingGates") is None
         assert MANAGED not in pod["metadata"].get("labels", {})
@@ -161,3 +112,34 @@ def test_the_api_server_reaches_kueues_conversion_webhook_on_loopback(
     (group,) = old["spec"]["resourceGroups"]
     quotas = {r["name"]: r["nominalQuota"] for r in group["flavors"][0]["resources"]}
     assert quotas[GPU_RESOURCE] == "8"
+
+
+def test_jobs_are_still_created_while_kueue_runs_and_only_a_queued_one_waits_for_it(
+    cluster: Cluster, kueue: Kueue, kueue_namespace: str
+) -> None:
+    """Kueue's Job webhook fails closed: it must answer (docs/kueue.md: with the pod integration
+    alone, v0.17.0's panics). A Job without Kueue's queue label runs as it is; a queued one is
+    suspended until Kueue admits it."""
+
+    def dry_run(name: str, labels: dict[str, str]) -> dict[str, Any]:
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, "namespace": kueue_namespace, "labels": labels},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "work", "image": "gpuval-test/none"}],
+                    }
+                }
+            },
+        }
+        created = cluster.kubectl(
+            "create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(job)
+        )
+        result: dict[str, Any] = json.loads(created.stdout)
+        return result
+
+    assert dry_run("plain-job", {})["spec"]["suspend"] is False
+    assert dry_run("queued-job", {QUEUE_NAME_LABEL: "gpus"})["spec"]["suspend"] is True

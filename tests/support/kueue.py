@@ -1,4 +1,5 @@
-"""Reading Kueue's effect on pods and Workloads in tests on the real control plane."""
+"""Kueue's effect on pods and Workloads, read from the real control plane in tests: the helpers
+the Kueue tests use, and the operator's Kueue tests can (docs/kueue.md, "The test API")."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 
 from gpuval_api.kueue import ADMISSION_GATE, PodGroup
 from gpuval_devtools.controlplane import GPU_RESOURCE, Cluster
-from tests.support.kube import get_json
+from gpuval_devtools.kueue import Kueue
+from tests.support.kube import get_json, wait_for
 
 
 def gpu_pod(name: str, namespace: str, gpus: int, group: PodGroup | None = None) -> dict[str, Any]:
@@ -55,3 +57,55 @@ def condition(workload: Mapping[str, Any], kind: str) -> Mapping[str, Any] | Non
             found: Mapping[str, Any] = cond
             return found
     return None
+
+
+def wait_held_back(
+    cluster: Cluster,
+    kueue: Kueue,
+    namespace: str,
+    group: str,
+    names: Sequence[str],
+    *,
+    timeout: float = 60,
+) -> Mapping[str, Any]:
+    """Waits until Kueue has made the pod group ``group``'s Workload, tried it against the quota
+    and left it pending (``QuotaReserved`` False, reason ``Pending``); then asserts that none of
+    its members ``names`` holds a GPU: every one gated, none placed on a node. Returns the
+    Workload."""
+
+    def pending() -> Mapping[str, Any] | None:
+        for workload in kueue.workloads(namespace):
+            reserved = condition(workload, "QuotaReserved")
+            if (
+                workload["metadata"]["name"] == group
+                and reserved
+                and (reserved["status"], reserved["reason"]) == ("False", "Pending")
+            ):
+                return workload
+        return None
+
+    workload: Mapping[str, Any] = wait_for(
+        f"Kueue to leave the pod group {group} pending for quota", pending, timeout=timeout
+    )
+    found = pods(cluster, namespace, names)
+    assert [p["metadata"]["name"] for p in found] == list(names)
+    assert [n for n, p in zip(names, found, strict=True) if not gated(p)] == [], "ungated"
+    assert [n for n, p in zip(names, found, strict=True) if placed(p)] == [], "on a node"
+    return workload
+
+
+def wait_placed(
+    cluster: Cluster, namespace: str, names: Sequence[str], *, timeout: float = 60
+) -> list[dict[str, Any]]:
+    """Waits until every pod of ``names`` is ungated and placed on a node (for a Kueue pod group:
+    admitted and scheduled); returns them."""
+
+    def admitted() -> list[dict[str, Any]] | None:
+        found = pods(cluster, namespace, names)
+        ok = len(found) == len(names) and all(placed(p) and not gated(p) for p in found)
+        return found if ok else None
+
+    found: list[dict[str, Any]] = wait_for(
+        f"the pods {', '.join(names)} to be ungated and placed", admitted, timeout=timeout
+    )
+    return found

@@ -142,7 +142,7 @@ def test_manager_config_serves_on_loopback_and_manages_only_opted_in_namespaces(
     assert config["webhook"] == {"host": "127.0.0.1", "port": 40123, "certDir": "/c"}
     assert config["health"]["healthProbeBindAddress"] == "127.0.0.1:40124"
     assert config["metrics"]["bindAddress"] == "0"
-    assert config["integrations"] == {"frameworks": ["pod"]}
+    assert config["integrations"] == {"frameworks": ["batch/job", "pod"]}
     assert config["managedJobsNamespaceSelector"] == {
         "matchLabels": {manifests.MANAGED_NAMESPACE_LABEL: "true"}
     }

@@ -45,6 +45,9 @@ CLUSTER_KINDS = frozenset(
 # A namespace opts in to Kueue with this label (the manager's managedJobsNamespaceSelector);
 # pods elsewhere pass its webhook untouched, whatever labels they carry.
 MANAGED_NAMESPACE_LABEL = "kueue-managed"
+# The pod integration, and Kueue's default one: without "batch/job", Kueue v0.17.0's Job webhook
+# panics on a nil queue manager (measured), and with it failing closed no Job could be created.
+FRAMEWORKS = ("batch/job", "pod")
 # Kueue's API version of the queue objects made here.
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 
@@ -122,7 +125,7 @@ def manager_config(
     webhook_port: int,
     health_port: int,
     cert_dir: str,
-    frameworks: Sequence[str] = ("pod",),
+    frameworks: Sequence[str] = FRAMEWORKS,
 ) -> dict[str, Any]:
     """The module's own manager configuration with what a manager on loopback needs: webhooks
     and probes on 127.0.0.1, no metrics listener, one replica (no leader election), the visibility

@@ -127,6 +127,7 @@ def kueue_namespace(
     kueue.opt_in(name)
     yield name
     kueue.release(name)
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 @pytest.fixture(scope="session")

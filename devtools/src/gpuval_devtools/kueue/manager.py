@@ -269,8 +269,8 @@ class Kueue:
         return queue
 
     def release(self, namespace: str, timeout: float = 120) -> None:
-        """Deletes the pods and queues of ``namespace`` and waits until they are gone (Kueue
-        lifts its finalizers while it runs), then the namespace itself, without waiting.
+        """Deletes every pod and queue of ``namespace`` (and the queues' ClusterQueues) and waits
+        until they are gone: Kueue lifts its finalizers only while it runs. The namespace stays.
 
         Kueue keeps its finalizer on a pod until the pod has ended (and on a failed member of a
         retriable group until a replacement comes), and kwok nodes have no kubelet to end a
@@ -304,7 +304,6 @@ class Kueue:
         self.cluster.kubectl("delete", "localqueues", "--all", "-n", namespace, wait)
         if queues:
             self.cluster.kubectl("delete", "clusterqueues", *queues, "--ignore-not-found", wait)
-        self.cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
     def _names(self, resource: str, namespace: str, path: str) -> list[str]:
         out = self.cluster.kubectl(

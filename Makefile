@@ -21,6 +21,10 @@ browser: ## Install Debian's chromium (root, once; .debs cached under $GPUVAL_CA
 controlplane: setup ## Build and cache etcd, the Kubernetes components (kubelet too), kwok, kwokctl, helm, prometheus, the real node's runtime, the chart's lint tools
 	$(UV) run --frozen python -m gpuval_devtools.controlplane build
 
+.PHONY: kueue
+kueue: setup ## Build and cache Kueue's manager (Go module) and render its manifests from the module's config/ (docs/kueue.md)
+	$(UV) run --frozen python -m gpuval_devtools.kueue
+
 .PHONY: cluster-up
 REAL_NODE ?=
 cluster-up: controlplane ## Start a local control plane with simulated GPU nodes (kubeconfig path printed); REAL_NODE=1 adds a real node
@@ -86,7 +90,7 @@ lint: setup ## ruff and mypy --strict over every package
 	$(UV) run --frozen mypy
 
 .PHONY: test
-test: setup controlplane browser ## The README's test command: lint, generated-file check, unit, browser and cluster tests (with a real node)
+test: setup controlplane kueue browser ## The README's test command: lint, generated-file check, unit, browser and cluster tests (with a real node)
 	$(MAKE) lint check-generated
 	$(UV) run --frozen pytest -m "not gpu" --real-node
 

@@ -22,6 +22,7 @@ from kopf.testing import KopfRunner
 from gpuval_api.env import OperatorEnv
 from gpuval_devtools import images
 from gpuval_devtools.controlplane import Cluster, GpuNode, free_port
+from gpuval_devtools.kueue import Kueue
 from gpuval_devtools.launch import AGENT_NAMESPACE, agent_rbac, podrunner_process
 from gpuval_devtools.realnode import RealNode
 from tests.support.fleet import Fleet, Operator
@@ -101,6 +102,31 @@ def namespace(cluster: Cluster, unique_name: Callable[[str], str]) -> Iterator[s
     name = unique_name("ns")
     cluster.kubectl("create", "namespace", name)
     yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def kueue(cluster: Cluster) -> Iterator[Kueue]:
+    """Kueue's manager on the session's cluster (gpuval_devtools.kueue, docs/kueue.md) for one
+    test module: stopped after it, as its pod webhook fails closed and must not outlive it."""
+    started = cluster.start_kueue()
+    try:
+        yield started
+    finally:
+        cluster.stop_kueue()
+
+
+@pytest.fixture
+def kueue_namespace(
+    cluster: Cluster, kueue: Kueue, unique_name: Callable[[str], str]
+) -> Iterator[str]:
+    """A fresh namespace that Kueue manages; afterwards its pods and queues are deleted while
+    Kueue still runs (it holds finalizers on them), then the namespace."""
+    name = unique_name("kq")
+    cluster.kubectl("create", "namespace", name)
+    kueue.opt_in(name)
+    yield name
+    kueue.release(name)
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 

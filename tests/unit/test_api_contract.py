@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuval_api import conditions, keys, kubernetes, report
+from gpuval_api import conditions, keys, kubernetes, kueue, report
 from gpuval_api.crd import GpuNodeReportStatus, ReportSummary, RunTrigger
 from gpuval_api.env import AgentEnv, OperatorEnv
 from gpuval_api.fabric import FabricKey, FabricStatus
@@ -48,7 +48,7 @@ AMBIGUOUS = {"passed", "failed", "Unknown", "gpuCount"}
 def contract_values() -> set[str]:
     values = {str(member) for enum in ENUMS for member in enum}
     values |= {str(k) for k in report.StatusKey} - GENERIC
-    for module in (keys, kubernetes):
+    for module in (keys, kubernetes, kueue):
         values |= {v for n, v in vars(module).items() if n.isupper() and isinstance(v, str) and v}
     # Kubernetes' own words that gpuval also uses in another sense, and the agent's one label.
     return values - AMBIGUOUS - {keys.AGENT_COMPONENT}

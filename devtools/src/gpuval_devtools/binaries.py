@@ -143,18 +143,23 @@ def _ensure_kube(*, log: Log) -> dict[str, Path]:
     return paths
 
 
-def _go_install(step: str, target: str, names: Sequence[str], *, log: Log) -> dict[str, Path]:
+def go_install(
+    step: str, target: str, names: Sequence[str], *, log: Log, flags: Sequence[str] = ()
+) -> dict[str, Path]:
+    """``go install [flags] target`` (``module/cmd/x@version ...``) into ``bin/<step>`` of the
+    cache, once: the stamp holds the flags and targets, so a change of either rebuilds."""
     root = cache_dir()
     out = root / "bin" / step
     paths = {n: out / n for n in names}
     stamp = out / ".stamp"
-    if stamped(stamp, target) and all(p.is_file() for p in paths.values()):
+    key = " ".join([*flags, target])
+    if stamped(stamp, key) and all(p.is_file() for p in paths.values()):
         return paths
     out.mkdir(parents=True, exist_ok=True)
     env = go_env(root)
     env["GOBIN"] = str(out)
-    run_step(f"install-{step}", ["go", "install", *target.split()], env=env, log=log)
-    stamp.write_text(target)
+    run_step(f"install-{step}", ["go", "install", *flags, *target.split()], env=env, log=log)
+    stamp.write_text(key)
     return paths
 
 
@@ -164,13 +169,13 @@ def build(*, log: Log = stderr_log) -> Binaries:
         raise BuildError("build step 'go' failed: no `go` on PATH (Go >= 1.26 is needed)")
     etcd = _ensure_etcd(log=log)
     kube = _ensure_kube(log=log)
-    kwok = _go_install(
+    kwok = go_install(
         f"kwok-{KWOK_VERSION}",
         f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION} sigs.k8s.io/kwok/cmd/kwokctl@{KWOK_VERSION}",
         ["kwok", "kwokctl"],
         log=log,
     )
-    helm = _go_install(
+    helm = go_install(
         f"helm-{HELM_VERSION}", f"{HELM_MODULE}/cmd/helm@{HELM_VERSION}", ["helm"], log=log
     )
     # The alert tests run a real Prometheus; unpacked here so no test downloads anything.

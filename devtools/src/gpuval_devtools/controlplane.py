@@ -47,6 +47,7 @@ from gpuval_devtools.buildsteps import (
     tree_digest,
 )
 from gpuval_devtools.buildsteps import stderr_log as _stderr_log
+from gpuval_devtools.kueue import Kueue
 from gpuval_devtools.kwoknodes import (
     API_SERVICE_IP,
     GPU_RESOURCE,
@@ -133,6 +134,7 @@ class Cluster:
         self.server: str = cluster_entry["server"]
         self.ca_file = self.cluster_dir / "pki" / "ca.crt"
         self.real_node: RealNode | None = None
+        self.kueue: Kueue | None = None
 
     @staticmethod
     def _kwok_env(workdir: Path) -> dict[str, str]:
@@ -309,7 +311,20 @@ class Cluster:
         node, self.real_node = self.real_node, None
         return node.stop() if node is not None else []
 
+    def start_kueue(self, *, log: Log = _stderr_log) -> Kueue:
+        """Starts Kueue's manager against this cluster (gpuval_devtools.kueue), or starts it
+        anew when one runs."""
+        self.stop_kueue()
+        self.kueue = Kueue.start(self, log=log)
+        return self.kueue
+
+    def stop_kueue(self) -> None:
+        kueue, self.kueue = self.kueue, None
+        if kueue is not None:
+            kueue.stop()
+
     def stop(self) -> None:
+        self.stop_kueue()
         self.stop_real_node()
         subprocess.run(
             [str(self.binaries.kwokctl), "delete", "cluster", "--name", self.name],

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from gpuval_api.env import OperatorEnv
+from gpuval_devtools.buildsteps import stop_process
 from gpuval_devtools.controlplane import Cluster
 from gpuval_operator import rbac
 
@@ -58,16 +59,6 @@ def _script(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @contextlib.contextmanager
 def operator_process(
     kubeconfig: Path,
@@ -92,7 +83,7 @@ def operator_process(
         try:
             yield proc
         finally:
-            stop(proc)
+            stop_process(proc)
 
 
 @contextlib.contextmanager
@@ -126,4 +117,4 @@ def podrunner_process(
         try:
             yield proc
         finally:
-            stop(proc)
+            stop_process(proc)

@@ -227,19 +227,19 @@ def chart_tools(*, log: Log = stderr_log) -> ChartTools:
     """Builds or syncs the chart's tools once; later calls return the cached paths."""
     if shutil.which("go") is None:
         raise BuildError("build step 'go' failed: no `go` on PATH (Go >= 1.26 is needed)")
-    kubeconform = _go_install(
+    kubeconform = go_install(
         f"kubeconform-{KUBECONFORM_VERSION}",
         f"github.com/yannh/kubeconform/cmd/kubeconform@{KUBECONFORM_VERSION}",
         ["kubeconform"],
         log=log,
     )
-    kube_score = _go_install(
+    kube_score = go_install(
         f"kube-score-{KUBE_SCORE_VERSION}",
         f"github.com/zegl/kube-score/cmd/kube-score@{KUBE_SCORE_VERSION}",
         ["kube-score"],
         log=log,
     )
-    helm_docs = _go_install(
+    helm_docs = go_install(
         f"helm-docs-{HELM_DOCS_VERSION}",
         f"github.com/norwoodj/helm-docs/cmd/helm-docs@{HELM_DOCS_VERSION}",
         ["helm-docs"],

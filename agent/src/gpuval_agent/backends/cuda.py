@@ -29,6 +29,7 @@ from gpuval_agent.backends.base import (
     Backend,
     BurnMeasurement,
     BurnProgress,
+    GpuUse,
     ProgressCallback,
     TelemetrySample,
     XidEvent,
@@ -201,6 +202,20 @@ class CudaBackend(Backend):
     def xid_events(self) -> list[XidEvent]:
         events: list[XidEvent] = self._nvml_session().xid_events()
         return events
+
+    def gpu_use(self) -> list[GpuUse] | None:
+        uses: list[GpuUse] | None = self._nvml_session().gpu_use()
+        return uses
+
+    def agent_gpu_processes(self) -> dict[int, int]:
+        """This process on every GPU, and each live prestarted NCCL rank on its own."""
+        counts = dict.fromkeys(range(self._nvml_session().count), 1)
+        prepared = self._prepared
+        if prepared is not None:
+            for ordinal in prepared.live_devices():
+                gpu = self._nvml_index(ordinal)
+                counts[gpu] = counts.get(gpu, 1) + 1
+        return counts
 
     def burn(
         self,
@@ -380,6 +395,7 @@ class PreparedAllReduce:
         hang_rank: int | None = None,
     ) -> None:
         self.key = (tuple(gpus), tuple(sizes), iterations)
+        self.devices = list(gpus)
         self.timeout_seconds = timeout_seconds
         self._dir = tempfile.TemporaryDirectory(prefix="gpuval-nccl-")
         self.out = Path(self._dir.name) / "result.json"
@@ -422,6 +438,12 @@ class PreparedAllReduce:
     def cancel(self) -> None:
         self.group.cancel()
         self._dir.cleanup()
+
+    def live_devices(self) -> list[int]:
+        """The CUDA devices whose rank process still runs."""
+        return [
+            d for d, p in zip(self.devices, self.group.processes, strict=True) if p.poll() is None
+        ]
 
     def run(self) -> AllReduceOutcome:
         self.group.go()

@@ -32,6 +32,11 @@ class FaultKind(StrEnum):
     NO_DRIVER = "no-driver"
     CUDA_INVISIBLE = "cuda-invisible"  # NVML sees the GPU, CUDA does not (CUDA_VISIBLE_DEVICES)
     WRONG_REFERENCE = "wrong-reference"  # the GPU computes the same wrong answer every time
+    # Another process on the GPU: computing (3 GiB, its load halves the agent's figures), or
+    # holding most of its memory (135 GiB: the agent's allocations run out of memory). There
+    # from the start, or appearing as the load check named by `during` starts.
+    FOREIGN_COMPUTE = "foreign-compute"
+    FOREIGN_MEMORY = "foreign-memory"
     # The fabric (`gpuval-agent fabric`): the node's network is slow; its link to `peer` is
     # slow; it cannot reach rank 0 (a blocked port: it dials a closed one); its collectives
     # hang; its NCCL falls back to TCP sockets (with NCCL_NET=IB it fails at init instead).
@@ -40,6 +45,15 @@ class FaultKind(StrEnum):
     FABRIC_UNREACHABLE = "fabric-unreachable"
     FABRIC_HANG = "fabric-hang"
     FABRIC_SOCKET_FALLBACK = "fabric-socket-fallback"
+
+
+class LoadCheck(StrEnum):
+    """The loads a foreign process may appear in (`Fault.during`)."""
+
+    BURN = "burn"
+    BANDWIDTH = "bandwidth"
+    NCCL = "nccl"
+    FABRIC = "fabric"
 
 
 class _Model(BaseModel):
@@ -57,6 +71,17 @@ class Fault(_Model):
     xid: int = Field(default=79, description="xid: the XID number reported.")
     peer: str | None = Field(
         default=None, min_length=1, description="fabric-slow-link: the other node's name."
+    )
+    during: LoadCheck | None = Field(
+        default=None,
+        description="foreign-compute/-memory: appears as this load starts (default: from the "
+        "start, before the agent's first CUDA context).",
+    )
+    pid: int | None = Field(
+        default=None,
+        ge=1,
+        description="foreign-compute/-memory: its PID as NVML reports it (default: 5000000 + "
+        "gpu, a PID no real process has).",
     )
     factor: float | None = Field(
         default=None,
@@ -81,6 +106,11 @@ class SimulationConfig(_Model):
     nccl: str = "2.28.9"
     faults: list[Fault] = Field(default_factory=list)
     time_scale: float = Field(default=0.01, ge=0, le=10)
+    host_pid: bool = Field(
+        default=True,
+        description="Whether NVML's PIDs are the agent's own namespace's (bare metal, hostPID); "
+        "false: a pod without hostPID, where the agent's own processes show under other PIDs.",
+    )
 
     @classmethod
     def parse(cls, text: str) -> Self:

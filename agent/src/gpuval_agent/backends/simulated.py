@@ -28,12 +28,14 @@ from gpuval_agent.backends.base import (
     Backend,
     BurnMeasurement,
     BurnProgress,
+    GpuProcess,
+    GpuUse,
     ProgressCallback,
     TelemetrySample,
     Throttle,
     XidEvent,
 )
-from gpuval_agent.backends.simconfig import Fault, FaultKind, SimulationConfig
+from gpuval_agent.backends.simconfig import Fault, FaultKind, LoadCheck, SimulationConfig
 from gpuval_agent.checks.nccl import bus_bandwidth
 from gpuval_agent.errors import NoDriverError
 from gpuval_agent.parts import figures_for
@@ -62,6 +64,82 @@ _NUMPY_DTYPES = {
 }
 
 
+# The simulated foreign processes: a PID above any kernel's pid_max (2^22), so never the agent's.
+FOREIGN_PID = 5_000_000
+# Where the agent's own processes show when NVML's PIDs are not its namespace's (no hostPID).
+_HOST_PID_OFFSET = 6_000_000
+_MEMORY_TOTAL = 143771 << 20
+_DRIVER_RESERVED = 650 << 20  # what an idle H200 shows in use (0.65 GB)
+_FOREIGN = {
+    FaultKind.FOREIGN_COMPUTE: ("python3 train.py (simulated)", 3 << 30, 90),
+    FaultKind.FOREIGN_MEMORY: ("python3 hold.py (simulated)", 135 << 30, 0),
+}
+
+
+class ForeignProcesses:
+    """The double's other processes on the GPUs (faults foreign-compute/-memory) and its own
+    CUDA processes, as NVML would list them; shared by the per-node and the fabric double."""
+
+    def __init__(self, config: SimulationConfig) -> None:
+        self._faults = [f for f in config.faults if f.kind in _FOREIGN]
+        self._present = {id(f) for f in self._faults if f.during is None}
+        self._host_pid = config.host_pid
+        self._lock = threading.Lock()
+        self._own: set[int] = set()  # GPUs the agent holds a context on
+
+    def starts(self, load: LoadCheck, gpus: list[int]) -> None:
+        """A load starts on `gpus`: its foreign processes appear, the agent holds the GPUs."""
+        with self._lock:
+            self._present |= {id(f) for f in self._faults if f.during is load}
+            self._own |= set(gpus)
+
+    def on(self, gpu: int, kind: FaultKind) -> bool:
+        with self._lock:
+            return any(
+                f.gpu == gpu and f.kind is kind and id(f) in self._present for f in self._faults
+            )
+
+    def host_pid_namespace(self) -> bool:
+        return self._host_pid
+
+    def use(self, gpus: list[int]) -> list[GpuUse]:
+        own_pid = os.getpid() + (0 if self._host_pid else _HOST_PID_OFFSET)
+        uses = []
+        with self._lock:
+            for gpu in gpus:
+                processes = []
+                if gpu in self._own:
+                    processes.append(GpuProcess(pid=own_pid, used_memory_bytes=2 << 30))
+                for fault in self._faults:
+                    if fault.gpu == gpu and id(fault) in self._present:
+                        name, memory, sm = _FOREIGN[fault.kind]
+                        pid = fault.pid or FOREIGN_PID + gpu
+                        processes.append(GpuProcess(pid, memory, sm, name))
+                computing = gpu in self._own or any(p.sm_percent for p in processes)
+                uses.append(
+                    GpuUse(
+                        gpu=gpu,
+                        processes=tuple(processes),
+                        memory_used_bytes=_DRIVER_RESERVED
+                        + sum(p.used_memory_bytes or 0 for p in processes),
+                        memory_total_bytes=_MEMORY_TOTAL,
+                        utilization_percent=100 if computing else 0,
+                    )
+                )
+        return uses
+
+
+def out_of_memory(gpu: int, pid: int) -> str:
+    """torch's words for an allocation another process's memory starved."""
+    return (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU "
+        f"{gpu} has a total capacity of 140.40 GiB of which 4.75 GiB is free. Process {pid} has "
+        "135.00 GiB memory in use. Of the allocated memory 512.00 MiB is allocated by PyTorch. "
+        "See documentation for Memory Management (https://pytorch.org/docs/stable/notes/"
+        "cuda.html#environment-variables)"
+    )
+
+
 class SimulatedBackend(Backend):
     """A test double of a GPU node; see the module docstring."""
 
@@ -79,6 +157,7 @@ class SimulatedBackend(Backend):
         self._xid_lock = threading.Lock()
         self._pending_xids: list[XidEvent] = []
         self._node = os.environ.get(AgentEnv.NODE_NAME) or socket.gethostname()
+        self.foreign = ForeignProcesses(config)
 
     def _fault(self, kind: FaultKind, gpu: int | None = None) -> Fault | None:
         for fault in self._faults.get(kind, []):
@@ -106,7 +185,7 @@ class SimulatedBackend(Backend):
                     serial=f"SIM{index:04d}",
                     vbios="96.00.sim",
                     pci_bus_id=f"00000000:{0x18 + index * 0x10:02X}:00.0",
-                    memory_total_bytes=143771 << 20,
+                    memory_total_bytes=_MEMORY_TOTAL,
                     pcie=PcieLink(
                         current_gen=1, max_gen=5, current_width=8 if degraded else 16, max_width=16
                     ),
@@ -210,6 +289,7 @@ class SimulatedBackend(Backend):
         # The simulated GPUs read hot from the burn's start until the next check loads them
         # otherwise, as real GPUs stay warm for a while: the burn's telemetry window sees it.
         self._burning.set()
+        self.foreign.starts(LoadCheck.BURN, gpus)
         if self._fault(FaultKind.HANG):
             # The contract's 'hang': the agent never finishes (until it is told to stop).
             stop.wait()
@@ -232,6 +312,8 @@ class SimulatedBackend(Backend):
             # Consistently wrong: the reference and every result carry the same flipped bit, so
             # the node's own verification passes and only a comparison across nodes can tell.
             reference.view(_bits(reference))[7, 7] ^= 1 << 3
+        if self.foreign.on(gpu, FaultKind.FOREIGN_MEMORY):
+            return BurnMeasurement(gpu=gpu, error=out_of_memory(gpu, self._foreign_pid(gpu)))
         if self._fault(FaultKind.CUDA_INVISIBLE, gpu):
             return BurnMeasurement(
                 gpu=gpu,
@@ -262,6 +344,8 @@ class SimulatedBackend(Backend):
             tflops *= 0.6
         if self._fault(FaultKind.POWER_CAPPED, gpu):
             tflops *= 0.75
+        if self.foreign.on(gpu, FaultKind.FOREIGN_COMPUTE):
+            tflops *= 0.4  # the H200 gave 320 of 800 TFLOP/s beside another process's matmul
         on_progress(BurnProgress(gpu=gpu, iterations=iterations, tflops=tflops))
         duration = max(seconds, 1e-9)
         digest = int(reference.view(_bits(reference)).astype(np.uint64).sum()) & (1 << 64) - 1
@@ -280,10 +364,35 @@ class SimulatedBackend(Backend):
     def close(self) -> None:
         self._burning.clear()
 
+    def gpu_use(self) -> list[GpuUse] | None:
+        return self.foreign.use(list(range(self._visible)))
+
+    def host_pid_namespace(self) -> bool:
+        return self.foreign.host_pid_namespace()
+
+    def agent_gpu_processes(self) -> dict[int, int]:
+        return dict.fromkeys(range(self._visible), 1)
+
+    def _foreign_pid(self, gpu: int) -> int:
+        return next(
+            (f.pid for f in self.config.faults if f.gpu == gpu and f.pid is not None),
+            FOREIGN_PID + gpu,
+        )
+
+    def _share(self, load: LoadCheck, gpus: list[int]) -> dict[int, float]:
+        """Per GPU, the share of its figure a load gets beside the foreign processes on it;
+        raises torch's out-of-memory error where one holds most of a GPU's memory."""
+        self.foreign.starts(load, gpus)
+        for gpu in gpus:
+            if self.foreign.on(gpu, FaultKind.FOREIGN_MEMORY):
+                raise RuntimeError(out_of_memory(gpu, self._foreign_pid(gpu)))
+        return {g: 0.5 if self.foreign.on(g, FaultKind.FOREIGN_COMPUTE) else 1.0 for g in gpus}
+
     def host_device_bandwidth(
         self, direction: str, gpus: list[int], nbytes: int, iterations: int
     ) -> dict[int, float]:
         self._burning.clear()
+        share = self._share(LoadCheck.BANDWIDTH, gpus)
         self._sleep(0.2)
         expected = (self._part.h2d_gbps if direction == "h2d" else self._part.d2h_gbps) or 25.0
         figures = {}
@@ -293,20 +402,22 @@ class SimulatedBackend(Backend):
                 gbps = expected * 0.24
             if self._fault(FaultKind.LOW_BANDWIDTH, gpu):
                 gbps *= 0.5
-            figures[gpu] = gbps
+            figures[gpu] = gbps * share[gpu]
         return figures
 
     def device_copy_bandwidth(self, gpu: int, nbytes: int, iterations: int) -> float:
+        share = self._share(LoadCheck.BANDWIDTH, [gpu])[gpu]
         self._sleep(0.1)
-        gbps = (self._part.device_copy_gbps or 1000.0) * _HEALTHY
+        gbps = (self._part.device_copy_gbps or 1000.0) * _HEALTHY * share
         return gbps * (0.5 if self._fault(FaultKind.LOW_BANDWIDTH, gpu) else 1.0)
 
     def peer_access(self, src: int, dst: int) -> bool:
         return True
 
     def peer_bandwidth(self, src: int, dst: int, nbytes: int, iterations: int) -> float:
+        share = min(self._share(LoadCheck.BANDWIDTH, [src, dst]).values())
         self._sleep(0.05)
-        gbps = (self._part.p2p_gbps or 50.0) * _HEALTHY
+        gbps = (self._part.p2p_gbps or 50.0) * _HEALTHY * share
         slow = self._fault(FaultKind.LOW_BANDWIDTH, src) or self._fault(
             FaultKind.LOW_BANDWIDTH, dst
         )
@@ -320,8 +431,9 @@ class SimulatedBackend(Backend):
     def all_reduce(
         self, gpus: list[int], sizes: list[int], iterations: int, timeout_seconds: float
     ) -> AllReduceOutcome:
+        share = min(self._share(LoadCheck.NCCL, gpus).values())
         self._sleep(2.0)
-        busbw = (self._part.nccl_busbw_gbps or 100.0) * _HEALTHY
+        busbw = (self._part.nccl_busbw_gbps or 100.0) * _HEALTHY * share
         slow = next((f for f in self._faults.get(FaultKind.SLOW_NCCL, []) if f.gpu in gpus), None)
         if slow is not None:
             busbw *= 0.4

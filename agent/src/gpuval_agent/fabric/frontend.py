@@ -8,8 +8,9 @@ the result goes to the node's GpuNodeReport as `status.fabric` (merge patch, ret
 GPUVAL_DEADLINE), after the compact fabric status is left in the termination message.
 
 Exit codes: 0 Passed, 1 Failed (the fabric named this node, or the group failed as a whole), 2
-NotRun (the group did not form: no evidence against this node) or the agent could not run,
-130 stopped by a signal (by hand; in the pod a stopped agent exits 2 and writes nothing).
+the agent could not run, 3 NotRun (not tested: the group did not form, or another process used
+a GPU of the group; no evidence against this node), 130 stopped by a signal (by hand; in the pod
+a stopped agent exits 2 and writes nothing).
 """
 
 from __future__ import annotations
@@ -36,12 +37,10 @@ from gpuval_agent.fabric.steps import Executor
 from gpuval_agent.fabric.table import render_fabric
 from gpuval_agent.kube import ApiServer, ReportUnreachableError, ReportWriter
 from gpuval_agent.outcome import (
-    EXIT_ERROR,
-    EXIT_FAILED,
     EXIT_INTERRUPTED,
-    EXIT_PASSED,
     stop_on_signals,
     validation_message,
+    verdict_exit_code,
 )
 from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import (
@@ -54,7 +53,6 @@ from gpuval_api.fabric import (
     build_fabric_termination_message,
 )
 from gpuval_api.report import StatusKey
-from gpuval_api.result import Verdict
 
 DEFAULT_GROUP = "by-hand"
 _HANG_STEPS = ("check", "group", "pairs")
@@ -208,12 +206,6 @@ def _measure(args: argparse.Namespace, plan: FabricPlan) -> FabricResult | None:
         executor.close()
 
 
-def exit_code(result: FabricResult) -> int:
-    if result.verdict is Verdict.PASSED:
-        return EXIT_PASSED
-    return EXIT_FAILED if result.verdict is Verdict.FAILED else EXIT_ERROR
-
-
 def cmd_fabric(args: argparse.Namespace) -> int:
     if args.cluster:
         return cmd_fabric_cluster(args)
@@ -229,7 +221,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
         else:
             Path(args.json_path).write_text(text)
-    return exit_code(result)
+    return verdict_exit_code(result.verdict)
 
 
 def cmd_fabric_cluster(args: argparse.Namespace) -> int:
@@ -248,4 +240,4 @@ def cmd_fabric_cluster(args: argparse.Namespace) -> int:
         writer.patch_status({str(StatusKey.FABRIC): fabric})
     except ReportUnreachableError as error:
         print(f"gpuval-agent: {error}; the verdict is in the termination message", file=sys.stderr)
-    return exit_code(result)
+    return verdict_exit_code(result.verdict)

@@ -222,6 +222,61 @@ class FabricResult(_Model):
     log_tail: str | None = None
 
 
+class WaitingRank(_Model):
+    """One rank of a group that is forming."""
+
+    rank: int = Field(ge=0, le=MAX_GROUP)
+    node: str | None = Field(default=None, description="Its node's name, where known.")
+    address: str | None = Field(
+        default=None,
+        description="Where it is: the address a joined rank connected from, rank 0's ADDR:PORT.",
+    )
+
+
+class FabricWait(_Model):
+    """What a fabric agent waits for while its group forms: the joined ranks, the missing ones,
+    the time left before fabric.timeouts.initSeconds gives up. `gpuval-agent fabric` prints it
+    every few seconds; the in-cluster agent can put it in its report for the operator to show."""
+
+    group: str
+    rank: int = Field(ge=0, le=MAX_GROUP, description="The waiting agent's rank.")
+    world: int = Field(ge=1, le=MAX_GROUP)
+    master: str = Field(description="Rank 0's rendezvous ADDR:PORT.")
+    connected: bool = Field(
+        default=True,
+        description="False: this rank has not reached rank 0 yet (joined and waitingFor are "
+        "then unknown); rank 0 is always connected.",
+    )
+    joined: list[WaitingRank] = Field(default_factory=list)
+    waiting_for: list[WaitingRank] = Field(default_factory=list)
+    seconds_left: float = Field(description="Until the group gives up (initSeconds).")
+    last_error: str | None = Field(
+        default=None, description="Why this rank could not reach rank 0 yet (its last attempt)."
+    )
+
+
+def _ranks(ranks: Sequence[WaitingRank]) -> str:
+    def one(r: WaitingRank) -> str:
+        details = ", ".join(d for d in (r.node, r.address) if d)
+        return f"rank {r.rank}" + (f" ({details})" if details else "")
+
+    return ", ".join(one(r) for r in ranks) or "none"
+
+
+def describe_wait(wait: FabricWait) -> str:
+    """One line about a forming group, e.g. 'fabric group g: rank 0 waits for rank 2 (gpu-c);
+    joined: rank 0 (gpu-a, 10.0.0.1:29500), rank 1 (gpu-b, 10.0.0.2); 163 s left of
+    fabric.timeouts.initSeconds'."""
+    left = f"{wait.seconds_left:.0f} s left of fabric.timeouts.initSeconds"
+    head = f"fabric group {wait.group}: rank {wait.rank}"
+    if not wait.connected:
+        last = f" (last attempt: {wait.last_error})" if wait.last_error else ""
+        return f"{head} cannot reach rank 0 at {wait.master} yet{last}; {left}"
+    return (
+        f"{head} waits for {_ranks(wait.waiting_for)}; joined: {_ranks(wait.joined)}; {left}"
+    )
+
+
 # -- the pure decisions --
 
 

@@ -281,7 +281,7 @@ class Nvml:
             return []
         found: list[XidEvent] = []
         index_of = {id(h): i for i, h in enumerate(self.handles)}
-        uuids = {self._uuid(h): i for i, h in enumerate(self.handles)}
+        uuids = {self.uuid(h): i for i, h in enumerate(self.handles)}
         while True:
             try:
                 data = pynvml.nvmlEventSetWait_v2(self._events, 0)
@@ -289,11 +289,11 @@ class Nvml:
                 return found
             gpu = index_of.get(id(data.device))
             if gpu is None:
-                gpu = uuids.get(self._uuid(data.device), -1)
+                gpu = uuids.get(self.uuid(data.device), -1)
             found.append(XidEvent(gpu=gpu, xid=int(data.eventData)))
 
     @staticmethod
-    def _uuid(handle: Any) -> str:
+    def uuid(handle: Any) -> str:
         try:
             return _text(pynvml.nvmlDeviceGetUUID(handle))
         except pynvml.NVMLError:

@@ -2,9 +2,12 @@
 
 By hand (no cluster): the same command on every machine, each with its own --rank; rank 0's
 machine listens on the --master port (and the torch workers' store on the next ports, PORT+1 up
-to PORT+5), the others dial it. In the pod, the same from GPUVAL_FABRIC_RANK, _NODES (JSON list
-of node names by rank), _MASTER (rank 0's pod IP:PORT), _GROUP and _CONFIG (FabricConfig JSON);
-the result goes to the node's GpuNodeReport as `status.fabric` (merge patch, retried until
+to PORT+5), the others dial it. While the group forms, each prints every few seconds which ranks
+joined and which it still waits for, with the time left (gpuval_api.fabric.FabricWait).
+
+In the pod, the same from GPUVAL_FABRIC_RANK, _NODES (JSON list of node names by rank), _MASTER
+(rank 0's pod IP:PORT), _GROUP and _CONFIG (FabricConfig JSON); the waiting lines go to the pod's
+log, and the result goes to the node's GpuNodeReport as `status.fabric` (merge patch, retried until
 GPUVAL_DEADLINE), after the compact fabric status is left in the termination message.
 
 Exit codes: 0 Passed, 1 Failed (the fabric named this node, or the group failed as a whole), 2
@@ -49,8 +52,10 @@ from gpuval_api.fabric import (
     ExpectedTransport,
     FabricConfig,
     FabricResult,
+    FabricWait,
     build_fabric_status,
     build_fabric_termination_message,
+    describe_wait,
 )
 from gpuval_api.report import StatusKey
 
@@ -193,13 +198,19 @@ def make_executor(args: argparse.Namespace, plan: FabricPlan, stop: threading.Ev
     )
 
 
+def say_wait(wait: FabricWait) -> None:
+    """While the group forms, every few seconds: who joined, who is awaited, the time left (on
+    stderr: by hand, and in the fabric pod's log)."""
+    print(f"gpuval-agent: {describe_wait(wait)}", file=sys.stderr, flush=True)
+
+
 def _measure(args: argparse.Namespace, plan: FabricPlan) -> FabricResult | None:
     """The result, or None when a signal stopped it."""
     stop = threading.Event()
     stop_on_signals(stop)
     executor = make_executor(args, plan, stop)
     try:
-        return run_fabric(plan, executor, stop)
+        return run_fabric(plan, executor, stop, on_wait=say_wait)
     except StoppedError:
         return None
     finally:

@@ -21,8 +21,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpuval_agent.backends.base import GpuUse
+from gpuval_agent.backends.cuda import cuda_ordinals_by_uuid
+from gpuval_agent.backends.nvml import Nvml
 from gpuval_agent.backends.ranks import RankGroup, worker_command
-from gpuval_agent.errors import AgentError, BackendUnavailableError
+from gpuval_agent.errors import AgentError, BackendUnavailableError, NoDriverError
 from gpuval_agent.fabric.coordinator import Roster
 from gpuval_agent.fabric.ncclenv import nccl_variables, worker_environment
 from gpuval_agent.fabric.steps import Executor, PairFigure, StepReport, StepStatus, failed
@@ -106,6 +109,8 @@ class TorchFabric(Executor):
         self._step = 0
         self._rank = 0
         self._layout: list[list[int]] = []
+        self._nvml: Nvml | None = None
+        self._mine: set[int] | None = None
 
     def info(self) -> dict[str, Any]:
         return {"gpus": self._gpus, "hostname": socket.gethostname()}
@@ -224,6 +229,36 @@ class TorchFabric(Executor):
     def nccl_env(self) -> dict[str, str]:
         return nccl_variables(self._env)
 
+    def gpu_use(self) -> list[GpuUse] | None:
+        """The processes on the GPUs this node's workers use (NVML indices, matched to CUDA's
+        devices by UUID); None where NVML or the match is unavailable."""
+        if self._nvml is None:
+            try:
+                self._nvml = Nvml()
+            except NoDriverError:
+                return None
+            self._mine = _used_by_workers(self._nvml, self._gpus)
+        uses = self._nvml.gpu_use() if self._mine is not None else None
+        if uses is None or self._mine is None:
+            return None
+        return [use for use in uses if use.gpu in self._mine]
+
     def close(self) -> None:
         self.stop_workers()
         self._dir.cleanup()
+        if self._nvml is not None:
+            self._nvml.close()
+
+
+def _used_by_workers(nvml: Nvml, gpus: int) -> set[int] | None:
+    """NVML's indices of CUDA's first `gpus` devices (what the workers use), by UUID."""
+    try:
+        driver: Any = importlib.import_module("cuda.bindings.driver")
+    except ImportError:
+        return None
+    (status,) = driver.cuInit(0)
+    if status != driver.CUresult.CUDA_SUCCESS:
+        return None
+    ordinals = cuda_ordinals_by_uuid(driver)
+    uuids = [nvml.uuid(handle) for handle in nvml.handles]
+    return {index for index, uuid in enumerate(uuids) if ordinals.get(uuid, gpus) < gpus}

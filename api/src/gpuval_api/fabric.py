@@ -272,9 +272,7 @@ def describe_wait(wait: FabricWait) -> str:
     if not wait.connected:
         last = f" (last attempt: {wait.last_error})" if wait.last_error else ""
         return f"{head} cannot reach rank 0 at {wait.master} yet{last}; {left}"
-    return (
-        f"{head} waits for {_ranks(wait.waiting_for)}; joined: {_ranks(wait.joined)}; {left}"
-    )
+    return f"{head} waits for {_ranks(wait.waiting_for)}; joined: {_ranks(wait.joined)}; {left}"
 
 
 # -- the pure decisions --

@@ -11,7 +11,7 @@ from gpuval_agent.backends.base import GpuProcess, GpuUse
 from gpuval_agent.checks.common import CheckBuilder
 from gpuval_agent.checks.sharing import settle_in_use
 from gpuval_agent.inuse import Busy, Ownership, describe, foreign_use, is_out_of_memory
-from gpuval_agent.watch import descends_from
+from gpuval_agent.watch import InUseWatch, descends_from
 from gpuval_api.reasons import Reason
 from gpuval_api.result import InUseWhen, Verdict
 
@@ -154,3 +154,38 @@ def test_a_node_wide_nccl_failure_with_a_shared_gpu_is_set_aside() -> None:
 def test_a_check_with_no_gpu_in_use_is_left_as_it_was() -> None:
     result = _burn_result((Reason.LOW_THROUGHPUT, 1)).finish()
     assert settle_in_use(result, before={}, during={}) is result
+
+
+class _Readings:
+    """NVML's readings in turn (the watch's source), the last one repeated."""
+
+    def __init__(self, *uses: list[GpuUse]) -> None:
+        self.uses = list(uses)
+
+    def gpu_use(self) -> list[GpuUse] | None:
+        return self.uses.pop(0) if len(self.uses) > 1 else self.uses[0]
+
+    def host_pid_namespace(self) -> bool:
+        return True
+
+    def agent_gpu_processes(self) -> dict[int, int]:
+        return {0: 1}
+
+
+def test_a_load_that_just_ended_before_the_agent_started_is_not_taken_for_a_hidden_process() -> (
+    None
+):
+    ended = InUseWatch(_Readings([_use(util=100)], [_use(util=0)]))
+    assert ended.take_baseline() == {}
+    still = InUseWatch(_Readings([_use(util=100)], [_use(util=100)]))
+    assert list(still.take_baseline()) == [0]
+
+
+def test_the_watch_names_a_process_that_appears_during_a_check_and_not_the_agent_itself() -> None:
+    me = GpuProcess(pid=os.getpid(), used_memory_bytes=2 * GIB)
+    watch = InUseWatch(_Readings([_use()], [_use(me)], [_use(me, TRAIN)]))
+    assert watch.take_baseline() == {}
+    with watch.during() as seen:
+        watch.tick()
+    assert seen.before == {}
+    assert [p.pid for p in seen.during[0].processes] == [531]

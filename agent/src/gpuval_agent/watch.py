@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -21,6 +22,7 @@ from gpuval_agent.backends.base import GpuProcess, GpuUse
 from gpuval_agent.inuse import Busy, Ownership, foreign_use, merge
 
 _NAME_CHARS = 120
+_CONFIRM_SECONDS = 1.5
 _MAX_DEPTH = 64
 
 
@@ -127,9 +129,20 @@ class InUseWatch:
 
     def take_baseline(self) -> dict[int, Busy]:
         """The snapshot before the agent's first CUDA context: every listed process is foreign,
-        and stays known as foreign for the run."""
+        and stays known as foreign for the run. A GPU busy with no process listed (utilization
+        or memory alone) is read again a moment later: NVML's utilization covers up to a second
+        past, so a workload that ended just before the agent started is not taken for one."""
         with self._lock:
-            self.baseline = self.read()
+            found = self.read()
+            if any(not busy.processes for busy in found.values()):
+                time.sleep(_CONFIRM_SECONDS)
+                again = self.read()
+                found = {
+                    gpu: busy
+                    for gpu, busy in found.items()
+                    if busy.processes or (gpu in again and not again[gpu].processes)
+                }
+            self.baseline = found
             self._known_foreign = frozenset(
                 p.pid for busy in self.baseline.values() for p in busy.processes
             )

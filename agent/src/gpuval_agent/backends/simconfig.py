@@ -11,8 +11,9 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpuval_agent.errors import AgentError
-from gpuval_api.checks import camel
+from gpuval_api.checks import CheckName, camel
 from gpuval_api.env import AgentEnv
+from gpuval_api.fabric import FABRIC_SUBCOMMAND
 
 
 class FaultKind(StrEnum):
@@ -50,10 +51,10 @@ class FaultKind(StrEnum):
 class LoadCheck(StrEnum):
     """The loads a foreign process may appear in (`Fault.during`)."""
 
-    BURN = "burn"
-    BANDWIDTH = "bandwidth"
-    NCCL = "nccl"
-    FABRIC = "fabric"
+    BURN = CheckName.BURN.value
+    BANDWIDTH = CheckName.BANDWIDTH.value
+    NCCL = CheckName.NCCL.value
+    FABRIC = FABRIC_SUBCOMMAND
 
 
 class _Model(BaseModel):

@@ -100,21 +100,21 @@ def settle_in_use(
         for gpu in sorted(set(before) | set(during))
         if gpu not in known
     ]
-    return result.model_copy(
-        update={
-            "verdict": verdict,
-            "reason": first.reason if first else None,
-            "hint": first.hint if first else None,
-            "message": first.message if first else result.message,
-            "findings": findings,
-            "gpus": sorted(gpus, key=lambda g: g.index),
-            "occupants": result.occupants
-            + [o for gpu in sorted(before) for o in occupants(before[gpu], InUseWhen.BEFORE)]
-            + [o for gpu in sorted(during) for o in occupants(during[gpu], InUseWhen.DURING)],
-        }
-    )
+    settled = result.model_copy(deep=True)
+    settled.verdict = verdict
+    settled.reason = first.reason if first else None
+    settled.hint = first.hint if first else None
+    settled.message = first.message if first else result.message
+    settled.findings = findings
+    settled.gpus = sorted(gpus, key=lambda g: g.index)
+    settled.occupants += [
+        o for gpu in sorted(before) for o in occupants(before[gpu], InUseWhen.BEFORE)
+    ] + [o for gpu in sorted(during) for o in occupants(during[gpu], InUseWhen.DURING)]
+    return settled
 
 
 def _regpu(gpu: GpuCheckResult, findings: list[Finding]) -> GpuCheckResult:
     verdict, first = judge_findings([f for f in findings if gpu.index in (f.gpu, f.peer)])
-    return gpu.model_copy(update={"verdict": verdict, "reason": first.reason if first else None})
+    regpu = gpu.model_copy()
+    regpu.verdict, regpu.reason = verdict, first.reason if first else None
+    return regpu

@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,6 @@ def _finish(process: subprocess.Popen[str], out: Path, name: str, log: list[str]
     log.append(f"===== {name}: pid {process.pid}, exit {process.returncode}\n{output}")
     path = out / f"{name}.json"
     document = json.loads(path.read_text()) if path.exists() else {}
-    path.unlink(missing_ok=True)  # its figures go into inuse.json (few files come back)
     checks = document.get("checks") or []
     return {
         "pid": process.pid,
@@ -165,7 +165,10 @@ def _wait_idle(seconds: float = 30.0) -> list[int]:
     moment to go); the PIDs still listed when the time is up."""
     import pynvml  # type: ignore[import-untyped,unused-ignore]  # noqa: PLC0415
 
-    pynvml.nvmlInit()
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return []
     try:
         deadline = time.monotonic() + seconds
         while True:
@@ -214,13 +217,14 @@ def main() -> int:
     parser.add_argument("--hold-gib", type=float, default=135.0)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="inuse-"))  # the agents' documents (few files come back)
     log: list[str] = []
     results: dict[str, Any] = {}
     scenarios = {
-        "a_compute": lambda: _with_hog(args.out, "compute", 0, args.duration, log),
-        "b_memory": lambda: _with_hog(args.out, "memory", args.hold_gib, args.duration, log),
-        "c_two_agents": lambda: _two_agents(args.out, args.duration, log),
-        "d_clean": lambda: _clean(args.out, args.duration, log),
+        "a_compute": lambda: _with_hog(work, "compute", 0, args.duration, log),
+        "b_memory": lambda: _with_hog(work, "memory", args.hold_gib, args.duration, log),
+        "c_two_agents": lambda: _two_agents(work, args.duration, log),
+        "d_clean": lambda: _clean(work, args.duration, log),
         "e_rank_worker": _rank_worker,
     }
     for name, scenario in scenarios.items():
@@ -234,8 +238,8 @@ def main() -> int:
         results[name]["wallSeconds"] = round(time.monotonic() - began, 1)
         problems = results[name]["problems"]
         print(f"{name}: {'PASS' if not problems else 'FAIL ' + '; '.join(problems)}", flush=True)
-    (args.out / "inuse.json").write_text(json.dumps(results, indent=2) + "\n")
-    (args.out / "inuse.log").write_text("\n".join(log))
+        (args.out / "inuse.json").write_text(json.dumps(results, indent=2) + "\n")
+        (args.out / "inuse.log").write_text("\n".join(log))
     return 0 if all(not r["problems"] for r in results.values()) else 1
 
 

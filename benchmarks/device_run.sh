@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 machine through the device tool, from the repository root:
-#   bash benchmarks/device_run.sh smoke|full|check|issue9|b7|final|fabric|probe10|final10
+#   bash benchmarks/device_run.sh smoke|full|check|issue9|b7|final|fabric|probe10|final10|memtest
 # Installs the carried wheels (.whl: pydantic and its needs, absent there), then the GPU tests,
 # the benchmark and `gpuval-agent run` itself, writing everything under $OUT. Each step runs
 # under its own time limit and the script goes on after a failed step.
@@ -70,6 +70,19 @@ elif [ "$MODE" = probe10 ]; then
     -p no:cacheprovider -rA
   step pytest "$(budget 300)" python3 -m pytest -m gpu tests/gpu -v -p no:cacheprovider -rA \
     --deselect tests/gpu/test_gpu_fabric.py
+elif [ "$MODE" = memtest ]; then
+  # The memory check (issue 19, part 2): its benchmark with the launch variants, its GPU tests and
+  # `gpuval-agent run --checks memory` (RUN_LIMIT=0 leaves that out).
+  step memtest_bench "${BENCH_LIMIT:-120}" python3 benchmarks/memtest_bench.py --variants \
+    --out "$OUT/memtest_bench.json"
+  step pytest_memory "${PYTEST_LIMIT:-150}" python3 -m pytest -m gpu tests/gpu/test_gpu_memory.py -v \
+    -p no:cacheprovider -rA --timeout 140
+  if [ "${RUN_LIMIT:-90}" != 0 ]; then
+    began=$(now)
+    step run_memory "${RUN_LIMIT:-90}" python3 -m gpuval_agent.cli run --checks memory \
+      --json "$OUT/run_memory.json"
+    echo "run_memory wall $(since "$began") s" >>"$OUT/summary.log"
+  fi
 elif [ "$MODE" = smoke ]; then
   step pytest 300 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
   step bench 240 python3 benchmarks/agent_bench.py --seconds 4 --out "$OUT/bench.json"

@@ -56,7 +56,7 @@ def _errors(result: AgentResult) -> list[tuple[str, Reason, int | None]]:
 def test_a_healthy_simulated_node_passes_every_check() -> None:
     result = _run('{"gpus": 4}')
     assert result.verdict is Verdict.PASSED
-    assert [c.name for c in result.checks] == [n.value for n in CheckName]
+    assert [c.name for c in result.checks] == [n.value for n in ChecksConfig().enabled()]
     assert all(c.verdict is Verdict.PASSED for c in result.checks)
     assert result.backend == "simulated"
     burn = result.check("burn")

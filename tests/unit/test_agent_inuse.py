@@ -189,3 +189,11 @@ def test_the_watch_names_a_process_that_appears_during_a_check_and_not_the_agent
         watch.tick()
     assert seen.before == {}
     assert [p.pid for p in seen.during[0].processes] == [531]
+
+
+def test_with_the_hosts_pids_the_agents_own_context_at_start_is_its_own() -> None:
+    # run_checks called by a process that already holds the GPU (a test, a wrapper's own code)
+    ownership = Ownership(started=False, comparable=True, own=frozenset({700}))
+    assert foreign_use(_use(AGENT, used=3 * GIB), ownership) is None
+    busy = foreign_use(_use(AGENT, TRAIN), ownership)
+    assert busy is not None and busy.processes == (TRAIN,)

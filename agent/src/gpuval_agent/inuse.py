@@ -4,16 +4,17 @@ knows of its own processes come in (gpuval_agent.watch reads them), decisions go
 NVML lists each GPU's compute processes by the host's PID. Whether those PIDs name processes the
 agent can see depends on where it runs, so three rules, each sound where it applies:
 
-- Before the agent's first CUDA context (its snapshot at start, `Ownership.started` False), no
-  process on a GPU is the agent's: every listed process is foreign, whatever the namespace. A GPU
-  that computes (utilization) or holds memory with no process listed is busy too: its process
-  lives in a PID namespace NVML does not show the agent.
 - With the host's PID namespace (bare metal, a pod with hostPID), a listed PID is the agent's
-  exactly when it is the agent's process or one it started (`Ownership.own`).
-- Without it (a pod without hostPID), the agent's PIDs cannot be told from NVML's: a GPU is busy
-  when it lists more compute processes than the agent may run on it (itself and its rank
-  processes, `Ownership.allowed`), and every candidate is named (`Busy.exact` False). A PID seen
-  in the snapshot at start is foreign for the whole run (`Ownership.known_foreign`).
+  exactly when it is the agent's process or one it started (`Ownership.own`); every other is
+  foreign.
+- Without it (a pod without hostPID), before the agent's first CUDA context (its snapshot at
+  start, `Ownership.started` False) no process on a GPU is the agent's: every listed process is
+  foreign, and stays known as foreign for the run (`Ownership.known_foreign`). Later, the agent's
+  PIDs cannot be told from NVML's: a GPU is busy when it lists more compute processes than the
+  agent may run on it (itself and its rank processes, `Ownership.allowed`), and every candidate
+  is named (`Busy.exact` False).
+- In the snapshot, either way, a GPU that computes (utilization) or holds memory with no process
+  listed is busy too: its process lives in a PID namespace NVML does not show the agent.
 """
 
 from __future__ import annotations
@@ -59,9 +60,10 @@ class Busy:
 
 def _hidden_use(use: GpuUse) -> str:
     """A GPU busy with no process listed (only judged before the agent's first context)."""
-    if use.utilization_percent is not None and use.utilization_percent >= BUSY_UTILIZATION_PERCENT:
+    utilization = use.utilization_percent
+    if not use.processes and utilization is not None and utilization >= BUSY_UTILIZATION_PERCENT:
         return (
-            f"it computes ({use.utilization_percent} % utilization) with no process NVML lists "
+            f"it computes ({utilization} % utilization) with no process NVML lists "
             "to the agent (another PID namespace)"
         )
     if use.memory_used_bytes is None or use.memory_total_bytes is None:
@@ -89,16 +91,15 @@ def foreign_use(use: GpuUse, ownership: Ownership) -> Busy | None:
             note=note,
         )
 
-    if not ownership.started:
-        if use.processes:
-            return busy(list(use.processes))
-        hidden = _hidden_use(use)
+    if ownership.comparable or not ownership.started:
+        # Exact: the host's PIDs, or nothing of the agent's on the GPUs yet.
+        found = [p for p in use.processes if not ownership.comparable or p.pid not in ownership.own]
+        if found:
+            return busy(found)
+        hidden = "" if ownership.started else _hidden_use(use)
         return busy([], note=hidden) if hidden else None
     known = [p for p in use.processes if p.pid in ownership.known_foreign]
     rest = [p for p in use.processes if p.pid not in ownership.known_foreign]
-    if ownership.comparable:
-        found = known + [p for p in rest if p.pid not in ownership.own]
-        return busy(found) if found else None
     allowed = ownership.allowed.get(use.gpu, 1)
     if len(rest) > allowed:
         note = (

@@ -18,6 +18,7 @@ from gpuval_agent.checks.burn import run_burn
 from gpuval_agent.checks.common import CheckBuilder, CheckContext, Reporter, skipped
 from gpuval_agent.checks.driver import run_driver
 from gpuval_agent.checks.health import run_health
+from gpuval_agent.checks.memory import run_memory
 from gpuval_agent.checks.nccl import run_nccl, sweep_sizes
 from gpuval_agent.checks.sharing import settle_in_use
 from gpuval_agent.errors import AgentError, NoDriverError
@@ -31,12 +32,13 @@ from gpuval_api.result import AgentResult, CheckResult, Environment, Verdict
 CHECKS: dict[CheckName, Callable[[CheckContext], CheckResult]] = {
     CheckName.DRIVER: run_driver,
     CheckName.HEALTH: run_health,
+    CheckName.MEMORY: run_memory,
     CheckName.BURN: run_burn,
     CheckName.BANDWIDTH: run_bandwidth,
     CheckName.NCCL: run_nccl,
 }
 # Checks that load the GPUs through CUDA: meaningless when CUDA did not initialise anywhere.
-_CUDA_CHECKS = {CheckName.BURN, CheckName.BANDWIDTH, CheckName.NCCL}
+_CUDA_CHECKS = {CheckName.MEMORY, CheckName.BURN, CheckName.BANDWIDTH, CheckName.NCCL}
 _LOG_TAIL_CHARS = 4000
 
 
@@ -139,8 +141,9 @@ def run_checks(
 def _prepare_nccl(
     backend: Backend, config: ChecksConfig, enabled: list[CheckName], gpus: list[int]
 ) -> None:
-    """Start the NCCL ranks now, so their communicators form while the other checks run."""
-    if CheckName.NCCL in enabled and len(gpus) > 1:
+    """Start the NCCL ranks now, so their communicators form while the other checks run; not
+    when the memory test runs, which takes nearly all free memory the ranks would race it for."""
+    if CheckName.NCCL in enabled and CheckName.MEMORY not in enabled and len(gpus) > 1:
         nccl = config.nccl
         sizes = sweep_sizes(nccl.min_bytes, nccl.max_bytes)
         backend.prepare_all_reduce(gpus, sizes, nccl.iterations, nccl.timeout_seconds)

@@ -43,6 +43,7 @@ class CheckName(StrEnum):
 
     DRIVER = "driver"
     HEALTH = "health"
+    MEMORY = "memory"
     BURN = "burn"
     BANDWIDTH = "bandwidth"
     NCCL = "nccl"
@@ -56,6 +57,19 @@ class Precision(StrEnum):
     TF32 = "tf32"
     FP32 = "fp32"
     FP64 = "fp64"
+
+
+class MemoryPattern(StrEnum):
+    """What the memory test writes into every 64-bit word, then reads back and compares."""
+
+    # 64 steps: every word holds 1 << b, for b = 0..63 (a bit stuck at 0 shows).
+    WALKING_ONES = "walking-ones"
+    # 64 steps: every word holds ~(1 << b) (a bit stuck at 1 shows).
+    WALKING_ZEROS = "walking-zeros"
+    # 2 steps: every word holds its own device address, then its complement (address lines).
+    ADDRESS = "address"
+    # 1 step per pass: counter-based pseudo-random words, regenerated on the GPU when checked.
+    RANDOM = "random"
 
 
 class Threshold(_Model):
@@ -127,6 +141,66 @@ class HealthCheck(_Model):
     warn_persistence_off: bool = Field(
         default=True, description="Report persistence mode off as a warning."
     )
+
+
+class MemoryCheck(_Model):
+    """HBM test: nearly all free GPU memory written with each pattern and every word verified."""
+
+    enabled: bool = Field(
+        default=False,
+        description=(
+            "Run the memory test (not in the default run: it takes seconds to tens of seconds "
+            "per pass; `gpuval-agent run --checks memory`)."
+        ),
+    )
+    patterns: list[MemoryPattern] = Field(
+        default_factory=lambda: list(MemoryPattern),
+        min_length=1,
+        max_length=len(MemoryPattern),
+        description=(
+            "Patterns written and verified, in this order, each over the whole tested memory: "
+            "walking-ones and walking-zeros (64 steps each), address (each word its own address, "
+            "then its complement), random (a new seed each pass)."
+        ),
+    )
+    passes: int = Field(
+        default=1, ge=1, le=1000, description="Times the whole pattern list is run."
+    )
+    coverage_fraction: float = Field(
+        default=0.98,
+        gt=0,
+        le=1,
+        description=(
+            "Fraction of each GPU's free memory (measured when the test starts) to test; the "
+            "rest is left to the driver and to other processes."
+        ),
+    )
+    reserve_mib: int = Field(
+        default=512,
+        ge=0,
+        le=1 << 20,
+        description="MiB of free memory left untested in any case (a margin for the driver).",
+    )
+    warn_below_fraction: float = Field(
+        default=0.9,
+        ge=0,
+        le=1,
+        description=(
+            "Report MemoryPartlyCovered (a warning, never a failure) for a GPU where less than "
+            "this fraction of its total memory could be tested, e.g. because another process "
+            "held memory."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _patterns_once(self) -> Self:
+        repeated = sorted({str(p) for p in self.patterns if self.patterns.count(p) > 1})
+        if repeated:
+            raise ValueError(
+                f"memory.patterns names {', '.join(repeated)} more than once; name each pattern "
+                "once and use memory.passes to repeat them"
+            )
+        return self
 
 
 class BurnCheck(_Model):
@@ -254,6 +328,9 @@ class ChecksConfig(_Model):
 
     driver: DriverCheck = Field(default_factory=DriverCheck, description="Driver-layer check.")
     health: HealthCheck = Field(default_factory=HealthCheck, description="Hardware-health check.")
+    memory: MemoryCheck = Field(
+        default_factory=MemoryCheck, description="GPU memory (HBM) test; off by default."
+    )
     burn: BurnCheck = Field(default_factory=BurnCheck, description="Verified burn.")
     bandwidth: BandwidthCheck = Field(
         default_factory=BandwidthCheck, description="Copy-bandwidth check."

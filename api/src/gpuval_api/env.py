@@ -33,6 +33,10 @@ class AgentEnv(StrEnum):
     BACKEND = "GPUVAL_BACKEND"
     SIMULATE = "GPUVAL_SIMULATE"
     SERVICEACCOUNT_DIR = "GPUVAL_SERVICEACCOUNT_DIR"
+    # Test hook of the memory check on the real backend: JSON of one flip or a list of them
+    # ({"gpu", "offset", "bit", "pattern", "step"}), each flipping one bit between a pattern's
+    # write and its verification (docs/agent.md, "The memory test").
+    MEMORY_INJECT = "GPUVAL_MEMORY_INJECT"
 
 
 class OperatorEnv(StrEnum):

@@ -35,6 +35,9 @@ class Reason(StrEnum):
     XID_ERROR = "XidError"
     PERSISTENCE_MODE_OFF = "PersistenceModeOff"
     PCIE_LINK_DEGRADED = "PcieLinkDegraded"
+    # Memory test (agent)
+    MEMORY_MISCOMPARE = "MemoryMiscompare"
+    MEMORY_PARTLY_COVERED = "MemoryPartlyCovered"
     # Burn (agent)
     BURN_MISMATCH = "BurnMismatch"
     BURN_NAN = "BurnNaN"
@@ -134,6 +137,19 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.PCIE_LINK_DEGRADED: ReasonInfo(
         "the PCIe link runs below its maximum generation or width under load",
         "reseat the card or riser, check the slot and BIOS PCIe settings",
+    ),
+    Reason.MEMORY_MISCOMPARE: ReasonInfo(
+        "a word of GPU memory read back differently from what was written (a bit flipped)",
+        "drain the node; read the ECC and row-remap counters (`nvidia-smi -q -d "
+        "ECC,ROW_REMAPPER`), reset the GPU and re-run `gpuval-agent run --checks memory`; RMA "
+        "it if words still differ",
+    ),
+    Reason.MEMORY_PARTLY_COVERED: ReasonInfo(
+        "the memory test could allocate less of the GPU's memory than configured: what was not "
+        "tested is neither passed nor failed",
+        "see what holds GPU memory (`nvidia-smi --query-compute-apps=pid,used_memory "
+        "--format=csv`) and re-run the memory test when the GPU is free",
+        Severity.WARNING,
     ),
     Reason.BURN_MISMATCH: ReasonInfo(
         "a burn result differed from the verified reference",

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from gpuval_agent.memtest import MemoryMeasurement, MemoryPlan, MemoryProgressCallback
 from gpuval_agent.verify import BadIteration
 from gpuval_api.checks import Precision
 from gpuval_api.result import Environment
@@ -172,6 +173,19 @@ class Backend(ABC):
         stop: threading.Event,
     ) -> list[BurnMeasurement]:
         """Burn all `gpus` at once for `seconds`, verifying every iteration's result."""
+
+    @abstractmethod
+    def memory_test(
+        self,
+        gpus: list[int],
+        plan: MemoryPlan,
+        *,
+        on_progress: MemoryProgressCallback,
+        stop: threading.Event,
+    ) -> list[MemoryMeasurement]:
+        """Test `plan`'s share of each GPU's free memory, all `gpus` at once: each step's words
+        written, then every word read back and compared (gpuval_agent.memtest). An allocation the
+        GPU refuses shrinks what is tested (`shortfall`), never a failure."""
 
     @abstractmethod
     def host_device_bandwidth(

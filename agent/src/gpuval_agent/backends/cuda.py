@@ -40,8 +40,17 @@ from gpuval_agent.backends.ranks import (
     RankGroup,
     worker_command,
 )
-from gpuval_agent.errors import BackendUnavailableError
+from gpuval_agent.errors import AgentError, BackendUnavailableError
+from gpuval_agent.memtest import (
+    MemoryFlip,
+    MemoryMeasurement,
+    MemoryPlan,
+    MemoryProgress,
+    MemoryProgressCallback,
+    parse_flips,
+)
 from gpuval_api.checks import Precision
+from gpuval_api.env import AgentEnv
 from gpuval_api.result import Environment
 
 
@@ -245,6 +254,31 @@ class CudaBackend(Backend):
             measurement.gpu = self._nvml_index(measurement.gpu)
         return measurements
 
+    def memory_test(
+        self,
+        gpus: list[int],
+        plan: MemoryPlan,
+        *,
+        on_progress: MemoryProgressCallback,
+        stop: threading.Event,
+    ) -> list[MemoryMeasurement]:
+        flips = _memory_flips()
+        self.torch()  # a wait for torch's import is part of the memory check's time
+        memtest = importlib.import_module("gpuval_agent.backends.torch_memtest")
+
+        def progress(update: MemoryProgress) -> None:
+            on_progress(replace(update, gpu=self._nvml_index(update.gpu)))
+
+        by_ordinal: dict[int, list[MemoryFlip]] = {}
+        for flip in flips:
+            by_ordinal.setdefault(self._cuda([flip.gpu])[0], []).append(flip)
+        measurements: list[MemoryMeasurement] = memtest.memtest(
+            self._cuda(gpus), plan, flips=by_ordinal, on_progress=progress, stop=stop
+        )
+        for measurement in measurements:
+            measurement.gpu = self._nvml_index(measurement.gpu)
+        return measurements
+
     def host_device_bandwidth(
         self, direction: str, gpus: list[int], nbytes: int, iterations: int
     ) -> dict[int, float]:
@@ -293,6 +327,17 @@ class CudaBackend(Backend):
             self._prepared = None
         if self._nvml is not None:
             self._nvml.close()
+
+
+def _memory_flips() -> list[MemoryFlip]:
+    """The memory check's test hook: flips asked for in GPUVAL_MEMORY_INJECT (none when unset)."""
+    text = os.environ.get(AgentEnv.MEMORY_INJECT, "").strip()
+    if not text:
+        return []
+    try:
+        return parse_flips(text, AgentEnv.MEMORY_INJECT)
+    except ValueError as error:
+        raise AgentError(str(error)) from None
 
 
 def torch_versions_from_files() -> tuple[str | None, str | None]:

@@ -11,7 +11,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpuval_agent.errors import AgentError
-from gpuval_api.checks import CheckName, camel
+from gpuval_api.checks import CheckName, MemoryPattern, camel
 from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import FABRIC_SUBCOMMAND
 
@@ -38,6 +38,10 @@ class FaultKind(StrEnum):
     # from the start, or appearing as the load check named by `during` starts.
     FOREIGN_COMPUTE = "foreign-compute"
     FOREIGN_MEMORY = "foreign-memory"
+    # The memory test: one bit flips between a pattern's write and its read-back; another
+    # process takes part of the GPU's memory while the test allocates (allocations refused).
+    MEMORY_FLIP = "memory-flip"
+    MEMORY_HELD = "memory-held"
     # The fabric (`gpuval-agent fabric`): the node's network is slow; its link to `peer` is
     # slow; it cannot reach rank 0 (a blocked port: it dials a closed one); its collectives
     # hang; its NCCL falls back to TCP sockets (with NCCL_NET=IB it fails at init instead).
@@ -51,6 +55,7 @@ class FaultKind(StrEnum):
 class LoadCheck(StrEnum):
     """The loads a foreign process may appear in (`Fault.during`)."""
 
+    MEMORY = CheckName.MEMORY.value
     BURN = CheckName.BURN.value
     BANDWIDTH = CheckName.BANDWIDTH.value
     NCCL = CheckName.NCCL.value
@@ -88,7 +93,22 @@ class Fault(_Model):
         default=None,
         gt=0,
         le=1,
-        description="fabric-slow-node/-link: the fraction of the healthy figure (0.85 / 0.6).",
+        description=(
+            "fabric-slow-node/-link: the fraction of the healthy figure (0.85 / 0.6); "
+            "memory-held: the fraction of the GPU's memory the other process takes (0.5)."
+        ),
+    )
+    offset: int | None = Field(
+        default=None,
+        ge=0,
+        description="memory-flip: byte offset into the tested memory (default: its middle).",
+    )
+    bit: int = Field(default=0, ge=0, le=63, description="memory-flip: the bit flipped.")
+    pattern: MemoryPattern = Field(
+        default=MemoryPattern.RANDOM, description="memory-flip: the pattern it flips during."
+    )
+    step: int = Field(
+        default=0, ge=0, le=63, description="memory-flip: the pattern's step (walking: the bit)."
     )
 
     @model_validator(mode="after")

@@ -36,14 +36,22 @@ from gpuval_agent.backends.base import (
     XidEvent,
 )
 from gpuval_agent.backends.simconfig import Fault, FaultKind, LoadCheck, SimulationConfig
+from gpuval_agent.backends.simmemory import CONTEXT_BYTES, SimulatedMemory, simulated_memtest
 from gpuval_agent.checks.nccl import bus_bandwidth
 from gpuval_agent.errors import NoDriverError
+from gpuval_agent.memtest import (
+    MemoryFlip,
+    MemoryMeasurement,
+    MemoryPlan,
+    MemoryProgressCallback,
+)
 from gpuval_agent.parts import figures_for
 from gpuval_agent.verify import count_bad_elements, scan_counts
 from gpuval_api.checks import Precision
 from gpuval_api.env import AgentEnv
 from gpuval_api.result import Environment, GpuInfo, PcieLink
 
+_MEMORY_TOTAL = 143771 << 20  # an H200's memory, as NVML reports it
 _SMALL = 16  # side of the small matrices each simulated iteration really multiplies
 _MAX_ITERATIONS = 200  # simulated iterations per GPU and precision, whatever the duration
 # Figures of a healthy simulated part, as fractions of the part's expected figures.
@@ -68,7 +76,6 @@ _NUMPY_DTYPES = {
 FOREIGN_PID = 5_000_000
 # Where the agent's own processes show when NVML's PIDs are not its namespace's (no hostPID).
 _HOST_PID_OFFSET = 6_000_000
-_MEMORY_TOTAL = 143771 << 20
 _DRIVER_RESERVED = 650 << 20  # what an idle H200 shows in use (0.65 GB)
 _FOREIGN = {
     FaultKind.FOREIGN_COMPUTE: ("python3 train.py (simulated)", 3 << 30, 90),
@@ -387,6 +394,43 @@ class SimulatedBackend(Backend):
             if self.foreign.on(gpu, FaultKind.FOREIGN_MEMORY):
                 raise RuntimeError(out_of_memory(gpu, self._foreign_pid(gpu)))
         return {g: 0.5 if self.foreign.on(g, FaultKind.FOREIGN_COMPUTE) else 1.0 for g in gpus}
+
+    def memory_test(
+        self,
+        gpus: list[int],
+        plan: MemoryPlan,
+        *,
+        on_progress: MemoryProgressCallback,
+        stop: threading.Event,
+    ) -> list[MemoryMeasurement]:
+        self._burning.clear()
+        self.foreign.starts(LoadCheck.MEMORY, gpus)
+        gbps = (self._part.device_copy_gbps or 1000.0) * _HEALTHY
+        measurements = []
+        for gpu in gpus:
+            held = self._fault(FaultKind.MEMORY_HELD, gpu)
+            share_held = (held.factor or 0.5) if held else 0.0
+            if self.foreign.on(gpu, FaultKind.FOREIGN_MEMORY):
+                share_held = max(share_held, _FOREIGN[FaultKind.FOREIGN_MEMORY][1] / _MEMORY_TOTAL)
+            middle = plan.target_bytes(_MEMORY_TOTAL - CONTEXT_BYTES) // 2
+            flips = [
+                MemoryFlip(
+                    gpu=gpu,
+                    offset=middle if fault.offset is None else fault.offset,
+                    bit=fault.bit,
+                    pattern=fault.pattern,
+                    step=fault.step,
+                )
+                for fault in self._faults.get(FaultKind.MEMORY_FLIP, [])
+                if fault.gpu == gpu
+            ]
+            memory = SimulatedMemory(gpu, _MEMORY_TOTAL, share_held, flips)
+            measurements.append(
+                simulated_memtest(
+                    memory, plan, gbps, on_progress=on_progress, stop=stop, sleep=self._sleep
+                )
+            )
+        return measurements
 
     def host_device_bandwidth(
         self, direction: str, gpus: list[int], nbytes: int, iterations: int

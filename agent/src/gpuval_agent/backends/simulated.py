@@ -28,7 +28,6 @@ from gpuval_agent.backends.base import (
     Backend,
     BurnMeasurement,
     BurnProgress,
-    GpuProcess,
     GpuUse,
     ProgressCallback,
     TelemetrySample,
@@ -36,6 +35,13 @@ from gpuval_agent.backends.base import (
     XidEvent,
 )
 from gpuval_agent.backends.simconfig import Fault, FaultKind, LoadCheck, SimulationConfig
+from gpuval_agent.backends.simforeign import (
+    FOREIGN_MEMORY_BYTES,
+    FOREIGN_PID,
+    MEMORY_TOTAL,
+    ForeignProcesses,
+    out_of_memory,
+)
 from gpuval_agent.backends.simmemory import CONTEXT_BYTES, SimulatedMemory, simulated_memtest
 from gpuval_agent.checks.nccl import bus_bandwidth
 from gpuval_agent.errors import NoDriverError
@@ -51,7 +57,6 @@ from gpuval_api.checks import Precision
 from gpuval_api.env import AgentEnv
 from gpuval_api.result import Environment, GpuInfo, PcieLink
 
-_MEMORY_TOTAL = 143771 << 20  # an H200's memory, as NVML reports it
 _SMALL = 16  # side of the small matrices each simulated iteration really multiplies
 _MAX_ITERATIONS = 200  # simulated iterations per GPU and precision, whatever the duration
 # Figures of a healthy simulated part, as fractions of the part's expected figures.
@@ -70,81 +75,6 @@ _NUMPY_DTYPES = {
     Precision.FP32: np.float32,
     Precision.FP64: np.float64,
 }
-
-
-# The simulated foreign processes: a PID above any kernel's pid_max (2^22), so never the agent's.
-FOREIGN_PID = 5_000_000
-# Where the agent's own processes show when NVML's PIDs are not its namespace's (no hostPID).
-_HOST_PID_OFFSET = 6_000_000
-_DRIVER_RESERVED = 650 << 20  # what an idle H200 shows in use (0.65 GB)
-_FOREIGN = {
-    FaultKind.FOREIGN_COMPUTE: ("python3 train.py (simulated)", 3 << 30, 90),
-    FaultKind.FOREIGN_MEMORY: ("python3 hold.py (simulated)", 135 << 30, 0),
-}
-
-
-class ForeignProcesses:
-    """The double's other processes on the GPUs (faults foreign-compute/-memory) and its own
-    CUDA processes, as NVML would list them; shared by the per-node and the fabric double."""
-
-    def __init__(self, config: SimulationConfig) -> None:
-        self._faults = [f for f in config.faults if f.kind in _FOREIGN]
-        self._present = {id(f) for f in self._faults if f.during is None}
-        self._host_pid = config.host_pid
-        self._lock = threading.Lock()
-        self._own: set[int] = set()  # GPUs the agent holds a context on
-
-    def starts(self, load: LoadCheck, gpus: list[int]) -> None:
-        """A load starts on `gpus`: its foreign processes appear, the agent holds the GPUs."""
-        with self._lock:
-            self._present |= {id(f) for f in self._faults if f.during is load}
-            self._own |= set(gpus)
-
-    def on(self, gpu: int, kind: FaultKind) -> bool:
-        with self._lock:
-            return any(
-                f.gpu == gpu and f.kind is kind and id(f) in self._present for f in self._faults
-            )
-
-    def host_pid_namespace(self) -> bool:
-        return self._host_pid
-
-    def use(self, gpus: list[int]) -> list[GpuUse]:
-        own_pid = os.getpid() + (0 if self._host_pid else _HOST_PID_OFFSET)
-        uses = []
-        with self._lock:
-            for gpu in gpus:
-                processes = []
-                if gpu in self._own:
-                    processes.append(GpuProcess(pid=own_pid, used_memory_bytes=2 << 30))
-                for fault in self._faults:
-                    if fault.gpu == gpu and id(fault) in self._present:
-                        name, memory, sm = _FOREIGN[fault.kind]
-                        pid = fault.pid or FOREIGN_PID + gpu
-                        processes.append(GpuProcess(pid, memory, sm, name))
-                computing = gpu in self._own or any(p.sm_percent for p in processes)
-                uses.append(
-                    GpuUse(
-                        gpu=gpu,
-                        processes=tuple(processes),
-                        memory_used_bytes=_DRIVER_RESERVED
-                        + sum(p.used_memory_bytes or 0 for p in processes),
-                        memory_total_bytes=_MEMORY_TOTAL,
-                        utilization_percent=100 if computing else 0,
-                    )
-                )
-        return uses
-
-
-def out_of_memory(gpu: int, pid: int) -> str:
-    """torch's words for an allocation another process's memory starved."""
-    return (
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU "
-        f"{gpu} has a total capacity of 140.40 GiB of which 4.75 GiB is free. Process {pid} has "
-        "135.00 GiB memory in use. Of the allocated memory 512.00 MiB is allocated by PyTorch. "
-        "See documentation for Memory Management (https://pytorch.org/docs/stable/notes/"
-        "cuda.html#environment-variables)"
-    )
 
 
 class SimulatedBackend(Backend):
@@ -192,7 +122,7 @@ class SimulatedBackend(Backend):
                     serial=f"SIM{index:04d}",
                     vbios="96.00.sim",
                     pci_bus_id=f"00000000:{0x18 + index * 0x10:02X}:00.0",
-                    memory_total_bytes=_MEMORY_TOTAL,
+                    memory_total_bytes=MEMORY_TOTAL,
                     pcie=PcieLink(
                         current_gen=1, max_gen=5, current_width=8 if degraded else 16, max_width=16
                     ),
@@ -411,8 +341,8 @@ class SimulatedBackend(Backend):
             held = self._fault(FaultKind.MEMORY_HELD, gpu)
             share_held = (held.factor or 0.5) if held else 0.0
             if self.foreign.on(gpu, FaultKind.FOREIGN_MEMORY):
-                share_held = max(share_held, _FOREIGN[FaultKind.FOREIGN_MEMORY][1] / _MEMORY_TOTAL)
-            middle = plan.target_bytes(_MEMORY_TOTAL - CONTEXT_BYTES) // 2
+                share_held = max(share_held, FOREIGN_MEMORY_BYTES / MEMORY_TOTAL)
+            middle = plan.target_bytes(MEMORY_TOTAL - CONTEXT_BYTES) // 2
             flips = [
                 MemoryFlip(
                     gpu=gpu,
@@ -424,7 +354,7 @@ class SimulatedBackend(Backend):
                 for fault in self._faults.get(FaultKind.MEMORY_FLIP, [])
                 if fault.gpu == gpu
             ]
-            memory = SimulatedMemory(gpu, _MEMORY_TOTAL, share_held, flips)
+            memory = SimulatedMemory(gpu, MEMORY_TOTAL, share_held, flips)
             measurements.append(
                 simulated_memtest(
                     memory, plan, gbps, on_progress=on_progress, stop=stop, sleep=self._sleep

@@ -66,6 +66,7 @@ def test_the_agent_writes_a_failed_report_with_reason_summary_and_result(
     result = status["result"]
     assert result["schemaVersion"] == "gpuval.dev/v1alpha1/result"
     assert [c["name"] for c in result["checks"]] == [
+        "state",
         "driver",
         "health",
         "burn",
@@ -73,6 +74,8 @@ def test_the_agent_writes_a_failed_report_with_reason_summary_and_result(
         "nccl",
     ]
     assert result["environment"]["gpus"][5]["uuid"] == "GPU-sim-node-under-test-5"
+    # A failing node keeps its evidence bundle in its report.
+    assert status["evidence"]["encoding"] == "gzip+base64"
 
 
 def test_a_passing_run_replaces_an_earlier_failure(
@@ -94,6 +97,7 @@ def test_a_passing_run_replaces_an_earlier_failure(
     assert status["verdict"] == "Passed"
     assert "reason" not in status
     assert status["failures"] == []
+    assert "evidence" not in status  # the failing run's bundle went with its verdict
 
 
 def test_an_identity_without_the_role_is_refused_with_a_clear_message(

@@ -75,8 +75,8 @@ def test_a_healthy_simulated_node_passes_every_check() -> None:
         ('{"kind": "xid", "gpu": 2, "xid": 79}', "burn", Reason.XID_ERROR),
         ('{"kind": "pcie-degraded", "gpu": 2}', "bandwidth", Reason.PCIE_LINK_DEGRADED),
         ('{"kind": "low-bandwidth", "gpu": 2}', "bandwidth", Reason.LOW_BANDWIDTH),
-        ('{"kind": "ecc-uncorrectable", "gpu": 2}', "health", Reason.ECC_UNCORRECTABLE),
-        ('{"kind": "row-remap-pending", "gpu": 2}', "health", Reason.ROW_REMAP_PENDING),
+        ('{"kind": "ecc-uncorrectable", "gpu": 2}', "state", Reason.ECC_UNCORRECTABLE),
+        ('{"kind": "row-remap-pending", "gpu": 2}', "state", Reason.ROW_REMAP_PENDING),
     ],
 )
 def test_each_gpu_fault_fails_its_check_with_the_named_reason_on_that_gpu(
@@ -129,6 +129,7 @@ def test_no_driver_fails_the_driver_check_and_skips_every_other() -> None:
     assert result.reason is Reason.DRIVER_NOT_LOADED
     verdicts = {c.name: c.verdict for c in result.checks}
     assert verdicts == {
+        "state": Verdict.SKIPPED,
         "driver": Verdict.FAILED,
         "health": Verdict.SKIPPED,
         "burn": Verdict.SKIPPED,

@@ -24,7 +24,7 @@ def test_a_healthy_node_exits_zero_and_writes_a_valid_result(
     result = AgentResult.model_validate_json(out.read_text())
     assert result.verdict is Verdict.PASSED and result.backend == "simulated"
     table = capsys.readouterr().out
-    assert "PASSED: 2 GPUs passed driver, health, burn, bandwidth, nccl" in table
+    assert "PASSED: 2 GPUs passed state, driver, health, burn, bandwidth, nccl" in table
 
 
 def test_a_failing_check_exits_one_and_prints_reason_and_hint(

@@ -25,7 +25,10 @@ def test_off_a_terminal_each_check_prints_a_start_and_an_end_line() -> None:
     assert "\x1b" not in stream.getvalue()  # no terminal control codes in a log
     table = render_table(result)
     assert "burn       Passed" in table
-    assert table.splitlines()[-1] == "PASSED: 2 GPUs passed driver, health, burn, bandwidth, nccl"
+    assert (
+        table.splitlines()[-1]
+        == "PASSED: 2 GPUs passed state, driver, health, burn, bandwidth, nccl"
+    )
 
 
 def test_the_table_lists_each_failure_with_its_hint_and_skipped_checks() -> None:
@@ -61,8 +64,10 @@ def test_a_long_multi_line_message_is_one_line_in_the_table_and_whole_in_the_jso
     backend = SimulatedBackend(SimulationConfig.parse('{"gpus": 1, "timeScale": 0.001}'))
     result = run_checks(ChecksConfig(), backend, Display(stream=io.StringIO(), quiet=True))
     long = "RuntimeError: boom\n" + "traceback line\n" * 100
-    result.checks[0].message = long
+    driver = result.check("driver")
+    assert driver is not None
+    driver.message = long
     table = render_table(result)
     row = next(line for line in table.splitlines() if line.startswith("driver"))
     assert "traceback line traceback line" in row and len(row) < 300
-    assert result.checks[0].message == long
+    assert driver.message == long

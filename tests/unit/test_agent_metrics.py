@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prometheus_client import CollectorRegistry
 
 from gpuval_agent.backends.base import BurnProgress, TelemetrySample
 from gpuval_agent.metrics import AgentMetrics
+from gpuval_agent.state.read import take_reading
+from tests.support.statetree import load
 
 
 def test_telemetry_and_burn_progress_become_base_unit_gauges_per_gpu() -> None:
@@ -33,3 +37,28 @@ def test_unreported_telemetry_leaves_the_gauge_absent_rather_than_zero() -> None
         [TelemetrySample(gpu=0, temperature_celsius=None, power_watts=None, sm_clock_mhz=None)]
     )
     assert registry.get_sample_value("gpuval_agent_gpu_temperature_celsius", {"gpu": "0"}) is None
+
+
+def test_a_state_reading_sets_the_counter_and_link_state_gauges(tmp_path: Path) -> None:
+    recording = load("hgx-port-flapping", tmp_path)
+    reading = take_reading(recording, recording.root, "before", [])
+    reading.gpus[1].nvlinks[2].active = False
+    registry = CollectorRegistry()
+    AgentMetrics(registry).state(reading)
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert (
+        value("gpuval_agent_ib_port_errors", device="mlx5_0", port="1", counter="link_downed") == 3
+    )
+    assert value("gpuval_agent_ib_port_up", device="mlx5_1", port="1") == 1
+    assert value("gpuval_agent_ib_port_rate_bits_per_second", device="mlx5_0", port="1") == 400e9
+    assert value("gpuval_agent_gpu_nvlink_up", gpu="1", link="2") == 0
+    assert value("gpuval_agent_gpu_nvlink_up", gpu="1", link="3") == 1
+    assert value("gpuval_agent_gpu_nvlink_errors", gpu="0", link="0", counter="crcFlit") == 0
+    assert value("gpuval_agent_gpu_pcie_link_width", gpu="0", bound="current") == 16
+    assert (
+        value("gpuval_agent_gpu_ecc_errors", gpu="0", type="uncorrected", counter="volatile") == 0
+    )
+    assert value("gpuval_agent_gpu_row_remap_pending", gpu="0") == 0

@@ -8,8 +8,9 @@ from pydantic import ValidationError
 from gpuval_api.checks import CheckName, ChecksConfig, Precision, Threshold, parse_checks
 
 
-def test_defaults_enable_every_check_in_run_order() -> None:
+def test_defaults_enable_every_check_but_dcgm_in_run_order_state_first() -> None:
     assert ChecksConfig().enabled() == [
+        CheckName.STATE,
         CheckName.DRIVER,
         CheckName.HEALTH,
         CheckName.BURN,

@@ -207,6 +207,7 @@ def test_every_reason_of_an_untested_node_is_not_run_and_evidence_is_failed() ->
         Reason.AGENT_STOPPED,
         Reason.FABRIC_GANG_NOT_FORMED,
         Reason.GPU_IN_USE,
+        Reason.DCGM_NOT_AVAILABLE,
     }
     for evidence in (Reason.TIMED_OUT, Reason.NODE_GONE, Reason.POD_FAILED, Reason.BURN_MISMATCH):
         assert REASONS[evidence].verdict == "Failed"

@@ -19,6 +19,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TextIO
 
 from pydantic import ValidationError
 
@@ -27,6 +28,7 @@ from gpuval_agent.backends import BACKENDS, select_backend
 from gpuval_agent.cluster import cmd_cluster
 from gpuval_agent.display import Display, render_table
 from gpuval_agent.errors import AgentError
+from gpuval_agent.evidence import build_evidence
 from gpuval_agent.fabric.frontend import add_fabric_parser, cmd_fabric
 from gpuval_agent.outcome import (
     EXIT_ERROR,
@@ -36,8 +38,10 @@ from gpuval_agent.outcome import (
     stop_on_signals,
     validation_message,
 )
+from gpuval_agent.record import RunRecord
 from gpuval_agent.runner import run_checks
 from gpuval_api.checks import CheckName, ChecksConfig, Precision, camel, parse_checks
+from gpuval_api.evidence import evidence_gzip, evidence_status
 from gpuval_api.fabric import FABRIC_SUBCOMMAND
 from gpuval_api.machine import machine_view
 from gpuval_api.result import AgentResult
@@ -108,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--html", type=Path, help="also write a self-contained HTML report here (report extra)"
+    )
+    run.add_argument(
+        "--evidence",
+        type=Path,
+        help="write the evidence bundle (gzip JSON, at most 64 KiB encoded) here, whatever the "
+        "verdict",
     )
     run.add_argument("--metrics-port", type=int, help="serve live Prometheus metrics on this port")
     run.add_argument("--backend", choices=BACKENDS, help="GPU backend (default cuda)")
@@ -185,6 +195,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     display = Display(metrics=metrics, quiet=args.quiet)
     stop = threading.Event()
     stop_on_signals(stop)
+    record = RunRecord()
     try:
         result = run_checks(
             config,
@@ -192,6 +203,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             display,
             on_samples=display.samples,
             stop=stop,
+            record=record,
+            on_reading=display.state_reading,
         )
     finally:
         display.close()
@@ -202,7 +215,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         _write_json(result, args.json_path)
     if write_html is not None:
         write_html(result)
+    if args.evidence is not None:
+        _write_evidence(result, record, args.evidence, table_stream)
     return exit_code(result)
+
+
+def _write_evidence(result: AgentResult, record: RunRecord, path: Path, stream: TextIO) -> None:
+    bundle = build_evidence(result, record)
+    try:
+        path.write_bytes(evidence_gzip(evidence_status(bundle)))
+    except OSError as error:
+        raise AgentError(f"--evidence {str(path)!r}: cannot write the bundle: {error}") from None
+    cut = f"; cut: {'; '.join(bundle.cut)}" if bundle.cut else ""
+    print(
+        f"evidence: {path} ({bundle.json_bytes} bytes of JSON, {bundle.encoded_bytes} encoded, "
+        f"sections {', '.join(bundle.sections)}{cut})",
+        file=stream,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

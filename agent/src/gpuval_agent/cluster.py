@@ -16,6 +16,7 @@ import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -23,6 +24,7 @@ from gpuval_agent import __version__
 from gpuval_agent.backends import select_backend
 from gpuval_agent.display import Display, render_table
 from gpuval_agent.errors import AgentError
+from gpuval_agent.evidence import build_evidence, wanted
 from gpuval_agent.kube import ApiServer, ReportUnreachableError, ReportWriter
 from gpuval_agent.outcome import (
     exit_code,
@@ -31,15 +33,18 @@ from gpuval_agent.outcome import (
     stop_on_signals,
     validation_message,
 )
+from gpuval_agent.record import RunRecord
 from gpuval_agent.runner import run_checks
 from gpuval_api.checks import ChecksConfig, parse_checks
 from gpuval_api.env import AgentEnv
+from gpuval_api.evidence import evidence_status
 from gpuval_api.reasons import Reason
 from gpuval_api.report import (
     build_report_status,
     build_running_status,
     build_termination_message,
 )
+from gpuval_api.result import AgentResult
 
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 # How long the "Running" write at start may take before the checks start anyway.
@@ -110,6 +115,18 @@ def _config(
         raise AgentError(message) from None
 
 
+def _evidence(result: AgentResult, record: RunRecord) -> dict[str, Any] | None:
+    """A failing node's evidence bundle for its report; a bundle that cannot be built is said on
+    stderr and left out, never at the cost of the verdict."""
+    if not wanted(result):
+        return None
+    try:
+        return evidence_status(build_evidence(result, record))
+    except (ValueError, TypeError) as error:
+        print(f"gpuval-agent: no evidence bundle: {error}", file=sys.stderr)
+        return None
+
+
 def cmd_cluster(args: argparse.Namespace) -> int:
     report = os.environ.get(AgentEnv.REPORT_NAME)
     if not report:
@@ -135,6 +152,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     display = Display(metrics=metrics)
     stop = threading.Event()
     stop_on_signals(stop)
+    record = RunRecord()
     try:
         result = run_checks(
             config,
@@ -145,6 +163,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             expected_gpus_source=f"the node's nvidia.com/gpu ({AgentEnv.EXPECTED_GPUS})",
             on_samples=display.samples,
             stop=stop,
+            record=record,
+            on_reading=display.state_reading,
         )
     finally:
         display.close()
@@ -154,7 +174,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         # Stopped means evicted, deleted or timed out: the operator writes that reason, and a
         # partial result written now could overwrite it.
         raise AgentError("stopped before the checks finished; the report is left to the operator")
-    status = build_report_status(result)
+    status = build_report_status(result, _evidence(result, record))
     leave_termination_message(status)
     try:
         writer.patch_status(status)

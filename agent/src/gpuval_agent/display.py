@@ -9,6 +9,7 @@ from typing import TextIO
 
 from gpuval_agent.backends.base import BurnProgress, TelemetrySample
 from gpuval_agent.metrics import AgentMetrics
+from gpuval_agent.state.model import Reading
 from gpuval_api.reasons import Reason, Severity, verdict_of
 from gpuval_api.report import one_line
 from gpuval_api.result import AgentResult, CheckResult, Metric, Verdict
@@ -135,6 +136,11 @@ class Display:
         if self.metrics is not None:
             self.metrics.samples(samples)
 
+    def state_reading(self, reading: Reading) -> None:
+        """A state reading (the state check's, and one after each load check)."""
+        if self.metrics is not None:
+            self.metrics.state(reading)
+
     def check_finished(self, result: CheckResult) -> None:
         if self.metrics is not None:
             self.metrics.check_finished(result)
@@ -181,6 +187,10 @@ def render_table(result: AgentResult) -> str:
         lines += ["", f"{'BYTES':>12} {'ALGBW GB/s':>11} {'BUSBW GB/s':>11}"]
         for size in nccl.nccl_sizes:
             lines.append(f"{size.bytes:>12} {size.algbw_gbps:>11.1f} {size.busbw_gbps:>11.1f}")
+    not_read = [(c.name, what) for c in result.checks for what in c.not_read]
+    if not_read:
+        lines.append("")
+        lines.extend(f"NOT READ {name}: {one_line(what, TABLE_TEXT)}" for name, what in not_read)
     findings = [(c.name, f) for c in result.checks for f in c.findings]
     if findings:
         lines.append("")

@@ -28,6 +28,8 @@ class PartFigures:
     p2p_gbps: float | None = None
     nccl_busbw_gbps: float | None = None
     default_power_limit_watts: float | None = None
+    # NVLinks of the SXM part (nvidia-smi nvlink -s on HGX H100/H200 boards: 18 links).
+    nvlinks: int | None = None
 
 
 _HOPPER_TFLOPS = {
@@ -48,9 +50,13 @@ PARTS: tuple[PartFigures, ...] = (
         p2p_gbps=393.7,
         nccl_busbw_gbps=343.4,
         default_power_limit_watts=700.0,
+        nvlinks=18,
     ),
     PartFigures(
-        product="NVIDIA H100 80GB HBM3", tflops=_HOPPER_TFLOPS, default_power_limit_watts=700.0
+        product="NVIDIA H100 80GB HBM3",
+        tflops=_HOPPER_TFLOPS,
+        default_power_limit_watts=700.0,
+        nvlinks=18,
     ),
 )
 

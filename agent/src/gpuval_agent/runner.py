@@ -13,9 +13,11 @@ from datetime import UTC, datetime
 
 from gpuval_agent import __version__
 from gpuval_agent.backends.base import Backend, TelemetrySample
+from gpuval_agent.checks import state
 from gpuval_agent.checks.bandwidth import run_bandwidth
 from gpuval_agent.checks.burn import run_burn
 from gpuval_agent.checks.common import CheckBuilder, CheckContext, Reporter, skipped
+from gpuval_agent.checks.dcgm import run_dcgm
 from gpuval_agent.checks.driver import run_driver
 from gpuval_agent.checks.health import run_health
 from gpuval_agent.checks.memory import run_memory
@@ -23,6 +25,8 @@ from gpuval_agent.checks.nccl import run_nccl, sweep_sizes
 from gpuval_agent.checks.sharing import settle_in_use
 from gpuval_agent.errors import AgentError, NoDriverError
 from gpuval_agent.parts import figures_for
+from gpuval_agent.record import RunRecord
+from gpuval_agent.state.model import Reading
 from gpuval_agent.telemetry import Sampler
 from gpuval_agent.watch import InUseWatch
 from gpuval_api.checks import CheckName, ChecksConfig
@@ -30,15 +34,20 @@ from gpuval_api.reasons import Reason
 from gpuval_api.result import AgentResult, CheckResult, Environment, Verdict
 
 CHECKS: dict[CheckName, Callable[[CheckContext], CheckResult]] = {
+    CheckName.STATE: state.run_state,
     CheckName.DRIVER: run_driver,
     CheckName.HEALTH: run_health,
     CheckName.MEMORY: run_memory,
     CheckName.BURN: run_burn,
     CheckName.BANDWIDTH: run_bandwidth,
     CheckName.NCCL: run_nccl,
+    CheckName.DCGM: run_dcgm,
 }
 # Checks that load the GPUs through CUDA: meaningless when CUDA did not initialise anywhere.
 _CUDA_CHECKS = {CheckName.MEMORY, CheckName.BURN, CheckName.BANDWIDTH, CheckName.NCCL}
+# Checks that leave the hardware at rest; after any other, the state is read again (its error
+# counters compared with the reading before).
+_AT_REST = {CheckName.STATE, CheckName.DRIVER, CheckName.HEALTH}
 _LOG_TAIL_CHARS = 4000
 
 
@@ -66,7 +75,11 @@ def run_checks(
     on_samples: Callable[[list[TelemetrySample]], None] | None = None,
     stop: threading.Event | None = None,
     sample_interval: float = 0.5,
+    record: RunRecord | None = None,
+    on_reading: Callable[[Reading], None] | None = None,
 ) -> AgentResult:
+    """Every enabled check, in order. `record` receives what the run keeps beyond its result
+    (the state readings, for the evidence bundle); `on_reading` hears of every state reading."""
     started_at = datetime.now(UTC)
     enabled = config.enabled()
     first = enabled[0] if enabled else CheckName.DRIVER
@@ -117,6 +130,8 @@ def run_checks(
         expected_gpus_source=expected_gpus_source,
         stop=stop or threading.Event(),
         watch=watch,
+        record=record if record is not None else RunRecord(),
+        on_reading=on_reading,
     )
     try:
         checks = _run_enabled(context, enabled, recorded | dict(backend.environment_split))
@@ -181,9 +196,21 @@ def _run_enabled(
         if name is CheckName.DRIVER:
             result.metrics.update(recorded)
             context.excluded.update(cuda_failures(result))
+        if name not in _AT_REST and result.verdict is not Verdict.SKIPPED:
+            _read_state_after(context, name)
         checks.append(result)
         context.reporter.check_finished(result)
-    return checks
+    return [state.amend(c, context) if c.name == CheckName.STATE else c for c in checks]
+
+
+def _read_state_after(context: CheckContext, name: CheckName) -> None:
+    """The state read again after a load check, when the state check read it before."""
+    if not context.record.counters:
+        return
+    try:
+        state.read_after(context, name.value)
+    except Exception as error:  # a failed re-read loses one comparison, never the run
+        context.record.missed.append(f"after {name.value}: {type(error).__name__}: {error}")
 
 
 def cuda_failures(driver: CheckResult) -> dict[int, str]:

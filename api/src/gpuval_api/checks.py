@@ -12,9 +12,11 @@ and on a part the agent has no figure for, only the absolute threshold applies.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Self
+from typing import Annotated, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gpuval_api.reasons import REASONS, STATE_REASONS, Reason, Severity
 
 # Highest threshold accepted for any figure (TFLOP/s or GB/s): far above any part, yet bounded.
 MAX_FIGURE = 100_000.0
@@ -41,12 +43,14 @@ class _Model(BaseModel):
 class CheckName(StrEnum):
     """The agent's checks, in the order they run."""
 
+    STATE = "state"
     DRIVER = "driver"
     HEALTH = "health"
     MEMORY = "memory"
     BURN = "burn"
     BANDWIDTH = "bandwidth"
     NCCL = "nccl"
+    DCGM = "dcgm"
 
 
 class Precision(StrEnum):
@@ -126,20 +130,203 @@ class DriverCheck(_Model):
 
 
 class HealthCheck(_Model):
-    """Hardware health read from NVML: ECC, row remapping, XID events, persistence mode."""
+    """What the driver says while the checks run: XID events (NVML) and persistence mode. ECC and
+    row remapping are the state check's."""
 
     enabled: bool = Field(default=True, description="Run the hardware-health check.")
+    warn_persistence_off: bool = Field(
+        default=True, description="Report persistence mode off as a warning."
+    )
+
+
+class FindingAction(StrEnum):
+    """What a state finding does to the verdict."""
+
+    FAIL = "Fail"
+    WARN = "Warn"
+    IGNORE = "Ignore"
+
+
+class NetworkExpectations(_Model):
+    """What the node's InfiniBand/RoCE ports (sysfs /sys/class/infiniband) should show."""
+
+    devices: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="RDMA devices to check (e.g. mlx5_0). Empty: every device the node has.",
+    )
+    expected_rate_gbit_per_second: float | None = Field(
+        default=None,
+        gt=0,
+        le=10_000,
+        description="Rate every checked port must run at, Gb/s (e.g. 400 for NDR). Unset: not "
+        "compared.",
+    )
+    max_link_downed: int = Field(
+        default=1,
+        ge=0,
+        le=1_000_000,
+        description="Most times a port may have lost its link (link_downed) before it fails as "
+        "IbLinkFlapping.",
+    )
+    max_port_errors: int = Field(
+        default=0,
+        ge=0,
+        le=1_000_000_000,
+        description="Most symbol errors, receive errors or link recoveries a port may show "
+        "(each counter) before IbPortErrors.",
+    )
+
+    @field_validator("devices")
+    @classmethod
+    def _device_names(cls, devices: list[str]) -> list[str]:
+        for name in devices:
+            if not name or "/" in name or len(name) > 64:
+                raise ValueError(
+                    f"state.network.devices: {name!r} is not an RDMA device name; give names "
+                    "as /sys/class/infiniband lists them (e.g. mlx5_0)"
+                )
+        return devices
+
+
+class StateCheck(_Model):
+    """The hardware state at rest, read before the load checks and again after each (NVML,
+    sysfs, the kernel log): non-invasive, seconds. Each finding's default action is its reason's
+    catalogue severity; `actions` overrides it per reason."""
+
+    enabled: bool = Field(default=True, description="Run the state check (first).")
+    host_root: str = Field(
+        default="/",
+        pattern=r"^/",
+        max_length=256,
+        description="Where the host's /sys, /proc and /dev/kmsg are seen from the agent (e.g. "
+        "/host for a hostPath mount of /).",
+    )
+    actions: dict[Reason, FindingAction] = Field(
+        default_factory=dict,
+        json_schema_extra={"maxProperties": len(STATE_REASONS)},
+        description="Per state reason (e.g. IbPortErrors): Fail, Warn or Ignore, overriding the "
+        "reason's default from the catalogue.",
+    )
     max_uncorrectable_ecc: int = Field(
         default=0,
         ge=0,
         le=1_000_000,
-        description="Most volatile uncorrectable ECC errors a GPU may show before it fails.",
+        description="Most volatile uncorrectable ECC errors a GPU may show (EccUncorrectable).",
     )
-    fail_on_row_remap_pending: bool = Field(
-        default=True, description="Fail a GPU with a pending row remap (it needs a reset)."
+    max_correctable_ecc: int = Field(
+        default=1000,
+        ge=0,
+        le=1_000_000_000,
+        description="Most volatile correctable ECC errors a GPU may show (EccCorrectableHigh).",
     )
-    warn_persistence_off: bool = Field(
-        default=True, description="Report persistence mode off as a warning."
+    max_retired_pages: int = Field(
+        default=60,
+        ge=0,
+        le=100_000,
+        description="Most retired memory pages (pre-Ampere GPUs) before RetiredPagesHigh.",
+    )
+    max_low_spare_banks: int = Field(
+        default=0,
+        ge=0,
+        le=100_000,
+        description="Most memory banks with low or no spare rows (row remapper histogram) before "
+        "RowRemapSparesLow.",
+    )
+    ignore_xids: list[Annotated[int, Field(ge=1, le=1023)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="XIDs in the kernel log that are never reported.",
+    )
+    xid_max_age_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=10 * 365 * 86400,
+        description="Only XIDs logged within this many seconds count (e.g. since a GPU reset that "
+        "cleared them). Unset: every XID since boot.",
+    )
+    expected_nvlinks: int | None = Field(
+        default=None,
+        ge=0,
+        le=64,
+        description="Active NVLinks each GPU must have. Unset: the GPU model's count, on GPUs "
+        "that report NVLink at all.",
+    )
+    max_nvlink_errors: int = Field(
+        default=0,
+        ge=0,
+        le=1_000_000_000,
+        description="Most CRC, replay or recovery errors (each counter) an NVLink may show at "
+        "rest before NvlinkErrors.",
+    )
+    max_pcie_correctable_errors: int = Field(
+        default=100,
+        ge=0,
+        le=1_000_000_000,
+        description="Most correctable PCIe AER errors a GPU or NIC may show (PcieAerCorrectable).",
+    )
+    min_power_limit_fraction: float = Field(
+        default=0.9,
+        ge=0,
+        le=1,
+        description="Lowest enforced power limit as a fraction of the default limit "
+        "(PowerLimitBelowDefault). 0 disables.",
+    )
+    network: NetworkExpectations = Field(
+        default_factory=NetworkExpectations, description="InfiniBand/RoCE expectations."
+    )
+
+    @field_validator("actions")
+    @classmethod
+    def _state_reasons_only(
+        cls, actions: dict[Reason, FindingAction]
+    ) -> dict[Reason, FindingAction]:
+        for reason in actions:
+            if reason not in STATE_REASONS:
+                raise ValueError(
+                    f"state.actions: {reason} is not a finding of the state check; use one of "
+                    f"{', '.join(STATE_REASONS)}"
+                )
+        return actions
+
+    def severity_of(self, reason: Reason) -> FindingAction:
+        """The action of a finding: the configured one, else its catalogue severity's."""
+        if reason in self.actions:
+            return self.actions[reason]
+        if REASONS[reason].severity is Severity.ERROR:
+            return FindingAction.FAIL
+        return FindingAction.WARN
+
+
+class DcgmCheck(_Model):
+    """NVIDIA DCGM diagnostics (`dcgmi diag -r LEVEL -j`) where the node has DCGM; skipped with
+    DcgmNotAvailable where it has not (never a pass, never a failure)."""
+
+    enabled: bool = Field(default=False, description="Run DCGM's diagnostic (optional).")
+    level: int = Field(
+        default=1,
+        ge=1,
+        le=4,
+        description="dcgmi diag run level: 1 quick (about a minute), 2 medium, 3 long, 4 extended.",
+    )
+    dcgmi_path: str = Field(
+        default="/usr/bin/dcgmi",
+        pattern=r"^/",
+        max_length=256,
+        description="Where dcgmi is, as the agent sees it (e.g. a hostPath mount of the host's).",
+    )
+    host_engine: str = Field(
+        default="127.0.0.1:5555",
+        pattern=r"^[A-Za-z0-9.:\[\]-]+$",
+        max_length=256,
+        description="nv-hostengine's address (host:port) that dcgmi connects to.",
+    )
+    timeout_seconds: float = Field(
+        default=1800.0,
+        gt=0,
+        le=86400,
+        description="Most seconds the diagnostic may take; past it the check fails as "
+        "DcgmDiagFailed.",
     )
 
 
@@ -326,6 +513,9 @@ class NcclCheck(_Model):
 class ChecksConfig(_Model):
     """Which checks the agent runs, with their parameters and thresholds."""
 
+    state: StateCheck = Field(
+        default_factory=StateCheck, description="Hardware state at rest (runs first)."
+    )
     driver: DriverCheck = Field(default_factory=DriverCheck, description="Driver-layer check.")
     health: HealthCheck = Field(default_factory=HealthCheck, description="Hardware-health check.")
     memory: MemoryCheck = Field(
@@ -336,6 +526,7 @@ class ChecksConfig(_Model):
         default_factory=BandwidthCheck, description="Copy-bandwidth check."
     )
     nccl: NcclCheck = Field(default_factory=NcclCheck, description="NCCL all-reduce check.")
+    dcgm: DcgmCheck = Field(default_factory=DcgmCheck, description="DCGM diagnostics (optional).")
 
     def enabled(self) -> list[CheckName]:
         """The enabled checks in run order."""

@@ -17,6 +17,7 @@ from pydantic.alias_generators import to_camel
 
 from gpuval_api.checks import ChecksConfig
 from gpuval_api.conditions import ConditionType
+from gpuval_api.evidence import EvidenceStatus
 from gpuval_api.fabric import FabricSpec, FabricStatus
 from gpuval_api.fabricsummary import FabricRunStatus
 from gpuval_api.reasons import Reason
@@ -669,6 +670,13 @@ class GpuNodeReportStatus(_Model):
     fabric: FabricStatus | None = Field(
         default=None,
         description="The node's cross-node NCCL result, when the run tests the fabric.",
+    )
+    evidence: EvidenceStatus | None = Field(
+        default=None,
+        description=(
+            "A failing node's evidence bundle (gzip+base64 JSON, at most 64 KiB; "
+            "`kubectl gpuval evidence NODE` writes it to a file)."
+        ),
     )
 
 

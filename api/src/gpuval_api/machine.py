@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from gpuval_api.checks import CheckName
 from gpuval_api.reasons import Severity
-from gpuval_api.result import AgentResult, Metric
+from gpuval_api.result import AgentResult, Finding, Metric
+from gpuval_api.stateview import MAX_LINES_PER_UNIT, not_read, not_read_by_what, state_lines
 from gpuval_api.views import (
     BURN,
     D2H,
@@ -101,6 +105,10 @@ def machine_view(result: AgentResult) -> FleetView:
         for index in indices
     )
     curve = nccl_curve(result.check("nccl"))
+    state = tuple(
+        replace(line, unit=f"GPU {f.gpu}" if f.gpu is not None else host)
+        for line, f in zip(state_lines(result, host), _state_findings(result), strict=True)
+    )
     return FleetView(
         title=f"{host}: {result.verdict}" + (f" ({result.reason})" if result.reason else ""),
         kind="machine",
@@ -109,4 +117,11 @@ def machine_view(result: AgentResult) -> FleetView:
         units=units,
         failures=tuple(failures),
         nccl_curves=((host, curve),) if curve else (),
+        state=state,
+        not_read=tuple(not_read_by_what([(host, not_read(result))])),
     )
+
+
+def _state_findings(result: AgentResult) -> list[Finding]:
+    check = result.check(CheckName.STATE)
+    return list(check.findings[:MAX_LINES_PER_UNIT]) if check is not None else []

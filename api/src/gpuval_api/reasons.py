@@ -35,6 +35,41 @@ class Reason(StrEnum):
     XID_ERROR = "XidError"
     PERSISTENCE_MODE_OFF = "PersistenceModeOff"
     PCIE_LINK_DEGRADED = "PcieLinkDegraded"
+    # Hardware state (agent, the state check): read at rest, before and after the load checks
+    ECC_AGGREGATE_UNCORRECTABLE = "EccAggregateUncorrectable"
+    ECC_CORRECTABLE_HIGH = "EccCorrectableHigh"
+    ROW_REMAP_SPARES_LOW = "RowRemapSparesLow"
+    RETIRED_PAGES_PENDING = "RetiredPagesPending"
+    RETIRED_PAGES_HIGH = "RetiredPagesHigh"
+    KERNEL_XID_RESTART_APP = "KernelXidRestartApp"
+    KERNEL_XID_RESET_GPU = "KernelXidResetGpu"
+    KERNEL_XID_REBOOT = "KernelXidReboot"
+    KERNEL_XID_CONTACT_SUPPORT = "KernelXidContactSupport"
+    KERNEL_LOG_UNREADABLE = "KernelLogUnreadable"
+    NVLINK_DOWN = "NvlinkDown"
+    NVLINK_SPEED_LOW = "NvlinkSpeedLow"
+    NVLINK_ERRORS = "NvlinkErrors"
+    PCIE_LINK_DOWNTRAINED = "PcieLinkDowntrained"
+    PCIE_AER_UNCORRECTABLE = "PcieAerUncorrectable"
+    PCIE_AER_CORRECTABLE = "PcieAerCorrectable"
+    CLOCKS_THROTTLED_AT_IDLE = "ClocksThrottledAtIdle"
+    POWER_LIMIT_BELOW_DEFAULT = "PowerLimitBelowDefault"
+    GPU_FABRIC_NOT_READY = "GpuFabricNotReady"
+    FABRIC_MANAGER_NOT_RUNNING = "FabricManagerNotRunning"
+    IB_PORT_DOWN = "IbPortDown"
+    IB_PORT_RATE_LOW = "IbPortRateLow"
+    IB_LINK_FLAPPING = "IbLinkFlapping"
+    IB_PORT_ERRORS = "IbPortErrors"
+    NIC_GPU_LOCALITY = "NicGpuLocality"
+    ERROR_COUNTERS_GREW = "ErrorCountersGrew"
+    # DCGM diagnostics (agent, the optional dcgm check)
+    DCGM_NOT_AVAILABLE = "DcgmNotAvailable"
+    DCGM_MEMORY_ERROR = "DcgmMemoryError"
+    DCGM_INTERCONNECT_ERROR = "DcgmInterconnectError"
+    DCGM_THERMAL_POWER_ERROR = "DcgmThermalPowerError"
+    DCGM_PERFORMANCE_ERROR = "DcgmPerformanceError"
+    DCGM_SOFTWARE_ERROR = "DcgmSoftwareError"
+    DCGM_DIAG_FAILED = "DcgmDiagFailed"
     # Memory test (agent)
     MEMORY_MISCOMPARE = "MemoryMiscompare"
     MEMORY_PARTLY_COVERED = "MemoryPartlyCovered"
@@ -137,6 +172,178 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.PCIE_LINK_DEGRADED: ReasonInfo(
         "the PCIe link runs below its maximum generation or width under load",
         "reseat the card or riser, check the slot and BIOS PCIe settings",
+    ),
+    Reason.ECC_AGGREGATE_UNCORRECTABLE: ReasonInfo(
+        "the GPU's lifetime (aggregate) counters hold uncorrectable ECC errors from before its "
+        "last reset",
+        "compare with the row remapper (`nvidia-smi -q -d ROW_REMAPPER`): remapped rows are "
+        "handled; errors that come back after a reset mean RMA",
+        Severity.WARNING,
+    ),
+    Reason.ECC_CORRECTABLE_HIGH: ReasonInfo(
+        "the GPU corrected more single-bit ECC errors since its last reset than the configured "
+        "maximum",
+        "watch the rate (`nvidia-smi -q -d ECC`); a climbing count precedes uncorrectable errors: "
+        "plan an RMA",
+        Severity.WARNING,
+    ),
+    Reason.ROW_REMAP_SPARES_LOW: ReasonInfo(
+        "some memory banks of the GPU have few or no spare rows left for remapping",
+        "the next failing row in such a bank cannot be remapped: plan to replace the GPU "
+        "(`nvidia-smi -q -d ROW_REMAPPER` shows the histogram)",
+        Severity.WARNING,
+    ),
+    Reason.RETIRED_PAGES_PENDING: ReasonInfo(
+        "memory pages are marked for retirement and take effect only after a driver reload",
+        "drain the node and reboot or reload the driver, then re-validate",
+    ),
+    Reason.RETIRED_PAGES_HIGH: ReasonInfo(
+        "the GPU has retired more memory pages than the configured maximum (NVIDIA's RMA "
+        "threshold is 60 double-bit pages)",
+        "take the node out of service and RMA the GPU",
+    ),
+    Reason.KERNEL_XID_RESTART_APP: ReasonInfo(
+        "the kernel log since boot holds an XID whose documented action is to restart the "
+        "application (usually an application or CUDA fault, not the hardware)",
+        "read the XID's lines in the report or `dmesg | grep -i xid`; if it repeats without an "
+        "application fault, drain the node and contact support",
+        Severity.WARNING,
+    ),
+    Reason.KERNEL_XID_RESET_GPU: ReasonInfo(
+        "the kernel log since boot holds an XID whose documented action is to reset the GPU",
+        "drain the node, reset the GPU (`nvidia-smi -r`) or reboot, then re-validate; RMA if the "
+        "XID returns",
+    ),
+    Reason.KERNEL_XID_REBOOT: ReasonInfo(
+        "the kernel log since boot holds an XID whose documented action is to reboot the machine "
+        "(e.g. XID 79, the GPU fell off the bus)",
+        "drain the node and reboot it (a cold boot where possible); check the PCIe slot, riser "
+        "and power; RMA if the XID returns",
+    ),
+    Reason.KERNEL_XID_CONTACT_SUPPORT: ReasonInfo(
+        "the kernel log since boot holds an XID whose documented action is to contact NVIDIA "
+        "support (or that this agent's catalogue does not know)",
+        "drain the node and collect `nvidia-bug-report.sh` for your vendor; the message names the "
+        "XID and its mnemonic",
+    ),
+    Reason.KERNEL_LOG_UNREADABLE: ReasonInfo(
+        "the kernel log could not be read, so XIDs since boot were not checked",
+        "run the agent privileged (the default) or give it CAP_SYSLOG; the message names what "
+        "was tried",
+        Severity.WARNING,
+    ),
+    Reason.NVLINK_DOWN: ReasonInfo(
+        "an NVLink of the GPU is not active although the model and topology have it",
+        "check `nvidia-smi nvlink -s`, the fabric manager and the baseboard; reset the GPU, RMA "
+        "the board if the link stays down",
+    ),
+    Reason.NVLINK_SPEED_LOW: ReasonInfo(
+        "an NVLink runs slower than the GPU's other links",
+        "check `nvidia-smi nvlink -s`; reset the GPU and re-validate, RMA the board if it stays "
+        "slow",
+    ),
+    Reason.NVLINK_ERRORS: ReasonInfo(
+        "an NVLink's error counters (CRC, replay, recovery) are above the configured maximum",
+        "check `nvidia-smi nvlink -e`; counters that keep climbing point to a failing link or "
+        "NVSwitch port",
+        Severity.WARNING,
+    ),
+    Reason.PCIE_LINK_DOWNTRAINED: ReasonInfo(
+        "the PCIe link trained below its maximum width (or generation while busy)",
+        "reseat the card or riser, check the slot and the BIOS PCIe settings (`lspci -vv`: "
+        "LnkSta against LnkCap)",
+    ),
+    Reason.PCIE_AER_UNCORRECTABLE: ReasonInfo(
+        "the PCIe device reported fatal or non-fatal uncorrectable errors (AER)",
+        "drain the node; check the slot, riser and cabling, and the kernel log for AER lines",
+    ),
+    Reason.PCIE_AER_CORRECTABLE: ReasonInfo(
+        "the PCIe device reported more correctable errors (AER) than the configured maximum",
+        "a marginal link: reseat the card or riser; watch whether the count grows under load",
+        Severity.WARNING,
+    ),
+    Reason.CLOCKS_THROTTLED_AT_IDLE: ReasonInfo(
+        "the GPU reports a hardware slowdown, thermal or power-brake reason while idle",
+        "check `nvidia-smi -q -d PERFORMANCE`: a hardware slowdown at idle points to the power "
+        "supply, an external power-brake signal or cooling",
+    ),
+    Reason.POWER_LIMIT_BELOW_DEFAULT: ReasonInfo(
+        "the enforced power limit is below the configured fraction of the part's default limit",
+        "check `nvidia-smi -q -d POWER`; restore it with `nvidia-smi -pl <default>` unless the "
+        "cap is intended",
+        Severity.WARNING,
+    ),
+    Reason.GPU_FABRIC_NOT_READY: ReasonInfo(
+        "on an NVSwitch system the GPU's fabric registration is not complete or failed",
+        "check the nvidia-fabricmanager service and `nvidia-smi -q | grep -A3 Fabric`; restart "
+        "the fabric manager, then reset the GPUs",
+    ),
+    Reason.FABRIC_MANAGER_NOT_RUNNING: ReasonInfo(
+        "the node has NVSwitches but no nvidia-fabricmanager process runs",
+        "start it (`systemctl start nvidia-fabricmanager`) with the driver's matching version",
+    ),
+    Reason.IB_PORT_DOWN: ReasonInfo(
+        "an InfiniBand/RoCE port is not ACTIVE or its physical link is not up",
+        "check the cable and the switch port (`ibstat`), and the subnet manager for InfiniBand",
+    ),
+    Reason.IB_PORT_RATE_LOW: ReasonInfo(
+        "an InfiniBand/RoCE port runs below the expected rate",
+        "check the cable and transceiver type and the switch port's speed and width (`ibstat`)",
+    ),
+    Reason.IB_LINK_FLAPPING: ReasonInfo(
+        "an InfiniBand/RoCE port lost its link more often than the configured maximum "
+        "(link_downed)",
+        "replace or reseat the cable or transceiver; check the switch port's error counters",
+    ),
+    Reason.IB_PORT_ERRORS: ReasonInfo(
+        "an InfiniBand/RoCE port's error counters (symbol, receive, link recovery) are above the "
+        "configured maximum",
+        "a marginal cable or transceiver: check `perfquery`, reseat or replace it",
+        Severity.WARNING,
+    ),
+    Reason.NIC_GPU_LOCALITY: ReasonInfo(
+        "a GPU has no network adapter on its own NUMA node while the node has adapters",
+        "check the PCIe placement of the NICs (`nvidia-smi topo -m`); GPUDirect RDMA across "
+        "sockets is slow",
+        Severity.WARNING,
+    ),
+    Reason.ERROR_COUNTERS_GREW: ReasonInfo(
+        "a hardware error counter (ECC, NVLink, PCIe, InfiniBand) grew while a load check ran",
+        "the named link or memory fails under load: drain the node and look at that part first "
+        "(the message names the counter, its growth and the check)",
+    ),
+    Reason.DCGM_NOT_AVAILABLE: ReasonInfo(
+        "DCGM diagnostics were asked for but DCGM is not installed or its host engine is not "
+        "reachable: not run, no evidence against the node",
+        "install DCGM (`dcgmi`, nv-hostengine) on the node, or set checks.dcgm.dcgmiPath and "
+        "checks.dcgm.hostEngine to where they are",
+        Severity.WARNING,
+        Verdict.NOT_RUN,
+    ),
+    Reason.DCGM_MEMORY_ERROR: ReasonInfo(
+        "DCGM diagnostics found a GPU memory fault",
+        "drain the node; reset the GPU and re-run the diagnostic; RMA if it fails again",
+    ),
+    Reason.DCGM_INTERCONNECT_ERROR: ReasonInfo(
+        "DCGM diagnostics found an NVLink, NVSwitch or PCIe fault",
+        "check `nvidia-smi nvlink -s`, the fabric manager and the PCIe link; reseat, then RMA",
+    ),
+    Reason.DCGM_THERMAL_POWER_ERROR: ReasonInfo(
+        "DCGM diagnostics found a thermal or power fault",
+        "check fans, airflow, inlet temperature and the power supply; the node should not take "
+        "work",
+    ),
+    Reason.DCGM_PERFORMANCE_ERROR: ReasonInfo(
+        "DCGM diagnostics measured a GPU below its performance threshold or violating a limit",
+        "compare clocks and throttle reasons with a healthy node; re-run the diagnostic",
+    ),
+    Reason.DCGM_SOFTWARE_ERROR: ReasonInfo(
+        "DCGM diagnostics failed for a software, driver or CUDA reason on the node",
+        "read the DCGM message in the report; check the driver, CUDA libraries and DCGM versions",
+    ),
+    Reason.DCGM_DIAG_FAILED: ReasonInfo(
+        "DCGM diagnostics reported a failure of another kind, or dcgmi itself failed",
+        "read the DCGM message in the report and `dcgmi diag` output on the node",
     ),
     Reason.MEMORY_MISCOMPARE: ReasonInfo(
         "a word of GPU memory read back differently from what was written (a bit flipped)",
@@ -329,3 +536,38 @@ def info(reason: Reason) -> ReasonInfo:
 def hint(reason: Reason) -> str:
     """The one-line fix hint of a reason."""
     return REASONS[reason].hint
+
+
+# The findings of the state check: each one's catalogue severity is its default, and
+# `spec.checks.state.actions` may make it fail, only warn, or be ignored (gpuval_api.checks).
+STATE_REASONS: tuple[Reason, ...] = (
+    Reason.ECC_UNCORRECTABLE,
+    Reason.ECC_AGGREGATE_UNCORRECTABLE,
+    Reason.ECC_CORRECTABLE_HIGH,
+    Reason.ROW_REMAP_PENDING,
+    Reason.ROW_REMAP_FAILED,
+    Reason.ROW_REMAP_SPARES_LOW,
+    Reason.RETIRED_PAGES_PENDING,
+    Reason.RETIRED_PAGES_HIGH,
+    Reason.KERNEL_XID_RESTART_APP,
+    Reason.KERNEL_XID_RESET_GPU,
+    Reason.KERNEL_XID_REBOOT,
+    Reason.KERNEL_XID_CONTACT_SUPPORT,
+    Reason.KERNEL_LOG_UNREADABLE,
+    Reason.NVLINK_DOWN,
+    Reason.NVLINK_SPEED_LOW,
+    Reason.NVLINK_ERRORS,
+    Reason.PCIE_LINK_DOWNTRAINED,
+    Reason.PCIE_AER_UNCORRECTABLE,
+    Reason.PCIE_AER_CORRECTABLE,
+    Reason.CLOCKS_THROTTLED_AT_IDLE,
+    Reason.POWER_LIMIT_BELOW_DEFAULT,
+    Reason.GPU_FABRIC_NOT_READY,
+    Reason.FABRIC_MANAGER_NOT_RUNNING,
+    Reason.IB_PORT_DOWN,
+    Reason.IB_PORT_RATE_LOW,
+    Reason.IB_LINK_FLAPPING,
+    Reason.IB_PORT_ERRORS,
+    Reason.NIC_GPU_LOCALITY,
+    Reason.ERROR_COUNTERS_GREW,
+)

@@ -60,6 +60,7 @@ class StatusKey(StrEnum):
     FAILURES = "failures"
     RESULT = "result"
     FABRIC = "fabric"
+    EVIDENCE = "evidence"
 
 
 class SummaryKey(StrEnum):
@@ -163,9 +164,12 @@ def _status(values: dict[StatusKey, Any]) -> dict[str, Any]:
     return {str(key): value for key, value in values.items()}
 
 
-def build_report_status(result: AgentResult) -> dict[str, Any]:
+def build_report_status(
+    result: AgentResult, evidence: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The `status` of a completed GpuNodeReport, as the agent writes it with a JSON merge patch:
-    Passed, Failed, or NotRun (the agent could not test the node, e.g. GpuInUse)."""
+    Passed, Failed, or NotRun (the agent could not test the node, e.g. GpuInUse); `evidence` is a
+    failing node's bundle (gpuval_api.evidence), null otherwise."""
     verdict = result.verdict if result.verdict in REPORT_VERDICTS else Verdict.FAILED
     reason = None
     if verdict is not Verdict.PASSED:
@@ -182,6 +186,8 @@ def build_report_status(result: AgentResult) -> dict[str, Any]:
             StatusKey.SUMMARY: build_summary(result),
             StatusKey.FAILURES: build_failures(result),
             StatusKey.RESULT: result.to_jsonable(),
+            # Merge patch: null removes an earlier run's bundle from a passing report.
+            StatusKey.EVIDENCE: dict(evidence) if evidence is not None else None,
         }
     )
 
@@ -199,6 +205,7 @@ def build_running_status(started_at: datetime, message: str = "agent started") -
             StatusKey.SUMMARY: None,
             StatusKey.FAILURES: None,
             StatusKey.RESULT: None,
+            StatusKey.EVIDENCE: None,
         }
     )
 

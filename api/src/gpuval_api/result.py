@@ -218,6 +218,11 @@ class CheckResult(_Model):
         "check (reason GpuInUse): those GPUs were not tested by it.",
     )
     findings: list[Finding] = Field(default_factory=list)
+    not_read: list[str] = Field(
+        default_factory=list,
+        description="What the check could not read or the node does not have, each with why "
+        "(e.g. 'InfiniBand: no devices under /sys/class/infiniband').",
+    )
     log_tail: str | None = Field(
         default=None,
         description="Kept diagnostic output (e.g. NCCL_DEBUG=INFO of a hang), truncated.",

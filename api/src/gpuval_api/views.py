@@ -25,6 +25,7 @@ from gpuval_api.lenient import read_model
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_api.report import ReportPhase
 from gpuval_api.result import AgentResult, CheckResult, Verdict
+from gpuval_api.stateview import StateLine, not_read, not_read_by_what, state_lines
 
 # A unit whose figure is below this fraction of the fleet's median is an outlier: one NIC down on
 # an 8-NIC node costs 12.5 % (design.md, Fabric), so the ratio must sit at 0.9 or above to see it.
@@ -108,6 +109,9 @@ class UnitView:
     # NCCL all-reduce sweep: (message bytes, busbw GB/s), smallest first.
     nccl: tuple[tuple[int, float], ...] = ()
     fabric: FabricFinding | None = None
+    # The state check's findings (errors and warnings) and what it could not read.
+    state: tuple[StateLine, ...] = ()
+    not_read: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +159,9 @@ class FleetView:
     # The run's median pair busbw and the floor below which a pair is slow (fabric_bounds).
     fabric_median_gbps: float | None = None
     fabric_floor_gbps: float | None = None
+    # The state check's findings of every unit (a machine's host-wide ones included).
+    state: tuple[StateLine, ...] = ()
+    not_read: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def fabric_named(self) -> list[UnitView]:
@@ -306,6 +313,8 @@ def node_unit(report: GpuNodeReport) -> UnitView:
         failures=failures,
         nccl=nccl_curve(result.check("nccl")) if result else (),
         fabric=fabric_finding(report),
+        state=state_lines(result, node),
+        not_read=not_read(result),
     )
 
 
@@ -347,4 +356,6 @@ def fleet_of_units(validation: GpuValidation, node_units: Iterable[UnitView]) ->
         fabric_summary=(status.fabric.summary if status and status.fabric else ""),
         fabric_median_gbps=median,
         fabric_floor_gbps=floor,
+        state=tuple(line for u in units for line in u.state),
+        not_read=tuple(not_read_by_what((u.name, u.not_read) for u in units)),
     )

@@ -1,5 +1,5 @@
-"""One self-contained HTML page for a FleetView: counts, failures with hints, outliers, the
-plots, the fabric between nodes, the uniformity table and every unit's figures.
+"""One self-contained HTML page for a FleetView: counts, failures with hints, the hardware state,
+outliers, the plots, the fabric between nodes, the uniformity table and every unit's figures.
 
 Self-contained means it opens with no network: plotly.js is inlined once in the head, the styles
 are inline, and nothing is referenced by URL. Every text from the cluster is HTML-escaped.
@@ -17,6 +17,7 @@ from gpuval_api.conditions import ConditionType
 from gpuval_api.views import FIGURES, PASSED, FleetView, UniformityRow
 from gpuval_report.fabric import fabric_section
 from gpuval_report.figures import distribution, figure_html, nccl_sweep, verdict_colour
+from gpuval_report.state import state_section
 from gpuval_report.tables import table
 
 STYLE = """
@@ -159,6 +160,7 @@ def render_page(view: FleetView, generated_at: datetime | None = None) -> str:
         conditions if view.conditions else "",
         f'<h2>Failures</h2><div id="failures">{_failures(view)}</div>',
         _others(view),
+        state_section(view),
         f'<h2>Outliers</h2><div id="outliers">{_outliers(view)}</div>',
         f'<h2>Figures</h2><div id="plots">{_plots(view)}</div>',
         fabric_section(view),

@@ -11,6 +11,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from gpuval_agent.memtest import MemoryMeasurement, MemoryPlan, MemoryProgressCallback
+from gpuval_agent.state.model import GpuState
 from gpuval_agent.verify import BadIteration
 from gpuval_api.checks import Precision
 from gpuval_api.result import Environment
@@ -160,6 +161,14 @@ class Backend(ABC):
     @abstractmethod
     def xid_events(self) -> list[XidEvent]:
         """Critical XID events seen since the previous call."""
+
+    @abstractmethod
+    def gpu_state(self) -> list[GpuState]:
+        """Every GPU's state at rest as NVML shows it (the state check's NVML half)."""
+
+    def state_root(self, configured: str) -> str:
+        """Where the state check reads sysfs, /proc and /dev/kmsg: the configured host root."""
+        return configured
 
     @abstractmethod
     def burn(

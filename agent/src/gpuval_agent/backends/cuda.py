@@ -49,6 +49,7 @@ from gpuval_agent.memtest import (
     MemoryProgressCallback,
     parse_flips,
 )
+from gpuval_agent.state.model import GpuState
 from gpuval_api.checks import Precision
 from gpuval_api.env import AgentEnv
 from gpuval_api.result import Environment
@@ -211,6 +212,9 @@ class CudaBackend(Backend):
     def telemetry(self) -> list[TelemetrySample]:
         samples: list[TelemetrySample] = self._nvml_session().telemetry()
         return samples
+
+    def gpu_state(self) -> list[GpuState]:
+        return self._nvml_session().gpu_states()
 
     def xid_events(self) -> list[XidEvent]:
         events: list[XidEvent] = self._nvml_session().xid_events()

@@ -12,7 +12,9 @@ from typing import Any, TypeVar
 import pynvml  # type: ignore[import-untyped,unused-ignore]
 
 from gpuval_agent.backends.base import GpuProcess, GpuUse, TelemetrySample, Throttle, XidEvent
+from gpuval_agent.backends.nvml_state import clock_event_bits, read_gpu_state
 from gpuval_agent.errors import NoDriverError
+from gpuval_agent.state.model import GpuState
 from gpuval_api.env import AgentEnv
 from gpuval_api.result import Environment, GpuInfo, PcieLink
 
@@ -142,7 +144,7 @@ class Nvml:
         default_limit = q(
             "defaultPowerLimit", lambda: nv.nvmlDeviceGetPowerManagementDefaultLimit(handle)
         )
-        throttles = q("throttleReasons", lambda: self._throttle_bits(handle))
+        throttles = q("throttleReasons", lambda: clock_event_bits(handle))
         ecc_on = bool(ecc[0]) if ecc else None
 
         def ecc_count(counter: int) -> int | None:
@@ -213,13 +215,8 @@ class Nvml:
             unsupported=sorted(set(missing)),
         )
 
-    @staticmethod
-    def _throttle_bits(handle: Any) -> int:
-        getter = (
-            getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-            or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
-        )
-        return int(getter(handle))
+    def gpu_states(self) -> list[GpuState]:
+        return [read_gpu_state(index, handle) for index, handle in enumerate(self.handles)]
 
     def telemetry(self) -> list[TelemetrySample]:
         samples = []
@@ -227,7 +224,7 @@ class Nvml:
             temperature = _try(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
             power = _try(pynvml.nvmlDeviceGetPowerUsage, handle)
             clock = _try(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)
-            bits = _try(self._throttle_bits, handle)
+            bits = _try(clock_event_bits, handle)
             samples.append(
                 TelemetrySample(
                     gpu=index,

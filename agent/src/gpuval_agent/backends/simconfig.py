@@ -38,6 +38,15 @@ class FaultKind(StrEnum):
     # from the start, or appearing as the load check named by `during` starts.
     FOREIGN_COMPUTE = "foreign-compute"
     FOREIGN_MEMORY = "foreign-memory"
+    # The hardware state (the state check): an NVLink down at rest, NVLink CRC errors that grow
+    # while the burn runs, an InfiniBand port down, one that went down `count` times (3), symbol
+    # errors that grow during the burn, an XID in the kernel log since boot.
+    NVLINK_DOWN = "nvlink-down"
+    NVLINK_ERRORS_GROW = "nvlink-errors-grow"
+    IB_PORT_DOWN = "ib-port-down"
+    IB_LINK_FLAPPING = "ib-link-flapping"
+    IB_ERRORS_GROW = "ib-errors-grow"
+    KERNEL_XID = "kernel-xid"
     # The memory test: one bit flips between a pattern's write and its read-back; another
     # process takes part of the GPU's memory while the test allocates (allocations refused).
     MEMORY_FLIP = "memory-flip"
@@ -74,7 +83,13 @@ class Fault(_Model):
         ge=0,
         description="miscompare/nan: the burn iteration corrupted (default: middle).",
     )
-    xid: int = Field(default=79, description="xid: the XID number reported.")
+    xid: int = Field(default=79, description="xid, kernel-xid: the XID number reported.")
+    link: int | None = Field(
+        default=None, ge=0, lt=64, description="nvlink-down/-errors-grow: the NVLink (0)."
+    )
+    count: int | None = Field(
+        default=None, ge=1, description="ib-link-flapping: times the port went down (3)."
+    )
     peer: str | None = Field(
         default=None, min_length=1, description="fabric-slow-link: the other node's name."
     )

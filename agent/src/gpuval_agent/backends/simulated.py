@@ -43,6 +43,7 @@ from gpuval_agent.backends.simforeign import (
     out_of_memory,
 )
 from gpuval_agent.backends.simmemory import CONTEXT_BYTES, SimulatedMemory, simulated_memtest
+from gpuval_agent.backends.simstate import SimulatedHost, gpu_address
 from gpuval_agent.checks.nccl import bus_bandwidth
 from gpuval_agent.errors import NoDriverError
 from gpuval_agent.memtest import (
@@ -52,6 +53,7 @@ from gpuval_agent.memtest import (
     MemoryProgressCallback,
 )
 from gpuval_agent.parts import figures_for
+from gpuval_agent.state.model import GpuState
 from gpuval_agent.verify import count_bad_elements, scan_counts
 from gpuval_api.checks import Precision
 from gpuval_api.env import AgentEnv
@@ -95,6 +97,7 @@ class SimulatedBackend(Backend):
         self._pending_xids: list[XidEvent] = []
         self._node = os.environ.get(AgentEnv.NODE_NAME) or socket.gethostname()
         self.foreign = ForeignProcesses(config)
+        self._host = SimulatedHost(self._visible, config.product, self._faults)
 
     def _fault(self, kind: FaultKind, gpu: int | None = None) -> Fault | None:
         for fault in self._faults.get(kind, []):
@@ -121,7 +124,7 @@ class SimulatedBackend(Backend):
                     uuid=f"GPU-sim-{self._node}-{index}",
                     serial=f"SIM{index:04d}",
                     vbios="96.00.sim",
-                    pci_bus_id=f"00000000:{0x18 + index * 0x10:02X}:00.0",
+                    pci_bus_id=f"0000{gpu_address(index).upper()}",
                     memory_total_bytes=MEMORY_TOTAL,
                     pcie=PcieLink(
                         current_gen=1, max_gen=5, current_width=8 if degraded else 16, max_width=16
@@ -208,6 +211,13 @@ class SimulatedBackend(Backend):
             )
         return samples
 
+    def gpu_state(self) -> list[GpuState]:
+        return [self._host.gpu_state(gpu) for gpu in range(self._visible)]
+
+    def state_root(self, configured: str) -> str:
+        """The simulated host tree (a temporary directory), whatever the configured root."""
+        return str(self._host.root())
+
     def xid_events(self) -> list[XidEvent]:
         with self._xid_lock:
             events, self._pending_xids = self._pending_xids, []
@@ -231,9 +241,11 @@ class SimulatedBackend(Backend):
             # The contract's 'hang': the agent never finishes (until it is told to stop).
             stop.wait()
         self._sleep(seconds, stop)
+        self._host.burn_wear()
         for fault in self._faults.get(FaultKind.XID, []):
             with self._xid_lock:
                 self._pending_xids.append(XidEvent(fault.gpu, fault.xid))
+            self._host.log_xid(fault.gpu, fault.xid)
         return [self._burn_one(gpu, precision, seconds, on_progress) for gpu in gpus]
 
     def _burn_one(
@@ -300,6 +312,7 @@ class SimulatedBackend(Backend):
 
     def close(self) -> None:
         self._burning.clear()
+        self._host.close()
 
     def gpu_use(self) -> list[GpuUse] | None:
         return self.foreign.use(list(range(self._visible)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
@@ -11,6 +12,8 @@ from typing import Protocol
 from gpuval_agent.backends.base import Backend, BurnProgress
 from gpuval_agent.inuse import Busy
 from gpuval_agent.parts import PartFigures
+from gpuval_agent.record import RunRecord
+from gpuval_agent.state.model import Reading
 from gpuval_agent.telemetry import Sampler
 from gpuval_agent.watch import InUseWatch
 from gpuval_api.checks import ChecksConfig
@@ -57,6 +60,10 @@ class CheckContext:
     # busy as the current load check started: that check leaves them out.
     watch: InUseWatch | None = None
     busy: dict[int, Busy] = field(default_factory=dict)
+    # What the run keeps beyond its result (the state readings, for the evidence bundle), and
+    # who hears of each state reading (the live metrics).
+    record: RunRecord = field(default_factory=RunRecord)
+    on_reading: Callable[[Reading], None] | None = None
 
     @property
     def gpus(self) -> list[int]:
@@ -93,6 +100,7 @@ class CheckBuilder:
         self.nccl_sizes: list[NcclSize] = []
         self.fingerprints: list[BurnFingerprint] = []
         self.log_tail: str | None = None
+        self.not_read: list[str] = []
 
     def add(
         self,
@@ -159,6 +167,7 @@ class CheckBuilder:
             nccl_sizes=self.nccl_sizes,
             fingerprints=self.fingerprints,
             findings=self.findings,
+            not_read=self.not_read,
             log_tail=self.log_tail,
         )
 

@@ -1,0 +1,130 @@
+"""NVIDIA's XID catalogue for Ampere and newer GPUs, reduced to what the state check needs: each
+XID's mnemonic and its documented immediate action ("Resolution Bucket (Immediate Action)").
+
+Source: NVIDIA, "Analyzing Xid Errors with the Xid Catalog",
+https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html (the catalogue as published
+for R570-R580 drivers, XIDs 1-161). XIDs the catalogue marks "Unused" are left out: like any XID
+this table lacks, they are reported as CONTACT_SUPPORT. Where the catalogue's immediate action is a
+workflow, the table holds the action that workflow starts with, named in the comment of its row:
+XID 48 (double-bit ECC) and 74/144-150 (NVLink) begin with a GPU reset, 45 (preemptive cleanup)
+and 154 (recovery action changed) only accompany another XID, which is reported itself.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from gpuval_api.reasons import Reason
+
+
+class XidAction(StrEnum):
+    """The catalogue's immediate actions, as the state check acts on them."""
+
+    IGNORE = "IGNORE"
+    RESTART_APP = "RESTART_APP"
+    RESET_GPU = "RESET_GPU"
+    REBOOT = "RESTART_BM"  # the catalogue's "restart bare metal" (RESTART_VM in a VM)
+    CONTACT_SUPPORT = "CONTACT_SUPPORT"
+
+
+ACTION_REASONS: dict[XidAction, Reason | None] = {
+    XidAction.IGNORE: None,
+    XidAction.RESTART_APP: Reason.KERNEL_XID_RESTART_APP,
+    XidAction.RESET_GPU: Reason.KERNEL_XID_RESET_GPU,
+    XidAction.REBOOT: Reason.KERNEL_XID_REBOOT,
+    XidAction.CONTACT_SUPPORT: Reason.KERNEL_XID_CONTACT_SUPPORT,
+}
+
+_A = XidAction
+# XID -> (mnemonic, immediate action).
+CATALOGUE: dict[int, tuple[str, XidAction]] = {
+    8: ("ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT", _A.RESTART_APP),
+    11: ("ROBUST_CHANNEL_GR_ERROR_MISSING_HW", _A.RESTART_APP),
+    13: ("ROBUST_CHANNEL_GR_EXCEPTION", _A.RESTART_APP),
+    14: ("ROBUST_CHANNEL_FAKE_ERROR", _A.IGNORE),
+    25: ("ROBUST_CHANNEL_GR_ILLEGAL_NOTIFY", _A.RESTART_APP),
+    31: ("ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT", _A.RESTART_APP),
+    32: ("ROBUST_CHANNEL_PBDMA_ERROR", _A.RESTART_APP),
+    37: ("ROBUST_CHANNEL_FECS_ERR_UNIMP_FIRMWARE_METHOD", _A.IGNORE),
+    38: ("ROBUST_CHANNEL_FECS_ERR_WATCHDOG_TIMEOUT", _A.IGNORE),
+    39: ("ROBUST_CHANNEL_CE0_ERROR", _A.RESTART_APP),
+    40: ("ROBUST_CHANNEL_CE1_ERROR", _A.RESTART_APP),
+    41: ("ROBUST_CHANNEL_CE2_ERROR", _A.RESTART_APP),
+    43: ("ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", _A.IGNORE),
+    44: ("ROBUST_CHANNEL_GR_FAULT_DURING_CTXSW", _A.IGNORE),
+    45: ("ROBUST_CHANNEL_PREEMPTIVE_REMOVAL", _A.IGNORE),  # WORKFLOW_XID_45: follow the other XID
+    46: ("ROBUST_CHANNEL_GPU_TIMEOUT_ERROR", _A.RESET_GPU),
+    48: ("ROBUST_CHANNEL_GPU_ECC_DBE", _A.RESET_GPU),  # WORKFLOW_XID_48 starts with a reset
+    54: ("SILENT_RUNNING_PWR_REDUCED_CLOCKING", _A.CONTACT_SUPPORT),  # CHECK_MECHANICALS
+    60: ("ROBUST_CHANNEL_SEC2_ERROR", _A.RESTART_APP),
+    62: ("PMU_HALT_ERROR", _A.RESET_GPU),
+    63: ("INFOROM_DRAM_RETIREMENT_EVENT", _A.IGNORE),
+    64: ("INFOROM_DRAM_RETIREMENT_FAILURE", _A.RESET_GPU),
+    66: ("ROBUST_CHANNEL_FECS_ERR_REG_ACCESS_VIOLATION", _A.IGNORE),
+    67: ("ROBUST_CHANNEL_FECS_ERR_VERIF_VIOLATION", _A.IGNORE),
+    68: ("ROBUST_CHANNEL_NVDEC0_ERROR", _A.RESTART_APP),
+    69: ("ROBUST_CHANNEL_GR_CLASS_ERROR", _A.RESTART_APP),
+    70: ("ROBUST_CHANNEL_CE3_ERROR", _A.RESTART_APP),
+    71: ("ROBUST_CHANNEL_CE4_ERROR", _A.RESTART_APP),
+    72: ("ROBUST_CHANNEL_CE5_ERROR", _A.RESTART_APP),
+    74: ("NVLINK_ERROR", _A.RESET_GPU),  # WORKFLOW_NVLINK_ERR starts with a reset
+    75: ("ROBUST_CHANNEL_CE6_ERROR", _A.RESTART_APP),
+    76: ("ROBUST_CHANNEL_CE7_ERROR", _A.RESTART_APP),
+    77: ("ROBUST_CHANNEL_CE8_ERROR", _A.RESTART_APP),
+    78: ("VGPU_START_ERROR", _A.CONTACT_SUPPORT),  # UPDATE_SWFW
+    79: ("ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", _A.REBOOT),
+    80: ("PBDMA_PUSHBUFFER_CRC_MISMATCH", _A.RESTART_APP),
+    82: ("ROBUST_CHANNEL_NVJPG0_ERROR", _A.RESTART_APP),
+    83: ("ROBUST_CHANNEL_NVDEC1_ERROR", _A.RESTART_APP),
+    84: ("ROBUST_CHANNEL_NVDEC2_ERROR", _A.RESTART_APP),
+    85: ("ROBUST_CHANNEL_CE9_ERROR", _A.RESTART_APP),
+    86: ("ROBUST_CHANNEL_OFA0_ERROR", _A.RESTART_APP),
+    88: ("ROBUST_CHANNEL_NVDEC3_ERROR", _A.RESTART_APP),
+    89: ("ROBUST_CHANNEL_NVDEC4_ERROR", _A.RESTART_APP),
+    92: ("EXCESSIVE_SBE_INTERRUPTS", _A.IGNORE),
+    93: ("INFOROM_ERASE_LIMIT_EXCEEDED", _A.IGNORE),
+    94: ("ROBUST_CHANNEL_CONTAINED_ERROR", _A.RESTART_APP),
+    95: ("ROBUST_CHANNEL_UNCONTAINED_ERROR", _A.RESET_GPU),
+    **{xid: (f"ROBUST_CHANNEL_NVDEC{xid - 91}_ERROR", _A.RESTART_APP) for xid in (96, 97, 98)},
+    **{xid: (f"ROBUST_CHANNEL_NVJPG{xid - 98}_ERROR", _A.RESTART_APP) for xid in range(99, 106)},
+    106: ("SMBPBI_TEST_MESSAGE", _A.IGNORE),
+    107: ("SMBPBI_TEST_MESSAGE_SILENT", _A.IGNORE),
+    108: ("NVLINK_REMOTE_TRANSLATION_ERROR", _A.IGNORE),
+    109: ("ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR", _A.RESET_GPU),
+    110: ("SEC_FAULT_ERROR", _A.RESET_GPU),
+    119: ("GSP_RPC_TIMEOUT", _A.RESET_GPU),
+    120: ("GSP_ERROR", _A.RESET_GPU),
+    121: ("C2C_ERROR", _A.IGNORE),
+    **{xid: (f"ROBUST_CHANNEL_CE{xid - 116}_ERROR", _A.RESTART_APP) for xid in range(126, 136)},
+    136: ("ALI_TRAINING_FAIL", _A.RESET_GPU),
+    137: ("NVLINK_PRIV_ERR", _A.IGNORE),
+    139: ("ROBUST_CHANNEL_OFA1_ERROR", _A.RESTART_APP),
+    140: ("UNRECOVERABLE_ECC_ERROR_ESCAPE", _A.RESET_GPU),
+    141: ("ROBUST_CHANNEL_FAST_PATH_ERROR", _A.IGNORE),
+    142: ("ROBUST_CHANNEL_NVENC3_ERROR", _A.CONTACT_SUPPORT),
+    143: ("GPU_INIT_ERROR", _A.RESET_GPU),
+    # 144-150: WORKFLOW_NVLINK5_ERR; the catalogue's decode table resets the GPU for the fatal ones.
+    144: ("NVLINK_SAW_ERROR", _A.RESET_GPU),
+    145: ("NVLINK_RLW_ERROR", _A.RESET_GPU),
+    146: ("NVLINK_TLW_ERROR", _A.RESET_GPU),
+    147: ("NVLINK_TREX_ERROR", _A.RESET_GPU),
+    148: ("NVLINK_NVLPW_CTRL_ERROR", _A.RESET_GPU),
+    149: ("NVLINK_NETIR_ERROR", _A.RESET_GPU),
+    150: ("NVLINK_MSE_ERROR", _A.RESET_GPU),
+    151: ("ROBUST_CHANNEL_KEY_ROTATION_ERROR", _A.REBOOT),  # RESTART_VM
+    152: ("ROBUST_CHANNEL_DLA_SMMU_ERROR", _A.IGNORE),
+    153: ("ROBUST_CHANNEL_DLA_TIMEOUT", _A.IGNORE),
+    154: ("GPU_RECOVERY_ACTION_CHANGED", _A.IGNORE),  # XID_154: about another XID
+    155: ("NVLINK_SW_DEFINED_ERROR", _A.RESET_GPU),
+    156: ("RESOURCE_RETIREMENT_EVENT", _A.RESET_GPU),
+    157: ("RESOURCE_RETIREMENT_FAILURE", _A.IGNORE),
+    158: ("GPU_FATAL_TIMEOUT", _A.RESET_GPU),
+    159: ("ROBUST_CHANNEL_CHI_NON_DATA_ERROR", _A.RESTART_APP),  # CHECK_UVM
+    160: ("CHANNEL_RETIREMENT_EVENT", _A.IGNORE),
+    161: ("CHANNEL_RETIREMENT_FAILURE", _A.IGNORE),
+}
+
+
+def lookup(xid: int) -> tuple[str, XidAction]:
+    """The XID's mnemonic and action; an XID the table lacks is CONTACT_SUPPORT."""
+    return CATALOGUE.get(xid, ("not in gpuval's catalogue", XidAction.CONTACT_SUPPORT))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 machine through the device tool, from the repository root:
-#   bash benchmarks/device_run.sh smoke|full|check|issue9|b7|final|fabric|probe10|final10|memtest
+#   bash benchmarks/device_run.sh smoke|full|check|issue9|b7|final|fabric|probe10|final10|memtest|baseline
 # Installs the carried wheels (.whl: pydantic and its needs, absent there), then the GPU tests,
 # the benchmark and `gpuval-agent run` itself, writing everything under $OUT. Each step runs
 # under its own time limit and the script goes on after a failed step.
@@ -83,6 +83,16 @@ elif [ "$MODE" = memtest ]; then
       --json "$OUT/run_memory.json"
     echo "run_memory wall $(since "$began") s" >>"$OUT/summary.log"
   fi
+elif [ "$MODE" = baseline ]; then
+  # Issue 18: the default run against the shipped H200 baseline (its ratios in the table and the
+  # JSON), then a run whose burn shares GPU 0 with a plain matmul load started 8 s in (inside the
+  # burn, after the start-up checks): GPU 0 is named BelowBaseline.
+  began=$(now)
+  step run_baseline 150 python3 -m gpuval_agent.cli run --json "$OUT/run_baseline.json"
+  echo "run_baseline wall $(since "$began") s" >>"$OUT/summary.log"
+  python3 benchmarks/gpu_load.py --gpu 0 --delay 8 --seconds 45 >"$OUT/gpu_load.log" 2>&1 &
+  step run_slowed 150 python3 -m gpuval_agent.cli run --duration 30 --json "$OUT/run_slowed.json"
+  wait
 elif [ "$MODE" = smoke ]; then
   step pytest 300 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
   step bench 240 python3 benchmarks/agent_bench.py --seconds 4 --out "$OUT/bench.json"

@@ -1,10 +1,11 @@
 """The HTML report as a person sees it: written by the real report code from real agent results
 (simulated backend), opened in headless chromium with the network refused, and judged by what the
 browser drew: every plot present and sized, one point per node coloured by its verdict, the slow
-and the wrong node labelled on the burn plot, the failures with their hints, a verdict this
-version does not know (NotRun) counted on its own; the fabric section's pairs with the slow node's
-bars red. The screenshots are kept: with GPUVAL_SCREENSHOT_DIR set (make report-screenshot) they
-are copied there for the README and docs/see.md."""
+and the wrong node labelled on the burn plot, the baseline's band on each figure and each node's
+trend line, the failures with their hints, a verdict this version does not know (NotRun) counted
+on its own; the fabric section's pairs with the slow node's bars red. The screenshots are kept:
+with GPUVAL_SCREENSHOT_DIR set (make report-screenshot) they are copied there for the README and
+docs/see.md."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.browser
 
 FAILED_RED = "rgb(198, 40, 40)"  # gpuval_report.figures: Failed is #c62828
 PASSED_GREEN = "rgb(46, 125, 50)"  # and Passed #2e7d32
+BAND_TEAL = "rgb(0, 137, 123)"  # the baseline's band and centre line, #00897b
 FIGURE_PLOTS = [
     "plot-burnTflops",
     "plot-h2dGBps",
@@ -46,10 +48,10 @@ def keep(screenshot: Path, name: str) -> None:
 def test_the_fleet_report_draws_every_plot_offline_and_names_the_faulty_nodes(
     tmp_path: Path,
 ) -> None:
-    view, roles = sample_fleet(healthy=5)
+    view, roles = sample_fleet(healthy=5, baseline=True)
     page = write_page(view, tmp_path / "fleet.html")
 
-    seen = look_at(page, tmp_path / "fleet.png")
+    seen = look_at(page, tmp_path / "fleet.png", count=("#history svg.trend",))
 
     assert seen.refused == [], "the page asked for the network"
     assert seen.errors == []
@@ -66,6 +68,20 @@ def test_the_fleet_report_draws_every_plot_offline_and_names_the_faulty_nodes(
     assert "Failed: 2" in seen.text and "NotRun: 1" in seen.text
     assert REASONS[Reason.BURN_MISMATCH].hint in seen.text
     assert roles["untested"] in seen.text
+    # The baseline learned from the healthy nodes: a band and a named centre on every figure.
+    for plot in seen.plots[:-1]:
+        assert any(shape["fill"] == BAND_TEAL for shape in plot["shapes"]), plot["id"]
+        assert any(shape["stroke"] == BAND_TEAL for shape in plot["shapes"]), plot["id"]
+    assert "H200 baseline 776.0" in burn["annotations"]
+    assert "0.60 of the H200 baseline" in seen.text  # the slow node, in the baseline section
+    # A trend line per tested node and figure; the node losing 3 % a run first after the slow one.
+    assert seen.counts["#history svg.trend"] == 7 * 6
+    history = seen.text.split("History", 1)[1]
+    assert (
+        history.index(roles["slow"])
+        < history.index(roles["decliner"])
+        < history.index("gpu-node-0")
+    )
     assert (tmp_path / "fleet.png").stat().st_size > 50_000
     keep(tmp_path / "fleet.png", "fleet-report.png")
 
@@ -103,6 +119,11 @@ def test_gpuval_agent_run_html_gives_the_same_page_for_one_machine(tmp_path: Pat
     assert "GPU 5 (60% of median)" in burn["annotations"]
     assert "ThermalSlowdown" in seen.text
     assert seen.plot("plot-nccl-sweep")["lines"] == 1
+    # The shipped H200 baseline (measured on 2 GPUs) bands the per-GPU figures of 8 GPUs.
+    assert any(shape["fill"] == BAND_TEAL for shape in burn["shapes"])
+    assert "H200 baseline 706.4" in burn["annotations"]
+    assert not any(s["fill"] == BAND_TEAL for s in seen.plot("plot-p2pGBps")["shapes"])
+    assert "0.66 of the H200 baseline" in seen.text and "BelowBaseline" in seen.text
 
 
 def test_the_fabric_section_draws_every_pair_and_names_the_slow_node(tmp_path: Path) -> None:

@@ -40,6 +40,8 @@ _PLOTS_JS = """
     bars: Array.from(plot.querySelectorAll('.barlayer .point path'))
       .map(p => getComputedStyle(p).fill),
     xticks: Array.from(plot.querySelectorAll('.xtick text')).map(t => t.textContent),
+    shapes: Array.from(plot.querySelectorAll('.shapelayer path'))
+      .map(p => ({fill: getComputedStyle(p).fill, stroke: getComputedStyle(p).stroke})),
   };
 })
 """
@@ -53,6 +55,8 @@ class Rendered:
     text: str
     refused: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # How many elements each CSS selector of look_at's `count` matched (e.g. the trend lines).
+    counts: dict[str, int] = field(default_factory=dict)
 
     def plot(self, plot_id: str) -> dict[str, Any]:
         found = [p for p in self.plots if p["id"] == plot_id]
@@ -78,6 +82,7 @@ def look_at(
     width: int = 1280,
     height: int = 1600,
     element: str | None = None,
+    count: tuple[str, ...] = (),
 ) -> Rendered:
     """Open `page_file`, wait for its plots to be drawn, screenshot the first `height` pixels
     (or the `element` a CSS selector names, wherever it is on the page)."""
@@ -111,4 +116,5 @@ def look_at(
             text=page.inner_text("body"),
             refused=refused,
             errors=errors,
+            counts={selector: page.locator(selector).count() for selector in count},
         )

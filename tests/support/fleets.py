@@ -16,6 +16,9 @@ from gpuval_agent.display import Display
 from gpuval_agent.fabric.driver import FabricPlan, run_fabric
 from gpuval_agent.fabric.simulated import SimulatedFabric
 from gpuval_agent.runner import run_checks
+from gpuval_api.baseline.history import entry_of_result
+from gpuval_api.baseline.learn import learn
+from gpuval_api.baseline.model import GpuBaselineSpec
 from gpuval_api.checks import ChecksConfig
 from gpuval_api.crd import GpuNodeReport, GpuValidation
 from gpuval_api.fabric import FABRIC_CHECK, FabricConfig, FabricResult, build_fabric_status
@@ -24,16 +27,21 @@ from gpuval_api.report import StatusKey, build_operator_failure_status, build_re
 from gpuval_api.result import AgentResult, Verdict
 from gpuval_api.views import FleetView, fleet_view
 from gpuval_devtools.controlplane import free_port
+from tests.support.baselines import node_figures, slowed
 
 SLOW = "thermal-slowdown"  # burn at 60 % on one GPU: a slow node (and a failed one)
 WRONG = "miscompare"  # one flipped bit in one burn result: a failed node at full speed
 
 
 def simulated_result(
-    node: str, faults: Sequence[Mapping[str, Any]] = (), config: ChecksConfig | None = None
+    node: str,
+    faults: Sequence[Mapping[str, Any]] = (),
+    config: ChecksConfig | None = None,
+    gpus: int = 8,
+    time_scale: float = 0.001,
 ) -> AgentResult:
-    """The real agent's checks on a simulated 8-GPU H200 node."""
-    simulation = {"timeScale": 0.001, "faults": [dict(f) for f in faults]}
+    """The real agent's checks on a simulated H200 node (8 GPUs unless told)."""
+    simulation = {"gpus": gpus, "timeScale": time_scale, "faults": [dict(f) for f in faults]}
     backend = SimulatedBackend(SimulationConfig.parse(json.dumps(simulation)))
     display = Display(stream=io.StringIO(), quiet=True)
     try:
@@ -43,13 +51,21 @@ def simulated_result(
         backend.close()
 
 
-def node_report(validation: str, run: str, result: AgentResult) -> GpuNodeReport:
-    """The GpuNodeReport the in-cluster agent would have written for `result`."""
+def node_report(
+    validation: str, run: str, result: AgentResult, history: Sequence[AgentResult] = ()
+) -> GpuNodeReport:
+    """The GpuNodeReport the in-cluster agent would have written for `result`; with `history`,
+    the node's earlier runs' key figures that the operator carries in the report's spec."""
     node = result.node or "node"
+    past = [
+        entry_of_result(f"{validation}-past-{n}", r).model_dump(mode="json", by_alias=True)
+        for n, r in enumerate(history)
+    ]
+    spec = {"validation": validation, "run": run, "node": node}
     return GpuNodeReport.model_validate(
         {
             "metadata": {"name": f"{validation}-{run}-{node}"},
-            "spec": {"validation": validation, "run": run, "node": node},
+            "spec": spec | ({"history": past} if past else {}),
             "status": build_report_status(result),
         }
     )
@@ -101,19 +117,50 @@ def validation(name: str, run: str, total: int, failed: Sequence[str]) -> GpuVal
     )
 
 
-def sample_fleet(healthy: int = 5) -> tuple[FleetView, dict[str, str]]:
+def sample_fleet(healthy: int = 5, baseline: bool = False) -> tuple[FleetView, dict[str, str]]:
     """A fleet with `healthy` passing nodes, a slow node, a node computing wrong results and a
-    node gpuval could not test; returns the view and the role -> node name of the odd ones."""
+    node gpuval could not test; returns the view and the role -> node name of the odd ones.
+
+    With `baseline`, the view is judged against a GpuBaseline learned from the healthy nodes
+    (gpuval_api.baseline.learn), and every tested node carries three earlier runs: flat, but for
+    the 'decliner' (a healthy node), which loses 3 % a run and is at 0.91 of its first run now."""
     name, run = "fleet", "fleet-1-abcd"
     roles = {"slow": "gpu-node-slow", "wrong": "gpu-node-wrong", "untested": "gpu-node-busy"}
-    results = [simulated_result(f"gpu-node-{i}") for i in range(healthy)]
+    if baseline:
+        roles["decliner"] = "gpu-node-1"
+    declining = [0.97**n for n in range(4)]
+    results = [
+        simulated_result(
+            node, slowed(declining[-1], range(8)) if node == roles.get("decliner") else ()
+        )
+        for node in (f"gpu-node-{i}" for i in range(healthy))
+    ]
     results.append(simulated_result(roles["slow"], [{"kind": SLOW, "gpu": 5}]))
     results.append(simulated_result(roles["wrong"], [{"kind": WRONG, "gpu": 3}]))
-    reports = [node_report(name, run, r) for r in results]
+    histories: dict[str, list[AgentResult]] = {}
+    if baseline:
+        flat = [results[0]] * 3
+        histories = {r.node or "": flat for r in results}
+        histories[roles["decliner"]] = [
+            simulated_result(roles["decliner"], slowed(f, range(8)) if f < 1 else ())
+            for f in declining[:-1]
+        ]
+    reports = [node_report(name, run, r, histories.get(r.node or "", ())) for r in results]
     reports.append(not_run_report(name, run, roles["untested"]))
     failed = [roles["slow"], roles["wrong"]]
-    view = fleet_view(validation(name, run, len(reports), failed), reports)
+    learned = learned_from(results[:healthy]) if baseline else None
+    view = fleet_view(validation(name, run, len(reports), failed), reports, learned)
     return view, roles
+
+
+def learned_from(results: Sequence[AgentResult]) -> tuple[str, GpuBaselineSpec]:
+    """The GpuBaseline learned from `results` (their key's), named after the key."""
+    nodes = [node_figures(r) for r in results]
+    key = nodes[0].key
+    assert key is not None
+    outcome = learn(nodes, key, fraction=0.1, min_nodes=2)
+    assert outcome.spec is not None, outcome.problem
+    return key.default_name(), outcome.spec
 
 
 def fabric_results(

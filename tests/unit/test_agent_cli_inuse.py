@@ -11,6 +11,7 @@ import pytest
 
 from gpuval_agent.cli import main
 from gpuval_agent.outcome import EXIT_NOT_RUN
+from gpuval_api.report import build_summary
 from gpuval_api.result import AgentResult, Verdict
 
 BLAME = {"LowThroughput", "LowBandwidth", "CheckError", "NcclLowBusbw", "NcclError"}
@@ -116,3 +117,22 @@ def test_a_gpu_shared_during_the_all_reduce_sets_its_figure_aside(tmp_path: Path
     assert [f.reason for f in nccl.findings] == ["GpuInUse"]
     assert "set aside: NcclLowBusbw" in nccl.message
     assert code == 3
+
+
+def test_a_shared_gpus_low_figure_is_no_evidence_for_the_baseline_or_the_summary(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "result.json"
+    shared = {"kind": "foreign-compute", "gpu": 1, "during": "burn"}
+    simulate = json.dumps({"gpus": 2, "timeScale": 0.001, "faults": [shared]})
+    # The shipped H200 baseline matches the simulated 2-GPU node; GPU 1's burn figure (~310
+    # TFLOP/s beside the other process) is far below it.
+    code = main(["run", "--backend", "simulated", "--simulate", simulate, "--json", str(out)])
+    result = AgentResult.model_validate_json(out.read_text())
+    assert result.baseline is not None and result.baseline.match == "exact"
+    assert code == 3 and "BelowBaseline" not in _reasons(result)
+    burn = result.check("burn")
+    assert burn is not None
+    figures = {g.index: g.metrics["tflops"] for g in burn.gpus}
+    summary = build_summary(result)
+    assert summary["burnTflops"] == round(figures[0], 3) and figures[1] < figures[0] / 2

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from gpuval_api import crdgen
+from gpuval_api.baseline.model import GpuBaselineSpec
 from gpuval_api.checks import ChecksConfig
-from gpuval_api.crd import GpuNodeReportStatus, GpuValidationSpec
+from gpuval_api.crd import GpuNodeReportSpec, GpuNodeReportStatus, GpuValidationSpec
 
 
 def test_check_fails_when_a_crd_file_is_edited(tmp_path: Path) -> None:
@@ -35,7 +36,9 @@ def _walk(node: object, path: str = "") -> list[tuple[str, dict[str, object]]]:
     return found
 
 
-@pytest.mark.parametrize("model", [GpuValidationSpec, GpuNodeReportStatus])
+@pytest.mark.parametrize(
+    "model", [GpuValidationSpec, GpuNodeReportStatus, GpuNodeReportSpec, GpuBaselineSpec]
+)
 def test_schema_is_structural_with_a_description_on_every_field(model: type) -> None:
     schema = crdgen.model_schema(model)
     for path, node in _walk(schema):
@@ -84,9 +87,11 @@ def test_output_is_identical_whatever_the_hash_seed(tmp_path: Path) -> None:
     assert outputs[0] == outputs[1] == outputs[2]
 
 
-def test_every_spec_field_a_user_writes_is_bounded() -> None:
-    """Unbounded input would be copied into status and grow it toward etcd's limit (issue 9)."""
-    schema = crdgen.model_schema(GpuValidationSpec)
+@pytest.mark.parametrize("model", [GpuValidationSpec, GpuBaselineSpec])
+def test_every_spec_field_a_user_writes_is_bounded(model: type) -> None:
+    """Unbounded input would be copied into status and grow it toward etcd's limit (issue 9);
+    a GpuBaseline is written by hand or imported from a file."""
+    schema = crdgen.model_schema(model)
     unbounded = []
     for path, node in _walk(schema):
         kind = node.get("type")
@@ -110,3 +115,14 @@ def test_report_status_refuses_verdicts_and_reasons_outside_the_catalogue() -> N
     assert "Maybe" not in props["reason"]["enum"] and "BurnMismatch" in props["reason"]["enum"]
     assert props["failures"]["items"]["properties"]["reason"]["enum"] == props["reason"]["enum"]
     assert props["phase"]["enum"] == ["Pending", "Running", "Completed"]
+
+
+def test_a_baseline_is_a_spec_only_object_and_its_figures_a_list_map() -> None:
+    baseline = crdgen.build_crds()["gpuval.dev_gpubaselines.yaml"]
+    version = baseline["spec"]["versions"][0]
+    root = version["schema"]["openAPIV3Schema"]
+    assert "status" not in root["properties"] and "subresources" not in version
+    figures = root["properties"]["spec"]["properties"]["figures"]
+    assert figures["x-kubernetes-list-map-keys"] == ["figure"] and figures["maxItems"] == 48
+    history = crdgen.model_schema(GpuNodeReportSpec)["properties"]["history"]
+    assert history["maxItems"] == 20

@@ -24,6 +24,7 @@ from typing import TextIO
 from pydantic import ValidationError
 
 from gpuval_agent import __version__
+from gpuval_agent import baseline as baselines
 from gpuval_agent.backends import BACKENDS, select_backend
 from gpuval_agent.cluster import cmd_cluster
 from gpuval_agent.display import Display, render_table
@@ -40,6 +41,7 @@ from gpuval_agent.outcome import (
 )
 from gpuval_agent.record import RunRecord
 from gpuval_agent.runner import run_checks
+from gpuval_api.baseline.model import BaselineSettings
 from gpuval_api.checks import CheckName, ChecksConfig, Precision, camel, parse_checks
 from gpuval_api.evidence import evidence_gzip, evidence_status
 from gpuval_api.fabric import FABRIC_SUBCOMMAND
@@ -87,6 +89,17 @@ def _precisions(text: str) -> list[Precision]:
     return found
 
 
+def _fraction(text: str) -> float:
+    """--baseline-fraction, within spec.baseline.fraction's bounds."""
+    try:
+        return BaselineSettings.model_validate({"fraction": text}).fraction
+    except ValidationError as error:
+        raise argparse.ArgumentTypeError(
+            f"--baseline-fraction: {text!r}: {error.errors()[0]['msg']}; e.g. 0.1 fails a figure "
+            "below 0.9 of its baseline"
+        ) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpuval-agent", description="Prove this machine's NVIDIA GPUs are fit for work."
@@ -118,6 +131,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="write the evidence bundle (gzip JSON, at most 64 KiB encoded) here, whatever the "
         "verdict",
+    )
+    run.add_argument(
+        "--baseline",
+        default=baselines.SHIPPED,
+        help="compare with this GpuBaseline YAML file (then the shipped ones); 'shipped' "
+        "(default): the baselines shipped with gpuval (H200); 'none': no baseline rule",
+    )
+    run.add_argument(
+        "--baseline-fraction",
+        type=_fraction,
+        default=BaselineSettings().fraction,
+        help="BelowBaseline when a figure is below (1 - this) x its baseline (default 0.1)",
     )
     run.add_argument("--metrics-port", type=int, help="serve live Prometheus metrics on this port")
     run.add_argument("--backend", choices=BACKENDS, help="GPU backend (default cuda)")
@@ -190,6 +215,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValidationError as error:
         raise AgentError(validation_message(error, "the checks configuration")) from None
     write_html = _html_writer(args.html)
+    compare_with = baselines.candidates(args.baseline)
     backend = select_backend(args.backend, args.simulate)
     metrics = start_metrics(args.metrics_port, backend.name)
     display = Display(metrics=metrics, quiet=args.quiet)
@@ -209,6 +235,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         display.close()
         backend.close()
+    if args.baseline != baselines.NONE:
+        result = baselines.judge(result, compare_with, args.baseline_fraction)
     table_stream = sys.stderr if args.json_path == "-" else sys.stdout
     print(render_table(result), file=table_stream)
     if args.json_path:

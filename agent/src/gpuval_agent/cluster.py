@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuval_agent import __version__
+from gpuval_agent import baseline as baselines
 from gpuval_agent.backends import select_backend
 from gpuval_agent.display import Display, render_table
 from gpuval_agent.errors import AgentError
@@ -35,6 +36,7 @@ from gpuval_agent.outcome import (
 )
 from gpuval_agent.record import RunRecord
 from gpuval_agent.runner import run_checks
+from gpuval_api.baseline.rules import Candidate
 from gpuval_api.checks import ChecksConfig, parse_checks
 from gpuval_api.env import AgentEnv
 from gpuval_api.evidence import evidence_status
@@ -100,9 +102,10 @@ def leave_termination_message(status: dict[str, object], path: str | None = None
 
 def _config(
     node: str | None, backend: str, writer: ReportWriter
-) -> tuple[ChecksConfig, int | None]:
+) -> tuple[ChecksConfig, int | None, tuple[list[Candidate], float] | None]:
     try:
-        return parse_checks(os.environ.get(AgentEnv.CHECKS) or "{}"), _expected_gpus(os.environ)
+        checks = parse_checks(os.environ.get(AgentEnv.CHECKS) or "{}")
+        return checks, _expected_gpus(os.environ), baselines.from_env(os.environ)
     except (ValidationError, ValueError) as error:
         message = (
             validation_message(error, AgentEnv.CHECKS)
@@ -145,7 +148,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         # The checks are worth running anyway: the verdict has two ways out.
         print(f"gpuval-agent: {error}; running the checks anyway", file=sys.stderr)
     backend_name = args.backend or os.environ.get(AgentEnv.BACKEND) or "cuda"
-    config, expected = _config(node, backend_name, writer)
+    config, expected, baseline = _config(node, backend_name, writer)
     port_text = os.environ.get(AgentEnv.METRICS_PORT)
     backend = select_backend(args.backend, args.simulate)
     metrics = start_metrics(int(port_text) if port_text else None, backend.name)
@@ -169,6 +172,8 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     finally:
         display.close()
         backend.close()
+    if baseline is not None:
+        result = baselines.judge(result, *baseline)
     print(render_table(result), file=sys.stderr)
     if result.reason is Reason.AGENT_STOPPED:
         # Stopped means evicted, deleted or timed out: the operator writes that reason, and a

@@ -10,6 +10,8 @@ from typing import TextIO
 from gpuval_agent.backends.base import BurnProgress, TelemetrySample
 from gpuval_agent.metrics import AgentMetrics
 from gpuval_agent.state.model import Reading
+from gpuval_api.baseline.comparison import Match
+from gpuval_api.baseline.figures import JUDGED_NCCL_BYTES, nccl_bytes
 from gpuval_api.reasons import Reason, Severity, verdict_of
 from gpuval_api.report import one_line
 from gpuval_api.result import AgentResult, CheckResult, Metric, Verdict
@@ -191,6 +193,7 @@ def render_table(result: AgentResult) -> str:
     if not_read:
         lines.append("")
         lines.extend(f"NOT READ {name}: {one_line(what, TABLE_TEXT)}" for name, what in not_read)
+    lines += baseline_lines(result)
     findings = [(c.name, f) for c in result.checks for f in c.findings]
     if findings:
         lines.append("")
@@ -206,3 +209,34 @@ def render_table(result: AgentResult) -> str:
                 lines.append(f"     hint: {finding.hint}")
     lines += ["", f"{_VERDICT_LINE[result.verdict]}: {one_line(result.message, TABLE_TEXT)}"]
     return "\n".join(lines)
+
+
+def baseline_lines(result: AgentResult) -> list[str]:
+    """The figures against the baseline: worst value, centre, ratio ('0.98 of the H200
+    baseline'); NCCL below 1 GiB is left to the JSON (kept there, not judged)."""
+    comparison = result.baseline
+    if comparison is None:
+        return []
+    if comparison.name is None:
+        return ["", f"BASELINE: {comparison.note}"]
+    scope = " (per-GPU figures only)" if comparison.match is Match.GPU else ""
+    of = comparison.key.describe() if comparison.key else ""
+    mine = comparison.node_key.describe() if comparison.node_key else "?"
+    lines = [
+        "",
+        f"BASELINE {comparison.name}: {of}; this machine: {mine}{scope}",
+        f"BelowBaseline: a value below {1 - comparison.fraction:.2f} x the baseline's centre",
+        f"{'FIGURE':<12} {'WORST':>9} {'BASELINE':>9}  RATIO",
+    ]
+    for entry in comparison.figures:
+        if entry.figure.startswith("nccl.") and nccl_bytes(entry.figure) < JUDGED_NCCL_BYTES:
+            continue
+        centre = f"{entry.centre:.1f}" if entry.centre is not None else "-"
+        if entry.ratio is None:
+            said = entry.note
+        else:
+            said = comparison.phrase(entry.ratio) + (f" ({entry.where})" if entry.where else "")
+            if entry.below:
+                said += f": {entry.below} below"
+        lines.append(f"{entry.figure:<12} {entry.value:>9.1f} {centre:>9}  {said}")
+    return lines

@@ -261,17 +261,12 @@ def _call(name: CheckName, context: CheckContext) -> CheckResult:
         return builder.finish()
 
 
-def _result(
-    *,
-    config: ChecksConfig,
-    backend: Backend,
-    node: str | None,
-    started_at: datetime,
-    startup: float | None,
-    environment: Environment,
-    checks: list[CheckResult],
-    stopped: bool = False,
-) -> AgentResult:
+def overall(
+    checks: list[CheckResult], gpu_count: int, stopped: bool
+) -> tuple[Verdict, Reason | None, str]:
+    """The run's verdict, reason (the first failed check's, else the first untested one's) and
+    message from its checks: Failed on any failure, NotRun when nothing failed but a check did
+    not test a GPU (GpuInUse), else Passed."""
     failed = [c for c in checks if c.verdict is Verdict.FAILED]
     untested = [c for c in checks if c.verdict is Verdict.NOT_RUN]
     verdict = Verdict.FAILED if failed else Verdict.NOT_RUN if untested else Verdict.PASSED
@@ -284,18 +279,33 @@ def _result(
         message = f"{untested[0].message} (not tested by: {names})"
     else:
         ran = [c.name for c in checks if c.verdict is Verdict.PASSED]
-        message = f"{environment.gpu_count} GPUs passed {', '.join(ran) or 'no checks'}"
+        message = f"{gpu_count} GPUs passed {', '.join(ran) or 'no checks'}"
     if stopped:
         # A partial run never passes: a stopped burn ran shorter than configured.
-        reason = Reason.AGENT_STOPPED
+        verdict, reason = Verdict.FAILED, Reason.AGENT_STOPPED
         message = f"stopped before the checks finished; {message}"
+    return verdict, reason, message
+
+
+def _result(
+    *,
+    config: ChecksConfig,
+    backend: Backend,
+    node: str | None,
+    started_at: datetime,
+    startup: float | None,
+    environment: Environment,
+    checks: list[CheckResult],
+    stopped: bool = False,
+) -> AgentResult:
+    verdict, reason, message = overall(checks, environment.gpu_count, stopped)
     return AgentResult(
         agent_version=__version__,
         backend=backend.name,
         node=node,
         started_at=started_at,
         completed_at=datetime.now(UTC),
-        verdict=Verdict.FAILED if stopped else verdict,
+        verdict=verdict,
         reason=reason,
         message=message,
         startup_seconds=round(startup, 3) if startup is not None else None,

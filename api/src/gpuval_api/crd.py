@@ -2,9 +2,10 @@
 
 `GpuValidation` (cluster-scoped, short name `gpuval`) asks for a validation of a set of GPU
 nodes; `GpuNodeReport` (cluster-scoped, one per node and run, owned by its GpuValidation) holds
-one node's result. Every field carries a description because it becomes the CRD field's
-description (`kubectl explain`). Cross-field constraints the schema can express are CEL rules
-here; the rest are checked by the operator (`gpuval_operator.validation`).
+one node's result; `GpuBaseline` (cluster-scoped, short name `gpubaseline`) holds what healthy
+nodes of one GPU stack measure (gpuval_api.baseline). Every field carries a description because
+it becomes the CRD field's description (`kubectl explain`). Cross-field constraints the schema
+can express are CEL rules here; the rest are checked by the operator (`gpuval_operator.validation`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,13 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from gpuval_api.baseline.model import (
+    MAX_HISTORY,
+    BaselineRunStatus,
+    BaselineSettings,
+    GpuBaselineSpec,
+    HistoryEntry,
+)
 from gpuval_api.checks import ChecksConfig
 from gpuval_api.conditions import ConditionType
 from gpuval_api.evidence import EvidenceStatus
@@ -32,6 +40,8 @@ VALIDATION_KIND = "GpuValidation"
 VALIDATION_PLURAL = "gpuvalidations"
 REPORT_KIND = "GpuNodeReport"
 REPORT_PLURAL = "gpunodereports"
+BASELINE_KIND = "GpuBaseline"
+BASELINE_PLURAL = "gpubaselines"
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -424,6 +434,14 @@ class GpuValidationSpec(_Model):
         le=100,
         description="Runs whose GpuNodeReports are kept (the latest included).",
     )
+    baseline: BaselineSettings | None = Field(
+        default=None,
+        description=(
+            "Judge each node against the GpuBaseline of its GPU stack (BelowBaseline) and against "
+            "its own recent runs (DriftFromHistory); learn baselines from passing nodes. Unset: "
+            "off."
+        ),
+    )
 
 
 class ConditionStatus(StrEnum):
@@ -572,6 +590,10 @@ class GpuValidationStatus(_Model):
     fabric: FabricRunStatus | None = Field(
         default=None, description="The run's fabric phase (spec.fabric): counts and worst groups."
     )
+    baseline: BaselineRunStatus | None = Field(
+        default=None,
+        description="The run against its baselines (spec.baseline): judged, below, systemic.",
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Succeeded, NodesHealthy, Uniform and Invalid.",
@@ -589,6 +611,14 @@ class GpuNodeReportSpec(_Model):
     validation: str = Field(min_length=1, description="Name of the owning GpuValidation.")
     run: str = Field(min_length=1, description="Run id (the GpuValidation's status.run.id).")
     node: str = Field(min_length=1, description="Node name.")
+    history: list[HistoryEntry] = Field(
+        default_factory=list,
+        max_length=MAX_HISTORY,
+        description=(
+            "The node's key figures in its last runs before this one, oldest first "
+            "(spec.baseline.history.runs of them), carried from report to report."
+        ),
+    )
 
 
 class ReportSummary(_Model):
@@ -700,6 +730,17 @@ class GpuValidation(_Model):
     metadata: ObjectMeta
     spec: GpuValidationSpec = Field(default_factory=GpuValidationSpec)
     status: GpuValidationStatus | None = None
+
+
+class GpuBaseline(_Model):
+    """What healthy nodes of one GPU stack (GPU model, count, power limit, PCIe link) measure,
+    figure by figure: learned from a run's passing nodes, written by hand, or shipped with gpuval
+    for a model measured with its own benchmark; exported and imported as a YAML file."""
+
+    api_version: str = API_VERSION
+    kind: str = BASELINE_KIND
+    metadata: ObjectMeta
+    spec: GpuBaselineSpec
 
 
 class GpuNodeReport(_Model):

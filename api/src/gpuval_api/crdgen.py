@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel
 
 from gpuval_api import crd
+from gpuval_api.baseline.model import GpuBaselineSpec
 from gpuval_api.jsonschema import ExplicitDefaults
 
 _DROP = {"title", "$defs"}
@@ -140,13 +141,13 @@ def _crd(
     plural: str,
     short_names: list[str],
     spec_model: type[BaseModel],
-    status_model: type[BaseModel],
+    status_model: type[BaseModel] | None,
     columns: list[dict[str, Any]],
     description: str,
     spec_required: bool,
 ) -> dict[str, Any]:
+    """A CRD; without a status model, an object of spec only (no status subresource)."""
     spec = model_schema(spec_model)
-    status = model_schema(status_model)
     root: dict[str, Any] = {
         "type": "object",
         "description": description,
@@ -155,9 +156,10 @@ def _crd(
             "kind": {"type": "string", "description": "Kind of the object."},
             "metadata": {"type": "object"},
             "spec": spec,
-            "status": status,
         },
     }
+    if status_model is not None:
+        root["properties"]["status"] = model_schema(status_model)
     if spec_required:
         root["required"] = ["spec"]
     else:
@@ -185,7 +187,7 @@ def _crd(
                     "name": crd.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    **({"subresources": {"status": {}}} if status_model is not None else {}),
                     "additionalPrinterColumns": columns,
                     "schema": {"openAPIV3Schema": root},
                 }
@@ -202,6 +204,11 @@ def _condition_column(name: str, condition: str) -> dict[str, Any]:
     }
 
 
+def _doc(model: type[BaseModel]) -> str:
+    """A kind's docstring on one line: its description in the CRD."""
+    return " ".join((model.__doc__ or "").split())
+
+
 def build_crds() -> dict[str, dict[str, Any]]:
     """File name -> CRD object, for every gpuval CRD."""
     validation = _crd(
@@ -210,7 +217,7 @@ def build_crds() -> dict[str, dict[str, Any]]:
         short_names=["gpuval"],
         spec_model=crd.GpuValidationSpec,
         status_model=crd.GpuValidationStatus,
-        description=crd.GpuValidation.__doc__ or "",
+        description=_doc(crd.GpuValidation),
         spec_required=False,
         columns=[
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
@@ -229,7 +236,7 @@ def build_crds() -> dict[str, dict[str, Any]]:
         short_names=["gpureport"],
         spec_model=crd.GpuNodeReportSpec,
         status_model=crd.GpuNodeReportStatus,
-        description=crd.GpuNodeReport.__doc__ or "",
+        description=_doc(crd.GpuNodeReport),
         spec_required=True,
         columns=[
             {"name": "Node", "type": "string", "jsonPath": ".spec.node"},
@@ -245,9 +252,28 @@ def build_crds() -> dict[str, dict[str, Any]]:
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ],
     )
+    baseline = _crd(
+        kind=crd.BASELINE_KIND,
+        plural=crd.BASELINE_PLURAL,
+        short_names=["gpubaseline"],
+        spec_model=GpuBaselineSpec,
+        status_model=None,
+        description=_doc(crd.GpuBaseline),
+        spec_required=True,
+        columns=[
+            {"name": "Product", "type": "string", "jsonPath": ".spec.key.gpuProduct"},
+            {"name": "GPUs", "type": "integer", "jsonPath": ".spec.key.gpuCount"},
+            {"name": "Power W", "type": "integer", "jsonPath": ".spec.key.powerLimitWatts"},
+            {"name": "PCIe", "type": "string", "jsonPath": ".spec.key.pcieLink"},
+            {"name": "Source", "type": "string", "jsonPath": ".spec.source.kind"},
+            {"name": "Run", "type": "string", "jsonPath": ".spec.source.run", "priority": 1},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+    )
     return {
         f"{crd.GROUP}_{crd.VALIDATION_PLURAL}.yaml": validation,
         f"{crd.GROUP}_{crd.REPORT_PLURAL}.yaml": report,
+        f"{crd.GROUP}_{crd.BASELINE_PLURAL}.yaml": baseline,
     }
 
 

@@ -30,6 +30,10 @@ class AgentEnv(StrEnum):
     FABRIC_MASTER = "GPUVAL_FABRIC_MASTER"
     FABRIC_GROUP = "GPUVAL_FABRIC_GROUP"
     FABRIC_CONFIG = "GPUVAL_FABRIC_CONFIG"
+    # The GpuBaselines the node is judged against (YAML documents, as a baseline file holds
+    # them) and the fraction below which a figure is BelowBaseline (spec.baseline.fraction).
+    BASELINE = "GPUVAL_BASELINE"
+    BASELINE_FRACTION = "GPUVAL_BASELINE_FRACTION"
     BACKEND = "GPUVAL_BACKEND"
     SIMULATE = "GPUVAL_SIMULATE"
     SERVICEACCOUNT_DIR = "GPUVAL_SERVICEACCOUNT_DIR"

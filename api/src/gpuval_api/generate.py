@@ -3,7 +3,9 @@ writes them, `--check` exits 1 naming the stale ones (make generate / make check
 
 - crds/*.yaml and the chart's copy charts/gpuval/crds/*.yaml, from the types in gpuval_api.crd;
 - api/schemas/*.json, the result document's and the checks configuration's JSON Schemas;
-- the tables between markers in docs/ (gpuval_api.docgen): reasons, checks defaults, env names.
+- the tables between markers in docs/ (gpuval_api.docgen): reasons, checks defaults, env names;
+- the baselines shipped in gpuval_api/baseline/shipped/, from benchmarks/results
+  (gpuval_api.baseline.shippedgen).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpuval_api import crdgen, docgen
+from gpuval_api.baseline import shippedgen
 from gpuval_api.result import SCHEMA_FILES
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -49,6 +52,9 @@ def generated_files(root: Path = REPO_ROOT) -> dict[Path, Render]:
             files[root / folder / name] = _fixed(crdgen.render(obj))
     for name, schema in SCHEMA_FILES.items():
         files[root / "api" / "schemas" / name] = _computed(schema)
+    shipped = root / "api" / "src" / "gpuval_api" / "baseline" / shippedgen.SHIPPED.name
+    for name, text in shippedgen.render().items():
+        files[shipped / name] = _fixed(text)
     by_document: dict[str, list[tuple[str, Callable[[], str]]]] = {}
     for section, (document, table) in docgen.SECTIONS.items():
         by_document.setdefault(document, []).append((section, table))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gpuval_api.baseline import bands
 from gpuval_api.checks import CheckName
 from gpuval_api.reasons import Severity
 from gpuval_api.result import AgentResult, Finding, Metric
@@ -109,6 +110,11 @@ def machine_view(result: AgentResult) -> FleetView:
         replace(line, unit=f"GPU {f.gpu}" if f.gpu is not None else host)
         for line, f in zip(state_lines(result, host), _state_findings(result), strict=True)
     )
+    baseline = None
+    if result.baseline is not None:
+        precision = str(result.checks_config.burn.precisions[0])
+        largest = curve[-1][0] if curve else None
+        baseline = bands.of_comparison(result.baseline, precision, largest)
     return FleetView(
         title=f"{host}: {result.verdict}" + (f" ({result.reason})" if result.reason else ""),
         kind="machine",
@@ -119,6 +125,7 @@ def machine_view(result: AgentResult) -> FleetView:
         nccl_curves=((host, curve),) if curve else (),
         state=state,
         not_read=tuple(not_read_by_what([(host, not_read(result))])),
+        baseline=baseline,
     )
 
 

@@ -96,6 +96,9 @@ class Reason(StrEnum):
     FABRIC_GANG_NOT_FORMED = "FabricGangNotFormed"
     # Sharing: another process on the GPU (agent)
     GPU_IN_USE = "GpuInUse"
+    # Baselines and history (agent and operator): what this GPU stack and this node should do
+    BELOW_BASELINE = "BelowBaseline"
+    DRIFT_FROM_HISTORY = "DriftFromHistory"
     # The agent itself
     CHECK_ERROR = "CheckError"
     CHECK_SKIPPED = "CheckSkipped"
@@ -444,6 +447,20 @@ REASONS: dict[Reason, ReasonInfo] = {
         "the memory it holds) and the check it disturbed: end or move that work, or give the "
         "agent the GPU alone, then run again; in a pod, hostPID lets the agent name the process",
         verdict=Verdict.NOT_RUN,
+    ),
+    Reason.BELOW_BASELINE: ReasonInfo(
+        "a figure was below the baseline of its GPU stack (GpuBaseline: what healthy nodes of this "
+        "GPU model, count, power limit and PCIe link measure) by more than the spec's fraction",
+        "compare the node's clocks, power limit and throttle reasons with a healthy node's; when "
+        "most nodes are below (the run says systemic), suspect the stack: driver, firmware, "
+        "settings",
+    ),
+    Reason.DRIFT_FROM_HISTORY: ReasonInfo(
+        "a figure fell against the node's own recent runs by more than the history's drift "
+        "fraction (a slow decline the fleet median hides); a failure with history.action Fail",
+        "plot the node's recent reports (kubectl gpuval report); look at clocks, temperatures, "
+        "throttle reasons and cooling; plan maintenance before it fails",
+        Severity.WARNING,
     ),
     Reason.CHECK_ERROR: ReasonInfo(
         "the check itself could not run",

@@ -13,7 +13,7 @@ from typing import Any
 from gpuval_api import termination
 from gpuval_api.checks import CheckName
 from gpuval_api.reasons import REASONS, Reason, Severity, verdict_of
-from gpuval_api.result import AgentResult, Metric, Verdict
+from gpuval_api.result import AgentResult, Metric, Verdict, untested_gpus
 
 MAX_FAILURES = 16
 MESSAGE_LIMIT = 1024
@@ -104,14 +104,16 @@ def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
 
 
 def build_summary(result: AgentResult) -> dict[str, Any]:
-    """Worst GPU of the node for each figure; a figure that was not measured is absent."""
+    """Worst GPU of the node for each figure; a figure that was not measured is absent, and so
+    is one of a GPU the check did not test (GpuInUse)."""
     summary: dict[str, Any] = {SummaryKey.GPU_COUNT: result.environment.gpu_count}
 
-    def gpu_values(check: str, key: str) -> list[float]:
+    def gpu_values(check: str, key: str, tested_only: bool = True) -> list[float]:
         found = result.check(check)
         if found is None:
             return []
-        return [g.metrics[key] for g in found.gpus if key in g.metrics]
+        untested = untested_gpus(found) if tested_only else set()
+        return [g.metrics[key] for g in found.gpus if key in g.metrics and g.index not in untested]
 
     if tflops := gpu_values(CheckName.BURN, Metric.TFLOPS):
         summary[SummaryKey.BURN_TFLOPS] = round(min(tflops), 3)
@@ -124,14 +126,18 @@ def build_summary(result: AgentResult) -> dict[str, Any]:
             summary[field] = round(min(values), 3)
     bandwidth = result.check(CheckName.BANDWIDTH)
     if bandwidth is not None:
-        p2p = [p.gbps for p in bandwidth.pairs if p.gbps is not None]
+        untested = untested_gpus(bandwidth)
+        p2p = [
+            p.gbps for p in bandwidth.pairs if p.gbps is not None and not {p.src, p.dst} & untested
+        ]
         if p2p:
             summary[SummaryKey.P2P] = round(min(p2p), 3)
     nccl = result.check(CheckName.NCCL)
-    if nccl is not None and nccl.nccl_sizes:
+    if nccl is not None and nccl.nccl_sizes and not untested_gpus(nccl):
         largest = max(nccl.nccl_sizes, key=lambda s: s.bytes)
         summary[SummaryKey.NCCL_BUSBW] = round(largest.busbw_gbps, 3)
-    if temperatures := gpu_values(CheckName.BURN, Metric.MAX_TEMPERATURE):
+    # A temperature is the GPU's whoever loaded it.
+    if temperatures := gpu_values(CheckName.BURN, Metric.MAX_TEMPERATURE, tested_only=False):
         summary[SummaryKey.MAX_TEMPERATURE] = round(max(temperatures), 1)
     return {str(k): v for k, v in summary.items()}
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpuval_api.baseline.comparison import BaselineComparison
 from gpuval_api.checks import ChecksConfig, camel
 from gpuval_api.jsonschema import ExplicitDefaults
 from gpuval_api.reasons import Reason, Severity
@@ -229,6 +230,12 @@ class CheckResult(_Model):
     )
 
 
+def untested_gpus(check: CheckResult) -> set[int]:
+    """The GPUs a check did not test (GpuInUse: another process used them): their figures stay
+    in the result, and are no evidence for a summary, a median or a baseline."""
+    return {g.index for g in check.gpus if g.verdict is Verdict.NOT_RUN}
+
+
 class AgentResult(_Model):
     schema_version: Literal["gpuval.dev/v1alpha1/result"] = "gpuval.dev/v1alpha1/result"
     agent_version: str
@@ -247,6 +254,13 @@ class AgentResult(_Model):
     checks_config: ChecksConfig
     environment: Environment
     checks: list[CheckResult] = Field(default_factory=list)
+    baseline: BaselineComparison | None = Field(
+        default=None,
+        description=(
+            "The figures against the baseline of this GPU stack (gpuval-agent run --baseline, "
+            "the shipped ones by default); BelowBaseline findings are in the measuring checks."
+        ),
+    )
 
     def check(self, name: str) -> CheckResult | None:
         """The result of the check called `name`, if it ran."""

@@ -19,6 +19,10 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from gpuval_api.baseline import bands
+from gpuval_api.baseline.bands import BaselineView
+from gpuval_api.baseline.history import value as history_value
+from gpuval_api.baseline.model import BaselineSettings, GpuBaselineSpec
 from gpuval_api.crd import GpuNodeReport, GpuValidation
 from gpuval_api.fabricview import FabricFinding, FabricLink, fabric_bounds, fabric_finding
 from gpuval_api.lenient import read_model
@@ -112,6 +116,8 @@ class UnitView:
     # The state check's findings (errors and warnings) and what it could not read.
     state: tuple[StateLine, ...] = ()
     not_read: tuple[str, ...] = ()
+    # The node's key figures run by run, oldest first, this run last: (run id, {key: value}).
+    history: tuple[tuple[str, dict[str, float]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +168,8 @@ class FleetView:
     # The state check's findings of every unit (a machine's host-wide ones included).
     state: tuple[StateLine, ...] = ()
     not_read: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # The baseline the units were judged against, with a band per figure (None: no baseline).
+    baseline: BaselineView | None = None
 
     @property
     def fabric_named(self) -> list[UnitView]:
@@ -273,7 +281,7 @@ def _node_environment(result: AgentResult) -> dict[str, str]:
     return {k: str(v) for k, v in raw.items() if v is not None}
 
 
-def _parse_result(document: object) -> AgentResult | None:
+def parse_result(document: object) -> AgentResult | None:
     """The report's result document, or None when absent or of a shape this version cannot read."""
     if not isinstance(document, dict):
         return None
@@ -302,7 +310,7 @@ def node_unit(report: GpuNodeReport) -> UnitView:
         failures = (
             FailureView(node, "-", status.reason, status.message or "", hint_for(status.reason)),
         )
-    result = _parse_result(status.result)
+    result = parse_result(status.result)
     return UnitView(
         name=node,
         verdict=status.verdict,
@@ -315,7 +323,24 @@ def node_unit(report: GpuNodeReport) -> UnitView:
         fabric=fabric_finding(report),
         state=state_lines(result, node),
         not_read=not_read(result),
+        history=_history(report, figures),
     )
+
+
+def _history(
+    report: GpuNodeReport, current: dict[str, float]
+) -> tuple[tuple[str, dict[str, float]], ...]:
+    """The runs the report's spec.history carries, then this run's figures; () without any."""
+    if not report.spec.history:
+        return ()
+    past = tuple(
+        (
+            entry.run,
+            {f.key: v for f in FIGURES if (v := history_value(entry, f.key)) is not None},
+        )
+        for entry in report.spec.history
+    )
+    return (*past, (report.spec.run, current))
 
 
 def distinct_links(units: Iterable[UnitView]) -> list[FabricLink]:
@@ -328,12 +353,35 @@ def distinct_links(units: Iterable[UnitView]) -> list[FabricLink]:
     return [found[key] for key in sorted(found, key=lambda k: (k[0], k[1] == 0, k))]
 
 
-def fleet_view(validation: GpuValidation, reports: Iterable[GpuNodeReport]) -> FleetView:
-    """A GpuValidation's current run as a fleet: one unit per node report, sorted by node name."""
-    return fleet_of_units(validation, (node_unit(r) for r in reports))
+def fleet_view(
+    validation: GpuValidation,
+    reports: Iterable[GpuNodeReport],
+    baseline: tuple[str, GpuBaselineSpec] | None = None,
+) -> FleetView:
+    """A GpuValidation's current run as a fleet: one unit per node report, sorted by node name;
+    with `baseline` (a GpuBaseline's name and spec), its band on every figure it holds."""
+    return fleet_of_units(validation, (node_unit(r) for r in reports), baseline)
 
 
-def fleet_of_units(validation: GpuValidation, node_units: Iterable[UnitView]) -> FleetView:
+def baseline_view(validation: GpuValidation, name: str, spec: GpuBaselineSpec) -> BaselineView:
+    """A GpuBaseline as the fleet's page draws it, at the validation's fraction and settings."""
+    checks = validation.spec.checks
+    settings = validation.spec.baseline or BaselineSettings()
+    precision = str(checks.burn.precisions[0])
+    return bands.of_spec(
+        name,
+        spec,
+        fraction=settings.fraction,
+        precision=precision,
+        nccl_bytes=checks.nccl.max_bytes,
+    )
+
+
+def fleet_of_units(
+    validation: GpuValidation,
+    node_units: Iterable[UnitView],
+    baseline: tuple[str, GpuBaselineSpec] | None = None,
+) -> FleetView:
     """The same from units already taken out of their reports (a reader of thousands of reports
     keeps the units, a few hundred bytes each, and drops each page of whole reports)."""
     status = validation.status
@@ -358,4 +406,5 @@ def fleet_of_units(validation: GpuValidation, node_units: Iterable[UnitView]) ->
         fabric_floor_gbps=floor,
         state=tuple(line for u in units for line in u.state),
         not_read=tuple(not_read_by_what((u.name, u.not_read) for u in units)),
+        baseline=baseline_view(validation, *baseline) if baseline is not None else None,
     )

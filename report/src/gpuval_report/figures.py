@@ -1,9 +1,11 @@
 """The report's plots, as plotly figures built from a FleetView.
 
 A distribution per figure (one point per unit, hover names it) with the outliers and failing units
-labelled on the plot, so a person sees who is slow without hovering; the NCCL sweep as busbw
-against message size (the fabric's pairs are drawn by gpuval_report.fabric). Colours follow the
-verdict; a verdict this version does not know gets a colour of its own rather than being dropped.
+labelled on the plot, so a person sees who is slow without hovering, and the baseline's band when
+the view was judged against one (from the BelowBaseline floor to the centre plus its spread, the
+centre a line); the NCCL sweep as busbw against message size (the fabric's pairs are drawn by
+gpuval_report.fabric). Colours follow the verdict; a verdict this version does not know gets a
+colour of its own rather than being dropped.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from gpuval_api.baseline.bands import Band
 from gpuval_api.views import (
     FAILED,
     OUTLIER_RATIO,
@@ -33,6 +36,7 @@ KNOWN_COLOURS = {
     PENDING: "#9e9e9e",
 }
 OTHER_COLOURS = ("#ef6c00", "#6a1b9a", "#00838f", "#ad1457", "#4e342e")
+BAND_COLOUR = "#00897b"  # the baseline's band and centre line
 # Beyond this many sweeps the NCCL plot shows the median and the slowest ones, not every node.
 MAX_CURVES = 12
 
@@ -104,6 +108,12 @@ def distribution(view: FleetView, figure: Figure, outliers: Sequence[FigureOutli
         fig.add_vline(
             x=OUTLIER_RATIO * median, line={"color": "#c62828", "dash": "dot", "width": 1}
         )
+    axis = f"{figure.unit} (grey: median; dotted red: 90 % of the median"
+    baseline = view.baseline
+    band = baseline.bands.get(figure.key) if baseline is not None else None
+    if baseline is not None and band is not None:
+        _band(fig, band, baseline.title)
+        axis += f"; band: the {baseline.title}, its floor to its centre"
     for index, (name, text) in enumerate(_labels(figure, measured, outliers).items()):
         unit_verdict = next(u.verdict for u in measured if u.name == name)
         x, y = position[name]
@@ -118,7 +128,7 @@ def distribution(view: FleetView, figure: Figure, outliers: Sequence[FigureOutli
             font={"color": verdict_colour(unit_verdict, verdicts)},
         )
     fig.update_layout(**layout(f"{figure.label} per {view.unit_label} ({figure.unit})", 300))
-    fig.update_xaxes(title_text=f"{figure.unit} (grey: median; dotted red: 90 % of the median)")
+    fig.update_xaxes(title_text=axis + ")")
     fig.update_yaxes(
         tickvals=list(range(len(rows))),
         ticktext=rows,
@@ -126,6 +136,29 @@ def distribution(view: FleetView, figure: Figure, outliers: Sequence[FigureOutli
         zeroline=False,
     )
     return fig
+
+
+def _band(fig: go.Figure, band: Band, name: str) -> None:
+    """The baseline's band, from the BelowBaseline floor to the centre plus its spread (a point
+    left of it is below the baseline), and the centre as a line named on the plot."""
+    fig.add_vrect(
+        x0=band.floor,
+        x1=band.centre + band.spread,
+        fillcolor=BAND_COLOUR,
+        opacity=0.15,
+        line_width=0,
+        layer="below",
+    )
+    fig.add_vline(x=band.centre, line={"color": BAND_COLOUR, "width": 2})
+    fig.add_annotation(
+        x=band.centre,
+        y=1.0,
+        yref="paper",
+        yanchor="bottom",
+        text=f"{name} {band.centre:.1f}",
+        showarrow=False,
+        font={"color": BAND_COLOUR},
+    )
 
 
 def _median_curve(

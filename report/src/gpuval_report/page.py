@@ -1,5 +1,6 @@
 """One self-contained HTML page for a FleetView: counts, failures with hints, the hardware state,
-outliers, the plots, the fabric between nodes, the uniformity table and every unit's figures.
+outliers, the baseline the units were judged against, the plots (with the baseline's band), the
+nodes' history, the fabric between nodes, the uniformity table and every unit's figures.
 
 Self-contained means it opens with no network: plotly.js is inlined once in the head, the styles
 are inline, and nothing is referenced by URL. Every text from the cluster is HTML-escaped.
@@ -15,6 +16,7 @@ from plotly.offline import get_plotlyjs
 
 from gpuval_api.conditions import ConditionType
 from gpuval_api.views import FIGURES, PASSED, FleetView, UniformityRow
+from gpuval_report.baseline import baseline_section, history_section
 from gpuval_report.fabric import fabric_section
 from gpuval_report.figures import distribution, figure_html, nccl_sweep, verdict_colour
 from gpuval_report.state import state_section
@@ -33,6 +35,7 @@ td:first-child { white-space: nowrap; }
 tr.bad td { background: #ffebee; }
 .plot { border: 1px solid #eceff1; margin: .6em 0; }
 .none { color: #2e7d32; }
+span.trend { white-space: nowrap; } svg.trend { vertical-align: middle; }
 """
 # Units listed by name in one uniformity cell before the rest are only counted.
 NAMES_SHOWN = 12
@@ -162,7 +165,9 @@ def render_page(view: FleetView, generated_at: datetime | None = None) -> str:
         _others(view),
         state_section(view),
         f'<h2>Outliers</h2><div id="outliers">{_outliers(view)}</div>',
+        baseline_section(view),
         f'<h2>Figures</h2><div id="plots">{_plots(view)}</div>',
+        history_section(view),
         fabric_section(view),
         f'<h2>Uniformity</h2><div id="uniformity">{_uniformity(view.uniformity)}</div>',
         f"<h2>Every {view.unit_label}</h2><details><summary>{len(view.units)} "

@@ -47,6 +47,9 @@ class FaultKind(StrEnum):
     IB_LINK_FLAPPING = "ib-link-flapping"
     IB_ERRORS_GROW = "ib-errors-grow"
     KERNEL_XID = "kernel-xid"
+    # Every figure of the GPU at `factor` (0.85) of a healthy one, nothing else wrong: what only
+    # a baseline (or the node's history) sees; one per GPU slows a whole node (a regression).
+    SLOW_GPU = "slow-gpu"
     # The memory test: one bit flips between a pattern's write and its read-back; another
     # process takes part of the GPU's memory while the test allocates (allocations refused).
     MEMORY_FLIP = "memory-flip"
@@ -109,7 +112,8 @@ class Fault(_Model):
         gt=0,
         le=1,
         description=(
-            "fabric-slow-node/-link: the fraction of the healthy figure (0.85 / 0.6); "
+            "slow-gpu, fabric-slow-node/-link: the fraction of the healthy figure "
+            "(0.85 / 0.85 / 0.6); "
             "memory-held: the fraction of the GPU's memory the other process takes (0.5)."
         ),
     )

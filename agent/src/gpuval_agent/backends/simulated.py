@@ -63,6 +63,7 @@ _SMALL = 16  # side of the small matrices each simulated iteration really multip
 _MAX_ITERATIONS = 200  # simulated iterations per GPU and precision, whatever the duration
 # Figures of a healthy simulated part, as fractions of the part's expected figures.
 _HEALTHY = 0.97
+_SLOW_GPU_FACTOR = 0.85
 _FALLBACK_TFLOPS = {
     Precision.BF16: 800.0,
     Precision.FP16: 800.0,
@@ -104,6 +105,13 @@ class SimulatedBackend(Backend):
             if gpu is None or fault.gpu == gpu:
                 return fault
         return None
+
+    def _speed(self, gpu: int) -> float:
+        """A slow-gpu fault's factor (0.85 unless given), 1.0 for a healthy GPU."""
+        fault = self._fault(FaultKind.SLOW_GPU, gpu)
+        if fault is None:
+            return 1.0
+        return fault.factor if fault.factor is not None else _SLOW_GPU_FACTOR
 
     def _sleep(self, seconds: float, stop: threading.Event | None = None) -> None:
         scaled = seconds * self.config.time_scale
@@ -289,6 +297,7 @@ class SimulatedBackend(Backend):
                         result[3, 5] = value
             counts.append(count_bad_elements(result, reference))
         tflops = self._part.tflops.get(precision, _FALLBACK_TFLOPS[precision]) * _HEALTHY
+        tflops *= self._speed(gpu)
         if self._fault(FaultKind.THERMAL_SLOWDOWN, gpu):
             tflops *= 0.6
         if self._fault(FaultKind.POWER_CAPPED, gpu):
@@ -384,7 +393,7 @@ class SimulatedBackend(Backend):
         expected = (self._part.h2d_gbps if direction == "h2d" else self._part.d2h_gbps) or 25.0
         figures = {}
         for gpu in gpus:
-            gbps = expected * _HEALTHY
+            gbps = expected * _HEALTHY * self._speed(gpu)
             if self._fault(FaultKind.PCIE_DEGRADED, gpu):
                 gbps = expected * 0.24
             if self._fault(FaultKind.LOW_BANDWIDTH, gpu):
@@ -395,7 +404,7 @@ class SimulatedBackend(Backend):
     def device_copy_bandwidth(self, gpu: int, nbytes: int, iterations: int) -> float:
         share = self._share(LoadCheck.BANDWIDTH, [gpu])[gpu]
         self._sleep(0.1)
-        gbps = (self._part.device_copy_gbps or 1000.0) * _HEALTHY * share
+        gbps = (self._part.device_copy_gbps or 1000.0) * _HEALTHY * share * self._speed(gpu)
         return gbps * (0.5 if self._fault(FaultKind.LOW_BANDWIDTH, gpu) else 1.0)
 
     def peer_access(self, src: int, dst: int) -> bool:
@@ -405,6 +414,7 @@ class SimulatedBackend(Backend):
         share = min(self._share(LoadCheck.BANDWIDTH, [src, dst]).values())
         self._sleep(0.05)
         gbps = (self._part.p2p_gbps or 50.0) * _HEALTHY * share
+        gbps *= min(self._speed(src), self._speed(dst))
         slow = self._fault(FaultKind.LOW_BANDWIDTH, src) or self._fault(
             FaultKind.LOW_BANDWIDTH, dst
         )
@@ -420,7 +430,9 @@ class SimulatedBackend(Backend):
     ) -> AllReduceOutcome:
         share = min(self._share(LoadCheck.NCCL, gpus).values())
         self._sleep(2.0)
+        # A ring runs at its slowest member's pace.
         busbw = (self._part.nccl_busbw_gbps or 100.0) * _HEALTHY * share
+        busbw *= min((self._speed(gpu) for gpu in gpus), default=1.0)
         slow = next((f for f in self._faults.get(FaultKind.SLOW_NCCL, []) if f.gpu in gpus), None)
         if slow is not None:
             busbw *= 0.4

@@ -1,0 +1,115 @@
+"""`gpuval-agent run --baseline`: this machine's figures against the baseline of its GPU stack
+(and in the agent pod, against the GpuBaselines the operator passes in GPUVAL_BASELINE).
+
+The baselines are a file's (`--baseline FILE`, as `kubectl gpuval baseline export` writes it),
+then the ones shipped with gpuval (gpuval_api/baseline/shipped: H200, measured with this
+project's own benchmark); `--baseline none` turns the rule off. The comparison goes into the
+result document (`baseline`: every figure's ratio, "0.98 of the H200 baseline"), and each value
+below (1 - fraction) x its centre becomes a BelowBaseline finding of the check that measured it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from gpuval_agent.errors import AgentError
+from gpuval_agent.runner import overall
+from gpuval_api.baseline import figures, files, rules
+from gpuval_api.baseline.model import BaselineSettings
+from gpuval_api.baseline.rules import Below, Candidate
+from gpuval_api.env import AgentEnv
+from gpuval_api.reasons import REASONS, Reason
+from gpuval_api.result import AgentResult, CheckResult, Finding, GpuCheckResult, Verdict
+
+SHIPPED = "shipped"
+NONE = "none"
+
+
+def candidates(choice: str | None) -> list[Candidate]:
+    """The baselines to compare with, in order of preference (see the module docstring)."""
+    if choice == NONE:
+        return []
+    shipped = [(b.metadata.name, b.spec) for b in files.shipped()]
+    if choice in (None, SHIPPED):
+        return shipped
+    try:
+        mine = files.read_file(Path(choice))
+    except files.BaselineFileError as error:
+        raise AgentError(f"--baseline: {error}") from None
+    return [(b.metadata.name, b.spec) for b in mine] + shipped
+
+
+def from_env(environ: Mapping[str, str]) -> tuple[list[Candidate], float] | None:
+    """The baselines and fraction the operator gave the agent pod (GPUVAL_BASELINE,
+    GPUVAL_BASELINE_FRACTION); None when it gave none. Raises ValueError naming the variable."""
+    text = environ.get(AgentEnv.BASELINE)
+    if not text:
+        return None
+    try:
+        found = files.from_yaml(text, AgentEnv.BASELINE)
+    except files.BaselineFileError as error:
+        raise ValueError(str(error)) from None
+    fraction_text = environ.get(AgentEnv.BASELINE_FRACTION) or str(BaselineSettings().fraction)
+    try:
+        fraction = BaselineSettings.model_validate({"fraction": fraction_text}).fraction
+    except ValidationError as error:
+        raise ValueError(
+            f"{AgentEnv.BASELINE_FRACTION}={fraction_text!r}: {error.errors()[0]['msg']}"
+        ) from None
+    return [(b.metadata.name, b.spec) for b in found], fraction
+
+
+def _blame(gpu: GpuCheckResult) -> GpuCheckResult:
+    blamed = gpu.model_copy()
+    blamed.verdict = Verdict.FAILED
+    blamed.reason = gpu.reason or Reason.BELOW_BASELINE
+    return blamed
+
+
+def _with_findings(check: CheckResult, below: list[Below]) -> CheckResult:
+    """The check with one BelowBaseline finding per value below, failed if it passed."""
+    if not below:
+        return check
+    info = REASONS[Reason.BELOW_BASELINE]
+    findings = [
+        Finding(
+            reason=Reason.BELOW_BASELINE,
+            gpu=b.sample.gpu,
+            peer=b.sample.peer,
+            message=b.message,
+            hint=info.hint,
+        )
+        for b in below
+    ]
+    blamed = {i for b in below for i in (b.sample.gpu, b.sample.peer) if i is not None}
+    judged = check.model_copy()
+    judged.findings = [*check.findings, *findings]
+    judged.gpus = [_blame(g) if g.index in blamed else g for g in check.gpus]
+    if check.verdict is Verdict.PASSED:
+        judged.verdict = Verdict.FAILED
+        judged.reason = Reason.BELOW_BASELINE
+        judged.hint = info.hint
+        judged.message = findings[0].message
+    return judged
+
+
+def judge(result: AgentResult, baselines: list[Candidate], fraction: float) -> AgentResult:
+    """`result` with its comparison and BelowBaseline findings, verdict and message recomputed.
+    A stopped (partial) run gets the comparison but no findings: it is judged as stopped."""
+    key, why = figures.node_key(result.environment)
+    comparison, below = rules.compare(figures.result_samples(result), key, baselines, fraction, why)
+    stopped = result.reason is Reason.AGENT_STOPPED
+    if stopped:
+        below = []
+    judged = result.model_copy()
+    judged.checks = [
+        _with_findings(c, [b for b in below if b.check == c.name]) for c in result.checks
+    ]
+    judged.baseline = comparison
+    judged.verdict, judged.reason, judged.message = overall(
+        judged.checks, result.environment.gpu_count, stopped
+    )
+    return judged

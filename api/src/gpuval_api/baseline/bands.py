@@ -1,0 +1,99 @@
+"""Pure: a baseline as the pages draw it. A page's figures are the report summary's (the worst
+GPU's burn in the first precision, copies, peer, NCCL busbw at the largest size); each gets the
+band of the baseline figure it is: the centre, the spread and the BelowBaseline floor."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gpuval_api.baseline import figures
+from gpuval_api.baseline.comparison import BaselineComparison, Match
+from gpuval_api.baseline.figures import Scope
+from gpuval_api.baseline.model import GpuBaselineSpec
+from gpuval_api.baseline.rules import source_text
+from gpuval_api.report import SummaryKey
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """One figure's baseline on a page."""
+
+    centre: float
+    spread: float
+    floor: float
+
+    def ratio(self, value: float) -> float:
+        return value / self.centre
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineView:
+    """The baseline a page was judged against (or why there was none)."""
+
+    name: str = ""
+    label: str = ""
+    source: str = ""
+    fraction: float = 0.0
+    note: str = ""
+    bands: Mapping[str, Band] = field(default_factory=dict)  # page figure key -> band
+
+    @property
+    def title(self) -> str:
+        """'H200 baseline'."""
+        return f"{self.label or self.name} baseline"
+
+    def phrase(self, ratio: float) -> str:
+        """'0.98 of the H200 baseline'."""
+        return f"{ratio:.2f} of the {self.title}"
+
+
+def page_figures(precision: str, nccl_bytes: int | None) -> dict[str, str]:
+    """Page figure key (status.summary's) -> the baseline's figure name."""
+    found = {
+        SummaryKey.BURN_TFLOPS: figures.burn_figure(precision),
+        SummaryKey.H2D: figures.H2D,
+        SummaryKey.D2H: figures.D2H,
+        SummaryKey.DEVICE_COPY: figures.DEVICE_COPY,
+        SummaryKey.P2P: figures.P2P,
+    }
+    if nccl_bytes is not None:
+        found[SummaryKey.NCCL_BUSBW] = figures.nccl_figure(nccl_bytes)
+    return {str(k): v for k, v in found.items()}
+
+
+def of_comparison(
+    comparison: BaselineComparison, precision: str, nccl_bytes: int | None
+) -> BaselineView:
+    """One machine's page: the bands of the figures its comparison compared."""
+    if comparison.name is None:
+        return BaselineView(fraction=comparison.fraction, note=comparison.note)
+    compared = {f.figure: f for f in comparison.figures}
+    bands = {}
+    for key, name in page_figures(precision, nccl_bytes).items():
+        entry = compared.get(name)
+        if entry and entry.centre is not None and entry.floor is not None:
+            bands[key] = Band(entry.centre, entry.spread or 0.0, entry.floor)
+    return BaselineView(
+        comparison.name, comparison.label, comparison.source, comparison.fraction, "", bands
+    )
+
+
+def of_spec(
+    name: str,
+    spec: GpuBaselineSpec,
+    *,
+    fraction: float,
+    precision: str,
+    nccl_bytes: int | None,
+    match: Match = Match.EXACT,
+) -> BaselineView:
+    """A fleet's page: the bands of a GpuBaseline (per-GPU figures only for a GPU-only match)."""
+    bands = {}
+    for key, figure in page_figures(precision, nccl_bytes).items():
+        entry = spec.figure(figure)
+        if entry is None or (match is Match.GPU and figures.scope(figure) is not Scope.GPU):
+            continue
+        bands[key] = Band(entry.centre, entry.spread, (1 - fraction) * entry.centre)
+    label = spec.key.label
+    return BaselineView(name, label, source_text(spec), fraction, "", bands)

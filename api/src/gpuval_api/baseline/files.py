@@ -1,0 +1,127 @@
+"""A baseline as a YAML file: what a team carries between clusters (`kubectl apply -f` takes it as
+it is), what `gpuval-agent run --baseline FILE` reads, and the baselines shipped in this package
+(`shipped/`, made by `make generate` from benchmarks/results: gpuval_api.baseline.shippedgen).
+
+A file holds one or more GpuBaseline documents (`---` between them). Reading one refuses anything
+it would have to guess about, naming the file, the document, the field and the value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from gpuval_api.crd import API_VERSION, BASELINE_KIND, GpuBaseline
+
+SHIPPED_DIR = "shipped"
+_FIX = "fix it, or export the baseline again (docs/agent.md, 'Baselines')"
+
+
+class BaselineFileError(ValueError):
+    """A baseline file that cannot be used: the message names the field, the value and the fix."""
+
+
+def to_document(baseline: GpuBaseline) -> dict[str, Any]:
+    """The object as a file carries it: apiVersion, kind, metadata.name and spec (nothing a
+    cluster added: uid, resourceVersion, managedFields), so it applies to any cluster."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": BASELINE_KIND,
+        "metadata": {"name": baseline.metadata.name},
+        "spec": baseline.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+    }
+
+
+def to_yaml(baselines: Sequence[GpuBaseline], header: str = "") -> str:
+    """One YAML file of GpuBaseline documents; `header` lines become comments on top."""
+    comments = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
+    body = yaml.safe_dump_all(
+        [to_document(b) for b in baselines], sort_keys=False, width=100, allow_unicode=True
+    )
+    return comments + body
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
+    return path or "(document)"
+
+
+def _value_at(document: Any, loc: tuple[int | str, ...]) -> Any:
+    for part in loc:
+        try:
+            document = document[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return document
+
+
+def _document(raw: Any, source: str, index: int) -> GpuBaseline:
+    label = f"{source}: document {index + 1}"
+    if not isinstance(raw, dict):
+        raise BaselineFileError(
+            f"{label} is a {type(raw).__name__}, not a GpuBaseline mapping (apiVersion, kind, "
+            f"metadata, spec); {_FIX}"
+        )
+    kind, version = raw.get("kind"), raw.get("apiVersion")
+    if kind != BASELINE_KIND or version != API_VERSION:
+        raise BaselineFileError(
+            f"{label}: apiVersion {version!r}, kind {kind!r}: a baseline file holds kind "
+            f"{BASELINE_KIND}, apiVersion {API_VERSION}; {_FIX}"
+        )
+    try:
+        return GpuBaseline.model_validate(raw)
+    except ValidationError as error:
+        name = _value_at(raw, ("metadata", "name"))
+        problems = "; ".join(
+            f"{_where(e['loc'])} = {_value_at(raw, e['loc'])!r}: {e['msg']}"
+            if e["type"] != "missing"
+            else f"{_where(e['loc'])}: missing"
+            for e in error.errors()[:5]
+        )
+        raise BaselineFileError(f"{label} ({name or 'no name'}): {problems}; {_FIX}") from None
+
+
+def from_yaml(text: str, source: str) -> list[GpuBaseline]:
+    """Every GpuBaseline of a YAML (or JSON) text; `source` names it in errors."""
+    try:
+        raws = [raw for raw in yaml.safe_load_all(text) if raw is not None]
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error)
+        raise BaselineFileError(f"{source}: not YAML{where}: {problem}") from None
+    if not raws:
+        raise BaselineFileError(f"{source}: holds no GpuBaseline document")
+    baselines = [_document(raw, source, index) for index, raw in enumerate(raws)]
+    names = [b.metadata.name for b in baselines]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise BaselineFileError(
+            f"{source}: metadata.name {twice[0]!r} is given to two documents; names are unique"
+        )
+    return baselines
+
+
+def read_file(path: Path) -> list[GpuBaseline]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise BaselineFileError(f"{path}: cannot read it: {error}") from None
+    return from_yaml(text, str(path))
+
+
+def shipped() -> list[GpuBaseline]:
+    """The baselines shipped in this package, by file name."""
+    folder = resources.files("gpuval_api.baseline") / SHIPPED_DIR
+    found: list[GpuBaseline] = []
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".yaml"):
+            found.extend(from_yaml(entry.read_text(encoding="utf-8"), f"shipped {entry.name}"))
+    return found

@@ -1,0 +1,146 @@
+"""Pure: what the operator does with baselines and history over a run's GpuNodeReports, as
+functions of the reports it already holds (docs/operator.md, "Baselines and history", the
+design of step 2). Nothing here calls the API: the operator reads, these decide, it writes.
+
+- `report_figures`: a report as learning reads it (key, passed or not, every sample, the fabric
+  pairs with the node at one end);
+- `learn_run`: one GpuBaseline per key of the run that has none yet (spec.baseline.mode Learn);
+- `report_comparison` and `run_status`: each node's comparison as its agent recorded it, and the
+  bounded `status.baseline` of the GpuValidation, systemic figures included;
+- `history_entry`: the entry of a finished report that the node's next report carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from gpuval_api.baseline import figures, history, learn, rules
+from gpuval_api.baseline.comparison import BaselineComparison
+from gpuval_api.baseline.model import (
+    MAX_NAMES,
+    BaselineRunStatus,
+    BaselineSettings,
+    BaselineSource,
+    GpuBaselineSpec,
+    HistoryEntry,
+    SourceKind,
+    SystemicFigure,
+)
+from gpuval_api.crd import GpuBaseline, GpuNodeReport, ObjectMeta
+from gpuval_api.fabric import read_pairs
+from gpuval_api.report import rfc3339
+from gpuval_api.result import AgentResult, Verdict
+from gpuval_api.views import parse_result
+
+MAX_SYSTEMIC = 8
+
+
+def _result(report: GpuNodeReport) -> AgentResult | None:
+    return parse_result(report.status.result) if report.status else None
+
+
+def report_figures(report: GpuNodeReport) -> learn.NodeFigures | None:
+    """The node as learning reads it; None for a report without a readable result. A node passed
+    only when its report says Passed (the fabric's verdict included, as the operator writes it)."""
+    result = _result(report)
+    if result is None or report.status is None:
+        return None
+    key, _ = figures.node_key(result.environment)
+    samples = figures.result_samples(result)
+    fabric = report.status.fabric
+    if fabric is not None and fabric.result is not None:
+        transport = str(fabric.transport) if fabric.transport else "Unknown"
+        pairs = read_pairs(fabric.result)
+        samples += figures.fabric_samples(report.spec.node, pairs, transport)
+    passed = report.status.verdict == Verdict.PASSED
+    return learn.NodeFigures(report.spec.node, key, passed, tuple(samples))
+
+
+def learn_run(
+    reports: Iterable[GpuNodeReport],
+    settings: BaselineSettings,
+    *,
+    validation: str,
+    run: str,
+    at: datetime,
+    existing: Sequence[GpuBaselineSpec] = (),
+) -> list[learn.Learned]:
+    """Learn a baseline for every key of the run that no `existing` baseline has (Learn mode):
+    from its passing nodes, leaving out those that break the rule; the outcome names them."""
+    nodes = [n for n in (report_figures(r) for r in reports) if n is not None]
+    have = [spec.key for spec in existing]
+    outcomes = []
+    for key in learn.keys(nodes):
+        if key in have:
+            continue
+        source = BaselineSource(
+            kind=SourceKind.LEARNED,
+            description=f"learned from run {run} of GpuValidation {validation}",
+            validation=validation,
+            run=run,
+            learned_at=rfc3339(at),
+        )
+        outcomes.append(
+            learn.learn(
+                nodes,
+                key,
+                fraction=settings.fraction,
+                min_nodes=settings.min_nodes,
+                source=source,
+            )
+        )
+    return outcomes
+
+
+def learned_object(outcome: learn.Learned) -> GpuBaseline | None:
+    """The GpuBaseline to create for a learned key (named after it), or None when none was."""
+    if outcome.spec is None:
+        return None
+    return GpuBaseline(metadata=ObjectMeta(name=outcome.key.default_name()), spec=outcome.spec)
+
+
+def report_comparison(report: GpuNodeReport) -> BaselineComparison | None:
+    """The node's comparison as its agent recorded it (result.baseline), if any."""
+    result = _result(report)
+    return result.baseline if result is not None else None
+
+
+def run_status(
+    reports: Iterable[GpuNodeReport], settings: BaselineSettings, learned: Sequence[str] = ()
+) -> BaselineRunStatus:
+    """The GpuValidation's bounded `status.baseline`: nodes judged and below, the figures on
+    which the run is systemic (the stack, not the nodes), the baselines learned by this run."""
+    comparisons = [(r.spec.node, report_comparison(r)) for r in reports]
+    judged = [(n, c) for n, c in comparisons if c is not None and c.name is not None]
+    found = rules.systemic(judged, settings.systemic_fraction)
+    return BaselineRunStatus(
+        judged=len(judged),
+        below=sum(1 for _, c in judged if c is not None and c.below),
+        systemic=[
+            SystemicFigure(
+                figure=s.figure,
+                below=len(s.below),
+                judged=s.judged,
+                median_ratio=round(s.median_ratio, 4),
+                message=s.message[:1024],
+            )
+            for s in found[:MAX_SYSTEMIC]
+        ],
+        learned=list(learned)[:MAX_NAMES],
+    )
+
+
+def history_entry(report: GpuNodeReport) -> HistoryEntry | None:
+    """A finished report's key figures, for the node's next report (None before a verdict)."""
+    status = report.status
+    if status is None or status.verdict is None:
+        return None
+    summary = status.summary.model_dump(by_alias=True) if status.summary else {}
+    pairs = (
+        figures.fabric_samples(report.spec.node, read_pairs(status.fabric.result), "")
+        if status.fabric is not None and status.fabric.result is not None
+        else []
+    )
+    lowest = min((s.value for s in pairs), default=None)
+    return history.entry(report.spec.run, status.completed_at, summary, lowest)

@@ -1,0 +1,194 @@
+"""Pure: the baseline rules. A node's figures against the baseline of its GPU stack
+(BelowBaseline: below (1 - fraction) x the centre), and a run whose nodes are mostly below on
+the same figure (systemic: the stack, not the nodes). Nothing here calls the API; the agent
+(`gpuval-agent run --baseline`) and the operator call the same functions."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from gpuval_api.baseline import figures
+from gpuval_api.baseline.comparison import BaselineComparison, FigureRatio, Match
+from gpuval_api.baseline.figures import Sample, Scope
+from gpuval_api.baseline.model import BaselineKey, GpuBaselineSpec
+
+# A named baseline: (GpuBaseline name, spec).
+Candidate = tuple[str, GpuBaselineSpec]
+
+
+def source_text(spec: GpuBaselineSpec) -> str:
+    source = spec.source
+    return f"{source.kind}: {source.description}" if source.description else str(source.kind)
+
+
+def choose(key: BaselineKey, candidates: Sequence[Candidate]) -> tuple[Candidate, Match] | None:
+    """The first candidate with the node's key, else the first with its GPU (model, power limit,
+    link; another GPU count): the order of `candidates` is the order of preference."""
+    exact = next((c for c in candidates if c[1].key == key), None)
+    if exact is not None:
+        return exact, Match.EXACT
+    same_gpu = next((c for c in candidates if c[1].key.same_gpu(key)), None)
+    return (same_gpu, Match.GPU) if same_gpu is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class Below:
+    """One value below the baseline's floor: what a BelowBaseline finding says."""
+
+    figure: str
+    value: float
+    centre: float
+    fraction: float
+    label: str
+    sample: Sample
+
+    @property
+    def check(self) -> str:
+        return figures.check_of(self.figure)
+
+    @property
+    def message(self) -> str:
+        where = self.sample.where()
+        unit = figures.unit(self.figure)
+        return (
+            f"{where + ': ' if where else ''}{self.figure} {self.value:.1f} {unit} is "
+            f"{self.value / self.centre:.2f} of the {self.label} baseline {self.centre:.1f} "
+            f"(below {1 - self.fraction:.2f} of it: fraction {self.fraction:g})"
+        )
+
+
+def _figure(
+    name: str, samples: list[Sample], spec: GpuBaselineSpec, match: Match, fraction: float
+) -> tuple[FigureRatio, list[Below]]:
+    worst = min(samples, key=lambda s: s.value)
+    entry = FigureRatio(
+        figure=name, unit=figures.unit(name), value=round(worst.value, 3), where=worst.where()
+    )
+    base = spec.figure(name)
+    if base is None:
+        return entry.model_copy(update={"note": "the baseline has no such figure"}), []
+    scope = figures.scope(name)
+    if match is Match.GPU and scope is not Scope.GPU:
+        note = f"the baseline is for {spec.key.gpu_count} GPUs: per-GPU figures only"
+        return entry.model_copy(update={"note": note}), []
+    measured = {s.measured_with for s in samples}
+    if measured != {base.measured_with}:
+        mine = ", ".join(sorted(measured))
+        note = f"measured with {mine}; the baseline with {base.measured_with}"
+        return entry.model_copy(update={"note": note}), []
+    floor = (1 - fraction) * base.centre
+    judged = figures.judged(name)
+    below = [s for s in samples if s.value < floor] if judged else []
+    label = spec.key.label
+    update = {
+        "centre": base.centre,
+        "spread": base.spread,
+        "floor": round(floor, 3),
+        "ratio": round(worst.value / base.centre, 4),
+        "judged": judged,
+        "below": len(below),
+        "note": "" if judged else "kept for the picture; NCCL is judged from 1 GiB up",
+    }
+    found = [Below(name, s.value, base.centre, fraction, label, s) for s in below]
+    return entry.model_copy(update=update), found
+
+
+def compare(
+    samples: Sequence[Sample],
+    node_key: BaselineKey | None,
+    candidates: Sequence[Candidate],
+    fraction: float,
+    why_no_key: str = "",
+) -> tuple[BaselineComparison, list[Below]]:
+    """The node's figures against the baseline that matches its key, and every value below."""
+    if node_key is None:
+        note = f"no baseline applies: {why_no_key or 'the node has no key'}"
+        return BaselineComparison(fraction=fraction, note=note), []
+    chosen = choose(node_key, candidates)
+    if chosen is None:
+        known = "; ".join(spec.key.describe() for _, spec in candidates) or "none"
+        note = f"no baseline for {node_key.describe()} (baselines: {known})"
+        return BaselineComparison(node_key=node_key, fraction=fraction, note=note), []
+    (name, spec), match = chosen
+    by_figure: dict[str, list[Sample]] = {}
+    for sample in samples:
+        by_figure.setdefault(sample.figure, []).append(sample)
+    ratios: list[FigureRatio] = []
+    below: list[Below] = []
+    for figure in sorted(by_figure, key=figures.order):
+        entry, found = _figure(figure, by_figure[figure], spec, match, fraction)
+        ratios.append(entry)
+        below.extend(found)
+    comparison = BaselineComparison(
+        name=name,
+        label=spec.key.label,
+        key=spec.key,
+        node_key=node_key,
+        match=match,
+        source=source_text(spec),
+        fraction=fraction,
+        figures=ratios,
+    )
+    return comparison, below
+
+
+@dataclass(frozen=True, slots=True)
+class Systemic:
+    """One figure on which most judged nodes of a run are below their baseline."""
+
+    figure: str
+    below: tuple[str, ...]
+    judged: int
+    median_ratio: float
+
+    @property
+    def message(self) -> str:
+        return (
+            f"{len(self.below)} of {self.judged} judged nodes are below their baseline on "
+            f"{self.figure} (median {self.median_ratio:.2f} of it): a fleet-wide cause (driver, "
+            "firmware, settings), not the nodes"
+        )
+
+
+def systemic(
+    comparisons: Iterable[tuple[str, BaselineComparison | None]],
+    systemic_fraction: float,
+    min_nodes: int = 3,
+) -> list[Systemic]:
+    """The figures on which more than `systemic_fraction` of the judged nodes (at least
+    `min_nodes` of them) are below their baseline, in reading order."""
+    judged: dict[str, list[tuple[str, FigureRatio]]] = {}
+    for node, comparison in comparisons:
+        for entry in comparison.figures if comparison is not None else []:
+            if entry.judged and entry.ratio is not None:
+                judged.setdefault(entry.figure, []).append((node, entry))
+    found = []
+    for figure in sorted(judged, key=figures.order):
+        entries = judged[figure]
+        below = tuple(sorted(node for node, entry in entries if entry.below))
+        if len(entries) >= min_nodes and len(below) > systemic_fraction * len(entries):
+            ratio = statistics.median(entry.ratio or 0.0 for _, entry in entries)
+            found.append(Systemic(figure, below, len(entries), ratio))
+    return found
+
+
+def fabric_below(samples: Sequence[Sample], spec: GpuBaselineSpec, fraction: float) -> Below | None:
+    """A node's fabric pairs against the baseline's `fabric.pair`: below only when its best pair
+    is (one slow pair is a link, which the fabric phase names; a slow node is slow with every
+    partner). Pairs measured otherwise (size, transport) do not compare."""
+    base = spec.figure(figures.FABRIC_PAIR)
+    mine = [
+        s
+        for s in samples
+        if s.figure == figures.FABRIC_PAIR
+        and base is not None
+        and s.measured_with == base.measured_with
+    ]
+    if base is None or not mine:
+        return None
+    best = max(mine, key=lambda s: s.value)
+    if best.value >= (1 - fraction) * base.centre:
+        return None
+    return Below(figures.FABRIC_PAIR, best.value, base.centre, fraction, spec.key.label, best)

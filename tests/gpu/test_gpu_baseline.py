@@ -1,0 +1,78 @@
+"""The shipped H200 baseline on a real H200: a healthy burn is compared with it (its ratio in the
+result), and a burn that shares GPU 0 with a co-running matmul load is named BelowBaseline."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+LOAD = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_load.py"
+H200 = torch.cuda.is_available() and torch.cuda.get_device_name(0) == "NVIDIA H200"
+
+
+def _burn(tmp_path: Path, seconds: int) -> tuple[int, dict[str, object]]:
+    out = tmp_path / "result.json"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuval_agent.cli",
+            "run",
+            "--quiet",
+            "--checks",
+            "driver,burn",
+            "--duration",
+            str(seconds),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert "Traceback" not in completed.stderr, completed.stderr
+    print(completed.stdout)  # the table, with its BASELINE section, for the run's log
+    return completed.returncode, json.loads(out.read_text())
+
+
+def _burn_ratio(document: dict[str, object]) -> dict[str, object]:
+    baseline = document["baseline"]
+    assert isinstance(baseline, dict), document.get("baseline")
+    return next(f for f in baseline["figures"] if f["figure"] == "burn.bf16")
+
+
+@pytest.mark.skipif(not H200, reason="the shipped baseline is an H200's")
+def test_an_h200_is_compared_with_the_shipped_baseline(tmp_path: Path) -> None:
+    code, document = _burn(tmp_path, 10)
+
+    baseline = document["baseline"]
+    assert isinstance(baseline, dict) and baseline["name"] == "nvidia-h200-x2-700w-gen5x16"
+    burn = _burn_ratio(document)
+    assert burn["ratio"] is not None and burn["judged"] is True
+    assert code == 0 and burn["below"] == 0, burn
+
+
+@pytest.mark.skipif(not H200, reason="the shipped baseline is an H200's")
+def test_a_burn_sharing_its_gpu_with_a_load_is_named_below_the_baseline(tmp_path: Path) -> None:
+    load = subprocess.Popen(
+        [sys.executable, str(LOAD), "--gpu", "0", "--delay", "4", "--seconds", "30"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        code, document = _burn(tmp_path, 20)
+    finally:
+        print(load.communicate(timeout=120)[0])
+
+    checks = {c["name"]: c for c in document["checks"]}  # type: ignore[union-attr]
+    below = [f for f in checks["burn"]["findings"] if f["reason"] == "BelowBaseline"]
+    assert code == 1 and [f["gpu"] for f in below] == [0], checks["burn"]["findings"]
+    assert "of the H200 baseline" in below[0]["message"]

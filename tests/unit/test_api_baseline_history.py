@@ -1,0 +1,103 @@
+"""A node's own history: its last runs' key figures, carried from report to report, and
+DriftFromHistory for a slow decline the fleet median hides."""
+
+from __future__ import annotations
+
+import json
+
+from gpuval_api.baseline.history import (
+    KEY_FIGURES,
+    MIN_RUNS,
+    drift,
+    entry,
+    entry_of_result,
+    next_history,
+)
+from gpuval_api.baseline.model import DriftAction, HistoryEntry, HistorySettings
+from gpuval_api.reasons import Severity
+from gpuval_api.views import BURN, UnitView, figure_outliers
+from tests.support.baselines import measured, slowed
+
+
+def test_a_node_losing_three_percent_a_run_is_named_at_the_fraction_while_above_the_median() -> (
+    None
+):
+    settings = HistorySettings(runs=5, drift_fraction=0.05)
+    # Six runs of one node, each 3 % slower than the one before (real agent, simulated GPUs).
+    runs = [
+        entry_of_result(f"run-{n}", measured("decliner", slowed(0.97**n) if n else ()))
+        for n in range(6)
+    ]
+    history: list[HistoryEntry] = []
+    named = {}
+    for record in runs:
+        named[record.run] = drift(history, record, settings)
+        history = next_history(history, record, settings.runs)
+
+    # Run 3 is 0.97^3 = 0.913 of run 0: 0.94 of the median of runs 0-2, below 0.95: named.
+    assert [run for run, found in named.items() if found] == ["run-3", "run-4", "run-5"]
+    assert [d.figure for d in named["run-3"]] == [
+        "burnTflops",
+        "h2dGBps",
+        "d2hGBps",
+        "deviceCopyGBps",
+        "p2pGBps",
+        "ncclBusbwGBps",
+    ]
+    burn = next(d for d in named["run-5"] if d.figure == "burnTflops")
+    assert burn.severity is Severity.WARNING and burn.runs == 5
+    assert burn.message.startswith("burnTflops 666.4 TFLOP/s is 0.91 of this node's median 730.1")
+    # The rest of the fleet is a little slower still: the median rule sees nothing wrong with it.
+    fleet = [UnitView(f"n{i}", "Passed", figures={BURN.key: 640.0 + i}) for i in range(7)]
+    decliner = UnitView("decliner", "Passed", figures={BURN.key: burn.value})
+    assert figure_outliers([*fleet, decliner], [BURN]) == []
+    assert burn.value > 643.0  # above the run's median
+
+
+def test_drift_fails_the_node_when_the_spec_says_fail() -> None:
+    settings = HistorySettings(runs=5, drift_fraction=0.05, action=DriftAction.FAIL)
+    past = [entry(f"r{i}", None, {"burnTflops": 700.0}) for i in range(3)]
+
+    (found,) = drift(past, entry("now", None, {"burnTflops": 650.0}), settings)
+
+    assert found.severity is Severity.ERROR and round(found.ratio, 3) == 0.929
+
+
+def test_fewer_than_three_past_runs_or_history_off_name_nothing() -> None:
+    past = [entry(f"r{i}", None, {"burnTflops": 700.0}) for i in range(MIN_RUNS - 1)]
+    now = entry("now", None, {"burnTflops": 100.0})
+
+    assert drift(past, now, HistorySettings()) == []
+    assert (
+        drift([*past, past[0].model_copy(update={"run": "r9"})], now, HistorySettings(runs=0)) == []
+    )
+
+
+def test_the_history_keeps_the_last_n_runs_and_a_retried_run_once() -> None:
+    history: list[HistoryEntry] = []
+    for n in range(8):
+        history = next_history(history, entry(f"r{n}", None, {"burnTflops": float(n)}), 5)
+    history = next_history(history, entry("r7", None, {"burnTflops": 99.0}), 5)
+
+    assert [h.run for h in history] == ["r3", "r4", "r5", "r6", "r7"]
+    assert history[-1].burn_tflops == 99.0
+
+
+def test_an_entry_holds_the_key_figures_only_and_stays_small() -> None:
+    result = measured("n")
+    record = entry_of_result("12-abcd", result)
+    with_fabric = entry(
+        "12-abcd",
+        "2026-11-30T20:18:21Z",
+        record.model_dump(by_alias=True),
+        fabric_pair_gbps=265.152,
+    )
+    document = json.dumps(with_fabric.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+    assert set(with_fabric.model_dump(by_alias=True, exclude_none=True)) == {
+        "run",
+        "completedAt",
+        *KEY_FIGURES,
+    }
+    # 10,000 nodes x 5 runs: about 11 MB spread over 10,000 reports, 1.2 KB each.
+    assert len(document) <= 256, len(document)

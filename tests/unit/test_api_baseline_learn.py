@@ -1,0 +1,156 @@
+"""Learning a baseline from a run's passing nodes, SuperBench's way: nodes off a figure's centre
+by more than the fraction are left out and named, the centres computed again until nothing
+changes; a failed node is never used."""
+
+from __future__ import annotations
+
+import random
+
+from gpuval_api.baseline.figures import FABRIC_PAIR, Sample
+from gpuval_api.baseline.learn import MAD_TO_SIGMA, NodeFigures, keys, learn, robust
+from gpuval_api.baseline.model import BaselineKey, SourceKind
+from tests.support.baselines import GPUS, measured, node_figures, slowed
+
+KEY = BaselineKey(
+    gpu_product="NVIDIA H200", gpu_count=GPUS, power_limit_watts=700, pcie_link="gen5x16"
+)
+
+
+def test_fifty_nodes_of_which_three_are_slow_learn_without_the_three_and_name_them() -> None:
+    slow = {"gpu-node-07", "gpu-node-23", "gpu-node-41"}
+    nodes = [
+        node_figures(measured(name, slowed(0.85, [1]) if name in slow else ()))
+        for name in (f"gpu-node-{i:02d}" for i in range(50))
+    ]
+
+    learned = learn(nodes, KEY, fraction=0.1, min_nodes=5)
+
+    assert learned.problem == "" and learned.spec is not None
+    assert {e.node for e in learned.excluded} == slow
+    assert len(learned.kept) == 47 and not slow & set(learned.kept)
+    assert all(e.round == 1 and e.value / e.centre < 0.9 for e in learned.excluded)
+    assert all(n.passed for n in nodes)  # slow, yet above every absolute threshold
+    assert learned.rounds == 2  # round 2 found nothing more to leave out
+    healthy = measured("reference")
+    bf16 = learned.spec.figure("burn.bf16")
+    assert bf16 is not None and bf16.nodes == 47 and bf16.samples == 47 * GPUS
+    reference = next(s.value for s in node_figures(healthy).samples if s.figure == "burn.bf16")
+    assert bf16.centre == round(reference, 3) and bf16.spread == 0.0
+    source = learned.spec.source
+    assert source.nodes_offered == 50 and {e.node for e in source.excluded} == slow
+
+
+def test_a_failed_node_is_never_absorbed_even_when_its_figures_look_good() -> None:
+    nodes = [node_figures(measured(f"n{i}")) for i in range(6)]
+    # A node whose burn miscompares: failed, whatever its throughput.
+    wrong = node_figures(measured("wrong", [{"kind": "miscompare", "gpu": 0}]))
+    assert not wrong.passed
+
+    learned = learn([*nodes, wrong], KEY, fraction=0.1, min_nodes=5)
+
+    assert learned.failed == ("wrong",)
+    assert "wrong" not in learned.kept and learned.spec is not None
+    assert learned.spec.source.nodes_offered == 6
+
+
+def test_centre_and_spread_are_the_median_and_the_scaled_mad() -> None:
+    rng = random.Random(18)
+    nodes = []
+    for i in range(40):
+        factor = 0.7 if i < 4 else 1.0
+        values = [100 * factor * (1 + rng.uniform(-0.02, 0.02)) for _ in range(8)]
+        samples = tuple(
+            Sample("burn.bf16", v, "matrixSize=16384", gpu) for gpu, v in enumerate(values)
+        )
+        nodes.append(NodeFigures(f"n{i}", KEY, True, samples))
+
+    learned = learn(nodes, KEY, fraction=0.1, min_nodes=5)
+
+    assert learned.spec is not None
+    assert {e.node for e in learned.excluded} == {"n0", "n1", "n2", "n3"}
+    kept = [s.value for n in nodes[4:] for s in n.samples]
+    centre, spread = robust(kept)
+    entry = learned.spec.figure("burn.bf16")
+    assert entry is not None
+    assert entry.centre == round(centre, 3) and entry.spread == round(spread, 3)
+    assert 99 < entry.centre < 101 and 0.5 < entry.spread / MAD_TO_SIGMA < 1.5
+
+
+def test_a_fleet_split_in_two_has_no_baseline_and_says_why() -> None:
+    # Half the nodes at 0.85: every node is within 0.1 of a centre between the halves.
+    nodes = [node_figures(measured(f"n{i}", slowed(0.85) if i % 2 else ())) for i in range(10)]
+
+    learned = learn(nodes, KEY, fraction=0.1, min_nodes=3)
+
+    assert all(n.passed for n in nodes)
+    assert learned.spec is None and learned.excluded == ()
+    assert "disagree too much for one baseline" in learned.problem
+
+
+def test_too_few_agreeing_nodes_name_min_nodes() -> None:
+    nodes = [node_figures(measured(f"n{i}")) for i in range(3)]
+
+    learned = learn(nodes, KEY, fraction=0.1, min_nodes=5)
+
+    assert learned.spec is None and "baseline.minNodes is 5" in learned.problem
+
+
+def test_a_slow_fabric_partner_does_not_drag_good_nodes_out() -> None:
+    # A ring of 8 nodes; node n3's network is slow, so both its pairs are slow.
+    def pair(a: int, b: int) -> float:
+        return 240.0 if 3 in (a, b) else 380.0
+
+    ring = [(i, (i + 1) % 8) for i in range(8)]
+    nodes = []
+    for node in range(8):
+        samples = tuple(
+            Sample(
+                FABRIC_PAIR,
+                pair(a, b),
+                "pairBytes=1073741824,transport=IB/GDRDMA",
+                peer_node=f"n{b if a == node else a}",
+            )
+            for a, b in ring
+            if node in (a, b)
+        )
+        nodes.append(NodeFigures(f"n{node}", KEY, True, samples))
+
+    learned = learn(nodes, KEY, fraction=0.1, min_nodes=5)
+
+    assert [e.node for e in learned.excluded] == ["n3"]
+    entry = learned.spec.figure(FABRIC_PAIR) if learned.spec else None
+    # n2 and n4 stay (each has a good pair); their pairs with n3 no longer count once it is out:
+    # the 6 other pairs of the ring, each counted once, from the 7 nodes kept.
+    assert set(learned.kept) == {f"n{i}" for i in range(8)} - {"n3"}
+    assert entry is not None and (entry.centre, entry.samples, entry.nodes) == (380.0, 6, 7)
+
+
+def test_figures_measured_with_other_settings_neither_count_nor_exclude() -> None:
+    nodes = [node_figures(measured(f"n{i}")) for i in range(6)]
+    # A node whose burn ran with another matrix size, at half the speed: it does not compare.
+    other = NodeFigures(
+        "other-matrix",
+        KEY,
+        True,
+        tuple(
+            Sample(s.figure, s.value * 0.5, "matrixSize=8192", s.gpu)
+            for s in nodes[0].samples
+            if s.figure.startswith("burn.")
+        ),
+    )
+
+    learned = learn([*nodes, other], KEY, fraction=0.1, min_nodes=5)
+
+    assert learned.excluded == () and "other-matrix" in learned.kept
+    entry = learned.spec.figure("burn.bf16") if learned.spec else None
+    assert entry is not None and entry.nodes == 6 and entry.measured_with == "matrixSize=16384"
+
+
+def test_a_learned_baseline_says_so_and_keys_come_commonest_first() -> None:
+    four = [node_figures(measured(f"a{i}")) for i in range(5)]
+    two = [node_figures(measured(f"b{i}", gpus=2)) for i in range(2)]
+
+    learned = learn(four, KEY, fraction=0.1, min_nodes=5)
+
+    assert learned.spec is not None and learned.spec.source.kind is SourceKind.LEARNED
+    assert [k.gpu_count for k in keys([*two, *four])] == [GPUS, 2]

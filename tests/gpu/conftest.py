@@ -32,7 +32,7 @@ GPUS = _gpu_count()
 # Modules whose tests hold CUDA in the test process itself (torch keeps its contexts and cached
 # memory until the process ends). They run last: an agent a later test starts would rightly see
 # this process on its GPUs and leave them untested (GpuInUse).
-IN_PROCESS_CUDA = ("test_gpu_burn.py", "test_gpu_memory.py")
+IN_PROCESS_CUDA = ("test_gpu_burn.py", "test_gpu_memory.py", "test_gpu_state.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -18,7 +18,7 @@ browser: ## Install Debian's chromium (root, once; .debs cached under $GPUVAL_CA
 	@./hack/ensure-chromium.sh
 
 .PHONY: controlplane
-controlplane: setup ## Build and cache etcd, the Kubernetes components (kubelet too), kwok, kwokctl, helm, prometheus, the real node's runtime
+controlplane: setup ## Build and cache etcd, the Kubernetes components (kubelet too), kwok, kwokctl, helm, prometheus, the real node's runtime, the chart's lint tools
 	$(UV) run --frozen python -m gpuval_devtools.controlplane build
 
 .PHONY: cluster-up
@@ -31,9 +31,10 @@ cluster-down: ## Stop and delete the local control plane started by cluster-up
 	$(UV) run --frozen python -m gpuval_devtools.controlplane down
 
 .PHONY: generate
-generate: setup ## Regenerate every generated file from its one source: CRDs (and the chart's copy), JSON schemas, docs tables, the dashboard
+generate: setup ## Regenerate every generated file from its one source: CRDs (and the chart's copy), JSON schemas, docs tables, the dashboard, the chart README
 	$(UV) run --frozen python -m gpuval_api.generate
 	$(UV) run --frozen python -m gpuval_devtools.dashboard
+	$(UV) run --frozen python -m gpuval_devtools.chartdocs
 
 .PHONY: crds
 crds: generate ## Same as generate (the CRDs come from the types in api/)
@@ -43,9 +44,10 @@ dashboard: setup ## Regenerate charts/gpuval/files/dashboard.json from gpuval_de
 	$(UV) run --frozen python -m gpuval_devtools.dashboard
 
 .PHONY: check-generated
-check-generated: setup ## Fail when a generated file (CRDs, the chart's CRDs, schemas, docs tables, the Grafana dashboard) is stale
+check-generated: setup ## Fail when a generated file (CRDs, the chart's CRDs, schemas, docs tables, the Grafana dashboard, the chart README) is stale
 	$(UV) run --frozen python -m gpuval_api.generate --check
 	$(UV) run --frozen python -m gpuval_devtools.dashboard --check
+	$(UV) run --frozen python -m gpuval_devtools.chartdocs --check
 
 .PHONY: demo
 DEMO_ARGS ?=
@@ -53,8 +55,12 @@ demo: setup controlplane ## The main job: local control plane + simulated GPU no
 	$(UV) run --frozen python -m gpuval_devtools.demo $(DEMO_ARGS)
 
 .PHONY: chart-lint
-chart-lint: controlplane ## helm lint --strict and helm template the chart: defaults and every ci/*-values.yaml
-	$(UV) run --frozen pytest -q tests/integration/test_chart_render.py
+chart-lint: controlplane ## helm lint and render tests of the chart, then kubeconform, kube-score and checkov on it (findings left: charts/gpuval/lint-findings.yaml)
+	$(UV) run --frozen pytest -q tests/integration/test_chart_render.py tests/integration/test_chart_lint.py
+
+.PHONY: chart-schemas
+chart-schemas: controlplane ## Vendor kubeconform's schemas (charts/schemas/kubeconform) from a local API server and the Prometheus Operator's CRDs
+	$(UV) run --frozen python -m gpuval_devtools.chartlint vendor-schemas
 
 .PHONY: images-lint
 images-lint: setup ## hadolint both Dockerfiles
@@ -85,7 +91,7 @@ test: setup controlplane browser ## The README's test command: lint, generated-f
 	$(UV) run --frozen pytest -m "not gpu" --real-node
 
 .PHONY: report-screenshot
-report-screenshot: setup browser ## Rerun the report's browser tests and keep their screenshots as docs/images/fleet-report.png and fabric-report.png
+report-screenshot: setup browser ## Rerun the report's browser tests and keep their screenshots as docs/images/fleet-report.png, fleet-1000-report.png and fabric-report.png
 	GPUVAL_SCREENSHOT_DIR=docs/images $(UV) run --frozen pytest -q tests/browser
 
 .PHONY: test-unit

@@ -3,8 +3,10 @@
 browser drew: every plot present and sized, one point per node coloured by its verdict, the slow
 and the wrong node labelled on the burn plot, the baseline's band on each figure and each node's
 trend line, the failures with their hints, a verdict this version does not know (NotRun) counted
-on its own; the fabric section's pairs with the slow node's bars red. The screenshots are kept:
-with GPUVAL_SCREENSHOT_DIR set (make report-screenshot) they are copied there for the README and
+on its own; the fabric section's pairs with the slow node's bars red; a 1,000-node run readable:
+failures grouped per node, nodes that share a value named by one label, no two labels drawn over
+each other. The screenshots are kept: with
+GPUVAL_SCREENSHOT_DIR set (make report-screenshot) they are copied there for the README and
 docs/see.md."""
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ import os
 import shutil
 import subprocess
 import sys
+from itertools import combinations
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_report import write_page
 from tests.support.browser import look_at
-from tests.support.fleets import fabric_fleet, sample_fleet
+from tests.support.fleets import fabric_fleet, large_fleet, sample_fleet
 
 pytestmark = pytest.mark.browser
 
@@ -154,3 +158,50 @@ def test_the_fabric_section_draws_every_pair_and_names_the_slow_node(tmp_path: P
     plain, _ = sample_fleet(healthy=1)
     assert 'id="fabric"' not in write_page(plain, tmp_path / "plain.html").read_text()
     keep(tmp_path / "fabric.png", "fabric-report.png")
+
+
+def _overlapping(boxes: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [
+        (a["text"], b["text"])
+        for a, b in combinations(boxes, 2)
+        if a["left"] < b["right"]
+        and b["left"] < a["right"]
+        and a["top"] < b["bottom"]
+        and b["top"] < a["bottom"]
+    ]
+
+
+def test_a_1000_node_report_groups_failures_per_node_and_keeps_its_labels_apart(
+    tmp_path: Path,
+) -> None:
+    view, roles = large_fleet(1000)
+    page = write_page(view, tmp_path / "fleet-1000.html")
+
+    seen = look_at(page, tmp_path / "fleet-1000.png", full_page=True)
+
+    assert seen.refused == [] and seen.errors == []
+    assert "Passed: 976" in seen.text and "Failed: 14" in seen.text and "NotRun: 10" in seen.text
+    # One row per node, check and reason: a bandwidth node's 16 findings are one row, a slow
+    # node's burn two (LowThroughput, ThermalSlowdown), a wrong one's one.
+    assert seen.failure_rows == 6 * 1 + 5 * 2 + 3 * 1
+    assert "14 failing nodes" in seen.text
+    for plot in seen.plots:
+        assert _overlapping(plot["annotationBoxes"]) == [], plot["id"]
+        for label in plot["annotationBoxes"]:
+            inside = plot["box"]
+            assert inside["left"] <= label["left"] and label["right"] <= inside["right"], label
+            assert inside["top"] <= label["top"] and label["bottom"] <= inside["bottom"], label
+    bandwidth = sorted(roles["bandwidth"])
+    h2d = seen.plot("plot-h2dGBps")["annotations"]
+    assert f"{bandwidth[0]}, {bandwidth[1]} and 4 more (50% of median)" in h2d
+    slow = sorted(roles["slow"])
+    assert (
+        f"{slow[0]}, {slow[1]} and 3 more (60% of median)"
+        in seen.plot("plot-burnTflops")["annotations"]
+    )
+    wrong = sorted(roles["wrong"])
+    assert (
+        f"{wrong[0]}, {wrong[1]} and 1 more (BurnMismatch)"
+        in seen.plot("plot-burnTflops")["annotations"]
+    )
+    keep(tmp_path / "fleet-1000.png", "fleet-1000-report.png")

@@ -58,9 +58,10 @@ def deploy_agents(
 ) -> Iterator[Agents]:
     """A release of the chart, two GPU nodes, an agent-identity pod on each, a report for each."""
     tag = uuid.uuid4().hex[:6]
-    namespace = f"adm-{tag}"
-    cluster.kubectl("create", "namespace", namespace)
-    release = chart.install(cluster, chart.new_release_name(), namespace, values)
+    chart.restricted_namespace(cluster, f"adm-{tag}")
+    release = chart.install(cluster, chart.new_release_name(), f"adm-{tag}", values)
+    # The agents' pods and tokens live in the agents' namespace, which the chart creates.
+    namespace = release.agent_namespace
     nodes = (f"adm-{tag}-a", f"adm-{tag}-b")
     cluster.add_nodes([GpuNode(name=n) for n in nodes])
     pods = (f"agent-{tag}-a", f"agent-{tag}-b")
@@ -82,7 +83,7 @@ def deploy_agents(
     finally:
         cluster.kubectl("delete", "gpunodereports", *reports, "--wait=false", check=False)
         chart.uninstall(cluster, release)
-        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        cluster.kubectl("delete", "namespace", release.namespace, "--wait=false", check=False)
         for node in nodes:
             cluster.kubectl("delete", "node", node, "--wait=false", check=False)
 
@@ -130,7 +131,9 @@ def test_pod_bound_agent_token_names_its_pods_node_in_claims_and_user_info(
     whoami = cluster.kubectl_as(kubeconfig, "auth", "whoami", "-o", "json")
     assert whoami.returncode == 0, whoami.stderr
     user = json.loads(whoami.stdout)["status"]["userInfo"]
-    assert user["username"] == agents.release.user(agents.release.agent_sa)
+    assert user["username"] == agents.release.user(
+        agents.release.agent_sa, agents.release.agent_namespace
+    )
     assert user["extra"][NODE_NAME_KEY] == [agents.nodes[0]]
 
 
@@ -232,7 +235,7 @@ def test_policy_leaves_other_identities_alone_the_operator_writes_any_nodes_repo
 ) -> None:
     # The operator records a node's failure itself when the node's agent could not (design.md),
     # so the policy must not apply to it.
-    token = chart.token_for(cluster, agents.namespace, agents.release.operator_sa)
+    token = chart.token_for(cluster, agents.release.namespace, agents.release.operator_sa)
     writer = agents.writer(cluster, agents.token_file(token, "operator"), agents.reports[1])
 
     answer = writer.patch_status({"message": "operator wrote this"})

@@ -224,7 +224,7 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
     monkeypatch.setenv("GPUVAL_METRICS_PER_GPU", "true")
     try:
         with (
-            chart.podrunner(cluster, release.namespace, tmp_path),
+            chart.podrunner(cluster, release.agent_namespace, tmp_path),
             kopf_runner() as runner,
             prometheus(port, tmp_path) as server,
         ):

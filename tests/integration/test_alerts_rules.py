@@ -326,7 +326,7 @@ def _unschedulable() -> list[dict[str, Any]]:
                                     "preempt work; if the GPUs stay busy the nodes end NotRun "
                                     "(PodUnschedulable) at the per-node timeout, untouched, and "
                                     "are tried again. kubectl -n "
-                                    "gpuval-system get pods -l gpuval.dev/validation=fleet"
+                                    "gpuval-system-agents get pods -l gpuval.dev/validation=fleet"
                                 ),
                             },
                         }

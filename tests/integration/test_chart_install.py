@@ -11,6 +11,7 @@ nodes and runs the real agent with its simulated backend.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import subprocess
@@ -24,6 +25,9 @@ import pytest
 import yaml
 
 from gpuval_devtools.controlplane import Cluster
+from gpuval_operator import planning
+from gpuval_operator.config import OperatorConfig
+from gpuval_operator.validation import parse_spec
 from tests.support import chart
 from tests.support.kube import get_json, wait_for
 
@@ -44,6 +48,8 @@ def test_helm_install_creates_the_charts_objects_and_the_api_server_accepts_them
     ).stdout
     kinds = set(re.findall(r"^kind: (\w+)$", listed, flags=re.MULTILINE))
     assert kinds >= {
+        "Namespace",
+        "PodDisruptionBudget",
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
@@ -66,6 +72,71 @@ def test_helm_install_creates_the_charts_objects_and_the_api_server_accepts_them
     assert not status.get("typeChecking", {}).get("expressionWarnings"), status
     for crd in ("gpuvalidations.gpuval.dev", "gpunodereports.gpuval.dev"):
         assert get_json(cluster, "crd", crd) is not None
+
+
+def _replica_failures(cluster: Cluster, namespace: str) -> list[str]:
+    """Why the operator's ReplicaSets could not create pods (Pod Security refusals show here)."""
+    events = get_json(cluster, "events", "-n", namespace) or {"items": []}
+    return [e["message"] for e in events["items"] if e.get("reason") == "FailedCreate"]
+
+
+def test_the_operator_pods_are_admitted_where_pod_security_enforces_restricted(
+    cluster: Cluster, release: chart.Release
+) -> None:
+    # `installed` labelled the release namespace enforce=restricted before the install; the
+    # ReplicaSet controller's pod creates go through Pod Security admission there.
+    labels = get_json(cluster, "namespace", release.namespace)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    selector = f"app.kubernetes.io/instance={release.name},app.kubernetes.io/component=operator"
+    pods = wait_for(
+        "the operator's two pods to be admitted",
+        lambda: (
+            len((get_json(cluster, "pods", "-n", release.namespace, "-l", selector) or {})["items"])
+            == 2
+            or _replica_failures(cluster, release.namespace)
+        ),
+        timeout=60,
+    )
+    assert pods is True, pods
+    assert _replica_failures(cluster, release.namespace) == []
+    # The agents' namespace, made by the chart, is the one that allows privileged pods.
+    agents = get_json(cluster, "namespace", release.agent_namespace)["metadata"]["labels"]
+    assert agents["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def test_a_privileged_agent_pod_is_refused_in_the_operators_namespace_and_admitted_in_its_own(
+    cluster: Cluster, release: chart.Release
+) -> None:
+    """The negative control: restricted really refuses what the agents need."""
+    env = chart.operator_env(release)
+    config = OperatorConfig(
+        agent_namespace=env["GPUVAL_AGENT_NAMESPACE"],
+        agent_service_account=env["GPUVAL_AGENT_SERVICE_ACCOUNT"],
+    )
+    spec, errors = parse_spec({})
+    assert spec is not None and errors == []
+    pod = planning.build_pod(
+        validation="v", uid="u", run="1-a", node="n", gpus=8, spec=spec, config=config
+    )
+    pod["metadata"].pop("ownerReferences")
+
+    def dry_run(namespace: str, account: str) -> subprocess.CompletedProcess[str]:
+        # Under a ServiceAccount of that namespace: admission looks it up before Pod Security.
+        placed = {
+            **pod,
+            "metadata": {**pod["metadata"], "namespace": namespace},
+            "spec": {**pod["spec"], "serviceAccountName": account},
+        }
+        return cluster.kubectl(
+            "create", "--dry-run=server", "-f", "-", input=json.dumps(placed), check=False
+        )
+
+    refused = dry_run(release.namespace, release.operator_sa)
+    assert refused.returncode != 0
+    assert 'violates PodSecurity "restricted:latest"' in refused.stderr
+    assert "privileged" in refused.stderr
+    admitted = dry_run(release.agent_namespace, release.agent_sa)
+    assert admitted.returncode == 0, admitted.stderr
 
 
 def _completed(cluster: Cluster, name: str) -> dict[str, Any] | None:
@@ -118,7 +189,7 @@ def test_operator_with_the_charts_serviceaccount_reconciles_a_validation_end_to_
     port = chart.operator_as_chart_serviceaccount(cluster, release, tmp_path, monkeypatch)
     try:
         with (
-            chart.podrunner(cluster, release.namespace, tmp_path),
+            chart.podrunner(cluster, release.agent_namespace, tmp_path),
             kopf_runner() as runner,
         ):
             cluster.apply([chart.validation(name, pool)])
@@ -133,7 +204,12 @@ def test_operator_with_the_charts_serviceaccount_reconciles_a_validation_end_to_
             reports = _reports_by_node(cluster, name)
             nodes = {n: get_json(cluster, "node", n) for n in (good, bad)}
             pods = get_json(
-                cluster, "pods", "-n", release.namespace, "-l", f"gpuval.dev/validation={name}"
+                cluster,
+                "pods",
+                "-n",
+                release.agent_namespace,
+                "-l",
+                f"gpuval.dev/validation={name}",
             )
             cluster.kubectl("delete", "gpuvalidation", name, "--wait=false")
             wait_for(
@@ -154,7 +230,7 @@ def test_operator_with_the_charts_serviceaccount_reconciles_a_validation_end_to_
     assert status["nodes"]["failed"] == 1, status["failingNodes"]
     assert [(f["node"], f["reason"]) for f in status["failingNodes"]] == [(bad, "BurnMismatch")]
 
-    # The agents ran as the chart's agent ServiceAccount, in the release's namespace.
+    # The agents ran as the chart's agent ServiceAccount, in the agents' own namespace.
     assert {p["spec"]["nodeName"] for p in pods["items"]} == {good, bad}
     assert {p["spec"]["serviceAccountName"] for p in pods["items"]} == {release.agent_sa}
 

@@ -40,11 +40,16 @@ OPERATOR_CLUSTER_RIGHTS: set[Right] = {
     ("", "nodes/status", "patch"),
 }
 OPERATOR_NAMESPACE_RIGHTS: set[Right] = {
-    *{("", "pods", v) for v in ("list", "watch", "create", "delete", "deletecollection")},
     ("", "events", "create"),
     # leader: the Lease through which one replica acts.
     *{("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")},
 }
+# In the agents' own namespace: their pods, created, followed and collected.
+OPERATOR_AGENT_NAMESPACE_RIGHTS: set[Right] = {
+    *{("", "pods", v) for v in ("list", "watch", "create", "delete", "deletecollection")},
+}
+# Stands for the release's agent namespace in the parametrized calls (random per module).
+AGENTS = "<agents>"
 # The API server grants these to every authenticated user; they are not the chart's.
 SELF_REVIEWS = {
     ("authentication.k8s.io", "selfsubjectreviews", "create"),
@@ -79,7 +84,7 @@ def rights_in(cluster: Cluster, kubeconfig: Path, namespace: str) -> set[Right]:
 @pytest.fixture(scope="module")
 def release(cluster: Cluster, install_crds: list[str]) -> Iterator[chart.Release]:
     namespace = f"rbac-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", namespace)
+    chart.restricted_namespace(cluster, namespace)
     installed = chart.install(cluster, chart.new_release_name(), namespace)
     try:
         yield installed
@@ -101,9 +106,9 @@ def operator(
 def agent(
     cluster: Cluster, release: chart.Release, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
-    token = chart.token_for(cluster, release.namespace, release.agent_sa)
+    token = chart.token_for(cluster, release.agent_namespace, release.agent_sa)
     path = tmp_path_factory.mktemp("agent") / "kubeconfig"
-    return chart.kubeconfig_for(cluster, token, path, release.namespace)
+    return chart.kubeconfig_for(cluster, token, path, release.agent_namespace)
 
 
 def test_operator_holds_exactly_the_rights_of_its_calls_in_its_namespace(
@@ -111,6 +116,13 @@ def test_operator_holds_exactly_the_rights_of_its_calls_in_its_namespace(
 ) -> None:
     rights = rights_in(cluster, operator, release.namespace)
     assert rights == OPERATOR_CLUSTER_RIGHTS | OPERATOR_NAMESPACE_RIGHTS
+
+
+def test_operator_may_run_pods_only_in_the_agents_namespace(
+    cluster: Cluster, release: chart.Release, operator: Path
+) -> None:
+    rights = rights_in(cluster, operator, release.agent_namespace)
+    assert rights == OPERATOR_CLUSTER_RIGHTS | OPERATOR_AGENT_NAMESPACE_RIGHTS
 
 
 def test_operator_may_post_events_in_default_where_kubectl_describe_shows_them(
@@ -151,6 +163,8 @@ def can_i(cluster: Cluster, kubeconfig: Path, *args: str) -> bool:
         ("get", "gpunodereports.gpuval.dev"),
         ("delete", "gpunodereports.gpuval.dev"),
         ("get", "pods"),
+        # Pods only in the agents' namespace: not in its own.
+        ("create", "pods"),
         ("create", "events", "-n", "kube-system"),
         ("create", "clusterrolebindings"),
         ("escalate", "clusterroles"),
@@ -177,23 +191,25 @@ def test_operator_is_denied_what_it_does_not_call(
         ("deletecollection", "gpunodereports.gpuval.dev"),
         ("patch", "gpunodereports.gpuval.dev", "--subresource=status"),
         ("patch", "nodes"),
-        ("create", "pods"),
-        ("deletecollection", "pods"),
+        ("create", "pods", "-n", AGENTS),
+        ("deletecollection", "pods", "-n", AGENTS),
         ("create", "events"),
         ("create", "events", "-n", "default"),
     ],
     ids=" ".join,
 )
 def test_operator_is_allowed_each_call_it_makes(
-    cluster: Cluster, operator: Path, request_args: tuple[str, ...]
+    cluster: Cluster, release: chart.Release, operator: Path, request_args: tuple[str, ...]
 ) -> None:
-    assert can_i(cluster, operator, *request_args)
+    args = [release.agent_namespace if a == AGENTS else a for a in request_args]
+    assert can_i(cluster, operator, *args)
 
 
 def test_agent_may_patch_report_status_and_nothing_else(
     cluster: Cluster, release: chart.Release, agent: Path
 ) -> None:
     only = {("gpuval.dev", "gpunodereports/status", "patch")}
+    assert rights_in(cluster, agent, release.agent_namespace) == only
     assert rights_in(cluster, agent, release.namespace) == only
     assert rights_in(cluster, agent, "default") == only
 

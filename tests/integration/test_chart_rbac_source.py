@@ -26,7 +26,7 @@ def test_cluster_role_renders_exactly_the_operators_cluster_rules() -> None:
 def test_agent_namespace_role_renders_exactly_the_operators_pod_rules() -> None:
     objs = chart.render(release="prod", namespace="gpu-ops")
     role = chart.find(objs, "Role", "prod-gpuval-operator-pods")
-    assert role["metadata"]["namespace"] == "gpu-ops"
+    assert role["metadata"]["namespace"] == "gpu-ops-agents"
     assert _rules(role) == [r.as_dict() for r in rbac.AGENT_NAMESPACE_RULES]
 
 

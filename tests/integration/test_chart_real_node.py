@@ -1,7 +1,8 @@
 """docs/install.md's path on the test cluster's real node, with the images built here: `helm
 install` runs the operator image as a real pod (probes pass, non-root, read-only root
 filesystem), `helm test` runs as a real pod, and a GpuValidation ends with the real node
-validated by the agent image's pod, which writes its report with the ServiceAccount token the
+validated by the agent image's pod (privileged, in the agents' own namespace; the operator's
+enforces Pod Security's restricted level), which writes its report with the ServiceAccount token the
 kubelet bound to it, through the admission policy; kwok nodes of the same run keep their pod
 runner. Then what only a real pod can show: a killed container fails its node (PodFailed) and an
 OOM-killed one leaves it NotRun (PodOomKilled), and the leader replica's pod deleted mid-run hands
@@ -63,6 +64,14 @@ def test_helm_install_runs_the_operator_image_non_root_read_only_and_helm_test_p
 ) -> None:
     pods = real.operator_pods(real_node_cluster, release.namespace)
     assert len(pods) == 2, "the chart runs two replicas"
+    # The operator's namespace enforces Pod Security's restricted level (docs/install.md); only
+    # the agents' own namespace, which the chart made, allows privileged pods.
+    for namespace, level in (
+        (release.namespace, "restricted"),
+        (release.agent_namespace, "privileged"),
+    ):
+        labels = get_json(real_node_cluster, "namespace", namespace)["metadata"]["labels"]
+        assert labels["pod-security.kubernetes.io/enforce"] == level, namespace
     leader = wait_for(
         "a replica to hold the leader Lease", lambda: real.leader_pod(real_node_cluster, release)
     )
@@ -105,7 +114,7 @@ def test_the_real_node_is_validated_by_the_agent_image_and_kwok_nodes_by_the_pod
     cluster.add_nodes([chart.pool_node(n, pool) for n in kwok])
     name = unique_name("val")
     try:
-        with chart.podrunner(cluster, release.namespace, tmp_path):
+        with chart.podrunner(cluster, release.agent_namespace, tmp_path):
             started = time.monotonic()
             cluster.apply([real.validation_of(name, pool)])
             verdict = wait_for(
@@ -116,8 +125,11 @@ def test_the_real_node_is_validated_by_the_agent_image_and_kwok_nodes_by_the_pod
             print(f"\napply -> the real node's verdict: {time.monotonic() - started:.1f}s")
             status = wait_for("the run to end", lambda: real.completed(cluster, name), timeout=180)
         reports = real.reports_by_node(cluster, name)
-        pods = {p["spec"]["nodeName"]: p for p in real.agent_pods(cluster, release.namespace, name)}
-        log = real.logs(cluster, release.namespace, pods[real_node.name]["metadata"]["name"])
+        pods = {
+            p["spec"]["nodeName"]: p
+            for p in real.agent_pods(cluster, release.agent_namespace, name)
+        }
+        log = real.logs(cluster, release.agent_namespace, pods[real_node.name]["metadata"]["name"])
     finally:
         cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
         for node in kwok:
@@ -175,14 +187,16 @@ def test_a_killed_agent_container_fails_its_node_with_exit_code_137_after_its_to
     name = unique_name("kill")
     cluster.apply([real.validation_of(name, pool, burn_seconds=120, time_scale=1.0)])
     try:
-        pod = wait_for("the agent pod", lambda: real.agent_pods(cluster, release.namespace, name))[
-            0
-        ]
-        container = real.running_container(cluster, release.namespace, pod["metadata"]["name"])
+        pod = wait_for(
+            "the agent pod", lambda: real.agent_pods(cluster, release.agent_namespace, name)
+        )[0]
+        container = real.running_container(
+            cluster, release.agent_namespace, pod["metadata"]["name"]
+        )
         _token_writes_only_its_own_nodes_report(cluster, real_node, release, pod, tmp_path)
         os.kill(real_node.container_pid(container), signal.SIGKILL)
         failure = wait_for("the run to end", lambda: _failure(cluster, name, real_node.name))
-        final = get_json(cluster, "pod", pod["metadata"]["name"], "-n", release.namespace)
+        final = get_json(cluster, "pod", pod["metadata"]["name"], "-n", release.agent_namespace)
     finally:
         cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
     terminated = final["status"]["containerStatuses"][0]["state"]["terminated"]
@@ -238,7 +252,7 @@ def test_an_oom_killed_agent_leaves_its_node_not_run_as_pod_oom_killed(
             "the run to end",
             lambda: _failure(cluster, name, real_node.name, "notRunNodes"),
         )
-        pods = real.agent_pods(cluster, release.namespace, name)
+        pods = real.agent_pods(cluster, release.agent_namespace, name)
         node = get_json(cluster, "node", real_node.name)
     finally:
         cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
@@ -270,13 +284,13 @@ def test_the_leader_pod_deleted_mid_run_hands_over_to_the_standby_which_finishes
     name = unique_name("restart")
     before = wait_for("the leader", lambda: real.leader_pod(cluster, release))
     try:
-        with chart.podrunner(cluster, release.namespace, tmp_path):
+        with chart.podrunner(cluster, release.agent_namespace, tmp_path):
             cluster.apply([real.validation_of(name, pool, burn_seconds=20, time_scale=1.0)])
             pod = wait_for(
                 "the real node's agent pod",
                 lambda: _agent_on(cluster, release, name, real_node.name),
             )
-            real.running_container(cluster, release.namespace, pod)
+            real.running_container(cluster, release.agent_namespace, pod)
             cluster.kubectl("delete", "pod", before["metadata"]["name"], "-n", release.namespace)
             # The standby takes the Lease once the deleted leader stops renewing it.
             after = wait_for(
@@ -286,7 +300,7 @@ def test_the_leader_pod_deleted_mid_run_hands_over_to_the_standby_which_finishes
             )
             status = wait_for("the run to end", lambda: real.completed(cluster, name), timeout=240)
         reports = real.reports_by_node(cluster, name)
-        pods = real.agent_pods(cluster, release.namespace, name)
+        pods = real.agent_pods(cluster, release.agent_namespace, name)
     finally:
         cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
         for node in kwok:
@@ -300,7 +314,7 @@ def test_the_leader_pod_deleted_mid_run_hands_over_to_the_standby_which_finishes
 
 
 def _agent_on(cluster: Cluster, release: chart.Release, validation: str, node: str) -> str:
-    for pod in real.agent_pods(cluster, release.namespace, validation):
+    for pod in real.agent_pods(cluster, release.agent_namespace, validation):
         if pod["spec"].get("nodeName") == node:
             return str(pod["metadata"]["name"])
     return ""

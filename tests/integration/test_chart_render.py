@@ -51,7 +51,9 @@ def test_helm_template_renders_hardened_operator_and_wildcard_free_rbac(
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["GPUVAL_LEASE_NAMESPACE"] and env["GPUVAL_LEASE_NAME"]
     assert pod["securityContext"]["runAsNonRoot"] is True
-    assert pod["securityContext"]["runAsUser"] != 0
+    # OpenShift's scenario leaves the UID to the SCC; wherever one is set, it is not root.
+    assert pod["securityContext"].get("runAsUser") != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
@@ -81,10 +83,10 @@ def test_operator_is_told_the_agents_namespace_and_serviceaccount_the_policy_gov
     binding = chart.find(objs, "ValidatingAdmissionPolicyBinding")
     agent_sa = chart.find(objs, "ServiceAccount", env["GPUVAL_AGENT_SERVICE_ACCOUNT"])
 
-    assert env["GPUVAL_AGENT_NAMESPACE"] == "gpu-ops"
-    assert agent_sa["metadata"]["namespace"] == "gpu-ops"
+    assert env["GPUVAL_AGENT_NAMESPACE"] == "gpu-ops-agents"
+    assert agent_sa["metadata"]["namespace"] == "gpu-ops-agents"
     (condition,) = policy["spec"]["matchConditions"]
-    agent_user = f"system:serviceaccount:gpu-ops:{env['GPUVAL_AGENT_SERVICE_ACCOUNT']}"
+    agent_user = f"system:serviceaccount:gpu-ops-agents:{env['GPUVAL_AGENT_SERVICE_ACCOUNT']}"
     assert condition["expression"] == f'request.userInfo.username == "{agent_user}"'
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
@@ -99,7 +101,7 @@ def test_agent_role_grants_only_the_patch_of_report_status() -> None:
         {"apiGroups": ["gpuval.dev"], "resources": ["gpunodereports/status"], "verbs": ["patch"]}
     ]
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "prod-gpuval-agent", "namespace": "gpuval-system"}
+        {"kind": "ServiceAccount", "name": "prod-gpuval-agent", "namespace": "gpuval-system-agents"}
     ]
 
 
@@ -117,7 +119,7 @@ def test_operator_touches_pods_in_the_agent_namespace_and_posts_events_where_the
     own = chart.find(objs, "Role", "prod-gpuval-operator-own")
 
     assert not cluster_resources & {"pods", "events", "secrets", "configmaps"}
-    assert pods["metadata"]["namespace"] == "gpu-ops"
+    assert pods["metadata"]["namespace"] == "gpu-ops-agents"
     assert [r["resources"] for r in pods["rules"]] == [["pods"]]
     # Events about cluster-scoped objects are shown only from `default`; kopf's go home.
     assert events["metadata"]["namespace"] == "default"
@@ -219,3 +221,134 @@ def test_helm_test_pod_checks_the_operators_metrics_through_the_service() -> Non
     script = pod["spec"]["containers"][0]["command"][-1]
     assert f"http://{service['metadata']['name']}.gpu-ops.svc:8080/metrics" in script
     assert "gpuval_operator_build_info" in script
+
+
+def test_agents_get_a_namespace_of_their_own_that_alone_allows_privileged_pods() -> None:
+    objs = chart.render(release="prod", namespace="gpu-ops")
+    (namespace,) = [o for o in objs if o["kind"] == "Namespace"]
+    labels = namespace["metadata"]["labels"]
+
+    assert namespace["metadata"]["name"] == "gpu-ops-agents"
+    for mode in ("enforce", "audit", "warn"):
+        assert labels[f"pod-security.kubernetes.io/{mode}"] == "privileged"
+    # In the agents' namespace: the agents' identity, and the operator's right to run pods there.
+    there = {
+        (o["kind"], o["metadata"]["name"])
+        for o in objs
+        if o["metadata"].get("namespace") == "gpu-ops-agents"
+    }
+    assert there == {
+        ("ServiceAccount", "prod-gpuval-agent"),
+        ("Role", "prod-gpuval-operator-pods"),
+        ("RoleBinding", "prod-gpuval-operator-pods"),
+    }
+    assert chart.find(objs, "Deployment")["metadata"]["namespace"] == "gpu-ops"
+
+
+COMPONENT = "app.kubernetes.io/component"
+
+
+def test_the_agents_namespace_can_be_named_or_be_the_release_namespace_when_not_created() -> None:
+    named = chart.render(values={"agent.namespace.name": "gpu-burn"})
+    assert chart.find(named, "Namespace")["metadata"]["name"] == "gpu-burn"
+    assert _env(named)["GPUVAL_AGENT_NAMESPACE"] == "gpu-burn"
+
+    shared = chart.render(
+        namespace="gpuval-system",
+        values={"agent.namespace.name": "gpuval-system", "agent.namespace.create": False},
+    )
+    assert [o for o in shared if o["kind"] == "Namespace"] == []
+    assert _env(shared)["GPUVAL_AGENT_NAMESPACE"] == "gpuval-system"
+
+
+def test_creating_the_release_namespace_as_the_agents_one_is_refused_with_the_fix() -> None:
+    args = ["template", "r", str(chart.CHART), "--namespace", "ops", "--kube-version"]
+    values = {"agent.namespace.name": "ops"}
+    proc = chart.helm(*args, chart.KUBE_VERSION, *chart.set_args(values), check=False)
+    assert proc.returncode != 0
+    assert "agent.namespace.name=ops is the release's own namespace" in proc.stderr
+    assert "agent.namespace.create=false" in proc.stderr
+
+
+def test_two_operator_replicas_get_a_disruption_budget_and_spread_over_zones_and_nodes() -> None:
+    objs = chart.render(release="prod")
+    pod = chart.find(objs, "Deployment")["spec"]["template"]
+    budget = chart.find(objs, "PodDisruptionBudget")
+
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert (
+        budget["spec"]["selector"]["matchLabels"]
+        == chart.find(objs, "Deployment")["spec"]["selector"]["matchLabels"]
+    )
+    (zones,) = pod["spec"]["topologySpreadConstraints"]
+    assert zones["topologyKey"] == "topology.kubernetes.io/zone"
+    assert zones["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert zones["labelSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    anti = pod["spec"]["affinity"]["podAntiAffinity"]
+    assert (
+        anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]["topologyKey"]
+        == "kubernetes.io/hostname"
+    )
+
+    own = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule",
+        }
+    ]
+    custom = chart.render(release="prod", values={"operator.topologySpreadConstraints": own})
+    (given,) = chart.find(custom, "Deployment")["spec"]["template"]["spec"][
+        "topologySpreadConstraints"
+    ]
+    assert given["whenUnsatisfiable"] == "DoNotSchedule"
+    assert given["labelSelector"] == zones["labelSelector"]
+    assert not [
+        o
+        for o in chart.render(values={"operator.podDisruptionBudget.enabled": False})
+        if o["kind"] == "PodDisruptionBudget"
+    ]
+
+
+def test_openshifts_scenario_leaves_uid_gid_and_fsgroup_to_the_security_context_constraint() -> (
+    None
+):
+    objs = chart.render(values_files=[chart.CHART / "ci" / "openshift-values.yaml"])
+    for pod in (
+        chart.find(objs, "Deployment")["spec"]["template"]["spec"],
+        chart.find(objs, "Pod")["spec"],
+    ):
+        context = pod["securityContext"]
+        assert not {"runAsUser", "runAsGroup", "fsGroup"} & set(context), context
+        assert context["runAsNonRoot"] is True
+        (container,) = pod["containers"]
+        assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+
+
+def test_network_policies_are_opt_in_and_keep_each_side_to_what_it_talks_to() -> None:
+    assert not [o for o in chart.render() if o["kind"] == "NetworkPolicy"]
+    objs = chart.render(
+        release="prod",
+        namespace="gpu-ops",
+        values_files=[chart.CHART / "ci" / "all-on-values.yaml"],
+    )
+    operator = chart.find(objs, "NetworkPolicy", "prod-gpuval-operator")
+    agent = chart.find(objs, "NetworkPolicy", "prod-gpuval-agent")
+
+    assert operator["metadata"]["namespace"] == "gpu-ops"
+    assert agent["metadata"]["namespace"] == "gpu-ops-agents"
+    for policy in (operator, agent):
+        assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+        api = policy["spec"]["egress"][-2]
+        assert [p["port"] for p in api["ports"]] == [443, 6443]
+        assert [b["ipBlock"]["cidr"] for b in api["to"]] == ["10.0.0.1/32", "192.168.10.10/32"]
+        assert [p["port"] for p in policy["spec"]["egress"][-1]["ports"]] == [53, 53]
+    (scrape,) = operator["spec"]["ingress"]
+    assert scrape["ports"] == [{"protocol": "TCP", "port": "metrics"}]
+    monitoring = scrape["from"][0]["namespaceSelector"]["matchLabels"]
+    assert monitoring == {"kubernetes.io/metadata.name": "monitoring"}
+    # Agents talk to agents (the fabric) and are reached by nothing else.
+    agents = {"matchLabels": {COMPONENT: "agent"}}
+    assert agent["spec"]["podSelector"] == agents
+    assert agent["spec"]["ingress"] == [{"from": [{"podSelector": agents}]}]
+    assert agent["spec"]["egress"][0] == {"to": [{"podSelector": agents}]}

@@ -4,14 +4,17 @@ scheduling of extended resources and garbage collection are done by the real com
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
-from gpuval_devtools.controlplane import GPU_RESOURCE, Cluster, GpuNode
+from gpuval_devtools.controlplane import GPU_RESOURCE, Cluster, GpuNode, running_cluster
 from tests.support.kube import get_json, wait_for
 
 
@@ -214,3 +217,78 @@ def test_control_plane_components_are_the_version_built_from_go_modules(
     out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=True)
     server = json.loads(cluster.kubectl("get", "--raw", "/version").stdout)
     assert out.stdout.strip() == f"Kubernetes {server['gitVersion']}"
+
+
+# Longer than kube-scheduler's and kube-controller-manager's Lease (15 s) and renew deadline (10 s):
+# with leader election they would have given up the lead and exited.
+API_SERVER_OUTAGE_SECONDS = 40
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A dead child not yet reaped by kwokctl (it is not our child) still has a /proc entry.
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return state != "Z"
+
+
+def test_scheduler_and_controller_manager_outlive_an_api_server_stopped_past_their_lease(
+    unique_name: Callable[[str], str],
+) -> None:
+    name = unique_name("outage")
+    node = f"{name}-gpu"
+    with running_cluster(name, [GpuNode(name=node, gpus=8)]) as outage:
+        components = {
+            c: outage.component_pid(c) for c in ("kube-scheduler", "kube-controller-manager")
+        }
+        apiserver = outage.component_pid("kube-apiserver")
+        os.kill(apiserver, signal.SIGSTOP)
+        try:
+            time.sleep(API_SERVER_OUTAGE_SECONDS)
+        finally:
+            os.kill(apiserver, signal.SIGCONT)
+        wait_for(
+            "the API server to answer again",
+            lambda: outage.kubectl("get", "--raw", "/readyz", check=False).returncode == 0,
+        )
+
+        logs = outage.cluster_dir / "logs"
+        for component, pid in components.items():
+            tail = (logs / f"{component}.log").read_text(errors="replace")[-2000:]
+            assert _alive(pid), f"{component} exited during the outage:\n{tail}"
+        # kube-controller-manager's ReplicaSet controller makes the pod, kube-scheduler binds it.
+        outage.apply([_deployment("after-outage", node)])
+        bound = wait_for(
+            "the Deployment's pod to be scheduled after the outage",
+            lambda: [
+                p["spec"].get("nodeName")
+                for p in get_json(outage, "pods", "-n", "default", "-l", "app=after-outage")[
+                    "items"
+                ]
+                if p["spec"].get("nodeName")
+            ],
+            timeout=90,
+        )
+        assert bound == [node]
+
+
+def _deployment(name: str, node: str) -> dict[str, object]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "containers": [{"name": "c", "image": "gpuval/agent:test"}],
+                },
+            },
+        },
+    }

@@ -136,3 +136,36 @@ def test_a_report_status_outside_the_catalogue_is_refused(
         assert field in proc.stderr and "Unsupported value" in proc.stderr, proc.stderr
     finally:
         cluster.kubectl("delete", "gpunodereport", name, "--wait=false", check=False)
+
+
+def test_kubectl_get_by_short_name_finds_one_object_and_the_category_lists_both_kinds(
+    cluster: Cluster, unique_name: Callable[[str], str]
+) -> None:
+    name = unique_name("shortname")
+    report = unique_name("shortname-report")
+    cluster.kubectl("create", "-f", "-", input=yaml.safe_dump(_validation(name, {})))
+    cluster.kubectl(
+        "create",
+        "-f",
+        "-",
+        input=yaml.safe_dump(
+            {
+                "apiVersion": "gpuval.dev/v1alpha1",
+                "kind": "GpuNodeReport",
+                "metadata": {"name": report},
+                "spec": {"validation": name, "run": "1-a", "node": "node-a"},
+            }
+        ),
+    )
+    try:
+        one = cluster.kubectl("get", "gpuval", name, "-o", "name", check=False)
+        assert one.returncode == 0, one.stderr
+        assert one.stdout.split() == [f"gpuvalidation.gpuval.dev/{name}"]
+        by_report = cluster.kubectl("get", "gpureport", report, "-o", "name").stdout.split()
+        assert by_report == [f"gpunodereport.gpuval.dev/{report}"]
+        listed = cluster.kubectl("get", "gpuval-all", "-o", "name").stdout.split()
+        assert f"gpuvalidation.gpuval.dev/{name}" in listed
+        assert f"gpunodereport.gpuval.dev/{report}" in listed
+    finally:
+        cluster.kubectl("delete", "gpunodereport", report, "--wait=false", check=False)
+        cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)

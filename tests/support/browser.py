@@ -37,6 +37,11 @@ _PLOTS_JS = """
     fills: points.map(p => getComputedStyle(p).fill),
     lines: plot.querySelectorAll('.scatterlayer path.js-line').length,
     annotations: Array.from(plot.querySelectorAll('.annotation-text')).map(a => a.textContent),
+    annotationBoxes: Array.from(plot.querySelectorAll('.annotation-text')).map(a => {
+      const r = a.getBoundingClientRect();
+      return {text: a.textContent, left: r.left, right: r.right, top: r.top, bottom: r.bottom};
+    }),
+    box: {left: box.left, right: box.right, top: box.top, bottom: box.bottom},
     bars: Array.from(plot.querySelectorAll('.barlayer .point path'))
       .map(p => getComputedStyle(p).fill),
     xticks: Array.from(plot.querySelectorAll('.xtick text')).map(t => t.textContent),
@@ -53,6 +58,8 @@ class Rendered:
 
     plots: list[dict[str, Any]]
     text: str
+    # Rows of the failures table (its header aside).
+    failure_rows: int = 0
     refused: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     # How many elements each CSS selector of look_at's `count` matched (e.g. the trend lines).
@@ -83,9 +90,11 @@ def look_at(
     height: int = 1600,
     element: str | None = None,
     count: tuple[str, ...] = (),
+    full_page: bool = False,
 ) -> Rendered:
     """Open `page_file`, wait for its plots to be drawn, screenshot the first `height` pixels
-    (or the `element` a CSS selector names, wherever it is on the page)."""
+    (or the `element` a CSS selector names, wherever it is on the page, or with `full_page` the
+    whole page)."""
     refused: list[str] = []
     errors: list[str] = []
 
@@ -108,12 +117,13 @@ def look_at(
             "document.querySelectorAll('.plot').length"
         )
         if element is None:
-            page.screenshot(path=str(screenshot))
+            page.screenshot(path=str(screenshot), full_page=full_page)
         else:
             page.locator(element).screenshot(path=str(screenshot))
         return Rendered(
             plots=page.evaluate(_PLOTS_JS),
             text=page.inner_text("body"),
+            failure_rows=page.locator("#failures tbody tr").count(),
             refused=refused,
             errors=errors,
             counts={selector: page.locator(selector).count() for selector in count},

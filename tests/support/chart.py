@@ -94,6 +94,11 @@ class Release:
     fullname: str
 
     @property
+    def agent_namespace(self) -> str:
+        """Where the agent pods run: the chart's default, `<release namespace>-agents`."""
+        return f"{self.namespace}-agents"
+
+    @property
     def operator_sa(self) -> str:
         return f"{self.fullname}-operator"
 
@@ -105,8 +110,8 @@ class Release:
     def policy(self) -> str:
         return f"{self.fullname}-agent-own-node-report"
 
-    def user(self, account: str) -> str:
-        return f"system:serviceaccount:{self.namespace}:{account}"
+    def user(self, account: str, namespace: str | None = None) -> str:
+        return f"system:serviceaccount:{namespace or self.namespace}:{account}"
 
 
 def new_release_name() -> str:
@@ -130,6 +135,17 @@ def install(
         kubeconfig=cluster.kubeconfig,
     )
     return Release(name=release, namespace=namespace, fullname=release)
+
+
+RESTRICTED = {
+    f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "audit", "warn")
+}
+
+
+def restricted_namespace(cluster: Cluster, namespace: str) -> None:
+    """A namespace that enforces Pod Security's `restricted` level (the operator's)."""
+    cluster.kubectl("create", "namespace", namespace)
+    cluster.kubectl("label", "namespace", namespace, *(f"{k}={v}" for k, v in RESTRICTED.items()))
 
 
 def uninstall(cluster: Cluster, release: Release) -> None:
@@ -265,9 +281,11 @@ def podrunner(cluster: Cluster, namespace: str, workdir: Path) -> Iterator[subpr
 
 @contextlib.contextmanager
 def installed(cluster: Cluster, prefix: str) -> Iterator[Release]:
-    """The chart installed as a new release into a new namespace, both removed afterwards."""
+    """The chart installed as a new release into a new namespace, both removed afterwards. The
+    namespace enforces Pod Security's `restricted` level, as docs/install.md says to label it:
+    the ReplicaSet's operator pods are refused there unless they meet it."""
     namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", namespace)
+    restricted_namespace(cluster, namespace)
     release = install(cluster, new_release_name(), namespace)
     try:
         yield release

@@ -163,6 +163,37 @@ def learned_from(results: Sequence[AgentResult]) -> tuple[str, GpuBaselineSpec]:
     return key.default_name(), outcome.spec
 
 
+def large_fleet(nodes: int = 1000) -> tuple[FleetView, dict[str, list[str]]]:
+    """A fleet of `nodes` as a large run looks: most nodes healthy and alike, a fault hitting a
+    few nodes the same way (so their figures are equal), some untested. Each kind of node is
+    measured once by the real agent code (simulated backend) and copied under its nodes' names;
+    returns the view and the kind -> node names."""
+    name, run = "fleet", "fleet-1-k000"
+    kinds: dict[str, list[Mapping[str, Any]]] = {
+        "bandwidth": [{"kind": "low-bandwidth", "gpu": 0}],
+        "slow": [{"kind": SLOW, "gpu": 5}],
+        "wrong": [{"kind": WRONG, "gpu": 3}],
+    }
+    counts = {"bandwidth": 6, "slow": 5, "wrong": 3, "untested": 10}
+    names = [f"gpu-node-{i:04d}" for i in range(nodes)]
+    # The odd nodes spread over the fleet (every 37th name), the rest healthy.
+    odd = iter(names[7::37])
+    roles = {kind: [next(odd) for _ in range(count)] for kind, count in counts.items()}
+    role_of = {node: kind for kind, members in roles.items() for node in members}
+    measured = {kind: simulated_result(kind, faults) for kind, faults in kinds.items()}
+    measured["healthy"] = simulated_result("healthy")
+    reports = [
+        not_run_report(name, run, node)
+        if role_of.get(node) == "untested"
+        else node_report(
+            name, run, measured[role_of.get(node, "healthy")].model_copy(update={"node": node})
+        )
+        for node in names
+    ]
+    failed = [n for kind in kinds for n in roles[kind]]
+    return fleet_view(validation(name, run, nodes, failed), reports), roles
+
+
 def fabric_results(
     nodes: Sequence[str], faults: Mapping[str, Sequence[Mapping[str, Any]]]
 ) -> list[FabricResult]:

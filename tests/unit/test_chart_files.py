@@ -33,6 +33,11 @@ def _leaves(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
 # Maps with default content that are one value to the user (replaced whole, like resources).
 FREE_FORM_WITH_DEFAULTS = {
     "operator.resources",
+    "operator.podSecurityContext",
+    "operator.securityContext",
+    "networkPolicy.dns.namespaceSelector",
+    "networkPolicy.dns.podSelector",
+    "networkPolicy.metrics.namespaceSelector",
     "dashboard.labels",
     "grafanaAlert.labels",
     "grafanaAlert.alertLabels",
@@ -159,3 +164,20 @@ def test_dashboard_panels_have_unique_ids_and_queries_through_the_datasource_var
 def test_dashboard_has_a_panel_for_each_figure_the_issue_names(subject: str) -> None:
     titles = " | ".join(p["title"].lower() for p in _dashboard()["panels"])
     assert subject in titles, f"no dashboard panel about {subject!r}: {titles}"
+
+
+@pytest.mark.parametrize(
+    "document",
+    [CHART / "templates" / "NOTES.txt", REPO_ROOT / "docs" / "install.md"],
+    ids=lambda p: p.name,
+)
+def test_notes_and_the_install_guide_name_every_alert_the_prometheus_rule_defines(
+    document: Path,
+) -> None:
+    rules = (CHART / "templates" / "prometheusrule.yaml").read_text()
+    alerts = re.findall(r"^\s*- alert: (\w+)$", rules, flags=re.MULTILINE)
+    named = set(re.findall(r"\bGpuval[A-Z][A-Za-z]+\b", document.read_text()))
+
+    assert len(alerts) == 7, alerts
+    assert sorted(set(alerts) - named) == [], f"alerts {document.name} does not name"
+    assert sorted(named - set(alerts)) == [], f"{document.name} names alerts the rules lack"

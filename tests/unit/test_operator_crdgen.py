@@ -126,3 +126,17 @@ def test_a_baseline_is_a_spec_only_object_and_its_figures_a_list_map() -> None:
     assert figures["x-kubernetes-list-map-keys"] == ["figure"] and figures["maxItems"] == 48
     history = crdgen.model_schema(GpuNodeReportSpec)["properties"]["history"]
     assert history["maxItems"] == 20
+
+
+def test_no_short_name_is_also_a_category_so_kubectl_get_short_name_name_works() -> None:
+    # kubectl expands a category before it looks a short name up: a short name equal to a
+    # category can never name one object ("you must specify only one resource").
+    names = [crd["spec"]["names"] for crd in crdgen.build_crds().values()]
+    short_names = {s for n in names for s in n["shortNames"]}
+    categories = {c for n in names for c in n["categories"]}
+    plurals = {n["plural"] for n in names} | {n["singular"] for n in names}
+
+    assert short_names == {"gpuval", "gpureport", "gpubaseline"}
+    assert categories == {"gpuval-all"}
+    assert not short_names & categories
+    assert not categories & plurals

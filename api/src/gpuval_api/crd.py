@@ -1,11 +1,12 @@
 """The gpuval custom resources as typed models: the one source the CRDs in crds/ are generated from.
 
 `GpuValidation` (cluster-scoped, short name `gpuval`) asks for a validation of a set of GPU
-nodes; `GpuNodeReport` (cluster-scoped, one per node and run, owned by its GpuValidation) holds
-one node's result; `GpuBaseline` (cluster-scoped, short name `gpubaseline`) holds what healthy
-nodes of one GPU stack measure (gpuval_api.baseline). Every field carries a description because
-it becomes the CRD field's description (`kubectl explain`). Cross-field constraints the schema
-can express are CEL rules here; the rest are checked by the operator (`gpuval_operator.validation`).
+nodes; `GpuNodeReport` (cluster-scoped, short name `gpureport`, one per node and run, owned by its
+GpuValidation) holds one node's result; `GpuBaseline` (cluster-scoped, short name `gpubaseline`)
+holds what healthy nodes of one GPU stack measure (gpuval_api.baseline); `kubectl get gpuval-all`
+lists all three. Every field carries a description because it becomes the CRD field's description
+(`kubectl explain`). Cross-field constraints the schema can express are CEL rules here; the rest
+are checked by the operator (`gpuval_operator.validation`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ REPORT_KIND = "GpuNodeReport"
 REPORT_PLURAL = "gpunodereports"
 BASELINE_KIND = "GpuBaseline"
 BASELINE_PLURAL = "gpubaselines"
+# `kubectl get gpuval NAME` reads a short name; `kubectl get gpuval-all` the category of both kinds.
+# kubectl expands a category before it looks up a short name, so the two must differ: with both
+# `gpuval`, `kubectl get gpuval fleet` failed with "you must specify only one resource".
+VALIDATION_SHORT_NAME = "gpuval"
+REPORT_SHORT_NAME = "gpureport"
+BASELINE_SHORT_NAME = "gpubaseline"
+CATEGORY = "gpuval-all"
 
 GPU_RESOURCE = "nvidia.com/gpu"
 

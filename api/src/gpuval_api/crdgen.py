@@ -180,7 +180,7 @@ def _crd(
                 "plural": plural,
                 "singular": kind.lower(),
                 "shortNames": short_names,
-                "categories": ["gpuval"],
+                "categories": [crd.CATEGORY],
             },
             "versions": [
                 {
@@ -214,7 +214,7 @@ def build_crds() -> dict[str, dict[str, Any]]:
     validation = _crd(
         kind=crd.VALIDATION_KIND,
         plural=crd.VALIDATION_PLURAL,
-        short_names=["gpuval"],
+        short_names=[crd.VALIDATION_SHORT_NAME],
         spec_model=crd.GpuValidationSpec,
         status_model=crd.GpuValidationStatus,
         description=_doc(crd.GpuValidation),
@@ -233,7 +233,7 @@ def build_crds() -> dict[str, dict[str, Any]]:
     report = _crd(
         kind=crd.REPORT_KIND,
         plural=crd.REPORT_PLURAL,
-        short_names=["gpureport"],
+        short_names=[crd.REPORT_SHORT_NAME],
         spec_model=crd.GpuNodeReportSpec,
         status_model=crd.GpuNodeReportStatus,
         description=_doc(crd.GpuNodeReport),
@@ -255,7 +255,7 @@ def build_crds() -> dict[str, dict[str, Any]]:
     baseline = _crd(
         kind=crd.BASELINE_KIND,
         plural=crd.BASELINE_PLURAL,
-        short_names=["gpubaseline"],
+        short_names=[crd.BASELINE_SHORT_NAME],
         spec_model=GpuBaselineSpec,
         status_model=None,
         description=_doc(crd.GpuBaseline),

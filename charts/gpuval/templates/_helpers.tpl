@@ -56,9 +56,17 @@ app.kubernetes.io/component: operator
 {{- default (printf "%s-agent" (include "gpuval.fullname" .)) .Values.agent.serviceAccount.name | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Namespace the operator creates agent pods in. */}}
+{{/*
+Namespace the operator creates agent pods in: their own, so that only it needs the `privileged`
+Pod Security level and the release's namespace can enforce `restricted`.
+*/}}
 {{- define "gpuval.agentNamespace" -}}
-{{- .Release.Namespace }}
+{{- default (printf "%s-agents" .Release.Namespace) .Values.agent.namespace.name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The agent pods' labels (gpuval_api.keys: LABEL_COMPONENT = AGENT_COMPONENT), as the operator sets them. */}}
+{{- define "gpuval.agent.podLabels" -}}
+app.kubernetes.io/component: agent
 {{- end }}
 
 {{/* The API server's user name for the agents' ServiceAccount tokens. */}}
@@ -73,5 +81,44 @@ app.kubernetes.io/component: operator
 {{- printf "%s@%s" $img.repository $img.digest }}
 {{- else }}
 {{- printf "%s:%s" $img.repository (default .Chart.AppVersion $img.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+NetworkPolicy egress rules both the operator and the agents need: the API server runs outside the
+pod network (or on the hosts), so no pod or namespace selector reaches it: its addresses when
+given, else any address on its ports only; and the cluster DNS.
+*/}}
+{{- define "gpuval.networkPolicy.egressApiServerAndDns" -}}
+{{- $np := .Values.networkPolicy -}}
+- ports:
+    {{- range $np.apiServer.ports }}
+    - protocol: TCP
+      port: {{ . }}
+    {{- end }}
+  {{- with $np.apiServer.cidrs }}
+  to:
+    {{- range . }}
+    - ipBlock:
+        cidr: {{ . }}
+    {{- end }}
+  {{- end }}
+{{- include "gpuval.networkPolicy.egressDns" . | nindent 0 }}
+{{- end }}
+
+{{/* NetworkPolicy egress to the cluster DNS, when networkPolicy.dns.enabled (else nothing). */}}
+{{- define "gpuval.networkPolicy.egressDns" -}}
+{{- $dns := .Values.networkPolicy.dns }}
+{{- if $dns.enabled -}}
+- to:
+    - namespaceSelector:
+        {{- toYaml $dns.namespaceSelector | nindent 8 }}
+      podSelector:
+        {{- toYaml $dns.podSelector | nindent 8 }}
+  ports:
+    - protocol: UDP
+      port: 53
+    - protocol: TCP
+      port: 53
 {{- end }}
 {{- end }}

@@ -39,6 +39,12 @@ def quiet(_message: str) -> None:
     """A log that drops everything (for callers that only want the paths)."""
 
 
+def uv_command() -> list[str]:
+    """The uv of this build: the one `uv run` exported, else one on PATH, else python3's."""
+    found = os.environ.get("UV") or shutil.which("uv")
+    return [found] if found else ["python3", "-m", "uv"]
+
+
 def go_env(root: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update(

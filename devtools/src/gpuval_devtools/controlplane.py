@@ -34,6 +34,7 @@ from gpuval_devtools.binaries import (
     KWOK_VERSION,
     Binaries,
     build,
+    chart_tools,
 )
 from gpuval_devtools.buildsteps import (
     BuildError,
@@ -275,6 +276,11 @@ class Cluster:
             timeout=120,
         )
 
+    def component_pid(self, component: str) -> int:
+        """The process id of a control-plane component (``kube-apiserver``...), from the pid file
+        kwokctl's binary runtime keeps for it."""
+        return int((self.cluster_dir / "pids" / f"{component}.pid").read_text().strip())
+
     def delete_node(self, name: str) -> None:
         self.kubectl("delete", "node", name, "--wait=true")
 
@@ -342,7 +348,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             started = time.monotonic()
             binaries = build()
             tools = node_tools(binaries, log=_stderr_log)
-            for name, path in [*vars(binaries).items(), *vars(tools).items()]:
+            lint = chart_tools(log=_stderr_log)
+            for name, path in [*vars(binaries).items(), *vars(tools).items(), *vars(lint).items()]:
                 print(f"{name:24} {path}")
             print(f"ready in {time.monotonic() - started:.1f}s")
         elif args.command == "up":

@@ -46,6 +46,7 @@ from gpuval_devtools.buildsteps import (
     run_step,
     stderr_log,
     tree_digest,
+    uv_command,
 )
 from gpuval_devtools.imagespecs import (
     AGENT_GPU,
@@ -104,12 +105,6 @@ def tools(*, log: Log) -> dict[str, Path]:
     return {"umoci": umoci["usr/bin/umoci"]}
 
 
-def _uv() -> list[str]:
-    """The uv of this build: the one `uv run` exported, else one on PATH, else python3's."""
-    found = os.environ.get("UV") or shutil.which("uv")
-    return [found] if found else ["python3", "-m", "uv"]
-
-
 def debian_rootfs(spec: ImageSpec, target: Path, *, log: Log) -> list[dict[str, str]]:
     """Debian's python3 and the image's other packages, with their dependencies, extracted into
     ``target`` (nothing installed: no maintainer script runs); returns the packages."""
@@ -146,7 +141,7 @@ def debian_rootfs(spec: ImageSpec, target: Path, *, log: Log) -> list[dict[str, 
 def python_layer(spec: ImageSpec, target: Path, *, log: Log) -> None:
     """The lock's packages for ``spec.package`` (and its extras), wheels only, hashes checked."""
     requirements = target.parent / f"{target.name}.requirements.txt"
-    export = [*_uv(), "export", "--frozen", "--no-dev", "--no-emit-workspace", "--no-header"]
+    export = [*uv_command(), "export", "--frozen", "--no-dev", "--no-emit-workspace", "--no-header"]
     export += ["--package", spec.package, "--output-file", str(requirements)]
     for extra in spec.extras:
         export += ["--extra", extra]
@@ -154,7 +149,7 @@ def python_layer(spec: ImageSpec, target: Path, *, log: Log) -> None:
     run_step(
         f"image-{spec.name}-python-packages",
         [
-            *_uv(),
+            *uv_command(),
             "pip",
             "install",
             "--target",
@@ -182,7 +177,7 @@ def gpuval_layer(spec: ImageSpec, target: Path, wheels: Path, *, log: Log) -> No
     for member in spec.members:
         run_step(
             f"image-wheel-{member}",
-            [*_uv(), "build", "--wheel", "--out-dir", str(wheels), str(REPO_ROOT / member)],
+            [*uv_command(), "build", "--wheel", "--out-dir", str(wheels), str(REPO_ROOT / member)],
             env={**os.environ, "SOURCE_DATE_EPOCH": str(source_date_epoch())},
             log=log,
         )
@@ -190,7 +185,7 @@ def gpuval_layer(spec: ImageSpec, target: Path, wheels: Path, *, log: Log) -> No
     run_step(
         f"image-{spec.name}-gpuval-packages",
         [
-            *_uv(),
+            *uv_command(),
             "pip",
             "install",
             "--target",

@@ -46,7 +46,8 @@ def kwokctl_config(workdir: Path, name: str) -> Path:
     """kwok-controller limited to the nodes annotated as kwok's, so a real node's kubelet is left
     alone (a configuration file: kwokctl v0.8.0 panics on this flag in --extra-args); the API
     server's certificate valid for the `kubernetes` Service address, which pods of a real node
-    connect to; the API server authenticating to kubelets, so `kubectl logs` reaches one."""
+    connect to; the API server authenticating to kubelets, so `kubectl logs` reaches one;
+    kube-scheduler and kube-controller-manager without leader election (below)."""
     pki = workdir / "clusters" / name / "pki"
     config = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -62,6 +63,15 @@ def kwokctl_config(workdir: Path, name: str) -> Path:
                     {"key": "kubelet-preferred-address-types", "value": "InternalIP"},
                 ],
             },
+            # One kube-scheduler and one kube-controller-manager per cluster: leader election
+            # only adds a way to die. With it, an API server that answers no Lease renewal for
+            # longer than the renew deadline (10 s: a loaded 2-core machine, a test that stops
+            # it) makes both exit ("leaderelection lost"); kwokctl's binary runtime never
+            # restarts them and pods stay Pending with no hint. Without it they retry.
+            *(
+                {"name": component, "extraArgs": [{"key": "leader-elect", "value": "false"}]}
+                for component in ("kube-scheduler", "kube-controller-manager")
+            ),
             {
                 "name": "kwok-controller",
                 "extraArgs": [

@@ -1,9 +1,10 @@
 """The report's plots, as plotly figures built from a FleetView.
 
 A distribution per figure (one point per unit, hover names it) with the outliers and failing units
-labelled on the plot, so a person sees who is slow without hovering, and the baseline's band when
-the view was judged against one (from the BelowBaseline floor to the centre plus its spread, the
-centre a line); the NCCL sweep as busbw against message size (the fabric's pairs are drawn by
+labelled on the plot (units sharing a value share one label; labels stacked so none covers
+another), so a person sees who is slow without hovering, and the baseline's band when the view was
+judged against one (from the BelowBaseline floor to the centre plus its spread, the centre a line);
+the NCCL sweep as busbw against message size (the fabric's pairs are drawn by
 gpuval_report.fabric). Colours follow the verdict; a verdict this version does not know gets a
 colour of its own rather than being dropped.
 """
@@ -11,7 +12,8 @@ colour of its own rather than being dropped.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import plotly.graph_objects as go
@@ -37,6 +39,19 @@ KNOWN_COLOURS = {
 }
 OTHER_COLOURS = ("#ef6c00", "#6a1b9a", "#00838f", "#ad1457", "#4e342e")
 BAND_COLOUR = "#00897b"  # the baseline's band and centre line
+# Labels on a distribution plot: at most this many (the worst), each naming this many units.
+MAX_LABELS = 8
+NAMES_PER_LABEL = 2
+# Estimates for laying labels out without a browser (label_levels): the page's 12 px sans-serif
+# averages under 7 px a character; the plots are 1,100 px wide or more in a 1,280 px window.
+CHAR_PX = 7.0
+PLOT_PX = 1000.0
+LABEL_GAP_PX = 12.0
+LEVEL_PX = 20
+LABEL_RISE_PX = 26  # the lowest label's arrow
+LABEL_TEXT_PX = 18
+BASE_HEIGHT = 300
+PLOT_MARGIN_PX = 100  # layout(): top 50, bottom 50
 # Beyond this many sweeps the NCCL plot shows the median and the slowest ones, not every node.
 MAX_CURVES = 12
 
@@ -65,17 +80,85 @@ def _jitter(index: int) -> float:
     return ((index * 0.618034) % 1.0 - 0.5) * 0.5
 
 
-def _labels(
-    figure: Figure, measured: Sequence[UnitView], outliers: Sequence[FigureOutlier]
-) -> dict[str, str]:
-    """Units named on the plot: outliers of this figure, and units a failure of this figure's
-    check failed (a node failing its burn is named on the burn plot, not on every plot)."""
-    labels = {o.unit: f"{o.unit} ({o.ratio:.0%} of median)" for o in outliers}
+@dataclass(frozen=True)
+class Label:
+    """One annotation: the units it names (grouped when they share a value), where it points."""
+
+    x: float
+    y: float
+    text: str
+    verdict: str
+    ratio: float  # of the median: the worst are labelled first
+    units: int
+
+
+def plot_labels(
+    figure: Figure,
+    measured: Sequence[UnitView],
+    outliers: Sequence[FigureOutlier],
+    position: Mapping[str, tuple[float, float]],
+) -> tuple[list[Label], int]:
+    """The labels of one plot and how many named units did not get one.
+
+    Named: outliers of this figure, and units a failure of this figure's check failed (a node
+    failing its burn is named on the burn plot, not on every plot). Units that share a verdict,
+    a shown value and why they are named share one label ("a, b and 4 more (60% of median)"):
+    on a 1,000-node fleet a fault hits several nodes alike, and one label each would be drawn on
+    top of each other. The worst MAX_LABELS groups are labelled; the rest are counted.
+    """
+    why = {o.unit: f"{o.ratio:.0%} of median" for o in outliers}
     for unit in measured:
         reasons = [f.reason for f in unit.failures if f.check == figure.check]
-        if reasons and unit.name not in labels:
-            labels[unit.name] = f"{unit.name} ({reasons[0]})"
-    return labels
+        if reasons and unit.name not in why:
+            why[unit.name] = reasons[0]
+    values = [u.figures[figure.key] for u in measured]
+    median = statistics.median(values) if values else 0.0
+    groups: dict[tuple[str, str, str], list[UnitView]] = {}
+    for unit in measured:
+        if unit.name in why:
+            key = (unit.verdict, f"{unit.figures[figure.key]:.1f}", why[unit.name])
+            groups.setdefault(key, []).append(unit)
+    labels = []
+    for (verdict, _, reason), units in groups.items():
+        names = sorted(u.name for u in units)
+        shown = ", ".join(names[:NAMES_PER_LABEL])
+        rest = len(names) - NAMES_PER_LABEL
+        text = f"{shown}{f' and {rest} more' if rest > 0 else ''} ({reason})"
+        # Above the group's highest point, so the label clears every point it names.
+        x = position[names[0]][0]
+        y = max(position[n][1] for n in names)
+        labels.append(Label(x, y, text, verdict, x / median if median else 0.0, len(names)))
+    labels.sort(key=lambda label: (label.ratio, label.text))
+    return labels[:MAX_LABELS], sum(label.units for label in labels[MAX_LABELS:])
+
+
+def label_levels(labels: Sequence[Label], lo: float, hi: float) -> list[tuple[int, str]]:
+    """Each label's level above its point (0 the lowest) and its anchor, so that no two labels
+    on one level share pixels: labels left of the middle grow rightwards from their point, the
+    others leftwards, and a label that would touch one already placed goes a level up.
+
+    Widths are estimated (CHAR_PX per character) on a plot PLOT_PX wide, the narrowest the page
+    draws at the width it is read at; a wider plot only moves the points further apart.
+    """
+    span = (hi - lo) or 1.0
+    taken: list[list[tuple[float, float]]] = []
+    placed = []
+    for label in labels:
+        x = (label.x - lo) / span * PLOT_PX
+        width = CHAR_PX * len(label.text)
+        anchor = "left" if x <= PLOT_PX / 2 else "right"
+        box = (x, x + width) if anchor == "left" else (x - width, x)
+        level = 0
+        while level < len(taken) and any(
+            box[0] < right + LABEL_GAP_PX and left < box[1] + LABEL_GAP_PX
+            for left, right in taken[level]
+        ):
+            level += 1
+        if level == len(taken):
+            taken.append([])
+        taken[level].append(box)
+        placed.append((level, anchor))
+    return placed
 
 
 def distribution(view: FleetView, figure: Figure, outliers: Sequence[FigureOutlier]) -> go.Figure:
@@ -102,37 +185,53 @@ def distribution(view: FleetView, figure: Figure, outliers: Sequence[FigureOutli
             )
         )
     values = [u.figures[figure.key] for u in measured]
+    axis = f"{figure.unit} (grey: median; dotted red: 90 % of the median"
+    baseline = view.baseline
+    band = baseline.bands.get(figure.key) if baseline is not None else None
+    lo, hi = _x_range(values, () if band is None else (band.floor, band.centre + band.spread))
+    if baseline is not None and band is not None:
+        _band(fig, band, baseline.title)
+        axis += f"; band: the {baseline.title}, its floor to its centre"
+    levels = 0
     if values:
         median = statistics.median(values)
         fig.add_vline(x=median, line={"color": "#90a4ae", "width": 1})
         fig.add_vline(
             x=OUTLIER_RATIO * median, line={"color": "#c62828", "dash": "dot", "width": 1}
         )
-    axis = f"{figure.unit} (grey: median; dotted red: 90 % of the median"
-    baseline = view.baseline
-    band = baseline.bands.get(figure.key) if baseline is not None else None
-    if baseline is not None and band is not None:
-        _band(fig, band, baseline.title)
-        axis += f"; band: the {baseline.title}, its floor to its centre"
-    for index, (name, text) in enumerate(_labels(figure, measured, outliers).items()):
-        unit_verdict = next(u.verdict for u in measured if u.name == name)
-        x, y = position[name]
-        fig.add_annotation(
-            x=x,
-            y=y,
-            text=text,
-            showarrow=True,
-            arrowhead=2,
-            ax=0,
-            ay=-28 - 18 * (index % 3),
-            font={"color": verdict_colour(unit_verdict, verdicts)},
-        )
-    fig.update_layout(**layout(f"{figure.label} per {view.unit_label} ({figure.unit})", 300))
-    fig.update_xaxes(title_text=axis + ")")
+        labels, unlabelled = plot_labels(figure, measured, outliers, position)
+        placed = label_levels(labels, lo, hi)
+        levels = max((level + 1 for level, _ in placed), default=0)
+        for label, (level, anchor) in zip(labels, placed, strict=True):
+            fig.add_annotation(
+                x=label.x,
+                y=label.y,
+                text=label.text,
+                showarrow=True,
+                arrowhead=2,
+                ax=0,
+                ay=-(LABEL_RISE_PX + LEVEL_PX * level),
+                xanchor=anchor,
+                font={"color": verdict_colour(label.verdict, verdicts)},
+            )
+        if unlabelled:
+            fig.add_annotation(
+                x=1,
+                y=1,
+                xref="paper",
+                yref="paper",
+                xanchor="right",
+                yanchor="bottom",
+                showarrow=False,
+                text=f"and {unlabelled} more named under Failures and Outliers",
+            )
+    height = BASE_HEIGHT + LEVEL_PX * levels
+    fig.update_layout(**layout(f"{figure.label} per {view.unit_label} ({figure.unit})", height))
+    fig.update_xaxes(title_text=axis + ")", range=[lo, hi])
     fig.update_yaxes(
         tickvals=list(range(len(rows))),
         ticktext=rows,
-        range=[-0.7, len(rows) - 0.3],
+        range=[-0.7, len(rows) - 0.3 + _headroom(len(rows), height, levels)],
         zeroline=False,
     )
     return fig
@@ -159,6 +258,27 @@ def _band(fig: go.Figure, band: Band, name: str) -> None:
         showarrow=False,
         font={"color": BAND_COLOUR},
     )
+
+
+def _x_range(values: Sequence[float], band: Sequence[float] = ()) -> tuple[float, float]:
+    """The x axis: every value, the outlier bound and the baseline's band, with a margin (fixed,
+    so label_levels knows where each point is drawn)."""
+    if not values:
+        return 0.0, 1.0
+    lo = min(*values, OUTLIER_RATIO * statistics.median(values), *band)
+    hi = max([*values, *band])
+    pad = 0.05 * ((hi - lo) or abs(hi) or 1.0)
+    return lo - pad, hi + pad
+
+
+def _headroom(rows: int, height: int, levels: int) -> float:
+    """Rows of room above the top row, so the highest label stays inside the plot."""
+    if not levels:
+        return 0.0
+    need = LABEL_RISE_PX + LEVEL_PX * (levels - 1) + LABEL_TEXT_PX
+    area = height - PLOT_MARGIN_PX
+    span = rows + 0.4
+    return max(0.0, (need * span - 0.7 * area) / (area - need))
 
 
 def _median_curve(

@@ -18,6 +18,7 @@ from gpuval_api.conditions import ConditionType
 from gpuval_api.views import FIGURES, PASSED, FleetView, UniformityRow
 from gpuval_report.baseline import baseline_section, history_section
 from gpuval_report.fabric import fabric_section
+from gpuval_report.failures import failures_html
 from gpuval_report.figures import distribution, figure_html, nccl_sweep, verdict_colour
 from gpuval_report.state import state_section
 from gpuval_report.tables import table
@@ -53,24 +54,17 @@ def _counts(view: FleetView) -> str:
 def _failures(view: FleetView) -> str:
     if not view.failures:
         return '<p class="none">No failures.</p>'
-    rows = [
-        [
-            escape(f.unit),
-            escape(f.check),
-            "" if f.gpu is None else str(f.gpu),
-            f"<b>{escape(f.reason)}</b>",
-            escape(f.message),
-            escape(f.hint),
-        ]
-        for f in view.failures
-    ]
+    units = len({f.unit for f in view.failures})
+    counted = (
+        f"<p>{units} failing {view.unit_label}{'s' if units != 1 else ''}, "
+        f"{len(view.failures)} findings.</p>"
+    )
     more = (
         f"<p>{view.failing_omitted} more failing nodes are not listed in the status.</p>"
         if view.failing_omitted
         else ""
     )
-    listed = table([view.unit_label, "check", "GPU", "reason", "message", "hint"], rows)
-    return listed + more
+    return counted + failures_html(view.failures, view.unit_label) + more
 
 
 def _others(view: FleetView) -> str:

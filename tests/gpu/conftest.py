@@ -29,8 +29,15 @@ def _gpu_count() -> int:
 GPUS = _gpu_count()
 
 
+# Modules whose tests hold CUDA in the test process itself (torch keeps its contexts and cached
+# memory until the process ends). They run last: an agent a later test starts would rightly see
+# this process on its GPUs and leave them untested (GpuInUse).
+IN_PROCESS_CUDA = ("test_gpu_burn.py", "test_gpu_memory.py", "test_gpu_state.py")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip = pytest.mark.skip(reason="needs torch and an NVIDIA GPU")
     for item in items:
         if "gpu" in item.keywords and GPUS == 0:
             item.add_marker(skip)
+    items.sort(key=lambda item: item.path.name in IN_PROCESS_CUDA)

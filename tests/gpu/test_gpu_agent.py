@@ -1,4 +1,8 @@
-"""The real backend end to end: environment record, bandwidth, NCCL (and its hang), the CLI."""
+"""The real backend end to end: environment record, bandwidth, NCCL (and its hang), the CLI.
+
+Nothing here holds CUDA in the test process itself (the CLI runs are agents of their own: one would
+see the test process on its GPUs and leave them untested, GpuInUse); tests/gpu/conftest.py runs the
+modules that do last."""
 
 from __future__ import annotations
 
@@ -10,8 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from gpuval_api.checks import CheckName, parse_checks
+from gpuval_agent.memtest import MemoryFlip, flip_json
+from gpuval_api.checks import CheckName, MemoryPattern, parse_checks
+from gpuval_api.env import AgentEnv
+from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
+
+GIB = 1 << 30
 
 pytestmark = pytest.mark.gpu
 
@@ -150,3 +159,21 @@ def test_a_rank_that_dies_is_named_with_how_and_its_last_words() -> None:
     assert outcome.error is not None and not outcome.timed_out, outcome.log_tail
     assert outcome.error.startswith(f"rank 1 (CUDA device {GPUS + 5}) died with exit code 1: ")
     assert "\n" not in outcome.error
+
+
+def test_gpuval_agent_run_fails_an_injected_flip_as_memory_miscompare(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    config = tmp_path / "checks.json"
+    config.write_text(json.dumps({"memory": {"patterns": ["address", "random"]}}))
+    flip = MemoryFlip(gpu=0, offset=77 * GIB + 4104, bit=42, pattern=MemoryPattern.ADDRESS, step=1)
+    env = os.environ | {AgentEnv.MEMORY_INJECT.value: flip_json([flip])}
+    command = [sys.executable, "-m", "gpuval_agent.cli", "run", "--checks", "memory"]
+    command += ["--config", str(config), "--json", str(out)]
+    run = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    result = json.loads(out.read_text())
+    assert result["reason"] == Reason.MEMORY_MISCOMPARE.value
+    message = result["checks"][0]["message"]
+    assert "GPU 0: pattern address complement (pass 1): 1 word read back wrong at 0x" in message
+    assert f"bits flipped 0x{1 << 42:016x}" in message
+    assert "MemoryMiscompare" in run.stdout and "hint:" in run.stdout

@@ -109,7 +109,7 @@ def test_an_unreachable_node_is_failed_and_its_group_not_run_in_their_reports(
     done = _fabric_agents(
         cluster, account_dir, reports, {1: [{"kind": "fabric-unreachable"}]}, tmp_path
     )
-    assert [d.returncode for d in done] == [2, 1], [d.stderr for d in done]
+    assert [d.returncode for d in done] == [3, 1], [d.stderr for d in done]
     rank0 = get_json(cluster, "gpunodereport", reports[0])["status"]["fabric"]
     rank1 = get_json(cluster, "gpunodereport", reports[1])["status"]["fabric"]
     assert (rank0["verdict"], rank0["reason"]) == ("NotRun", "FabricUnreachable")

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuval_api.env import AgentEnv
+from gpuval_api.report import parse_termination_message
 from gpuval_devtools.controlplane import Cluster
 from tests.support.agentpod import agent_env, create_report, serviceaccount_dir
 from tests.support.kube import get_json
@@ -114,3 +116,31 @@ def test_an_identity_without_the_role_is_refused_with_a_clear_message(
     assert "HTTP 403" in completed.stderr and report in completed.stderr
     assert "Traceback" not in completed.stderr
     assert "status" not in get_json(cluster, "gpunodereport", report)
+
+
+def test_an_agent_beside_another_process_on_a_gpu_writes_not_run_naming_it(
+    cluster: Cluster,
+    install_crds: list[str],
+    writer_account: tuple[str, str],
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    report = unique_name("report")
+    create_report(cluster, report)
+    account_dir = serviceaccount_dir(cluster, *writer_account, tmp_path)
+    simulate = {"gpus": 8, "faults": [{"kind": "foreign-memory", "gpu": 2, "during": "burn"}]}
+    env = agent_env(cluster, account_dir, report, simulate)
+    env[AgentEnv.TERMINATION_LOG] = str(tmp_path / "termination")
+    completed = _run_agent(env)
+    assert completed.returncode == 3, completed.stderr  # not tested
+    status = get_json(cluster, "gpunodereport", report)["status"]
+    assert (status["verdict"], status["reason"]) == ("NotRun", "GpuInUse")
+    assert (
+        "GPU 2 was used by PID 5000002 (python3 hold.py (simulated), 135.0 GiB)"
+        in (status["message"])
+    )
+    assert status["failures"] == []
+    burn = next(c for c in status["result"]["checks"] if c["name"] == "burn")
+    assert [f["reason"] for f in burn["findings"]] == ["GpuInUse"]  # not torch's OOM as CheckError
+    left = parse_termination_message((tmp_path / "termination").read_text())
+    assert left is not None and (left["verdict"], left["reason"]) == ("NotRun", "GpuInUse")

@@ -192,3 +192,42 @@ def test_an_agent_pod_evicted_leaves_its_node_not_run_and_untouched(
     assert reports[node]["verdict"] == "NotRun" and reports[node]["reason"] == "PodEvicted"
     assert f"agent pod {pod_name} was evicted" in reports[node]["message"]
     assert _untouched(state)
+
+
+def test_a_node_whose_gpu_another_process_uses_is_not_run_naming_it_and_untouched(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    # A process outside Kubernetes computes on GPU 3 of the node (what a time-sliced GPU or a
+    # host process gives): the in-cluster agent names it and does not test that GPU.
+    node = fleet.add(unique_name("shared"), faults=[{"kind": "foreign-compute", "gpu": 3}])
+    healthy = fleet.add(unique_name("free"))
+    name = unique_name("shared")
+    spec = {
+        "checks": {"burn": {"durationSeconds": 1}},
+        "retry": {"attempts": 1},
+        "nodeActions": ACTIONS,
+    }
+    with operator():
+        apply(cluster, fleet.validation(name, **spec))
+        status = completed_run(cluster, name, timeout=120)
+        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        state = _node(cluster, node)
+        delete_validation(cluster, name)
+
+    report = reports[node]
+    assert (report["verdict"], report["reason"]) == ("NotRun", "GpuInUse")
+    assert report["message"].startswith("GPU 3 is in use by PID 5000003 (python3 train.py")
+    assert report["failures"] == []  # nothing counts against the node
+    burn = next(c for c in report["result"]["checks"] if c["name"] == "burn")
+    assert burn["verdict"] == "NotRun"
+    assert [(o["gpu"], o["pid"], o["when"]) for o in burn["occupants"]] == [(3, 5000003, "before")]
+    assert {g["index"] for g in burn["gpus"] if "tflops" in g["metrics"]} == set(range(8)) - {3}
+    assert reports[healthy]["verdict"] == "Passed"
+    assert status["nodes"]["notRun"] == 1 and status["nodes"]["failed"] == 0
+    assert status["notRunNodes"][0] == {
+        **status["notRunNodes"][0],
+        "node": node,
+        "reason": "GpuInUse",
+    }
+    assert _untouched(state)
+    assert state["metadata"]["labels"]["gpuval.dev/verdict"] == "not-run"

@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 
 from gpuval_agent.fabric.analysis import (
+    Conclusion,
     GroupRecord,
     PairRecord,
     conclude,
     group_record,
     pair_record,
+    undisturbed,
 )
 from gpuval_agent.fabric.steps import PairFigure, StepReport, StepStatus, failed
 from gpuval_agent.fabric.transport import TransportReading
@@ -142,3 +144,17 @@ def test_a_healthy_group_passes_with_its_figures_and_transport() -> None:
     assert found.message == (
         "group busbw 190.0 GB/s at 1024 MiB; pairs 46.0-46.0 GB/s (floor 41.4) via Unknown"
     )
+
+
+def test_another_process_on_a_groups_gpu_sets_aside_what_it_can_explain_and_nothing_else() -> None:
+    shared = {"c": "GPU 0 is in use by PID 531 (python3 train.py, 3.0 GiB)"}
+    slow = Conclusion(Verdict.FAILED, Reason.NCCL_LOW_BUSBW, "every pair is below the floor")
+    assert undisturbed(slow, "a", shared).reason is Reason.GPU_IN_USE
+    assert undisturbed(slow, "a", shared).verdict is Verdict.NOT_RUN
+    assert "c: GPU 0 is in use by PID 531" in undisturbed(slow, "a", shared).message
+    fallback = Conclusion(Verdict.FAILED, Reason.FABRIC_TRANSPORT_FALLBACK, "sockets")
+    assert undisturbed(fallback, "c", shared) is fallback
+    passed = Conclusion(Verdict.PASSED, None, "fine")
+    assert undisturbed(passed, "a", shared) is passed
+    assert undisturbed(passed, "c", shared).verdict is Verdict.NOT_RUN
+    assert undisturbed(slow, "a", {}) is slow

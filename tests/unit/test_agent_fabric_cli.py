@@ -156,7 +156,7 @@ def test_a_node_that_cannot_reach_rank_0_says_where_and_the_others_are_not_run(
             Reason.FABRIC_UNREACHABLE,
         )
         assert "node-b (rank 1) never reached rank 0's rendezvous" in other.result.message
-        assert other.code == 2
+        assert other.code == 3  # not tested
     assert nodes[1].code == 1
 
 
@@ -260,3 +260,61 @@ def test_the_pod_mode_outside_a_pod_says_what_is_missing(
     monkeypatch.delenv(AgentEnv.REPORT_NAME, raising=False)
     assert main(["fabric", "--cluster"]) == 2
     assert "GPUVAL_REPORT_NAME is not set" in capsys.readouterr().err
+
+
+def test_a_node_whose_gpu_is_in_use_when_the_group_meets_stops_the_group_untested(
+    tmp_path: Path,
+) -> None:
+    nodes = _group(tmp_path, 3, {1: [{"kind": "foreign-memory", "gpu": 1}]})
+    assert [n.code for n in nodes] == [3, 3, 3]  # not tested
+    for node in nodes:
+        assert (node.result.verdict, node.result.reason) == (Verdict.NOT_RUN, Reason.GPU_IN_USE)
+        assert "node-b: GPU 1 is in use by PID 5000001 (python3 hold.py" in node.result.message
+        assert "the group measured nothing" in node.result.message
+        assert node.result.sizes == [] and node.result.pairs == []
+
+
+def test_a_process_sharing_a_gpu_mid_fabric_makes_its_node_untested_and_blames_no_one(
+    tmp_path: Path,
+) -> None:
+    nodes = _group(tmp_path, 4, {2: [{"kind": "foreign-compute", "gpu": 0, "during": "fabric"}]})
+    verdicts = _verdicts(nodes)
+    # The shared node was slow in both its pairs (the double halves its figures, as sharing a
+    # GPU does): the fabric would have named it FabricSlowNode.
+    assert verdicts["node-c"] == (Verdict.NOT_RUN, Reason.GPU_IN_USE)
+    assert "FabricSlowNode" in nodes[2].result.message
+    assert "GPU 0 is in use by PID 5000000" in nodes[2].result.message
+    assert [n.code for n in nodes] == [0, 0, 3, 0]
+    assert all(verdicts[n] == (Verdict.PASSED, None) for n in ("node-a", "node-b", "node-d"))
+
+
+def test_a_rank_waiting_for_its_group_says_who_it_waits_for_and_the_time_left(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    config = tmp_path / "fabric.json"
+    config.write_text(json.dumps({"timeouts": {"initSeconds": 7}}))
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuval_agent.cli",
+            "fabric",
+            "--backend",
+            "simulated",
+            *("--rank", "0", "--world", "2", "--master", f"127.0.0.1:{port}"),
+            *("--nodes", "gpu-a,gpu-b", "--group", "g2", "--config", str(config)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 3
+    waits = [line for line in completed.stderr.splitlines() if "waits for" in line]
+    assert waits, completed.stderr
+    assert waits[0].startswith(
+        f"gpuval-agent: fabric group g2: rank 0 waits for rank 1 (gpu-b); joined: rank 0 "
+        f"(gpu-a, 127.0.0.1:{port}); "
+    )
+    assert waits[0].endswith(" s left of fabric.timeouts.initSeconds")

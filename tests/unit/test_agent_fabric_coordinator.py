@@ -11,6 +11,7 @@ import pytest
 
 from gpuval_agent.fabric.coordinator import (
     Client,
+    Forming,
     LostError,
     NotFormedError,
     RefusedError,
@@ -18,6 +19,7 @@ from gpuval_agent.fabric.coordinator import (
     Server,
     UnreachableError,
 )
+from gpuval_api.fabric import FabricWait, describe_wait
 from gpuval_devtools.controlplane import free_port
 
 
@@ -137,3 +139,45 @@ def test_rank_0_on_a_busy_port_says_so() -> None:
             Server(port, 2, "g", threading.Event())
     finally:
         first.close()
+
+
+def test_a_forming_group_says_every_few_seconds_who_joined_from_where_and_who_is_missing() -> None:
+    port = free_port()
+    heard: list[FabricWait] = []
+    forming = Forming("g", 3, f"127.0.0.1:{port}", ["n0", "n1", "n2"], heard.append, every=0.2)
+    server = Server(port, 3, "g", threading.Event(), forming)
+    client_heard: list[FabricWait] = []
+    client = Client(
+        ("127.0.0.1", port),
+        f"127.0.0.1:{port}",
+        threading.Event(),
+        Forming("g", 3, f"127.0.0.1:{port}", None, client_heard.append, every=0.2),
+    )
+    thread, box = _in_thread(lambda: client.join(_hello(1), time.monotonic() + 10))
+    with pytest.raises(NotFormedError):
+        server.join(_hello(0), time.monotonic() + 2)
+    thread.join()
+    assert isinstance(box.get("error"), NotFormedError)
+    last = heard[-1]
+    assert [(r.rank, r.node, r.address) for r in last.joined] == [
+        (0, "n0", f"127.0.0.1:{port}"),
+        (1, "n1", "127.0.0.1"),
+    ]
+    assert [(r.rank, r.node) for r in last.waiting_for] == [(2, "n2")]
+    assert 0 <= last.seconds_left < 2
+    assert client_heard and client_heard[-1].rank == 1
+    assert [r.rank for r in client_heard[-1].waiting_for] == [2]
+
+
+def test_a_rank_that_cannot_reach_rank_0_says_so_with_its_last_error() -> None:
+    port = free_port()
+    heard: list[FabricWait] = []
+    forming = Forming("g", 2, f"127.0.0.1:{port}", None, heard.append, every=0.2)
+    client = Client(("127.0.0.1", port), f"127.0.0.1:{port}", threading.Event(), forming)
+    with pytest.raises(UnreachableError):
+        client.join(_hello(1, world=2), time.monotonic() + 1.5)
+    assert heard and not heard[-1].connected and heard[-1].rank == 1
+    assert "ConnectionRefusedError" in (heard[-1].last_error or "")
+    assert describe_wait(heard[-1]).startswith(
+        f"fabric group g: rank 1 cannot reach rank 0 at 127.0.0.1:{port} yet (last attempt: "
+    )

@@ -1,8 +1,9 @@
-"""The real fabric executor's process handling on CPU: commands, events, deadlines, kills.
+"""The agent's rank processes on CPU, as the fabric executor drives them: commands, events,
+deadlines, kills.
 
-The worker processes here are small Python scripts that speak the workers' protocol (a command
-per stdin line, an event per line in the events file), so what is tested is the agent's side:
-gpuval_agent.fabric.workers, which never imports torch.
+The worker processes here are small Python scripts that speak the rank workers' protocol (a
+command per stdin line, an event per line in the events file), so what is tested is the agent's
+side: gpuval_agent.backends.ranks and gpuval_agent.fabric.workers, which never import torch.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuval_agent.backends.ranks import RankGroup
 from gpuval_agent.fabric.coordinator import Roster
 from gpuval_agent.fabric.steps import StepStatus
-from gpuval_agent.fabric.workers import Generation, TorchFabric, _report
+from gpuval_agent.fabric.workers import TorchFabric, _report
 from gpuval_api.fabric import FabricConfig
 
 # A stand-in worker: ready at once, then answers each command (or misbehaves, by its argv).
@@ -49,7 +51,7 @@ for line in sys.stdin:
 """
 
 
-def _generation(tmp_path: Path, modes: list[str]) -> Generation:
+def _generation(tmp_path: Path, modes: list[str]) -> RankGroup:
     script = tmp_path / "fake_worker.py"
     script.write_text(FAKE)
     logs = [tmp_path / f"gen0-gpu{i}.log" for i in range(len(modes))]
@@ -57,7 +59,8 @@ def _generation(tmp_path: Path, modes: list[str]) -> Generation:
         [sys.executable, str(script), str(log.with_suffix(".events")), mode]
         for log, mode in zip(logs, modes, strict=True)
     ]
-    return Generation(commands, dict(os.environ), logs)
+    labels = [f"local GPU {i}" for i in range(len(modes))]
+    return RankGroup(commands, [dict(os.environ)] * len(modes), True, logs=logs, labels=labels)
 
 
 def _alive(pid: int) -> bool:
@@ -73,9 +76,9 @@ def test_every_workers_answer_to_a_command_is_collected(tmp_path: Path) -> None:
     generation = _generation(tmp_path, ["ok", "ok"])
     stop = threading.Event()
     try:
-        assert generation.wait(0, time.monotonic() + 30, stop) == [{"id": 0, "ready": True}] * 2
+        assert generation.answers(0, time.monotonic() + 30, stop) == [{"id": 0, "ready": True}] * 2
         generation.send({"op": "group", "id": 1})
-        events = generation.wait(1, time.monotonic() + 30, stop)
+        events = generation.answers(1, time.monotonic() + 30, stop)
         assert isinstance(events, list) and _report(events).sizes == [(1048576, 0.001)]
     finally:
         generation.kill()
@@ -87,11 +90,11 @@ def test_a_hung_worker_times_out_and_the_kill_ends_it_with_everything_it_started
 ) -> None:
     generation = _generation(tmp_path, ["ok", "child"])
     stop = threading.Event()
-    ready = generation.wait(0, time.monotonic() + 30, stop)
+    ready = generation.answers(0, time.monotonic() + 30, stop)
     assert isinstance(ready, list)
     grandchild = int(ready[1]["child"])
     generation.send({"op": "group", "id": 1})
-    assert generation.wait(1, time.monotonic() + 1.0, stop) == "timeout"
+    assert generation.answers(1, time.monotonic() + 1.0, stop) == "timeout"
     generation.kill()
     assert all(p.returncode is not None for p in generation.processes)
     deadline = time.monotonic() + 10
@@ -104,9 +107,9 @@ def test_a_worker_that_dies_is_named_with_its_last_words(tmp_path: Path) -> None
     generation = _generation(tmp_path, ["ok", "die"])
     stop = threading.Event()
     try:
-        assert isinstance(generation.wait(0, time.monotonic() + 30, stop), list)
+        assert isinstance(generation.answers(0, time.monotonic() + 30, stop), list)
         generation.send({"op": "group", "id": 1})
-        outcome = generation.wait(1, time.monotonic() + 30, stop)
+        outcome = generation.answers(1, time.monotonic() + 30, stop)
     finally:
         generation.kill()
     assert outcome == (
@@ -120,9 +123,9 @@ def test_one_workers_error_ends_the_step_without_waiting_for_its_stuck_partner(
     generation = _generation(tmp_path, ["hang", "error"])
     stop = threading.Event()
     try:
-        assert isinstance(generation.wait(0, time.monotonic() + 30, stop), list)
+        assert isinstance(generation.answers(0, time.monotonic() + 30, stop), list)
         generation.send({"op": "group", "id": 1})
-        events = generation.wait(1, time.monotonic() + 60, stop)
+        events = generation.answers(1, time.monotonic() + 60, stop)
     finally:
         generation.kill()
     assert isinstance(events, list)

@@ -24,10 +24,10 @@ from gpuval_agent.cli import main
 from gpuval_agent.errors import AgentError
 from gpuval_agent.kube import ApiServer, ReportUnreachableError, ReportWriter
 from gpuval_api.report import (
-    TERMINATION_MESSAGE_LIMIT,
     build_running_status,
     parse_termination_message,
 )
+from gpuval_api.termination import TERMINATION_MESSAGE_LIMIT
 
 
 @dataclass

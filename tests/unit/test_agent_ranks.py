@@ -1,11 +1,16 @@
-"""The per-rank process runner behind the NCCL check: deadlines, kept output, cleanup."""
+"""The agent's one rank-process manager (the NCCL check and the fabric): deadlines, kept output,
+cleanup."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import time
 
+import pytest
+
+from gpuval_agent.backends.cuda import all_reduce_processes
 from gpuval_agent.backends.ranks import RankGroup, run_ranks
 
 _HANG = (
@@ -75,3 +80,16 @@ def test_a_failed_run_names_the_rank_that_died_how_and_its_last_words() -> None:
     assert text.startswith("rank 1 (CUDA device 1) died with exit code 1: RuntimeError: CUDA ")
     assert "invalid device ordinal" in text and "\n" not in text
     assert text.endswith("the others were stopped (rank 0: signal SIGKILL)")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed")
+def test_the_nccl_checks_ranks_are_the_rank_workers_and_a_rank_that_cannot_start_is_named() -> None:
+    outcome = all_reduce_processes([0, 1], [1 << 20], 5, 60)
+    assert not outcome.timed_out
+    assert outcome.error is not None
+    assert outcome.error.startswith(
+        "rank 0 (CUDA device 0) died with exit code 1: ModuleNotFoundError: No module named 'torch'"
+    )
+    assert (
+        outcome.log_tail is not None and "gpuval_agent/backends/rank_worker.py" in outcome.log_tail
+    )

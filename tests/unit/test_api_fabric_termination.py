@@ -12,8 +12,9 @@ from gpuval_api.fabric import (
     parse_fabric_termination_message,
 )
 from gpuval_api.reasons import Reason
-from gpuval_api.report import TERMINATION_MESSAGE_LIMIT, build_termination_message
+from gpuval_api.report import build_termination_message
 from gpuval_api.result import Verdict
+from gpuval_api.termination import TERMINATION_MESSAGE_LIMIT
 
 
 def _status(message: str = "slow in every pair", log_tail: str = "") -> dict[str, object]:

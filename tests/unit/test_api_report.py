@@ -10,7 +10,6 @@ from gpuval_api.checks import ChecksConfig
 from gpuval_api.reasons import REASONS, Reason, Severity
 from gpuval_api.report import (
     MAX_FAILURES,
-    TERMINATION_MESSAGE_LIMIT,
     build_operator_failure_status,
     build_report_status,
     build_running_status,
@@ -27,6 +26,7 @@ from gpuval_api.result import (
     PairResult,
     Verdict,
 )
+from gpuval_api.termination import TERMINATION_MESSAGE_LIMIT
 
 START = datetime(2026, 11, 30, 5, 0, 0, tzinfo=UTC)
 END = datetime(2026, 11, 30, 5, 2, 30, tzinfo=UTC)
@@ -206,6 +206,7 @@ def test_every_reason_of_an_untested_node_is_not_run_and_evidence_is_failed() ->
         Reason.INVALID_CONFIG,
         Reason.AGENT_STOPPED,
         Reason.FABRIC_GANG_NOT_FORMED,
+        Reason.GPU_IN_USE,
         Reason.DCGM_NOT_AVAILABLE,
     }
     for evidence in (Reason.TIMED_OUT, Reason.NODE_GONE, Reason.POD_FAILED, Reason.BURN_MISMATCH):

@@ -2,11 +2,13 @@
 `gpuval-agent fabric` (NCCL across machines, by hand or in the fabric pod: gpuval_agent.fabric).
 
 Exit codes: 0 every check passed, 1 a check failed, 2 the agent itself could not run (the reason
-is on stderr; in cluster mode also in the report when it could still be written), and for `run`
-130 when SIGTERM/SIGINT stopped it before the checks finished (it prints the partial table). A
-stopped `cluster` agent exits 2 and writes no final report: the operator writes why it stopped
-(evicted, deleted, timed out), which a partial result must not overwrite. The cluster front end
-lives in gpuval_agent.cluster.
+is on stderr; in cluster mode also in the report when it could still be written), 3 not tested:
+nothing failed, but a GPU was not tested because another process used it (GpuInUse: the table
+names the GPU, the process and what to do; run again once it is free), and for `run` 130 when
+SIGTERM/SIGINT stopped it before the checks finished (it prints the partial table). A stopped
+`cluster` agent exits 2 and writes no final report: the operator writes why it stopped (evicted,
+deleted, timed out), which a partial result must not overwrite. The cluster front end lives in
+gpuval_agent.cluster.
 """
 
 from __future__ import annotations

@@ -12,11 +12,17 @@ from gpuval_agent.metrics import AgentMetrics
 from gpuval_agent.state.model import Reading
 from gpuval_api.baseline.comparison import Match
 from gpuval_api.baseline.figures import JUDGED_NCCL_BYTES, nccl_bytes
-from gpuval_api.reasons import Reason, Severity
+from gpuval_api.reasons import Reason, Severity, verdict_of
 from gpuval_api.report import one_line
 from gpuval_api.result import AgentResult, CheckResult, Metric, Verdict
 
 _BAR = 24
+_VERDICT_LINE = {
+    Verdict.PASSED: "PASSED",
+    Verdict.FAILED: "FAILED",
+    Verdict.NOT_RUN: "NOT TESTED",
+    Verdict.SKIPPED: "SKIPPED",
+}
 # A table line holds one line of a message; the whole text stays in the JSON result document.
 TABLE_TEXT = 240
 
@@ -173,8 +179,9 @@ def render_table(result: AgentResult) -> str:
             m = g.metrics
             figures = [m.get(key, 0.0) for key in (Metric.TFLOPS, Metric.MAX_TEMPERATURE)]
             figures += [m.get(key, 0.0) for key in ("maxPowerWatts", "minSmClockMhz")]
+            tflops = f"{figures[0]:>9.1f}" if Metric.TFLOPS in m else f"{'-':>9}"  # not burned
             lines.append(
-                f"{g.index:<4} {figures[0]:>9.1f} {figures[1]:>6.0f} {figures[2]:>6.0f} "
+                f"{g.index:<4} {tflops} {figures[1]:>6.0f} {figures[2]:>6.0f} "
                 f"{figures[3]:>8.0f}  {g.uuid or ''}"
             )
     nccl = result.check("nccl")
@@ -194,12 +201,13 @@ def render_table(result: AgentResult) -> str:
             label = "FAIL" if finding.severity is Severity.ERROR else "WARN"
             if finding.reason is Reason.CHECK_SKIPPED:
                 label = "SKIP"
+            elif verdict_of(finding.reason) is Verdict.NOT_RUN:
+                label = "BUSY" if finding.reason is Reason.GPU_IN_USE else "UNTESTED"
             text = one_line(finding.message, TABLE_TEXT)
             lines.append(f"{label} {name}: {finding.reason.value}: {text}")
             if label != "SKIP":
                 lines.append(f"     hint: {finding.hint}")
-    verdict = "PASSED" if result.verdict is Verdict.PASSED else "FAILED"
-    lines += ["", f"{verdict}: {one_line(result.message, TABLE_TEXT)}"]
+    lines += ["", f"{_VERDICT_LINE[result.verdict]}: {one_line(result.message, TABLE_TEXT)}"]
     return "\n".join(lines)
 
 

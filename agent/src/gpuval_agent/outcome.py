@@ -18,12 +18,22 @@ from gpuval_api.reasons import REASONS, Reason
 from gpuval_api.result import AgentResult, CheckResult, Environment, Finding, Verdict
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+# Not tested: nothing failed, but the agent could not test every GPU (another process used one:
+# GpuInUse) or the fabric's group did not form. Run again once the GPUs are free.
+EXIT_NOT_RUN = 3
 
 
 def exit_code(result: AgentResult) -> int:
     if result.reason is Reason.AGENT_STOPPED:
         return EXIT_INTERRUPTED
-    return EXIT_PASSED if result.verdict is Verdict.PASSED else EXIT_FAILED
+    return verdict_exit_code(result.verdict)
+
+
+def verdict_exit_code(verdict: Verdict) -> int:
+    """0 Passed, 1 Failed, 3 NotRun (not tested)."""
+    if verdict is Verdict.PASSED:
+        return EXIT_PASSED
+    return EXIT_NOT_RUN if verdict is Verdict.NOT_RUN else EXIT_FAILED
 
 
 def validation_message(error: ValidationError, source: str) -> str:

@@ -22,11 +22,13 @@ from gpuval_agent.checks.driver import run_driver
 from gpuval_agent.checks.health import run_health
 from gpuval_agent.checks.memory import run_memory
 from gpuval_agent.checks.nccl import run_nccl, sweep_sizes
+from gpuval_agent.checks.sharing import settle_in_use
 from gpuval_agent.errors import AgentError, NoDriverError
 from gpuval_agent.parts import figures_for
 from gpuval_agent.record import RunRecord
 from gpuval_agent.state.model import Reading
 from gpuval_agent.telemetry import Sampler
+from gpuval_agent.watch import InUseWatch
 from gpuval_api.checks import CheckName, ChecksConfig
 from gpuval_api.reasons import Reason
 from gpuval_api.result import AgentResult, CheckResult, Environment, Verdict
@@ -106,8 +108,16 @@ def run_checks(
     if expected_gpus is None and (advertised := backend.advertised_gpu_count()) is not None:
         expected_gpus = advertised
         expected_gpus_source = f"the GPUs the {backend.name} backend's node advertises"
-    _prepare_nccl(backend, config, enabled, [gpu.index for gpu in environment.gpus])
-    sampler = Sampler(backend, sample_interval, on_samples)
+    # Before the agent's first CUDA context (the NCCL ranks start next): every process on a GPU
+    # now is another's.
+    watch = InUseWatch(backend)
+    busy = watch.take_baseline()
+    if watch.unreadable:
+        environment.unsupported.append("gpuProcesses (no GPU is judged in use)")
+    _prepare_nccl(
+        backend, config, enabled, [g.index for g in environment.gpus if g.index not in busy]
+    )
+    sampler = Sampler(backend, sample_interval, on_samples, tick=watch.tick)
     sampler.start()
     context = CheckContext(
         backend=backend,
@@ -119,6 +129,7 @@ def run_checks(
         expected_gpus=expected_gpus,
         expected_gpus_source=expected_gpus_source,
         stop=stop or threading.Event(),
+        watch=watch,
         record=record if record is not None else RunRecord(),
         on_reading=on_reading,
     )
@@ -218,6 +229,22 @@ def _expected_seconds(config: ChecksConfig, name: CheckName) -> float | None:
 
 
 def _run_one(name: CheckName, context: CheckContext) -> CheckResult:
+    """One check; a load check inside the watch for other processes on its GPUs."""
+    if name not in _CUDA_CHECKS or context.watch is None:
+        return _call(name, context)
+    with context.watch.during() as seen:
+        context.busy = seen.before
+        try:
+            if context.usable_gpus or not seen.before:
+                result = _call(name, context)
+            else:
+                result = CheckBuilder(name.value, context).finish(verdict=Verdict.SKIPPED)
+        finally:
+            context.busy = {}
+    return settle_in_use(result, seen.before, seen.during)
+
+
+def _call(name: CheckName, context: CheckContext) -> CheckResult:
     try:
         return CHECKS[name](context)
     except AgentError as error:
@@ -237,19 +264,26 @@ def _run_one(name: CheckName, context: CheckContext) -> CheckResult:
 def overall(
     checks: list[CheckResult], gpu_count: int, stopped: bool
 ) -> tuple[Verdict, Reason | None, str]:
-    """The run's verdict, reason (the first failed check's) and message from its checks."""
+    """The run's verdict, reason (the first failed check's, else the first untested one's) and
+    message from its checks: Failed on any failure, NotRun when nothing failed but a check did
+    not test a GPU (GpuInUse), else Passed."""
     failed = [c for c in checks if c.verdict is Verdict.FAILED]
-    reason = failed[0].reason if failed else None
+    untested = [c for c in checks if c.verdict is Verdict.NOT_RUN]
+    verdict = Verdict.FAILED if failed else Verdict.NOT_RUN if untested else Verdict.PASSED
+    reason = (failed or untested)[0].reason if failed or untested else None
     if failed:
         message = "; ".join(f"{c.name}: {c.message}" for c in failed)
+    elif untested:
+        # One check's words say what the others' would (the same GPU, the same process).
+        names = ", ".join(c.name for c in untested)
+        message = f"{untested[0].message} (not tested by: {names})"
     else:
         ran = [c.name for c in checks if c.verdict is Verdict.PASSED]
         message = f"{gpu_count} GPUs passed {', '.join(ran) or 'no checks'}"
     if stopped:
         # A partial run never passes: a stopped burn ran shorter than configured.
-        reason = Reason.AGENT_STOPPED
+        verdict, reason = Verdict.FAILED, Reason.AGENT_STOPPED
         message = f"stopped before the checks finished; {message}"
-    verdict = Verdict.FAILED if failed or stopped else Verdict.PASSED
     return verdict, reason, message
 
 

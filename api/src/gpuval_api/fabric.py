@@ -12,18 +12,18 @@ bandwidth compares with the group's (a 2-node tree can show twice the network ra
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gpuval_api import termination
 from gpuval_api.checks import MAX_FIGURE, camel
 from gpuval_api.reasons import Reason, verdict_of
-from gpuval_api.report import TERMINATION_MESSAGE_LIMIT, StatusKey, one_line
+from gpuval_api.report import TERMINATION_MESSAGE_CHARS, StatusKey, one_line, tighten_message
 from gpuval_api.result import NcclSize, Verdict
 
 FABRIC_SCHEMA_VERSION: Literal["gpuval.dev/v1alpha1/fabric"] = "gpuval.dev/v1alpha1/fabric"
@@ -220,6 +220,59 @@ class FabricResult(_Model):
     reason: Reason | None = None
     message: str = ""
     log_tail: str | None = None
+
+
+class WaitingRank(_Model):
+    """One rank of a group that is forming."""
+
+    rank: int = Field(ge=0, le=MAX_GROUP)
+    node: str | None = Field(default=None, description="Its node's name, where known.")
+    address: str | None = Field(
+        default=None,
+        description="Where it is: the address a joined rank connected from, rank 0's ADDR:PORT.",
+    )
+
+
+class FabricWait(_Model):
+    """What a fabric agent waits for while its group forms: the joined ranks, the missing ones,
+    the time left before fabric.timeouts.initSeconds gives up. `gpuval-agent fabric` prints it
+    every few seconds; the in-cluster agent can put it in its report for the operator to show."""
+
+    group: str
+    rank: int = Field(ge=0, le=MAX_GROUP, description="The waiting agent's rank.")
+    world: int = Field(ge=1, le=MAX_GROUP)
+    master: str = Field(description="Rank 0's rendezvous ADDR:PORT.")
+    connected: bool = Field(
+        default=True,
+        description="False: this rank has not reached rank 0 yet (joined and waitingFor are "
+        "then unknown); rank 0 is always connected.",
+    )
+    joined: list[WaitingRank] = Field(default_factory=list)
+    waiting_for: list[WaitingRank] = Field(default_factory=list)
+    seconds_left: float = Field(description="Until the group gives up (initSeconds).")
+    last_error: str | None = Field(
+        default=None, description="Why this rank could not reach rank 0 yet (its last attempt)."
+    )
+
+
+def _ranks(ranks: Sequence[WaitingRank]) -> str:
+    def one(r: WaitingRank) -> str:
+        details = ", ".join(d for d in (r.node, r.address) if d)
+        return f"rank {r.rank}" + (f" ({details})" if details else "")
+
+    return ", ".join(one(r) for r in ranks) or "none"
+
+
+def describe_wait(wait: FabricWait) -> str:
+    """One line about a forming group, e.g. 'fabric group g: rank 0 waits for rank 2 (gpu-c);
+    joined: rank 0 (gpu-a, 10.0.0.1:29500), rank 1 (gpu-b, 10.0.0.2); 163 s left of
+    fabric.timeouts.initSeconds'."""
+    left = f"{wait.seconds_left:.0f} s left of fabric.timeouts.initSeconds"
+    head = f"fabric group {wait.group}: rank {wait.rank}"
+    if not wait.connected:
+        last = f" (last attempt: {wait.last_error})" if wait.last_error else ""
+        return f"{head} cannot reach rank 0 at {wait.master} yet{last}; {left}"
+    return f"{head} waits for {_ranks(wait.waiting_for)}; joined: {_ranks(wait.joined)}; {left}"
 
 
 # -- the pure decisions --
@@ -468,39 +521,41 @@ def build_operator_fabric_status(
 _NOT_IN_TERMINATION = {"result", "nodes", "classified"}
 
 
-def build_fabric_termination_message(status: Mapping[str, object]) -> str:
-    """A fabric agent's `status.fabric` without the result document (and the node list), as
-    compact JSON within the kubelet's termination-message limit, wrapped as {"fabric": {...}}:
-    the node's fabric verdict survives an API server the agent could not reach (the operator
-    reads it back with `parse_fabric_termination_message`)."""
+def _compact_fabric(status: Mapping[str, object]) -> dict[str, Any]:
     compact = FabricStatus.model_validate(status).model_dump(
         mode="json", by_alias=True, exclude=_NOT_IN_TERMINATION
     )
-    compact["message"] = one_line(str(compact.get("message") or ""), 512)
-
-    def text() -> str:
-        return json.dumps({str(StatusKey.FABRIC): compact}, separators=(",", ":"))
-
-    if len(text().encode()) > TERMINATION_MESSAGE_LIMIT:
-        compact["message"] = one_line(compact["message"], 64)
-    return text()
+    compact[FabricKey.MESSAGE] = one_line(
+        str(compact.get(FabricKey.MESSAGE) or ""), TERMINATION_MESSAGE_CHARS
+    )
+    return compact
 
 
-def parse_fabric_termination_message(text: str | None) -> dict[str, object] | None:
-    """The compact `status.fabric` a fabric agent left in its termination message; None when
-    the text carries none (an agent that died before its verdict, or text that is not ours)."""
-    if not text:
-        return None
+def _read_fabric(document: dict[str, Any]) -> dict[str, Any] | None:
     try:
-        document = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(document, dict) or not isinstance(document.get(StatusKey.FABRIC), dict):
-        return None
-    try:
-        status = FabricStatus.model_validate(document[StatusKey.FABRIC])
+        status = FabricStatus.model_validate(document)
     except ValueError:
         return None
     if status.verdict is None:
         return None
     return status.model_dump(mode="json", by_alias=True, exclude=_NOT_IN_TERMINATION)
+
+
+# The fabric pod's termination message: {"fabric": <status.fabric without the result document and
+# the node list>}, the message given up first when it does not fit.
+FABRIC_TERMINATION = termination.Kind(
+    key=str(StatusKey.FABRIC), compact=_compact_fabric, read=_read_fabric, shrink=(tighten_message,)
+)
+
+
+def build_fabric_termination_message(status: Mapping[str, object]) -> str:
+    """A fabric agent's `status.fabric` as its termination message: the node's fabric verdict
+    survives an API server the agent could not reach (read back with
+    `parse_fabric_termination_message`)."""
+    return termination.build(FABRIC_TERMINATION, status)
+
+
+def parse_fabric_termination_message(text: str | None) -> dict[str, object] | None:
+    """The compact `status.fabric` a fabric agent left in its termination message; None when
+    the text carries none (an agent that died before its verdict, or text that is not ours)."""
+    return termination.read(FABRIC_TERMINATION, text)

@@ -94,6 +94,8 @@ class Reason(StrEnum):
     FABRIC_SLOW_LINK = "FabricSlowLink"
     FABRIC_TRANSPORT_FALLBACK = "FabricTransportFallback"
     FABRIC_GANG_NOT_FORMED = "FabricGangNotFormed"
+    # Sharing: another process on the GPU (agent)
+    GPU_IN_USE = "GpuInUse"
     # Baselines and history (agent and operator): what this GPU stack and this node should do
     BELOW_BASELINE = "BelowBaseline"
     DRIFT_FROM_HISTORY = "DriftFromHistory"
@@ -435,6 +437,15 @@ REASONS: dict[Reason, ReasonInfo] = {
         "was not tested (no evidence against the node)",
         "look at the group's pods (`kubectl get pods -l gpuval.dev/fabric-group`): GPUs held by "
         "work, or a node gone; the next run tries again",
+        verdict=Verdict.NOT_RUN,
+    ),
+    Reason.GPU_IN_USE: ReasonInfo(
+        "a process other than the agent's used the GPU before or during a load check "
+        "(time-slicing, MPS, a host process, a pod that sees GPUs it did not request): the GPU "
+        "was not tested, and its figures are no evidence against it",
+        "the message names the GPU, the process (PID as NVML reports it, its name where visible, "
+        "the memory it holds) and the check it disturbed: end or move that work, or give the "
+        "agent the GPU alone, then run again; in a pod, hostPID lets the agent name the process",
         verdict=Verdict.NOT_RUN,
     ),
     Reason.BELOW_BASELINE: ReasonInfo(

@@ -5,15 +5,15 @@ Pure functions: agent and operator build the same shape from here (docs/contract
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from gpuval_api import termination
 from gpuval_api.checks import CheckName
-from gpuval_api.reasons import REASONS, Reason, Severity
-from gpuval_api.result import AgentResult, Metric, Verdict
+from gpuval_api.reasons import REASONS, Reason, Severity, verdict_of
+from gpuval_api.result import AgentResult, Metric, Verdict, untested_gpus
 
 MAX_FAILURES = 16
 MESSAGE_LIMIT = 1024
@@ -104,14 +104,16 @@ def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
 
 
 def build_summary(result: AgentResult) -> dict[str, Any]:
-    """Worst GPU of the node for each figure; a figure that was not measured is absent."""
+    """Worst GPU of the node for each figure; a figure that was not measured is absent, and so
+    is one of a GPU the check did not test (GpuInUse)."""
     summary: dict[str, Any] = {SummaryKey.GPU_COUNT: result.environment.gpu_count}
 
-    def gpu_values(check: str, key: str) -> list[float]:
+    def gpu_values(check: str, key: str, tested_only: bool = True) -> list[float]:
         found = result.check(check)
         if found is None:
             return []
-        return [g.metrics[key] for g in found.gpus if key in g.metrics]
+        untested = untested_gpus(found) if tested_only else set()
+        return [g.metrics[key] for g in found.gpus if key in g.metrics and g.index not in untested]
 
     if tflops := gpu_values(CheckName.BURN, Metric.TFLOPS):
         summary[SummaryKey.BURN_TFLOPS] = round(min(tflops), 3)
@@ -124,24 +126,31 @@ def build_summary(result: AgentResult) -> dict[str, Any]:
             summary[field] = round(min(values), 3)
     bandwidth = result.check(CheckName.BANDWIDTH)
     if bandwidth is not None:
-        p2p = [p.gbps for p in bandwidth.pairs if p.gbps is not None]
+        untested = untested_gpus(bandwidth)
+        p2p = [
+            p.gbps for p in bandwidth.pairs if p.gbps is not None and not {p.src, p.dst} & untested
+        ]
         if p2p:
             summary[SummaryKey.P2P] = round(min(p2p), 3)
     nccl = result.check(CheckName.NCCL)
-    if nccl is not None and nccl.nccl_sizes:
+    if nccl is not None and nccl.nccl_sizes and not untested_gpus(nccl):
         largest = max(nccl.nccl_sizes, key=lambda s: s.bytes)
         summary[SummaryKey.NCCL_BUSBW] = round(largest.busbw_gbps, 3)
-    if temperatures := gpu_values(CheckName.BURN, Metric.MAX_TEMPERATURE):
+    # A temperature is the GPU's whoever loaded it.
+    if temperatures := gpu_values(CheckName.BURN, Metric.MAX_TEMPERATURE, tested_only=False):
         summary[SummaryKey.MAX_TEMPERATURE] = round(max(temperatures), 1)
     return {str(k): v for k, v in summary.items()}
 
 
 def build_failures(result: AgentResult) -> list[dict[str, Any]]:
-    """Error findings of every check, at most MAX_FAILURES, in check order."""
+    """Error findings of every check that count against the node (a NotRun reason such as
+    GpuInUse is no failure: the GPU was not tested), at most MAX_FAILURES, in check order."""
     failures: list[dict[str, Any]] = []
     for check in result.checks:
         for finding in check.findings:
             if finding.severity is not Severity.ERROR:
+                continue
+            if verdict_of(finding.reason) is not Verdict.FAILED:
                 continue
             entry: dict[str, Any] = {
                 FailureKey.CHECK: check.name,
@@ -164,17 +173,19 @@ def _status(values: dict[StatusKey, Any]) -> dict[str, Any]:
 def build_report_status(
     result: AgentResult, evidence: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The `status` of a completed GpuNodeReport, as the agent writes it with a JSON merge patch;
-    `evidence` is a failing node's bundle (gpuval_api.evidence), null otherwise."""
-    verdict = Verdict.PASSED if result.verdict is Verdict.PASSED else Verdict.FAILED
+    """The `status` of a completed GpuNodeReport, as the agent writes it with a JSON merge patch:
+    Passed, Failed, or NotRun (the agent could not test the node, e.g. GpuInUse); `evidence` is a
+    failing node's bundle (gpuval_api.evidence), null otherwise."""
+    verdict = result.verdict if result.verdict in REPORT_VERDICTS else Verdict.FAILED
+    reason = None
+    if verdict is not Verdict.PASSED:
+        reason = result.reason or Reason.CHECK_ERROR
     return _status(
         {
             StatusKey.PHASE: str(ReportPhase.COMPLETED),
             StatusKey.VERDICT: str(verdict),
             # Merge patch: null removes a reason a previous run of this report left behind.
-            StatusKey.REASON: (
-                str(result.reason or Reason.CHECK_ERROR) if verdict is Verdict.FAILED else None
-            ),
+            StatusKey.REASON: str(reason) if reason is not None else None,
             StatusKey.MESSAGE: one_line(result.message),
             StatusKey.STARTED_AT: rfc3339(result.started_at),
             StatusKey.COMPLETED_AT: rfc3339(result.completed_at),
@@ -243,9 +254,7 @@ def build_operator_failure_status(
     )
 
 
-# The kubelet keeps at most 4096 bytes of a container's termination message.
-TERMINATION_MESSAGE_LIMIT = 4096
-_TERMINATION_KEYS = (
+TERMINATION_KEYS = (
     StatusKey.PHASE,
     StatusKey.VERDICT,
     StatusKey.REASON,
@@ -255,43 +264,43 @@ _TERMINATION_KEYS = (
     StatusKey.SUMMARY,
     StatusKey.FAILURES,
 )
+# A termination message's message: cut to this, then to the tight length when it must shrink.
+TERMINATION_MESSAGE_CHARS, TERMINATION_MESSAGE_TIGHT = 512, 64
 
 
-def build_termination_message(status: Mapping[str, Any]) -> str:
-    """A completed report status, without the result document, as compact JSON within the
-    kubelet's limit: the agent's verdict survives an API server it could not reach.
+def tighten_message(compact: dict[str, Any]) -> bool:
+    """A termination message's last shrinking step: the message cut to 64 characters."""
+    message = str(compact.get(StatusKey.MESSAGE) or "")
+    compact[StatusKey.MESSAGE] = one_line(message, TERMINATION_MESSAGE_TIGHT)
+    return False
 
-    Failures are dropped from the end, then the message shortened, until it fits.
-    """
-    compact: dict[str, Any] = {str(k): status.get(k) for k in _TERMINATION_KEYS}
-    compact[StatusKey.MESSAGE] = one_line(str(status.get(StatusKey.MESSAGE) or ""), 512)
+
+def _compact_report(status: Mapping[str, Any]) -> dict[str, Any]:
+    compact: dict[str, Any] = {str(k): status.get(k) for k in TERMINATION_KEYS}
+    compact[StatusKey.MESSAGE] = one_line(
+        str(status.get(StatusKey.MESSAGE) or ""), TERMINATION_MESSAGE_CHARS
+    )
     compact[StatusKey.FAILURES] = [
         {**f, FailureKey.MESSAGE: one_line(str(f.get(FailureKey.MESSAGE, "")), 200)}
         for f in status.get(StatusKey.FAILURES) or []
     ]
-
-    def text() -> str:
-        return json.dumps(compact, separators=(",", ":"), ensure_ascii=False)
-
-    while len(text().encode()) > TERMINATION_MESSAGE_LIMIT and compact[StatusKey.FAILURES]:
-        compact[StatusKey.FAILURES].pop()
-    if len(text().encode()) > TERMINATION_MESSAGE_LIMIT:
-        compact[StatusKey.MESSAGE] = one_line(compact[StatusKey.MESSAGE], 64)
-        compact[StatusKey.SUMMARY] = None
-    return text()
+    return compact
 
 
-def parse_termination_message(text: str | None) -> dict[str, Any] | None:
-    """The completed report status a termination message carries; None when it carries none (an
-    agent that died before its verdict, or text that is not ours)."""
-    if not text:
-        return None
-    try:
-        document = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(document, dict):
-        return None
+def _drop_last_failure(compact: dict[str, Any]) -> bool:
+    failures = compact[StatusKey.FAILURES]
+    if not failures:
+        return False
+    failures.pop()
+    return True
+
+
+def _drop_summary(compact: dict[str, Any]) -> bool:
+    compact[StatusKey.SUMMARY] = None
+    return False
+
+
+def _read_report(document: dict[str, Any]) -> dict[str, Any] | None:
     verdict, reason = document.get(StatusKey.VERDICT), document.get(StatusKey.REASON)
     if document.get(StatusKey.PHASE) != ReportPhase.COMPLETED:
         return None
@@ -300,4 +309,26 @@ def parse_termination_message(text: str | None) -> dict[str, Any] | None:
         return None
     if not isinstance(document.get(StatusKey.FAILURES) or [], list):
         return None
-    return {str(k): document.get(k) for k in _TERMINATION_KEYS}
+    return {str(k): document.get(k) for k in TERMINATION_KEYS}
+
+
+# The agent pod's termination message: the completed status at the top of the object, without
+# the result document; failures are dropped from the end, then the message and summary given up.
+REPORT_TERMINATION = termination.Kind(
+    key=None,
+    compact=_compact_report,
+    read=_read_report,
+    shrink=(_drop_last_failure, tighten_message, _drop_summary),
+)
+
+
+def build_termination_message(status: Mapping[str, Any]) -> str:
+    """A completed report status, without the result document, as compact JSON within the
+    kubelet's limit: the agent's verdict survives an API server it could not reach."""
+    return termination.build(REPORT_TERMINATION, status)
+
+
+def parse_termination_message(text: str | None) -> dict[str, Any] | None:
+    """The completed report status a termination message carries; None when it carries none (an
+    agent that died before its verdict, or text that is not ours)."""
+    return termination.read(REPORT_TERMINATION, text)

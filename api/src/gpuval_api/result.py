@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -162,6 +163,43 @@ class BurnFingerprint(_Model):
     )
 
 
+class InUseWhen(StrEnum):
+    """When a check found another process on a GPU."""
+
+    BEFORE = "before"  # before the check loaded the GPU: the check left the GPU out
+    DURING = "during"  # while the check ran: its figures for the GPU are set aside
+
+
+class GpuOccupant(_Model):
+    """A process other than the agent's on a GPU around a load check (reason GpuInUse)."""
+
+    gpu: int
+    when: InUseWhen
+    pid: int | None = Field(
+        default=None,
+        description="The PID as NVML reports it: the host's, which is the agent's own only when "
+        "the agent shares the host's PID namespace (bare metal, a pod with hostPID). None when "
+        "the GPU was busy but NVML listed no process to the agent (another PID namespace).",
+    )
+    name: str | None = Field(
+        default=None,
+        description="Its command line or executable, where the agent can see it (same PID "
+        "namespace only: elsewhere a PID names some other process of the agent's namespace).",
+    )
+    used_memory_bytes: int | None = Field(
+        default=None, description="GPU memory it holds, as NVML reports it."
+    )
+    sm_percent: int | None = Field(
+        default=None, description="Its recent share of the GPU's SMs (NVML process utilization)."
+    )
+    exact: bool = Field(
+        default=True,
+        description="Whether this process is known not to be the agent's. False: NVML listed "
+        "more compute processes than the agent runs on the GPU, and without a shared PID "
+        "namespace the agent cannot tell which ones are its own; every candidate is listed.",
+    )
+
+
 class CheckResult(_Model):
     name: str
     verdict: Verdict
@@ -175,6 +213,11 @@ class CheckResult(_Model):
     pairs: list[PairResult] = Field(default_factory=list)
     nccl_sizes: list[NcclSize] = Field(default_factory=list)
     fingerprints: list[BurnFingerprint] = Field(default_factory=list)
+    occupants: list[GpuOccupant] = Field(
+        default_factory=list,
+        description="Processes other than the agent's found on a GPU before or during this "
+        "check (reason GpuInUse): those GPUs were not tested by it.",
+    )
     findings: list[Finding] = Field(default_factory=list)
     not_read: list[str] = Field(
         default_factory=list,
@@ -185,6 +228,12 @@ class CheckResult(_Model):
         default=None,
         description="Kept diagnostic output (e.g. NCCL_DEBUG=INFO of a hang), truncated.",
     )
+
+
+def untested_gpus(check: CheckResult) -> set[int]:
+    """The GPUs a check did not test (GpuInUse: another process used them): their figures stay
+    in the result, and are no evidence for a summary, a median or a baseline."""
+    return {g.index for g in check.gpus if g.verdict is Verdict.NOT_RUN}
 
 
 class AgentResult(_Model):

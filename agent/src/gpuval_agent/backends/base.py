@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -101,6 +102,28 @@ class AllReduceOutcome:
     timed_out: bool = False
     error: str | None = None
     log_tail: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A compute process NVML lists on a GPU. `pid` is as NVML reports it: the host's PID, which
+    names a process of the agent's own PID namespace only when the agent shares the host's."""
+
+    pid: int
+    used_memory_bytes: int | None = None
+    sm_percent: int | None = None  # its recent share of the SMs, where NVML samples it
+    name: str | None = None  # the executable, where the backend can tell (same PID namespace)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUse:
+    """One GPU's processes and load at one moment, as NVML shows them."""
+
+    gpu: int
+    processes: tuple[GpuProcess, ...] = ()
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    utilization_percent: int | None = None  # time a kernel ran in NVML's last sample period
 
 
 ProgressCallback = Callable[[BurnProgress], None]
@@ -205,5 +228,33 @@ class Backend(ABC):
         """NCCL all-reduce between `gpus`, one process per GPU, over `sizes` (bytes)."""
 
     @abstractmethod
+    def gpu_use(self) -> list[GpuUse] | None:
+        """Every GPU's compute processes and memory in use now; None where the backend cannot
+        read them (then no GPU is judged in use)."""
+
+    def host_pid_namespace(self) -> bool:
+        """Whether the PIDs gpu_use reports name this process's own PID namespace's processes
+        (bare metal, a pod with hostPID): then the agent's own processes are known exactly."""
+        return shares_host_pid_namespace()
+
+    def agent_gpu_processes(self) -> dict[int, int]:
+        """Per GPU, the most processes of the agent (itself and the rank processes it started)
+        that may hold a CUDA context on it now: what the agent allows itself where it cannot
+        tell its own PIDs from NVML's."""
+        return {}
+
+    @abstractmethod
     def close(self) -> None:
         """Release what the backend holds (GPU memory, NVML)."""
+
+
+# The kernel's fixed inode number of the initial (the host's) PID namespace (PROC_PID_INIT_INO).
+_HOST_PID_NAMESPACE = 0xEFFFFFFC
+
+
+def shares_host_pid_namespace() -> bool:
+    """Whether this process lives in the host's PID namespace, whose PIDs NVML reports."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino == _HOST_PID_NAMESPACE
+    except OSError:
+        return False

@@ -11,7 +11,6 @@ import ast
 import importlib
 import importlib.metadata
 import importlib.util
-import json
 import os
 import socket
 import sys
@@ -29,12 +28,18 @@ from gpuval_agent.backends.base import (
     Backend,
     BurnMeasurement,
     BurnProgress,
+    GpuUse,
     ProgressCallback,
     TelemetrySample,
     XidEvent,
 )
 from gpuval_agent.backends.nvml import Nvml
-from gpuval_agent.backends.ranks import SAFE_NCCL_ENV, TIMING_NCCL_ENV, RankGroup
+from gpuval_agent.backends.ranks import (
+    SAFE_NCCL_ENV,
+    TIMING_NCCL_ENV,
+    RankGroup,
+    worker_command,
+)
 from gpuval_agent.errors import AgentError, BackendUnavailableError
 from gpuval_agent.memtest import (
     MemoryFlip,
@@ -215,6 +220,20 @@ class CudaBackend(Backend):
         events: list[XidEvent] = self._nvml_session().xid_events()
         return events
 
+    def gpu_use(self) -> list[GpuUse] | None:
+        uses: list[GpuUse] | None = self._nvml_session().gpu_use()
+        return uses
+
+    def agent_gpu_processes(self) -> dict[int, int]:
+        """This process on every GPU, and each live prestarted NCCL rank on its own."""
+        counts = dict.fromkeys(range(self._nvml_session().count), 1)
+        prepared = self._prepared
+        if prepared is not None:
+            for ordinal in prepared.live_devices():
+                gpu = self._nvml_index(ordinal)
+                counts[gpu] = counts.get(gpu, 1) + 1
+        return counts
+
     def burn(
         self,
         gpus: list[int],
@@ -291,9 +310,7 @@ class CudaBackend(Backend):
     def prepare_all_reduce(
         self, gpus: list[int], sizes: list[int], iterations: int, timeout_seconds: float
     ) -> None:
-        self._prepared = PreparedAllReduce(
-            self._cuda(gpus), sizes, iterations, timeout_seconds, gated=True
-        )
+        self._prepared = PreparedAllReduce(self._cuda(gpus), sizes, iterations, timeout_seconds)
 
     def all_reduce(
         self, gpus: list[int], sizes: list[int], iterations: int, timeout_seconds: float
@@ -404,6 +421,10 @@ def cuda_ordinals_by_uuid(driver: Any) -> dict[str, int]:
     return found
 
 
+_CHECK, _SWEEP = 1, 2  # the rank worker's command ids: the checked sum, the sweep
+_SETTLE_SECONDS = 2.0  # for a rank that reported its error to exit before it is described
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -412,10 +433,12 @@ def _free_port() -> int:
 
 
 class PreparedAllReduce:
-    """The all-reduce's rank processes, one per GPU (optionally started early, held at a gate).
+    """The NCCL check's rank processes (backends/rank_worker.py), one per GPU. Started early
+    (at the start of the run), they meet and check one all-reduce's sum while the other checks
+    run; the sweep starts the moment the check needs it.
 
     The parent's environment is passed on whole, plus NCCL_DEBUG=INFO (so a hang leaves its
-    trail) and the multicast-off settings.
+    trail), the timing setting and the multicast-off settings.
     """
 
     def __init__(
@@ -425,76 +448,87 @@ class PreparedAllReduce:
         iterations: int,
         timeout_seconds: float,
         *,
-        gated: bool = False,
         hang_rank: int | None = None,
     ) -> None:
         self.key = (tuple(gpus), tuple(sizes), iterations)
+        self.devices = list(gpus)
         self.timeout_seconds = timeout_seconds
         self._dir = tempfile.TemporaryDirectory(prefix="gpuval-nccl-")
-        self.out = Path(self._dir.name) / "result.json"
         port = _free_port()
-        base = TIMING_NCCL_ENV | dict(os.environ) | SAFE_NCCL_ENV
-        base.setdefault("NCCL_DEBUG", "INFO")
-        base.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-        base["PYTHONPATH"] = os.pathsep.join(
-            p for p in (*sys.path, base.get("PYTHONPATH", "")) if p
-        )
-        commands = [
-            [
-                sys.executable,
-                "-m",
-                "gpuval_agent.backends.nccl_worker",
-                "--rank",
-                str(rank),
-                "--world",
-                str(len(gpus)),
-                "--device",
-                str(gpu),
-                "--port",
-                str(port),
-                "--sizes",
-                ",".join(map(str, sizes)),
-                "--iterations",
-                str(iterations),
-                "--timeout",
-                str(timeout_seconds),
-                "--out",
-                str(self.out),
-            ]
-            + (["--hang-rank", str(hang_rank)] if hang_rank is not None else [])
-            + (["--gated"] if gated else [])
-            for rank, gpu in enumerate(gpus)
+        env = TIMING_NCCL_ENV | dict(os.environ) | SAFE_NCCL_ENV
+        env.setdefault("NCCL_DEBUG", "INFO")
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (*sys.path, env.get("PYTHONPATH", "")) if p)
+        logs = [Path(self._dir.name) / f"rank{rank}.log" for rank in range(len(gpus))]
+        specs = [
+            {
+                "rank": rank,
+                "world": len(gpus),
+                "node": 0,
+                "layout": [[0, len(gpus)]],
+                "device": gpu,
+                "storeHost": "127.0.0.1",
+                "storePort": port,
+                "initSeconds": timeout_seconds,
+                "phaseSeconds": timeout_seconds,
+                "events": str(log.with_suffix(".events")),
+                # Fault injection for the GPU tests: this rank never joins the sweep.
+                "testHang": "group" if rank == hang_rank else None,
+            }
+            for rank, (gpu, log) in enumerate(zip(gpus, logs, strict=True))
         ]
-        self.labels = [f"rank {rank} (CUDA device {gpu})" for rank, gpu in enumerate(gpus)]
-        self.group = RankGroup(commands, [dict(base) for _ in gpus], gated=gated)
+        self.group = RankGroup(
+            [worker_command(f"nccl-{os.getpid()}", spec) for spec in specs],
+            [env] * len(gpus),
+            gated=True,
+            logs=logs,
+            labels=[f"rank {rank} (CUDA device {gpu})" for rank, gpu in enumerate(gpus)],
+        )
+        self.group.send({"op": "check", "id": _CHECK})
+        self._sweep = {"op": "group", "id": _SWEEP, "sizes": sizes, "iterations": iterations}
 
     def cancel(self) -> None:
         self.group.cancel()
         self._dir.cleanup()
 
+    def live_devices(self) -> list[int]:
+        """The CUDA devices whose rank process still runs."""
+        processes = self.group.processes
+        return [d for d, p in zip(self.devices, processes, strict=True) if p.poll() is None]
+
     def run(self) -> AllReduceOutcome:
-        self.group.go()
-        run = self.group.wait(self.timeout_seconds)
-        outcome = AllReduceOutcome(timed_out=run.timed_out, log_tail=run.log_tail or None)
+        deadline = time.monotonic() + self.timeout_seconds
         try:
-            if run.timed_out:
-                return outcome
-            if not run.ok:
-                outcome.error = run.describe_failure(self.labels)
-                return outcome
-            try:
-                document = json.loads(self.out.read_text())
-            except (OSError, ValueError) as error:
-                outcome.error = f"rank 0 wrote no result: {error}"
-                return outcome
+            checked = self.group.answers(_CHECK, deadline)
+            swept: list[dict[str, Any]] | str = checked
+            if isinstance(checked, list) and not _errors(checked):
+                self.group.send(self._sweep)
+                swept = self.group.answers(_SWEEP, deadline)
+            if swept == "timeout":
+                self.group.kill()
+                return AllReduceOutcome(timed_out=True, log_tail=self.group.run(True).log_tail)
+            if isinstance(swept, str) or _errors(swept):
+                # A rank that reports its error exits at once: let it, then say who died how.
+                run = self.group.wait(_SETTLE_SECONDS, grace_seconds=0.5)
+                return AllReduceOutcome(
+                    error=run.describe_failure(self.group.labels), log_tail=run.log_tail or None
+                )
+            outcome = AllReduceOutcome()
+            assert isinstance(checked, list)
+            if not all(event.get("sumOk") for event in checked):
+                outcome.error = "the all-reduce gave a wrong sum on at least one rank"
+                outcome.log_tail = self.group.run(False).log_tail or None
+            outcome.sizes = [
+                AllReduceSize(bytes=int(b), seconds=float(t)) for b, t in swept[0]["sizes"]
+            ]
+            return outcome
         finally:
+            self.group.kill()
             self._dir.cleanup()
-        if not document.get("sumOk", False):
-            outcome.error = "the all-reduce gave a wrong sum on at least one rank"
-        outcome.sizes = [
-            AllReduceSize(bytes=s["bytes"], seconds=s["seconds"]) for s in document["sizes"]
-        ]
-        return outcome
+
+
+def _errors(events: list[dict[str, Any]]) -> list[str]:
+    return [str(e["error"]) for e in events if "error" in e]
 
 
 def all_reduce_processes(

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pynvml  # type: ignore[import-untyped,unused-ignore]
 
-from gpuval_agent.backends.base import TelemetrySample, Throttle, XidEvent
+from gpuval_agent.backends.base import GpuProcess, GpuUse, TelemetrySample, Throttle, XidEvent
 from gpuval_agent.backends.nvml_state import clock_event_bits, read_gpu_state
 from gpuval_agent.errors import NoDriverError
 from gpuval_agent.state.model import GpuState
@@ -32,6 +33,8 @@ _THROTTLE_BITS = {
     0x80: Throttle.HW_POWER_BRAKE_SLOWDOWN,
     0x100: Throttle.DISPLAY_CLOCKS,
 }
+# Per-process SM samples newer than this many seconds (NVML keeps older ones in its buffer).
+_PROCESS_SAMPLE_SECONDS = 2.0
 _UNSUPPORTED = {
     pynvml.NVML_ERROR_NOT_SUPPORTED,
     pynvml.NVML_ERROR_NO_PERMISSION,
@@ -235,12 +238,47 @@ class Nvml:
             )
         return samples
 
+    def gpu_use(self) -> list[GpuUse] | None:
+        """Every GPU's compute processes (MPS clients too), memory in use and utilization; None
+        when NVML cannot list processes here."""
+        since = int((time.time() - _PROCESS_SAMPLE_SECONDS) * 1e6)  # NVML's microseconds
+        uses = []
+        for index, handle in enumerate(self.handles):
+            try:
+                listed = list(pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
+            except pynvml.NVMLError:
+                return None
+            listed += _try(pynvml.nvmlDeviceGetMPSComputeRunningProcesses, handle) or []
+            samples = _try(pynvml.nvmlDeviceGetProcessUtilization, handle, since) or []
+            sm = {int(s.pid): int(s.smUtil) for s in samples}
+            processes: dict[int, GpuProcess] = {}
+            for entry in listed:
+                pid = int(entry.pid)
+                memory = getattr(entry, "usedGpuMemory", None)
+                processes[pid] = GpuProcess(
+                    pid=pid,
+                    used_memory_bytes=int(memory) if memory is not None else None,
+                    sm_percent=sm.get(pid),
+                )
+            memory_info = _try(pynvml.nvmlDeviceGetMemoryInfo, handle)
+            rates = _try(pynvml.nvmlDeviceGetUtilizationRates, handle)
+            uses.append(
+                GpuUse(
+                    gpu=index,
+                    processes=tuple(processes.values()),
+                    memory_used_bytes=int(memory_info.used) if memory_info else None,
+                    memory_total_bytes=int(memory_info.total) if memory_info else None,
+                    utilization_percent=int(rates.gpu) if rates else None,
+                )
+            )
+        return uses
+
     def xid_events(self) -> list[XidEvent]:
         if self._events is None:
             return []
         found: list[XidEvent] = []
         index_of = {id(h): i for i, h in enumerate(self.handles)}
-        uuids = {self._uuid(h): i for i, h in enumerate(self.handles)}
+        uuids = {self.uuid(h): i for i, h in enumerate(self.handles)}
         while True:
             try:
                 data = pynvml.nvmlEventSetWait_v2(self._events, 0)
@@ -248,11 +286,11 @@ class Nvml:
                 return found
             gpu = index_of.get(id(data.device))
             if gpu is None:
-                gpu = uuids.get(self._uuid(data.device), -1)
+                gpu = uuids.get(self.uuid(data.device), -1)
             found.append(XidEvent(gpu=gpu, xid=int(data.eventData)))
 
     @staticmethod
-    def _uuid(handle: Any) -> str:
+    def uuid(handle: Any) -> str:
         try:
             return _text(pynvml.nvmlDeviceGetUUID(handle))
         except pynvml.NVMLError:

@@ -11,8 +11,9 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpuval_agent.errors import AgentError
-from gpuval_api.checks import MemoryPattern, camel
+from gpuval_api.checks import CheckName, MemoryPattern, camel
 from gpuval_api.env import AgentEnv
+from gpuval_api.fabric import FABRIC_SUBCOMMAND
 
 
 class FaultKind(StrEnum):
@@ -32,6 +33,11 @@ class FaultKind(StrEnum):
     NO_DRIVER = "no-driver"
     CUDA_INVISIBLE = "cuda-invisible"  # NVML sees the GPU, CUDA does not (CUDA_VISIBLE_DEVICES)
     WRONG_REFERENCE = "wrong-reference"  # the GPU computes the same wrong answer every time
+    # Another process on the GPU: computing (3 GiB, its load halves the agent's figures), or
+    # holding most of its memory (135 GiB: the agent's allocations run out of memory). There
+    # from the start, or appearing as the load check named by `during` starts.
+    FOREIGN_COMPUTE = "foreign-compute"
+    FOREIGN_MEMORY = "foreign-memory"
     # The hardware state (the state check): an NVLink down at rest, NVLink CRC errors that grow
     # while the burn runs, an InfiniBand port down, one that went down `count` times (3), symbol
     # errors that grow during the burn, an XID in the kernel log since boot.
@@ -58,6 +64,16 @@ class FaultKind(StrEnum):
     FABRIC_SOCKET_FALLBACK = "fabric-socket-fallback"
 
 
+class LoadCheck(StrEnum):
+    """The loads a foreign process may appear in (`Fault.during`)."""
+
+    MEMORY = CheckName.MEMORY.value
+    BURN = CheckName.BURN.value
+    BANDWIDTH = CheckName.BANDWIDTH.value
+    NCCL = CheckName.NCCL.value
+    FABRIC = FABRIC_SUBCOMMAND
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=camel, populate_by_name=True, extra="forbid")
 
@@ -79,6 +95,17 @@ class Fault(_Model):
     )
     peer: str | None = Field(
         default=None, min_length=1, description="fabric-slow-link: the other node's name."
+    )
+    during: LoadCheck | None = Field(
+        default=None,
+        description="foreign-compute/-memory: appears as this load starts (default: from the "
+        "start, before the agent's first CUDA context).",
+    )
+    pid: int | None = Field(
+        default=None,
+        ge=1,
+        description="foreign-compute/-memory: its PID as NVML reports it (default: 5000000 + "
+        "gpu, a PID no real process has).",
     )
     factor: float | None = Field(
         default=None,
@@ -119,6 +146,11 @@ class SimulationConfig(_Model):
     nccl: str = "2.28.9"
     faults: list[Fault] = Field(default_factory=list)
     time_scale: float = Field(default=0.01, ge=0, le=10)
+    host_pid: bool = Field(
+        default=True,
+        description="Whether NVML's PIDs are the agent's own namespace's (bare metal, hostPID); "
+        "false: a pod without hostPID, where the agent's own processes show under other PIDs.",
+    )
 
     @classmethod
     def parse(cls, text: str) -> Self:

@@ -28,12 +28,20 @@ from gpuval_agent.backends.base import (
     Backend,
     BurnMeasurement,
     BurnProgress,
+    GpuUse,
     ProgressCallback,
     TelemetrySample,
     Throttle,
     XidEvent,
 )
-from gpuval_agent.backends.simconfig import Fault, FaultKind, SimulationConfig
+from gpuval_agent.backends.simconfig import Fault, FaultKind, LoadCheck, SimulationConfig
+from gpuval_agent.backends.simforeign import (
+    FOREIGN_MEMORY_BYTES,
+    FOREIGN_PID,
+    MEMORY_TOTAL,
+    ForeignProcesses,
+    out_of_memory,
+)
 from gpuval_agent.backends.simmemory import CONTEXT_BYTES, SimulatedMemory, simulated_memtest
 from gpuval_agent.backends.simstate import SimulatedHost, gpu_address
 from gpuval_agent.checks.nccl import bus_bandwidth
@@ -51,7 +59,6 @@ from gpuval_api.checks import Precision
 from gpuval_api.env import AgentEnv
 from gpuval_api.result import Environment, GpuInfo, PcieLink
 
-_MEMORY_TOTAL = 143771 << 20  # an H200's memory, as NVML reports it
 _SMALL = 16  # side of the small matrices each simulated iteration really multiplies
 _MAX_ITERATIONS = 200  # simulated iterations per GPU and precision, whatever the duration
 # Figures of a healthy simulated part, as fractions of the part's expected figures.
@@ -90,6 +97,7 @@ class SimulatedBackend(Backend):
         self._xid_lock = threading.Lock()
         self._pending_xids: list[XidEvent] = []
         self._node = os.environ.get(AgentEnv.NODE_NAME) or socket.gethostname()
+        self.foreign = ForeignProcesses(config)
         self._host = SimulatedHost(self._visible, config.product, self._faults)
 
     def _fault(self, kind: FaultKind, gpu: int | None = None) -> Fault | None:
@@ -125,7 +133,7 @@ class SimulatedBackend(Backend):
                     serial=f"SIM{index:04d}",
                     vbios="96.00.sim",
                     pci_bus_id=f"0000{gpu_address(index).upper()}",
-                    memory_total_bytes=_MEMORY_TOTAL,
+                    memory_total_bytes=MEMORY_TOTAL,
                     pcie=PcieLink(
                         current_gen=1, max_gen=5, current_width=8 if degraded else 16, max_width=16
                     ),
@@ -236,6 +244,7 @@ class SimulatedBackend(Backend):
         # The simulated GPUs read hot from the burn's start until the next check loads them
         # otherwise, as real GPUs stay warm for a while: the burn's telemetry window sees it.
         self._burning.set()
+        self.foreign.starts(LoadCheck.BURN, gpus)
         if self._fault(FaultKind.HANG):
             # The contract's 'hang': the agent never finishes (until it is told to stop).
             stop.wait()
@@ -260,6 +269,8 @@ class SimulatedBackend(Backend):
             # Consistently wrong: the reference and every result carry the same flipped bit, so
             # the node's own verification passes and only a comparison across nodes can tell.
             reference.view(_bits(reference))[7, 7] ^= 1 << 3
+        if self.foreign.on(gpu, FaultKind.FOREIGN_MEMORY):
+            return BurnMeasurement(gpu=gpu, error=out_of_memory(gpu, self._foreign_pid(gpu)))
         if self._fault(FaultKind.CUDA_INVISIBLE, gpu):
             return BurnMeasurement(
                 gpu=gpu,
@@ -291,6 +302,8 @@ class SimulatedBackend(Backend):
             tflops *= 0.6
         if self._fault(FaultKind.POWER_CAPPED, gpu):
             tflops *= 0.75
+        if self.foreign.on(gpu, FaultKind.FOREIGN_COMPUTE):
+            tflops *= 0.4  # the H200 gave 320 of 800 TFLOP/s beside another process's matmul
         on_progress(BurnProgress(gpu=gpu, iterations=iterations, tflops=tflops))
         duration = max(seconds, 1e-9)
         digest = int(reference.view(_bits(reference)).astype(np.uint64).sum()) & (1 << 64) - 1
@@ -310,6 +323,30 @@ class SimulatedBackend(Backend):
         self._burning.clear()
         self._host.close()
 
+    def gpu_use(self) -> list[GpuUse] | None:
+        return self.foreign.use(list(range(self._visible)))
+
+    def host_pid_namespace(self) -> bool:
+        return self.foreign.host_pid_namespace()
+
+    def agent_gpu_processes(self) -> dict[int, int]:
+        return dict.fromkeys(range(self._visible), 1)
+
+    def _foreign_pid(self, gpu: int) -> int:
+        return next(
+            (f.pid for f in self.config.faults if f.gpu == gpu and f.pid is not None),
+            FOREIGN_PID + gpu,
+        )
+
+    def _share(self, load: LoadCheck, gpus: list[int]) -> dict[int, float]:
+        """Per GPU, the share of its figure a load gets beside the foreign processes on it;
+        raises torch's out-of-memory error where one holds most of a GPU's memory."""
+        self.foreign.starts(load, gpus)
+        for gpu in gpus:
+            if self.foreign.on(gpu, FaultKind.FOREIGN_MEMORY):
+                raise RuntimeError(out_of_memory(gpu, self._foreign_pid(gpu)))
+        return {g: 0.5 if self.foreign.on(g, FaultKind.FOREIGN_COMPUTE) else 1.0 for g in gpus}
+
     def memory_test(
         self,
         gpus: list[int],
@@ -319,11 +356,15 @@ class SimulatedBackend(Backend):
         stop: threading.Event,
     ) -> list[MemoryMeasurement]:
         self._burning.clear()
+        self.foreign.starts(LoadCheck.MEMORY, gpus)
         gbps = (self._part.device_copy_gbps or 1000.0) * _HEALTHY
         measurements = []
         for gpu in gpus:
             held = self._fault(FaultKind.MEMORY_HELD, gpu)
-            middle = plan.target_bytes(_MEMORY_TOTAL - CONTEXT_BYTES) // 2
+            share_held = (held.factor or 0.5) if held else 0.0
+            if self.foreign.on(gpu, FaultKind.FOREIGN_MEMORY):
+                share_held = max(share_held, FOREIGN_MEMORY_BYTES / MEMORY_TOTAL)
+            middle = plan.target_bytes(MEMORY_TOTAL - CONTEXT_BYTES) // 2
             flips = [
                 MemoryFlip(
                     gpu=gpu,
@@ -335,9 +376,7 @@ class SimulatedBackend(Backend):
                 for fault in self._faults.get(FaultKind.MEMORY_FLIP, [])
                 if fault.gpu == gpu
             ]
-            memory = SimulatedMemory(
-                gpu, _MEMORY_TOTAL, (held.factor or 0.5) if held else 0.0, flips
-            )
+            memory = SimulatedMemory(gpu, MEMORY_TOTAL, share_held, flips)
             measurements.append(
                 simulated_memtest(
                     memory, plan, gbps, on_progress=on_progress, stop=stop, sleep=self._sleep
@@ -349,6 +388,7 @@ class SimulatedBackend(Backend):
         self, direction: str, gpus: list[int], nbytes: int, iterations: int
     ) -> dict[int, float]:
         self._burning.clear()
+        share = self._share(LoadCheck.BANDWIDTH, gpus)
         self._sleep(0.2)
         expected = (self._part.h2d_gbps if direction == "h2d" else self._part.d2h_gbps) or 25.0
         figures = {}
@@ -358,20 +398,23 @@ class SimulatedBackend(Backend):
                 gbps = expected * 0.24
             if self._fault(FaultKind.LOW_BANDWIDTH, gpu):
                 gbps *= 0.5
-            figures[gpu] = gbps
+            figures[gpu] = gbps * share[gpu]
         return figures
 
     def device_copy_bandwidth(self, gpu: int, nbytes: int, iterations: int) -> float:
+        share = self._share(LoadCheck.BANDWIDTH, [gpu])[gpu]
         self._sleep(0.1)
-        gbps = (self._part.device_copy_gbps or 1000.0) * _HEALTHY * self._speed(gpu)
+        gbps = (self._part.device_copy_gbps or 1000.0) * _HEALTHY * share * self._speed(gpu)
         return gbps * (0.5 if self._fault(FaultKind.LOW_BANDWIDTH, gpu) else 1.0)
 
     def peer_access(self, src: int, dst: int) -> bool:
         return True
 
     def peer_bandwidth(self, src: int, dst: int, nbytes: int, iterations: int) -> float:
+        share = min(self._share(LoadCheck.BANDWIDTH, [src, dst]).values())
         self._sleep(0.05)
-        gbps = (self._part.p2p_gbps or 50.0) * _HEALTHY * min(self._speed(src), self._speed(dst))
+        gbps = (self._part.p2p_gbps or 50.0) * _HEALTHY * share
+        gbps *= min(self._speed(src), self._speed(dst))
         slow = self._fault(FaultKind.LOW_BANDWIDTH, src) or self._fault(
             FaultKind.LOW_BANDWIDTH, dst
         )
@@ -385,9 +428,10 @@ class SimulatedBackend(Backend):
     def all_reduce(
         self, gpus: list[int], sizes: list[int], iterations: int, timeout_seconds: float
     ) -> AllReduceOutcome:
+        share = min(self._share(LoadCheck.NCCL, gpus).values())
         self._sleep(2.0)
         # A ring runs at its slowest member's pace.
-        busbw = (self._part.nccl_busbw_gbps or 100.0) * _HEALTHY
+        busbw = (self._part.nccl_busbw_gbps or 100.0) * _HEALTHY * share
         busbw *= min((self._speed(gpu) for gpu in gpus), default=1.0)
         slow = next((f for f in self._faults.get(FaultKind.SLOW_NCCL, []) if f.gpu in gpus), None)
         if slow is not None:

@@ -10,12 +10,14 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from gpuval_agent.backends.base import Backend, BurnProgress
+from gpuval_agent.inuse import Busy
 from gpuval_agent.parts import PartFigures
 from gpuval_agent.record import RunRecord
 from gpuval_agent.state.model import Reading
 from gpuval_agent.telemetry import Sampler
+from gpuval_agent.watch import InUseWatch
 from gpuval_api.checks import ChecksConfig
-from gpuval_api.reasons import REASONS, Reason, Severity
+from gpuval_api.reasons import REASONS, Reason, Severity, verdict_of
 from gpuval_api.result import (
     BurnFingerprint,
     CheckResult,
@@ -54,6 +56,10 @@ class CheckContext:
     # GPUs an earlier layer found broken (e.g. CUDA did not initialise): GPU index -> why. The
     # checks that load GPUs leave them out and say so, instead of failing on them again.
     excluded: dict[int, str] = field(default_factory=dict)
+    # The watch over other processes on the GPUs (None: nothing watches), and the GPUs it found
+    # busy as the current load check started: that check leaves them out.
+    watch: InUseWatch | None = None
+    busy: dict[int, Busy] = field(default_factory=dict)
     # What the run keeps beyond its result (the state readings, for the evidence bundle), and
     # who hears of each state reading (the live metrics).
     record: RunRecord = field(default_factory=RunRecord)
@@ -66,8 +72,9 @@ class CheckContext:
 
     @property
     def usable_gpus(self) -> list[int]:
-        """The GPUs the load checks (burn, bandwidth, NCCL) run on."""
-        return [gpu for gpu in self.gpus if gpu not in self.excluded]
+        """The GPUs the load checks (burn, bandwidth, NCCL) run on: not excluded by an earlier
+        layer, not used by another process as the check starts."""
+        return [gpu for gpu in self.gpus if gpu not in self.excluded and gpu not in self.busy]
 
     def note_excluded(self, builder: CheckBuilder) -> None:
         """One CheckSkipped warning per GPU an earlier layer excluded, naming the GPU and why."""
@@ -127,28 +134,30 @@ class CheckBuilder:
         return any(f.severity is Severity.ERROR for f in self.findings)
 
     def finish(self, message: str = "", verdict: Verdict | None = None) -> CheckResult:
-        errors = [f for f in self.findings if f.severity is Severity.ERROR]
+        judged, first = judge_findings(self.findings)
         if verdict is None:
-            verdict = Verdict.FAILED if errors else Verdict.PASSED
+            verdict = judged
         gpus: list[GpuCheckResult] = []
         for index in sorted(self._gpu_metrics):
-            gpu_errors = [f for f in errors if index in (f.gpu, f.peer)]
+            gpu_verdict, gpu_first = judge_findings(
+                [f for f in self.findings if index in (f.gpu, f.peer)]
+            )
             gpus.append(
                 GpuCheckResult(
                     index=index,
                     uuid=self._context.uuid(index) if self._context else None,
-                    verdict=Verdict.FAILED if gpu_errors else Verdict.PASSED,
-                    reason=gpu_errors[0].reason if gpu_errors else None,
+                    verdict=gpu_verdict,
+                    reason=gpu_first.reason if gpu_first else None,
                     metrics=self._gpu_metrics[index],
                 )
             )
         if not message:
-            message = errors[0].message if errors else "passed"
+            message = first.message if first else "passed"
         return CheckResult(
             name=self.name,
             verdict=verdict,
-            reason=errors[0].reason if errors else None,
-            hint=errors[0].hint if errors else None,
+            reason=first.reason if first else None,
+            hint=first.hint if first else None,
             message=message,
             started_at=self.started_at,
             duration_seconds=round(time.monotonic() - self._start, 3),
@@ -161,6 +170,19 @@ class CheckBuilder:
             not_read=self.not_read,
             log_tail=self.log_tail,
         )
+
+
+def judge_findings(findings: list[Finding]) -> tuple[Verdict, Finding | None]:
+    """A check's (or one GPU's) verdict from its findings, and the finding that decides it:
+    Failed on evidence against the GPU, NotRun when the only errors say it was not tested
+    (GpuInUse), else Passed (warnings do not count)."""
+    errors = [f for f in findings if f.severity is Severity.ERROR]
+    failing = [f for f in errors if verdict_of(f.reason) is Verdict.FAILED]
+    if failing:
+        return Verdict.FAILED, failing[0]
+    if errors:
+        return Verdict.NOT_RUN, errors[0]
+    return Verdict.PASSED, None
 
 
 def skipped(name: str, why: str) -> CheckResult:

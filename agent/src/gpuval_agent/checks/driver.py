@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpuval_agent.checks.common import CheckBuilder, CheckContext, version_tuple
+from gpuval_agent.inuse import describe, is_out_of_memory
 from gpuval_api.reasons import Reason
 from gpuval_api.result import CheckResult
 
@@ -36,9 +37,18 @@ def run_driver(context: CheckContext) -> CheckResult:
             f"CUDA {required} ({required_source})",
         )
 
+    busy = context.watch.baseline if context.watch is not None else {}
     for gpu, error in sorted(context.backend.cuda_init(context.gpus).items()):
         builder.gpu_metric(gpu, "cudaInitialised", 0.0 if error else 1.0)
-        if error:
+        if error and gpu in busy and is_out_of_memory(error):
+            # No room for a context beside another process's memory: not the GPU's fault.
+            builder.add(
+                Reason.GPU_IN_USE,
+                f"GPU {gpu} is in use by {describe(busy[gpu])}: CUDA could not create a context "
+                f"beside it ({error})",
+                gpu=gpu,
+            )
+        elif error:
             builder.add(
                 Reason.CUDA_INIT_FAILED, f"GPU {gpu}: CUDA did not initialise: {error}", gpu=gpu
             )

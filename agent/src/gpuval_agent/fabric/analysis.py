@@ -13,7 +13,7 @@ absolute threshold (NcclLowBusbw); else Passed, even when the pairs name other n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuval_agent.checks.nccl import bus_bandwidth
@@ -150,6 +150,40 @@ def _described(group: GroupRecord, pairs: Sequence[PairRecord], floor: float) ->
     if figures:
         parts.append(f"pairs {min(figures):.1f}-{max(figures):.1f} GB/s (floor {floor:.1f})")
     return "; ".join(parts)
+
+
+# Failures that no process sharing a GPU explains: a configuration, a network path.
+_NOT_DISTURBED = frozenset(
+    {Reason.FABRIC_TRANSPORT_FALLBACK, Reason.FABRIC_UNREACHABLE, Reason.INVALID_CONFIG}
+)
+
+
+def _in_use(me: str, in_use: Mapping[str, str], why: str) -> Conclusion:
+    if me in in_use:
+        text = f"{me}: {in_use[me]}: the fabric did not test this node ({why})"
+    else:
+        named = "; ".join(f"{node}: {said}" for node, said in sorted(in_use.items()))
+        text = f"another process used a GPU of the group ({named}): {why}"
+    return Conclusion(Verdict.NOT_RUN, Reason.GPU_IN_USE, text)
+
+
+def not_measured(me: str, in_use: Mapping[str, str]) -> Conclusion:
+    """Every node's conclusion when a node's GPUs were in use before the group met: nothing was
+    measured, no node was tested."""
+    return _in_use(me, in_use, "the group measured nothing")
+
+
+def undisturbed(conclusion: Conclusion, me: str, in_use: Mapping[str, str]) -> Conclusion:
+    """This node's conclusion once other processes on the group's GPUs are known (`in_use`:
+    node -> who used its GPU): a node whose GPU was shared is not tested (GpuInUse); another
+    node's failure that the shared GPU can explain is set aside the same way; a pass stands."""
+    if conclusion.verdict is Verdict.FAILED and conclusion.reason in _NOT_DISTURBED:
+        return conclusion
+    if me in in_use or (in_use and conclusion.verdict is Verdict.FAILED):
+        aside = f"{conclusion.reason}: " if conclusion.reason else ""
+        why = f"the group's figures are no evidence (set aside: {aside}{conclusion.message})"
+        return _in_use(me, in_use, why)
+    return conclusion
 
 
 def conclude(

@@ -7,8 +7,14 @@ node sees the group's whole evidence and takes the same next step. It is not on 
 the torch workers meet at their own store (PORT+1 and up), which a hung NCCL phase may take
 down with it; this channel outlives a phase that hangs.
 
-Messages: hello {rank, world, group, node, info} -> roster {nodes, infos} | abort {error} |
-refused {error}; step {step, payload} -> gathered {step, payloads (null: no report)}.
+Messages: hello {rank, world, group, node, info} -> waiting {wait} (every few seconds while the
+group forms) ... roster {nodes, infos} | abort {error} | refused {error}; step {step, payload} ->
+gathered {step, payloads (null: no report)}.
+
+While the group forms, every agent says every WAIT_REPORT_SECONDS what it waits for
+(gpuval_api.fabric.FabricWait, to an `on_wait` callback): rank 0 which ranks joined (and from
+where) and which it still waits for, and tells the joined ranks the same; a rank that cannot
+reach rank 0 yet, its last connection error. Each with the time left before the init timeout.
 """
 
 from __future__ import annotations
@@ -18,12 +24,15 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuval_agent.errors import AgentError
+from gpuval_api.fabric import FabricWait, WaitingRank
 
 SLACK_SECONDS = 15.0  # beyond a phase's own limit, for the slowest node's report to arrive
+WAIT_REPORT_SECONDS = 5.0  # how often a forming group says what it waits for
 _HELLO_SECONDS = 5.0  # a connection that says nothing for this long is not one of ours
 _MAX_LINE = 16 << 20
 _POLL = 0.2
@@ -65,6 +74,25 @@ class StoppedError(RendezvousError):
 class Roster:
     nodes: list[str]
     infos: list[dict[str, Any]] = field(default_factory=list)
+
+
+OnWait = Callable[[FabricWait], None]
+
+
+@dataclass
+class Forming:
+    """Who a forming group is, to say what it waits for (`names`: node names by rank, when the
+    agent was told them)."""
+
+    group: str
+    world: int
+    master: str
+    names: list[str] | None = None
+    on_wait: OnWait | None = None
+    every: float = WAIT_REPORT_SECONDS
+
+    def name(self, rank: int) -> str | None:
+        return self.names[rank] if self.names and rank < len(self.names) else None
 
 
 class Channel:
@@ -116,8 +144,16 @@ def _wait(stop: threading.Event, seconds: float) -> None:
 class Server:
     """Rank 0's side: gathers every node's hello, then every phase's reports."""
 
-    def __init__(self, port: int, world: int, group: str, stop: threading.Event) -> None:
+    def __init__(
+        self,
+        port: int,
+        world: int,
+        group: str,
+        stop: threading.Event,
+        forming: Forming | None = None,
+    ) -> None:
         self.port, self.world, self.group, self.stop = port, world, group, stop
+        self.forming = forming or Forming(group=group, world=world, master=f":{port}")
         self._clients: dict[int, Channel] = {}
         self._gone: set[int] = set()
         self._inbox: dict[tuple[str, int], Any] = {}
@@ -163,12 +199,42 @@ class Server:
         assert isinstance(rank, int)
         return rank, hello
 
+    def _say_waiting(
+        self, hellos: dict[int, dict[str, Any]], addresses: dict[int, str], deadline: float
+    ) -> None:
+        """What rank 0 waits for: to its own `on_wait`, and to every rank that joined."""
+        forming = self.forming
+        wait = FabricWait(
+            group=self.group,
+            rank=0,
+            world=self.world,
+            master=forming.master,
+            joined=[
+                WaitingRank(rank=r, node=str(hellos[r].get("node")), address=addresses.get(r))
+                for r in sorted(hellos)
+            ],
+            waiting_for=[
+                WaitingRank(rank=r, node=forming.name(r))
+                for r in range(self.world)
+                if r not in hellos
+            ],
+            seconds_left=max(0.0, deadline - time.monotonic()),
+        )
+        if forming.on_wait is not None:
+            forming.on_wait(wait)
+        self._broadcast({"type": "waiting", "wait": wait.model_dump(mode="json", by_alias=True)})
+
     def join(self, own: dict[str, Any], deadline: float) -> Roster:
         hellos: dict[int, dict[str, Any]] = {0: own}
+        addresses = {0: self.forming.master}
+        next_report = time.monotonic() + self.forming.every
         while len(hellos) < self.world and time.monotonic() < deadline:
             _wait(self.stop, 0)
+            if time.monotonic() >= next_report:
+                next_report += self.forming.every
+                self._say_waiting(hellos, addresses, deadline)
             try:
-                sock, _ = self._listener.accept()
+                sock, peer = self._listener.accept()
             except TimeoutError:
                 continue
             channel = Channel(sock)
@@ -178,6 +244,7 @@ class Server:
                 continue
             self._clients[joined[0]] = channel
             hellos[joined[0]] = joined[1]
+            addresses[joined[0]] = str(peer[0]).removeprefix("::ffff:")  # IPv4 as it is
         self._listener.close()
         missing = [r for r in range(self.world) if r not in hellos]
         if missing:
@@ -244,14 +311,42 @@ class Server:
 class Client:
     """Every other rank's side: dials rank 0 until the init timeout, then follows its lead."""
 
-    def __init__(self, address: tuple[str, int], shown: str, stop: threading.Event) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        shown: str,
+        stop: threading.Event,
+        forming: Forming | None = None,
+    ) -> None:
         self.address, self.shown, self.stop = address, shown, stop
+        self.forming = forming or Forming(group="", world=0, master=shown)
         self._channel: Channel | None = None
+        self._rank = 0
+
+    def _say(self, wait: FabricWait) -> None:
+        if self.forming.on_wait is not None:
+            self.forming.on_wait(wait)
+
+    def _unreached(self, last: str | None, deadline: float) -> FabricWait:
+        forming = self.forming
+        return FabricWait(
+            group=forming.group,
+            rank=self._rank,
+            world=max(forming.world, 1),
+            master=self.shown,
+            connected=False,
+            seconds_left=max(0.0, deadline - time.monotonic()),
+            last_error=last,
+        )
 
     def _connect(self, deadline: float) -> Channel:
         last = "no attempt"
+        next_report = time.monotonic() + self.forming.every
         while True:
             _wait(self.stop, 0)
+            if time.monotonic() >= next_report:
+                next_report += self.forming.every
+                self._say(self._unreached(last, deadline))
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise UnreachableError(f"could not reach rank 0's rendezvous at {self.shown}", last)
@@ -265,10 +360,14 @@ class Client:
             return Channel(sock)
 
     def join(self, hello: dict[str, Any], deadline: float) -> Roster:
+        self._rank = int(hello.get("rank") or 0)
         self._channel = self._connect(deadline)
         try:
             self._channel.send(hello)
             answer = self._receive(deadline + SLACK_SECONDS)
+            while answer.get("type") == "waiting":
+                self._heard_waiting(answer, deadline)
+                answer = self._receive(deadline + SLACK_SECONDS)
         except OSError as error:
             raise LostError(f"rank 0 at {self.shown} dropped the connection: {error}") from None
         kind = answer.get("type")
@@ -282,6 +381,15 @@ class Client:
         nodes = [str(n) for n in answer.get("nodes") or []]
         infos = [dict(i) for i in answer.get("infos") or []]
         return Roster(nodes=nodes, infos=infos)
+
+    def _heard_waiting(self, message: dict[str, Any], deadline: float) -> None:
+        """Rank 0 said what the group still waits for: say it as this rank's own wait."""
+        try:
+            wait = FabricWait.model_validate(message.get("wait"))
+        except ValueError:
+            return  # a newer rank 0's words this agent cannot read: nothing to say
+        left = max(0.0, deadline - time.monotonic())
+        self._say(wait.model_copy(update={"rank": self._rank, "seconds_left": left}))
 
     def _receive(self, deadline: float) -> dict[str, Any]:
         assert self._channel is not None

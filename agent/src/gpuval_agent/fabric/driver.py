@@ -14,7 +14,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuval_agent import __version__
 from gpuval_agent.checks.nccl import sweep_sizes
@@ -25,12 +27,16 @@ from gpuval_agent.fabric.analysis import (
     PairRecord,
     conclude,
     group_record,
+    not_measured,
     pair_floor,
     pair_record,
+    undisturbed,
 )
-from gpuval_agent.fabric.coordinator import Client, Roster, Server
+from gpuval_agent.fabric.coordinator import Client, Forming, OnWait, Roster, Server
 from gpuval_agent.fabric.steps import Executor, StepReport, StepStatus
 from gpuval_agent.fabric.transport import read_transport
+from gpuval_agent.inuse import describe
+from gpuval_agent.watch import InUseWatch
 from gpuval_api.fabric import (
     FabricConfig,
     FabricResult,
@@ -40,6 +46,9 @@ from gpuval_api.fabric import (
 )
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
+
+# A node's hello says who uses its GPUs before the group meets (its info's key).
+IN_USE_KEY = "inUse"
 
 
 @dataclass
@@ -75,9 +84,12 @@ class Session:
         executor: Executor,
         link: Server | Client,
         roster: Roster,
+        watch: InUseWatch,
     ) -> None:
-        self.plan, self.executor, self.link = plan, executor, link
+        self.plan, self.executor, self.link, self.watch = plan, executor, link, watch
         self.names = roster.nodes
+        # Nodes whose GPUs another process used during a phase, and who (from every report).
+        self.in_use: dict[str, str] = {}
         self.gpus = [int(info.get("gpus") or 0) for info in roster.infos]
         self.generation = 0
         timeouts = plan.config.timeouts
@@ -85,9 +97,23 @@ class Session:
 
     def _exchange(self, step: str, report: StepReport) -> list[StepReport]:
         payloads = self.link.exchange(step, report.payload(), self.init + self.phase)
-        return [StepReport.from_payload(p) for p in payloads]
+        reports = [StepReport.from_payload(p) for p in payloads]
+        for node, gathered in zip(self.names, reports, strict=False):
+            if gathered.in_use:
+                self.in_use.setdefault(node, gathered.in_use)
+        return reports
 
-    def group_phase(self) -> GroupRecord:
+    def _watched(self, phase: Callable[[], StepReport]) -> StepReport:
+        """A phase with this node's GPUs watched for other processes; the report says who."""
+        with self.watch.during() as seen:
+            report = phase()
+        busy = seen.before | seen.during
+        if not busy:
+            return report
+        text = "; ".join(f"GPU {gpu} is in use by {describe(b)}" for gpu, b in sorted(busy.items()))
+        return report.model_copy(update={"in_use": text})
+
+    def _group_steps(self) -> StepReport:
         config = self.plan.config
         deadline = time.monotonic() + self.init
         report = self.executor.start(self.generation, deadline)
@@ -96,6 +122,10 @@ class Session:
         if report.ok:
             sizes = sweep_sizes(config.min_bytes, config.max_bytes)
             report = self.executor.group(sizes, config.iterations, time.monotonic() + self.phase)
+        return report
+
+    def group_phase(self) -> GroupRecord:
+        report = self._watched(self._group_steps)
         return group_record(self._exchange("group", report), self.names, sum(self.gpus))
 
     def one_round(
@@ -103,16 +133,24 @@ class Session:
     ) -> tuple[list[PairRecord], bool]:
         """The round's pairs, and whether any node failed in it (fresh workers next)."""
         config = self.plan.config
-        report = StepReport()
-        if restart:
-            self.executor.stop_workers()
-            self.generation += 1
-            report = self.executor.start(self.generation, time.monotonic() + self.init)
-        if report.ok:
-            report = self.executor.pairs(
-                number, pairs, config.pair_size, config.iterations, time.monotonic() + self.phase
-            )
-        reports = self._exchange(f"round{number}", report)
+
+        def steps() -> StepReport:
+            report = StepReport()
+            if restart:
+                self.executor.stop_workers()
+                self.generation += 1
+                report = self.executor.start(self.generation, time.monotonic() + self.init)
+            if report.ok:
+                report = self.executor.pairs(
+                    number,
+                    pairs,
+                    config.pair_size,
+                    config.iterations,
+                    time.monotonic() + self.phase,
+                )
+            return report
+
+        reports = self._exchange(f"round{number}", self._watched(steps))
         records = [
             pair_record(
                 number,
@@ -188,7 +226,11 @@ def _not_met(plan: FabricPlan, error: coordinator.RendezvousError) -> Conclusion
 
 
 def _meet(
-    plan: FabricPlan, executor: Executor, stop: threading.Event
+    plan: FabricPlan,
+    executor: Executor,
+    stop: threading.Event,
+    on_wait: OnWait | None,
+    info: dict[str, Any],
 ) -> tuple[Server | Client, Roster]:
     deadline = time.monotonic() + plan.config.timeouts.init_seconds
     hello = {
@@ -197,15 +239,16 @@ def _meet(
         "world": plan.world,
         "group": plan.group,
         "node": plan.node,
-        "info": executor.info(),
+        "info": info,
         "agent": __version__,
     }
     host, port = plan.master
+    forming = Forming(plan.group, plan.world, plan.master_text, plan.nodes, on_wait)
     link: Server | Client
     if plan.rank == 0:
-        link = Server(executor.listen_port(port), plan.world, plan.group, stop)
+        link = Server(executor.listen_port(port), plan.world, plan.group, stop, forming)
     else:
-        link = Client(executor.dial(host, port), plan.master_text, stop)
+        link = Client(executor.dial(host, port), plan.master_text, stop, forming)
     try:
         roster = link.join(hello, deadline)
     except BaseException:
@@ -215,19 +258,48 @@ def _meet(
     return link, roster
 
 
-def run_fabric(plan: FabricPlan, executor: Executor, stop: threading.Event) -> FabricResult:
-    """This node's fabric result. coordinator.StoppedError propagates (SIGTERM/SIGINT)."""
-    own_gpus = int(executor.info().get("gpus") or 0)
+def _busy_before(watch: InUseWatch) -> str | None:
+    """Who uses this node's GPUs before the agent's first CUDA context: the group hears it in
+    this node's hello and measures nothing."""
+    busy = watch.take_baseline()
+    if not busy:
+        return None
+    return "; ".join(f"GPU {gpu} is in use by {describe(b)}" for gpu, b in sorted(busy.items()))
+
+
+def run_fabric(
+    plan: FabricPlan,
+    executor: Executor,
+    stop: threading.Event,
+    on_wait: OnWait | None = None,
+) -> FabricResult:
+    """This node's fabric result. coordinator.StoppedError propagates (SIGTERM/SIGINT).
+    `on_wait` hears what the forming group waits for, every few seconds."""
+    watch = InUseWatch(executor)
+    info = executor.info()
+    if (busy := _busy_before(watch)) is not None:
+        info[IN_USE_KEY] = busy
+    own_gpus = int(info.get("gpus") or 0)
     try:
-        link, roster = _meet(plan, executor, stop)
+        link, roster = _meet(plan, executor, stop, on_wait, info)
     except coordinator.StoppedError:
         raise
     except coordinator.RendezvousError as error:
         result = _result(plan, executor, _not_met(plan, error), plan.nodes or [plan.node], own_gpus)
         return result
+    me = roster.nodes[plan.rank]
+    in_use = {
+        node: str(node_info[IN_USE_KEY])
+        for node, node_info in zip(roster.nodes, roster.infos, strict=False)
+        if node_info.get(IN_USE_KEY)
+    }
+    if in_use:
+        # Every node reads the same roster: the whole group stops here, nothing measured.
+        link.close()
+        return _result(plan, executor, not_measured(me, in_use), roster.nodes, own_gpus)
     try:
         executor.setup(roster, plan.rank)
-        session = Session(plan, executor, link, roster)
+        session = Session(plan, executor, link, roster, watch)
         group = session.group_phase()
         pairs = session.pair_phases(restart=group.status is not StepStatus.OK)
     except coordinator.StoppedError:
@@ -238,8 +310,7 @@ def run_fabric(plan: FabricPlan, executor: Executor, stop: threading.Event) -> F
         executor.stop_workers()
         link.close()
     reading = read_transport(executor.nccl_lines())
-    me = roster.nodes[plan.rank]
-    conclusion = conclude(me, plan.config, group, pairs, reading)
+    conclusion = undisturbed(conclude(me, plan.config, group, pairs, reading), me, session.in_use)
     result = _result(plan, executor, conclusion, roster.nodes, own_gpus)
     result.transport = reading.transport
     result.transport_lines = reading.lines

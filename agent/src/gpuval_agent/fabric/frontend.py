@@ -2,14 +2,18 @@
 
 By hand (no cluster): the same command on every machine, each with its own --rank; rank 0's
 machine listens on the --master port (and the torch workers' store on the next ports, PORT+1 up
-to PORT+5), the others dial it. In the pod, the same from GPUVAL_FABRIC_RANK, _NODES (JSON list
-of node names by rank), _MASTER (rank 0's pod IP:PORT), _GROUP and _CONFIG (FabricConfig JSON);
-the result goes to the node's GpuNodeReport as `status.fabric` (merge patch, retried until
+to PORT+5), the others dial it. While the group forms, each prints every few seconds which ranks
+joined and which it still waits for, with the time left (gpuval_api.fabric.FabricWait).
+
+In the pod, the same from GPUVAL_FABRIC_RANK, _NODES (JSON list of node names by rank), _MASTER
+(rank 0's pod IP:PORT), _GROUP and _CONFIG (FabricConfig JSON); the waiting lines go to the pod's
+log, and the result goes to the node's GpuNodeReport as `status.fabric` (merge patch, retried until
 GPUVAL_DEADLINE), after the compact fabric status is left in the termination message.
 
 Exit codes: 0 Passed, 1 Failed (the fabric named this node, or the group failed as a whole), 2
-NotRun (the group did not form: no evidence against this node) or the agent could not run,
-130 stopped by a signal (by hand; in the pod a stopped agent exits 2 and writes nothing).
+the agent could not run, 3 NotRun (not tested: the group did not form, or another process used
+a GPU of the group; no evidence against this node), 130 stopped by a signal (by hand; in the pod
+a stopped agent exits 2 and writes nothing).
 """
 
 from __future__ import annotations
@@ -36,12 +40,10 @@ from gpuval_agent.fabric.steps import Executor
 from gpuval_agent.fabric.table import render_fabric
 from gpuval_agent.kube import ApiServer, ReportUnreachableError, ReportWriter
 from gpuval_agent.outcome import (
-    EXIT_ERROR,
-    EXIT_FAILED,
     EXIT_INTERRUPTED,
-    EXIT_PASSED,
     stop_on_signals,
     validation_message,
+    verdict_exit_code,
 )
 from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import (
@@ -50,11 +52,12 @@ from gpuval_api.fabric import (
     ExpectedTransport,
     FabricConfig,
     FabricResult,
+    FabricWait,
     build_fabric_status,
     build_fabric_termination_message,
+    describe_wait,
 )
 from gpuval_api.report import StatusKey
-from gpuval_api.result import Verdict
 
 DEFAULT_GROUP = "by-hand"
 _HANG_STEPS = ("check", "group", "pairs")
@@ -195,23 +198,23 @@ def make_executor(args: argparse.Namespace, plan: FabricPlan, stop: threading.Ev
     )
 
 
+def say_wait(wait: FabricWait) -> None:
+    """While the group forms, every few seconds: who joined, who is awaited, the time left (on
+    stderr: by hand, and in the fabric pod's log)."""
+    print(f"gpuval-agent: {describe_wait(wait)}", file=sys.stderr, flush=True)
+
+
 def _measure(args: argparse.Namespace, plan: FabricPlan) -> FabricResult | None:
     """The result, or None when a signal stopped it."""
     stop = threading.Event()
     stop_on_signals(stop)
     executor = make_executor(args, plan, stop)
     try:
-        return run_fabric(plan, executor, stop)
+        return run_fabric(plan, executor, stop, on_wait=say_wait)
     except StoppedError:
         return None
     finally:
         executor.close()
-
-
-def exit_code(result: FabricResult) -> int:
-    if result.verdict is Verdict.PASSED:
-        return EXIT_PASSED
-    return EXIT_FAILED if result.verdict is Verdict.FAILED else EXIT_ERROR
 
 
 def cmd_fabric(args: argparse.Namespace) -> int:
@@ -229,7 +232,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
         else:
             Path(args.json_path).write_text(text)
-    return exit_code(result)
+    return verdict_exit_code(result.verdict)
 
 
 def cmd_fabric_cluster(args: argparse.Namespace) -> int:
@@ -248,4 +251,4 @@ def cmd_fabric_cluster(args: argparse.Namespace) -> int:
         writer.patch_status({str(StatusKey.FABRIC): fabric})
     except ReportUnreachableError as error:
         print(f"gpuval-agent: {error}; the verdict is in the termination message", file=sys.stderr)
-    return exit_code(result)
+    return verdict_exit_code(result.verdict)

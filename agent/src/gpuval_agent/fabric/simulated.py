@@ -22,7 +22,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from gpuval_agent.backends.simconfig import FaultKind, SimulationConfig
+from gpuval_agent.backends.base import GpuUse
+from gpuval_agent.backends.simconfig import FaultKind, LoadCheck, SimulationConfig
+from gpuval_agent.backends.simforeign import ForeignProcesses
 from gpuval_agent.checks.nccl import bus_bandwidth
 from gpuval_agent.fabric.coordinator import Roster
 from gpuval_agent.fabric.ncclenv import nccl_variables, worker_environment
@@ -63,6 +65,7 @@ class SimulatedFabric(Executor):
             for f in simulation.faults
             if f.kind is FaultKind.FABRIC_SLOW_LINK and f.peer
         }
+        self.foreign = ForeignProcesses(simulation)
         self._lines: list[str] = []
         self._infos: list[dict[str, Any]] = []
         self._names: list[str] = []
@@ -170,7 +173,16 @@ class SimulatedFabric(Executor):
         return None
 
     def start(self, generation: int, deadline: float) -> StepReport:
+        self.foreign.starts(LoadCheck.FABRIC, list(range(self.simulation.gpus)))
         return StepReport()
+
+    def _shared(self) -> float:
+        """How much longer this node's collectives take beside another process computing on
+        one of its GPUs (the double's model of a shared GPU)."""
+        computing = (
+            self.foreign.on(gpu, FaultKind.FOREIGN_COMPUTE) for gpu in range(self.simulation.gpus)
+        )
+        return 2.0 if any(computing) else 1.0
 
     def check(self, deadline: float) -> StepReport:
         world = list(range(len(self._infos)))
@@ -186,7 +198,10 @@ class SimulatedFabric(Executor):
         busbw = BASE_BUSBW_GBPS * min(edges)
         ranks = sum(self._gpus(r) for r in world)
         algbw = busbw / bus_bandwidth(1.0, ranks) if ranks > 1 else busbw
-        return StepReport(sizes=[(s, s / (algbw * 1e9) + LATENCY_SECONDS) for s in sizes])
+        slower = self._shared()
+        return StepReport(
+            sizes=[(s, (s / (algbw * 1e9) + LATENCY_SECONDS) * slower) for s in sizes]
+        )
 
     def pairs(
         self,
@@ -204,7 +219,7 @@ class SimulatedFabric(Executor):
             return trouble
         busbw = BASE_BUSBW_GBPS * self._factor(*mine)
         algbw = busbw / bus_bandwidth(1.0, self._gpus(mine[0]) + self._gpus(mine[1]))
-        seconds = nbytes / (algbw * 1e9) + LATENCY_SECONDS
+        seconds = (nbytes / (algbw * 1e9) + LATENCY_SECONDS) * self._shared()
         return StepReport(pairs=[PairFigure(a=mine[0], b=mine[1], seconds=seconds)])
 
     def stop_workers(self) -> None:
@@ -218,3 +233,9 @@ class SimulatedFabric(Executor):
 
     def nccl_env(self) -> dict[str, str]:
         return nccl_variables(self._env)
+
+    def gpu_use(self) -> list[GpuUse] | None:
+        return self.foreign.use(list(range(self.simulation.gpus)))
+
+    def host_pid_namespace(self) -> bool:
+        return self.foreign.host_pid_namespace()

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpuval_agent.backends.base import GpuUse, shares_host_pid_namespace
 from gpuval_agent.fabric.coordinator import Roster
 from gpuval_api.checks import camel
 
@@ -53,6 +54,10 @@ class StepReport(_Model):
         default_factory=list, description="Group sweep: (bytes, seconds), slowest rank."
     )
     pairs: list[PairFigure] = Field(default_factory=list)
+    in_use: str | None = Field(
+        default=None,
+        description="Another process used one of this node's GPUs during the phase: who.",
+    )
 
     @property
     def ok(self) -> bool:
@@ -135,6 +140,18 @@ class Executor(ABC):
     @abstractmethod
     def nccl_env(self) -> dict[str, str]:
         """Every NCCL_* variable the measurement ran with."""
+
+    # What reads this node's GPUs' processes (gpuval_agent.watch.UseSource), for GpuInUse.
+    @abstractmethod
+    def gpu_use(self) -> list[GpuUse] | None:
+        """This node's GPUs' compute processes and memory (NVML indices); None: unreadable."""
+
+    def host_pid_namespace(self) -> bool:
+        return shares_host_pid_namespace()
+
+    def agent_gpu_processes(self) -> dict[int, int]:
+        """The agent's processes on each GPU: its one worker (the agent holds no context)."""
+        return dict.fromkeys((use.gpu for use in self.gpu_use() or []), 1)
 
     def close(self) -> None:
         self.stop_workers()

@@ -1,4 +1,5 @@
-"""The real fabric executor: one torch process per local GPU (fabric/worker.py), in generations.
+"""The real fabric executor: one rank process per local GPU (gpuval_agent.backends.rank_worker,
+run by the agent's one rank-process manager, backends/ranks.py), in generations.
 
 A generation is this node's share of one torch world: its processes meet the other nodes' at a
 TCPStore on rank 0's address and port PORT + 1 + generation (the coordinator keeps PORT), then
@@ -10,24 +11,21 @@ for the transport reading and for a failure's log tail. Kept free of torch: CPU-
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import json
 import os
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuval_agent.backends.ranks import RankRun, last_line
-from gpuval_agent.errors import AgentError, BackendUnavailableError
+from gpuval_agent.backends.base import GpuUse
+from gpuval_agent.backends.cuda import cuda_ordinals_by_uuid
+from gpuval_agent.backends.nvml import Nvml
+from gpuval_agent.backends.ranks import RankGroup, worker_command
+from gpuval_agent.errors import AgentError, BackendUnavailableError, NoDriverError
 from gpuval_agent.fabric.coordinator import Roster
 from gpuval_agent.fabric.ncclenv import nccl_variables, worker_environment
 from gpuval_agent.fabric.steps import Executor, PairFigure, StepReport, StepStatus, failed
@@ -65,96 +63,6 @@ def local_gpu_count() -> int:
     if count < 1:
         raise AgentError("CUDA shows no GPU to this process (check CUDA_VISIBLE_DEVICES)")
     return count
-
-
-@dataclass
-class _Events:
-    """One worker's events file, read as it grows."""
-
-    path: Path
-    offset: int = 0
-    partial: str = ""
-    by_id: dict[int, dict[str, Any]] = field(default_factory=dict)
-
-    def poll(self) -> None:
-        if not self.path.exists():
-            return
-        with self.path.open() as handle:
-            handle.seek(self.offset)
-            text = handle.read()
-            self.offset = handle.tell()
-        lines = (self.partial + text).split("\n")
-        self.partial = lines.pop()
-        for line in lines:
-            with contextlib.suppress(ValueError):
-                event = json.loads(line)
-                if isinstance(event, dict) and isinstance(event.get("id"), int):
-                    self.by_id[event["id"]] = event
-
-
-class Generation:
-    """This node's processes of one torch world."""
-
-    def __init__(self, commands: list[list[str]], env: dict[str, str], logs: list[Path]) -> None:
-        self.logs = logs
-        self.events = [_Events(log.with_suffix(".events")) for log in logs]
-        self.processes: list[subprocess.Popen[bytes]] = []
-        for command, log in zip(commands, logs, strict=True):
-            with log.open("wb") as sink:
-                process = subprocess.Popen(
-                    command,
-                    env=env,
-                    stdin=subprocess.PIPE,
-                    stdout=sink,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-                self.processes.append(process)
-
-    def send(self, command: dict[str, Any]) -> None:
-        data = (json.dumps(command) + "\n").encode()
-        for process in self.processes:
-            if process.stdin is not None:
-                with contextlib.suppress(BrokenPipeError, OSError):
-                    process.stdin.write(data)
-                    process.stdin.flush()
-
-    def wait(self, step: int, deadline: float, stop: threading.Event) -> list[dict[str, Any]] | str:
-        """Every worker's event for `step`, or why not (a sentence)."""
-        while True:
-            for events in self.events:
-                events.poll()
-            found = [e.by_id.get(step) for e in self.events]
-            answered = [event for event in found if event is not None]
-            # One worker's error ends the step: the others may be stuck in a collective with it.
-            if len(answered) == len(found) or any("error" in event for event in answered):
-                return answered
-            dead = [
-                i for i, p in enumerate(self.processes) if p.poll() is not None and found[i] is None
-            ]
-            if dead:
-                return self._describe_death()
-            if time.monotonic() >= deadline:
-                return "timeout"
-            if stop.wait(_POLL):
-                return "stopped by a signal"
-
-    def _describe_death(self) -> str:
-        run = RankRun(
-            returncodes=[p.poll() for p in self.processes],
-            last_lines=[last_line(log) if log.exists() else "" for log in self.logs],
-        )
-        return run.describe_failure([f"local GPU {i}" for i in range(len(self.processes))])
-
-    def kill(self) -> None:
-        for process in self.processes:
-            if process.stdin is not None:
-                with contextlib.suppress(OSError):
-                    process.stdin.close()
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 def _report(events: list[dict[str, Any]]) -> StepReport:
@@ -197,10 +105,12 @@ class TorchFabric(Executor):
         self._test_hang = test_hang
         self._dir = tempfile.TemporaryDirectory(prefix="gpuval-fabric-")
         self._logs: list[Path] = []
-        self._current: Generation | None = None
+        self._current: RankGroup | None = None
         self._step = 0
         self._rank = 0
         self._layout: list[list[int]] = []
+        self._nvml: Nvml | None = None
+        self._mine: set[int] | None = None
 
     def info(self) -> dict[str, Any]:
         return {"gpus": self._gpus, "hostname": socket.gethostname()}
@@ -234,19 +144,17 @@ class TorchFabric(Executor):
         self.stop_workers()
         logs = [Path(self._dir.name) / f"gen{generation}-gpu{i}.log" for i in range(self._gpus)]
         commands = [
-            [
-                sys.executable,
-                "-m",
-                "gpuval_agent.fabric.worker",
-                "--group",
-                self.group_name,
-                "--spec",
-                json.dumps(self._spec(generation, local, log)),
-            ]
+            worker_command(self.group_name, self._spec(generation, local, log))
             for local, log in enumerate(logs)
         ]
         self._logs += logs
-        self._current = Generation(commands, self._env, logs)
+        self._current = RankGroup(
+            commands,
+            [self._env] * len(commands),
+            gated=True,
+            logs=logs,
+            labels=[f"local GPU {i}" for i in range(len(commands))],
+        )
         self._step = 0
         return self._wait(
             0, deadline, "fabric.timeouts.initSeconds", self.config.timeouts.init_seconds
@@ -263,7 +171,7 @@ class TorchFabric(Executor):
 
     def _wait(self, step: int, deadline: float, limit: str, seconds: int) -> StepReport:
         assert self._current is not None
-        outcome = self._current.wait(step, deadline, self.stop)
+        outcome = self._current.answers(step, deadline, self.stop)
         if isinstance(outcome, list):
             return _report(outcome)
         if outcome == "timeout":
@@ -321,6 +229,36 @@ class TorchFabric(Executor):
     def nccl_env(self) -> dict[str, str]:
         return nccl_variables(self._env)
 
+    def gpu_use(self) -> list[GpuUse] | None:
+        """The processes on the GPUs this node's workers use (NVML indices, matched to CUDA's
+        devices by UUID); None where NVML or the match is unavailable."""
+        if self._nvml is None:
+            try:
+                self._nvml = Nvml()
+            except NoDriverError:
+                return None
+            self._mine = _used_by_workers(self._nvml, self._gpus)
+        uses = self._nvml.gpu_use() if self._mine is not None else None
+        if uses is None or self._mine is None:
+            return None
+        return [use for use in uses if use.gpu in self._mine]
+
     def close(self) -> None:
         self.stop_workers()
         self._dir.cleanup()
+        if self._nvml is not None:
+            self._nvml.close()
+
+
+def _used_by_workers(nvml: Nvml, gpus: int) -> set[int] | None:
+    """NVML's indices of CUDA's first `gpus` devices (what the workers use), by UUID."""
+    try:
+        driver: Any = importlib.import_module("cuda.bindings.driver")
+    except ImportError:
+        return None
+    (status,) = driver.cuInit(0)
+    if status != driver.CUresult.CUDA_SUCCESS:
+        return None
+    ordinals = cuda_ordinals_by_uuid(driver)
+    uuids = [nvml.uuid(handle) for handle in nvml.handles]
+    return {index for index, uuid in enumerate(uuids) if ordinals.get(uuid, gpus) < gpus}

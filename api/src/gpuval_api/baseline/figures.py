@@ -15,7 +15,14 @@ from enum import StrEnum
 from gpuval_api.baseline.model import BaselineKey, StackVersions, Unit
 from gpuval_api.checks import CheckName, Precision
 from gpuval_api.fabric import FABRIC_CHECK, FabricPair
-from gpuval_api.result import AgentResult, Environment, Metric
+from gpuval_api.result import (
+    AgentResult,
+    CheckResult,
+    Environment,
+    GpuCheckResult,
+    Metric,
+    untested_gpus,
+)
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 # All-reduces below 1 MiB are latency, not bandwidth: not kept. Below 1 GiB they are kept and
@@ -113,31 +120,40 @@ def order(figure: str) -> tuple[int, int]:
 
 
 def result_samples(result: AgentResult) -> list[Sample]:
-    """Every figure the result's burn, bandwidth and NCCL checks measured."""
+    """Every figure the result's burn, bandwidth and NCCL checks measured on GPUs they tested (a
+    GPU another process used, GpuInUse, is no evidence against a baseline)."""
     config = result.checks_config
     samples: list[Sample] = []
     burn = result.check(CheckName.BURN)
     matrix = f"matrixSize={config.burn.matrix_size}"
-    for gpu in burn.gpus if burn else []:
+    for gpu in _tested(burn):
         for key, tflops in gpu.metrics.items():
             if key.startswith(f"{Metric.TFLOPS}.") and tflops > 0:
                 precision = key.removeprefix(f"{Metric.TFLOPS}.")
                 samples.append(Sample(burn_figure(precision), tflops, matrix, gpu.index))
     bandwidth = result.check(CheckName.BANDWIDTH)
     transfer = f"transferMiB={config.bandwidth.transfer_mib}"
-    for gpu in bandwidth.gpus if bandwidth else []:
+    for gpu in _tested(bandwidth):
         for metric, figure in _COPIES:
             value = gpu.metrics.get(metric)
             if value is not None and value > 0:
                 samples.append(Sample(figure, value, transfer, gpu.index))
+    untested = untested_gpus(bandwidth) if bandwidth else set()
     for pair in bandwidth.pairs if bandwidth else []:
-        if pair.gbps is not None and pair.gbps > 0:
+        if pair.gbps is not None and pair.gbps > 0 and not {pair.src, pair.dst} & untested:
             samples.append(Sample(P2P, pair.gbps, transfer, pair.src, pair.dst))
     nccl = result.check(CheckName.NCCL)
-    for size in nccl.nccl_sizes if nccl else []:
+    for size in nccl.nccl_sizes if nccl and not untested_gpus(nccl) else []:
         if size.bytes >= MIN_NCCL_BYTES and size.busbw_gbps > 0:
             samples.append(Sample(nccl_figure(size.bytes), size.busbw_gbps))
     return samples
+
+
+def _tested(check: CheckResult | None) -> list[GpuCheckResult]:
+    if check is None:
+        return []
+    untested = untested_gpus(check)
+    return [gpu for gpu in check.gpus if gpu.index not in untested]
 
 
 def fabric_samples(node: str, pairs: Iterable[FabricPair], transport: str) -> list[Sample]:

@@ -1,16 +1,19 @@
-"""One GPU's process of the fabric (`python -m gpuval_agent.fabric.worker --spec JSON`).
+"""One GPU's rank process (`python -m gpuval_agent.backends.rank_worker --spec JSON`), for the
+node's NCCL check (one node, its GPUs) and the fabric (every GPU of a group of nodes) alike.
 
-Started by the node's agent (workers.py), one per local GPU; global rank = the node's offset +
+Started by the agent (gpuval_agent.backends.ranks), one per GPU; global rank = the node's offset +
 the local GPU. The world meets at a torch TCPStore that global rank 0 hosts (rank 0's address,
 the generation's port), with no device_id: communicators are created lazily at their first
-collective, so a generation started for the pair rounds never builds the world's communicator
-(a hung node cannot hang the pairs it is not in), and `new_group` (called by every rank for
-every pair, in the same order) needs no collective over the world.
+collective, so a fabric generation started for the pair rounds never builds the world's
+communicator (a hung node cannot hang the pairs it is not in), and `new_group` (called by every
+rank for every pair, in the same order) needs no collective over the world. The NCCL check sends
+`check` as soon as its ranks start: their communicator forms and its sum is checked during the
+burn, and `group` runs the sweep the moment the check needs it.
 
-Commands arrive as JSON lines on stdin; each ends with one JSON line in the --events file
+Commands arrive as JSON lines on stdin; each ends with one JSON line in the events file
 (`{"id": n, ...}`). Figures are in-place float32 all-reduces timed like nccl-tests
 (gpuval_agent.backends.torch_collective: CUDA-graph replays timed with CUDA events), each the
-slowest rank's. A failure writes its error and exits 3: a broken communicator is not reused.
+slowest rank's. A failure writes its error and exits 1: a broken communicator is not reused.
 """
 
 from __future__ import annotations
@@ -138,7 +141,7 @@ def _fail(worker_events: TextIO, step: int, error: BaseException, **extra: Any) 
     print(f"gpuval: rank failed at step {step}: {text}", file=sys.stderr, flush=True)
     worker_events.write(json.dumps({"id": step, "error": text[:_ERROR_CHARS], **extra}) + "\n")
     worker_events.flush()
-    os._exit(3)
+    os._exit(1)
 
 
 def main(argv: list[str] | None = None) -> None:

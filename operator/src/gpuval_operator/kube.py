@@ -44,11 +44,6 @@ class ResourceExpiredError(Exception):
     """The watch's resourceVersion is too old (410): list again."""
 
 
-def selector(labels: Mapping[str, str]) -> str:
-    """An equality label selector for the `labelSelector` query parameter."""
-    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-
-
 class KubeClient:
     """Raw-JSON requests with retries, paginated lists and resumable watches."""
 

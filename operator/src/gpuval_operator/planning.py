@@ -24,8 +24,6 @@ from gpuval_api.kubernetes import READY
 from gpuval_operator import names
 from gpuval_operator.config import OperatorConfig
 
-DEFAULT_GPU_SELECTOR = ""  # every node; filtered to nodes with nvidia.com/gpu below
-
 
 @dataclass(frozen=True, slots=True)
 class Candidate:

@@ -7,9 +7,9 @@ from typing import Any
 from gpuval_api import keys
 from gpuval_api.reasons import Reason
 from gpuval_operator import names
-from gpuval_operator.lifecycle import due_outcomes
-from gpuval_operator.state import Phase, RunState
-from gpuval_operator.views import PodView, ReportView, failed_checks
+from gpuval_operator.run.facts import PodFacts, ReportFacts, failed_checks
+from gpuval_operator.run.lifecycle import due_outcomes
+from gpuval_operator.run.state import Phase, RunState
 
 
 def make_run(*nodes: str) -> RunState:
@@ -21,7 +21,7 @@ def make_run(*nodes: str) -> RunState:
     return run
 
 
-def pod(node: str, phase: str = "Running", **extra: Any) -> PodView:
+def pod(node: str, phase: str = "Running", **extra: Any) -> PodFacts:
     status: dict[str, Any] = {"phase": phase, **extra.pop("status", {})}
     if phase == "Running":
         status.setdefault("containerStatuses", [{"name": "agent", "state": {"running": {}}}])
@@ -35,13 +35,13 @@ def pod(node: str, phase: str = "Running", **extra: Any) -> PodView:
         "spec": {"nodeName": node} if extra.pop("scheduled", True) else {},
         "status": status,
     }
-    return PodView.parse(obj)
+    return PodFacts.parse(obj)
 
 
 def report(
     node: str, phase: str = "Completed", verdict: str | None = "Passed", **status: Any
-) -> ReportView:
-    return ReportView.parse(
+) -> ReportFacts:
+    return ReportFacts.parse(
         {
             "metadata": {"name": names.report_name("v", "1-aaaa", node)},
             "spec": {"validation": "v", "run": "1-aaaa", "node": node},
@@ -187,7 +187,7 @@ def test_counts_follow_phases() -> None:
 
 
 def test_report_view_keeps_summary_and_environment_but_not_the_document() -> None:
-    view = ReportView.parse(
+    view = ReportFacts.parse(
         {
             "metadata": {"name": "r", "annotations": {"gpuval.dev/gpus": "8"}},
             "spec": {"node": "a", "run": "1-aaaa"},

@@ -4,7 +4,7 @@
 nodes; `GpuNodeReport` (cluster-scoped, one per node and run, owned by its GpuValidation) holds
 one node's result. Every field carries a description because it becomes the CRD field's
 description (`kubectl explain`). Cross-field constraints the schema can express are CEL rules
-here; the rest are checked by the operator (`gpuval_operator.validation`).
+here; the rest are checked by the operator (`gpuval_operator.spec`).
 """
 
 from __future__ import annotations

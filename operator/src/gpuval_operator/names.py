@@ -59,3 +59,9 @@ def fabric_pod_name(validation: str, run: str, group: str, rank: int) -> str:
     a representative of its topology domain has one in its domain's group and one in the
     cross-domain group); at most 63."""
     return bounded_name("gpuval", validation, run, group, f"r{rank}", limit=MAX_LABEL_VALUE)
+
+
+def run_number(run_id: str) -> int:
+    """The number in a run id `<number>-<suffix>`; 0 for an id of another form."""
+    head = run_id.split("-", 1)[0]
+    return int(head) if head.isdigit() else 0

@@ -23,8 +23,8 @@ from gpuval_api.crd import API_VERSION, GpuNodeReport, GpuValidation
 from gpuval_api.lenient import read_model
 from gpuval_api.views import FleetView, UnitView, fleet_of_units, node_unit
 from gpuval_operator import names
-from gpuval_operator.credentials import CredentialsError, load_credentials
-from gpuval_operator.kube import ApiError, KubeClient, ResourceExpiredError, q
+from gpuval_operator.kube.client import ApiError, KubeClient, ResourceExpiredError, q
+from gpuval_operator.kube.credentials import CredentialsError, load_credentials
 
 VALIDATIONS = f"/apis/{API_VERSION}/gpuvalidations"
 REPORTS = f"/apis/{API_VERSION}/gpunodereports"

@@ -21,8 +21,8 @@ from typing import Any
 
 from gpuval_api import keys
 from gpuval_api.crd import TaintEffect
+from gpuval_api.labels import label_value
 from gpuval_api.result import Verdict
-from gpuval_operator import names
 
 # A stronger effect wins when several failing validations ask for a taint.
 _EFFECT_RANK = {
@@ -61,7 +61,7 @@ class NodeEntry:
 
 
 def entry_key(validation: str) -> str:
-    return keys.NODE_VERDICT_ANNOTATION_PREFIX + names.label_value(validation)
+    return keys.NODE_VERDICT_ANNOTATION_PREFIX + label_value(validation)
 
 
 def entries(annotations: Mapping[str, str]) -> dict[str, NodeEntry]:
@@ -168,7 +168,7 @@ def _taints(spec: Mapping[str, Any], agg: Aggregate) -> tuple[list[dict[str, Any
         others = kept
     wanted = list(others)
     if agg.taint_effect is not None:
-        value = names.label_value(agg.reason or str(Verdict.FAILED))
+        value = label_value(agg.reason or str(Verdict.FAILED))
         wanted.append({"key": keys.TAINT_KEY, "value": value, "effect": agg.taint_effect})
         if not any(t.get("key") == keys.TAINT_KEY for t in taints):
             changes.append(f"taint {keys.TAINT_KEY}={value}:{agg.taint_effect}")
@@ -235,7 +235,7 @@ def _labels(
         keys.NODE_LABEL_VERDICT: agg.state if found and agg.label else None,
         keys.NODE_LABEL_VALIDATED_AT: str(agg.validated_at) if found and agg.label else None,
         keys.NODE_LABEL_REASON: (
-            names.label_value(agg.reason)
+            label_value(agg.reason)
             if found and agg.label and agg.reason and agg.state != keys.NODE_VERDICT_PASSED
             else None
         ),

@@ -18,9 +18,10 @@ from typing import Any
 from gpuval_api import keys
 from gpuval_api.conditions import EventReason
 from gpuval_api.crd import API_VERSION, REPORT_PLURAL, VALIDATION_KIND, GpuValidationSpec
+from gpuval_api.labels import children_selector
 from gpuval_api.reasons import Reason
 from gpuval_api.report import AGENT_CHECK, build_operator_failure_status
-from gpuval_operator import names, planning
+from gpuval_operator import planning
 from gpuval_operator.config import OperatorConfig
 from gpuval_operator.kube import events
 from gpuval_operator.kube.client import ApiError, KubeClient, ResourceExpiredError, q
@@ -40,7 +41,7 @@ class Effects:
         self.config = config
         self.name = name
         self.uid = uid
-        self.selector = f"{keys.LABEL_VALIDATION}={names.label_value(name)}"
+        self.selector = children_selector(name)
 
     @property
     def pods_path(self) -> str:
@@ -204,6 +205,6 @@ class Effects:
 
     async def delete_run(self, run: RunState) -> None:
         """Delete a superseded run's pods and reports."""
-        sel = f"{self.selector},{keys.LABEL_RUN}={run.run_id}"
+        sel = children_selector(self.name, run.run_id)
         await self.client.delete(self.pods_path, labelSelector=sel)
         await self.client.delete(REPORTS_PATH, labelSelector=sel)

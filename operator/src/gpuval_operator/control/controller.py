@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuval_api import keys
 from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, RunTrigger
+from gpuval_api.labels import children_selector
 from gpuval_operator import cron, planning
 from gpuval_operator.config import OperatorConfig
 from gpuval_operator.control.driver import RunDriver
@@ -173,12 +173,19 @@ class ValidationController:
 
     async def _catch_up(self, run: RunState, pods: Follower) -> None:
         """The followers listed before the run existed: apply its reports, then its pods, again."""
-        selector = f"{self.effects.selector},{keys.LABEL_RUN}={run.run_id}"
+        selector = children_selector(self.name, run.run_id)
         async for items, _, _ in self.effects.client.pages(REPORTS_PATH, selector):
             for obj in items:
                 self.ingest.on_report(obj)
         if run.completed_at is not None:
-            run.finished.clear()
+            recorded = self._status().get("nodes") or {}
+            if run.all_done() and run.counts() != recorded:
+                # A verdict was written over while no operator ran: close the run again on the
+                # reports as they are, its node actions included (they change only what differs).
+                log.info("%s: run %s's reports differ from its status", self.name, run.run_id)
+                run.reopen()
+            else:
+                run.finished.clear()
             return
         await self._wait(pods.synced.is_set, 0.2)
         first = True
@@ -267,8 +274,18 @@ class ValidationController:
                     due = self.node_watch.next_batch_at(gating)
                     return due is not None and due <= time.time()
 
+                def reopened() -> bool:
+                    # A report's verdict written over reopens a completed run (RunState.revise).
+                    current = self.state.run
+                    return current is not None and current.completed_at is None
+
                 await self._wait(
-                    lambda: changed() or arrived() or (until is not None and time.time() >= until)
+                    lambda: (
+                        changed()
+                        or arrived()
+                        or reopened()
+                        or (until is not None and time.time() >= until)
+                    )
                 )
 
     # -- invalid spec --

@@ -220,6 +220,27 @@ class RunState:
             self.finished.append(node)
         return True
 
+    def revise(self, node: str, verdict: Verdict, reason: Reason | None, message: str) -> bool:
+        """A settled node's report now gives another verdict than the run holds, written after
+        the run's: by a person overruling it, or by an agent whose write landed after the
+        operator's. The report is the node's verdict, for the status as for the metrics (which
+        read the same report): the run takes it, the node's actions follow it, and a completed
+        run is closed again on it. True when the verdict changed; the same verdict with other
+        words changes nothing (the operator's own writes may word a reason differently)."""
+        record = self.nodes.get(node)
+        phase = Phase.of(verdict)
+        if record is None or not record.settled or record.phase is phase:
+            return False
+        passed = phase is Phase.PASSED
+        record.phase, record.message = phase, message[:300]
+        record.reason = None if passed else (reason or Reason.CHECK_ERROR)
+        if passed and self.fabric is not None and self.fabric.wants(node):
+            record.held = True
+        else:
+            self.finished.append(node)
+        self.reopen()
+        return True
+
     def release(self, node: str, verdict: Verdict, reason: Reason | None, message: str) -> None:
         """A node held for the fabric gets its final verdict (unchanged when it stays Passed, or
         NotRun as recorded when its own fabric pod never started) and its node actions."""
@@ -247,7 +268,8 @@ class RunState:
         return True
 
     def reopen(self) -> None:
-        """Nodes joined a completed run (gating, retry): it is running again."""
+        """Nodes joined a completed run (gating, retry), or a node's verdict was written over: it
+        is running again, until it completes again."""
         self.completed_at = None
 
     def apply_report(self, report: ReportFacts) -> bool:
@@ -273,6 +295,8 @@ class RunState:
         if report.started:
             record.started = True
         if report.completed and report.verdict is not None:
+            if record.settled:
+                return self.revise(report.node, report.verdict, report.reason, report.message)
             return self.finish_node(report.node, report.verdict, report.reason, report.message)
         return False
 

@@ -83,6 +83,10 @@ images-docker: ## Build the operator and GPU agent images with a Docker engine: 
 	docker build -f images/operator/Dockerfile -t $(REGISTRY)/gpuval-operator:$(TAG) .
 	docker build -f images/agent/Dockerfile -t $(REGISTRY)/gpuval-agent:$(TAG) .
 
+.PHONY: krew
+krew: setup ## Build kubectl gpuval's krew archive (out/krew/, the same bytes every time) and write its sha256 into kubectl-gpuval/krew/gpuval.yaml
+	$(UV) run --frozen python -m gpuval_devtools.krew
+
 .PHONY: lint
 lint: setup ## ruff and mypy --strict over every package
 	$(UV) run --frozen ruff check .

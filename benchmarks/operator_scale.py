@@ -32,9 +32,7 @@ from typing import Any
 
 from gpuval_devtools.controlplane import Cluster, GpuNode, free_port
 from gpuval_devtools.launch import agent_rbac, install_crds, operator_process
-from gpuval_operator.children import Follower
-from gpuval_operator.credentials import load_credentials
-from gpuval_operator.kube import KubeClient, q
+from gpuval_operator.kube import Follower, KubeClient, load_credentials, q
 
 AGENT_NAMESPACE = "gpuval-system"
 WRITE_VERBS = ("POST", "PATCH", "PUT", "DELETE")

@@ -100,17 +100,20 @@ def test_operator_build_stage_installs_a_runnable_operator_without_the_gpu_stack
             "-c",
             "import importlib.util, gpuval_operator.main, gpuval_operator;"
             "print(gpuval_operator.__file__);"
-            "print(importlib.util.find_spec('torch') is None)",
+            "print(importlib.util.find_spec('torch') is None);"
+            "print(importlib.util.find_spec('gpuval_kubectl') is None)",
         ],
         capture_output=True,
         text=True,
         check=False,
     )
     assert probe.returncode == 0, probe.stderr
-    module_file, no_torch = probe.stdout.split()
+    module_file, no_torch, no_plugin = probe.stdout.split()
     # --no-editable: the code is inside the venv, not a link back to the build context.
     assert module_file.startswith(str(venv)), module_file
     assert no_torch == "True"
+    # kubectl gpuval is a person's plugin, its own package: not in the operator's image.
+    assert no_plugin == "True" and not (venv / "bin" / "kubectl-gpuval").exists()
 
 
 def test_the_daemonless_operator_image_holds_the_packages_the_dockerfile_installs(
@@ -134,6 +137,7 @@ def test_the_daemonless_operator_image_holds_the_packages_the_dockerfile_install
     daemonless = {_normal(p["name"]): p["version"] for p in listing["python"]}
     assert daemonless == dockerfile
     assert "kopf" in daemonless and "torch" not in daemonless
+    assert "kubectl-gpuval" not in daemonless
 
 
 def _normal(name: str) -> str:

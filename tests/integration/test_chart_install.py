@@ -27,7 +27,7 @@ import yaml
 from gpuval_devtools.controlplane import Cluster
 from gpuval_operator import planning
 from gpuval_operator.config import OperatorConfig
-from gpuval_operator.validation import parse_spec
+from gpuval_operator.spec import parse_spec
 from tests.support import chart
 from tests.support.kube import get_json, wait_for
 

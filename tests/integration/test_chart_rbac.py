@@ -34,7 +34,7 @@ OPERATOR_CLUSTER_RIGHTS: set[Right] = {
     *{("gpuval.dev", "gpunodereports", v) for v in ("list", "watch", "create", "deletecollection")},
     # effects: a node's verdict written by the operator when its agent could not.
     ("gpuval.dev", "gpunodereports/status", "patch"),
-    # planning: node selection; nodewatch: the nodes' list+watch; nodeactions: verdict labels,
+    # planning: node selection; nodes.watch: the nodes' list+watch; nodes.actor: verdict labels,
     # taints, cordon (merge patch) and the GpuValidated condition (on the node's status).
     *{("", "nodes", v) for v in ("get", "list", "watch", "patch")},
     ("", "nodes/status", "patch"),

@@ -46,7 +46,7 @@ def test_helm_template_renders_hardened_operator_and_wildcard_free_rbac(
     deployment = chart.find(objs, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    # Two replicas behind one leader Lease (gpuval_operator.leader), preferably on two nodes.
+    # Two replicas behind one leader Lease (gpuval_operator.kube.leader), preferably on two nodes.
     assert deployment["spec"]["replicas"] == 2
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["GPUVAL_LEASE_NAMESPACE"] and env["GPUVAL_LEASE_NAME"]

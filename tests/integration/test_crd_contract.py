@@ -15,7 +15,7 @@ from gpuval_api.env import AgentEnv
 from gpuval_devtools.controlplane import Cluster
 from gpuval_operator import planning
 from gpuval_operator.config import OperatorConfig
-from gpuval_operator.validation import parse_spec
+from gpuval_operator.spec import parse_spec
 
 pytestmark = pytest.mark.usefixtures("install_crds")
 

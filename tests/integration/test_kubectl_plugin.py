@@ -1,7 +1,8 @@
-"""`kubectl gpuval` on the real control plane, found by the real kubectl on PATH as a person would
-use it: a run of the real operator (its own process) over simulated nodes, one slow and one
-computing wrong results, then `status`, `status NAME` and `report NAME --html`, the page opened
-in headless chromium."""
+"""`kubectl gpuval` (the kubectl-gpuval package) on the real control plane, found by the real
+kubectl on PATH as a person would use it: a run of the real operator (its own process) over
+simulated nodes, one slow and one computing wrong results, then `status`, `status NAME` and `report
+NAME --html`, the page opened in headless chromium; and what it says when gpuval's CRDs are not
+there."""
 
 from __future__ import annotations
 
@@ -24,10 +25,13 @@ from gpuval_devtools.launch import (
     podrunner_process,
 )
 from gpuval_devtools.simulation import simulated_node
+from gpuval_kubectl.cli import build_parser, show
+from gpuval_kubectl.cluster import Cluster as Objects
+from gpuval_kubectl.cluster import PluginError, Resources, connect
 from tests.support.browser import look_at
 from tests.support.kube import get_json, wait_for
 
-pytestmark = [pytest.mark.usefixtures("install_crds"), pytest.mark.browser]
+pytestmark = pytest.mark.usefixtures("install_crds")
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -55,6 +59,7 @@ def _completed(cluster: Cluster, name: str) -> bool:
     return bool((status.get("run") or {}).get("completedAt"))
 
 
+@pytest.mark.browser
 def test_kubectl_gpuval_shows_the_run_the_failing_nodes_with_hints_and_the_outliers(
     cluster: Cluster, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
@@ -135,3 +140,32 @@ def test_kubectl_gpuval_shows_the_run_the_failing_nodes_with_hints_and_the_outli
 
     assert missing.returncode == 1
     assert "GpuValidation 'no-such-validation' not found" in missing.stderr
+
+
+@pytest.mark.parametrize("args", [["status"], ["status", "fleet"], ["report", "x", "--html", "x"]])
+def test_without_gpuvals_crds_kubectl_gpuval_says_they_are_missing_and_how_to_install_them(
+    cluster: Cluster, args: list[str]
+) -> None:
+    # The session's cluster has gpuval's CRDs (a session fixture installs them), so the plugin is
+    # asked for a version of gpuval.dev that no CRD serves, as a plugin newer than the installed
+    # CRDs would: the real API server answers 404 for the list, the object and the discovery.
+    absent = Resources(version="v1alpha0")
+    with connect(str(cluster.kubeconfig)) as api, pytest.raises(PluginError) as said:
+        show(Objects(api, absent), build_parser().parse_args(args))
+    message = str(said.value)
+    assert message.startswith("gpuval's CRDs are not installed in this cluster")
+    assert "gpuvalidations.gpuval.dev/v1alpha0" in message
+    assert "gpunodereports.gpuval.dev/v1alpha0" in message
+    assert "helm install gpuval charts/gpuval" in message
+    assert "kubectl apply --server-side -f charts/gpuval/crds/" in message
+    assert "HTTP 404" not in message and "not found" not in message
+
+
+def test_with_gpuvals_crds_a_missing_validation_is_not_found_not_missing_crds(
+    cluster: Cluster,
+) -> None:
+    with connect(str(cluster.kubeconfig)) as api:
+        objects = Objects(api)
+        assert objects.missing() == []
+        with pytest.raises(PluginError, match="GpuValidation 'no-such-validation' not found"):
+            show(objects, build_parser().parse_args(["status", "no-such-validation"]))

@@ -1,6 +1,6 @@
-"""gpuval_operator.credentials against the real API server, for the identities a platform engineer's
-kubeconfig holds: an exec credential plugin (here one that hands out the test cluster's admin
-client certificate, as a cloud's plugin hands out a token) and a ServiceAccount token in a
+"""gpuval_operator.kube.credentials against the real API server, for the identities a platform
+engineer's kubeconfig holds: an exec credential plugin (here one that hands out the test cluster's
+admin client certificate, as a cloud's plugin hands out a token) and a ServiceAccount token in a
 tokenFile. Each request is authenticated by the API server as exactly that identity."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from gpuval_devtools.controlplane import Cluster
-from gpuval_operator.credentials import load_credentials
-from gpuval_operator.kube import ApiError, KubeClient
+from gpuval_operator.kube.client import ApiError, KubeClient
+from gpuval_operator.kube.credentials import load_credentials
 from tests.support.chart import token_for
 
 pytestmark = pytest.mark.cluster

@@ -310,7 +310,7 @@ def operator_as_chart_serviceaccount(
         monkeypatch.setenv(key, value)
     # The chart's port is the pod's; in-process the operator shares the host's ports.
     monkeypatch.setenv("GPUVAL_METRICS_PORT", str(port))
-    # Read at login and at start-up (kopf's login, gpuval_operator.credentials), not at import.
+    # Read at login and at start-up (kopf's login, gpuval_operator.kube.credentials), not at import.
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     return port
 

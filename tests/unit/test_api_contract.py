@@ -20,7 +20,7 @@ from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = [ROOT / p / "src" for p in ("operator", "agent", "devtools", "report")]
+PRODUCT = [ROOT / p / "src" for p in ("operator", "agent", "devtools", "report", "kubectl-gpuval")]
 ENUMS: list[type[StrEnum]] = [
     AgentEnv,
     OperatorEnv,

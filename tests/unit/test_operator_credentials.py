@@ -1,5 +1,5 @@
-"""gpuval_operator.credentials: a kubeconfig read as kubectl reads it, in-cluster credentials, exec
-credential plugins, and errors that name the file, the entry and the field. (The integration
+"""gpuval_operator.kube.credentials: a kubeconfig read as kubectl reads it, in-cluster credentials,
+exec credential plugins, and errors that name the file, the entry and the field. (The integration
 tests use it for every request to the real API server: client certificates and tokens.)"""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuval_operator.credentials import CredentialsError, load_connection, load_credentials
+from gpuval_operator.kube.credentials import CredentialsError, load_connection, load_credentials
 
 CA = b"-----BEGIN CERTIFICATE-----\nnot really\n-----END CERTIFICATE-----\n"
 

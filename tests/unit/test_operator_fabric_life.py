@@ -1,6 +1,6 @@
 """The fabric phase's pure decisions: which groups open, when rank 0's peers are made, what a
 member that ended without a result gets, and how a restart rebuilds the groups from what the
-reports and pods say (gpuval_operator.fabriclife, .fabricstate, .fabricviews, .fabricrollup).
+reports and pods say (gpuval_operator.fabric: lifecycle, state, facts, rollup).
 No cluster."""
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ from gpuval_api.fabric import (
 )
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
-from gpuval_operator import fabriclife, names
-from gpuval_operator.fabricplan import GroupPlan
-from gpuval_operator.fabricpodview import FabricPodView
-from gpuval_operator.fabricrollup import build_fabric_status, summary_line
-from gpuval_operator.fabricstate import FabricRun
-from gpuval_operator.fabricverdicts import Classification, Final, GroupOutcome
-from gpuval_operator.fabricviews import FabricView
-from gpuval_operator.state import Phase, RunState
+from gpuval_operator import names
+from gpuval_operator.fabric import lifecycle
+from gpuval_operator.fabric.facts import FabricFacts
+from gpuval_operator.fabric.plan import GroupPlan
+from gpuval_operator.fabric.podfacts import FabricPodFacts
+from gpuval_operator.fabric.rollup import build_fabric_status, summary_line
+from gpuval_operator.fabric.state import FabricState
+from gpuval_operator.fabric.verdicts import Classification, Final, GroupOutcome
+from gpuval_operator.run.state import Phase, RunState
 
 RUN = "1-aaaa"
 T0 = 1767225600.0
@@ -36,8 +37,8 @@ def namer(group: str, rank: int) -> str:
     return names.fabric_pod_name("v", RUN, group, rank)
 
 
-def fabric_run(*plans: GroupPlan) -> FabricRun:
-    run = FabricRun(planned=True, cross_planned=True)
+def fabric_run(*plans: GroupPlan) -> FabricState:
+    run = FabricState(planned=True, cross_planned=True)
     run.add_groups(list(plans), namer, 0.0, T0)
     return run
 
@@ -52,7 +53,7 @@ def pod(
     ip: str | None = "10.0.0.1",
     message: str | None = None,
     **extra: Any,
-) -> FabricPodView:
+) -> FabricPodFacts:
     state: dict[str, Any] = {}
     if phase in ("Succeeded", "Failed"):
         state = {
@@ -83,10 +84,12 @@ def pod(
         },
     }
     obj["status"].update(extra)
-    return FabricPodView.parse(obj)
+    return FabricPodFacts.parse(obj)
 
 
-def agent_status(group: GroupPlan, node: str, verdict: str = "Passed", **fields: Any) -> FabricView:
+def agent_status(
+    group: GroupPlan, node: str, verdict: str = "Passed", **fields: Any
+) -> FabricFacts:
     status: dict[str, Any] = {
         **build_planned_fabric_status(group.name, group.nodes, node),
         FabricKey.VERDICT: verdict,
@@ -95,7 +98,7 @@ def agent_status(group: GroupPlan, node: str, verdict: str = "Passed", **fields:
         FabricKey.RESULT: {"verdict": verdict, "message": "ok", "pairs": []},
         **fields,
     }
-    view = FabricView.parse(status)
+    view = FabricFacts.parse(status)
     assert view is not None
     return view
 
@@ -107,17 +110,17 @@ G3 = GroupPlan("g3", ("f", "g", "h", "i"))
 
 def test_whole_groups_open_within_the_limit_and_a_larger_group_runs_alone() -> None:
     run = fabric_run(G1, G2, G3)
-    assert [g.name for g in fabriclife.groups_to_open(run, 5)] == ["g1", "g2"]
-    assert [g.name for g in fabriclife.groups_to_open(run, 2)] == ["g1"]
+    assert [g.name for g in lifecycle.groups_to_open(run, 5)] == ["g1", "g2"]
+    assert [g.name for g in lifecycle.groups_to_open(run, 2)] == ["g1"]
     run.groups["g1"].opened_at = T0
-    assert fabriclife.groups_to_open(run, 2) == [], "3 nodes in fabric pods already"
+    assert lifecycle.groups_to_open(run, 2) == [], "3 nodes in fabric pods already"
 
 
 def test_a_node_in_two_groups_waits_for_the_first() -> None:
     cross = GroupPlan("x1", ("a", "d"), cross=True)
     run = fabric_run(G1, G2, cross)
     run.groups["g1"].opened_at = T0
-    assert [g.name for g in fabriclife.groups_to_open(run, 100)] == ["g2"]
+    assert [g.name for g in lifecycle.groups_to_open(run, 100)] == ["g2"]
 
 
 def test_rank_0s_peers_are_made_once_it_has_a_pod_ip() -> None:
@@ -125,15 +128,15 @@ def test_rank_0s_peers_are_made_once_it_has_a_pod_ip() -> None:
     group = run.groups["g1"]
     group.opened_at, group.members[0].requested = T0, True
     run.apply_pod(pod("g1", 0, "a", ip=None), 1.0, T0)
-    assert fabriclife.groups_to_launch(run) == []
+    assert lifecycle.groups_to_launch(run) == []
     run.apply_pod(pod("g1", 0, "a"), 2.0, T0)
-    assert fabriclife.groups_to_launch(run) == [group]
+    assert lifecycle.groups_to_launch(run) == [group]
     for rank, node in ((1, "b"), (2, "c")):
         run.apply_pod(pod("g1", rank, node), 2.0, T0)
-    assert fabriclife.groups_to_launch(run) == []
+    assert lifecycle.groups_to_launch(run) == []
 
 
-def _launched(run: FabricRun, group: str, started: set[int], now_seen: float = T0) -> None:
+def _launched(run: FabricState, group: str, started: set[int], now_seen: float = T0) -> None:
     found = run.groups[group]
     found.opened_at = T0
     for m in found.members:
@@ -154,9 +157,9 @@ def _launched(run: FabricRun, group: str, started: set[int], now_seen: float = T
 def test_a_group_whose_pods_do_not_all_start_in_time_did_not_form_blaming_no_one() -> None:
     run = fabric_run(G1)
     _launched(run, "g1", started={0, 1})
-    assert fabriclife.due_outcomes(run, CONFIG, now=T0 + 10, monotonic=10, grace=3) == []
+    assert lifecycle.due_outcomes(run, CONFIG, now=T0 + 10, monotonic=10, grace=3) == []
     # Rank 0 started at 00:00:05 and waits 40 s: the group is given up 10 s before (T0 + 35).
-    outcomes = fabriclife.due_outcomes(run, CONFIG, now=T0 + 36, monotonic=36, grace=3)
+    outcomes = lifecycle.due_outcomes(run, CONFIG, now=T0 + 36, monotonic=36, grace=3)
     assert [(o.rank, o.record.reason, o.never_started, o.delete_pod) for o in outcomes] == [
         (0, Reason.FABRIC_GANG_NOT_FORMED, False, True),
         (1, Reason.FABRIC_GANG_NOT_FORMED, False, True),
@@ -171,8 +174,8 @@ def test_a_group_whose_rank_0_never_starts_is_given_up_at_the_gang_timeout() -> 
     group = run.groups["g1"]
     group.opened_at, group.members[0].requested = T0, True
     run.apply_pod(pod("g1", 0, "a", started=False, phase="Pending", ip=None), 1.0, T0)
-    assert fabriclife.due_outcomes(run, CONFIG, now=T0 + 59, monotonic=59, grace=3) == []
-    outcomes = fabriclife.due_outcomes(run, CONFIG, now=T0 + 60, monotonic=60, grace=3)
+    assert lifecycle.due_outcomes(run, CONFIG, now=T0 + 59, monotonic=59, grace=3) == []
+    outcomes = lifecycle.due_outcomes(run, CONFIG, now=T0 + 60, monotonic=60, grace=3)
     # Only rank 0's pod was made: b and c were never asked to start, and are not blamed for it.
     assert [(o.rank, o.never_started) for o in outcomes] == [(0, True), (1, False), (2, False)]
 
@@ -192,8 +195,8 @@ def test_a_member_that_ended_without_a_report_gets_its_termination_message_after
     run.apply_pod(
         pod("g2", 1, "e", phase="Failed", message=build_fabric_termination_message(left)), 5.0, T0
     )
-    assert fabriclife.due_outcomes(run, CONFIG, now=T0 + 6, monotonic=6, grace=3) == []
-    [outcome] = fabriclife.due_outcomes(run, CONFIG, now=T0 + 8, monotonic=8, grace=3)
+    assert lifecycle.due_outcomes(run, CONFIG, now=T0 + 6, monotonic=6, grace=3) == []
+    [outcome] = lifecycle.due_outcomes(run, CONFIG, now=T0 + 8, monotonic=8, grace=3)
     assert outcome.rank == 1 and outcome.record.reason is Reason.FABRIC_TRANSPORT_FALLBACK
     assert outcome.record.by_agent and outcome.status[FabricKey.NODES] == ["d", "e"]
     assert "termination message" in str(outcome.status[FabricKey.MESSAGE])
@@ -203,7 +206,7 @@ def test_a_member_without_a_message_failed_and_one_past_its_deadline_timed_out()
     run = fabric_run(G2)
     _launched(run, "g2", started={0, 1})
     run.apply_pod(pod("g2", 1, "e", phase="Failed"), 5.0, T0)
-    [ended] = fabriclife.due_outcomes(run, CONFIG, now=T0 + 10, monotonic=9, grace=3)
+    [ended] = lifecycle.due_outcomes(run, CONFIG, now=T0 + 10, monotonic=9, grace=3)
     assert (ended.rank, ended.record.reason, ended.record.verdict) == (
         1,
         Reason.POD_FAILED,
@@ -211,7 +214,7 @@ def test_a_member_without_a_message_failed_and_one_past_its_deadline_timed_out()
     )
     run.groups["g2"].members[1].recorded = ended.record
     # The deadline: the gang timeout and every phase of a 2-node group, from the group's opening.
-    late = fabriclife.due_outcomes(
+    late = lifecycle.due_outcomes(
         run, CONFIG, now=T0 + 60 + 40 * 4 + 20 * 3 + 60, monotonic=9, grace=3
     )
     assert [(o.rank, o.record.reason, o.delete_pod) for o in late] == [
@@ -223,7 +226,7 @@ def test_a_member_whose_pod_someone_deleted_is_not_run_and_one_whose_node_went_i
     run = fabric_run(G3)
     _launched(run, "g3", started={0, 1, 2, 3})
     run.apply_pod_deleted(pod("g3", 2, "h"))
-    outcomes = fabriclife.due_outcomes(
+    outcomes = lifecycle.due_outcomes(
         run, CONFIG, now=T0 + 10, monotonic=9, grace=3, gone=frozenset({"i"})
     )
     assert [(o.rank, o.record.reason, o.record.verdict) for o in outcomes] == [
@@ -234,10 +237,10 @@ def test_a_member_whose_pod_someone_deleted_is_not_run_and_one_whose_node_went_i
 
 def test_a_restarted_operator_rebuilds_the_groups_from_the_reports_and_the_pods() -> None:
     plan = GroupPlan("g1", ("a", "b", "c"))
-    after = FabricRun()
+    after = FabricState()
     for node in ("a", "b"):
         after.apply_report(node, agent_status(plan, node))
-    after.apply_report("c", FabricView.parse(build_planned_fabric_status("g1", plan.nodes, "c")))
+    after.apply_report("c", FabricFacts.parse(build_planned_fabric_status("g1", plan.nodes, "c")))
     after.apply_pod(pod("g1", 2, "c"), 1.0, T0)
     assert after.planned_groups() == {"g1": ("a", "b", "c")}
     after.add_groups([plan], namer, 2.0, T0)
@@ -252,14 +255,14 @@ def test_a_representatives_domain_result_is_known_after_its_report_shows_the_cro
     domain, cross = GroupPlan("g1", ("a", "b")), GroupPlan("x1", ("a", "z"), cross=True)
     run = fabric_run(domain, cross)
     run.apply_report("b", agent_status(domain, "b"))
-    run.apply_report("a", FabricView.parse(build_planned_fabric_status("x1", cross.nodes, "a")))
+    run.apply_report("a", FabricFacts.parse(build_planned_fabric_status("x1", cross.nodes, "a")))
     g1 = run.groups["g1"]
     assert run.done(g1) and run.result(g1, g1.members[0]).verdict is Verdict.PASSED  # type: ignore[union-attr]
     assert not run.done(run.groups["x1"])
 
 
 def test_nodes_wait_for_the_fabric_until_planned_then_members_until_compared() -> None:
-    run = FabricRun()
+    run = FabricState()
     assert run.wants("a")
     run.planned = True
     run.add_groups([G2], namer, 0.0, T0)
@@ -311,7 +314,7 @@ def test_the_status_lists_counts_the_worst_groups_and_the_slow_ones() -> None:
 
 
 def test_a_node_that_passed_locally_waits_for_the_fabric_counted_running() -> None:
-    run = RunState("v", RUN, 1, 1, "created", T0, fabric=FabricRun())
+    run = RunState("v", RUN, 1, 1, "created", T0, fabric=FabricState())
     for node in ("a", "b", "c"):
         run.add(node, 8, f"r-{node}", f"p-{node}")
     run.finish_node("a", Verdict.PASSED, None, "ok")
@@ -338,10 +341,10 @@ def test_a_reports_fabric_view_keeps_the_agents_verdict_beside_the_settled_one()
             "pairs": [{"round": 1, "a": "a", "b": "b", "bytes": 1024, "busbwGBps": 12.5}],
         },
     }
-    view = FabricView.parse(status)
+    view = FabricFacts.parse(status)
     assert view is not None and view.classified and view.by_agent
     assert (view.verdict, view.raw_verdict) == (Verdict.PASSED, Verdict.FAILED)
     assert view.raw_reason is Reason.FABRIC_SLOW_NODE and view.nodes == ("a", "b")
     assert [p.busbw_gbps for p in view.pairs] == [12.5]
-    planned = FabricView.parse(build_planned_fabric_status("g1", ["a", "b"], "a"))
+    planned = FabricFacts.parse(build_planned_fabric_status("g1", ["a", "b"], "a"))
     assert planned is not None and planned.planned and planned.rank == 0

@@ -1,5 +1,5 @@
 """Fabric groups, representatives, deadlines and the fabric pod: pure planning, no cluster
-(gpuval_operator.fabricplan, .fabricpods)."""
+(gpuval_operator.fabric.plan, .pods)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from gpuval_api import keys
 from gpuval_api.crd import GpuValidationSpec
 from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import FABRIC_POD_COMMAND, MAX_GROUP, FabricConfig
-from gpuval_operator import fabricplan, names
+from gpuval_operator import names
 from gpuval_operator.config import OperatorConfig
-from gpuval_operator.fabricplan import GroupPlan, chunk, cross_groups, domain_groups
-from gpuval_operator.fabricpods import build_fabric_pod, fabric_config
+from gpuval_operator.fabric import plan as fabricplan
+from gpuval_operator.fabric.plan import GroupPlan, chunk, cross_groups, domain_groups
+from gpuval_operator.fabric.pods import build_fabric_pod, fabric_config
 
 
 def nodes(count: int, prefix: str = "n") -> list[str]:

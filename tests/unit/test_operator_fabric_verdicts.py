@@ -1,5 +1,5 @@
 """The run-wide comparison of the fabric groups: who is named, who is spared, which groups are
-slow (gpuval_operator.fabricverdicts). Pure: no cluster."""
+slow (gpuval_operator.fabric.verdicts). Pure: no cluster."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from collections.abc import Mapping, Sequence
 from gpuval_api.fabric import FabricPair, FabricThresholds, pair_rounds
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
-from gpuval_operator.fabricstate import FabricRecord
-from gpuval_operator.fabricverdicts import GroupEvidence, classify
+from gpuval_operator.fabric.verdicts import FabricResult, GroupEvidence, classify
 
-PASS = FabricRecord(Verdict.PASSED, None, "fine", by_agent=True)
+PASS = FabricResult(Verdict.PASSED, None, "fine", by_agent=True)
 BASE = 380.0
 
 
@@ -39,7 +38,7 @@ def group(
     name: str,
     nodes: Sequence[str],
     busbw: float | None = BASE,
-    records: Sequence[FabricRecord] | None = None,
+    records: Sequence[FabricResult] | None = None,
     pairs: tuple[FabricPair, ...] | None = None,
 ) -> GroupEvidence:
     records = records or [PASS] * len(nodes)
@@ -75,7 +74,7 @@ def test_a_node_its_agent_named_slow_against_its_group_alone_passes_when_the_run
     # Group g1's agents compared a1 with their own slow median; the run's pairs are faster still,
     # but a1 is only 5 % below them: within the 0.9 threshold.
     nodes = names("a")
-    agent_said = FabricRecord(Verdict.FAILED, Reason.FABRIC_SLOW_NODE, "slow in every pair", True)
+    agent_said = FabricResult(Verdict.FAILED, Reason.FABRIC_SLOW_NODE, "slow in every pair", True)
     records = [PASS, agent_said, *[PASS] * 6]
     g1 = group("g1", nodes, records=records, pairs=pairs_of(nodes, {"a1": 0.95}))
     found = classify([g1, group("g2", names("b"))], FabricThresholds())
@@ -109,7 +108,7 @@ def test_groups_are_compared_with_groups_of_their_own_size_only() -> None:
 
 def test_an_absolute_floor_marks_a_group_slow_without_blaming_its_nodes() -> None:
     nodes = names("a", 4)
-    below = FabricRecord(Verdict.FAILED, Reason.NCCL_LOW_BUSBW, "below the absolute floor", True)
+    below = FabricResult(Verdict.FAILED, Reason.NCCL_LOW_BUSBW, "below the absolute floor", True)
     g1 = group(
         "g1",
         nodes,
@@ -124,10 +123,10 @@ def test_an_absolute_floor_marks_a_group_slow_without_blaming_its_nodes() -> Non
 
 def test_when_every_other_rank_cannot_reach_rank_0_rank_0_is_named_and_they_are_not() -> None:
     nodes = names("a", 4)
-    came = FabricRecord(
+    came = FabricResult(
         Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE, "a1, a2, a3 never reached", True
     )
-    lost = FabricRecord(
+    lost = FabricResult(
         Verdict.FAILED, Reason.FABRIC_UNREACHABLE, "could not reach 10.0.0.1:20000", True
     )
     found = classify(
@@ -144,8 +143,8 @@ def test_when_every_other_rank_cannot_reach_rank_0_rank_0_is_named_and_they_are_
 
 def test_one_rank_that_cannot_reach_rank_0_is_named_alone() -> None:
     nodes = names("a", 4)
-    came = FabricRecord(Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE, "a2 never reached", True)
-    lost = FabricRecord(Verdict.FAILED, Reason.FABRIC_UNREACHABLE, "could not reach", True)
+    came = FabricResult(Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE, "a2 never reached", True)
+    lost = FabricResult(Verdict.FAILED, Reason.FABRIC_UNREACHABLE, "could not reach", True)
     found = classify(
         [group("g1", nodes, busbw=None, records=[came, came, lost, came], pairs=())],
         FabricThresholds(),
@@ -155,8 +154,8 @@ def test_one_rank_that_cannot_reach_rank_0_is_named_alone() -> None:
 
 
 def test_in_a_group_of_two_an_unreachable_rank_names_neither_side() -> None:
-    came = FabricRecord(Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE, "a1 never reached", True)
-    lost = FabricRecord(Verdict.FAILED, Reason.FABRIC_UNREACHABLE, "could not reach", True)
+    came = FabricResult(Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE, "a1 never reached", True)
+    lost = FabricResult(Verdict.FAILED, Reason.FABRIC_UNREACHABLE, "could not reach", True)
     found = classify(
         [group("g1", ["a0", "a1"], busbw=None, records=[came, lost], pairs=())], FabricThresholds()
     )
@@ -164,13 +163,13 @@ def test_in_a_group_of_two_an_unreachable_rank_names_neither_side() -> None:
 
 
 def test_what_is_not_slowness_stands_and_a_node_in_two_groups_gets_the_worse() -> None:
-    fell_back = FabricRecord(Verdict.FAILED, Reason.FABRIC_TRANSPORT_FALLBACK, "sockets", True)
+    fell_back = FabricResult(Verdict.FAILED, Reason.FABRIC_TRANSPORT_FALLBACK, "sockets", True)
     nodes = names("a", 4)
     g1 = group("g1", nodes, records=[PASS, PASS, fell_back, PASS])
     x1 = group(
         "x1",
         ["a0", "b0", "c0"],
-        records=[FabricRecord(Verdict.FAILED, Reason.NCCL_TIMEOUT, "hung", True), PASS, PASS],
+        records=[FabricResult(Verdict.FAILED, Reason.NCCL_TIMEOUT, "hung", True), PASS, PASS],
     )
     found = classify([g1, x1], FabricThresholds())
     assert found.nodes["a2"].reason is Reason.FABRIC_TRANSPORT_FALLBACK
@@ -178,7 +177,7 @@ def test_what_is_not_slowness_stands_and_a_node_in_two_groups_gets_the_worse() -
 
 
 def test_a_group_that_did_not_form_is_not_run_as_recorded() -> None:
-    gang = FabricRecord(Verdict.NOT_RUN, Reason.FABRIC_GANG_NOT_FORMED, "did not form")
+    gang = FabricResult(Verdict.NOT_RUN, Reason.FABRIC_GANG_NOT_FORMED, "did not form")
     found = classify(
         [group("g1", names("a", 3), busbw=None, records=[gang] * 3, pairs=())], FabricThresholds()
     )
@@ -189,8 +188,8 @@ def test_a_group_that_did_not_form_is_not_run_as_recorded() -> None:
 
 
 def test_what_an_agent_wrote_as_its_group_was_given_up_does_not_count() -> None:
-    gang = FabricRecord(Verdict.NOT_RUN, Reason.FABRIC_GANG_NOT_FORMED, "b's pod never started")
-    lost = FabricRecord(Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE, "lost the coordinator", True)
+    gang = FabricResult(Verdict.NOT_RUN, Reason.FABRIC_GANG_NOT_FORMED, "b's pod never started")
+    lost = FabricResult(Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE, "lost the coordinator", True)
     found = classify(
         [group("g1", ["a", "b", "c"], busbw=None, records=[gang, gang, lost], pairs=())],
         FabricThresholds(),

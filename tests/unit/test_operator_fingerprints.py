@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuval_operator.fingerprints import fingerprint_outliers
+from gpuval_operator.run.fingerprints import fingerprint_outliers
 
 H200 = "NVIDIA H200|sm132|n16384|bf16|torch 2.11.0|cublas 13.1"
 H100 = "NVIDIA H100|sm132|n16384|bf16|torch 2.11.0|cublas 13.1"

@@ -15,9 +15,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gpuval_operator.children import Follower
-from gpuval_operator.credentials import Credentials
-from gpuval_operator.kube import ApiError, KubeClient
+from gpuval_operator.kube.client import ApiError, KubeClient
+from gpuval_operator.kube.credentials import Credentials
+from gpuval_operator.kube.follower import Follower
 
 
 async def serve(app: web.Application) -> tuple[TestServer, KubeClient]:
@@ -201,9 +201,9 @@ def test_a_watch_dropped_by_a_restarting_api_server_is_one_warning_line(
             await client.close()
             await server.close()
 
-    with caplog.at_level("WARNING", logger="gpuval_operator.children"):
+    with caplog.at_level("WARNING", logger="gpuval_operator.kube.follower"):
         run(main())
     assert watches == ["10", "10"], "the follower resumed from its resourceVersion"
-    records = [r for r in caplog.records if r.name == "gpuval_operator.children"]
+    records = [r for r in caplog.records if r.name == "gpuval_operator.kube.follower"]
     assert len(records) == 1 and records[0].levelname == "WARNING"
     assert records[0].exc_info is None and "v/pods: watch ended" in records[0].getMessage()

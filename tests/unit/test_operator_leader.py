@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from gpuval_operator.leader import LeaseView, Move, micro_time, next_move, parse_micro_time
+from gpuval_operator.kube.leader import LeaseFacts, Move, micro_time, next_move, parse_micro_time
 
 
 def test_no_lease_is_created_and_ours_is_renewed() -> None:
-    assert next_move(LeaseView(exists=False), "me", 100.0) is Move.CREATE
-    mine = LeaseView(exists=True, holder="me", renewed=99.0, duration=15)
+    assert next_move(LeaseFacts(exists=False), "me", 100.0) is Move.CREATE
+    mine = LeaseFacts(exists=True, holder="me", renewed=99.0, duration=15)
     assert next_move(mine, "me", 100.0) is Move.RENEW
 
 
 def test_a_live_leader_is_waited_for_and_a_dead_one_replaced() -> None:
-    theirs = LeaseView(exists=True, holder="them", renewed=100.0, duration=15)
+    theirs = LeaseFacts(exists=True, holder="them", renewed=100.0, duration=15)
     assert next_move(theirs, "me", 114.9) is Move.WAIT
     assert next_move(theirs, "me", 115.0) is Move.TAKE
-    released = LeaseView(exists=True, holder=None, renewed=100.0, duration=15)
+    released = LeaseFacts(exists=True, holder=None, renewed=100.0, duration=15)
     assert next_move(released, "me", 101.0) is Move.TAKE
 
 

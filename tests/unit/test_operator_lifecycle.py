@@ -1,5 +1,5 @@
 """What a validation's controller does next, for every phase of its life: pure decisions, no
-cluster (gpuval_operator.lifecycle)."""
+cluster (gpuval_operator.run.lifecycle)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from gpuval_api.crd import NodeTrigger, RunTrigger
 from gpuval_api.reasons import Reason
 from gpuval_api.report import build_termination_message
 from gpuval_operator import names
-from gpuval_operator.lifecycle import (
+from gpuval_operator.run.facts import PodFacts
+from gpuval_operator.run.lifecycle import (
     Decision,
     RunFacts,
     Step,
@@ -21,8 +22,7 @@ from gpuval_operator.lifecycle import (
     next_wave,
     retry_wanted,
 )
-from gpuval_operator.state import Phase, RunState
-from gpuval_operator.views import PodView
+from gpuval_operator.run.state import Phase, RunState
 
 T0 = 1767225600.0
 
@@ -94,8 +94,8 @@ def make_run(*nodes: str) -> RunState:
     return run
 
 
-def ended_pod(node: str, phase: str, terminated: dict[str, Any]) -> PodView:
-    return PodView.parse(
+def ended_pod(node: str, phase: str, terminated: dict[str, Any]) -> PodFacts:
+    return PodFacts.parse(
         {
             "metadata": {
                 "name": names.pod_name("v", "1-aaaa", node),

@@ -9,11 +9,11 @@ from gpuval_api.fabric import build_planned_fabric_status
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
 from gpuval_operator import names
-from gpuval_operator.ingest import ChildIngest
-from gpuval_operator.metrics import make_registry
-from gpuval_operator.registry import Registry, ValidationState
-from gpuval_operator.state import RunState
-from gpuval_operator.views import NodeResult
+from gpuval_operator.control.ingest import ChildIngest
+from gpuval_operator.readmodel.metrics import make_registry
+from gpuval_operator.readmodel.registry import Registry
+from gpuval_operator.readmodel.validation import NodeResult, ValidationState
+from gpuval_operator.run.state import RunState
 
 
 def sample_registry() -> Registry:

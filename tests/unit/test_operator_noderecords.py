@@ -8,7 +8,7 @@ from typing import Any
 
 from gpuval_api import keys
 from gpuval_api.result import Verdict
-from gpuval_operator.noderecords import NodeEntry, aggregate, entry_key, next_entry, plan_node
+from gpuval_operator.nodes.entries import NodeEntry, aggregate, entry_key, next_entry, plan_node
 
 ADMIN_TAINT = {"key": "maintenance", "value": "disk", "effect": "NoSchedule"}
 STAMP = "2026-11-30T12:00:00Z"

@@ -18,7 +18,7 @@ from gpuval_devtools.podrunner import (
 )
 from gpuval_operator import planning
 from gpuval_operator.config import OperatorConfig
-from gpuval_operator.validation import parse_spec
+from gpuval_operator.spec import parse_spec
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 

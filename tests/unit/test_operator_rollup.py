@@ -6,9 +6,10 @@ import json
 from typing import Any
 
 from gpuval_api.result import Verdict
-from gpuval_operator import names, rollup
-from gpuval_operator.state import RunState
-from gpuval_operator.uniformity import Outlier, find_outliers
+from gpuval_operator import names
+from gpuval_operator.run import rollup
+from gpuval_operator.run.state import RunState
+from gpuval_operator.run.uniformity import Outlier, find_outliers
 
 
 def run_with(passed: int, failed: int, running: int = 0) -> RunState:
@@ -38,9 +39,7 @@ def conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_a_run_in_progress_is_unknown_but_a_failure_shows_at_once() -> None:
     run = run_with(passed=2, failed=1, running=3)
-    status = rollup.build_run_status(
-        run, generation=3, previous_conditions=[], outliers=None, now=2000.0
-    )
+    status = rollup.build_run_status(run, previous_conditions=[], now=2000.0)
     c = conditions(status)
     assert c["Succeeded"]["status"] == "Unknown" and c["Succeeded"]["reason"] == "Running"
     assert c["NodesHealthy"]["status"] == "False" and "node-00002" in c["NodesHealthy"]["message"]
@@ -53,9 +52,8 @@ def test_a_run_in_progress_is_unknown_but_a_failure_shows_at_once() -> None:
 def test_a_completed_run_with_all_passed_succeeds() -> None:
     run = run_with(passed=3, failed=0)
     run.completed_at = 3000.0
-    status = rollup.build_run_status(
-        run, generation=3, previous_conditions=[], outliers=[], now=3000.0
-    )
+    run.outliers = []
+    status = rollup.build_run_status(run, previous_conditions=[], now=3000.0)
     c = conditions(status)
     assert (c["Succeeded"]["status"], c["NodesHealthy"]["status"], c["Uniform"]["status"]) == (
         "True",
@@ -70,18 +68,13 @@ def test_a_completed_run_with_all_passed_succeeds() -> None:
 
 def test_transition_time_is_kept_while_a_condition_holds() -> None:
     run = run_with(passed=1, failed=1, running=1)
-    first = rollup.build_run_status(
-        run, generation=3, previous_conditions=[], outliers=None, now=2000.0
-    )
-    later = rollup.build_run_status(
-        run, generation=3, previous_conditions=first["conditions"], outliers=None, now=2500.0
-    )
+    first = rollup.build_run_status(run, previous_conditions=[], now=2000.0)
+    later = rollup.build_run_status(run, previous_conditions=first["conditions"], now=2500.0)
     assert conditions(later)["NodesHealthy"]["lastTransitionTime"] == "1970-01-01T00:33:20Z"
     run.nodes["node-00002"].phase = run.nodes["node-00000"].phase
     run.completed_at = 2600.0
-    final = rollup.build_run_status(
-        run, generation=3, previous_conditions=later["conditions"], outliers=[], now=2600.0
-    )
+    run.outliers = []
+    final = rollup.build_run_status(run, previous_conditions=later["conditions"], now=2600.0)
     assert conditions(final)["Succeeded"]["lastTransitionTime"] == "1970-01-01T00:43:20Z"
 
 
@@ -91,9 +84,8 @@ def test_status_stays_bounded_at_ten_thousand_nodes() -> None:
     outliers = [
         Outlier("driverVersion", f"node-{i:05d}", "550", "580", "majority") for i in range(3000)
     ]
-    status = rollup.build_run_status(
-        run, generation=1, previous_conditions=[], outliers=outliers, now=5000.0
-    )
+    run.outliers = outliers
+    status = rollup.build_run_status(run, previous_conditions=[], now=5000.0)
     assert (
         len(status["failingNodes"]) == rollup.MAX_LISTED and status["failingNodesOmitted"] == 4950
     )
@@ -146,9 +138,7 @@ def test_uniform_nodes_have_no_outliers() -> None:
 def test_a_run_that_selected_no_node_does_not_succeed() -> None:
     run = run_with(passed=0, failed=0)
     run.completed_at = 2000.0
-    status = rollup.build_run_status(
-        run, generation=1, previous_conditions=[], outliers=None, now=2000.0
-    )
+    status = rollup.build_run_status(run, previous_conditions=[], now=2000.0)
     c = conditions(status)
     assert (c["Succeeded"]["status"], c["Succeeded"]["reason"]) == ("False", "NoNodesSelected")
     assert "spec.nodeSelector" in c["Succeeded"]["message"]

@@ -1,4 +1,4 @@
-"""Per-node state from pod and report views; which nodes ended without a verdict."""
+"""Per-node state from the facts of pods and reports; which nodes ended without a verdict."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 from gpuval_api import keys
 from gpuval_api.reasons import Reason
 from gpuval_operator import names
-from gpuval_operator.lifecycle import due_outcomes
-from gpuval_operator.state import Phase, RunState
-from gpuval_operator.views import PodView, ReportView, failed_checks
+from gpuval_operator.run.facts import PodFacts, ReportFacts, failed_checks
+from gpuval_operator.run.lifecycle import due_outcomes
+from gpuval_operator.run.state import Phase, RunState
 
 
 def make_run(*nodes: str) -> RunState:
@@ -21,7 +21,7 @@ def make_run(*nodes: str) -> RunState:
     return run
 
 
-def pod(node: str, phase: str = "Running", **extra: Any) -> PodView:
+def pod(node: str, phase: str = "Running", **extra: Any) -> PodFacts:
     status: dict[str, Any] = {"phase": phase, **extra.pop("status", {})}
     if phase == "Running":
         status.setdefault("containerStatuses", [{"name": "agent", "state": {"running": {}}}])
@@ -35,13 +35,13 @@ def pod(node: str, phase: str = "Running", **extra: Any) -> PodView:
         "spec": {"nodeName": node} if extra.pop("scheduled", True) else {},
         "status": status,
     }
-    return PodView.parse(obj)
+    return PodFacts.parse(obj)
 
 
 def report(
     node: str, phase: str = "Completed", verdict: str | None = "Passed", **status: Any
-) -> ReportView:
-    return ReportView.parse(
+) -> ReportFacts:
+    return ReportFacts.parse(
         {
             "metadata": {"name": names.report_name("v", "1-aaaa", node)},
             "spec": {"validation": "v", "run": "1-aaaa", "node": node},
@@ -53,14 +53,45 @@ def report(
 T0 = 1767225600.0  # the pods' creationTimestamp
 
 
-def test_a_completed_report_gives_the_verdict_and_the_first_verdict_stands() -> None:
+def test_a_completed_report_gives_the_verdict() -> None:
     run = make_run("a")
     run.apply_pod(pod("a"), now=0)
     assert run.apply_report(report("a", verdict="Failed", reason="BurnMismatch", message="gpu 3"))
-    assert not run.apply_report(report("a", verdict="Passed"))
     record = run.nodes["a"]
     assert record.phase is Phase.FAILED and record.reason == "BurnMismatch"
     assert run.finished == ["a"] and run.all_done()
+
+
+def test_a_verdict_written_over_a_settled_one_is_the_nodes_and_reopens_the_run() -> None:
+    # One reading of a report for the status and the metrics (issue 20): the metrics read the
+    # report as it is now, so the run does too, and the node's actions follow it again.
+    run = make_run("a", "b")
+    run.apply_report(report("a", verdict="Failed", reason="BurnMismatch", message="gpu 3"))
+    run.apply_report(report("b"))
+    run.finished, run.completed_at = [], 100.0
+    assert run.apply_report(report("a", verdict="Passed", message="overruled"))
+    record = run.nodes["a"]
+    assert (record.phase, record.reason, record.message) == (Phase.PASSED, None, "overruled")
+    assert run.finished == ["a"] and run.completed_at is None and run.all_done()
+    assert run.counts()["passed"] == 2 and run.counts()["failed"] == 0
+
+
+def test_the_same_verdict_in_other_words_changes_nothing() -> None:
+    run = make_run("a")
+    run.apply_report(report("a", verdict="Failed", reason="BurnMismatch", message="gpu 3"))
+    run.finished, run.completed_at = [], 100.0
+    assert not run.apply_report(report("a", verdict="Failed", reason="BurnNaN", message="nan"))
+    assert run.nodes["a"].reason == "BurnMismatch" and run.completed_at == 100.0
+    assert run.finished == []
+
+
+def test_a_node_held_for_its_fabric_verdict_is_the_fabrics_to_settle() -> None:
+    run = make_run("a")
+    run.expect_fabric()
+    run.apply_report(report("a"))
+    assert run.nodes["a"].held
+    assert not run.apply_report(report("a", verdict="Failed", reason="FabricSlowNode"))
+    assert run.nodes["a"].phase is Phase.PASSED and run.nodes["a"].held
 
 
 def test_a_running_report_or_another_runs_report_gives_no_verdict() -> None:
@@ -187,7 +218,7 @@ def test_counts_follow_phases() -> None:
 
 
 def test_report_view_keeps_summary_and_environment_but_not_the_document() -> None:
-    view = ReportView.parse(
+    view = ReportFacts.parse(
         {
             "metadata": {"name": "r", "annotations": {"gpuval.dev/gpus": "8"}},
             "spec": {"node": "a", "run": "1-aaaa"},

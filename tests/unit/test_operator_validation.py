@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuval_operator.validation import parse_spec
+from gpuval_operator.spec import parse_spec
 
 
 def test_a_valid_spec_has_no_errors() -> None:

@@ -14,7 +14,7 @@ import yaml
 from gpuval_api.crd import DEFAULT_AGENT_IMAGE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-MEMBERS = ["api", "agent", "operator", "report", "devtools"]
+MEMBERS = ["api", "agent", "operator", "report", "devtools", "kubectl-gpuval"]
 PYPROJECTS = [REPO_ROOT / "pyproject.toml"] + [REPO_ROOT / m / "pyproject.toml" for m in MEMBERS]
 
 
@@ -46,7 +46,8 @@ def test_every_package_has_classifiers_and_project_urls(member: str) -> None:
     project = _project(REPO_ROOT / member / "pyproject.toml")
     assert "Programming Language :: Python :: 3.11" in project["classifiers"]
     assert "Typing :: Typed" in project["classifiers"]
-    assert (REPO_ROOT / member / "src" / f"gpuval_{member}" / "py.typed").is_file()
+    package = "gpuval_kubectl" if member == "kubectl-gpuval" else f"gpuval_{member}"
+    assert (REPO_ROOT / member / "src" / package / "py.typed").is_file()
     urls = project["urls"]
     assert {"Homepage", "Documentation", "Source", "Issues", "Changelog"} <= set(urls)
     assert all(u.startswith("https://github.com/gpuval/gpuval") for u in urls.values())

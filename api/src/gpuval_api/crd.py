@@ -6,7 +6,7 @@ GpuValidation) holds one node's result; `GpuBaseline` (cluster-scoped, short nam
 holds what healthy nodes of one GPU stack measure (gpuval_api.baseline); `kubectl get gpuval-all`
 lists all three. Every field carries a description because it becomes the CRD field's description
 (`kubectl explain`). Cross-field constraints the schema can express are CEL rules here; the rest
-are checked by the operator (`gpuval_operator.validation`).
+are checked by the operator (`gpuval_operator.spec`).
 """
 
 from __future__ import annotations

@@ -179,11 +179,6 @@ class FabricSpec(FabricConfig):
     )
 
 
-def parse_fabric_config(text: str) -> FabricConfig:
-    """FabricConfig from JSON (GPUVAL_FABRIC_CONFIG); raises pydantic.ValidationError."""
-    return FabricConfig.model_validate_json(text)
-
-
 class FabricPair(_Model):
     """One pair (or confirmation) all-reduce between two nodes of the group."""
 

@@ -45,7 +45,7 @@ NODE_ANNOTATION_CORDONED_BY: Final = f"{PREFIX}/cordoned-by"
 # The validations whose latest verdict on the node is Failed, comma-separated.
 NODE_ANNOTATION_FAILED_BY: Final = f"{PREFIX}/failed-by"
 # One annotation per GpuValidation covering the node, "verdict.gpuval.dev/<validation>": its
-# latest verdict there and the actions it asks for (gpuval_operator.noderecords), so the node's
+# latest verdict there and the actions it asks for (gpuval_operator.nodes.entries), so the node's
 # labels, taint, cordon and condition reflect every validation, not the last writer.
 NODE_VERDICT_ANNOTATION_PREFIX: Final = f"verdict.{PREFIX}/"
 # The node condition the operator sets (kubernetes-sigs/node-readiness-controller can gate on it).

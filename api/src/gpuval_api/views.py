@@ -63,7 +63,7 @@ NCCL_BUSBW = Figure("ncclBusbwGBps", "NCCL all-reduce busbw", "GB/s", "nccl")
 FIGURES: tuple[Figure, ...] = (BURN, H2D, D2H, DEVICE_COPY, P2P, NCCL_BUSBW)
 
 # Environment fields compared across units; the operator's uniformity compares the same ones
-# (gpuval_operator.views.UNIFORMITY_FIELDS is this tuple).
+# (gpuval_operator.run.facts.UNIFORMITY_FIELDS is this tuple).
 ENVIRONMENT_FIELDS: tuple[str, ...] = (
     "driverVersion",
     "cudaDriverVersion",

@@ -5,8 +5,8 @@ checks every field and enum against the SDK's types.
     python -m gpuval_devtools.dashboard           rewrite charts/gpuval/files/dashboard.json
     python -m gpuval_devtools.dashboard --check   fail when that file differs from this source
 
-Every query reads the operator's series (gpuval_operator.metrics); the real-Prometheus test runs
-each one against what Prometheus scraped from the real operator and wants series back.
+Every query reads the operator's series (gpuval_operator.readmodel.metrics); the real-Prometheus
+test runs each one against what Prometheus scraped from the real operator and wants series back.
 Distributions are bar gauges of each node's figure as a fraction of the fleet median, slowest
 first, red below 90 %: the outliers are named by the bars, whatever the fleet's size.
 """

@@ -135,7 +135,7 @@ def fabric_lines(cluster: Cluster, obj: Mapping[str, Any]) -> list[str]:
 
 def kubectl_gpuval(cluster: Cluster, *args: str) -> str:
     """`kubectl gpuval ARGS` through the real kubectl, which finds the plugin next to this
-    interpreter on PATH (it is the operator package's kubectl-gpuval script)."""
+    interpreter on PATH (the kubectl-gpuval package's script)."""
     env = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",

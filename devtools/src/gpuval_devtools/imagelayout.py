@@ -334,12 +334,3 @@ def sizes(layout: Path) -> dict[str, Any]:
 def _blob(layout: Path, digest: str) -> Path:
     algorithm, _, hexdigest = digest.partition(":")
     return layout / "blobs" / algorithm / hexdigest
-
-
-def import_archive(ctr: Path, address: str, archive: Path, *, log: Log) -> None:
-    """``ctr images import`` into the Kubernetes namespace of the containerd at ``address``."""
-    run_step(
-        f"ctr-import-{archive.name.removesuffix('.oci.tar')}",
-        [str(ctr), "--address", address, "--namespace", "k8s.io", "images", "import", str(archive)],
-        log=log,
-    )

@@ -12,6 +12,7 @@ admission policy expects) written with the CA into a directory given as the Serv
 directory. When the process exits it sets the pod's phase from the exit code and its termination
 message from the agent's file, as a kubelet does; kwok's stages only act on Pending pods and on
 deletions, so the terminal phase stays. A pod deleted while its agent runs has its process killed.
+It reaches the API server through the operator's public client face, gpuval_operator.kube.
 
 `python -m gpuval_devtools.podrunner --kubeconfig PATH [--logs DIR]` runs it on its own.
 """
@@ -46,9 +47,7 @@ from gpuval_api.kubernetes import (
 )
 from gpuval_devtools.controlplane import free_port
 from gpuval_devtools.simulation import API_OUTAGE_ANNOTATION, SIMULATE_ANNOTATION
-from gpuval_operator.children import Follower
-from gpuval_operator.credentials import load_credentials
-from gpuval_operator.kube import ApiError, KubeClient, q
+from gpuval_operator.kube import ApiError, Follower, KubeClient, load_credentials, q
 
 log = logging.getLogger("gpuval.podrunner")
 

@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 
 GPU_RESOURCE = "nvidia.com/gpu"
 TAINT_KEY = nodeconfig.TAINT_KEY
-REAL_NODE_LABEL = "gpuval.dev/real-node"
 # kube-proxy skips Services with this label; the `kubernetes` Service is our DNAT's (the API
 # server's endpoint is the machine's address, where it does not listen).
 PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"

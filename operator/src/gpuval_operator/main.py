@@ -19,14 +19,14 @@ import kopf
 from gpuval_api import keys
 from gpuval_api.crd import GROUP, VALIDATION_PLURAL, VERSION, NodeSelector
 from gpuval_operator.config import ConfigError, OperatorConfig
-from gpuval_operator.controller import Context, ValidationController
-from gpuval_operator.credentials import CredentialsError, load_connection, load_credentials
-from gpuval_operator.effects import Effects
-from gpuval_operator.kube import KubeClient
-from gpuval_operator.leader import LeaderElector
-from gpuval_operator.metrics import make_registry, start_server
-from gpuval_operator.nodeactions import NodeActor
-from gpuval_operator.registry import Registry
+from gpuval_operator.control.controller import Context, ValidationController
+from gpuval_operator.kube.client import KubeClient
+from gpuval_operator.kube.credentials import CredentialsError, load_connection, load_credentials
+from gpuval_operator.kube.leader import LeaderElector
+from gpuval_operator.nodes.actor import NodeActor
+from gpuval_operator.readmodel.metrics import make_registry, start_server
+from gpuval_operator.readmodel.registry import Registry
+from gpuval_operator.run.effects import Effects
 
 log = logging.getLogger("gpuval_operator")
 
@@ -54,9 +54,10 @@ def configure(settings: kopf.OperatorSettings) -> None:
 
 @kopf.on.login()
 def login(**_: Any) -> kopf.ConnectionInfo:
-    """The identity the operator's own client uses (gpuval_operator.credentials: $KUBECONFIG as it
-    is at login time, else the pod's ServiceAccount, else ~/.kube/config), so kopf and the client
-    are the same caller. kopf calls this again when the API server answers 401 (a rotated token)."""
+    """The identity the operator's own client uses (gpuval_operator.kube.credentials: $KUBECONFIG
+    as it is at login time, else the pod's ServiceAccount, else ~/.kube/config), so kopf and the
+    client are the same caller. kopf calls this again when the API server answers 401 (a rotated
+    token)."""
     try:
         return load_connection().info
     except CredentialsError as error:

@@ -1,31 +1,16 @@
-"""The names of the objects the operator makes, and label values made safe.
+"""The names of the objects the operator makes, and run numbers.
 
 The names of reports and pods are deterministic per (validation, run, node): a restarted operator
 that creates a pod again gets 409 AlreadyExists instead of a duplicate. The label, annotation and
-taint keys themselves are part of the contract and live in gpuval_api.keys.
+taint keys themselves are part of the contract and live in gpuval_api.keys; label values made
+safe are gpuval_api.labels' (readers of the labels use the same function).
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
+from gpuval_api.labels import MAX_LABEL_VALUE, digest
 
 MAX_NAME = 253
-MAX_LABEL_VALUE = 63
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-
-
-def _digest(text: str, length: int = 10) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:length]
-
-
-def label_value(text: str) -> str:
-    """`text` when it is a valid label value, else a stable hash of it (node names may be 253
-    long).
-    """
-    if len(text) <= MAX_LABEL_VALUE and _LABEL_VALUE.match(text):
-        return text
-    return f"h-{_digest(text, 20)}"
 
 
 def bounded_name(*parts: str, limit: int = MAX_NAME) -> str:
@@ -37,7 +22,7 @@ def bounded_name(*parts: str, limit: int = MAX_NAME) -> str:
     name = "-".join(parts)
     if len(name) <= limit:
         return name
-    suffix = _digest(name)
+    suffix = digest(name)
     head = name[: limit - len(suffix) - 1].rstrip("-.")
     return f"{head}-{suffix}"
 
@@ -59,3 +44,9 @@ def fabric_pod_name(validation: str, run: str, group: str, rank: int) -> str:
     a representative of its topology domain has one in its domain's group and one in the
     cross-domain group); at most 63."""
     return bounded_name("gpuval", validation, run, group, f"r{rank}", limit=MAX_LABEL_VALUE)
+
+
+def run_number(run_id: str) -> int:
+    """The number in a run id `<number>-<suffix>`; 0 for an id of another form."""
+    head = run_id.split("-", 1)[0]
+    return int(head) if head.isdigit() else 0

@@ -21,10 +21,9 @@ from gpuval_api.crd import (
 )
 from gpuval_api.env import AgentEnv
 from gpuval_api.kubernetes import READY
+from gpuval_api.labels import label_value
 from gpuval_operator import names
 from gpuval_operator.config import OperatorConfig
-
-DEFAULT_GPU_SELECTOR = ""  # every node; filtered to nodes with nvidia.com/gpu below
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +99,9 @@ def child_labels(validation: str, run: str, node: str) -> dict[str, str]:
     return {
         keys.LABEL_NAME: "gpuval",
         keys.LABEL_MANAGED_BY: "gpuval-operator",
-        keys.LABEL_VALIDATION: names.label_value(validation),
+        keys.LABEL_VALIDATION: label_value(validation),
         keys.LABEL_RUN: run,
-        keys.LABEL_NODE: names.label_value(node),
+        keys.LABEL_NODE: label_value(node),
     }
 
 

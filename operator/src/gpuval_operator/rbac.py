@@ -42,10 +42,10 @@ AGENT_NAMESPACE_RULES = (
     Rule(("",), ("pods",), ("list", "watch", "create", "delete", "deletecollection")),
 )
 # Events about GpuValidations and nodes: Kubernetes keeps Events about cluster-scoped objects in
-# `default` (gpuval_operator.events), and kopf posts its own in the operator's namespace.
+# `default` (gpuval_operator.kube.events), and kopf posts its own in the operator's namespace.
 EVENT_RULES = (Rule(("",), ("events",), ("create",)),)
 EVENT_NAMESPACE = "default"
-# In the operator's namespace: the leader Lease (gpuval_operator.leader), and kopf's Events.
+# In the operator's namespace: the leader Lease (gpuval_operator.kube.leader), and kopf's Events.
 OWN_NAMESPACE_RULES = (
     Rule(("",), ("events",), ("create",)),
     Rule(("coordination.k8s.io",), ("leases",), ("get", "create", "update")),

@@ -1,0 +1,83 @@
+"""`kubectl gpuval` (the kubectl-gpuval script): arguments, the reads, what is printed or written.
+
+Exit codes: 0 shown, 1 the API, the credentials or the file said no (the message says why),
+2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import urllib3
+
+from gpuval_api.views import FleetView, fleet_of_units
+from gpuval_kubectl.cluster import Cluster, PluginError, connect
+from gpuval_kubectl.render import render_list, render_status
+
+
+def write_html(view: FleetView, path: Path) -> Path:
+    try:
+        from gpuval_report import write_page  # noqa: PLC0415 - optional, heavy (plotly)
+    except ImportError:
+        raise PluginError(
+            "kubectl gpuval report needs the report extra: pip install 'kubectl-gpuval[report]'"
+        ) from None
+    try:
+        return write_page(view, path)
+    except OSError as error:
+        raise PluginError(f"--html {str(path)!r}: cannot write the report: {error}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kubectl gpuval", description="See gpuval's verdicts.")
+    parser.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"
+    )
+    parser.add_argument("--context", help="the kubeconfig context to use (default: its current)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    status = sub.add_parser("status", help="every GpuValidation, or one in detail")
+    status.add_argument("name", nargs="?", help="a GpuValidation's name")
+    report = sub.add_parser("report", help="write a self-contained HTML report of a GpuValidation")
+    report.add_argument("name", help="a GpuValidation's name")
+    report.add_argument(
+        "--html", required=True, type=Path, metavar="FILE", help="where to write it"
+    )
+    return parser
+
+
+def show(cluster: Cluster, args: argparse.Namespace) -> str:
+    """What the command prints (the report is written as a side effect)."""
+    if args.name is None:
+        return render_list(cluster.validations())
+    validation = cluster.validation(args.name)
+    view = fleet_of_units(validation, cluster.units(validation))
+    if args.command == "report":
+        path = write_html(view, args.html)
+        return f"wrote {path.resolve()} ({len(view.units)} nodes)"
+    return render_status(view, validation)
+
+
+def run(args: argparse.Namespace) -> str:
+    with connect(args.kubeconfig, args.context) as api:
+        try:
+            return show(Cluster(api), args)
+        except urllib3.exceptions.HTTPError as error:
+            host = api.configuration.host
+            raise PluginError(f"cannot reach the API server at {host}: {error}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        print(run(args))
+    except PluginError as error:
+        print(f"kubectl gpuval: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""Driving an active run, one tick at a time: nodes gone, arrivals joining (spec.gating), outcomes
+of pods that ended without a report, retries of nodes gpuval could not test (spec.retry), the
+next wave of agent pods, the fabric phase (spec.fabric: gpuval_operator.fabric.driver), node
+actions for new verdicts, and, once every node has one, the run's end: burn fingerprints and
+uniformity compared across the run. The decisions are gpuval_operator.run.lifecycle's, the calls
+gpuval_operator.run.effects' and gpuval_operator.nodes.actor's; this module sequences them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+from gpuval_api.checks import CheckName
+from gpuval_api.conditions import EventReason
+from gpuval_api.crd import GpuValidationSpec, NodeTrigger
+from gpuval_api.reasons import Reason
+from gpuval_api.report import StatusKey, build_reset_status
+from gpuval_operator import cron, names, planning
+from gpuval_operator.control.reports import ReportPlanner
+from gpuval_operator.fabric.driver import FabricDriver
+from gpuval_operator.fabric.ports import PortPool
+from gpuval_operator.nodes.actor import NodeActor
+from gpuval_operator.nodes.watch import NodeWatch
+from gpuval_operator.readmodel.validation import ValidationState
+from gpuval_operator.run import lifecycle
+from gpuval_operator.run.effects import Effects
+from gpuval_operator.run.fingerprints import fingerprint_outliers
+from gpuval_operator.run.state import NodeRecord, Phase, RunState
+from gpuval_operator.run.uniformity import Outlier, run_outliers
+
+log = logging.getLogger(__name__)
+
+
+class RunDriver:
+    def __init__(
+        self,
+        *,
+        state: ValidationState,
+        effects: Effects,
+        node_watch: NodeWatch,
+        reports: ReportPlanner,
+        ports: PortPool,
+        annotations: Callable[[], Mapping[str, str]],
+    ) -> None:
+        self.state, self.effects, self.reports = state, effects, reports
+        self.node_watch = node_watch
+        self.actor = NodeActor(effects)
+        self.fabric = FabricDriver(
+            effects=effects, node_watch=node_watch, ports=ports, annotations=annotations
+        )
+        self.config = effects.config
+
+    async def tick(self, run: RunState, spec: GpuValidationSpec) -> bool:
+        """One pass over an active run; True once every node has its final verdict."""
+        self.node_watch.mark_gone(run)
+        if spec.gating is not None:
+            await self.join(run, spec, self.node_watch.due_batch(spec.gating, time.time()))
+        outcomes = lifecycle.due_outcomes(
+            run,
+            now=time.time(),
+            monotonic=time.monotonic(),
+            timeout=spec.node_timeout_seconds,
+            grace=self.config.pod_grace_seconds,
+        )
+        if outcomes:
+            await self.effects.bounded(self._record(run, o) for o in outcomes)
+        self._retry(run, spec)
+        await self._launch(run, spec)
+        await self.fabric.tick(run, spec)
+        await self.after_verdicts(run, spec)
+        return run.all_done()
+
+    async def join(
+        self, run: RunState, spec: GpuValidationSpec, batch: dict[str, NodeTrigger]
+    ) -> None:
+        """Nodes that joined, rebooted or changed their stack enter the run (reopening it)."""
+        if not batch:
+            return
+        run.reopen()
+        fresh: list[planning.Candidate] = []
+        for name, trigger in sorted(batch.items()):
+            node = self.node_watch.nodes.get(name)
+            record = run.nodes.get(name)
+            if node is None or (record is not None and not record.settled):
+                continue
+            if record is None:
+                fresh.append(planning.Candidate(name, node.gpus))
+                run.add(
+                    name,
+                    node.gpus,
+                    names.report_name(run.validation, run.run_id, name),
+                    names.pod_name(run.validation, run.run_id, name),
+                ).trigger = trigger
+            else:
+                pod = names.pod_name(run.validation, run.run_id, name, record.attempt + 1)
+                record.next_attempt(pod, 0.0, trigger)
+            await self.effects.event(EventReason.NODE_QUEUED, f"{name} ({trigger}) joins the run")
+        await self.reports.create(run, fresh)
+        run.dirty = True
+
+    def _retry(self, run: RunState, spec: GpuValidationSpec) -> None:
+        """Nodes gpuval could not test wait for their next attempt; their verdict is not final,
+        so no node action follows it."""
+        retried = set()
+        for record in run.in_phase(Phase.NOT_RUN):
+            gone = record.reason is Reason.NODE_GONE_UNTESTED or (
+                self.node_watch.synced.is_set() and record.node not in self.node_watch.nodes
+            )
+            if not gone and lifecycle.retry_wanted(record, spec.retry):
+                pod = names.pod_name(run.validation, run.run_id, record.node, record.attempt + 1)
+                log.info(
+                    "%s: %s not tested (%s); attempt %d in %ds",
+                    run.validation,
+                    record.node,
+                    record.reason,
+                    record.attempt + 1,
+                    spec.retry.backoff_seconds,
+                )
+                record.next_attempt(
+                    pod, time.time() + spec.retry.backoff_seconds, NodeTrigger.RETRY
+                )
+                retried.add(record.node)
+        if retried:
+            run.finished = [n for n in run.finished if n not in retried]
+            run.dirty = True
+
+    async def _record(self, run: RunState, outcome: lifecycle.Outcome) -> None:
+        """A verdict the agent did not write: record it on the run and in the node's report."""
+        reason, message = outcome.reason, outcome.message
+        record = run.nodes[outcome.node]
+        if outcome.check_node and not await self.effects.node_exists(outcome.node):
+            gone = lifecycle.node_gone(record, f"was deleted during the run ({message})")
+            reason, message = gone.reason, gone.message
+        if outcome.delete_pod:
+            await self.effects.delete_pod(record)
+        if reason is not None and outcome.status is None:
+            finished = run.finish_for(outcome.node, reason, message)
+        else:
+            finished = run.finish_node(outcome.node, outcome.verdict, reason, message)
+        if not finished:
+            return
+        if outcome.status is not None:
+            status = {**outcome.status, StatusKey.MESSAGE: message}
+            await self.effects.write_report_status(record, status)
+        elif reason is not None:
+            await self.effects.write_report_failure(record, reason, message)
+
+    async def _launch(self, run: RunState, spec: GpuValidationSpec) -> None:
+        limit = planning.concurrency_limit(spec.max_concurrent, len(run.nodes))
+        wave = lifecycle.next_wave(run, limit, time.time())
+        if not wave:
+            return
+        now = time.time()
+        for record in wave:
+            record.phase, record.pod_created = Phase.RUNNING, now
+        run.dirty = True
+
+        async def create(record: NodeRecord) -> None:
+            if record.stale_report:
+                # The previous attempt's verdict must not be read as this one's.
+                await self.effects.write_report_status(record, build_reset_status())
+            refused = await self.effects.create_pod(run, record, spec)
+            if refused is not None and run.finish_for(record.node, Reason.POD_FAILED, refused):
+                await self.effects.write_report_failure(record, Reason.POD_FAILED, refused)
+
+        await self.effects.bounded(create(r) for r in wave)
+
+    async def after_verdicts(self, run: RunState, spec: GpuValidationSpec) -> None:
+        """Node actions and Events for nodes that got a final verdict since the last step."""
+        # Verdicts that arrive while the nodes are being patched are picked up by the next pass.
+        while run.finished:
+            finished, run.finished = run.finished, []
+            run.dirty = True
+            await self.effects.bounded(
+                self.actor.act(run, run.nodes[node], spec) for node in finished
+            )
+
+    async def complete(self, run: RunState, spec: GpuValidationSpec) -> None:
+        """Every node has its final verdict: compare the run's burn fingerprints (failing the odd
+        ones out) and environments, act on what that changed, and close the run."""
+        prints = await self._blame_fingerprints(run)
+        await self.after_verdicts(run, spec)
+        run.completed_at = time.time()
+        environments = {
+            node: result.environment
+            for node, result in self.state.latest.items()
+            if node in run.nodes and result.run == run.run_id and result.environment
+        }
+        run.outliers = run_outliers(environments, spec.expected, prints)
+        if spec.schedule is not None:
+            run.next_run_at = cron.next_tick(spec.schedule, run.completed_at)
+        state = self.state
+        state.uniform = None if run.outliers is None else not run.outliers
+        state.outliers = len(run.outliers or [])
+        state.last_run_completed = run.completed_at
+        if not run.failed():
+            state.last_success = run.completed_at
+
+    async def _blame_fingerprints(self, run: RunState) -> list[Outlier]:
+        """Fail each node whose burn reference differs from its peers' (silent corruption)."""
+        results = {
+            node: result
+            for node, result in self.state.latest.items()
+            if node in run.nodes and result.run == run.run_id
+        }
+        found = fingerprint_outliers({n: r.fingerprints for n, r in results.items()})
+        reason = Reason.BURN_FINGERPRINT_MISMATCH
+        for outlier in found:
+            if run.overturn(outlier.node, reason, outlier.message()):
+                record = run.nodes[outlier.node]
+                await self.effects.write_report_failure(
+                    record, reason, outlier.message(), check=CheckName.BURN
+                )
+        return [Outlier(o.field, o.node, o.value, o.majority, "majority") for o in found]

@@ -1,0 +1,65 @@
+"""Creating a run's GpuNodeReports: the first wave's at once, the rest in the background.
+
+A node's agent pod may start only once its report exists (the agent writes to it), so a node is
+`planned` when its report is created. At 10,000 nodes the reports alone take a minute to create;
+the first wave's pods should not wait for the last wave's reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from gpuval_api import keys
+from gpuval_api.crd import GpuValidationSpec
+from gpuval_operator import planning
+from gpuval_operator.run.effects import Effects
+from gpuval_operator.run.state import RunState
+
+
+class ReportPlanner:
+    def __init__(self, effects: Effects, on_planned: Callable[[], None]) -> None:
+        self.effects = effects
+        self.on_planned = on_planned
+        self._task: asyncio.Task[None] | None = None
+
+    async def create(
+        self, run: RunState, candidates: list[planning.Candidate], concurrency: int | None = None
+    ) -> None:
+        async def one(candidate: planning.Candidate) -> None:
+            if await self.effects.create_report(run, candidate):
+                record = run.nodes.get(candidate.name)
+                if record is not None:
+                    record.planned = True
+                    self.on_planned()
+
+        await self.effects.bounded((one(c) for c in candidates), concurrency)
+
+    def in_background(self, run: RunState, candidates: list[planning.Candidate]) -> None:
+        async def plan() -> None:
+            # A quarter of the create width, so the waves' pods are not queued behind reports
+            # that are needed only when later waves start.
+            width = max(1, self.effects.config.create_concurrency // 4)
+            await self.create(run, candidates, concurrency=width)
+            await self.effects.mark_planned(run.run_id)
+
+        self._task = asyncio.create_task(plan(), name=f"{self.effects.name}-plan")
+
+    @property
+    def busy(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def ensure(
+        self, run: RunState, spec: GpuValidationSpec, annotations: dict[str, str]
+    ) -> None:
+        """After a restart mid-creation, create the reports that a crash left out."""
+        if annotations.get(keys.ANNOTATION_PLANNED_RUN) == run.run_id or self.busy:
+            return
+        candidates = await self.effects.list_candidates(spec)
+        run.add_candidates(candidates)
+        self.in_background(run, [c for c in candidates if not run.nodes[c.name].planned])

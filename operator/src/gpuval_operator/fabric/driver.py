@@ -1,0 +1,322 @@
+"""Driving a run's fabric phase (spec.fabric), one tick at a time: plan the groups once every
+node has its local verdict, open groups within the concurrency limit (rank 0's pod first, the
+others once it has a pod IP), record what agents could not, compare the run's groups once all
+have results, and give each held node its final verdict. The decisions are fabric.plan's,
+fabric.lifecycle's and fabric.verdicts'; the calls are gpuval_operator.run.effects'.
+docs/operator.md, "The fabric phase".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from gpuval_api import keys
+from gpuval_api.conditions import EventReason
+from gpuval_api.crd import GpuValidationSpec
+from gpuval_api.fabric import (
+    FABRIC_CHECK,
+    FabricKey,
+    FabricSpec,
+    build_planned_fabric_status,
+)
+from gpuval_api.reasons import Reason
+from gpuval_api.report import StatusKey, build_operator_failure_status
+from gpuval_api.result import Verdict
+from gpuval_operator import names
+from gpuval_operator.fabric import lifecycle
+from gpuval_operator.fabric.plan import (
+    GroupPlan,
+    cross_groups,
+    domain_groups,
+    pod_deadline,
+    rebuilt_groups,
+    representatives,
+)
+from gpuval_operator.fabric.pods import build_fabric_pod, fabric_config
+from gpuval_operator.fabric.ports import PortPool
+from gpuval_operator.fabric.rollup import summary_line
+from gpuval_operator.fabric.state import FabricState, Group, Member
+from gpuval_operator.fabric.verdicts import Final, GroupEvidence, classify
+from gpuval_operator.nodes.watch import NodeWatch
+from gpuval_operator.planning import concurrency_limit
+from gpuval_operator.run.effects import Effects
+from gpuval_operator.run.state import RunState
+
+log = logging.getLogger(__name__)
+
+
+def _planned_mark(run: RunState, annotations: Mapping[str, str]) -> str | None:
+    mark = annotations.get(keys.ANNOTATION_FABRIC_PLANNED, "")
+    return mark if mark in (run.run_id, run.run_id + keys.FABRIC_CROSS_SUFFIX) else None
+
+
+class FabricDriver:
+    def __init__(
+        self,
+        *,
+        effects: Effects,
+        node_watch: NodeWatch,
+        ports: PortPool,
+        annotations: Callable[[], Mapping[str, str]],
+    ) -> None:
+        self.effects, self.node_watch, self.ports = effects, node_watch, ports
+        self.annotations = annotations
+
+    async def tick(self, run: RunState, spec: GpuValidationSpec) -> None:
+        fabric, wanted = run.fabric, spec.fabric
+        if fabric is None or wanted is None:
+            return
+        if not fabric.planned and not await self._plan(run, fabric, wanted):
+            return
+        if not fabric.cross_planned:
+            await self._plan_cross(run, fabric, wanted)
+        for group in fabric.groups.values():
+            if group.port is not None:
+                (self.ports.release if fabric.done(group) else self.ports.claim)(group.port)
+        await self._record(run, fabric, spec)
+        await self._open(run, fabric, spec)
+        await self._launch(run, fabric, spec)
+        if not fabric.classified and fabric.all_done():
+            await self._classify(run, fabric, wanted)
+        for record in run.nodes.values():
+            if record.held and record.node not in fabric.groups_of:
+                # Passed after the groups were planned (gating, a retry): local checks only.
+                run.release(record.node, Verdict.PASSED, None, record.message)
+
+    # -- planning --
+
+    def _domains(self, nodes: list[str]) -> dict[str, str]:
+        known = self.node_watch.nodes
+        return {n: known[n].domain or "" if n in known else "" for n in nodes}
+
+    def _namer(self, run: RunState) -> Callable[[str, int], str]:
+        return lambda group, rank: names.fabric_pod_name(run.validation, run.run_id, group, rank)
+
+    def _rebuild(self, run: RunState, fabric: FabricState, wanted: FabricSpec, mark: str) -> None:
+        """After a restart: the groups as the reports' status.fabric name them."""
+        found = fabric.planned_groups()
+        keyed = wanted.topology_key is not None
+        domains = self._domains(sorted({n for nodes in found.values() for n in nodes}))
+        plans = rebuilt_groups(found, domains if keyed else None)
+        fabric.add_groups(plans, self._namer(run), time.monotonic(), time.time())
+        fabric.planned = True
+        fabric.cross_planned = not keyed or mark.endswith(keys.FABRIC_CROSS_SUFFIX)
+        fabric.started_at = fabric.started_at or time.time()
+        log.info("%s: fabric of run %s resumed: %d groups", run.validation, run.run_id, len(plans))
+
+    async def _write_plans(self, run: RunState, plans: list[GroupPlan]) -> bool:
+        """Each member's group into its report (status.fabric) before any pod: the plan a
+        restarted operator reads back. False when a write was refused (tried again next tick)."""
+        written: list[bool] = []
+
+        async def one(plan: GroupPlan, node: str) -> None:
+            body = build_planned_fabric_status(plan.name, plan.nodes, node)
+            record = run.nodes[node]
+            written.append(await self.effects.write_report_status(record, {StatusKey.FABRIC: body}))
+
+        await self.effects.bounded(one(p, n) for p in plans for n in p.nodes)
+        return all(written)
+
+    async def _plan(self, run: RunState, fabric: FabricState, wanted: FabricSpec) -> bool:
+        mark = _planned_mark(run, self.annotations())
+        if mark is not None:
+            self._rebuild(run, fabric, wanted, mark)
+            return True
+        keyed = wanted.topology_key is not None
+        if not run.local_settled() or (keyed and not self.node_watch.synced.is_set()):
+            return False
+        members = sorted(r.node for r in run.nodes.values() if r.held)
+        domains = self._domains(members) if keyed else None
+        plans = domain_groups(members, wanted.group_size, domains)
+        mark = run.run_id if keyed else run.run_id + keys.FABRIC_CROSS_SUFFIX
+        if not await self._write_plans(run, plans):
+            return False
+        if not await self.effects.annotate(keys.ANNOTATION_FABRIC_PLANNED, mark):
+            return False
+        fabric.add_groups(plans, self._namer(run), time.monotonic(), time.time())
+        fabric.planned, fabric.cross_planned = True, not keyed
+        fabric.started_at = time.time()
+        run.dirty = True
+        text = (
+            f"fabric of run {run.run_id}: {len([p for p in plans if len(p.nodes) > 1])} groups "
+            f"of up to {wanted.group_size} among {len(members)} nodes that passed locally"
+        )
+        await self.effects.event(EventReason.FABRIC_STARTED, text)
+        log.info("%s: %s", run.validation, text)
+        return True
+
+    async def _plan_cross(self, run: RunState, fabric: FabricState, wanted: FabricSpec) -> None:
+        inside = [g for g in fabric.groups.values() if not g.plan.cross]
+        if not all(fabric.done(g) for g in inside):
+            return
+        passed = {
+            m.node
+            for g in inside
+            for m in g.members
+            if (found := fabric.result(g, m)) is not None and found.verdict is Verdict.PASSED
+        }
+        reps = representatives([g.plan for g in inside], passed)
+        plans = cross_groups(reps, wanted.group_size)
+        if not await self._write_plans(run, plans):
+            return
+        mark = run.run_id + keys.FABRIC_CROSS_SUFFIX
+        if not await self.effects.annotate(keys.ANNOTATION_FABRIC_PLANNED, mark):
+            return
+        fabric.add_groups(plans, self._namer(run), time.monotonic(), time.time())
+        fabric.cross_planned = True
+        run.dirty = True
+        log.info("%s: %d cross-domain fabric groups of %s", run.validation, len(plans), reps)
+
+    # -- groups --
+
+    async def _record(self, run: RunState, fabric: FabricState, spec: GpuValidationSpec) -> None:
+        """Results the agents could not write: into the reports first, then pods deleted."""
+        known = self.node_watch.nodes if self.node_watch.synced.is_set() else None
+        gone = frozenset(
+            n
+            for n in fabric.groups_of
+            if known is not None and (n not in known or not known[n].ready)
+        )
+        outcomes = lifecycle.due_outcomes(
+            fabric,
+            fabric_config(spec),
+            now=time.time(),
+            monotonic=time.monotonic(),
+            grace=self.effects.config.pod_grace_seconds,
+            gone=gone,
+        )
+        for outcome in outcomes:
+            member = fabric.groups[outcome.group].members[outcome.rank]
+            member.recorded = outcome.record
+            member.never_started = member.never_started or outcome.never_started
+            status: dict[str, Any] = {StatusKey.FABRIC: outcome.status}
+            if outcome.never_started:
+                message = str(outcome.status.get(FabricKey.MESSAGE) or "")
+                status |= build_operator_failure_status(
+                    Reason.FABRIC_GANG_NOT_FORMED, message, None, datetime.now(UTC), FABRIC_CHECK
+                )
+            await self.effects.write_report_status(run.nodes[member.node], status)
+            if outcome.delete_pod:
+                member.deleted_by_us = True
+                await self.effects.delete_pod_named(member.pod)
+        if outcomes:
+            run.dirty = True
+
+    def _pod(
+        self, run: RunState, spec: GpuValidationSpec, group: Group, rank: int, ip: str | None
+    ) -> dict[str, Any]:
+        assert group.port is not None and group.opened_at is not None
+        node = group.plan.nodes[rank]
+        return build_fabric_pod(
+            validation=self.effects.name,
+            uid=self.effects.uid,
+            run=run.run_id,
+            group=group.name,
+            nodes=group.plan.nodes,
+            rank=rank,
+            gpus=run.nodes[node].gpus,
+            port=group.port,
+            master_ip=ip,
+            spec=spec,
+            config=self.effects.config,
+            deadline=pod_deadline(fabric_config(spec), group.opened_at, group.size),
+        )
+
+    async def _create(
+        self, run: RunState, spec: GpuValidationSpec, group: Group, member: Member, ip: str | None
+    ) -> None:
+        member.requested = True
+        refused = await self.effects.create_fabric_pod(self._pod(run, spec, group, member.rank, ip))
+        if refused is not None:
+            member.refused = refused
+            log.warning("%s: %s", run.validation, refused)
+
+    async def _open(self, run: RunState, fabric: FabricState, spec: GpuValidationSpec) -> None:
+        limit = concurrency_limit(spec.max_concurrent, len(run.nodes))
+        for group in lifecycle.groups_to_open(fabric, limit):
+            if group.plan.cross and not fabric.cross_planned:
+                # Read back from a plan a restart interrupted: it opens once it is marked whole.
+                continue
+            group.port = group.port or self.ports.take()
+            group.opened_at = time.time()
+            await self._create(run, spec, group, group.members[0], None)
+            run.dirty = True
+
+    async def _launch(self, run: RunState, fabric: FabricState, spec: GpuValidationSpec) -> None:
+        for group in lifecycle.groups_to_launch(fabric):
+            ip = fabric.pods[group.members[0].pod].ip
+            if group.port is None or group.opened_at is None:
+                continue
+            waiting = [m for m in group.members[1:] if not fabric.created(m) and not m.refused]
+            await self.effects.bounded(self._create(run, spec, group, m, ip) for m in waiting)
+            run.dirty = True
+
+    # -- the run-wide comparison --
+
+    async def _classify(self, run: RunState, fabric: FabricState, wanted: FabricSpec) -> None:
+        evidence = [
+            GroupEvidence(
+                g.name,
+                g.plan.nodes,
+                tuple(r for m in g.members if (r := fabric.result(g, m)) is not None),
+                fabric.busbw.get(g.name),
+                fabric.pairs.get(g.name, ()),
+                g.plan.domain,
+            )
+            for g in fabric.groups.values()
+            if g.size > 1
+        ]
+        found = classify(evidence, wanted.thresholds)
+        fabric.classification = found
+        await self.effects.bounded(
+            self._settle(run, fabric, node, found.nodes.get(node))
+            for node in sorted(fabric.groups_of)
+        )
+        fabric.classified, fabric.completed_at = True, time.time()
+        run.dirty = True
+        text = f"fabric of run {run.run_id}: {summary_line(fabric)}"
+        failed = any(f.verdict is Verdict.FAILED for f in found.nodes.values())
+        await self.effects.event(EventReason.FABRIC_COMPLETED, text, warning=failed)
+        log.info("%s: %s", run.validation, text)
+
+    async def _settle(
+        self, run: RunState, fabric: FabricState, node: str, final: Final | None
+    ) -> None:
+        """The node's settled fabric verdict into its report, then its final verdict."""
+        # Only a node alone in its domain, in no cross-domain group, is in no group compared.
+        final = final or Final(
+            Verdict.NOT_RUN,
+            None,
+            "alone in its topology domain, and no other domain had a node to test across: its "
+            "fabric was not tested",
+        )
+        never = any(
+            m.never_started
+            for name in fabric.groups_of[node]
+            for m in fabric.groups[name].members
+            if m.node == node
+        )
+        record = run.nodes.get(node)
+        if record is None:
+            return
+        fabric_body = {
+            FabricKey.VERDICT: str(final.verdict),
+            FabricKey.REASON: None if final.reason is None else str(final.reason),
+            FabricKey.MESSAGE: final.message[:1024],
+            FabricKey.CLASSIFIED: True,
+        }
+        status: dict[str, Any] = {StatusKey.FABRIC: fabric_body}
+        verdict = Verdict.PASSED
+        if final.verdict is Verdict.FAILED and final.reason is not None:
+            verdict = Verdict.FAILED
+            status |= build_operator_failure_status(
+                final.reason, final.message, None, datetime.now(UTC), FABRIC_CHECK
+            )
+        elif never:
+            verdict = Verdict.NOT_RUN
+        await self.effects.write_report_status(record, status)
+        run.release(node, verdict, final.reason, final.message)

@@ -1,0 +1,150 @@
+"""Pure: the fabric part of the GpuValidation status (gpuval_api.fabricsummary), bounded: counts,
+the few worst groups, the slow groups, one display line. Before the run-wide comparison the
+figures are the agents' own; after it, the settled verdicts.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from gpuval_api.fabricsummary import MAX_LISTED_GROUPS
+from gpuval_api.report import rfc3339
+from gpuval_api.result import Verdict
+from gpuval_operator.fabric.state import FabricState
+from gpuval_operator.fabric.verdicts import FabricResult, GroupOutcome
+
+_RANK = {Verdict.FAILED: 2, Verdict.NOT_RUN: 1, Verdict.PASSED: 0}
+
+
+def _stamp(epoch: float | None) -> str | None:
+    return None if epoch is None else rfc3339(datetime.fromtimestamp(epoch, UTC))
+
+
+def node_counts(run: FabricState) -> dict[str, int]:
+    """Nodes by fabric verdict: the settled one, else the worst of their groups' results so far
+    (pending until every group of theirs is in)."""
+    counts = {"total": len(run.groups_of), "pending": 0, "passed": 0, "failed": 0, "notRun": 0}
+    key = {Verdict.PASSED: "passed", Verdict.FAILED: "failed", Verdict.NOT_RUN: "notRun"}
+    settled = run.classification.nodes if run.classification is not None else None
+    for node, groups in run.groups_of.items():
+        verdict: Verdict | None
+        if settled is not None:
+            final = settled.get(node)
+            # In no group compared: alone in its domain with no cross-domain group (untested).
+            verdict = final.verdict if final is not None else Verdict.NOT_RUN
+        else:
+            records: list[FabricResult | None] = [
+                run.result(run.groups[g], m)
+                for g in groups
+                for m in run.groups[g].members
+                if m.node == node
+            ]
+            verdict = None
+            if all(r is not None for r in records):
+                verdict = max((r.verdict for r in records if r), key=_RANK.__getitem__)
+        counts[key[verdict] if verdict is not None else "pending"] += 1
+    return counts
+
+
+def _clean(entry: dict[str, Any]) -> dict[str, Any]:
+    """A list entry without its empty fields: a merge patch stores a list as given, nulls and
+    all, and the schema refuses a null where it expects a string."""
+    return {k: v for k, v in entry.items() if v is not None}
+
+
+def _entry(outcome: GroupOutcome, message: str | None = None) -> dict[str, Any]:
+    worst = outcome.worst
+    failing = worst.verdict is not Verdict.PASSED
+    return {
+        "group": outcome.name,
+        "domain": outcome.domain or None,
+        "nodes": len(outcome.nodes),
+        "busbwGBps": outcome.busbw,
+        "floorGBps": None if outcome.floor is None else round(outcome.floor, 3),
+        "reason": str(worst.reason) if failing and worst.reason else None,
+        "message": (message if message is not None else worst.message if failing else "")[:1024],
+    }
+
+
+def _provisional(run: FabricState) -> list[dict[str, Any]]:
+    """The groups with results so far, their busbw as the agents measured it."""
+    entries = []
+    for group in run.groups.values():
+        if group.size < 2 or not run.done(group):
+            continue
+        records = [r for m in group.members if (r := run.result(group, m)) is not None]
+        worst = max(records, key=lambda r: _RANK[r.verdict])
+        failing = worst.verdict is not Verdict.PASSED
+        entries.append(
+            {
+                "group": group.name,
+                "domain": group.plan.domain or None,
+                "nodes": group.size,
+                "busbwGBps": run.busbw.get(group.name),
+                "floorGBps": None,
+                "reason": str(worst.reason) if failing and worst.reason else None,
+                "message": worst.message[:1024] if failing else "",
+            }
+        )
+    return entries
+
+
+def _order(entry: dict[str, Any]) -> tuple[int, float]:
+    busbw = entry["busbwGBps"]
+    return (0 if entry["reason"] else 1, busbw if busbw is not None else math.inf)
+
+
+def summary_line(run: FabricState) -> str:
+    """One line for the printer column and the Events."""
+    if not run.planned:
+        return "waiting for the local checks"
+    counts = node_counts(run)
+    groups = [g for g in run.groups.values() if g.size > 1]
+    done = sum(1 for g in groups if run.done(g))
+    figures = [run.busbw[g.name] for g in groups if g.name in run.busbw]
+    worst = f"; worst {min(figures):.1f} GB/s" if figures else ""
+    if run.classification is None:
+        return f"{done}/{len(groups)} groups done{worst}"
+    parts = [f"{counts['passed']}/{counts['total']} passed"]
+    if counts["failed"]:
+        parts.append(f"{counts['failed']} failed")
+    if counts["notRun"]:
+        parts.append(f"{counts['notRun']} not run")
+    slow = sum(1 for g in run.classification.groups if g.slow)
+    if slow:
+        parts.append(f"{slow} slow groups")
+    return ", ".join(parts) + worst
+
+
+def build_fabric_status(run: FabricState) -> dict[str, Any]:
+    """`status.fabric` of the GpuValidation for the run's fabric phase."""
+    found = run.classification
+    if found is not None:
+        listed = sorted((_entry(g) for g in found.groups), key=_order)
+        slow = [g for g in found.groups if g.slow]
+        slow_entries = [
+            _entry(
+                g,
+                f"below its floor {g.floor or 0:.1f} GB/s (groups of {len(g.nodes)} nodes "
+                "across the run); no node stands out, none is named",
+            )
+            for g in sorted(slow, key=lambda g: g.busbw or 0.0)
+        ]
+        median = found.median_pair
+    else:
+        listed, slow_entries, median = sorted(_provisional(run), key=_order), [], None
+    groups = [g for g in run.groups.values() if g.size > 1]
+    return {
+        "summary": summary_line(run)[:256],
+        "startedAt": _stamp(run.started_at),
+        "completedAt": _stamp(run.completed_at),
+        "groups": len(groups),
+        "groupsDone": sum(1 for g in groups if run.done(g)),
+        "nodes": node_counts(run),
+        "medianPairGBps": None if median is None else round(median, 3),
+        "worstGroups": [_clean(e) for e in listed[:MAX_LISTED_GROUPS]],
+        "slowGroups": [_clean(e) for e in slow_entries[:MAX_LISTED_GROUPS]],
+        "slowGroupsOmitted": max(0, len(slow_entries) - MAX_LISTED_GROUPS),
+    }

@@ -1,0 +1,222 @@
+"""What the operator remembers of one run's fabric phase: its groups, and the facts of their
+reports' status.fabric and of their pods. Pure and synchronous.
+
+Everything a decision needs is rebuilt from three durable sources after a restart: the reports'
+status.fabric (each member's group, rank and node list, written before any pod; then its
+result), the fabric pods (labels, the port annotation, their termination messages), and the
+GpuValidation's annotation gpuval.dev/fabric-planned (the plan is complete). What lives only
+here is bookkeeping a restart can redo: which pod this process deleted, since when a pod has
+been terminal, the results it has written but not yet seen come back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpuval_api.fabric import FabricPair
+from gpuval_api.kubernetes import TERMINAL_POD_PHASES
+from gpuval_api.result import Verdict
+from gpuval_operator.fabric.facts import FabricFacts
+from gpuval_operator.fabric.plan import GroupPlan
+from gpuval_operator.fabric.podfacts import FabricPodFacts
+from gpuval_operator.fabric.verdicts import Classification, FabricResult
+
+# (group, rank) -> the fabric pod's name (names.fabric_pod_name, for one run).
+PodNamer = Callable[[str, int], str]
+
+
+@dataclass(slots=True)
+class Member:
+    node: str
+    rank: int
+    pod: str
+    requested: bool = False  # this process asked for the pod
+    refused: str | None = None  # the API server refused the pod: why
+    deleted_by_us: bool = False
+    gone: bool = False  # the pod was deleted by someone else, or vanished
+    evicted: bool = False
+    terminal_since: float | None = None  # monotonic
+    started_seen: float | None = None  # wall clock when this process first saw it started
+    recorded: FabricResult | None = None  # written by the operator, not yet read back
+    termination: dict[str, object] | None = None  # the fabric verdict its pod's agent left
+    never_started: bool = False  # its pod was made and did not start in time (gang)
+
+
+@dataclass(slots=True)
+class Group:
+    plan: GroupPlan
+    members: list[Member]
+    port: int | None = None
+    opened_at: float | None = None  # wall clock: rank 0's pod creation
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+
+@dataclass(slots=True)
+class FabricState:
+    """The fabric phase of one run."""
+
+    reported: dict[str, FabricFacts] = field(default_factory=dict)  # node -> status.fabric
+    pods: dict[str, FabricPodFacts] = field(default_factory=dict)  # pod name -> its facts
+    pairs: dict[str, tuple[FabricPair, ...]] = field(default_factory=dict)  # group -> pairs
+    busbw: dict[str, float] = field(default_factory=dict)  # group -> busbw, GB/s
+    groups: dict[str, Group] = field(default_factory=dict)  # in plan order
+    groups_of: dict[str, list[str]] = field(default_factory=dict)  # node -> its groups
+    planned: bool = False
+    cross_planned: bool = False
+    classified: bool = False
+    started_at: float | None = None
+    completed_at: float | None = None
+    classification: Classification | None = None
+
+    # -- what arrives --
+
+    def apply_report(self, node: str, reported: FabricFacts | None) -> None:
+        if reported is None:
+            self.reported.pop(node, None)
+            return
+        self.reported[node] = reported
+        if reported.pairs and reported.group not in self.pairs:
+            self.pairs[reported.group] = reported.pairs
+        if reported.busbw is not None:
+            self.busbw.setdefault(reported.group, reported.busbw)
+
+    def member(self, group: str, rank: int) -> Member | None:
+        found = self.groups.get(group)
+        if found is None or not 0 <= rank < found.size:
+            return None
+        return found.members[rank]
+
+    def apply_pod(self, pod: FabricPodFacts, mono: float, now: float) -> None:
+        self.pods[pod.name] = pod
+        member = self.member(pod.group, pod.rank)
+        if member is None or member.pod != pod.name:
+            return
+        self._observe(member, pod, mono, now)
+
+    @staticmethod
+    def _observe(member: Member, pod: FabricPodFacts, mono: float, now: float) -> None:
+        if pod.pod.phase in TERMINAL_POD_PHASES and member.terminal_since is None:
+            member.terminal_since = mono
+        if pod.pod.started and member.started_seen is None:
+            member.started_seen = now
+        member.evicted = member.evicted or pod.pod.evicted
+        member.termination = pod.termination or member.termination
+
+    def apply_pod_deleted(self, pod: FabricPodFacts) -> None:
+        self.pods.pop(pod.name, None)
+        member = self.member(pod.group, pod.rank)
+        if member is not None and member.pod == pod.name and not member.deleted_by_us:
+            member.gone = True
+            member.evicted = member.evicted or pod.pod.evicted
+            member.termination = pod.termination or member.termination
+
+    # -- the plan --
+
+    def add_groups(
+        self, plans: list[GroupPlan], pod_name: PodNamer, mono: float, now: float
+    ) -> None:
+        for plan in plans:
+            if plan.name in self.groups:
+                continue
+            members = [Member(n, r, pod_name(plan.name, r)) for r, n in enumerate(plan.nodes)]
+            group = self.groups[plan.name] = Group(plan, members)
+            for member in members:
+                self.groups_of.setdefault(member.node, []).append(plan.name)
+                pod = self.pods.get(member.pod)
+                if pod is not None:
+                    self._observe(member, pod, mono, now)
+                    group.port = group.port or pod.port
+            # Rank 0's pod is made first: the earliest pod still there is the best estimate.
+            made = [self.pods[m.pod].pod.created for m in members if m.pod in self.pods]
+            if any(made):
+                group.opened_at = min(t for t in made if t)
+
+    def members(self) -> set[str]:
+        return set(self.groups_of)
+
+    def wants(self, node: str) -> bool:
+        """A node that passed locally waits for its fabric verdict before any node action:
+        every such node until the groups are planned, then the plan's members until the run's
+        groups are compared."""
+        if not self.planned:
+            return True
+        return node in self.groups_of and not self.classified
+
+    # -- results --
+
+    def result(self, group: Group, member: Member) -> FabricResult | None:
+        """The member's result in `group`: its report's status.fabric when it is about this
+        group, else what the operator recorded. A representative's report shows its
+        cross-domain group once that is planned; it was chosen because it passed its domain
+        group, so that is its result there. A node alone in its topology domain has a group of
+        one, which runs nothing: it is tested across domains only."""
+        if group.size == 1:
+            return FabricResult(Verdict.PASSED, None, "alone in its topology domain")
+        reported = self.reported.get(member.node)
+        mine = (
+            reported is not None and reported.group == group.name and reported.rank == member.rank
+        )
+        if reported is not None and mine and reported.verdict is not None:
+            verdict = reported.raw_verdict or reported.verdict
+            return FabricResult(
+                verdict, reported.raw_reason, reported.raw_message, reported.by_agent
+            )
+        if member.recorded is not None:
+            return member.recorded
+        if reported is not None and reported.group != group.name and not group.plan.cross:
+            later = self.groups.get(reported.group)
+            if later is not None and later.plan.cross and member.node in later.plan.nodes:
+                return FabricResult(Verdict.PASSED, None, "chosen for a cross-domain group")
+        return None
+
+    def done(self, group: Group) -> bool:
+        return all(self.result(group, m) is not None for m in group.members)
+
+    def opened(self, group: Group) -> bool:
+        """Its rank 0 pod was asked for (or a member has a result: after a restart, a group
+        whose pods are gone)."""
+        return (
+            group.opened_at is not None
+            or any(self.created(m) for m in group.members)
+            or any(self.result(group, m) is not None for m in group.members)
+        )
+
+    def created(self, member: Member) -> bool:
+        return member.requested or member.pod in self.pods or member.gone
+
+    def started(self, member: Member) -> bool:
+        pod = self.pods.get(member.pod)
+        return member.started_seen is not None or (pod is not None and pod.pod.started)
+
+    def pod_started_at(self, member: Member) -> float | None:
+        pod = self.pods.get(member.pod)
+        if pod is not None and pod.started_at is not None:
+            return pod.started_at
+        return member.started_seen
+
+    def formed(self, group: Group) -> bool:
+        return all(self.started(m) for m in group.members)
+
+    def active(self) -> list[Group]:
+        return [g for g in self.groups.values() if self.opened(g) and not self.done(g)]
+
+    def all_done(self) -> bool:
+        return bool(self.planned and self.cross_planned) and all(
+            self.done(g) for g in self.groups.values()
+        )
+
+    def planned_groups(self) -> dict[str, tuple[str, ...]]:
+        """Group -> nodes by rank, from the reports' status.fabric (after a restart)."""
+        found: dict[str, tuple[str, ...]] = {}
+        for reported in self.reported.values():
+            if reported.nodes and len(reported.nodes) == reported.world:
+                found.setdefault(reported.group, reported.nodes)
+        return found

@@ -1,0 +1,256 @@
+"""A small asyncio Kubernetes client on raw JSON, for the operator's hot paths.
+
+Credentials come from `gpuval_operator.kube.credentials` (in-cluster or a kubeconfig); requests go
+through aiohttp and come back as plain dicts, because generated models' deserialisation costs more
+CPU than the operator's whole logic at fleet scale. Lists are paginated; watches ask for
+bookmarks and resume from the last resourceVersion; 429 and 5xx are retried with backoff (honouring
+Retry-After), so bursts of creates slow down instead of failing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from gpuval_operator.kube.credentials import Credentials
+
+log = logging.getLogger(__name__)
+
+RETRYABLE = frozenset({429, 500, 502, 503, 504})
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class ApiError(Exception):
+    """A Kubernetes API request that failed; `status` is the HTTP status."""
+
+    def __init__(self, status: int, method: str, path: str, body: Any) -> None:
+        self.status = status
+        self.body = body
+        message = body.get("message") if isinstance(body, dict) else str(body)
+        self.reason = body.get("reason", "") if isinstance(body, dict) else ""
+        super().__init__(f"{method} {path}: HTTP {status}: {message}")
+
+
+class ResourceExpiredError(Exception):
+    """The watch's resourceVersion is too old (410): list again."""
+
+
+class KubeClient:
+    """Raw-JSON requests with retries, paginated lists and resumable watches."""
+
+    def __init__(
+        self,
+        credentials: Credentials,
+        *,
+        request_timeout: float = 30.0,
+        watch_timeout: int = 240,
+        max_retries: int = 8,
+    ) -> None:
+        self.credentials = credentials
+        self.request_timeout = request_timeout
+        self.watch_timeout = watch_timeout
+        self.max_retries = max_retries
+        self._session: aiohttp.ClientSession | None = None
+        self._token_read_at = 0.0
+        self.requests_total: dict[tuple[str, int], int] = {}
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _headers(self) -> dict[str, str]:
+        creds = self.credentials
+        # Projected ServiceAccount tokens rotate; re-read the file every minute as client-go does.
+        if creds.token_file and time.monotonic() - self._token_read_at > 60:
+            with open(creds.token_file) as fh:
+                creds.headers["Authorization"] = f"Bearer {fh.read().strip()}"
+            self._token_read_at = time.monotonic()
+        return creds.headers
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(ssl=self.credentials.ssl_context, limit=128)
+            self._session = aiohttp.ClientSession(connector=connector)
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def _count(self, method: str, status: int) -> None:
+        key = (method, status)
+        self.requests_total[key] = self.requests_total.get(key, 0) + 1
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+    ) -> Any:
+        """One request; retried on 429/5xx and connection errors; ApiError on any other failure."""
+        url = self.credentials.server + path
+        data = None if body is None else json.dumps(body, separators=(",", ":"))
+        delay = 0.2
+        for attempt in range(self.max_retries + 1):
+            headers = {**self._headers(), "Accept": JSON}
+            if data is not None:
+                headers["Content-Type"] = content_type
+            try:
+                async with self.session.request(
+                    method,
+                    url,
+                    params=params,
+                    data=data,
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=self.request_timeout),
+                ) as resp:
+                    self._count(method, resp.status)
+                    text = await resp.text()
+                    if resp.status < 400:
+                        return json.loads(text) if text else None
+                    payload: Any
+                    try:
+                        payload = json.loads(text)
+                    except ValueError:
+                        payload = text
+                    if resp.status not in RETRYABLE or attempt == self.max_retries:
+                        raise ApiError(resp.status, method, path, payload)
+                    retry_after = resp.headers.get("Retry-After", "")
+                    wait = float(retry_after) if retry_after.isdigit() else delay
+            except (aiohttp.ClientConnectionError, TimeoutError) as exc:
+                self._count(method, 0)
+                if attempt == self.max_retries:
+                    raise
+                log.debug("%s %s: %s; retrying", method, path, exc)
+                wait = delay
+            await asyncio.sleep(wait * (0.5 + random.random()))
+            delay = min(delay * 2, 10.0)
+        raise AssertionError("unreachable")
+
+    async def get(self, path: str, **params: str | int) -> Any:
+        return await self.request("GET", path, params=params or None)
+
+    async def get_or_none(self, path: str) -> Any:
+        try:
+            return await self.get(path)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def create(self, path: str, body: Mapping[str, Any]) -> Any:
+        return await self.request("POST", path, body=body)
+
+    async def merge_patch(self, path: str, body: Mapping[str, Any]) -> Any:
+        return await self.request("PATCH", path, body=body, content_type=MERGE_PATCH)
+
+    async def delete(self, path: str, **params: str | int) -> Any:
+        try:
+            return await self.request("DELETE", path, params=params or None)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def pages(
+        self, path: str, label_selector: str = "", page_size: int = 500
+    ) -> AsyncIterator[tuple[list[dict[str, Any]], str, bool]]:
+        """A list one page at a time: (items, the list's resourceVersion, whether it is the last).
+
+        Consumers keep what they need from each page and drop it, so listing 10,000 nodes or
+        reports never holds them all at once. An expired continue token raises
+        ResourceExpiredError: the caller starts again from the first page.
+        """
+        params: dict[str, str | int] = {"limit": page_size}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        while True:
+            try:
+                page = await self.request("GET", path, params=params)
+            except ApiError as exc:
+                if exc.status == 410 and "continue" in params:
+                    raise ResourceExpiredError(path) from exc
+                raise
+            token = page.get("metadata", {}).get("continue")
+            version = page.get("metadata", {}).get("resourceVersion", "")
+            yield page.get("items") or [], version, not token
+            if not token:
+                return
+            params["continue"] = token
+
+    async def list_pages(
+        self, path: str, label_selector: str = "", page_size: int = 500
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every item of a list (fetched `page_size` at a time) and the list's resourceVersion."""
+        while True:
+            items: list[dict[str, Any]] = []
+            version = ""
+            try:
+                async for page, page_version, _ in self.pages(path, label_selector, page_size):
+                    items.extend(page)
+                    version = page_version
+            except ResourceExpiredError:
+                continue  # start the list again rather than return half of it
+            return items, version
+
+    async def watch(
+        self, path: str, resource_version: str, label_selector: str = ""
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Watch events (ADDED/MODIFIED/DELETED/BOOKMARK) from `resource_version`; raises on 410.
+
+        The server ends the watch after `watch_timeout` seconds and the client gives up after a
+        little more, so a silently stalled connection is noticed and the caller resumes from its
+        last resourceVersion.
+        """
+        params: dict[str, str | int] = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": self.watch_timeout,
+        }
+        if label_selector:
+            params["labelSelector"] = label_selector
+        timeout = aiohttp.ClientTimeout(
+            total=self.watch_timeout + 30, sock_connect=10, sock_read=self.watch_timeout + 15
+        )
+        async with self.session.get(
+            self.credentials.server + path,
+            params=params,
+            headers={**self._headers(), "Accept": JSON},
+            timeout=timeout,
+        ) as resp:
+            self._count("WATCH", resp.status)
+            if resp.status == 410:
+                raise ResourceExpiredError(path)
+            if resp.status >= 400:
+                raise ApiError(resp.status, "WATCH", path, await resp.text())
+            async for line in resp.content:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    obj = event.get("object") or {}
+                    if obj.get("code") == 410:
+                        raise ResourceExpiredError(path)
+                    raise ApiError(int(obj.get("code") or 500), "WATCH", path, obj)
+                yield event
+
+
+def q(text: str) -> str:
+    """A path segment, quoted."""
+    return quote(text, safe="")

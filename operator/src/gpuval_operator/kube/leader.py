@@ -1,0 +1,169 @@
+"""One active replica: leader election over a coordination.k8s.io Lease, before kopf watches.
+
+kopf's peering only freezes replicas of equal priority; it elects no leader. So the operator
+takes a Lease before its handlers start: a standby waits, renewing nothing, until the holder
+has not renewed for a lease duration, then takes it. The leader renews every few seconds; one
+that cannot renew within its deadline (shorter than the lease, so no one else holds it yet)
+exits at once rather than act beside a new leader, and its pod restarts as a standby. A new
+leader continues the run from its status, reports and pods (deterministic names, the run id in
+the status), so a takeover duplicates no pod and loses no verdict.
+
+`next_move` is the pure decision; `LeaderElector` makes the calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import Enum, auto
+from typing import Any
+
+from gpuval_operator.kube.client import ApiError, KubeClient, q
+from gpuval_operator.timestamps import parse_time
+
+log = logging.getLogger(__name__)
+
+
+def micro_time(epoch: float) -> str:
+    """A Lease's MicroTime."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+parse_micro_time = parse_time  # a MicroTime is RFC 3339 with microseconds
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseFacts:
+    exists: bool
+    holder: str | None = None
+    renewed: float | None = None
+    duration: int = 0
+    transitions: int = 0
+    acquired: str | None = None
+    resource_version: str | None = None
+
+    @classmethod
+    def parse(cls, obj: dict[str, Any] | None) -> LeaseFacts:
+        if obj is None:
+            return cls(exists=False)
+        spec = obj.get("spec") or {}
+        return cls(
+            exists=True,
+            holder=spec.get("holderIdentity") or None,
+            renewed=parse_micro_time(spec.get("renewTime")),
+            duration=int(spec.get("leaseDurationSeconds") or 0),
+            transitions=int(spec.get("leaseTransitions") or 0),
+            acquired=spec.get("acquireTime"),
+            resource_version=(obj.get("metadata") or {}).get("resourceVersion"),
+        )
+
+
+class Move(Enum):
+    CREATE = auto()  # no Lease yet
+    TAKE = auto()  # held by no one, or its holder stopped renewing
+    RENEW = auto()  # ours
+    WAIT = auto()  # another replica leads
+
+
+def next_move(lease: LeaseFacts, me: str, now: float) -> Move:
+    if not lease.exists:
+        return Move.CREATE
+    if lease.holder == me:
+        return Move.RENEW
+    if lease.holder is None or lease.renewed is None or now >= lease.renewed + lease.duration:
+        return Move.TAKE
+    return Move.WAIT
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        namespace: str,
+        name: str,
+        identity: str,
+        duration: int,
+        renew: int,
+    ) -> None:
+        self.client, self.namespace, self.name = client, namespace, name
+        self.identity, self.duration, self.renew = identity, duration, renew
+        self.path = f"/apis/coordination.k8s.io/v1/namespaces/{q(namespace)}/leases"
+
+    def _body(self, lease: LeaseFacts, now: float) -> dict[str, Any]:
+        ours = lease.holder == self.identity
+        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if lease.resource_version:
+            metadata["resourceVersion"] = lease.resource_version  # optimistic concurrency
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": metadata,
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": self.duration,
+                "acquireTime": lease.acquired if ours and lease.acquired else micro_time(now),
+                "renewTime": micro_time(now),
+                "leaseTransitions": lease.transitions + (0 if ours else 1),
+            },
+        }
+
+    async def try_once(self) -> bool:
+        """One attempt to take or renew the Lease; True when this replica holds it now."""
+        now = time.time()
+        lease = LeaseFacts.parse(await self.client.get_or_none(f"{self.path}/{q(self.name)}"))
+        move = next_move(lease, self.identity, now)
+        if move is Move.WAIT:
+            return False
+        try:
+            if move is Move.CREATE:
+                await self.client.create(self.path, self._body(lease, now))
+            else:
+                await self.client.request(
+                    "PUT", f"{self.path}/{q(self.name)}", body=self._body(lease, now)
+                )
+        except ApiError as exc:
+            if exc.status == 409:
+                return False  # another replica moved first
+            raise
+        if move is not Move.RENEW:
+            log.info("leader: %s took lease %s/%s", self.identity, self.namespace, self.name)
+        return True
+
+    async def acquire(self) -> None:
+        """Wait, as a standby, until this replica holds the Lease."""
+        announced = False
+        while True:
+            try:
+                if await self.try_once():
+                    return
+            except (ApiError, OSError, TimeoutError) as exc:
+                log.warning("leader: could not read or take the lease: %s", exc)
+            if not announced:
+                log.info("leader: %s is standby; another replica holds the lease", self.identity)
+                announced = True
+            await asyncio.sleep(self.renew)
+
+    async def keep(self, lost: Callable[[], None]) -> None:
+        """Renew every `renew` seconds; call `lost` once renewing has failed for longer than the
+        lease's duration less one renew interval (before anyone else can take it)."""
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(self.renew)
+            try:
+                if await self.try_once():
+                    last = time.monotonic()
+                    continue
+                log.error("leader: %s lost the lease to another replica", self.identity)
+                lost()
+                return
+            except (ApiError, OSError, TimeoutError) as exc:
+                log.warning("leader: renewing failed: %s", exc)
+            if time.monotonic() - last > self.duration - self.renew:
+                log.error("leader: %s could not renew within its deadline", self.identity)
+                lost()
+                return

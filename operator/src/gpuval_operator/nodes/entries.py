@@ -1,0 +1,262 @@
+"""What every GpuValidation covering a node says about it, and the node state that follows.
+
+Each validation keeps one annotation on the node, `verdict.gpuval.dev/<validation>`: its latest
+verdict, the last verdict with evidence (a NotRun keeps the earlier Passed/Failed), the boot ID
+and GPU stack it was tested on, and the actions it asks for. The node's labels, taint, cordon and
+GpuValidated condition follow all entries together: failed while any validation's latest tested
+verdict is Failed (naming which), so one validation passing never undoes another's failure.
+
+Pure: `plan_node` turns the node as it is and one validation's new entry into a merge patch of
+the node and its condition, or nothing when nothing changes. It only touches gpuval.dev keys,
+the gpuval.dev/unhealthy taint, a cordon gpuval made (recorded in an annotation) and the
+startup taint a spec names.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpuval_api import keys
+from gpuval_api.crd import TaintEffect
+from gpuval_api.labels import label_value
+from gpuval_api.result import Verdict
+
+# A stronger effect wins when several failing validations ask for a taint.
+_EFFECT_RANK = {
+    TaintEffect.PREFER_NO_SCHEDULE: 1,
+    TaintEffect.NO_SCHEDULE: 2,
+    TaintEffect.NO_EXECUTE: 3,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEntry:
+    """One validation's word on a node (compact JSON in its annotation)."""
+
+    verdict: str  # Passed, Failed or NotRun: the latest
+    tested: str | None  # the latest with evidence: Passed or Failed; None: never tested
+    reason: str | None
+    at: int
+    run: str
+    boot: str = ""
+    stack: str = ""
+    label: bool = True
+    taint: str | None = None  # the effect asked for on failure
+    cordon: bool = False
+    startup_taint: str | None = None  # a key to remove on pass
+
+    def encode(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def decode(cls, text: str | None) -> NodeEntry | None:
+        try:
+            data = json.loads(text or "")
+            return cls(**{k: data[k] for k in cls.__slots__ if k in data})
+        except (ValueError, TypeError, KeyError):
+            return None
+
+
+def entry_key(validation: str) -> str:
+    return keys.NODE_VERDICT_ANNOTATION_PREFIX + label_value(validation)
+
+
+def entries(annotations: Mapping[str, str]) -> dict[str, NodeEntry]:
+    """Validation (as its key spells it) -> its entry, for every readable entry on the node."""
+    found: dict[str, NodeEntry] = {}
+    for key, value in annotations.items():
+        if key.startswith(keys.NODE_VERDICT_ANNOTATION_PREFIX):
+            entry = NodeEntry.decode(value)
+            if entry is not None:
+                found[key.removeprefix(keys.NODE_VERDICT_ANNOTATION_PREFIX)] = entry
+    return found
+
+
+def next_entry(previous: NodeEntry | None, verdict: Verdict, **fields: Any) -> NodeEntry:
+    """The entry after a verdict: a NotRun keeps the last tested verdict (no evidence either
+    way), Passed and Failed replace it."""
+    tested = str(verdict) if verdict in (Verdict.PASSED, Verdict.FAILED) else None
+    if tested is None and previous is not None:
+        tested = previous.tested
+    return NodeEntry(verdict=str(verdict), tested=tested, **fields)
+
+
+@dataclass(slots=True)
+class Aggregate:
+    state: str  # keys.NODE_VERDICT_*: failed > not-run (some validation never tested) > passed
+    failed_by: list[str] = field(default_factory=list)
+    untested_by: list[str] = field(default_factory=list)
+    reason: str | None = None
+    validated_at: int = 0
+    taint_effect: str | None = None
+    cordon: bool = False
+    label: bool = False
+    startup_taints: set[str] = field(default_factory=set)
+
+
+def aggregate(found: Mapping[str, NodeEntry]) -> Aggregate:
+    """The node's state over every validation's entry."""
+    failed = sorted(n for n, e in found.items() if e.tested == Verdict.FAILED)
+    untested = sorted(n for n, e in found.items() if e.tested is None)
+    state = (
+        keys.NODE_VERDICT_FAILED
+        if failed
+        else keys.NODE_VERDICT_NOT_RUN
+        if untested
+        else keys.NODE_VERDICT_PASSED
+    )
+    result = Aggregate(state, failed, untested, label=any(e.label for e in found.values()))
+    result.validated_at = max((e.at for e in found.values()), default=0)
+    first = found[failed[0]] if failed else found[untested[0]] if untested else None
+    result.reason = first.reason if first is not None else None
+    asks = [found[n] for n in failed]
+    effects = [e.taint for e in asks if e.taint]
+    result.taint_effect = max(
+        effects, key=lambda e: _EFFECT_RANK.get(TaintEffect(e), 0), default=None
+    )
+    result.cordon = any(e.cordon for e in asks)
+    result.startup_taints = {e.startup_taint for e in found.values() if e.startup_taint}
+    return result
+
+
+@dataclass(slots=True)
+class NodePlan:
+    """The changes one verdict brings to a node: a merge patch of the node, the condition to
+    set on its status, and the same in words (for a dry run and the Events)."""
+
+    patch: dict[str, Any] | None = None
+    condition: dict[str, Any] | None = None
+    changes: list[str] = field(default_factory=list)
+
+
+def _condition(agg: Aggregate, current: Mapping[str, Any] | None, now: str) -> dict[str, Any]:
+    if agg.state == keys.NODE_VERDICT_FAILED:
+        status, reason = "False", str(Verdict.FAILED)
+        message = f"failed by {', '.join(agg.failed_by)} ({agg.reason})"
+    elif agg.state == keys.NODE_VERDICT_NOT_RUN:
+        status, reason = "Unknown", str(Verdict.NOT_RUN)
+        message = f"not tested yet by {', '.join(agg.untested_by)} ({agg.reason})"
+    else:
+        status, reason, message = "True", str(Verdict.PASSED), "passed every validation covering it"
+    since = now
+    if (
+        current is not None
+        and current.get("status") == status
+        and current.get("lastTransitionTime")
+    ):
+        since = current["lastTransitionTime"]
+    return {
+        "type": keys.NODE_CONDITION,
+        "status": status,
+        "reason": reason,
+        "message": message[:1024],
+        "lastTransitionTime": since,
+        "lastHeartbeatTime": now,
+    }
+
+
+def _taints(spec: Mapping[str, Any], agg: Aggregate) -> tuple[list[dict[str, Any]], list[str]]:
+    taints: list[dict[str, Any]] = list(spec.get("taints") or [])
+    others = [t for t in taints if t.get("key") != keys.TAINT_KEY]
+    changes: list[str] = []
+    if agg.state == keys.NODE_VERDICT_PASSED:
+        kept = [t for t in others if t.get("key") not in agg.startup_taints]
+        changes += [f"remove startup taint {t['key']}" for t in others if t not in kept]
+        others = kept
+    wanted = list(others)
+    if agg.taint_effect is not None:
+        value = label_value(agg.reason or str(Verdict.FAILED))
+        wanted.append({"key": keys.TAINT_KEY, "value": value, "effect": agg.taint_effect})
+        if not any(t.get("key") == keys.TAINT_KEY for t in taints):
+            changes.append(f"taint {keys.TAINT_KEY}={value}:{agg.taint_effect}")
+    elif any(t.get("key") == keys.TAINT_KEY for t in taints):
+        changes.append(f"remove taint {keys.TAINT_KEY}")
+    return wanted, changes
+
+
+def plan_node(
+    node: Mapping[str, Any], validation: str, entry: NodeEntry | None, stamp: str
+) -> NodePlan:
+    """`validation`'s new entry on `node` (None: forget it) and what the node then needs.
+
+    `stamp` is the time now as RFC 3339, for the condition's times. The node patch carries the
+    node's resourceVersion, because a merge patch replaces the whole taint list: a concurrent change
+    makes it fail with 409 and the caller plans again.
+    """
+    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    found = entries(annotations)
+    key = entry_key(validation)
+    short = key.removeprefix(keys.NODE_VERDICT_ANNOTATION_PREFIX)
+    if entry is None:
+        found.pop(short, None)
+    else:
+        found[short] = entry
+    agg = aggregate(found)
+    plan = NodePlan()
+    label_patch = _labels(agg, found, labels, plan.changes)
+    annotation_patch: dict[str, str | None] = {
+        key: entry.encode() if entry is not None else None,
+        keys.NODE_ANNOTATION_FAILED_BY: ",".join(agg.failed_by) or None,
+    }
+    spec_patch: dict[str, Any] = {}
+    wanted, taint_changes = _taints(spec, agg)
+    if wanted != list(spec.get("taints") or []):
+        spec_patch["taints"] = wanted
+        plan.changes += taint_changes
+    cordoned_by = annotations.get(keys.NODE_ANNOTATION_CORDONED_BY)
+    if agg.cordon and not spec.get("unschedulable"):
+        spec_patch["unschedulable"] = True
+        annotation_patch[keys.NODE_ANNOTATION_CORDONED_BY] = ",".join(agg.failed_by)
+        plan.changes.append("cordon")
+    elif not agg.cordon and cordoned_by is not None:
+        spec_patch["unschedulable"] = None
+        annotation_patch[keys.NODE_ANNOTATION_CORDONED_BY] = None
+        plan.changes.append("uncordon")
+    annotation_patch = {k: v for k, v in annotation_patch.items() if annotations.get(k) != v}
+    if label_patch or annotation_patch or spec_patch:
+        body: dict[str, Any] = {"resourceVersion": meta.get("resourceVersion")}
+        if label_patch:
+            body["labels"] = label_patch
+        if annotation_patch:
+            body["annotations"] = annotation_patch
+        plan.patch = {"metadata": body, **({"spec": spec_patch} if spec_patch else {})}
+    plan.condition = _wanted_condition(node, agg, stamp, plan.changes)
+    return plan
+
+
+def _labels(
+    agg: Aggregate, found: Mapping[str, NodeEntry], labels: Mapping[str, str], changes: list[str]
+) -> dict[str, str | None]:
+    wanted: dict[str, str | None] = {
+        keys.NODE_LABEL_VERDICT: agg.state if found and agg.label else None,
+        keys.NODE_LABEL_VALIDATED_AT: str(agg.validated_at) if found and agg.label else None,
+        keys.NODE_LABEL_REASON: (
+            label_value(agg.reason)
+            if found and agg.label and agg.reason and agg.state != keys.NODE_VERDICT_PASSED
+            else None
+        ),
+    }
+    patch = {k: v for k, v in wanted.items() if labels.get(k) != v}
+    if keys.NODE_LABEL_VERDICT in patch:
+        changes.append(f"label {keys.NODE_LABEL_VERDICT}={patch[keys.NODE_LABEL_VERDICT]}")
+    return patch
+
+
+def _wanted_condition(
+    node: Mapping[str, Any], agg: Aggregate, stamp: str, changes: list[str]
+) -> dict[str, Any] | None:
+    if not agg.label:
+        return None
+    conditions: Sequence[Mapping[str, Any]] = (node.get("status") or {}).get("conditions") or []
+    current = next((c for c in conditions if c.get("type") == keys.NODE_CONDITION), None)
+    wanted = _condition(agg, current, stamp)
+    if current is not None and all(
+        current.get(k) == wanted[k] for k in ("status", "reason", "message")
+    ):
+        return None
+    changes.append(f"condition {keys.NODE_CONDITION}={wanted['status']} ({wanted['message']})")
+    return wanted

@@ -1,0 +1,75 @@
+"""What the operator keeps of each node a validation selects (one list+watch per validation, cut
+down to a few hundred bytes per node), and the gating decision: which nodes join the current run
+because they are new, rebooted or run another GPU stack than they were tested on.
+
+Pure and synchronous; the controller feeds it the watch's events.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuval_operator.nodes.entries import NodeEntry, entry_key
+from gpuval_operator.planning import cordoned_by_us, node_gpus, node_ready
+
+# Node labels of NVIDIA GPU feature discovery that name the GPU stack, and the capacity: a change
+# in any of them is a changed stack (driver upgrade, CUDA, a GPU gone).
+STACK_LABELS = (
+    "nvidia.com/cuda.driver-version.full",
+    "nvidia.com/cuda.driver.major",
+    "nvidia.com/cuda.driver.minor",
+    "nvidia.com/cuda.driver.rev",
+    "nvidia.com/cuda.runtime-version.full",
+    "nvidia.com/cuda.runtime.major",
+    "nvidia.com/cuda.runtime.minor",
+    "nvidia.com/gpu.count",
+    "nvidia.com/gpu.product",
+)
+
+
+def stack_of(node: Mapping[str, Any]) -> str:
+    """The node's GPU stack as one string: its GPU feature discovery labels and GPU capacity."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    parts = [f"{k.rsplit('/', 1)[1]}={labels[k]}" for k in STACK_LABELS if k in labels]
+    parts.append(f"gpus={node_gpus(node)}")
+    return sys.intern(",".join(parts))
+
+
+@dataclass(slots=True)
+class NodeFacts:
+    name: str
+    gpus: int
+    ready: bool
+    schedulable: bool  # not cordoned, or cordoned by gpuval (validated again to be uncordoned)
+    boot_id: str
+    stack: str
+    entry: NodeEntry | None  # this validation's annotation on the node
+    # Its value of spec.fabric.topologyKey ("" without it); None when the spec names no key.
+    domain: str | None = None
+
+    @classmethod
+    def parse(
+        cls, node: Mapping[str, Any], validation: str, topology_key: str | None = None
+    ) -> NodeFacts:
+        meta = node.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        labels = meta.get("labels") or {}
+        info = (node.get("status") or {}).get("nodeInfo") or {}
+        unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
+        return cls(
+            name=sys.intern(meta.get("name", "")),
+            gpus=node_gpus(node),
+            ready=node_ready(node),
+            schedulable=not unschedulable or cordoned_by_us(node),
+            boot_id=str(info.get("bootID") or ""),
+            stack=stack_of(node),
+            entry=NodeEntry.decode(annotations.get(entry_key(validation))),
+            domain=None if topology_key is None else sys.intern(labels.get(topology_key, "")),
+        )
+
+    @property
+    def selectable(self) -> bool:
+        return self.gpus > 0 and self.ready and self.schedulable

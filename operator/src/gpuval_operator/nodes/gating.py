@@ -1,0 +1,35 @@
+"""Pure: the gating decision (spec.gating), which nodes join the current run because they are new,
+rebooted or run another GPU stack than they were tested on."""
+
+from __future__ import annotations
+
+from gpuval_api.crd import Gating, NodeTrigger
+from gpuval_operator.nodes.facts import NodeFacts
+from gpuval_operator.run.state import NodeRecord
+
+
+def gating_trigger(
+    node: NodeFacts, gating: Gating, record: NodeRecord | None
+) -> NodeTrigger | None:
+    """Why `node` should join the current run, or None.
+
+    What the node was last tested on comes from its record in the current run when it has a
+    verdict there (a dry run writes no annotation), else from this validation's annotation.
+    A node the run is still validating (its fabric included), or one that cannot take the agent
+    now, waits.
+    """
+    if not node.selectable or (record is not None and not record.settled):
+        return None
+    if record is not None and record.tested_boot is not None:
+        boot, stack = record.tested_boot, record.tested_stack
+    elif node.entry is not None:
+        boot, stack = node.entry.boot, node.entry.stack
+    elif record is not None:
+        return None  # in the run, finished, and nothing recorded yet: its write is on its way
+    else:
+        return NodeTrigger.JOINED if gating.join else None
+    if gating.reboot and boot and node.boot_id and boot != node.boot_id:
+        return NodeTrigger.REBOOTED
+    if gating.stack_change and stack and stack != node.stack:
+        return NodeTrigger.STACK_CHANGED
+    return None

@@ -1,0 +1,170 @@
+"""The nodes a validation selects, followed by one label-selected list+watch: a node deleted or
+gone NotReady mid-run is known at once, and spec.gating learns which nodes joined, rebooted or
+changed their GPU stack. Each node is kept as a NodeFacts of a few hundred bytes.
+
+Arrivals are batched: a node queued for gating waits until the oldest queued one is
+`batch_seconds` old, then the whole batch joins the current run together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpuval_api.crd import Gating, NodeTrigger
+from gpuval_operator.kube.client import KubeClient
+from gpuval_operator.kube.follower import Follower
+from gpuval_operator.nodes.facts import NodeFacts
+from gpuval_operator.nodes.gating import gating_trigger
+from gpuval_operator.planning import Candidate
+from gpuval_operator.run.effects import NODES_PATH
+from gpuval_operator.run.state import Phase, RunState
+
+log = logging.getLogger(__name__)
+
+
+class NodeWatch:
+    def __init__(self, client: KubeClient, validation: str, wake: Callable[[], None]) -> None:
+        self.client = client
+        self.validation = validation
+        self.wake = wake
+        self.nodes: dict[str, NodeFacts] = {}
+        self.gone: set[str] = set()  # deleted, or NotReady: known until a run acts on it
+        self.changed: set[str] = set()  # to look at again for gating
+        self.queue: dict[str, tuple[NodeTrigger, float]] = {}
+        self.synced = asyncio.Event()
+        self.selector: str | None = None
+        self.topology_key: str | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._follower: Follower | None = None
+        self._listed: set[str] = set()
+
+    # -- following --
+
+    def follow(self, selector: str, topology_key: str | None = None) -> None:
+        """(Re)start the list+watch for `selector` (the spec's nodeSelector as a query), keeping
+        each node's value of `topology_key` (spec.fabric.topologyKey)."""
+        if (self.selector, self.topology_key) == (selector, topology_key) and self._task:
+            return
+        self.stop()
+        self.selector, self.topology_key, self.nodes = selector, topology_key, {}
+        self.synced = asyncio.Event()
+        follower = Follower(
+            self.client,
+            NODES_PATH,
+            selector,
+            self._on_page,
+            self._on_event,
+            name=f"{self.validation}/nodes",
+        )
+        self._follower = follower
+        self._task = asyncio.create_task(self._run(follower), name=f"{self.validation}-nodes")
+
+    async def _run(self, follower: Follower) -> None:
+        waiter = asyncio.create_task(follower.synced.wait())
+        waiter.add_done_callback(lambda _: self.synced.set())
+        await follower.run()
+
+    async def candidates(self, wait: float) -> list[Candidate] | None:
+        """The selectable nodes in name order, from the watch's facts once it has listed them all
+        (waiting up to `wait` seconds); None when it has not, or the API server refused the
+        selector: the caller lists the nodes itself and learns why."""
+        deadline = time.monotonic() + wait
+        while not self.synced.is_set() and time.monotonic() < deadline:
+            if self._follower_refused():
+                return None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.synced.wait(), 0.2)
+        if not self.synced.is_set():
+            return None
+        chosen = (Candidate(v.name, v.gpus) for v in self.nodes.values() if v.selectable)
+        return sorted(chosen, key=lambda c: c.name)
+
+    def _follower_refused(self) -> bool:
+        return self._follower is not None and self._follower.refused is not None
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    def _on_page(self, items: list[dict[str, Any]], first: bool, last: bool) -> None:
+        if first:
+            self._listed = set()
+        for node in items:
+            self._update(node)
+            self._listed.add(node["metadata"]["name"])
+        if last:
+            for name in set(self.nodes) - self._listed:
+                self._remove(name)  # deleted while the watch was down
+        self.wake()
+
+    def _on_event(self, kind: str, node: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            self._remove((node.get("metadata") or {}).get("name", ""))
+        else:
+            self._update(node)
+        self.wake()
+
+    def _update(self, node: dict[str, Any]) -> None:
+        facts = NodeFacts.parse(node, self.validation, self.topology_key)
+        old = self.nodes.get(facts.name)
+        self.nodes[facts.name] = facts
+        if not facts.ready:
+            self.gone.add(facts.name)
+        else:
+            self.gone.discard(facts.name)
+        if (
+            old is None
+            or (old.boot_id, old.stack, old.selectable)
+            != (facts.boot_id, facts.stack, facts.selectable)
+            or old.entry != facts.entry
+        ):
+            self.changed.add(facts.name)
+
+    def _remove(self, name: str) -> None:
+        self.nodes.pop(name, None)
+        self.queue.pop(name, None)
+        self.gone.add(name)
+
+    # -- what the run learns --
+
+    def mark_gone(self, run: RunState) -> None:
+        """Tell the run which of its running nodes went away."""
+        for name in self.gone:
+            record = run.nodes.get(name)
+            if record is not None and record.phase is Phase.RUNNING:
+                record.node_gone = True
+        self.gone = {n for n in self.gone if n in run.nodes and not run.nodes[n].done}
+
+    def look_for_arrivals(self, run: RunState | None, gating: Gating, now: float) -> None:
+        """Queue the changed nodes that should join the run (new, rebooted, other stack)."""
+        changed, self.changed = self.changed, set()
+        for name in changed:
+            facts = self.nodes.get(name)
+            if facts is None or name in self.queue:
+                continue
+            record = run.nodes.get(name) if run is not None else None
+            trigger = gating_trigger(facts, gating, record)
+            if trigger is not None:
+                self.queue[name] = (trigger, now)
+                log.info("%s: node %s queued (%s)", self.validation, name, trigger)
+
+    def due_batch(self, gating: Gating, now: float) -> dict[str, NodeTrigger]:
+        """The queued nodes, once the oldest has waited the batch window; else nothing."""
+        if not self.queue:
+            return {}
+        oldest = min(first for _, first in self.queue.values())
+        if now - oldest < gating.batch_seconds:
+            return {}
+        batch, self.queue = {n: t for n, (t, _) in self.queue.items()}, {}
+        return batch
+
+    def next_batch_at(self, gating: Gating) -> float | None:
+        if not self.queue:
+            return None
+        return min(first for _, first in self.queue.values()) + gating.batch_seconds

@@ -1,0 +1,299 @@
+"""The facts of a run's agent pods and reports: what the operator keeps of each watched object.
+
+Pods and reports arrive as whole objects (tens of KiB with the agent's result document); they are
+cut down here to the few fields the decisions and the metrics need and dropped. (A view is what a
+person sees, gpuval_api.views; what the operator keeps of an object is its facts.) A report is
+read once, by `ReportFacts.parse`, for both the run's status and the metrics. Pure and
+synchronous.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuval_api import keys
+from gpuval_api.checks import CheckName
+from gpuval_api.crd import OUTLIER_VALUE_LENGTH
+from gpuval_api.kubernetes import (
+    DISRUPTION_TARGET,
+    EVICTION_REASONS,
+    POD_REASON_EVICTED,
+    POD_SCHEDULED,
+    PodPhase,
+)
+from gpuval_api.reasons import Reason
+from gpuval_api.report import (
+    FailureKey,
+    ReportPhase,
+    StatusKey,
+    SummaryKey,
+    parse_termination_message,
+    read_reason,
+    read_verdict,
+)
+from gpuval_api.result import Metric, Verdict
+from gpuval_api.views import ENVIRONMENT_FIELDS
+from gpuval_operator.fabric.facts import FabricFacts
+from gpuval_operator.timestamps import parse_time
+
+
+@dataclass(slots=True)
+class PodFacts:
+    name: str
+    node: str
+    run: str
+    attempt: int
+    phase: str
+    created: float
+    scheduled: bool
+    unschedulable: str | None
+    evicted: bool
+    exit_code: int | None
+    deleting: bool
+    terminated_reason: str | None = None
+    started: bool = False
+    waiting_reason: str | None = None
+    # The agent's verdict from the termination message, for a report the agent could not write.
+    termination: dict[str, Any] | None = None
+
+    @classmethod
+    def parse(cls, pod: Mapping[str, Any]) -> PodFacts:
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        status = pod.get("status") or {}
+        labels = meta.get("labels") or {}
+        annotations = meta.get("annotations") or {}
+        scheduled = bool(spec.get("nodeName"))
+        unschedulable = None
+        evicted = status.get("reason") == POD_REASON_EVICTED
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == POD_SCHEDULED and cond.get("status") == "False":
+                unschedulable = cond.get("message") or cond.get("reason") or "unschedulable"
+            if (
+                cond.get("type") == DISRUPTION_TARGET
+                and cond.get("status") == "True"
+                and cond.get("reason") in EVICTION_REASONS
+            ):
+                evicted = True
+        exit_code, reason, termination, started, waiting = None, None, None, False, None
+        for cs in status.get("containerStatuses") or []:
+            state = cs.get("state") or {}
+            terminated = state.get("terminated")
+            started = started or "running" in state or terminated is not None
+            waiting = (state.get("waiting") or {}).get("reason") or waiting
+            if terminated is not None:
+                exit_code = terminated.get("exitCode")
+                reason = terminated.get("reason")
+                termination = parse_termination_message(terminated.get("message"))
+        return cls(
+            name=meta.get("name", ""),
+            node=annotations.get(keys.ANNOTATION_NODE) or spec.get("nodeName") or "",
+            run=labels.get(keys.LABEL_RUN, ""),
+            attempt=int(labels.get(keys.LABEL_ATTEMPT) or 1),
+            phase=status.get("phase") or PodPhase.PENDING,
+            created=parse_time(meta.get("creationTimestamp")) or 0.0,
+            scheduled=scheduled,
+            unschedulable=unschedulable,
+            evicted=evicted,
+            exit_code=exit_code,
+            deleting=bool(meta.get("deletionTimestamp")),
+            terminated_reason=reason,
+            termination=termination,
+            started=started,
+            waiting_reason=waiting,
+        )
+
+
+# Environment fields compared across nodes for uniformity, in output order: the ones
+# kubectl gpuval and the report show.
+UNIFORMITY_FIELDS = ENVIRONMENT_FIELDS
+
+# Figures of the report summary exported per node: summary key -> (metric suffix, factor to base
+# units).
+SUMMARY_FIGURES: dict[str, tuple[str, float]] = {
+    SummaryKey.BURN_TFLOPS: ("burn_flops_per_second", 1e12),
+    SummaryKey.H2D: ("h2d_bytes_per_second", 1e9),
+    SummaryKey.D2H: ("d2h_bytes_per_second", 1e9),
+    SummaryKey.DEVICE_COPY: ("device_copy_bytes_per_second", 1e9),
+    SummaryKey.P2P: ("p2p_bytes_per_second", 1e9),
+    SummaryKey.NCCL_BUSBW: ("nccl_busbw_bytes_per_second", 1e9),
+    SummaryKey.MAX_TEMPERATURE: ("max_temperature_celsius", 1.0),
+}
+
+# Per-GPU figures (check, metric key in the result document) -> (metric suffix, factor).
+GPU_FIGURES: dict[tuple[str, str], tuple[str, float]] = {
+    (CheckName.BURN, Metric.TFLOPS): ("burn_flops_per_second", 1e12),
+    (CheckName.BURN, Metric.MAX_TEMPERATURE): ("max_temperature_celsius", 1.0),
+    (CheckName.BANDWIDTH, Metric.H2D): ("h2d_bytes_per_second", 1e9),
+    (CheckName.BANDWIDTH, Metric.D2H): ("d2h_bytes_per_second", 1e9),
+    (CheckName.BANDWIDTH, Metric.DEVICE_COPY): ("device_copy_bytes_per_second", 1e9),
+}
+
+
+def _capped(value: Any) -> str:
+    """A value copied from an agent into the status, interned and cut to a bounded length."""
+    return sys.intern(str(value)[:OUTLIER_VALUE_LENGTH])
+
+
+def _distinct(values: list[Any]) -> str | None:
+    present = sorted(
+        {str(v).lower() if isinstance(v, bool) else str(v) for v in values if v is not None}
+    )
+    return ",".join(present) if present else None
+
+
+def environment_fingerprint(result: Mapping[str, Any] | None) -> dict[str, str]:
+    """The uniformity fields of an agent result document (docs/contracts.md), absent ones left
+    out.
+
+    Per-GPU fields (model, VBIOS, modes) become the node's distinct values joined by ',' so a node
+    with mixed GPUs differs from a uniform one. Strings are interned (10,000 nodes share a handful
+    of versions) and cut to a bounded length (the status copies them).
+    """
+    if not result:
+        return {}
+    env = result.get("environment") or {}
+    gpus = env.get("gpus") or []
+    raw: dict[str, str | None] = {
+        "driverVersion": env.get("driverVersion"),
+        "cudaDriverVersion": env.get("cudaDriverVersion"),
+        "ncclVersion": env.get("ncclVersion"),
+        "gpuProduct": _distinct([g.get("name") for g in gpus]),
+        "gpuCount": str(env["gpuCount"]) if env.get("gpuCount") is not None else None,
+        "vbios": _distinct([g.get("vbios") for g in gpus]),
+        "kernel": env.get("kernel"),
+        "eccEnabled": _distinct([g.get("eccEnabled") for g in gpus]),
+        "migMode": _distinct([g.get("migMode") for g in gpus]),
+        "persistenceMode": _distinct([g.get("persistenceMode") for g in gpus]),
+    }
+    return {k: _capped(v) for k, v in raw.items() if v is not None}
+
+
+def failed_checks(failures: Any) -> tuple[tuple[str, str], ...]:
+    """(check, reason) of every distinct failure a report lists, in report order.
+
+    A node's headline reason is its first failure only; the burn alert must still fire when a
+    node fails an earlier check (health, say) and its burn as well.
+    """
+    if not isinstance(failures, list):
+        return ()
+    seen: dict[tuple[str, str], None] = {}
+    for entry in failures:
+        if isinstance(entry, Mapping):
+            check, reason = entry.get(FailureKey.CHECK), entry.get(FailureKey.REASON)
+            if isinstance(check, str) and isinstance(reason, str):
+                seen.setdefault((sys.intern(check), sys.intern(reason)), None)
+    return tuple(seen)
+
+
+def gpu_figures(result: Mapping[str, Any] | None) -> tuple[tuple[int, str, float], ...]:
+    """(gpu index, metric suffix, value in base units) for each per-GPU figure of a result
+    document.
+    """
+    if not result:
+        return ()
+    out: list[tuple[int, str, float]] = []
+    for check in result.get("checks") or []:
+        for gpu in check.get("gpus") or []:
+            for key, value in (gpu.get("metrics") or {}).items():
+                figure = GPU_FIGURES.get((check.get("name", ""), key))
+                if figure is not None and isinstance(value, int | float):
+                    out.append((int(gpu.get("index", -1)), figure[0], float(value) * figure[1]))
+    return tuple(out)
+
+
+Fingerprint = tuple[str, str, str]  # (precision, determinants, value)
+
+
+def burn_fingerprints(result: Mapping[str, Any] | None) -> tuple[Fingerprint, ...]:
+    """One burn reference fingerprint per precision for the node: the value most of its GPUs
+    agree on (a GPU that disagrees with the others of its node already failed on the agent)."""
+    if not result:
+        return ()
+    seen: dict[tuple[str, str], Counter[str]] = {}
+    for check in result.get("checks") or []:
+        if check.get("name") != CheckName.BURN:
+            continue
+        for entry in check.get("fingerprints") or []:
+            precision, determinants = entry.get("precision"), entry.get("determinants")
+            value = entry.get("value")
+            if isinstance(precision, str) and isinstance(determinants, str) and value:
+                key = (sys.intern(precision), sys.intern(determinants[:256]))
+                seen.setdefault(key, Counter())[str(value)[:64]] += 1
+    return tuple(
+        (precision, determinants, counts.most_common(1)[0][0])
+        for (precision, determinants), counts in sorted(seen.items())
+    )
+
+
+@dataclass(slots=True)
+class ReportFacts:
+    name: str
+    node: str
+    run: str
+    phase: str
+    verdict: Verdict | None
+    reason: Reason | None
+    message: str
+    completed_at: float | None
+    gpus: int | None
+    summary: dict[str, float]
+    environment: dict[str, str]
+    gpu_figures: tuple[tuple[int, str, float], ...]
+    failed_checks: tuple[tuple[str, str], ...] = ()
+    fingerprints: tuple[Fingerprint, ...] = ()
+    fabric: FabricFacts | None = None
+
+    @property
+    def completed(self) -> bool:
+        return self.phase == ReportPhase.COMPLETED and self.verdict is not None
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict is Verdict.PASSED
+
+    @property
+    def started(self) -> bool:
+        """The agent began (it writes Running first), whatever came of it."""
+        return self.phase in (ReportPhase.RUNNING, ReportPhase.COMPLETED)
+
+    @property
+    def tested(self) -> bool:
+        """A verdict with evidence either way (not NotRun)."""
+        return self.verdict in (Verdict.PASSED, Verdict.FAILED)
+
+    @classmethod
+    def parse(cls, report: Mapping[str, Any], *, per_gpu: bool = False) -> ReportFacts:
+        meta = report.get("metadata") or {}
+        spec = report.get("spec") or {}
+        status = report.get("status") or {}
+        annotations = meta.get("annotations") or {}
+        summary = status.get(StatusKey.SUMMARY) or {}
+        result = status.get(StatusKey.RESULT)
+        fabric = status.get(StatusKey.FABRIC)
+        gpus = annotations.get(keys.ANNOTATION_GPUS, "")
+        return cls(
+            name=meta.get("name", ""),
+            node=spec.get("node", ""),
+            run=spec.get("run", ""),
+            phase=status.get(StatusKey.PHASE) or ReportPhase.PENDING,
+            verdict=read_verdict(status.get(StatusKey.VERDICT)),
+            reason=read_reason(status.get(StatusKey.REASON)),
+            message=(status.get(StatusKey.MESSAGE) or "")[:300],
+            completed_at=parse_time(status.get(StatusKey.COMPLETED_AT)),
+            gpus=int(gpus) if gpus.isdigit() else None,
+            summary={
+                k: float(v)
+                for k, v in summary.items()
+                if k in SUMMARY_FIGURES and isinstance(v, int | float)
+            },
+            environment=environment_fingerprint(result),
+            gpu_figures=gpu_figures(result) if per_gpu else (),
+            failed_checks=failed_checks(status.get(StatusKey.FAILURES)),
+            fingerprints=burn_fingerprints(result),
+            fabric=FabricFacts.parse(fabric) if isinstance(fabric, Mapping) else None,
+        )

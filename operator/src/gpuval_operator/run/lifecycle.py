@@ -1,0 +1,213 @@
+"""The pure decisions of a validation's life: what the controller does next, which running nodes
+ended without their agent's verdict, and which pending nodes start now.
+
+Nothing here calls the API or reads a clock: the controller passes the time in and carries out
+what comes back, so every transition is unit-tested without a cluster (tests/unit/
+test_operator_lifecycle.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, auto
+from typing import Any
+
+from gpuval_api.crd import RetryPolicy, RunTrigger
+from gpuval_api.kubernetes import CONTAINER_REASON_OOM_KILLED, PodPhase
+from gpuval_api.reasons import Reason, verdict_of
+from gpuval_api.report import StatusKey
+from gpuval_api.result import Verdict
+from gpuval_operator.run.state import NodeRecord, Phase, RunState
+
+
+class Step(Enum):
+    INVALID = auto()  # mark the spec invalid (after superseding an active run, if any)
+    EXECUTE = auto()  # drive the active run of this generation
+    RESTART = auto()  # supersede the active run of an older generation, start a new one
+    START = auto()  # start a run: none yet, a new generation, or a schedule tick that is due
+    PLAN_TICK = auto()  # a completed scheduled run without a recorded next tick: compute it
+    EXTEND = auto()  # nodes arrived (spec.gating) after the run completed: reopen it for them
+    WAIT = auto()  # nothing to do until the spec changes (or `until`, when given)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    step: Step
+    trigger: RunTrigger | None = None
+    until: float | None = None
+    supersede: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    """What `decide` needs to know about the current run."""
+
+    generation: int
+    completed: bool
+
+
+def decide(
+    *,
+    valid: bool,
+    generation: int,
+    run: RunFacts | None,
+    scheduled: bool,
+    next_run_at: float | None,
+    now: float,
+    arrivals: bool = False,
+) -> Decision:
+    """The controller's next step for a validation at spec `generation`; `arrivals`: nodes the
+    gating queued have waited out their batch window."""
+    active = run is not None and not run.completed
+    if not valid:
+        return Decision(Step.INVALID, supersede=active)
+    if run is None:
+        return Decision(Step.START, RunTrigger.CREATED)
+    if run.generation != generation:
+        step = Step.RESTART if active else Step.START
+        return Decision(step, RunTrigger.SPEC_CHANGED)
+    if active:
+        return Decision(Step.EXECUTE)
+    if arrivals and not (scheduled and next_run_at is not None and now >= next_run_at):
+        return Decision(Step.EXTEND)
+    if not scheduled:
+        return Decision(Step.WAIT)
+    if next_run_at is None:
+        return Decision(Step.PLAN_TICK)
+    if now >= next_run_at:
+        return Decision(Step.START, RunTrigger.SCHEDULE)
+    return Decision(Step.WAIT, until=next_run_at)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A running node that ended without a verdict written by its agent, and what it gets."""
+
+    node: str
+    verdict: Verdict
+    reason: Reason | None
+    message: str
+    delete_pod: bool = False
+    # The node's own fate takes precedence: the controller looks the node up first.
+    check_node: bool = False
+    # The report status to write for the agent: its verdict from the termination message.
+    status: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, node: str, reason: Reason, message: str, **kwargs: Any) -> Outcome:
+        """The outcome an operator-side reason gives: Failed or NotRun by the catalogue."""
+        return cls(node, verdict_of(reason), reason, message, **kwargs)
+
+
+IMAGE_PULL_REASONS = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+)
+
+
+def node_gone(r: NodeRecord, why: str) -> Outcome:
+    """The node went away: evidence against it only if its agent had started."""
+    reason = Reason.NODE_GONE if r.started else Reason.NODE_GONE_UNTESTED
+    return Outcome.of(r.node, reason, f"node {r.node} {why}", delete_pod=True)
+
+
+def _ended(r: NodeRecord) -> Outcome:
+    """A pod that ended (and stayed without a report for the grace period)."""
+    if r.termination is not None:
+        verdict = Verdict(r.termination.get(StatusKey.VERDICT) or Verdict.FAILED)
+        message = (
+            f"{r.termination.get(StatusKey.MESSAGE) or ''} (from agent pod {r.pod}'s termination "
+            "message: its report write never arrived)"
+        )
+        reason = r.termination.get(StatusKey.REASON)
+        return Outcome(
+            r.node,
+            verdict,
+            Reason(reason) if reason else None,
+            message.strip(),
+            status=r.termination,
+        )
+    if r.evicted:
+        return Outcome.of(r.node, Reason.POD_EVICTED, f"agent pod {r.pod} was evicted")
+    code = "" if r.exit_code is None else f" with exit code {r.exit_code}"
+    if r.terminated_reason == CONTAINER_REASON_OOM_KILLED:
+        return Outcome.of(
+            r.node,
+            Reason.POD_OOM_KILLED,
+            f"agent pod {r.pod} was OOM-killed{code}: raise spec.agent.resources.limits.memory",
+        )
+    if r.pod_phase == PodPhase.FAILED:
+        message = f"agent pod {r.pod} failed{code} without a verdict"
+    else:
+        message = f"agent pod {r.pod} exited without writing a verdict"
+    return Outcome.of(r.node, Reason.POD_FAILED, message)
+
+
+def _timed_out(r: NodeRecord, timeout: float) -> Outcome:
+    kwargs: dict[str, Any] = {"delete_pod": True, "check_node": True}
+    if not r.scheduled:
+        why = f": {r.unschedulable}" if r.unschedulable else ""
+        message = f"agent pod {r.pod} was not scheduled within {timeout:.0f}s{why}"
+        return Outcome.of(r.node, Reason.POD_UNSCHEDULABLE, message, **kwargs)
+    if not r.started:
+        waiting = f" ({r.waiting_reason})" if r.waiting_reason else ""
+        message = f"agent pod {r.pod}'s container did not start within {timeout:.0f}s{waiting}"
+        reason = (
+            Reason.IMAGE_PULL_FAILED
+            if r.waiting_reason in IMAGE_PULL_REASONS
+            else Reason.AGENT_NOT_STARTED
+        )
+        return Outcome.of(r.node, reason, message, **kwargs)
+    message = f"agent pod {r.pod} did not finish within {timeout:.0f}s"
+    return Outcome.of(r.node, Reason.TIMED_OUT, message, **kwargs)
+
+
+def due_outcomes(
+    run: RunState, *, now: float, monotonic: float, timeout: float, grace: float
+) -> list[Outcome]:
+    """Running nodes that ended without their agent's report, and what each gets.
+
+    `now` is wall-clock time (compared with pod creation times, which survive an operator restart);
+    `monotonic` is compared with when the operator saw a pod end, because the agent's report and the
+    pod's end arrive on two different watches in either order: a pod that ended is given `grace`
+    seconds for its report to show up.
+    """
+    outcomes: list[Outcome] = []
+    for r in run.nodes.values():
+        if r.phase is not Phase.RUNNING:
+            continue
+        if r.node_gone:
+            outcomes.append(node_gone(r, "was deleted or became unreachable during the run"))
+        elif r.pod_gone:
+            reason = Reason.POD_EVICTED if r.evicted else Reason.POD_DELETED
+            what = "evicted" if r.evicted else "deleted"
+            message = f"agent pod {r.pod} was {what} before it finished"
+            outcomes.append(Outcome.of(r.node, reason, message, check_node=True))
+        elif r.terminal_since is not None and monotonic - r.terminal_since >= grace:
+            outcomes.append(_ended(r))
+        elif r.pod_created is not None and now - r.pod_created >= timeout:
+            outcomes.append(_timed_out(r, timeout))
+    return outcomes
+
+
+def retry_wanted(record: NodeRecord, policy: RetryPolicy) -> bool:
+    """A node gpuval could not test gets another attempt while it has attempts left; one whose
+    fabric group did not form waits for the next run (its local checks passed)."""
+    return (
+        record.phase is Phase.NOT_RUN
+        and record.reason is not Reason.FABRIC_GANG_NOT_FORMED
+        and record.attempt < policy.attempts
+    )
+
+
+def next_wave(run: RunState, limit: int, now: float = float("inf")) -> list[NodeRecord]:
+    """Pending nodes (whose report exists and whose backoff is over) that start now, so at most
+    `limit` run at once."""
+    slots = limit - run.running()
+    wave: list[NodeRecord] = []
+    if slots <= 0:
+        return wave
+    for record in run.pending(now):
+        if len(wave) >= slots:
+            break
+        wave.append(record)
+    return wave

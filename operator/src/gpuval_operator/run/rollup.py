@@ -1,0 +1,277 @@
+"""Roll-up of a run's nodes into the GpuValidation status: counts, conditions, bounded lists.
+
+Pure functions. The status stays a bounded summary whatever the node count (50 failing nodes and 50
+outliers at most, the rest counted), so a validation of 10,000 nodes stays far below etcd's object
+size limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuval_api.conditions import ConditionReason as R
+from gpuval_api.conditions import ConditionType, ValidationPhase
+from gpuval_api.crd import RunTrigger
+from gpuval_api.report import StatusKey
+from gpuval_operator.fabric.rollup import build_fabric_status
+from gpuval_operator.names import run_number
+from gpuval_operator.run.state import NodeRecord, Phase, RunState
+from gpuval_operator.run.uniformity import Outlier
+from gpuval_operator.timestamps import parse_time, rfc3339
+
+MAX_LISTED = 50
+
+SUCCEEDED = ConditionType.SUCCEEDED
+NODES_HEALTHY = ConditionType.NODES_HEALTHY
+UNIFORM = ConditionType.UNIFORM
+INVALID = ConditionType.INVALID
+
+
+@dataclass(frozen=True, slots=True)
+class Cond:
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+def merge_conditions(
+    previous: Sequence[dict[str, Any]], new: Sequence[Cond], generation: int, now: float
+) -> list[dict[str, Any]]:
+    """`new` as status conditions; lastTransitionTime kept from `previous` where the status did
+    not change.
+    """
+    before = {c.get("type"): c for c in previous}
+    out = []
+    for cond in new:
+        old = before.get(cond.type)
+        since = (
+            old["lastTransitionTime"]
+            if old and old.get("status") == cond.status and old.get("lastTransitionTime")
+            else rfc3339(now)
+        )
+        out.append(
+            {
+                "type": cond.type,
+                "status": cond.status,
+                "reason": cond.reason,
+                "message": cond.message[:1024],
+                "observedGeneration": generation,
+                "lastTransitionTime": since,
+            }
+        )
+    return out
+
+
+def _names(nodes: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(nodes[:limit])
+    return shown + (f" and {len(nodes) - limit} more" if len(nodes) > limit else "")
+
+
+def uniform_condition(outliers: Sequence[Outlier] | None) -> Cond:
+    """Uniform: Unknown until compared, False naming the nodes that differ, True otherwise."""
+    if outliers is None:
+        uniform = Cond(UNIFORM, "Unknown", R.NOT_COMPARED, "compared when the run completes")
+    elif outliers:
+        nodes = sorted({o.node for o in outliers})
+        first_outlier = outliers[0]
+        uniform = Cond(
+            UNIFORM,
+            "False",
+            R.NOT_UNIFORM,
+            f"{len(nodes)} nodes differ: {_names(nodes)} (first: {first_outlier.field} "
+            f"{first_outlier.value} on {first_outlier.node}, expected {first_outlier.expected})",
+        )
+    else:
+        uniform = Cond(UNIFORM, "True", R.UNIFORM, "every node's environment agrees")
+    return uniform
+
+
+def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Cond]:
+    """Succeeded, NodesHealthy, Uniform and Invalid (False) for a valid spec's run.
+
+    `outliers` is None while the run goes on or when no node reported an environment: uniformity is
+    then Unknown rather than a premature True.
+    """
+    valid = Cond(INVALID, "False", R.VALID, "the spec is valid")
+    if run.completed_at is not None and run.counts()["total"] == 0:
+        # An empty selection is almost always a wrong nodeSelector, not a healthy fleet.
+        message = "no Ready, schedulable node with nvidia.com/gpu matched spec.nodeSelector"
+        return [
+            Cond(SUCCEEDED, "False", R.NO_NODES_SELECTED, message),
+            Cond(NODES_HEALTHY, "Unknown", R.NO_NODES_SELECTED, message),
+            Cond(UNIFORM, "Unknown", R.NO_NODES_SELECTED, message),
+            valid,
+        ]
+    return [_succeeded(run), _healthy(run), uniform_condition(outliers), valid]
+
+
+def _succeeded(run: RunState) -> Cond:
+    counts = run.counts()
+    failed = [r.node for r in run.failed()]
+    untested = [r.node for r in run.in_phase(Phase.NOT_RUN)]
+    done = counts["passed"] + counts["failed"] + counts["notRun"]
+    if run.completed_at is None:
+        return Cond(
+            SUCCEEDED, "Unknown", R.RUNNING, f"{done} of {counts['total']} nodes have a verdict"
+        )
+    if failed:
+        return Cond(
+            SUCCEEDED,
+            "False",
+            R.NODES_FAILED,
+            f"{len(failed)} of {counts['total']} nodes failed: {_names(failed)}",
+        )
+    if untested:
+        return Cond(
+            SUCCEEDED,
+            "True",
+            R.NODES_NOT_RUN,
+            f"{counts['passed']} nodes passed; {len(untested)} could not be tested (NotRun, no "
+            f"action taken): {_names(untested)}",
+        )
+    return Cond(SUCCEEDED, "True", R.ALL_NODES_PASSED, f"all {counts['total']} nodes passed")
+
+
+def _healthy(run: RunState) -> Cond:
+    failed = [r.node for r in run.failed()]
+    if failed:
+        first = run.nodes[failed[0]]
+        return Cond(
+            NODES_HEALTHY,
+            "False",
+            R.NODES_FAILED,
+            f"{len(failed)} failed: {_names(failed)} (first: {first.reason}: {first.message})",
+        )
+    if run.completed_at is not None:
+        counts = run.counts()
+        tested = counts["passed"] + counts["failed"]
+        return Cond(
+            NODES_HEALTHY, "True", R.ALL_NODES_PASSED, f"every tested node passed ({tested})"
+        )
+    return Cond(NODES_HEALTHY, "Unknown", R.RUNNING, "no node has failed so far")
+
+
+def invalid_conditions(errors: Sequence[str]) -> list[Cond]:
+    message = "; ".join(errors)
+    return [
+        Cond(SUCCEEDED, "False", R.INVALID_SPEC, "nothing was scheduled: the spec is invalid"),
+        Cond(NODES_HEALTHY, "Unknown", R.INVALID_SPEC, "nothing was validated"),
+        Cond(UNIFORM, "Unknown", R.INVALID_SPEC, "nothing was validated"),
+        Cond(INVALID, "True", R.INVALID_SPEC, message),
+    ]
+
+
+def run_info(run: RunState) -> dict[str, Any]:
+    return {
+        "id": run.run_id,
+        "number": run.number,
+        "generation": run.generation,
+        "trigger": run.trigger,
+        "startedAt": rfc3339(run.started_at),
+        "completedAt": rfc3339(run.completed_at) if run.completed_at else None,
+    }
+
+
+def phase_of(run: RunState) -> str:
+    if run.completed_at is None:
+        return ValidationPhase.RUNNING if run.nodes else ValidationPhase.PENDING
+    failed = run.failed() or not run.nodes
+    return ValidationPhase.FAILED if failed else ValidationPhase.SUCCEEDED
+
+
+def _listed(records: Sequence[NodeRecord]) -> list[dict[str, str]]:
+    return [
+        {"node": r.node, "reason": str(r.reason), "message": r.message}
+        for r in records[:MAX_LISTED]
+    ]
+
+
+def build_run_status(
+    run: RunState, *, previous_conditions: Sequence[dict[str, Any]], now: float
+) -> dict[str, Any]:
+    """The GpuValidation status body (for a JSON merge patch on /status) of a run."""
+    failed = run.failed()
+    untested = run.in_phase(Phase.NOT_RUN)
+    planned = sorted(run.dry_run.items())
+    outliers, generation = run.outliers, run.generation
+    listed = outliers or []
+    status: dict[str, Any] = {
+        "observedGeneration": generation,
+        "phase": phase_of(run),
+        "run": run_info(run),
+        "nodes": run.counts(),
+        "failingNodes": _listed(failed),
+        "failingNodesOmitted": max(0, len(failed) - MAX_LISTED),
+        "notRunNodes": _listed(untested),
+        "notRunNodesOmitted": max(0, len(untested) - MAX_LISTED),
+        "dryRun": [{"node": n, "actions": a[:1024]} for n, a in planned[:MAX_LISTED]],
+        "dryRunOmitted": max(0, len(planned) - MAX_LISTED),
+        "outliers": [o.as_status() for o in listed[:MAX_LISTED]],
+        "outliersOmitted": max(0, len(listed) - MAX_LISTED),
+        "conditions": merge_conditions(
+            previous_conditions, run_conditions(run, outliers), generation, now
+        ),
+        "nextRunAt": rfc3339(run.next_run_at) if run.next_run_at else None,
+    }
+    # The validation's status.fabric has the report's key (gpuval_api.report.StatusKey).
+    if run.fabric is not None:
+        status[StatusKey.FABRIC] = build_fabric_status(run.fabric)
+    elif run.completed_at is None:
+        status[StatusKey.FABRIC] = None  # a run without a fabric phase: the last one's is gone
+    if run.completed_at is not None:
+        status["lastCompletedRun"] = run_info(run)
+    return status
+
+
+def build_invalid_status(
+    errors: Sequence[str],
+    *,
+    generation: int,
+    previous_conditions: Sequence[dict[str, Any]],
+    now: float,
+) -> dict[str, Any]:
+    return {
+        "observedGeneration": generation,
+        "phase": ValidationPhase.INVALID,
+        "nextRunAt": None,
+        "conditions": merge_conditions(
+            previous_conditions, invalid_conditions(errors), generation, now
+        ),
+    }
+
+
+def run_summary(run: RunState, outliers: Sequence[Outlier] | None) -> str:
+    """One line about a completed run, for its RunCompleted Event and the log."""
+    counts = run.counts()
+    summary = (
+        f"run {run.run_id} completed: {counts['passed']} passed, {counts['failed']} failed"
+        f", {counts['notRun']} not tested of {counts['total']}"
+    )
+    if outliers:
+        summary += f"; {len({o.node for o in outliers})} nodes not uniform"
+    return summary
+
+
+def read_run(name: str, status: Mapping[str, Any], *, fabric: bool) -> RunState | None:
+    """The run `build_run_status` recorded, rebuilt for an operator that restarted (its nodes come
+    back from its reports; its fabric phase, when `fabric` and the run goes on, from its reports
+    and pods); None when the status records none."""
+    info = status.get("run")
+    if not info:
+        return None
+    run = RunState(
+        validation=name,
+        run_id=info["id"],
+        number=int(info.get("number") or run_number(info["id"])),
+        generation=int(info.get("generation") or 0),
+        trigger=info.get("trigger") or RunTrigger.CREATED,
+        started_at=parse_time(info.get("startedAt")) or 0.0,
+        completed_at=parse_time(info.get("completedAt")),
+        next_run_at=parse_time(status.get("nextRunAt")),
+    )
+    if fabric and run.completed_at is None:
+        run.expect_fabric(parse_time((status.get(StatusKey.FABRIC) or {}).get("startedAt")))
+    return run

@@ -1,0 +1,354 @@
+"""What the operator remembers of one run: a few hundred bytes per node.
+
+`RunState` is the one home of a run's state: its nodes and their progress, and what the run alone
+owns (its outliers, the next scheduled run, Events posted, dry-run changes, whether the status is
+behind). A run starts with a fresh `RunState`, so nothing of an earlier run leaks into it. It
+applies the facts of the run's pods and reports (gpuval_operator.run.facts). A node's result is
+Passed, Failed or NotRun (gpuval could not test it); a NotRun node with attempts left waits for
+its next attempt in the same run. Nodes may join a run after it started (spec.gating, retries),
+which reopens a completed run. Everything here is
+pure and synchronous: the controller does the I/O.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from gpuval_api.crd import NodeTrigger
+from gpuval_api.kubernetes import TERMINAL_POD_PHASES
+from gpuval_api.reasons import Reason, verdict_of
+from gpuval_api.result import Verdict
+from gpuval_operator import names
+from gpuval_operator.fabric.podfacts import FabricPodFacts
+from gpuval_operator.fabric.state import FabricState
+from gpuval_operator.planning import Candidate
+from gpuval_operator.run.facts import PodFacts, ReportFacts
+from gpuval_operator.run.uniformity import Outlier
+
+
+class Phase(IntEnum):
+    PENDING = 0
+    RUNNING = 1
+    PASSED = 2
+    FAILED = 3
+    NOT_RUN = 4
+
+    @classmethod
+    def of(cls, verdict: Verdict) -> Phase:
+        return {Verdict.PASSED: cls.PASSED, Verdict.NOT_RUN: cls.NOT_RUN}.get(verdict, cls.FAILED)
+
+
+# Keys of RunState.counts(), as the status's NodeCounts spells them.
+COUNT_KEYS = {
+    Phase.PENDING: "pending",
+    Phase.RUNNING: "running",
+    Phase.PASSED: "passed",
+    Phase.FAILED: "failed",
+    Phase.NOT_RUN: "notRun",
+}
+
+
+@dataclass(slots=True)
+class NodeRecord:
+    node: str
+    gpus: int
+    report: str
+    pod: str
+    phase: Phase = Phase.PENDING
+    attempt: int = 1
+    # Why the node is in the run beyond its start (gating, retry); None: selected at the start.
+    trigger: NodeTrigger | None = None
+    # Not before this (epoch seconds): a retry's backoff.
+    not_before: float = 0.0
+    # The report still shows the previous attempt: reset it before the next pod starts, and
+    # read none of its completed statuses until the reset shows.
+    stale_report: bool = False
+    # Its report exists: only then may its pod start (the agent writes to that report).
+    planned: bool = False
+    pod_seen: bool = False
+    pod_created: float | None = None
+    pod_phase: str | None = None
+    scheduled: bool = False
+    unschedulable: str | None = None
+    evicted: bool = False
+    # The agent's container started (running or terminated), or its report says Running.
+    started: bool = False
+    waiting_reason: str | None = None
+    exit_code: int | None = None
+    terminated_reason: str | None = None
+    # The verdict the agent left in its termination message; kept only until the node finishes.
+    termination: dict[str, Any] | None = None
+    pod_gone: bool = False
+    node_gone: bool = False
+    terminal_since: float | None = None
+    deleted_by_us: bool = False
+    reason: Reason | None = None
+    message: str = ""
+    # The boot ID and GPU stack the node had when it got its verdict (gating compares them).
+    tested_boot: str | None = None
+    tested_stack: str = ""
+    # Passed its local checks and waits for its fabric verdict (spec.fabric): no node action yet,
+    # counted as running.
+    held: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.phase >= Phase.PASSED
+
+    @property
+    def settled(self) -> bool:
+        """Its verdict in this run is final: done, and not waiting for the fabric."""
+        return self.done and not self.held
+
+    def next_attempt(self, pod: str, not_before: float, trigger: NodeTrigger) -> None:
+        """Make the record wait for another attempt, under a new pod name, in the same report
+        (which still shows the previous attempt until the operator resets it)."""
+        fresh = NodeRecord(
+            self.node,
+            self.gpus,
+            self.report,
+            pod,
+            attempt=self.attempt + 1,
+            trigger=trigger,
+            not_before=not_before,
+            stale_report=True,
+            planned=True,
+        )
+        for slot in NodeRecord.__slots__:
+            setattr(self, slot, getattr(fresh, slot))
+
+
+@dataclass(slots=True)
+class RunState:
+    """One run of one GpuValidation: its nodes and their progress."""
+
+    validation: str
+    run_id: str
+    number: int
+    generation: int
+    trigger: str
+    started_at: float
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    completed_at: float | None = None
+    finished: list[str] = field(default_factory=list)
+    # The run's fabric phase, when the spec asks for one (and the run is going on).
+    fabric: FabricState | None = None
+    # The uniformity outliers found when the run completed (None: not compared).
+    outliers: list[Outlier] | None = None
+    # When the schedule's next run is due: set when this run completes.
+    next_run_at: float | None = None
+    # Node Events posted for this run (capped by GPUVAL_EVENTS_PER_RUN).
+    events_posted: int = 0
+    # nodeActions.dryRun: node -> the changes that would have been made (status.dryRun).
+    dry_run: dict[str, str] = field(default_factory=dict)
+    # Something the status shows changed since the status was last written.
+    dirty: bool = False
+
+    def add(self, node: str, gpus: int, report: str, pod: str) -> NodeRecord:
+        record = self.nodes.get(node)
+        if record is None:
+            record = self.nodes[node] = NodeRecord(
+                node=sys.intern(node), gpus=gpus, report=report, pod=pod
+            )
+        return record
+
+    def expect_fabric(self, started_at: float | None = None) -> None:
+        """The spec asks for a fabric phase (spec.fabric): the run keeps its state from now on."""
+        self.fabric = FabricState(started_at=started_at)
+
+    def add_candidates(self, candidates: Iterable[Candidate]) -> None:
+        """Selected nodes into the run, each with its deterministic report and pod names."""
+        for c in candidates:
+            self.add(
+                c.name,
+                c.gpus,
+                names.report_name(self.validation, self.run_id, c.name),
+                names.pod_name(self.validation, self.run_id, c.name),
+            )
+
+    def counts(self) -> dict[str, int]:
+        counts = {"total": len(self.nodes), **dict.fromkeys(COUNT_KEYS.values(), 0)}
+        for record in self.nodes.values():
+            counts[COUNT_KEYS[Phase.RUNNING if record.held else record.phase]] += 1
+        return counts
+
+    def running(self) -> int:
+        return sum(1 for r in self.nodes.values() if r.phase is Phase.RUNNING)
+
+    def pending(self, now: float = float("inf")) -> Iterator[NodeRecord]:
+        """Nodes waiting for their wave whose report exists and whose backoff is over."""
+        return (
+            r
+            for r in self.nodes.values()
+            if r.phase is Phase.PENDING and r.planned and r.not_before <= now
+        )
+
+    def all_done(self) -> bool:
+        return all(r.settled for r in self.nodes.values())
+
+    def local_settled(self) -> bool:
+        """Every node has its local verdict, or waits for a retry's backoff: the fabric phase
+        may begin."""
+        return all(
+            r.done or (r.phase is Phase.PENDING and r.trigger is NodeTrigger.RETRY)
+            for r in self.nodes.values()
+        )
+
+    def in_phase(self, phase: Phase) -> list[NodeRecord]:
+        return sorted((r for r in self.nodes.values() if r.phase is phase), key=lambda r: r.node)
+
+    def failed(self) -> list[NodeRecord]:
+        return self.in_phase(Phase.FAILED)
+
+    def finish_node(self, node: str, verdict: Verdict, reason: Reason | None, message: str) -> bool:
+        """Record a verdict; False when the node already had one (the first verdict stands)."""
+        record = self.nodes.get(node)
+        if record is None or record.done:
+            return False
+        record.phase = Phase.of(verdict)
+        passed = record.phase is Phase.PASSED
+        record.reason = None if passed else (reason or Reason.CHECK_ERROR)
+        record.message = message[:300]
+        record.termination = None
+        if passed and self.fabric is not None and self.fabric.wants(node):
+            record.held = True
+        else:
+            self.finished.append(node)
+        return True
+
+    def revise(self, node: str, verdict: Verdict, reason: Reason | None, message: str) -> bool:
+        """A settled node's report now gives another verdict than the run holds, written after
+        the run's: by a person overruling it, or by an agent whose write landed after the
+        operator's. The report is the node's verdict, for the status as for the metrics (which
+        read the same report): the run takes it, the node's actions follow it, and a completed
+        run is closed again on it. True when the verdict changed; the same verdict with other
+        words changes nothing (the operator's own writes may word a reason differently)."""
+        record = self.nodes.get(node)
+        phase = Phase.of(verdict)
+        if record is None or not record.settled or record.phase is phase:
+            return False
+        passed = phase is Phase.PASSED
+        record.phase, record.message = phase, message[:300]
+        record.reason = None if passed else (reason or Reason.CHECK_ERROR)
+        if passed and self.fabric is not None and self.fabric.wants(node):
+            record.held = True
+        else:
+            self.finished.append(node)
+        self.reopen()
+        return True
+
+    def release(self, node: str, verdict: Verdict, reason: Reason | None, message: str) -> None:
+        """A node held for the fabric gets its final verdict (unchanged when it stays Passed, or
+        NotRun as recorded when its own fabric pod never started) and its node actions."""
+        record = self.nodes.get(node)
+        if record is None or not record.held:
+            return
+        record.held = False
+        if record.phase is Phase.PASSED and verdict is not Verdict.PASSED:
+            record.phase = Phase.of(verdict)
+            record.reason, record.message = reason or Reason.CHECK_ERROR, message[:300]
+        self.finished.append(node)
+
+    def finish_for(self, node: str, reason: Reason, message: str) -> bool:
+        """Record the verdict an operator-side reason gives (Failed or NotRun by its class)."""
+        return self.finish_node(node, verdict_of(reason), reason, message)
+
+    def overturn(self, node: str, reason: Reason, message: str) -> bool:
+        """Fail a node that passed on its own, on evidence only the whole run shows (a burn
+        fingerprint unlike its peers'); False when the node had not passed."""
+        record = self.nodes.get(node)
+        if record is None or record.phase is not Phase.PASSED:
+            return False
+        record.phase, record.reason, record.message = Phase.FAILED, reason, message[:300]
+        self.finished.append(node)
+        return True
+
+    def reopen(self) -> None:
+        """Nodes joined a completed run (gating, retry), or a node's verdict was written over: it
+        is running again, until it completes again."""
+        self.completed_at = None
+
+    def apply_report(self, report: ReportFacts) -> bool:
+        """Apply a report of this run; True when it gave its node a verdict."""
+        if report.run != self.run_id:
+            return False
+        if self.fabric is not None:
+            self.fabric.apply_report(report.node, report.fabric)
+        record = self.nodes.get(report.node)
+        if record is None:
+            gpus = report.gpus or 0
+            record = self.add(
+                report.node,
+                gpus,
+                report.name,
+                names.pod_name(self.validation, self.run_id, report.node),
+            )
+        record.planned = True
+        if record.stale_report:
+            if not report.completed:
+                record.stale_report = False  # the reset (or the new agent) shows
+            return False
+        if report.started:
+            record.started = True
+        if report.completed and report.verdict is not None:
+            if record.settled:
+                return self.revise(report.node, report.verdict, report.reason, report.message)
+            return self.finish_node(report.node, report.verdict, report.reason, report.message)
+        return False
+
+    def apply_pod(self, pod: PodFacts, now: float) -> None:
+        if pod.run != self.run_id:
+            return
+        record = self.nodes.get(pod.node)
+        if record is None:
+            return
+        if pod.attempt > record.attempt and not record.done:
+            # Seen after a restart: the node was on a later attempt than its report tells.
+            record.attempt, record.pod, record.stale_report = pod.attempt, pod.name, False
+        if pod.name != record.pod:
+            return  # another attempt's pod
+        record.pod_seen = True
+        record.pod_created = pod.created or record.pod_created
+        if record.phase is Phase.PENDING:
+            record.phase = Phase.RUNNING
+        terminal = pod.phase in TERMINAL_POD_PHASES
+        if terminal and record.terminal_since is None:
+            record.terminal_since = now
+        record.pod_phase = pod.phase
+        record.scheduled = pod.scheduled
+        record.unschedulable = None if pod.scheduled else pod.unschedulable
+        record.evicted = pod.evicted
+        record.started = record.started or pod.started
+        record.waiting_reason = pod.waiting_reason
+        record.exit_code = pod.exit_code
+        record.terminated_reason = pod.terminated_reason
+        if not record.done and pod.termination is not None:
+            record.termination = pod.termination
+
+    def apply_fabric_pod(
+        self, pod: FabricPodFacts, monotonic: float, now: float, *, deleted: bool = False
+    ) -> None:
+        if pod.pod.run != self.run_id or self.fabric is None:
+            return
+        if deleted:
+            self.fabric.apply_pod_deleted(pod)
+        else:
+            self.fabric.apply_pod(pod, monotonic, now)
+
+    def apply_pod_deleted(self, pod: PodFacts) -> None:
+        if pod.run != self.run_id:
+            return
+        record = self.nodes.get(pod.node)
+        if (
+            record is not None
+            and pod.name == record.pod
+            and record.phase is Phase.RUNNING
+            and not record.deleted_by_us
+        ):
+            record.pod_gone = True
+            # The Eviction API deletes the pod; its last state carries the DisruptionTarget mark.
+            record.evicted = record.evicted or pod.evicted

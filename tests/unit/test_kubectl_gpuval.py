@@ -1,0 +1,215 @@
+"""kubectl gpuval (the kubectl-gpuval package): its printing, its errors, what it refuses, what it
+installs, and its krew manifest (the API round trip: tests/integration/test_kubectl_plugin.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+import subprocess
+import sys
+import tarfile
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpuval_api.crd import GpuValidation
+from gpuval_api.fabricview import FabricFinding
+from gpuval_api.views import FailureView, FleetView, UnitView
+from gpuval_devtools import krew
+from gpuval_devtools.imagespecs import OPERATOR as OPERATOR_IMAGE
+from gpuval_kubectl import cli, cluster, render
+from tests.support.fleets import sample_fleet, validation
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_status_names_failing_nodes_with_hints_the_untested_node_and_the_outlier() -> None:
+    view, roles = sample_fleet(healthy=3)
+    out = render.render_status(view, validation("fleet", "fleet-1-abcd", 6, []))
+
+    assert out.splitlines()[0] == (
+        "GpuValidation fleet: Failed, run fleet-1-abcd, 6 nodes (Passed 3, Failed 2, NotRun 1)"
+    )
+    assert f"  {roles['wrong']}  burn GPU 3  BurnMismatch: " in out
+    assert "Not judged: 1" in out and roles["untested"] in out
+    assert "Outliers: 1" in out and "60% of median 776.0" in out
+
+
+def test_status_caps_each_section_and_says_how_many_more() -> None:
+    failures = tuple(FailureView(f"n{i}", "burn", "BurnNaN", "NaN", "") for i in range(25))
+    units = tuple(UnitView(f"n{i}", "Failed", failures=(failures[i],)) for i in range(25))
+    view = FleetView("GpuValidation big", "fleet", "node", "Failed", units, failures=failures)
+    out = render.render_status(view, GpuValidation.model_validate({"metadata": {"name": "big"}}))
+
+    assert out.count("BurnNaN") == render.MAX_LINES
+    assert "... and 5 more" in out
+
+
+def test_status_shows_the_fabric_summary_and_the_nodes_the_fabric_named() -> None:
+    named = FabricFinding("g1", "Failed", "FabricSlowNode", "slow in every pair", 180.0)
+    units = (
+        UnitView("n1", "Passed", fabric=FabricFinding("g1", "Passed", None, "", 361.0)),
+        UnitView("n2", "Failed", reason="FabricSlowNode", fabric=named),
+        UnitView("n3", "Passed"),
+    )
+    view = FleetView(
+        "GpuValidation f", "fleet", "node", "Failed", units, fabric_summary="1/2 passed, 1 failed"
+    )
+    out = render.render_status(view, GpuValidation.model_validate({"metadata": {"name": "f"}}))
+    assert "Fabric: 1/2 passed, 1 failed" in out
+    assert "  n2  group g1  FabricSlowNode: slow in every pair" in out
+    assert "n1  group" not in out
+
+
+def test_list_prints_one_line_per_validation() -> None:
+    out = render.render_list([validation("a", "a-1", 4, ["x"]), validation("b", "b-1", 2, [])])
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "NAME",
+        "PHASE",
+        "NODES",
+        "PASSED",
+        "FAILED",
+        "UNIFORM",
+        "RUN",
+        "STARTED",
+    ]
+    assert lines[1].split()[:5] == ["a", "Failed", "4", "3", "1"]
+    assert render.render_list([]) == "No GpuValidations found."
+
+
+def test_a_missing_kubeconfig_is_named_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope"
+    assert cli.main(["--kubeconfig", str(missing), "status"]) == 1
+    assert f"no kubeconfig at {missing}: pass --kubeconfig FILE" in capsys.readouterr().err
+
+
+def test_a_kubeconfig_the_library_cannot_read_is_named_with_the_librarys_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "config"
+    broken.write_text("apiVersion: v1\nkind: Config\ncurrent-context: gone\n")
+    assert cli.main(["--kubeconfig", str(broken), "status"]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot use the credentials of {broken}:" in err and "gone" in err
+
+
+def _kubeconfig(path: Path, user: dict[str, Any]) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "me", "user": user}],
+                "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "me"}}],
+                "current-context": "ctx",
+            }
+        )
+    )
+    return path
+
+
+@pytest.mark.parametrize("field", ["as", "as-groups", "as-uid", "as-user-extra"])
+def test_impersonation_the_library_would_ignore_is_refused_by_name(
+    tmp_path: Path, field: str
+) -> None:
+    value: Any = {"as": "alice", "as-uid": "1", "as-groups": ["ops"]}.get(field, {"k": ["v"]})
+    config = _kubeconfig(tmp_path / "config", {"token": "t", field: value})
+    with pytest.raises(
+        cluster.PluginError, match=rf"user 'me' \(context 'ctx'\) impersonates \({field}\)"
+    ):
+        cluster.connect(str(config))
+
+
+def test_a_kubeconfig_without_impersonation_gives_a_client_for_its_server(tmp_path: Path) -> None:
+    config = _kubeconfig(tmp_path / "config", {"token": "t"})
+    with cluster.connect(str(config)) as api:
+        assert api.configuration.host == "https://127.0.0.1:1"
+
+
+def test_the_plugin_brings_neither_kopf_nor_the_operator() -> None:
+    """Installing kubectl gpuval installs gpuval-api and the kubernetes client, the report as an
+    extra; importing it loads neither kopf nor gpuval_operator."""
+    project = tomllib.loads((REPO_ROOT / "kubectl-gpuval" / "pyproject.toml").read_text())
+    deps = {re.split(r"[<>=\[ ]", d, maxsplit=1)[0] for d in project["project"]["dependencies"]}
+    assert deps == {"gpuval-api", "kubernetes"}
+    assert project["project"]["optional-dependencies"] == {"report": ["gpuval-report"]}
+    assert project["project"]["scripts"] == {"kubectl-gpuval": "gpuval_kubectl.cli:main"}
+    operator = tomllib.loads((REPO_ROOT / "operator" / "pyproject.toml").read_text())
+    assert "kubectl-gpuval" not in operator["project"]["scripts"]
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, gpuval_kubectl.cli, gpuval_kubectl.cluster; print(sorted(m for m in "
+            "sys.modules if m.split('.')[0] in ('kopf', 'gpuval_operator')))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout.strip() == "[]"
+
+
+def test_the_operator_image_does_not_carry_the_plugin() -> None:
+    assert "kubectl-gpuval" not in OPERATOR_IMAGE.members
+    for dockerfile in ("operator", "agent"):
+        text = (REPO_ROOT / "images" / dockerfile / "Dockerfile").read_text()
+        # uv reads every workspace member's manifest to use the lock; the plugin's code stays out.
+        assert "COPY kubectl-gpuval/pyproject.toml kubectl-gpuval/pyproject.toml" in text
+        assert "kubectl-gpuval/src" not in text
+    lock = tomllib.loads((REPO_ROOT / "uv.lock").read_text())
+    (operator,) = [p for p in lock["package"] if p["name"] == "gpuval-operator"]
+    assert "kubectl-gpuval" not in {d["name"] for d in operator.get("dependencies", [])}
+
+
+def test_the_krew_manifest_has_what_krew_requires_and_names_the_archive_make_krew_builds() -> None:
+    manifest = yaml.safe_load(krew.MANIFEST.read_text())
+    assert manifest["apiVersion"] == "krew.googlecontainertools.github.com/v1alpha2"
+    assert manifest["kind"] == "Plugin"
+    assert manifest["metadata"]["name"] == "gpuval"  # `kubectl krew install gpuval`
+    spec = manifest["spec"]
+    version = tomllib.loads((REPO_ROOT / "kubectl-gpuval" / "pyproject.toml").read_text())[
+        "project"
+    ]["version"]
+    assert spec["version"] == f"v{version}" == f"v{krew.launcher_version()}"
+    assert spec["homepage"].startswith("https://") and spec["shortDescription"]
+    assert spec["platforms"], "at least one platform"
+    for platform in spec["platforms"]:
+        assert platform["selector"]["matchExpressions"] or platform["selector"]["matchLabels"]
+        assert platform["uri"].startswith("https://")
+        assert platform["uri"].endswith(krew.archive_name(version))
+        assert re.fullmatch(r"[0-9a-f]{64}", platform["sha256"])
+        assert platform["bin"] == "kubectl-gpuval"
+        assert {"from": "kubectl-gpuval", "to": "."} in platform["files"]
+        assert {"from": "LICENSE", "to": "."} in platform["files"]
+    # The checksum is the archive's that `make krew` builds now: the same bytes every time.
+    built = krew.archive_bytes()
+    assert built == krew.archive_bytes()
+    assert hashlib.sha256(built).hexdigest() == spec["platforms"][0]["sha256"], "run make krew"
+    with tarfile.open(fileobj=io.BytesIO(built)) as archive:
+        modes = {m.name: m.mode for m in archive.getmembers()}
+        license_text = archive.extractfile("LICENSE")
+        assert license_text is not None and b"Apache License" in license_text.read()
+    # The launcher runs; krew-index asks every plugin to ship its license.
+    assert modes == {"kubectl-gpuval": 0o755, "LICENSE": 0o644}
+
+
+def test_the_krew_launcher_is_valid_posix_sh_and_pins_its_version() -> None:
+    subprocess.run(["sh", "-n", str(krew.LAUNCHER)], check=True)
+    text = krew.LAUNCHER.read_text()
+    assert 'SOURCE="${KUBECTL_GPUVAL_SOURCE:-kubectl-gpuval[report]==$VERSION}"' in text
+
+
+def test_a_report_that_cannot_be_written_names_the_path(tmp_path: Path) -> None:
+    view, _ = sample_fleet(healthy=1)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(cluster.PluginError, match=r"--html .*cannot write the report"):
+        cli.write_html(view, tmp_path / "file" / "report.html")

@@ -72,15 +72,16 @@ OPERATOR = ImageSpec(
     repository="gpuval-operator",
     tag_suffix="",
     package="gpuval-operator",
-    members=("api", "operator"),
+    members=("api", "credentials", "operator"),
     smoke=(
         "gpuval_operator.main",
         "gpuval_operator.kube",
+        "gpuval_credentials.load",
     ),
     user=f"{NON_ROOT}:{NON_ROOT}",
     cmd=("gpuval-operator",),
     # HOME on the chart's writable /tmp (the root filesystem is read-only); in a pod the
-    # credentials are the ServiceAccount's (gpuval_operator.kube.credentials), not ~/.kube.
+    # credentials are the ServiceAccount's (gpuval_credentials), not ~/.kube.
     env=(*_PYTHON_ENV, ("HOME", "/tmp")),
     ports=("8080/tcp",),
     description="gpuval operator: validates a cluster's GPU nodes",

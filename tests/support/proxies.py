@@ -108,10 +108,12 @@ class Relay(_Forwarder):
 
 class ConnectProxy(_Forwarder):
     """An HTTP proxy that only tunnels (CONNECT host:port), as HTTPS through a proxy needs;
-    `tunnels` lists the host:port of every tunnel it opened."""
+    `tunnels` lists the host:port of every tunnel it opened. `hosts` maps names only the proxy
+    can resolve (a client that reaches such a name went through the proxy) to addresses."""
 
-    def __init__(self) -> None:
+    def __init__(self, hosts: dict[str, str] | None = None) -> None:
         self.tunnels: list[str] = []
+        self.hosts = dict(hosts or {})
         super().__init__()
 
     def _open(self, client: socket.socket) -> socket.socket | None:
@@ -126,7 +128,8 @@ class ConnectProxy(_Forwarder):
             client.sendall(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
             return None
         host, _, port = target.rpartition(":")
-        upstream = socket.create_connection((host.strip("[]"), int(port)), timeout=10)
+        address = self.hosts.get(host, host.strip("[]"))
+        upstream = socket.create_connection((address, int(port)), timeout=10)
         upstream.settimeout(None)
         with self._lock:
             self.tunnels.append(target)
@@ -144,8 +147,8 @@ def relay(target: tuple[str, int]) -> Iterator[Relay]:
 
 
 @contextlib.contextmanager
-def connect_proxy() -> Iterator[ConnectProxy]:
-    running = ConnectProxy()
+def connect_proxy(hosts: dict[str, str] | None = None) -> Iterator[ConnectProxy]:
+    running = ConnectProxy(hosts)
     try:
         yield running
     finally:

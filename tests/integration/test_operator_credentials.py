@@ -308,7 +308,8 @@ def test_the_operator_runs_a_validation_past_the_expiry_of_its_exec_tokens(
 ) -> None:
     """The operator (kopf and its own client) logs in through a plugin whose tokens live 20 s:
     a validation of several waves outlives at least two of them and completes, every node
-    Passed, and the operator's own client was never refused."""
+    Passed, the operator's own client was never refused, and kopf, whose first token is long
+    dead when the validation is deleted, logs in again and removes its finalizer."""
     account = "operator-exec"
     cluster.kubectl("create", "serviceaccount", account, "-n", namespace)
     binding = unique_name("exec-operator")
@@ -355,6 +356,7 @@ def test_the_operator_runs_a_validation_past_the_expiry_of_its_exec_tokens(
     outlived = [secret for secret, when in reaper.reaped if when < completed]
     assert len(outlived) >= 2, "the run outlived at least two of the operator's tokens"
     assert len(plugin.runs()) >= 3
+    assert "Re-authentication has been initiated" in (tmp_path / "operator.log").read_text()
     refused = re.findall(
         r'gpuval_operator_api_requests_total\{[^}]*code="401"[^}]*\} (\S+)', metrics
     )

@@ -37,6 +37,33 @@ from tests.support.proxies import host_port, relay
 pytestmark = pytest.mark.usefixtures("install_crds")
 
 
+class _RunWatch:
+    """One validation's run seen from outside: its status, and every agent pod UID per node
+    (pods are deleted soon after they end, so each poll records what it sees)."""
+
+    def __init__(self, cluster: Cluster, name: str) -> None:
+        self.cluster, self.name = cluster, name
+        self.seen: dict[str, set[str]] = {}
+
+    def _record(self) -> dict[str, Any]:
+        for pod in pods_of(self.cluster, self.name):
+            node = pod["metadata"]["annotations"]["gpuval.dev/node"]
+            self.seen.setdefault(node, set()).add(pod["metadata"]["uid"])
+        return status_of(self.cluster, self.name)
+
+    def part_way(self) -> bool:
+        nodes = self._record().get("nodes") or {}
+        return bool(nodes.get("passed")) and nodes.get("pending", 0) > 0
+
+    def finished(self) -> dict[str, Any] | None:
+        status = self._record()
+        return status if (status.get("run") or {}).get("completedAt") else None
+
+    def one_pod_per_node(self) -> set[str]:
+        """The nodes seen, when each had exactly one agent pod; else nothing."""
+        return set(self.seen) if all(len(uids) == 1 for uids in self.seen.values()) else set()
+
+
 def _lease_env(namespace: str) -> dict[str, str]:
     return {
         OperatorEnv.POD_GRACE_SECONDS: "3",
@@ -65,13 +92,7 @@ def test_the_standby_takes_over_a_killed_leaders_run_without_duplicates_or_lost_
     for _ in range(6):
         fleet.add(unique_name("ha"), timeScale=0.2)
     name = unique_name("ha")
-    seen: dict[str, set[str]] = {}
-
-    def record_pods() -> None:
-        for pod in pods_of(cluster, name):
-            node = pod["metadata"]["annotations"]["gpuval.dev/node"]
-            seen.setdefault(node, set()).add(pod["metadata"]["uid"])
-
+    run = _RunWatch(cluster, name)
     env = _lease_env(namespace)
     ports = [free_port(), free_port()]
     with contextlib.ExitStack() as stack:
@@ -93,24 +114,12 @@ def test_the_standby_takes_over_a_killed_leaders_run_without_duplicates_or_lost_
             cluster,
             fleet.validation(name, maxConcurrent=2, checks={"burn": {"durationSeconds": 20}}),
         )
-
-        def part_way() -> bool:
-            record_pods()
-            nodes = status_of(cluster, name).get("nodes") or {}
-            return bool(nodes.get("passed")) and nodes.get("pending", 0) > 0
-
-        wait_for("a run part-way through", part_way, timeout=120, interval=0.3)
+        wait_for("a run part-way through", run.part_way, timeout=120, interval=0.3)
         before = status_of(cluster, name)
         replicas[active].send_signal(signal.SIGKILL)
         replicas[active].wait()
         wait_for("the standby to lead", lambda: _leads(ports[standby]), timeout=30)
-
-        def finished() -> dict[str, Any] | None:
-            record_pods()
-            status = status_of(cluster, name)
-            return status if (status.get("run") or {}).get("completedAt") else None
-
-        status = wait_for("the run to complete under the new leader", finished, timeout=240)
+        status = wait_for("the run to complete under the new leader", run.finished, timeout=240)
         reports = by_node(reports_of(cluster, name, status["run"]["id"]))
         lease = get_json(cluster, "lease", "gpuval-operator", "-n", namespace)
         delete_validation(cluster, name)
@@ -122,8 +131,7 @@ def test_the_standby_takes_over_a_killed_leaders_run_without_duplicates_or_lost_
 
     assert status["run"]["id"] == before["run"]["id"], "the run went on, no new run started"
     assert status["nodes"]["passed"] == 6 and status["nodes"]["total"] == 6
-    duplicates = {node: uids for node, uids in seen.items() if len(uids) != 1}
-    assert set(seen) == set(fleet.nodes) and duplicates == {}, duplicates
+    assert run.one_pod_per_node() == set(fleet.nodes), run.seen
     assert {n: r.get("verdict") for n, r in reports.items()} == dict.fromkeys(fleet.nodes, "Passed")
     assert lease["spec"]["leaseTransitions"] >= 1
     standby_log = (tmp_path / f"op{standby}.log").read_text()
@@ -154,13 +162,7 @@ def test_a_leader_cut_off_from_the_api_server_stops_before_the_standby_takes_its
     for _ in range(4):
         fleet.add(unique_name("cut"), timeScale=0.2)
     name = unique_name("cut")
-    seen: dict[str, set[str]] = {}
-
-    def record_pods() -> None:
-        for pod in pods_of(cluster, name):
-            node = pod["metadata"]["annotations"]["gpuval.dev/node"]
-            seen.setdefault(node, set()).add(pod["metadata"]["uid"])
-
+    run = _RunWatch(cluster, name)
     env = _lease_env(namespace)
     ports = [free_port(), free_port()]
     logs = [tmp_path / "cut-off.log", tmp_path / "standby.log"]
@@ -185,13 +187,7 @@ def test_a_leader_cut_off_from_the_api_server_stops_before_the_standby_takes_its
             cluster,
             fleet.validation(name, maxConcurrent=2, checks={"burn": {"durationSeconds": 20}}),
         )
-
-        def part_way() -> bool:
-            record_pods()
-            nodes = status_of(cluster, name).get("nodes") or {}
-            return bool(nodes.get("passed")) and nodes.get("pending", 0) > 0
-
-        wait_for("a run part-way through", part_way, timeout=120, interval=0.3)
+        wait_for("a run part-way through", run.part_way, timeout=120, interval=0.3)
 
         link.stall()
         both_led: list[float] = []
@@ -208,13 +204,7 @@ def test_a_leader_cut_off_from_the_api_server_stops_before_the_standby_takes_its
             exited_at = time.time()
         lease = get_json(cluster, "lease", "gpuval-operator", "-n", namespace)
         link.resume()  # the partition heals: a replica still acting would reach the API again
-
-        def finished() -> dict[str, Any] | None:
-            record_pods()
-            status = status_of(cluster, name)
-            return status if (status.get("run") or {}).get("completedAt") else None
-
-        status = wait_for("the run to complete under the new leader", finished, timeout=240)
+        status = wait_for("the run to complete under the new leader", run.finished, timeout=240)
         delete_validation(cluster, name)
         wait_for(
             "the validation to go",
@@ -233,5 +223,4 @@ def test_a_leader_cut_off_from_the_api_server_stops_before_the_standby_takes_its
     assert lease["spec"]["leaseTransitions"] >= 1
     assert "took lease" in logs[1].read_text()
     assert status["nodes"]["passed"] == 4 and status["nodes"]["total"] == 4
-    duplicates = {node: uids for node, uids in seen.items() if len(uids) != 1}
-    assert set(seen) == set(fleet.nodes) and duplicates == {}, duplicates
+    assert run.one_pod_per_node() == set(fleet.nodes), run.seen

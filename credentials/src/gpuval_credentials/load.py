@@ -19,6 +19,7 @@ import os
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,38 @@ def _refuse(user: Mapping[str, Any], field: str) -> None:
         )
 
 
+def _authenticate(loader: Any, user: Mapping[str, Any], field: str) -> Configuration:
+    """The package's loader run: the user's credentials (an exec plugin run, a token file read)
+    and the cluster's, as a client Configuration; what it logged instead of raising, raised."""
+    configuration = Configuration()
+    with _kept_errors() as errors:
+        try:
+            loader.load_and_set(configuration)
+        except _UNUSABLE as error:
+            raise CredentialsError(f"{field}: {error}") from None
+    if errors.messages:
+        spec = user.get("exec")
+        hint = spec.get("installHint") if isinstance(spec, Mapping) else None
+        raise CredentialsError(
+            f"{field}{'.exec' if spec else ''}: {'; '.join(errors.messages)}"
+            + (f" ({str(hint).strip()})" if hint else "")
+        )
+    return configuration
+
+
+def _expiry(loader: Any, field: str) -> datetime | None:
+    """An exec credential's expirationTimestamp (the package keeps it for its own refresh); one
+    that has passed already is refused."""
+    expires: datetime | None = getattr(loader, "expiry", None)
+    if expires is not None and expires <= utc_now():
+        raise CredentialsError(
+            f"{field}.exec: the plugin returned a credential that expired at "
+            f"{expires.isoformat()}: it must return a current one (log in again with the "
+            "provider's own tool)"
+        )
+    return expires
+
+
 def from_kubeconfig(paths: list[Path], context: str | None, environ: Mapping[str, str]) -> Identity:
     merger, files = _read(paths)
     firsts = (c.get("current-context") for c in merger.config_files.values() if c)
@@ -185,29 +218,9 @@ def from_kubeconfig(paths: list[Path], context: str | None, environ: Mapping[str
     field = f"kubeconfig {files}: users[{user_name!r}].user"
     _refuse(user, field)
     impersonation = impersonation_headers(user, field)
-    configuration = Configuration()
-    with _kept_errors() as errors:
-        try:
-            loader.load_and_set(configuration)  # type: ignore[no-untyped-call]
-        except _UNUSABLE as error:
-            raise CredentialsError(f"{field}: {error}") from None
-    if errors.messages:
-        hint = (user.get("exec") or {}).get("installHint") if user.get("exec") else None
-        said = "; ".join(errors.messages)
-        raise CredentialsError(
-            f"{field}{'.exec' if user.get('exec') else ''}: {said}"
-            + (f" ({str(hint).strip()})" if hint else "")
-        )
+    configuration = _authenticate(loader, user, field)
     server = str(configuration.host)
     token_file = user.get("tokenFile") if not user.get("token") else None
-    # The package keeps an exec credential's expirationTimestamp here for its own refresh.
-    expires = getattr(loader, "expiry", None)
-    if expires is not None and expires <= utc_now():
-        raise CredentialsError(
-            f"{field}.exec: the plugin returned a credential that expired at "
-            f"{expires.isoformat()}: it must return a current one (log in again with the "
-            "provider's own tool)"
-        )
     return Identity(
         server=server,
         where=f"kubeconfig {files} (context {current!r}, user {user_name!r})",
@@ -225,6 +238,6 @@ def from_kubeconfig(paths: list[Path], context: str | None, environ: Mapping[str
         ),
         impersonation=impersonation,
         namespace=names.get("namespace") or None,
-        expires=expires,
+        expires=_expiry(loader, field),
         token_file=str(token_file) if token_file else None,
     )

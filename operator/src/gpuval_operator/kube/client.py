@@ -64,6 +64,7 @@ class KubeClient:
         self.max_retries = max_retries
         self._session: aiohttp.ClientSession | None = None
         self._transport: tuple[object, ...] = ()
+        self._retired: list[aiohttp.ClientSession] = []  # sessions of an earlier transport
         self.requests_total: dict[tuple[str, int], int] = {}
 
     async def __aenter__(self) -> KubeClient:
@@ -83,14 +84,16 @@ class KubeClient:
         certificate or proxy change) and the headers it adds to a request."""
         if self._session is None or self._session.closed or identity.transport() != self._transport:
             if self._session is not None:
-                await self._session.close()  # watches on it end and resume on the new one
+                # Requests and watches under way finish on it; closed with the client.
+                self._retired.append(self._session)
             self._session = aio_session(identity, headers=False, limit=128)
             self._transport = identity.transport()
         return self._session, [*identity.headers(), ("Accept", JSON)]
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        for session in [*self._retired, self._session]:
+            if session is not None:
+                await session.close()
 
     def _count(self, method: str, status: int) -> None:
         key = (method, status)

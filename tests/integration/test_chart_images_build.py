@@ -48,6 +48,25 @@ def _uv() -> str:
     return found
 
 
+def _replay(argv: list[str], context: Path, env: dict[str, str], venv: Path) -> int:
+    """One command of a sync RUN: `uv sync ...` (1 is returned) or `rm -r` of a path in the
+    environment (what the image leaves out)."""
+    if argv[:2] == ["rm", "-r"]:
+        shutil.rmtree(argv[2].replace("/opt/gpuval", str(venv), 1))
+        return 0
+    proc = subprocess.run(
+        [_uv(), *argv[argv.index("sync") :]],
+        cwd=context,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert proc.returncode == 0, f"RUN {shlex.join(argv)}\n{proc.stderr}"
+    return 1
+
+
 @pytest.fixture(scope="module")
 def build_stage_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The virtualenv the operator Dockerfile's build stage makes, made here."""
@@ -78,13 +97,8 @@ def build_stage_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 else:
                     shutil.copy2(origin, target)
         elif keyword == "RUN" and "uv sync" in args:
-            argv = shlex.split(args)
-            argv = [_uv(), *argv[argv.index("sync") :]]
-            proc = subprocess.run(
-                argv, cwd=context, env=env, capture_output=True, text=True, check=False, timeout=600
-            )
-            assert proc.returncode == 0, f"RUN {args}\n{proc.stderr}"
-            synced += 1
+            for command in args.split("&&"):
+                synced += _replay(shlex.split(command), context, env, venv)
     assert synced == 2, "a dependency layer and the workspace layer"
     return venv
 
@@ -101,19 +115,23 @@ def test_operator_build_stage_installs_a_runnable_operator_without_the_gpu_stack
             "import importlib.util, gpuval_operator.main, gpuval_operator;"
             "print(gpuval_operator.__file__);"
             "print(importlib.util.find_spec('torch') is None);"
-            "print(importlib.util.find_spec('gpuval_kubectl') is None)",
+            "print(importlib.util.find_spec('gpuval_kubectl') is None);"
+            "import kubernetes.config, pathlib;"
+            "print(not (pathlib.Path(kubernetes.config.__file__).parents[1] / 'aio').exists())",
         ],
         capture_output=True,
         text=True,
         check=False,
     )
     assert probe.returncode == 0, probe.stderr
-    module_file, no_torch, no_plugin = probe.stdout.split()
+    module_file, no_torch, no_plugin, no_asyncio_client = probe.stdout.split()
     # --no-editable: the code is inside the venv, not a link back to the build context.
     assert module_file.startswith(str(venv)), module_file
     assert no_torch == "True"
     # kubectl gpuval is a person's plugin, its own package: not in the operator's image.
     assert no_plugin == "True" and not (venv / "bin" / "kubectl-gpuval").exists()
+    # The kubernetes package for credentials, without its asyncio client (imagespecs.unused).
+    assert no_asyncio_client == "True"
 
 
 def test_the_daemonless_operator_image_holds_the_packages_the_dockerfile_installs(

@@ -1,22 +1,27 @@
 """Two operator replicas: exactly one acts (a coordination.k8s.io Lease taken before kopf
 watches); the leader SIGKILLed mid-run is replaced by the standby within the lease duration,
-which finishes the same run with one pod per node and every verdict (issue 12)."""
+which finishes the same run with one pod per node and every verdict (issue 12). A leader cut off
+from the API server (its traffic stopped, the process alive) stops before its Lease can expire,
+so the standby never leads beside it (issue 17 part 7)."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
 import subprocess
+import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpuval_api.env import OperatorEnv
 from gpuval_devtools.controlplane import Cluster, free_port
 from gpuval_devtools.launch import operator_process
+from gpuval_operator.timestamps import parse_time
 from tests.support.fleet import (
     Fleet,
     apply,
@@ -27,8 +32,45 @@ from tests.support.fleet import (
     status_of,
 )
 from tests.support.kube import get_json, wait_for
+from tests.support.proxies import host_port, relay
 
 pytestmark = pytest.mark.usefixtures("install_crds")
+
+
+class _RunWatch:
+    """One validation's run seen from outside: its status, and every agent pod UID per node
+    (pods are deleted soon after they end, so each poll records what it sees)."""
+
+    def __init__(self, cluster: Cluster, name: str) -> None:
+        self.cluster, self.name = cluster, name
+        self.seen: dict[str, set[str]] = {}
+
+    def _record(self) -> dict[str, Any]:
+        for pod in pods_of(self.cluster, self.name):
+            node = pod["metadata"]["annotations"]["gpuval.dev/node"]
+            self.seen.setdefault(node, set()).add(pod["metadata"]["uid"])
+        return status_of(self.cluster, self.name)
+
+    def part_way(self) -> bool:
+        nodes = self._record().get("nodes") or {}
+        return bool(nodes.get("passed")) and nodes.get("pending", 0) > 0
+
+    def finished(self) -> dict[str, Any] | None:
+        status = self._record()
+        return status if (status.get("run") or {}).get("completedAt") else None
+
+    def one_pod_per_node(self) -> set[str]:
+        """The nodes seen, when each had exactly one agent pod; else nothing."""
+        return set(self.seen) if all(len(uids) == 1 for uids in self.seen.values()) else set()
+
+
+def _lease_env(namespace: str) -> dict[str, str]:
+    return {
+        OperatorEnv.POD_GRACE_SECONDS: "3",
+        OperatorEnv.LEASE_NAMESPACE: namespace,
+        OperatorEnv.LEASE_DURATION_SECONDS: "6",
+        OperatorEnv.LEASE_RENEW_SECONDS: "2",
+    }
 
 
 def _leads(port: int) -> bool:
@@ -50,19 +92,8 @@ def test_the_standby_takes_over_a_killed_leaders_run_without_duplicates_or_lost_
     for _ in range(6):
         fleet.add(unique_name("ha"), timeScale=0.2)
     name = unique_name("ha")
-    seen: dict[str, set[str]] = {}
-
-    def record_pods() -> None:
-        for pod in pods_of(cluster, name):
-            node = pod["metadata"]["annotations"]["gpuval.dev/node"]
-            seen.setdefault(node, set()).add(pod["metadata"]["uid"])
-
-    env = {
-        OperatorEnv.POD_GRACE_SECONDS: "3",
-        OperatorEnv.LEASE_NAMESPACE: namespace,
-        OperatorEnv.LEASE_DURATION_SECONDS: "6",
-        OperatorEnv.LEASE_RENEW_SECONDS: "2",
-    }
+    run = _RunWatch(cluster, name)
+    env = _lease_env(namespace)
     ports = [free_port(), free_port()]
     with contextlib.ExitStack() as stack:
         replicas: list[subprocess.Popen[bytes]] = []
@@ -83,24 +114,12 @@ def test_the_standby_takes_over_a_killed_leaders_run_without_duplicates_or_lost_
             cluster,
             fleet.validation(name, maxConcurrent=2, checks={"burn": {"durationSeconds": 20}}),
         )
-
-        def part_way() -> bool:
-            record_pods()
-            nodes = status_of(cluster, name).get("nodes") or {}
-            return bool(nodes.get("passed")) and nodes.get("pending", 0) > 0
-
-        wait_for("a run part-way through", part_way, timeout=120, interval=0.3)
+        wait_for("a run part-way through", run.part_way, timeout=120, interval=0.3)
         before = status_of(cluster, name)
         replicas[active].send_signal(signal.SIGKILL)
         replicas[active].wait()
         wait_for("the standby to lead", lambda: _leads(ports[standby]), timeout=30)
-
-        def finished() -> dict[str, Any] | None:
-            record_pods()
-            status = status_of(cluster, name)
-            return status if (status.get("run") or {}).get("completedAt") else None
-
-        status = wait_for("the run to complete under the new leader", finished, timeout=240)
+        status = wait_for("the run to complete under the new leader", run.finished, timeout=240)
         reports = by_node(reports_of(cluster, name, status["run"]["id"]))
         lease = get_json(cluster, "lease", "gpuval-operator", "-n", namespace)
         delete_validation(cluster, name)
@@ -112,9 +131,96 @@ def test_the_standby_takes_over_a_killed_leaders_run_without_duplicates_or_lost_
 
     assert status["run"]["id"] == before["run"]["id"], "the run went on, no new run started"
     assert status["nodes"]["passed"] == 6 and status["nodes"]["total"] == 6
-    duplicates = {node: uids for node, uids in seen.items() if len(uids) != 1}
-    assert set(seen) == set(fleet.nodes) and duplicates == {}, duplicates
+    assert run.one_pod_per_node() == set(fleet.nodes), run.seen
     assert {n: r.get("verdict") for n, r in reports.items()} == dict.fromkeys(fleet.nodes, "Passed")
     assert lease["spec"]["leaseTransitions"] >= 1
     standby_log = (tmp_path / f"op{standby}.log").read_text()
     assert "is standby" in standby_log and "took lease" in standby_log
+
+
+def _through(cluster: Cluster, port: int, path: Path) -> Path:
+    """The test cluster's kubeconfig with its server reached through 127.0.0.1:`port`."""
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    for entry in config["clusters"]:
+        entry["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.usefixtures("podrunner")
+def test_a_leader_cut_off_from_the_api_server_stops_before_the_standby_takes_its_lease(
+    cluster: Cluster,
+    fleet: Fleet,
+    namespace: str,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """The leader reaches the API server through a relay the test stops mid-run (connections held
+    open, nothing forwarded, the process alive): it exits on its own before its Lease can
+    expire, the standby takes the Lease after that, the two never lead at once, and the run
+    finishes under the new leader with one pod per node."""
+    for _ in range(4):
+        fleet.add(unique_name("cut"), timeScale=0.2)
+    name = unique_name("cut")
+    run = _RunWatch(cluster, name)
+    env = _lease_env(namespace)
+    ports = [free_port(), free_port()]
+    logs = [tmp_path / "cut-off.log", tmp_path / "standby.log"]
+    with contextlib.ExitStack() as stack:
+        link = stack.enter_context(relay(host_port(cluster.server)))
+        cut_off = stack.enter_context(
+            operator_process(
+                _through(cluster, link.port, tmp_path / "relayed.kubeconfig"),
+                metrics_port=ports[0],
+                log_file=logs[0],
+                extra_env=env,
+            )
+        )
+        wait_for("the relayed replica to lead", lambda: _leads(ports[0]), timeout=60)
+        standby = stack.enter_context(
+            operator_process(
+                cluster.kubeconfig, metrics_port=ports[1], log_file=logs[1], extra_env=env
+            )
+        )
+        wait_for("the standby to wait", lambda: "is standby" in logs[1].read_text(), timeout=60)
+        apply(
+            cluster,
+            fleet.validation(name, maxConcurrent=2, checks={"burn": {"durationSeconds": 20}}),
+        )
+        wait_for("a run part-way through", run.part_way, timeout=120, interval=0.3)
+
+        link.stall()
+        both_led: list[float] = []
+        exited_at: float | None = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _leads(ports[1]):
+            if exited_at is None and cut_off.poll() is not None:
+                exited_at = time.time()
+            if exited_at is None and _leads(ports[0]) and _leads(ports[1]):
+                both_led.append(time.time())
+            time.sleep(0.1)
+        standby_led = _leads(ports[1])
+        if exited_at is None and cut_off.poll() is not None:
+            exited_at = time.time()
+        lease = get_json(cluster, "lease", "gpuval-operator", "-n", namespace)
+        link.resume()  # the partition heals: a replica still acting would reach the API again
+        status = wait_for("the run to complete under the new leader", run.finished, timeout=240)
+        delete_validation(cluster, name)
+        wait_for(
+            "the validation to go",
+            lambda: get_json(cluster, "gpuvalidation", name) is None,
+            timeout=30,
+        )
+        assert standby.poll() is None, "the standby still runs"
+
+    assert standby_led, "the standby took the Lease"
+    assert exited_at is not None, "the cut-off leader was still running when the standby led"
+    assert cut_off.returncode == 1
+    assert "could not renew within its deadline" in logs[0].read_text()
+    acquired = parse_time(lease["spec"]["acquireTime"])
+    assert acquired is not None and exited_at < acquired, (exited_at, lease["spec"])
+    assert both_led == [], "two replicas led at once"
+    assert lease["spec"]["leaseTransitions"] >= 1
+    assert "took lease" in logs[1].read_text()
+    assert status["nodes"]["passed"] == 4 and status["nodes"]["total"] == 4
+    assert run.one_pod_per_node() == set(fleet.nodes), run.seen

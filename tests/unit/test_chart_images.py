@@ -202,3 +202,27 @@ def test_the_daemonless_images_install_what_the_dockerfiles_install() -> None:
     (user,) = parse(OPERATOR)[-1].all("USER")
     assert user == imagespecs.OPERATOR.user
     assert imagespecs.AGENT_GPU.user is None and not parse(AGENT)[-1].all("USER")
+
+
+def test_what_the_operator_image_leaves_out_is_imported_by_nothing_the_operator_runs() -> None:
+    """The image drops the kubernetes package's asyncio client (imagespecs.OPERATOR.unused):
+    neither the operator's modules nor the credentials loading import it, by name or by running,
+    and the Dockerfile drops the same."""
+    unused = [part.replace("/", ".") for part in imagespecs.OPERATOR.unused]
+    assert unused == ["kubernetes.aio"]
+    for src in ("operator/src", "credentials/src", "api/src"):
+        for path in (REPO_ROOT / src).rglob("*.py"):
+            text = path.read_text()
+            assert "kubernetes.aio" not in text and "from kubernetes import aio" not in text, path
+    program = (
+        "import sys, gpuval_operator.main, gpuval_operator.kube, gpuval_credentials.load, "
+        "gpuval_credentials.aio, gpuval_credentials.sync\n"
+        "print(sorted(m for m in sys.modules if m.startswith('kubernetes.aio')))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True
+    )
+    assert loaded.stdout.strip() == "[]"
+    dockerfile = OPERATOR.read_text()
+    for part in imagespecs.OPERATOR.unused:
+        assert f"rm -r /opt/gpuval/lib/python3.11/site-packages/{part}" in dockerfile

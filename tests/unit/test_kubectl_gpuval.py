@@ -4,11 +4,14 @@ installs, and its krew manifest (the API round trip: tests/integration/test_kube
 from __future__ import annotations
 
 import hashlib
+import http.server
 import io
+import json
 import re
 import subprocess
 import sys
 import tarfile
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -97,7 +100,7 @@ def test_a_kubeconfig_the_library_cannot_read_is_named_with_the_librarys_words(
     broken.write_text("apiVersion: v1\nkind: Config\ncurrent-context: gone\n")
     assert cli.main(["--kubeconfig", str(broken), "status"]) == 1
     err = capsys.readouterr().err
-    assert f"cannot use the credentials of {broken}:" in err and "gone" in err
+    assert f"kubeconfig {broken}: context 'gone'" in err and "Expected object with name gone" in err
 
 
 def _kubeconfig(path: Path, user: dict[str, Any]) -> Path:
@@ -116,30 +119,60 @@ def _kubeconfig(path: Path, user: dict[str, Any]) -> Path:
     return path
 
 
-@pytest.mark.parametrize("field", ["as", "as-groups", "as-uid", "as-user-extra"])
-def test_impersonation_the_library_would_ignore_is_refused_by_name(
-    tmp_path: Path, field: str
-) -> None:
-    value: Any = {"as": "alice", "as-uid": "1", "as-groups": ["ops"]}.get(field, {"k": ["v"]})
-    config = _kubeconfig(tmp_path / "config", {"token": "t", field: value})
-    with pytest.raises(
-        cluster.PluginError, match=rf"user 'me' \(context 'ctx'\) impersonates \({field}\)"
-    ):
-        cluster.connect(str(config))
+def test_the_kubeconfigs_impersonation_is_sent_with_every_read(tmp_path: Path) -> None:
+    """The kubernetes package ignores a user's `as` fields; the plugin sends them as kubectl
+    does, a header per group (a local HTTP server stands in for the API server and records what
+    arrives; the real API server's answer is tested in tests/integration)."""
+    seen: list[list[tuple[str, str]]] = []
+
+    class Recorder(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(list(self.headers.items()))
+            body = json.dumps({"apiVersion": "v1", "kind": "List", "items": []}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    user = {"token": "t", "as": "alice", "as-groups": ["ops", "gpu"], "as-uid": "7"}
+    config = _kubeconfig(tmp_path / "config", user)
+    text = yaml.safe_load(config.read_text())
+    text["clusters"][0]["cluster"]["server"] = f"http://127.0.0.1:{server.server_port}"
+    config.write_text(yaml.safe_dump(text))
+    try:
+        with cluster.connect(str(config)) as login:
+            assert cluster.Cluster(login).validations() == []
+    finally:
+        server.shutdown()
+    (headers,) = seen
+    assert ("authorization", "Bearer t") in headers
+    assert [v for k, v in headers if k.lower().startswith("impersonate-")] == [
+        "alice",
+        "7",
+        "ops",
+        "gpu",
+    ]
 
 
 def test_a_kubeconfig_without_impersonation_gives_a_client_for_its_server(tmp_path: Path) -> None:
     config = _kubeconfig(tmp_path / "config", {"token": "t"})
-    with cluster.connect(str(config)) as api:
-        assert api.configuration.host == "https://127.0.0.1:1"
+    with cluster.connect(str(config)) as login:
+        assert login.api.configuration.host == "https://127.0.0.1:1"
 
 
 def test_the_plugin_brings_neither_kopf_nor_the_operator() -> None:
-    """Installing kubectl gpuval installs gpuval-api and the kubernetes client, the report as an
-    extra; importing it loads neither kopf nor gpuval_operator."""
+    """Installing kubectl gpuval installs gpuval-api, gpuval-credentials (the operator's identity
+    loading) and the kubernetes client, the report as an extra; importing it loads neither kopf
+    nor gpuval_operator."""
     project = tomllib.loads((REPO_ROOT / "kubectl-gpuval" / "pyproject.toml").read_text())
     deps = {re.split(r"[<>=\[ ]", d, maxsplit=1)[0] for d in project["project"]["dependencies"]}
-    assert deps == {"gpuval-api", "kubernetes"}
+    assert deps == {"gpuval-api", "gpuval-credentials", "kubernetes"}
     assert project["project"]["optional-dependencies"] == {"report": ["gpuval-report"]}
     assert project["project"]["scripts"] == {"kubectl-gpuval": "gpuval_kubectl.cli:main"}
     operator = tomllib.loads((REPO_ROOT / "operator" / "pyproject.toml").read_text())

@@ -15,15 +15,26 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from gpuval_credentials import Identity
 from gpuval_operator.kube.client import ApiError, KubeClient
-from gpuval_operator.kube.credentials import Credentials
+from gpuval_operator.kube.credentials import Login
 from gpuval_operator.kube.follower import Follower
 
 
-async def serve(app: web.Application) -> tuple[TestServer, KubeClient]:
+async def serve(
+    app: web.Application, tokens: list[str] | None = None
+) -> tuple[TestServer, KubeClient]:
+    """A server and a client for it whose identity is loaded again from `tokens`, one token per
+    load."""
     server = TestServer(app)
     await server.start_server()
-    client = KubeClient(Credentials(str(server.make_url("")).rstrip("/"), False, {}), max_retries=3)
+    url = str(server.make_url("")).rstrip("/")
+    issued = iter(tokens or ["t"])
+
+    def identity() -> Identity:
+        return Identity(server=url, where="the test", authorization=f"Bearer {next(issued)}")
+
+    client = KubeClient(Login(identity), max_retries=3)
     return server, client
 
 
@@ -68,6 +79,52 @@ def test_429_and_503_are_retried_honouring_retry_after_and_404_is_not(calls: lis
 
     run(main())
     assert calls == ["/flaky"] * 3 + ["/missing"] * 2
+
+
+def test_a_401_loads_the_credentials_again_and_repeats_the_request_once(
+    calls: list[str],
+) -> None:
+    async def guarded(request: web.Request) -> web.Response:
+        calls.append(request.headers["Authorization"])
+        if request.headers["Authorization"] != "Bearer rotated":
+            return web.json_response({"message": "Unauthorized"}, status=401)
+        return web.json_response({"ok": True})
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_get("/guarded", guarded)
+        server, client = await serve(app, ["expired", "rotated", "unused"])
+        try:
+            assert await client.get("/guarded") == {"ok": True}
+            assert client.login.loads == 2
+            assert client.requests_total[("GET", 401)] == 1
+        finally:
+            await client.close()
+            await server.close()
+
+    run(main())
+    assert calls == ["Bearer expired", "Bearer rotated"]
+
+
+def test_a_401_after_logging_in_again_is_the_callers(calls: list[str]) -> None:
+    async def refused(request: web.Request) -> web.Response:
+        calls.append(request.headers["Authorization"])
+        return web.json_response({"message": "Unauthorized"}, status=401)
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_get("/refused", refused)
+        server, client = await serve(app, ["a", "b", "c"])
+        try:
+            with pytest.raises(ApiError) as err:
+                await client.get("/refused")
+            assert err.value.status == 401
+        finally:
+            await client.close()
+            await server.close()
+
+    run(main())
+    assert calls == ["Bearer a", "Bearer b"]
 
 
 def test_lists_follow_continue_tokens_and_restart_when_the_token_expires(calls: list[str]) -> None:

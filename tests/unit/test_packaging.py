@@ -14,7 +14,9 @@ import yaml
 from gpuval_api.crd import DEFAULT_AGENT_IMAGE
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-MEMBERS = ["api", "agent", "operator", "report", "devtools", "kubectl-gpuval"]
+MEMBERS = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["uv"]["workspace"][
+    "members"
+]
 PYPROJECTS = [REPO_ROOT / "pyproject.toml"] + [REPO_ROOT / m / "pyproject.toml" for m in MEMBERS]
 
 

@@ -163,6 +163,19 @@ def drop_scripts(site: Path) -> None:
             record.write_text("".join(kept))
 
 
+def drop_unused(site: Path, parts: Sequence[str]) -> None:
+    """Removes `parts` (folders of installed packages, relative to ``site``) that the image's
+    programs never import, with their RECORD lines."""
+    for part in parts:
+        shutil.rmtree(site / part)
+    prefixes = tuple(f"{part.rstrip('/')}/" for part in parts)
+    for record in site.glob("*.dist-info/RECORD"):
+        lines = record.read_text().splitlines(keepends=True)
+        kept = [line for line in lines if not line.startswith(prefixes)]
+        if kept != lines:
+            record.write_text("".join(kept))
+
+
 # Where and when uv installed a local wheel: the checkout's path, a timestamp.
 _INSTALL_SOURCE_FILES = ("direct_url.json", "uv_cache.json")
 

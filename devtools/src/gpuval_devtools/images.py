@@ -170,6 +170,7 @@ def python_layer(spec: ImageSpec, target: Path, *, log: Log) -> None:
     # Console scripts of the dependencies (kopf, normalizer, ...) are not used in the image and
     # would carry this machine's interpreter path.
     imagelayout.drop_scripts(target / SITE_PACKAGES)
+    imagelayout.drop_unused(target / SITE_PACKAGES, spec.unused)
 
 
 def gpuval_layer(spec: ImageSpec, target: Path, wheels: Path, *, log: Log) -> None:

@@ -33,6 +33,9 @@ class ImageSpec:
     debian: tuple[str, ...] = ("python3",)
     # Modules imported in the finished tree at build time: what the image's programs need.
     smoke: tuple[str, ...] = ()
+    # Folders of installed packages (relative to site-packages) that the image's programs never
+    # import, left out of the image; the Dockerfile removes the same.
+    unused: tuple[str, ...] = ()
     user: str | None = None
     cmd: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
@@ -72,15 +75,21 @@ OPERATOR = ImageSpec(
     repository="gpuval-operator",
     tag_suffix="",
     package="gpuval-operator",
-    members=("api", "operator"),
+    members=("api", "credentials", "operator"),
     smoke=(
         "gpuval_operator.main",
         "gpuval_operator.kube",
+        "gpuval_credentials.load",
     ),
+    # The kubernetes package's asyncio client (68 MB byte-compiled, of the package's 126): the
+    # operator loads its credentials with the package's synchronous loaders and talks through its
+    # own client (docs/operator.md, "Credentials"); tests/unit/test_chart_images.py checks that
+    # nothing the operator runs imports it.
+    unused=("kubernetes/aio",),
     user=f"{NON_ROOT}:{NON_ROOT}",
     cmd=("gpuval-operator",),
     # HOME on the chart's writable /tmp (the root filesystem is read-only); in a pod the
-    # credentials are the ServiceAccount's (gpuval_operator.kube.credentials), not ~/.kube.
+    # credentials are the ServiceAccount's (gpuval_credentials), not ~/.kube.
     env=(*_PYTHON_ENV, ("HOME", "/tmp")),
     ports=("8080/tcp",),
     description="gpuval operator: validates a cluster's GPU nodes",

@@ -192,7 +192,7 @@ class PodRunner:
 
     @property
     def _api_host_port(self) -> tuple[str, str]:
-        parts = urlsplit(self.client.credentials.server)
+        parts = urlsplit(self.client.server)
         return parts.hostname or "127.0.0.1", str(parts.port or 443)
 
     @property

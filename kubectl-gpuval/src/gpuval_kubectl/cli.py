@@ -61,11 +61,11 @@ def show(cluster: Cluster, args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> str:
-    with connect(args.kubeconfig, args.context) as api:
+    with connect(args.kubeconfig, args.context) as login:
         try:
-            return show(Cluster(api), args)
+            return show(Cluster(login), args)
         except urllib3.exceptions.HTTPError as error:
-            host = api.configuration.host
+            host = login.identity.server
             raise PluginError(f"cannot reach the API server at {host}: {error}") from None
 
 

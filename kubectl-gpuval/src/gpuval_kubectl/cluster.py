@@ -1,11 +1,11 @@
 """What kubectl gpuval reads from the cluster, through the `kubernetes` client.
 
-Credentials are the library's: `--kubeconfig`, else $KUBECONFIG (several files merged, as kubectl
-merges them), else ~/.kube/config, else, in a pod, its ServiceAccount. So exec credential plugins
-(run again when their token expires), client certificates, tokens, oidc and `proxy-url` behave as
-the library makes them behave. What it cannot do is refused by name: impersonation (`as:`,
-`as-groups`, `as-uid`, `as-user-extra` in the kubeconfig's user), which it would silently ignore,
-so the plugin would read as someone else than the kubeconfig says.
+Credentials are the operator's (gpuval_credentials, the library's loaders): `--kubeconfig`, else
+$KUBECONFIG (several files merged, as kubectl merges them), else ~/.kube/config, else, in a pod,
+its ServiceAccount. Exec credential plugins (run again before their token expires and after a
+401), client certificates, tokens, oidc, `proxy-url` and the environment's HTTPS_PROXY/NO_PROXY,
+and the user's impersonation (`as`, `as-groups`, `as-uid`, `as-user-extra`) behave as for kubectl;
+what cannot be honoured is refused by name.
 
 Reads go through the CustomObjectsApi as plain dicts, a page of 500 reports at a time (a report
 carries the agent's whole result document), and objects written by a newer gpuval are read with
@@ -15,16 +15,13 @@ not exist, or gpuval's CRDs not installed at all (the API server serves no gpuva
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 
 from gpuval_api.crd import (
     GROUP,
@@ -37,9 +34,11 @@ from gpuval_api.crd import (
 from gpuval_api.labels import children_selector
 from gpuval_api.lenient import read_model
 from gpuval_api.views import UnitView, node_unit
+from gpuval_credentials import CredentialsError, load
+from gpuval_credentials.sync import SyncLogin
 
 PAGE = 500
-IMPERSONATION = ("as", "as-groups", "as-uid", "as-user-extra")
+T = TypeVar("T")
 INSTALL_CRDS = (
     "install gpuval (helm install gpuval charts/gpuval: the chart carries the CRDs) or only its "
     "CRDs (kubectl apply --server-side -f charts/gpuval/crds/); docs/install.md"
@@ -60,69 +59,12 @@ class Resources:
     reports: str = REPORT_PLURAL
 
 
-def _kubeconfig_paths(kubeconfig: str | None) -> list[Path]:
-    listed = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-    return [Path(p).expanduser() for p in listed.split(os.pathsep) if p]
-
-
-def _refuse_impersonation(paths: list[Path], context: str | None) -> None:
-    """The kubernetes client ignores a kubeconfig user's impersonation fields: refuse them."""
-    documents: list[Mapping[str, Any]] = []
-    for path in paths:
-        if path.is_file():
-            loaded = yaml.safe_load(path.read_text()) or {}
-            if isinstance(loaded, Mapping):
-                documents.append(loaded)
-    named = (str(d["current-context"]) for d in documents if d.get("current-context"))
-    current = context or next(named, "")
-    contexts: dict[str, Mapping[str, Any]] = {}
-    users: dict[str, Mapping[str, Any]] = {}
-    for doc in documents:  # the first definition of a name wins, as kubectl merges
-        for entry in doc.get("contexts") or []:
-            contexts.setdefault(str(entry.get("name")), entry.get("context") or {})
-        for entry in doc.get("users") or []:
-            users.setdefault(str(entry.get("name")), entry.get("user") or {})
-    user_name = str((contexts.get(current) or {}).get("user"))
-    asked = [key for key in IMPERSONATION if (users.get(user_name) or {}).get(key)]
-    if asked:
-        raise PluginError(
-            f"the kubeconfig's user {user_name!r} (context {current!r}) impersonates "
-            f"({', '.join(asked)}): the kubernetes Python client does not support that and would "
-            "read as the user itself; use a kubeconfig whose user is the identity to read as"
-        )
-
-
-def connect(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
-    """An API client with the kubeconfig's (or the pod's) credentials."""
-    paths = _kubeconfig_paths(kubeconfig)
-    in_pod = (
-        not kubeconfig
-        and not os.environ.get("KUBECONFIG")
-        and not any(p.is_file() for p in paths)
-        and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-    )
-    if not in_pod and not any(p.is_file() for p in paths):
-        where = os.pathsep.join(map(str, paths))
-        raise PluginError(
-            f"no kubeconfig at {where}: pass --kubeconfig FILE or set KUBECONFIG (kubectl hands "
-            "its plugins KUBECONFIG from the environment)"
-        )
-    configuration = client.Configuration()
-    # kubernetes.config carries no annotations (its generated client does): the two calls below.
+def connect(kubeconfig: str | None = None, context: str | None = None) -> SyncLogin:
+    """The kubeconfig's (or the pod's) identity and the library's client for it."""
     try:
-        if in_pod:
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        else:
-            _refuse_impersonation(paths, context)
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=os.pathsep.join(str(p) for p in paths),
-                context=context,
-                client_configuration=configuration,
-            )
-    except (ConfigException, OSError, yaml.YAMLError) as error:
-        where = "the pod's ServiceAccount" if in_pod else os.pathsep.join(map(str, paths))
-        raise PluginError(f"cannot use the credentials of {where}: {error}") from None
-    return client.ApiClient(configuration)
+        return SyncLogin(lambda: load(kubeconfig, context))
+    except CredentialsError as error:
+        raise PluginError(str(error)) from None
 
 
 def _mapping(answer: object) -> Mapping[str, Any]:
@@ -146,17 +88,31 @@ def _refused(error: ApiException) -> PluginError:
 class Cluster:
     """gpuval's objects in one cluster."""
 
-    def __init__(self, api: client.ApiClient, resources: Resources | None = None) -> None:
-        self.api = api
-        self.objects = client.CustomObjectsApi(api)
+    def __init__(self, login: SyncLogin, resources: Resources | None = None) -> None:
+        self.login = login
+        self.objects = client.CustomObjectsApi(login.api)
         self.resources = resources or Resources()
+
+    def _call(self, read: Callable[[client.CustomObjectsApi], T]) -> T:
+        """One read; after a 401 the identity is loaded again (a plugin run, a file re-read)
+        and the read made once more."""
+        try:
+            return read(self.objects)
+        except ApiException as error:
+            if error.status != 401:
+                raise
+        try:
+            self.objects = client.CustomObjectsApi(self.login.login_again())
+        except CredentialsError as error:
+            raise PluginError(str(error)) from None
+        return read(self.objects)
 
     def missing(self) -> list[str]:
         """gpuval's resources the API server does not serve (their CRDs are not installed)."""
         r = self.resources
         wanted = [r.validations, r.reports]
         try:
-            found = self.objects.get_api_resources(r.group, r.version)
+            found = self._call(lambda api: api.get_api_resources(r.group, r.version))
         except ApiException as error:
             if error.status == 404:  # the group/version itself is not served
                 return wanted
@@ -177,25 +133,30 @@ class Cluster:
             f"{served}): {INSTALL_CRDS}"
         )
 
+    def _page(self, plural: str, selector: str, token: str | None) -> Mapping[str, Any]:
+        r = self.resources
+        return _mapping(
+            self._call(
+                lambda api: api.list_cluster_custom_object(
+                    r.group,
+                    r.version,
+                    plural,
+                    label_selector=selector,
+                    limit=PAGE,
+                    _continue=token,
+                )
+            )
+        )
+
     def _list(self, plural: str, selector: str = "") -> list[dict[str, Any]]:
         """Every object of `plural` (paged); listed again from the start should the list
         change too much to page through (410)."""
-        r = self.resources
         while True:
             items: list[dict[str, Any]] = []
             token: str | None = None
             try:
                 while True:
-                    page = _mapping(
-                        self.objects.list_cluster_custom_object(
-                            r.group,
-                            r.version,
-                            plural,
-                            label_selector=selector,
-                            limit=PAGE,
-                            _continue=token,
-                        )
-                    )
+                    page = self._page(plural, selector, token)
                     items.extend(page.get("items") or [])
                     token = (page.get("metadata") or {}).get("continue")
                     if not token:
@@ -215,7 +176,9 @@ class Cluster:
     def validation(self, name: str) -> GpuValidation:
         r = self.resources
         try:
-            body = self.objects.get_cluster_custom_object(r.group, r.version, r.validations, name)
+            body = self._call(
+                lambda api: api.get_cluster_custom_object(r.group, r.version, r.validations, name)
+            )
         except ApiException as error:
             if error.status != 404:
                 raise _refused(error) from None

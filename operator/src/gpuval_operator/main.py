@@ -21,7 +21,12 @@ from gpuval_api.crd import GROUP, VALIDATION_PLURAL, VERSION, NodeSelector
 from gpuval_operator.config import ConfigError, OperatorConfig
 from gpuval_operator.control.controller import Context, ValidationController
 from gpuval_operator.kube.client import KubeClient
-from gpuval_operator.kube.credentials import CredentialsError, load_connection, load_credentials
+from gpuval_operator.kube.credentials import (
+    CredentialsError,
+    Login,
+    kopf_context,
+    load_credentials,
+)
 from gpuval_operator.kube.leader import LeaderElector
 from gpuval_operator.nodes.actor import NodeActor
 from gpuval_operator.readmodel.metrics import make_registry, start_server
@@ -53,15 +58,20 @@ def configure(settings: kopf.OperatorSettings) -> None:
 
 
 @kopf.on.login()
-def login(**_: Any) -> kopf.ConnectionInfo:
-    """The identity the operator's own client uses (gpuval_operator.kube.credentials: $KUBECONFIG
-    as it is at login time, else the pod's ServiceAccount, else ~/.kube/config), so kopf and the
-    client are the same caller. kopf calls this again when the API server answers 401 (a rotated
-    token)."""
+async def login(memo: kopf.Memo, **_: Any) -> kopf.AiohttpSession:
+    """kopf's session for the identity the operator's own client uses (startup loaded it:
+    gpuval_operator.kube.credentials), so kopf and the client are one caller. kopf calls this
+    again when that identity goes stale and when the API server answers 401: the identity kopf
+    had is then loaded again, unless the client already did."""
+    credentials: Login = memo.ctx.client.login
+    given = getattr(memo, "kopf_identity", None)
     try:
-        return load_connection().info
+        identity = await (credentials.current() if given is None else credentials.renew(given))
+        context = kopf_context(identity)
     except CredentialsError as error:
         raise kopf.LoginError(str(error)) from None
+    memo.kopf_identity = identity
+    return context
 
 
 @kopf.on.startup()
@@ -71,7 +81,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         config = OperatorConfig.from_env()
     except ConfigError as exc:
         raise kopf.PermanentError(str(exc)) from exc
-    client = KubeClient(load_credentials())
+    try:
+        client = KubeClient(load_credentials())
+    except CredentialsError as error:
+        raise kopf.PermanentError(str(error)) from error
     registry = Registry()
     memo.ctx = Context(client=client, config=config, registry=registry)
     prom = make_registry(registry, per_gpu=config.metrics_per_gpu, client=client)

@@ -1,10 +1,12 @@
 """A small asyncio Kubernetes client on raw JSON, for the operator's hot paths.
 
-Credentials come from `gpuval_operator.kube.credentials` (in-cluster or a kubeconfig); requests go
-through aiohttp and come back as plain dicts, because generated models' deserialisation costs more
-CPU than the operator's whole logic at fleet scale. Lists are paginated; watches ask for
-bookmarks and resume from the last resourceVersion; 429 and 5xx are retried with backoff (honouring
-Retry-After), so bursts of creates slow down instead of failing.
+Who it is comes from `gpuval_operator.kube.credentials` (one identity with kopf's, loaded by the
+`kubernetes` package): each request carries the identity's current headers, the identity is
+loaded again when it is due, and a 401 loads it again and repeats the request once. Requests go
+through aiohttp and come back as plain dicts: the kubernetes package's asyncio client turns
+10,000 pods into models several times slower (docs/operator.md, "Credentials"). Lists are
+paginated; watches ask for bookmarks and resume from the last resourceVersion; 429 and 5xx are
+retried with backoff (honouring Retry-After), so bursts of creates slow down instead of failing.
 """
 
 from __future__ import annotations
@@ -13,14 +15,15 @@ import asyncio
 import json
 import logging
 import random
-import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 
-from gpuval_operator.kube.credentials import Credentials
+from gpuval_credentials import Identity
+from gpuval_credentials.aio import session as aio_session
+from gpuval_operator.kube.credentials import Login
 
 log = logging.getLogger(__name__)
 
@@ -49,18 +52,19 @@ class KubeClient:
 
     def __init__(
         self,
-        credentials: Credentials,
+        login: Login,
         *,
         request_timeout: float = 30.0,
         watch_timeout: int = 240,
         max_retries: int = 8,
     ) -> None:
-        self.credentials = credentials
+        self.login = login
         self.request_timeout = request_timeout
         self.watch_timeout = watch_timeout
         self.max_retries = max_retries
         self._session: aiohttp.ClientSession | None = None
-        self._token_read_at = 0.0
+        self._transport: tuple[object, ...] = ()
+        self._retired: list[aiohttp.ClientSession] = []  # sessions of an earlier transport
         self.requests_total: dict[tuple[str, int], int] = {}
 
     async def __aenter__(self) -> KubeClient:
@@ -69,25 +73,27 @@ class KubeClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def _headers(self) -> dict[str, str]:
-        creds = self.credentials
-        # Projected ServiceAccount tokens rotate; re-read the file every minute as client-go does.
-        if creds.token_file and time.monotonic() - self._token_read_at > 60:
-            with open(creds.token_file) as fh:
-                creds.headers["Authorization"] = f"Bearer {fh.read().strip()}"
-            self._token_read_at = time.monotonic()
-        return creds.headers
-
     @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self.credentials.ssl_context, limit=128)
-            self._session = aiohttp.ClientSession(connector=connector)
-        return self._session
+    def server(self) -> str:
+        return self.login.identity.server.rstrip("/")
+
+    async def _session_for(
+        self, identity: Identity
+    ) -> tuple[aiohttp.ClientSession, list[tuple[str, str]]]:
+        """A session for the identity's transport (a new one should its server, trust, client
+        certificate or proxy change) and the headers it adds to a request."""
+        if self._session is None or self._session.closed or identity.transport() != self._transport:
+            if self._session is not None:
+                # Requests and watches under way finish on it; closed with the client.
+                self._retired.append(self._session)
+            self._session = aio_session(identity, headers=False, limit=128)
+            self._transport = identity.transport()
+        return self._session, [*identity.headers(), ("Accept", JSON)]
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        for session in [*self._retired, self._session]:
+            if session is not None:
+                await session.close()
 
     def _count(self, method: str, status: int) -> None:
         key = (method, status)
@@ -102,45 +108,69 @@ class KubeClient:
         body: Any = None,
         content_type: str = JSON,
     ) -> Any:
-        """One request; retried on 429/5xx and connection errors; ApiError on any other failure."""
-        url = self.credentials.server + path
+        """One request; retried on 429/5xx and connection errors, repeated once with the identity
+        loaded again after a 401; ApiError on any other failure."""
         data = None if body is None else json.dumps(body, separators=(",", ":"))
-        delay = 0.2
-        for attempt in range(self.max_retries + 1):
-            headers = {**self._headers(), "Accept": JSON}
-            if data is not None:
-                headers["Content-Type"] = content_type
+        delay, attempt = 0.2, 0
+        refused: Identity | None = None
+        while True:
+            identity = await self.login.current()
             try:
-                async with self.session.request(
-                    method,
-                    url,
-                    params=params,
-                    data=data,
-                    headers=headers,
-                    timeout=aiohttp.ClientTimeout(total=self.request_timeout),
-                ) as resp:
-                    self._count(method, resp.status)
-                    text = await resp.text()
-                    if resp.status < 400:
-                        return json.loads(text) if text else None
-                    payload: Any
-                    try:
-                        payload = json.loads(text)
-                    except ValueError:
-                        payload = text
-                    if resp.status not in RETRYABLE or attempt == self.max_retries:
-                        raise ApiError(resp.status, method, path, payload)
-                    retry_after = resp.headers.get("Retry-After", "")
-                    wait = float(retry_after) if retry_after.isdigit() else delay
+                status, payload, retry_after = await self._send(
+                    identity, method, path=path, params=params, data=data, content_type=content_type
+                )
             except (aiohttp.ClientConnectionError, TimeoutError) as exc:
                 self._count(method, 0)
                 if attempt == self.max_retries:
                     raise
                 log.debug("%s %s: %s; retrying", method, path, exc)
                 wait = delay
+            else:
+                if status < 400:
+                    return payload
+                if status == 401 and refused is None:
+                    refused = identity
+                    log.info("%s %s: HTTP 401; loading the credentials again", method, path)
+                    await self.login.renew(identity)
+                    continue
+                if status not in RETRYABLE or attempt == self.max_retries:
+                    raise ApiError(status, method, path, payload)
+                wait = float(retry_after) if retry_after.isdigit() else delay
+            attempt += 1
             await asyncio.sleep(wait * (0.5 + random.random()))
             delay = min(delay * 2, 10.0)
-        raise AssertionError("unreachable")
+
+    async def _send(
+        self,
+        identity: Identity,
+        method: str,
+        *,
+        path: str,
+        params: Mapping[str, str | int] | None,
+        data: str | None,
+        content_type: str,
+    ) -> tuple[int, Any, str]:
+        """(status, the decoded body, Retry-After) of one request."""
+        session, headers = await self._session_for(identity)
+        if data is not None:
+            headers.append(("Content-Type", content_type))
+        async with session.request(
+            method,
+            identity.server.rstrip("/") + path,
+            params=params,
+            data=data,
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=self.request_timeout),
+        ) as resp:
+            self._count(method, resp.status)
+            text = await resp.text()
+            retry_after = resp.headers.get("Retry-After", "")
+        if resp.status < 400:
+            return resp.status, json.loads(text) if text else None, retry_after
+        try:
+            return resp.status, json.loads(text), retry_after
+        except ValueError:
+            return resp.status, text, retry_after
 
     async def get(self, path: str, **params: str | int) -> Any:
         return await self.request("GET", path, params=params or None)
@@ -228,15 +258,19 @@ class KubeClient:
         timeout = aiohttp.ClientTimeout(
             total=self.watch_timeout + 30, sock_connect=10, sock_read=self.watch_timeout + 15
         )
-        async with self.session.get(
-            self.credentials.server + path,
+        identity = await self.login.current()
+        session, headers = await self._session_for(identity)
+        async with session.get(
+            identity.server.rstrip("/") + path,
             params=params,
-            headers={**self._headers(), "Accept": JSON},
+            headers=headers,
             timeout=timeout,
         ) as resp:
             self._count("WATCH", resp.status)
             if resp.status == 410:
                 raise ResourceExpiredError(path)
+            if resp.status == 401:
+                await self.login.renew(identity)  # the caller resumes with the new identity
             if resp.status >= 400:
                 raise ApiError(resp.status, "WATCH", path, await resp.text())
             async for line in resp.content:

@@ -3,10 +3,13 @@
 kopf's peering only freezes replicas of equal priority; it elects no leader. So the operator
 takes a Lease before its handlers start: a standby waits, renewing nothing, until the holder
 has not renewed for a lease duration, then takes it. The leader renews every few seconds; one
-that cannot renew within its deadline (shorter than the lease, so no one else holds it yet)
-exits at once rather than act beside a new leader, and its pod restarts as a standby. A new
-leader continues the run from its status, reports and pods (deterministic names, the run id in
-the status), so a takeover duplicates no pod and loses no verdict.
+that cannot renew within its deadline (the lease's duration less one renew interval after the
+renewTime it last wrote, so no one else can hold it yet) exits at once rather than act beside a
+new leader, and its pod restarts as a standby. However long an API call hangs: each renewal is
+bounded by the time left to the deadline, and a watchdog thread, which needs nothing from the
+event loop, ends the process half a renew interval after the deadline should the loop itself be
+stuck. A new leader continues the run from its status, reports and pods (deterministic names, the
+run id in the status), so a takeover duplicates no pod and loses no verdict.
 
 `next_move` is the pure decision; `LeaderElector` makes the calls.
 """
@@ -15,12 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum, auto
 from typing import Any
+
+import aiohttp
 
 from gpuval_operator.kube.client import ApiError, KubeClient, q
 from gpuval_operator.timestamps import parse_time
@@ -93,6 +100,13 @@ class LeaderElector:
         self.client, self.namespace, self.name = client, namespace, name
         self.identity, self.duration, self.renew = identity, duration, renew
         self.path = f"/apis/coordination.k8s.io/v1/namespaces/{q(namespace)}/leases"
+        # time.monotonic() when the renewTime of the last successful take or renewal was read
+        # off the clock: the Lease runs out `duration` after that, whatever the call took.
+        self.renewed_at: float | None = None
+
+    def deadline(self) -> float:
+        """The monotonic time by which this leader must have renewed or stopped acting."""
+        return (self.renewed_at or 0.0) + self.duration - self.renew
 
     def _body(self, lease: LeaseFacts, now: float) -> dict[str, Any]:
         ours = lease.holder == self.identity
@@ -114,7 +128,7 @@ class LeaderElector:
 
     async def try_once(self) -> bool:
         """One attempt to take or renew the Lease; True when this replica holds it now."""
-        now = time.time()
+        started, now = time.monotonic(), time.time()
         lease = LeaseFacts.parse(await self.client.get_or_none(f"{self.path}/{q(self.name)}"))
         move = next_move(lease, self.identity, now)
         if move is Move.WAIT:
@@ -130,6 +144,7 @@ class LeaderElector:
             if exc.status == 409:
                 return False  # another replica moved first
             raise
+        self.renewed_at = started
         if move is not Move.RENEW:
             log.info("leader: %s took lease %s/%s", self.identity, self.namespace, self.name)
         return True
@@ -141,7 +156,7 @@ class LeaderElector:
             try:
                 if await self.try_once():
                     return
-            except (ApiError, OSError, TimeoutError) as exc:
+            except (ApiError, OSError, TimeoutError, aiohttp.ClientError) as exc:
                 log.warning("leader: could not read or take the lease: %s", exc)
             if not announced:
                 log.info("leader: %s is standby; another replica holds the lease", self.identity)
@@ -149,21 +164,59 @@ class LeaderElector:
             await asyncio.sleep(self.renew)
 
     async def keep(self, lost: Callable[[], None]) -> None:
-        """Renew every `renew` seconds; call `lost` once renewing has failed for longer than the
-        lease's duration less one renew interval (before anyone else can take it)."""
-        last = time.monotonic()
-        while True:
-            await asyncio.sleep(self.renew)
-            try:
-                if await self.try_once():
-                    last = time.monotonic()
-                    continue
-                log.error("leader: %s lost the lease to another replica", self.identity)
-                lost()
-                return
-            except (ApiError, OSError, TimeoutError) as exc:
-                log.warning("leader: renewing failed: %s", exc)
-            if time.monotonic() - last > self.duration - self.renew:
-                log.error("leader: %s could not renew within its deadline", self.identity)
-                lost()
-                return
+        """Renew every `renew` seconds; call `lost` once, as soon as another replica holds the
+        Lease or the deadline passes without a renewal (each attempt is cut off at the
+        deadline), from the watchdog thread should the event loop not get there in time."""
+        watchdog = Watchdog(self.deadline, grace=self.renew / 2, identity=self.identity)
+        watchdog.start()
+        try:
+            while True:
+                await asyncio.sleep(max(0.0, min(self.renew, self.deadline() - time.monotonic())))
+                left = self.deadline() - time.monotonic()
+                try:
+                    if left > 0:
+                        async with asyncio.timeout(left):
+                            held = await self.try_once()
+                        if held:
+                            continue
+                        log.error("leader: %s lost the lease to another replica", self.identity)
+                        lost()
+                        return
+                except TimeoutError:
+                    log.warning("leader: renewing did not finish before the deadline")
+                except (ApiError, OSError, aiohttp.ClientError) as exc:
+                    log.warning("leader: renewing failed: %s", exc)
+                except Exception:
+                    log.exception("leader: renewing failed")  # never ends the loop: it must exit
+                if time.monotonic() >= self.deadline():
+                    log.error("leader: %s could not renew within its deadline", self.identity)
+                    lost()
+                    return
+        finally:
+            # Reached only through `lost` (every error is caught above) or cancellation at
+            # shut-down: either way nothing acts as leader from here on.
+            watchdog.stop()
+
+
+class Watchdog(threading.Thread):
+    """Ends the process `grace` seconds after the leader's deadline unless a renewal moved it:
+    a thread of its own, so neither a hung call nor a stuck event loop can keep a replica acting
+    after its Lease could have gone to another. It writes its one line straight to stderr, as
+    the logging module's locks may be held by the stuck thread."""
+
+    def __init__(self, deadline: Callable[[], float], *, grace: float, identity: str) -> None:
+        super().__init__(name="leader-watchdog", daemon=True)
+        self.deadline, self.grace, self.identity = deadline, grace, identity
+        self._stopped = threading.Event()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            left = self.deadline() + self.grace - time.monotonic()
+            if left <= 0:
+                line = f"leader: {self.identity} could not renew within its deadline (watchdog)\n"
+                os.write(2, line.encode())
+                os._exit(1)
+            self._stopped.wait(left)

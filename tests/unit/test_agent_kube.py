@@ -212,9 +212,10 @@ def test_cluster_mode_writes_running_what_failed_while_still_running_then_the_co
     # The burn's failure is in the report before the verdict: evidence if the agent is killed.
     assert found["phase"] == "Running" and "verdict" not in found
     assert found["reason"] == "OverTemperature" and found["failures"][0]["gpu"] == 3
-    assert found["message"].startswith("burn: GPU 3: reached 96") and "still running" in found[
-        "message"
-    ]
+    assert (
+        found["message"].startswith("burn: GPU 3: reached 96")
+        and "still running" in found["message"]
+    )
     assert completed["phase"] == "Completed"
     assert completed["verdict"] == "Failed" and completed["reason"] == "OverTemperature"
     assert completed["summary"]["gpuCount"] == 4

@@ -233,3 +233,18 @@ def test_a_node_whose_sharing_gives_no_pod_a_whole_gpu_is_not_retried_in_the_run
     other = _running("gpu-2")
     other.finish_for("gpu-2", Reason.AGENT_PREEMPTED, "preempted")
     assert retry_wanted(other.nodes["gpu-2"], RetryPolicy(attempts=3))
+
+
+def test_a_node_not_ready_waits_for_its_next_attempt_one_node_timeout_at_most() -> None:
+    run = _running("gpu-1")
+    record = run.nodes["gpu-1"]
+    record.phase, record.planned = Phase.PENDING, True
+    record.not_before, record.not_ready = T0 + 10, (T0, "NodeStatusUnknown")
+    assert next_wave(run, limit=4, now=T0 + 20) == [], "no pod for a NotReady node"
+    args: dict[str, Any] = {"monotonic": 0.0, "timeout": 600, "grace": 10, "not_ready_grace": 5}
+    assert due_outcomes(run, now=T0 + 609, **args) == []
+    [outcome] = due_outcomes(run, now=T0 + 610, **args)
+    assert (outcome.reason, outcome.delete_pod) == (Reason.NODE_NOT_READY, False)
+    assert "while its agent was to start" in outcome.message
+    record.not_ready = None  # Ready again
+    assert next_wave(run, limit=4, now=T0 + 20) == [record]

@@ -113,13 +113,13 @@ def node_not_ready(r: NodeRecord, now: float) -> Outcome:
     """The node stayed NotReady past the grace period: not tested (its kubelet, runtime or network
     is no evidence against its GPUs), tried again once Ready."""
     since, why = r.not_ready or (now, "")
-    doing = "ran" if r.started else "waited to start"
+    doing = {Phase.PENDING: "was to start"}.get(r.phase, "ran" if r.started else "waited to start")
     detail = f" ({why})" if why else ""
     message = (
         f"node {r.node} was NotReady for {now - since:.0f}s{detail} while its agent {doing}: not "
         "tested, tried again once Ready"
     )
-    return Outcome.of(r.node, Reason.NODE_NOT_READY, message, delete_pod=True)
+    return Outcome.of(r.node, Reason.NODE_NOT_READY, message, delete_pod=r.phase is Phase.RUNNING)
 
 
 def _death(r: NodeRecord, death: deaths.Death, **kwargs: Any) -> Outcome:
@@ -173,6 +173,11 @@ def due_outcomes(
     """
     outcomes: list[Outcome] = []
     for r in run.nodes.values():
+        if r.phase is Phase.PENDING and r.not_ready is not None:
+            # Its next attempt waits for the node to be Ready, for one node timeout at most.
+            if now - max(r.not_ready[0], r.not_before) >= timeout:
+                outcomes.append(node_not_ready(r, now))
+            continue
         if r.phase is not Phase.RUNNING:
             continue
         if r.node_gone:

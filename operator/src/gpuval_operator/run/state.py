@@ -197,11 +197,12 @@ class RunState:
         return sum(1 for r in self.nodes.values() if r.phase is Phase.RUNNING)
 
     def pending(self, now: float = float("inf")) -> Iterator[NodeRecord]:
-        """Nodes waiting for their wave whose report exists and whose backoff is over."""
+        """Nodes waiting for their wave whose report exists, whose backoff is over and whose
+        node is Ready (a NotReady one waits: lifecycle.due_outcomes bounds how long)."""
         return (
             r
             for r in self.nodes.values()
-            if r.phase is Phase.PENDING and r.planned and r.not_before <= now
+            if r.phase is Phase.PENDING and r.planned and r.not_before <= now and not r.not_ready
         )
 
     def all_done(self) -> bool:

@@ -24,7 +24,6 @@ import pytest
 from gpuval_api.env import OperatorEnv
 from gpuval_api.gfd import SharingStrategy
 from gpuval_devtools.controlplane import KWOK_NODE_ANNOTATION, Cluster
-from gpuval_devtools.launch import AGENT_NAMESPACE
 from gpuval_devtools.simulation import HEALTHY, SIMULATE_ANNOTATION
 from tests.integration.test_operator_notrun import training_job
 from tests.support.fleet import (
@@ -279,62 +278,72 @@ def _report_name(cluster: Cluster, name: str, node: str) -> str:
     return ""
 
 
-def test_an_agent_killed_from_outside_is_not_run_without_findings_and_failed_on_them(
+def _kill_agent(cluster: Cluster, name: str, node: str) -> None:
+    """SIGKILL the node's agent process, as an outside killer would."""
+    report = _report_name(cluster, name, node)
+    pid = wait_for(f"{node}'s agent process", partial(_agent_pid, report), timeout=30)
+    os.kill(pid, signal.SIGKILL)
+
+
+def test_an_agent_killed_from_outside_without_findings_is_not_run_untouched_and_retried(
     cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
 ) -> None:
-    # Both agents hang in the burn; one had found an XID in the kernel log before it.
-    clean = fleet.add(unique_name("killed"), [{"kind": "hang"}])
-    xid = fleet.add(unique_name("xid"), [{"kind": "kernel-xid", "gpu": 2}, {"kind": "hang"}])
+    node = fleet.add(unique_name("killed"), [{"kind": "hang"}])  # hangs in the burn
     name = unique_name("killed")
-    spec = {
-        "maxConcurrent": "100%",
-        "checks": QUICK,
-        "nodeActions": ACTIONS,
-        "retry": {"attempts": 2, "backoffSeconds": 15},
-    }
+    spec = {"checks": QUICK, "nodeActions": ACTIONS, "retry": {"attempts": 2, "backoffSeconds": 15}}
     with operator():
         apply(cluster, fleet.validation(name, **spec))
-        for node in (clean, xid):
-            wait_for("the agent to start", partial(_agent_started, cluster, name, node), timeout=60)
-        wait_for(
-            "the XID in the running report",
-            lambda: _report_of(cluster, name, xid).get("failures"),
-            timeout=60,
-        )
-        _heal(cluster, clean)
-        for node in (clean, xid):
-            report = _report_name(cluster, name, node)
-            pid = wait_for(f"{node}'s agent process", partial(_agent_pid, report), timeout=30)
-            os.kill(pid, signal.SIGKILL)
+        wait_for("the agent to start", partial(_agent_started, cluster, name, node), timeout=60)
+        _heal(cluster, node)  # its next agent does not hang
+        _kill_agent(cluster, name, node)
         first = wait_for(
-            "the killed node's first attempt to end",
-            lambda: (r := _report_of(cluster, name, clean)).get("verdict") and r,
+            "the first attempt to end",
+            lambda: (r := _report_of(cluster, name, node)).get("verdict") and r,
             timeout=60,
         )
-        [first_pod] = [p for p in pods_of(cluster, name) if p["spec"].get("nodeName") == clean]
-        killed = get_json(cluster, "pod", first_pod["metadata"]["name"], "-n", AGENT_NAMESPACE)
-        during = _node(cluster, clean)
+        [pod] = pods_of(cluster, name)
+        during = _node(cluster, node)
         status = completed_run(cluster, name, timeout=120)
-        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
-        nodes = {n: _node(cluster, n) for n in (clean, xid)}
+        report = by_node(reports_of(cluster, name, status["run"]["id"]))[node]
         pods = sorted(p["metadata"]["name"] for p in pods_of(cluster, name))
+        state = _node(cluster, node)
         delete_validation(cluster, name)
-    terminated = killed["status"]["containerStatuses"][0]["state"]["terminated"]
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
     assert terminated["exitCode"] == 137, "as a kubelet reports a SIGKILL"
     assert (first["verdict"], first["reason"]) == ("NotRun", "AgentKilled"), first
     assert "killed from outside with exit code 137" in first["message"]
-    assert _untouched(during)
-    # Tried again: the second attempt passes and nothing was ever done to the node.
-    assert reports[clean]["verdict"] == "Passed" and any(p.endswith("-a2") for p in pods)
-    assert _untouched(nodes[clean])
+    assert first["failures"] == [] and _untouched(during)
+    # Tried again: the second attempt passes, and nothing was ever done to the node.
+    assert report["verdict"] == "Passed" and pods[-1].endswith("-a2"), pods
+    assert _untouched(state) and state["metadata"]["labels"]["gpuval.dev/verdict"] == "passed"
+
+
+def test_an_agent_killed_after_its_checks_found_an_xid_fails_its_node_on_the_xid(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    # The state check reads XID 79 in the kernel log, then the agent hangs in the burn.
+    node = fleet.add(unique_name("xid"), [{"kind": "kernel-xid", "gpu": 2}, {"kind": "hang"}])
+    name = unique_name("xid")
+    with operator():
+        apply(cluster, fleet.validation(name, checks=QUICK, nodeActions=ACTIONS))
+        found = wait_for(
+            "the XID in the running report",
+            lambda: (r := _report_of(cluster, name, node)).get("failures") and r,
+            timeout=60,
+        )
+        _kill_agent(cluster, name, node)
+        status = completed_run(cluster, name, timeout=120)
+        report = by_node(reports_of(cluster, name, status["run"]["id"]))[node]
+        state = _node(cluster, node)
+        delete_validation(cluster, name)
+    assert (found["phase"], found["reason"]) == ("Running", "KernelXidReboot")
+    assert "still running" in found["message"]
     # What the agent had found before it was killed is evidence: Failed on it, not on the death.
-    found = reports[xid]
-    assert (found["verdict"], found["reason"]) == ("Failed", "KernelXidReboot")
-    assert (
-        "was killed with exit code 137 after its checks found KernelXidReboot" in found["message"]
-    )
-    assert found["failures"][0]["reason"] == "KernelXidReboot"
-    assert not _untouched(nodes[xid])
+    assert (report["verdict"], report["reason"]) == ("Failed", "KernelXidReboot")
+    said = report["message"]
+    assert "was killed with exit code 137 after its checks found KernelXidReboot" in said
+    assert [f["reason"] for f in report["failures"]] == ["KernelXidReboot"]
+    assert not _untouched(state), "a failure with evidence takes the actions asked for"
 
 
 # -- what a new user saw (part 7) --
@@ -346,11 +355,7 @@ def test_a_gating_validation_with_no_node_yet_is_pending_waiting_for_nodes(
     name = unique_name("empty")
     with operator():
         apply(cluster, fleet.validation(name, gating={"batchSeconds": 1}, checks=QUICK))
-        status = wait_for(
-            "the first status",
-            lambda: (s := status_of(cluster, name)).get("conditions") and s,
-            timeout=30,
-        )
+        status = completed_run(cluster, name, timeout=60)  # its run over no node is closed
         events = _events(cluster, name)
         delete_validation(cluster, name)
     assert status["phase"] == "Pending"

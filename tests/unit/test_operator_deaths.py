@@ -123,3 +123,21 @@ def test_a_shared_nodes_pod_never_scheduled_is_not_run_as_replicas_held() -> Non
     [outcome] = due_outcomes(run, now=T0 + 600, monotonic=0.0, timeout=600, grace=10)
     assert (outcome.verdict, outcome.reason) == ("NotRun", Reason.GPU_REPLICAS_HELD)
     assert "every replica" in outcome.message and "Insufficient nvidia.com/gpu" in outcome.message
+
+
+def test_what_the_agent_had_found_fails_the_node_however_its_pod_ended() -> None:
+    run = make_run("a")
+    found = report(
+        "a",
+        phase="Running",
+        verdict=None,
+        reason="BurnMismatch",
+        message="burn: GPU 3 miscompared (still running)",
+        failures=[{"check": "burn", "reason": "BurnMismatch", "message": "GPU 3 miscompared"}],
+    )
+    assert not run.apply_report(found)
+    run.apply_pod(pod("a"), now=0.0)
+    run.apply_pod_deleted(pod("a", status={"reason": "Evicted"}))
+    [outcome] = due_outcomes(run, now=T0, monotonic=0.0, timeout=600, grace=10)
+    assert (outcome.verdict, outcome.reason) == ("Failed", Reason.BURN_MISMATCH)
+    assert "was evicted after its checks found BurnMismatch" in outcome.message

@@ -4,19 +4,19 @@ A verdict against a node needs evidence against the node (docs/operator.md, "Ver
 A pod that ends without a report is judged on what is known of its end, in this order:
 
 1. the verdict the agent left in its termination message (its report write never arrived);
-2. preempted for a pod of higher priority: NotRun (AgentPreempted);
-3. evicted: NotRun (PodEvicted);
-4. killed by the kubelet for its memory limit (`terminated.reason` OOMKilled): NotRun
+2. what the agent had found failing before it ended (its Running report lists failures, written
+   as each check fails): Failed on the first one, however the pod ended (a death alone is no
+   evidence, what it measured is);
+3. preempted for a pod of higher priority: NotRun (AgentPreempted);
+4. evicted: NotRun (PodEvicted);
+5. killed by the kubelet for its memory limit (`terminated.reason` OOMKilled): NotRun
    (PodOomKilled);
-5. failed before its container started (the kubelet refused it at admission, e.g. a shared GPU
+6. failed before its container started (the kubelet refused it at admission, e.g. a shared GPU
    whose device plugin gives no pod every replica): NotRun (GpuSharingUnsupported on a node with
    shared GPUs, else AgentNotStarted);
-6. killed from outside, SIGKILL or SIGTERM (exit code 137 or 143): Failed with the agent's own
-   words when its Running report already listed a failure (what it had found before it was
-   killed counts: an XID, a miscompare), else NotRun (AgentKilled) and tried again, whose state
-   check reads the kernel log since boot;
-7. anything else (the agent exited by itself, 1 or 2, without a verdict): Failed, on its own
-   findings when its Running report listed some, else PodFailed.
+7. killed from outside, SIGKILL or SIGTERM (exit code 137 or 143): NotRun (AgentKilled), tried
+   again, and that attempt's state check reads the kernel log since boot;
+8. anything else (the agent exited by itself, 1 or 2, without a verdict): Failed (PodFailed).
 
 Nothing here calls the API or reads a clock (tests/unit/test_operator_deaths.py).
 """
@@ -86,58 +86,58 @@ def _findings(r: NodeRecord, reason: Reason, found: str, how: str) -> Death:
     return Death(Verdict.FAILED, reason, message, status)
 
 
-def _killed(r: NodeRecord, code: str) -> Death:
-    if r.found is not None:
-        return _findings(r, *r.found, f"was killed{code}")
-    message = (
-        f"agent pod {r.pod} was killed from outside{code} before it wrote a verdict, and its "
-        "checks had found nothing failing: no evidence against the node"
-    )
-    return Death.of(Reason.AGENT_KILLED, message)
+def _how(r: NodeRecord, code: str) -> tuple[str, Death | None]:
+    """How the pod ended, in words, and the verdict that end gives when the agent had found
+    nothing (None: the agent exited by itself, PodFailed)."""
+    if r.preempted:
+        how = "was preempted for a pod of higher priority"
+        return how, Death.of(Reason.AGENT_PREEMPTED, f"agent pod {r.pod} {how}")
+    if r.evicted:
+        return "was evicted", Death.of(Reason.POD_EVICTED, f"agent pod {r.pod} was evicted")
+    if r.terminated_reason == CONTAINER_REASON_OOM_KILLED:
+        how = f"was OOM-killed{code}"
+        message = f"agent pod {r.pod} {how}: raise spec.agent.resources.limits.memory"
+        return how, Death.of(Reason.POD_OOM_KILLED, message)
+    if r.pod_phase == PodPhase.FAILED and not r.started:
+        why = f" ({r.pod_reason})" if r.pod_reason else ""
+        how = f"failed before its container started{why}"
+        if r.sharing is not None:
+            message = (
+                f"agent pod {r.pod} {how}: the node's GPUs are shared ({r.sharing}) and its "
+                "device plugin gave no pod every replica"
+            )
+            return how, Death.of(Reason.GPU_SHARING_UNSUPPORTED, message)
+        return how, Death.of(Reason.AGENT_NOT_STARTED, f"agent pod {r.pod} {how}")
+    if killed_from_outside(r.exit_code, r.terminated_reason):
+        message = (
+            f"agent pod {r.pod} was killed from outside{code} before it wrote a verdict, and its "
+            "checks had found nothing failing: no evidence against the node"
+        )
+        return f"was killed{code}", Death.of(Reason.AGENT_KILLED, message)
+    return (f"failed{code}" if r.pod_phase == PodPhase.FAILED else "exited"), None
 
 
 def ended(r: NodeRecord) -> Death:
     """The verdict of a pod that ended (and stayed without a report for the grace period)."""
     if r.termination is not None:
         return _from_termination(r, r.termination)
-    if r.preempted:
-        return Death.of(
-            Reason.AGENT_PREEMPTED, f"agent pod {r.pod} was preempted for a pod of higher priority"
-        )
-    if r.evicted:
-        return Death.of(Reason.POD_EVICTED, f"agent pod {r.pod} was evicted")
     code = "" if r.exit_code is None else f" with exit code {r.exit_code}"
-    if r.terminated_reason == CONTAINER_REASON_OOM_KILLED:
-        return Death.of(
-            Reason.POD_OOM_KILLED,
-            f"agent pod {r.pod} was OOM-killed{code}: raise spec.agent.resources.limits.memory",
-        )
-    if r.pod_phase == PodPhase.FAILED and not r.started:
-        why = f" ({r.pod_reason})" if r.pod_reason else ""
-        if r.sharing is not None:
-            return Death.of(
-                Reason.GPU_SHARING_UNSUPPORTED,
-                f"agent pod {r.pod} failed before its container started{why}: the node's GPUs "
-                f"are shared ({r.sharing}) and its device plugin gave no pod every replica",
-            )
-        return Death.of(
-            Reason.AGENT_NOT_STARTED, f"agent pod {r.pod} failed before its container started{why}"
-        )
-    if killed_from_outside(r.exit_code, r.terminated_reason):
-        return _killed(r, code)
-    how = f"failed{code}" if r.pod_phase == PodPhase.FAILED else "exited"
+    how, death = _how(r, code)
     if r.found is not None:
-        return _findings(r, *r.found, f"{how} without a verdict")
+        return _findings(r, *r.found, how)
+    if death is not None:
+        return death
     return Death.of(Reason.POD_FAILED, f"agent pod {r.pod} {how} without writing a verdict")
 
 
 def gone(r: NodeRecord) -> Death:
     """A pod deleted before it finished, by someone else than the operator."""
     if r.preempted:
-        return Death.of(
-            Reason.AGENT_PREEMPTED,
-            f"agent pod {r.pod} was preempted for a pod of higher priority before it finished",
-        )
-    what = "evicted" if r.evicted else "deleted"
-    reason = Reason.POD_EVICTED if r.evicted else Reason.POD_DELETED
-    return Death.of(reason, f"agent pod {r.pod} was {what} before it finished")
+        how, reason = "was preempted for a pod of higher priority", Reason.AGENT_PREEMPTED
+    elif r.evicted:
+        how, reason = "was evicted", Reason.POD_EVICTED
+    else:
+        how, reason = "was deleted", Reason.POD_DELETED
+    if r.found is not None:
+        return _findings(r, *r.found, how)
+    return Death.of(reason, f"agent pod {r.pod} {how} before it finished")

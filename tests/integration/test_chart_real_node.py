@@ -4,9 +4,10 @@ filesystem), `helm test` runs as a real pod, and a GpuValidation ends with the r
 validated by the agent image's pod (privileged, in the agents' own namespace; the operator's
 enforces Pod Security's restricted level), which writes its report with the ServiceAccount token the
 kubelet bound to it, through the admission policy; kwok nodes of the same run keep their pod
-runner. Then what only a real pod can show: a killed container fails its node (PodFailed) and an
-OOM-killed one leaves it NotRun (PodOomKilled), and the leader replica's pod deleted mid-run hands
-the Lease to the standby, which finishes the run.
+runner. Then what only a real pod can show: a container killed from outside leaves its node NotRun
+(AgentKilled: no evidence against it) and so does an OOM-killed one (PodOomKilled), an agent the
+scheduler preempts for real work is NotRun (AgentPreempted), untouched and tried again, and the
+leader replica's pod deleted mid-run hands the Lease to the standby, which finishes the run.
 
 Figures (helm install -> operator Ready, apply -> the real node's verdict) are printed, never
 asserted.
@@ -174,7 +175,7 @@ def _failure(
     return ("", "")
 
 
-def test_a_killed_agent_container_fails_its_node_with_exit_code_137_after_its_token_was_fenced(
+def test_a_killed_agent_container_is_not_run_untouched_with_exit_code_137_its_token_fenced(
     *,
     real_node_cluster: Cluster,
     real_node: RealNode,
@@ -195,15 +196,22 @@ def test_a_killed_agent_container_fails_its_node_with_exit_code_137_after_its_to
         )
         _token_writes_only_its_own_nodes_report(cluster, real_node, release, pod, tmp_path)
         os.kill(real_node.container_pid(container), signal.SIGKILL)
-        failure = wait_for("the run to end", lambda: _failure(cluster, name, real_node.name))
+        failure = wait_for(
+            "the run to end", lambda: _failure(cluster, name, real_node.name, "notRunNodes")
+        )
         final = get_json(cluster, "pod", pod["metadata"]["name"], "-n", release.agent_namespace)
+        node = get_json(cluster, "node", real_node.name)
     finally:
         cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
     terminated = final["status"]["containerStatuses"][0]["state"]["terminated"]
     assert terminated["exitCode"] == 137 and terminated["reason"] != "OOMKilled"
+    # A SIGKILL from outside, with nothing the agent had found failing, is no evidence against
+    # the node: NotRun (it would be tried again with spec.retry.attempts > 1), no action.
     reason, message = failure
-    assert reason == "PodFailed", failure
-    assert "exit code 137" in message, message
+    assert reason == "AgentKilled", failure
+    assert "killed from outside with exit code 137" in message, message
+    assert node["metadata"]["labels"].get("gpuval.dev/verdict") != "failed"
+    assert not any(t["key"] == "gpuval.dev/unhealthy" for t in node["spec"].get("taints") or [])
 
 
 def _token_writes_only_its_own_nodes_report(
@@ -267,6 +275,93 @@ def test_an_oom_killed_agent_leaves_its_node_not_run_as_pod_oom_killed(
     assert "OOM-killed" in message
     assert node["metadata"]["labels"].get("gpuval.dev/verdict") != "failed"
     assert not any(t["key"] == "gpuval.dev/unhealthy" for t in node["spec"].get("taints") or [])
+
+
+def test_an_agent_preempted_for_real_work_is_not_run_untouched_and_tried_again_once_it_is_done(
+    *,
+    real_node_cluster: Cluster,
+    real_node: RealNode,
+    release: chart.Release,
+    pool: str,
+    unique_name: Callable[[str], str],
+) -> None:
+    cluster = real_node_cluster
+    # The chart's own PriorityClass for agents (agent.priorityClass.create), as it renders it.
+    [priority] = chart.render(
+        release=release.name,
+        namespace=release.namespace,
+        values={"agent.priorityClass.create": True},
+        show_only=["templates/agent-priorityclass.yaml"],
+    )
+    cluster.apply([priority])
+    name, work = unique_name("yield"), unique_name("train")
+    validation = real.validation_of(
+        name, pool, burn_seconds=30, time_scale=1.0, retry={"attempts": 2, "backoffSeconds": 20}
+    )
+    validation["spec"]["agent"]["priorityClassName"] = priority["metadata"]["name"]
+    validation["spec"]["nodeActions"] = {"taint": {"effect": "NoSchedule"}, "cordon": True}
+    cluster.apply([validation])
+    try:
+        first = wait_for(
+            "the agent pod", lambda: real.agent_pods(cluster, release.agent_namespace, name)
+        )[0]
+        real.running_container(cluster, release.agent_namespace, first["metadata"]["name"])
+        # Real work asks for the node's GPUs, with the default priority (0): the scheduler
+        # preempts the agent, which asked for them with the chart's lowest priority.
+        cluster.apply([_training(work, release.agent_namespace, real_node.name)])
+        preempted = wait_for(
+            "the agent's verdict",
+            lambda: _verdict_of(cluster, name, real_node.name),
+            timeout=120,
+        )
+        node = get_json(cluster, "node", real_node.name)
+        retried = wait_for(
+            "the next attempt's pod, waiting for the GPUs the work holds",
+            lambda: _attempt(cluster, release, name, 2),
+            timeout=120,
+        )
+        cluster.kubectl("delete", "pod", work, "-n", release.agent_namespace)
+        status = wait_for("the run to end", lambda: real.completed(cluster, name), timeout=240)
+        final = get_json(cluster, "node", real_node.name)
+    finally:
+        cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
+        cluster.kubectl(
+            "delete", "pod", work, "-n", release.agent_namespace, "--wait=false", check=False
+        )
+        cluster.kubectl("delete", "priorityclass", priority["metadata"]["name"], check=False)
+    assert first["spec"]["priority"] == -1000000 and first["spec"]["hostPID"] is True
+    assert (preempted["verdict"], preempted["reason"]) == ("NotRun", "AgentPreempted"), preempted
+    assert "preempted for a pod of higher priority" in preempted["message"]
+    assert not any(t["key"] == "gpuval.dev/unhealthy" for t in node["spec"].get("taints") or [])
+    assert not node["spec"].get("unschedulable")
+    assert node["metadata"]["labels"].get("gpuval.dev/verdict") != "failed"
+    assert retried["status"]["phase"] == "Pending", "a waiting agent preempts nothing"
+    assert status["nodes"]["passed"] == 1, status
+    assert final["metadata"]["labels"]["gpuval.dev/verdict"] == "passed"
+
+
+def _training(name: str, namespace: str, node: str) -> dict[str, Any]:
+    """A workload on the real node that needs all its GPUs (the default priority, 0)."""
+    pod = real.script_pod(name, namespace, node, "import time; time.sleep(600)")
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
+    pod["spec"]["terminationGracePeriodSeconds"] = 1
+    return pod
+
+
+def _verdict_of(cluster: Cluster, validation: str, node: str) -> dict[str, Any] | None:
+    report = real.reports_by_node(cluster, validation).get(node) or {}
+    status: dict[str, Any] = report.get("status") or {}
+    return status if status.get("verdict") else None
+
+
+def _attempt(
+    cluster: Cluster, release: chart.Release, validation: str, attempt: int
+) -> dict[str, Any] | None:
+    for pod in real.agent_pods(cluster, release.agent_namespace, validation):
+        if pod["metadata"]["labels"].get("gpuval.dev/attempt") == str(attempt):
+            found: dict[str, Any] = pod
+            return found
+    return None
 
 
 def test_the_leader_pod_deleted_mid_run_hands_over_to_the_standby_which_finishes_the_run_once(

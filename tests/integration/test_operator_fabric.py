@@ -19,6 +19,9 @@ import pytest
 
 from gpuval_devtools.controlplane import Cluster, free_port
 from gpuval_devtools.launch import operator_process
+from gpuval_kubectl.cli import build_parser, show
+from gpuval_kubectl.cluster import Cluster as Objects
+from gpuval_kubectl.cluster import connect
 from tests.support.fleet import (
     Fleet,
     Operator,
@@ -288,6 +291,17 @@ def holding_gpus(cluster: Cluster, node: str, name: str) -> Iterator[None]:
         cluster.kubectl("delete", "pod", name, "-n", "default", "--wait=false", check=False)
 
 
+def _waiting_for(cluster: Cluster, name: str, node: str) -> dict[str, Any] | None:
+    """The forming group of status.fabric.waiting that waits for `node`'s pod, once it shows
+    the scheduler's words about it."""
+    for wait in (status_of(cluster, name).get("fabric") or {}).get("waiting") or []:
+        for rank in wait.get("waitingFor") or []:
+            if rank["node"] == node and rank["state"].startswith("pending: "):
+                found: dict[str, Any] = wait
+                return found
+    return None
+
+
 def test_a_group_that_cannot_form_is_not_run_and_no_node_is_acted_on(
     cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
 ) -> None:
@@ -299,7 +313,7 @@ def test_a_group_that_cannot_form_is_not_run_and_no_node_is_acted_on(
         fleet.add(node, **({"timeScale": 1.0} if node == slow_local else {}))
     name = unique_name("gang")
     actions = {"taint": {"effect": "NoSchedule"}, "cordon": True}
-    short = {"gangSeconds": 10, "initSeconds": 20, "phaseSeconds": 20}
+    short = {"gangSeconds": 30, "initSeconds": 40, "phaseSeconds": 20}
     spec = {
         "maxConcurrent": "100%",
         "checks": LOCAL,
@@ -316,12 +330,28 @@ def test_a_group_that_cannot_form_is_not_run_and_no_node_is_acted_on(
         wait_for("the busy node's local checks", busy_done, timeout=120)
         assert not fabric_pods(cluster, name), "the fabric began before the workload came"
         with holding_gpus(cluster, busy, unique_name("training")):
+            # The gang wait shows in the status and in kubectl gpuval status while it lasts.
+            waiting = wait_for(
+                "the status to show the group waiting for the busy node",
+                lambda: _waiting_for(cluster, name, busy),
+                timeout=90,
+            )
+            with connect(str(cluster.kubeconfig)) as api:
+                said = show(Objects(api), build_parser().parse_args(["status", name]))
             status = completed_run(cluster, name, timeout=180)
         reports = by_node(reports_of(cluster, name, status["run"]["id"]))
         nodes = {n: get_json(cluster, "node", n) for n in ranks}
         left = [p for p in fabric_pods(cluster, name) if p["status"].get("phase") == "Pending"]
         delete_validation(cluster, name)
     assert left == [], "the group's pods were deleted at the gang timeout"
+    assert waiting["nodes"] == 3 and waiting["gangDeadline"]
+    [awaited] = [r for r in waiting["waitingFor"] if r["node"] == busy]
+    assert awaited["rank"] == 1 and "Insufficient nvidia.com/gpu" in awaited["state"]
+    assert {r["node"] for r in waiting["joined"]} <= {ranks[0], ranks[2]}
+    assert "Fabric groups forming: 1" in said
+    assert f"waits for rank 1 ({busy}: pending: " in said
+    assert "s left of fabric.timeouts.gangSeconds" in said
+    assert status["fabric"]["waiting"] == [], "nothing forms any more once the run is done"
     assert {n: v for n, v in fabric_of(reports).items()} == {
         n: ("NotRun", "FabricGangNotFormed") for n in ranks
     }

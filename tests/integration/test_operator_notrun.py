@@ -31,8 +31,11 @@ ACTIONS = {"taint": {"effect": "NoSchedule"}, "cordon": True}
 
 
 @contextlib.contextmanager
-def training_job(cluster: Cluster, node: str, name: str) -> Iterator[Callable[[], None]]:
-    """A workload holding all 8 GPUs of `node`; yields a function that ends it early."""
+def training_job(
+    cluster: Cluster, node: str, name: str, gpus: int = 8
+) -> Iterator[Callable[[], None]]:
+    """A workload holding `gpus` GPUs of `node` (all 8 by default); yields a function that ends
+    it early."""
     cluster.apply(
         [
             {
@@ -45,7 +48,7 @@ def training_job(cluster: Cluster, node: str, name: str) -> Iterator[Callable[[]
                         {
                             "name": "train",
                             "image": "example.com/train:1",
-                            "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
                         }
                     ],
                 },

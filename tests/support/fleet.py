@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from gpuval_api.gfd import SharingStrategy
 from gpuval_devtools.controlplane import Cluster
 from gpuval_devtools.launch import AGENT_NAMESPACE
 from gpuval_devtools.simulation import simulated_node
@@ -35,11 +36,16 @@ class Fleet:
         *,
         taints: Sequence[dict[str, str]] = (),
         labels: Mapping[str, str] | None = None,
+        sharing: tuple[SharingStrategy, int] | None = None,
         **simulate: Any,
     ) -> str:
+        """A simulated node of this fleet; `sharing` (strategy, replicas per GPU): its device
+        plugin shares its GPUs, with the capacity and labels GPU feature discovery gives it."""
         node = simulated_node(name, faults, **simulate)
         own = {**(labels or {}), "gpuval-test": self.label}
         labelled = dataclasses.replace(node, labels=own, taints=taints)
+        if sharing is not None:
+            labelled = dataclasses.replace(labelled, sharing=sharing[0], replicas=sharing[1])
         self.cluster.add_nodes([labelled])
         self.nodes.append(name)
         return name

@@ -187,7 +187,7 @@ def test_a_forbidden_write_says_to_check_the_role(api: FakeApiServer) -> None:
         _writer(api).patch_status({"phase": "Running"})
 
 
-def test_cluster_mode_writes_running_then_the_completed_report(
+def test_cluster_mode_writes_running_what_failed_while_still_running_then_the_completed_report(
     api: FakeApiServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     host, port = api.url.removeprefix("https://").split(":")
@@ -207,8 +207,15 @@ def test_cluster_mode_writes_running_then_the_completed_report(
     }.items():
         monkeypatch.setenv(key, value)
     assert main(["cluster"]) == 1
-    running, completed = (r["body"]["status"] for r in api.requests)  # type: ignore[index]
+    running, found, completed = (r["body"]["status"] for r in api.requests)  # type: ignore[index]
     assert running["phase"] == "Running" and running["verdict"] is None
+    # The burn's failure is in the report before the verdict: evidence if the agent is killed.
+    assert found["phase"] == "Running" and "verdict" not in found
+    assert found["reason"] == "OverTemperature" and found["failures"][0]["gpu"] == 3
+    assert (
+        found["message"].startswith("burn: GPU 3: reached 96")
+        and "still running" in found["message"]
+    )
     assert completed["phase"] == "Completed"
     assert completed["verdict"] == "Failed" and completed["reason"] == "OverTemperature"
     assert completed["summary"]["gpuCount"] == 4

@@ -208,6 +208,11 @@ def test_every_reason_of_an_untested_node_is_not_run_and_evidence_is_failed() ->
         Reason.FABRIC_GANG_NOT_FORMED,
         Reason.GPU_IN_USE,
         Reason.DCGM_NOT_AVAILABLE,
+        Reason.NODE_NOT_READY,
+        Reason.AGENT_KILLED,
+        Reason.AGENT_PREEMPTED,
+        Reason.GPU_REPLICAS_HELD,
+        Reason.GPU_SHARING_UNSUPPORTED,
     }
     for evidence in (Reason.TIMED_OUT, Reason.NODE_GONE, Reason.POD_FAILED, Reason.BURN_MISMATCH):
         assert REASONS[evidence].verdict == "Failed"

@@ -246,3 +246,38 @@ def test_a_report_that_cannot_be_written_names_the_path(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(cluster.PluginError, match=r"--html .*cannot write the report"):
         cli.write_html(view, tmp_path / "file" / "report.html")
+
+
+def test_status_names_the_fabric_groups_forming_who_is_awaited_and_the_time_left() -> None:
+    validation = GpuValidation.model_validate(
+        {
+            "metadata": {"name": "f"},
+            "status": {
+                "fabric": {
+                    "summary": "0/1 groups done",
+                    "waiting": [
+                        {
+                            "group": "g1",
+                            "nodes": 2,
+                            "joined": [{"rank": 0, "node": "n1", "state": "started"}],
+                            "waitingFor": [
+                                {
+                                    "rank": 1,
+                                    "node": "n2",
+                                    "state": "pending: 1 Insufficient nvidia.com/gpu",
+                                }
+                            ],
+                            "gangDeadline": "2026-01-01T00:10:00Z",
+                        }
+                    ],
+                }
+            },
+        }
+    )
+    view = FleetView("GpuValidation f", "fleet", "node", "Running", (), fabric_summary="0/1")
+    out = render.render_status(view, validation, now=1767225600.0)
+    assert "Fabric groups forming: 1" in out
+    assert (
+        "  group g1: waits for rank 1 (n2: pending: 1 Insufficient nvidia.com/gpu); joined: "
+        "rank 0 (n1); 600 s left of fabric.timeouts.gangSeconds"
+    ) in out

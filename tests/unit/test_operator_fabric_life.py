@@ -21,7 +21,7 @@ from gpuval_operator.fabric import lifecycle
 from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.fabric.plan import GroupPlan
 from gpuval_operator.fabric.podfacts import FabricPodFacts
-from gpuval_operator.fabric.rollup import build_fabric_status, summary_line
+from gpuval_operator.fabric.rollup import build_fabric_status, group_waits, summary_line
 from gpuval_operator.fabric.state import FabricState
 from gpuval_operator.fabric.verdicts import Classification, Final, GroupOutcome
 from gpuval_operator.run.state import Phase, RunState
@@ -227,12 +227,33 @@ def test_a_member_whose_pod_someone_deleted_is_not_run_and_one_whose_node_went_i
     _launched(run, "g3", started={0, 1, 2, 3})
     run.apply_pod_deleted(pod("g3", 2, "h"))
     outcomes = lifecycle.due_outcomes(
-        run, CONFIG, now=T0 + 10, monotonic=9, grace=3, gone=frozenset({"i"})
+        run, CONFIG, now=T0 + 10, monotonic=9, grace=3, gone={"i": None}
     )
     assert [(o.rank, o.record.reason, o.record.verdict) for o in outcomes] == [
         (2, Reason.POD_DELETED, Verdict.NOT_RUN),
         (3, Reason.NODE_GONE, Verdict.FAILED),
     ]
+    assert "node i was deleted while its fabric pod ran" in outcomes[1].record.message
+
+
+def test_a_member_whose_node_stayed_not_ready_is_not_run_naming_how_long_and_why() -> None:
+    run = fabric_run(G3)
+    _launched(run, "g3", started={0, 1, 2, 3})
+    gone = {"i": (T0 - 200, "NodeStatusUnknown: Kubelet stopped posting node status.")}
+    outcomes = lifecycle.due_outcomes(run, CONFIG, now=T0 + 10, monotonic=9, grace=3, gone=gone)
+    [(rank, record)] = [(o.rank, o.record) for o in outcomes]
+    assert (rank, record.reason, record.verdict) == (3, Reason.NODE_NOT_READY, Verdict.NOT_RUN)
+    assert "was NotReady for 210s (NodeStatusUnknown" in record.message
+
+
+def test_a_member_killed_from_outside_without_a_verdict_is_not_run() -> None:
+    run = fabric_run(G3)
+    _launched(run, "g3", started={0, 1, 2, 3})
+    killed = [{"name": "agent", "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}]
+    run.apply_pod(pod("g3", 1, "g", phase="Failed", containerStatuses=killed), 1.0, T0 + 5)
+    [outcome] = lifecycle.due_outcomes(run, CONFIG, now=T0 + 10, monotonic=9, grace=3)
+    assert (outcome.rank, outcome.record.reason) == (1, Reason.AGENT_KILLED)
+    assert outcome.record.verdict is Verdict.NOT_RUN
 
 
 def test_a_restarted_operator_rebuilds_the_groups_from_the_reports_and_the_pods() -> None:
@@ -348,3 +369,30 @@ def test_a_reports_fabric_view_keeps_the_agents_verdict_beside_the_settled_one()
     assert [p.busbw_gbps for p in view.pairs] == [12.5]
     planned = FabricFacts.parse(build_planned_fabric_status("g1", ["a", "b"], "a"))
     assert planned is not None and planned.planned and planned.rank == 0
+
+
+def test_a_forming_group_says_who_joined_who_is_awaited_and_why_and_its_gang_deadline() -> None:
+    run = fabric_run(G1, G3)
+    _launched(run, "g1", started={0})
+    unschedulable = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "message": "0/9 nodes are available: 1 Insufficient nvidia.com/gpu",
+        }
+    ]
+    waiting = pod("g1", 1, "b", started=False, phase="Pending", conditions=unschedulable)
+    waiting.pod.scheduled = False
+    run.apply_pod(waiting, 1.0, T0)
+    [wait] = group_waits(run, CONFIG)
+    assert wait["group"] == "g1" and wait["nodes"] == 3
+    assert wait["joined"] == [{"rank": 0, "node": "a", "state": "started"}]
+    assert [(r["rank"], r["node"]) for r in wait["waitingFor"]] == [(1, "b"), (2, "c")]
+    assert wait["waitingFor"][0]["state"] == (
+        "pending: 0/9 nodes are available: 1 Insufficient nvidia.com/gpu"
+    )
+    assert wait["waitingFor"][1]["state"].startswith("scheduled, its container not started")
+    # Rank 0 started at 00:00:05 and waits 40 s less a 10 s margin: given up at 00:00:35.
+    assert wait["gangDeadline"] == "2026-01-01T00:00:35Z"
+    _launched(run, "g1", started={0, 1, 2})
+    assert group_waits(run, CONFIG) == [], "a formed group waits for no one"

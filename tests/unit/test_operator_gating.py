@@ -10,10 +10,10 @@ from gpuval_api.result import Verdict
 from gpuval_operator.kube.client import ApiError
 from gpuval_operator.nodes.entries import entry_key, next_entry
 from gpuval_operator.nodes.facts import NodeFacts
-from gpuval_operator.nodes.gating import gating_trigger
+from gpuval_operator.nodes.gating import gating_trigger, queued_events
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.planning import Candidate
-from gpuval_operator.run.state import NodeRecord, Phase
+from gpuval_operator.run.state import NodeRecord, Phase, RunState
 
 GATING = Gating()
 
@@ -101,3 +101,66 @@ def test_a_run_lists_the_nodes_itself_when_the_watch_has_not_listed_them_or_was_
     watch._follower = Refused()  # type: ignore[assignment]
     # Refused: no waiting out the whole limit, the caller's own list says why.
     assert asyncio.run(asyncio.wait_for(watch.candidates(wait=60), 5)) is None
+
+
+def _node(name: str, ready: bool, since: str = "2026-01-01T00:00:00Z") -> dict[str, Any]:
+    condition = {"type": "Ready", "status": "True" if ready else "False"}
+    if not ready:
+        condition |= {
+            "reason": "KubeletNotReady",
+            "message": "container runtime is down",
+            "lastTransitionTime": since,
+        }
+    return {
+        "metadata": {"name": name},
+        "status": {"capacity": {"nvidia.com/gpu": "8"}, "conditions": [condition]},
+    }
+
+
+def _running_run(*nodes: str) -> RunState:
+    run = RunState(
+        validation="v", run_id="1-a", number=1, generation=1, trigger="created", started_at=0
+    )
+    for n in nodes:
+        run.add(n, 8, f"r-{n}", f"p-{n}").phase = Phase.RUNNING
+    return run
+
+
+def test_a_node_not_ready_tells_the_run_since_when_and_why_and_ready_again_clears_it() -> None:
+    watch = NodeWatch(client=None, validation="v", wake=lambda: None)  # type: ignore[arg-type]
+    run = _running_run("n1", "n2")
+    watch._on_event("MODIFIED", _node("n1", ready=False))
+    watch._on_event("DELETED", _node("n2", ready=True))
+    watch.mark_gone(run)
+    assert run.nodes["n1"].not_ready == (1767225600.0, "KubeletNotReady: container runtime is down")
+    assert not run.nodes["n1"].node_gone, "NotReady is not deleted"
+    assert run.nodes["n2"].node_gone
+    watch._on_event("MODIFIED", _node("n1", ready=True))
+    watch.mark_gone(run)
+    assert run.nodes["n1"].not_ready is None
+    assert "n1" not in watch.gone
+
+
+def test_unavailable_nodes_are_the_deleted_and_those_not_ready_past_the_grace_only() -> None:
+    watch = NodeWatch(client=None, validation="v", wake=lambda: None)  # type: ignore[arg-type]
+    for name, ready in (("a", True), ("b", False)):
+        watch._on_event("ADDED", _node(name, ready))
+    assert watch.unavailable({"a", "b", "c"}, 1767225600.0 + 60, 120) == {}, "not listed yet"
+    watch.synced.set()
+    assert watch.unavailable({"a", "b", "c"}, 1767225600.0 + 60, 120) == {"c": None}
+    late = watch.unavailable({"a", "b", "c"}, 1767225600.0 + 120, 120)
+    assert set(late) == {"b", "c"} and late["b"] is not None
+
+
+def test_nodes_that_join_post_one_event_each_up_to_the_cap_then_one_summary_per_batch() -> None:
+    joined = [(f"gpu-{i:03d}", NodeTrigger.JOINED) for i in range(200)]
+    joined[150] = ("gpu-150", NodeTrigger.REBOOTED)
+    each, summary = queued_events(joined, posted=0, cap=50)
+    assert len(each) == 50 and each[0] == "gpu-000 (joined) joins the run"
+    assert summary is not None
+    assert summary.startswith("150 more nodes join the run (149 joined, 1 rebooted): gpu-050,")
+    assert "capped at 50 per run (GPUVAL_EVENTS_PER_RUN)" in summary
+    later, rest = queued_events(joined[:3], posted=50, cap=50)
+    assert later == [] and rest is not None and rest.startswith("3 more nodes")
+    few, none = queued_events(joined[:3], posted=0, cap=50)
+    assert len(few) == 3 and none is None

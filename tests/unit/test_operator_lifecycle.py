@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpuval_api import keys
-from gpuval_api.crd import NodeTrigger, RunTrigger
+from gpuval_api.crd import NodeTrigger, RetryPolicy, RunTrigger
 from gpuval_api.reasons import Reason
 from gpuval_api.report import build_termination_message
 from gpuval_operator import names
@@ -187,3 +187,64 @@ def test_a_node_not_run_is_retried_until_its_attempts_are_spent() -> None:
     run.finish_for("a", Reason.POD_UNSCHEDULABLE, "busy again")
     assert not retry_wanted(record, RetryPolicy(attempts=2))
     assert run.counts()["notRun"] == 1
+
+
+def _running(node: str, started: bool = True) -> RunState:
+    run = RunState(
+        validation="v", run_id="1-a", number=1, generation=1, trigger="created", started_at=0
+    )
+    record = run.add(node, 8, f"r-{node}", f"p-{node}")
+    record.phase, record.started, record.pod_created = Phase.RUNNING, started, T0
+    return run
+
+
+def test_a_node_not_ready_for_less_than_the_grace_goes_on_and_past_it_is_not_run() -> None:
+    run = _running("gpu-1")
+    run.nodes["gpu-1"].not_ready = (T0 + 100, "NodeStatusUnknown: Kubelet stopped posting")
+    args: dict[str, Any] = {"monotonic": 0.0, "timeout": 3600, "grace": 10}
+    assert due_outcomes(run, now=T0 + 150, not_ready_grace=120, **args) == []
+    [outcome] = due_outcomes(run, now=T0 + 220, not_ready_grace=120, **args)
+    assert (outcome.verdict, outcome.reason) == ("NotRun", Reason.NODE_NOT_READY)
+    assert outcome.delete_pod
+    assert outcome.message == (
+        "node gpu-1 was NotReady for 120s (NodeStatusUnknown: Kubelet stopped posting) while its "
+        "agent ran: not tested, tried again once Ready"
+    )
+
+
+def test_a_node_deleted_mid_run_says_deleted_failed_once_its_agent_started() -> None:
+    started, waiting = _running("gpu-1"), _running("gpu-2", started=False)
+    for run in (started, waiting):
+        next(iter(run.nodes.values())).node_gone = True
+    args: dict[str, Any] = {"now": T0, "monotonic": 0.0, "timeout": 3600, "grace": 10}
+    [gone] = due_outcomes(started, **args)
+    [untested] = due_outcomes(waiting, **args)
+    assert (gone.reason, gone.message) == (
+        Reason.NODE_GONE,
+        "node gpu-1 was deleted during the run",
+    )
+    assert untested.reason is Reason.NODE_GONE_UNTESTED and untested.verdict == "NotRun"
+
+
+def test_a_node_whose_sharing_gives_no_pod_a_whole_gpu_is_not_retried_in_the_run() -> None:
+    run = _running("gpu-1")
+    run.finish_for("gpu-1", Reason.GPU_SHARING_UNSUPPORTED, "mps")
+    assert not retry_wanted(run.nodes["gpu-1"], RetryPolicy(attempts=3))
+    other = _running("gpu-2")
+    other.finish_for("gpu-2", Reason.AGENT_PREEMPTED, "preempted")
+    assert retry_wanted(other.nodes["gpu-2"], RetryPolicy(attempts=3))
+
+
+def test_a_node_not_ready_waits_for_its_next_attempt_one_node_timeout_at_most() -> None:
+    run = _running("gpu-1")
+    record = run.nodes["gpu-1"]
+    record.phase, record.planned = Phase.PENDING, True
+    record.not_before, record.not_ready = T0 + 10, (T0, "NodeStatusUnknown")
+    assert next_wave(run, limit=4, now=T0 + 20) == [], "no pod for a NotReady node"
+    args: dict[str, Any] = {"monotonic": 0.0, "timeout": 600, "grace": 10, "not_ready_grace": 5}
+    assert due_outcomes(run, now=T0 + 609, **args) == []
+    [outcome] = due_outcomes(run, now=T0 + 610, **args)
+    assert (outcome.reason, outcome.delete_pod) == (Reason.NODE_NOT_READY, False)
+    assert "while its agent was to start" in outcome.message
+    record.not_ready = None  # Ready again
+    assert next_wave(run, limit=4, now=T0 + 20) == [record]

@@ -8,7 +8,14 @@ from typing import Any
 
 from gpuval_api import keys
 from gpuval_api.result import Verdict
-from gpuval_operator.nodes.entries import NodeEntry, aggregate, entry_key, next_entry, plan_node
+from gpuval_operator.nodes.entries import (
+    NodeEntry,
+    aggregate,
+    already_said,
+    entry_key,
+    next_entry,
+    plan_node,
+)
 
 ADMIN_TAINT = {"key": "maintenance", "value": "disk", "effect": "NoSchedule"}
 STAMP = "2026-11-30T12:00:00Z"
@@ -133,3 +140,14 @@ def test_nothing_changes_when_the_node_is_already_as_wanted() -> None:
     state["status"]["conditions"].append(condition)
     plan = plan_node(state, "v1", entry(Verdict.PASSED), STAMP)
     assert plan.patch is None and plan.condition is None and plan.changes == []
+
+
+def test_an_entry_already_holding_this_runs_verdict_on_this_boot_posts_no_events_again() -> None:
+    def said(run: str = "1-a", boot: str = "b1", reason: str = "BurnNaN") -> NodeEntry:
+        return entry(Verdict.FAILED, reason, run=run, boot=boot, stack="s")
+
+    assert already_said(said(), said())
+    assert not already_said(None, said())
+    assert not already_said(said(run="0-z"), said()), "another run's verdict"
+    assert not already_said(said(boot="b0"), said()), "tested again after a reboot"
+    assert not already_said(said(reason="BurnMismatch"), said()), "another reason"

@@ -8,6 +8,7 @@ import pytest
 
 from gpuval_api import keys
 from gpuval_api.crd import GpuValidationSpec
+from gpuval_api.gfd import GpuSharing
 from gpuval_api.labels import label_value
 from gpuval_operator import names, planning
 from gpuval_operator.config import OperatorConfig
@@ -131,3 +132,45 @@ def test_report_carries_node_run_and_gpu_count_for_a_restarted_operator() -> Non
     assert report["spec"] == {"validation": "fleet", "run": "3-ffff", "node": "gpu-1"}
     assert report["metadata"]["annotations"]["gpuval.dev/gpus"] == "8"
     assert report["metadata"]["labels"][keys.LABEL_NODE] == "gpu-1"
+
+
+def _pod(spec: dict[str, Any], config: OperatorConfig | None = None, **kw: Any) -> dict[str, Any]:
+    built: dict[str, Any] = planning.build_pod(
+        validation="fleet",
+        uid="uid-1",
+        run="2-ab12",
+        node="gpu-7",
+        gpus=kw.pop("gpus", 8),
+        spec=GpuValidationSpec.model_validate(spec),
+        config=config or OperatorConfig(),
+        **kw,
+    )
+    return built
+
+
+def test_agent_pods_share_the_hosts_pid_namespace_unless_the_spec_says_not_to() -> None:
+    assert _pod({})["spec"]["hostPID"] is True
+    assert _pod({"agent": {"hostPID": False}})["spec"]["hostPID"] is False
+
+
+def test_the_specs_priority_class_wins_over_the_operators_default_and_none_is_none() -> None:
+    assert "priorityClassName" not in _pod({})["spec"]
+    default = OperatorConfig(agent_priority_class="gpuval-agent")
+    assert _pod({}, default)["spec"]["priorityClassName"] == "gpuval-agent"
+    mine = {"agent": {"priorityClassName": "batch-low"}}
+    assert _pod(mine, default)["spec"]["priorityClassName"] == "batch-low"
+
+
+def test_a_shared_nodes_agent_pod_holds_every_replica_and_tells_the_agent_the_physical_count() -> (
+    None
+):
+    sharing = GpuSharing("time-slicing", 4, 8)
+    pod = _pod({}, gpus=32, sharing=sharing)
+    container = pod["spec"]["containers"][0]
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == "32"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "32"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["GPUVAL_EXPECTED_GPUS"] == "8" and env["GPUVAL_GPU_REPLICAS"] == "4"
+    assert pod["metadata"]["annotations"][keys.ANNOTATION_GPU_SHARING] == "time-slicing/4"
+    plain = {e["name"] for e in _pod({})["spec"]["containers"][0]["env"]}
+    assert "GPUVAL_GPU_REPLICAS" not in plain

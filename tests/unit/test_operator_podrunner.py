@@ -13,6 +13,7 @@ from gpuval_api.env import AgentEnv
 from gpuval_devtools.podrunner import (
     agent_argv,
     container_env,
+    exit_code,
     local_fabric_master,
     terminal_status,
 )
@@ -70,6 +71,11 @@ def test_exit_code_decides_the_phase(code: int, phase: str, reason: str) -> None
     terminated = status["containerStatuses"][0]["state"]["terminated"]
     assert status["phase"] == phase
     assert (terminated["exitCode"], terminated["reason"]) == (code, reason)
+
+
+@pytest.mark.parametrize(("returncode", "code"), [(0, 0), (2, 2), (-9, 137), (-15, 143)])
+def test_a_death_by_signal_is_reported_as_a_kubelet_does(returncode: int, code: int) -> None:
+    assert exit_code(returncode) == code
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])

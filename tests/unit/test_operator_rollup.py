@@ -143,3 +143,30 @@ def test_a_run_that_selected_no_node_does_not_succeed() -> None:
     assert (c["Succeeded"]["status"], c["Succeeded"]["reason"]) == ("False", "NoNodesSelected")
     assert "spec.nodeSelector" in c["Succeeded"]["message"]
     assert status["phase"] == "Failed"
+
+
+def test_a_gating_validation_with_no_node_yet_waits_for_nodes_and_announces_nothing() -> None:
+    run = run_with(0, 0)
+    run.gating, run.completed_at = True, 1001.0
+    status = rollup.build_run_status(run, previous_conditions=[], now=1001.0)
+    assert status["phase"] == "Pending"
+    found = conditions(status)
+    assert found["Succeeded"]["status"] == "Unknown"
+    assert found["Succeeded"]["reason"] == "WaitingForNodes"
+    assert "spec.gating validates each node that joins" in found["Succeeded"]["message"]
+    assert not rollup.announce_completion(run)
+    run.gating = False  # without gating an empty selection is the spec's fault, as before
+    assert rollup.build_run_status(run, previous_conditions=[], now=1001.0)["phase"] == "Failed"
+
+
+def test_run_completed_is_announced_once_per_run_however_often_it_closes() -> None:
+    run = run_with(2, 0)
+    run.completed_at = 1001.0
+    assert rollup.announce_completion(run)
+    run.announced = True
+    run.reopen()
+    run.completed_at = 1002.0
+    assert not rollup.announce_completion(run)
+    status = rollup.build_run_status(run, previous_conditions=[], now=1002.0)
+    again = rollup.read_run("v", status, fabric=False)
+    assert again is not None and again.announced, "a restarted operator does not announce it again"

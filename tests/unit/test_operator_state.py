@@ -117,7 +117,7 @@ def test_a_failed_pod_without_report_fails_the_node_after_the_grace_period() -> 
     assert not failure.delete_pod
 
 
-def test_an_oom_killed_container_fails_the_node_as_oom_killed_not_as_a_plain_failure() -> None:
+def test_an_oom_killed_container_is_not_run_as_oom_killed_and_a_sigkill_as_killed() -> None:
     run = make_run("a", "b")
     terminated = {"exitCode": 137, "reason": "OOMKilled"}
     run.apply_pod(
@@ -132,8 +132,9 @@ def test_an_oom_killed_container_fails_the_node_as_oom_killed_not_as_a_plain_fai
     failures = {f.node: f for f in due_outcomes(run, now=T0, monotonic=60.0, timeout=600, grace=10)}
     assert failures["a"].reason is Reason.POD_OOM_KILLED
     assert "OOM-killed with exit code 137" in failures["a"].message
-    assert failures["b"].reason is Reason.POD_FAILED
-    assert "exit code 137" in failures["b"].message
+    # Exit code 137 alone is any SIGKILL: without findings it is no evidence against the node.
+    assert failures["b"].reason is Reason.AGENT_KILLED and failures["b"].verdict == "NotRun"
+    assert "killed from outside with exit code 137" in failures["b"].message
 
 
 def test_an_evicted_pod_fails_the_node_as_evicted() -> None:

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from gpuval_agent import __version__
 from gpuval_agent import baseline as baselines
 from gpuval_agent.backends import select_backend
+from gpuval_agent.backends.base import BurnProgress
 from gpuval_agent.display import Display, render_table
 from gpuval_agent.errors import AgentError
 from gpuval_agent.evidence import build_evidence, wanted
@@ -42,11 +43,13 @@ from gpuval_api.env import AgentEnv
 from gpuval_api.evidence import evidence_status
 from gpuval_api.reasons import Reason
 from gpuval_api.report import (
+    StatusKey,
+    build_findings_status,
     build_report_status,
     build_running_status,
     build_termination_message,
 )
-from gpuval_api.result import AgentResult
+from gpuval_api.result import AgentResult, CheckResult
 
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 # How long the "Running" write at start may take before the checks start anyway.
@@ -98,6 +101,52 @@ def write_termination_text(text: str, path: str | None = None) -> bool:
 def leave_termination_message(status: dict[str, object], path: str | None = None) -> bool:
     """The compact verdict of a completed report status, in the termination message."""
     return write_termination_text(build_termination_message(status), path)
+
+
+def expected_gpus_source(environ: Mapping[str, str]) -> str:
+    """Where GPUVAL_EXPECTED_GPUS came from, as the driver check's GpuCountMismatch names it."""
+    replicas = environ.get(AgentEnv.GPU_REPLICAS)
+    if replicas:
+        return (
+            f"the node's physical GPUs ({AgentEnv.EXPECTED_GPUS}; its nvidia.com/gpu counts each "
+            f"{replicas} times: shared replicas, all held by this agent)"
+        )
+    return f"the node's nvidia.com/gpu ({AgentEnv.EXPECTED_GPUS})"
+
+
+class FindingsWriter:
+    """The run's reporter (the display) that also writes what a failed check found into the
+    report while the agent still runs (phase Running), once per new failure: if the agent is
+    then killed before its verdict, the operator judges the node on what it had found, not on
+    the death alone. A write that fails costs the run nothing."""
+
+    BUDGET_SECONDS = 5.0
+
+    def __init__(self, display: Display, writer: ReportWriter) -> None:
+        self.display, self.writer = display, writer
+        self.checks: list[CheckResult] = []
+        self.written = 0
+
+    def check_started(self, name: str, expected_seconds: float | None) -> None:
+        self.display.check_started(name, expected_seconds)
+
+    def check_progress(self, name: str, fraction: float | None, detail: str) -> None:
+        self.display.check_progress(name, fraction, detail)
+
+    def burn_progress(self, progress: BurnProgress) -> None:
+        self.display.burn_progress(progress)
+
+    def check_finished(self, result: CheckResult) -> None:
+        self.display.check_finished(result)
+        self.checks.append(result)
+        status = build_findings_status(self.checks)
+        if status is None or len(status[StatusKey.FAILURES]) == self.written:
+            return
+        try:
+            self.writer.patch_status(status, budget=self.BUDGET_SECONDS)
+            self.written = len(status[StatusKey.FAILURES])
+        except AgentError as error:
+            print(f"gpuval-agent: findings not written yet: {error}", file=sys.stderr)
 
 
 def _config(
@@ -153,6 +202,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     backend = select_backend(args.backend, args.simulate)
     metrics = start_metrics(int(port_text) if port_text else None, backend.name)
     display = Display(metrics=metrics)
+    reporter = FindingsWriter(display, writer)
     stop = threading.Event()
     stop_on_signals(stop)
     record = RunRecord()
@@ -160,10 +210,10 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         result = run_checks(
             config,
             backend,
-            display,
+            reporter,
             node=node,
             expected_gpus=expected,
-            expected_gpus_source=f"the node's nvidia.com/gpu ({AgentEnv.EXPECTED_GPUS})",
+            expected_gpus_source=expected_gpus_source(os.environ),
             on_samples=display.samples,
             stop=stop,
             record=record,

@@ -24,6 +24,7 @@ class ConditionReason(StrEnum):
     ALL_NODES_PASSED = "AllNodesPassed"
     NODES_NOT_RUN = "NodesNotRun"  # every tested node passed; some could not be tested
     NO_NODES_SELECTED = "NoNodesSelected"
+    WAITING_FOR_NODES = "WaitingForNodes"  # spec.gating, and no selected node has joined yet
     NOT_COMPARED = "NotCompared"
     NOT_UNIFORM = "NotUniform"
     UNIFORM = "Uniform"
@@ -52,6 +53,8 @@ class EventReason(StrEnum):
     REPORT_NOT_CREATED = "ReportNotCreated"
     NODE_NOT_RUN = "NodeNotRun"  # on the GpuValidation and the node: not tested, no action
     NODE_QUEUED = "NodeQueued"  # a node added to the run (joined, rebooted, stack changed, retry)
+    # Nodes added beyond GPUVAL_EVENTS_PER_RUN NodeQueued Events, counted in one Event per batch.
+    NODES_QUEUED = "NodesQueued"
     DRY_RUN = "DryRunNodeAction"  # on the node: what would have been done
     FABRIC_STARTED = "FabricStarted"  # the run's fabric groups are planned
     FABRIC_COMPLETED = "FabricCompleted"  # every group compared: the fabric's verdicts settled

@@ -336,6 +336,28 @@ class AgentSettings(_Model):
             "Run the agent privileged (full NVML access, e.g. ECC and row-remap counters)."
         ),
     )
+    host_pid: bool = Field(
+        default=True,
+        alias="hostPID",
+        description=(
+            "Run the agent in the node's PID namespace, so the PIDs NVML reports for other "
+            "processes on a GPU are the ones the agent can name (GpuInUse: process name, its pod); "
+            "fabric pods too. Off: the agent still sees that a GPU is in use, by PID only."
+        ),
+    )
+    priority_class_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description=(
+            "PriorityClass of the agent pods (local checks and fabric). A class below the "
+            "workloads' priority (the chart's agentPriorityClass) lets the scheduler preempt a "
+            "running agent for real work; the node is then NotRun (AgentPreempted) and tried "
+            "again. Unset: the operator's default (the chart's class when it creates one), else "
+            "none."
+        ),
+    )
     resources: Resources = Field(
         default_factory=Resources, description="CPU and memory for the agent."
     )

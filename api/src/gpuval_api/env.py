@@ -17,6 +17,9 @@ class AgentEnv(StrEnum):
     NODE_NAME = "GPUVAL_NODE_NAME"
     CHECKS = "GPUVAL_CHECKS"
     EXPECTED_GPUS = "GPUVAL_EXPECTED_GPUS"
+    # On a node whose device plugin shares its GPUs (time-slicing): the replicas it advertises of
+    # each GPU; GPUVAL_EXPECTED_GPUS is then the physical count (nvidia.com/gpu.count).
+    GPU_REPLICAS = "GPUVAL_GPU_REPLICAS"
     METRICS_PORT = "GPUVAL_METRICS_PORT"
     # Absolute deadline (Unix seconds) of the agent's work: past it the operator times the node
     # out, so the agent keeps retrying its report write until then and no longer.
@@ -58,6 +61,11 @@ class OperatorEnv(StrEnum):
     CREATE_CONCURRENCY = "GPUVAL_CREATE_CONCURRENCY"
     POD_GRACE_SECONDS = "GPUVAL_POD_GRACE_SECONDS"
     EVENTS_PER_RUN = "GPUVAL_EVENTS_PER_RUN"
+    # A node NotReady for less than this is not evidence of anything: its run goes on.
+    NODE_NOT_READY_SECONDS = "GPUVAL_NODE_NOT_READY_SECONDS"
+    # The PriorityClass of agent pods whose spec.agent.priorityClassName is unset (the chart's
+    # agentPriorityClass); empty: none.
+    AGENT_PRIORITY_CLASS = "GPUVAL_AGENT_PRIORITY_CLASS"
     # Leader election: one replica acts, the others wait on this coordination.k8s.io Lease.
     LEASE_NAME = "GPUVAL_LEASE_NAME"
     LEASE_NAMESPACE = "GPUVAL_LEASE_NAMESPACE"

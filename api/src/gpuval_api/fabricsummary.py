@@ -8,6 +8,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuval_api.checks import camel
+from gpuval_api.fabric import MAX_GROUP
 from gpuval_api.reasons import Reason
 
 # The worst groups and the slow groups listed in the status, at most this many each.
@@ -42,6 +43,46 @@ class FabricGroupEntry(_Model):
         default=None, description="The worst fabric reason of its nodes; absent when all passed."
     )
     message: str = Field(default="", max_length=1024, description="One line about it.")
+
+
+class FabricRankWait(_Model):
+    """One rank of a forming group, as the operator sees its fabric pod."""
+
+    rank: int = Field(ge=0, le=MAX_GROUP, description="The rank in its group.")
+    node: str = Field(max_length=253, description="Its node.")
+    state: str = Field(
+        default="",
+        max_length=256,
+        description=(
+            "Where its pod is: started, or why not yet (not made: rank 0 has no pod IP yet; "
+            "pending, with the scheduler's words; scheduled, its container not started)."
+        ),
+    )
+
+
+class FabricGroupWait(_Model):
+    """A group whose pods have not all started yet: the gang wait (fabric.timeouts.gangSeconds)."""
+
+    group: str = Field(max_length=253, description="The group's name.")
+    nodes: int = Field(ge=0, description="Nodes in the group.")
+    joined: list[FabricRankWait] = Field(
+        default_factory=list,
+        max_length=MAX_GROUP,
+        description="Ranks whose fabric pod started.",
+    )
+    waiting_for: list[FabricRankWait] = Field(
+        default_factory=list,
+        max_length=MAX_GROUP,
+        description="Ranks whose fabric pod has not started, and why.",
+    )
+    gang_deadline: str | None = Field(
+        default=None,
+        description=(
+            "When the group is given up (FabricGangNotFormed, NotRun) if its pods have not all "
+            "started (RFC 3339): gangSeconds from rank 0's pod, never after rank 0 stops waiting."
+        ),
+        json_schema_extra={"format": "date-time"},
+    )
 
 
 class FabricNodeCounts(_Model):
@@ -96,3 +137,12 @@ class FabricRunStatus(_Model):
         ),
     )
     slow_groups_omitted: int = Field(default=0, description="Slow groups beyond the listed.")
+    waiting: list[FabricGroupWait] = Field(
+        default_factory=list,
+        max_length=MAX_LISTED_GROUPS,
+        description=(
+            "Groups forming now, whose pods have not all started: who joined, who is awaited "
+            "and why, the gang deadline; at most 5, the nearest deadline first."
+        ),
+    )
+    waiting_omitted: int = Field(default=0, description="Forming groups beyond the listed.")

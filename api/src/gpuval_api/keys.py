@@ -28,6 +28,9 @@ ANNOTATION_GPUS: Final = f"{PREFIX}/gpus"
 LABEL_FABRIC_GROUP: Final = f"{PREFIX}/fabric-group"
 LABEL_FABRIC_RANK: Final = f"{PREFIX}/fabric-rank"
 ANNOTATION_FABRIC_PORT: Final = f"{PREFIX}/fabric-port"
+# On agent pods of a node whose device plugin shares its GPUs: the sharing they were made for,
+# "<strategy>/<replicas per GPU>" (gpuval_operator.nodes.sharing), read back after a restart.
+ANNOTATION_GPU_SHARING: Final = f"{PREFIX}/gpu-sharing"
 
 # On GpuValidations.
 ANNOTATION_PLANNED_RUN: Final = f"{PREFIX}/planned-run"

@@ -114,6 +114,11 @@ class Reason(StrEnum):
     AGENT_NOT_STARTED = "AgentNotStarted"
     NODE_GONE = "NodeGone"
     NODE_GONE_UNTESTED = "NodeGoneUntested"
+    NODE_NOT_READY = "NodeNotReady"
+    AGENT_KILLED = "AgentKilled"
+    AGENT_PREEMPTED = "AgentPreempted"
+    GPU_REPLICAS_HELD = "GpuReplicasHeld"
+    GPU_SHARING_UNSUPPORTED = "GpuSharingUnsupported"
     TIMED_OUT = "TimedOut"
     NOT_UNIFORM = "NotUniform"
 
@@ -521,12 +526,54 @@ REASONS: dict[Reason, ReasonInfo] = {
         verdict=Verdict.NOT_RUN,
     ),
     Reason.NODE_GONE: ReasonInfo(
-        "the node was deleted or became unreachable while its agent ran",
-        "check the node's status and kubelet; re-run the validation when it is back",
+        "the node was deleted while its agent ran",
+        "see who or what deleted the node (an autoscaler, a person); it is validated when it "
+        "joins again",
     ),
     Reason.NODE_GONE_UNTESTED: ReasonInfo(
-        "the node was deleted or became unreachable before its agent started: it was not tested",
+        "the node was deleted before its agent started: it was not tested",
         "nothing to do for gpuval; the node is validated when it comes back",
+        verdict=Verdict.NOT_RUN,
+    ),
+    Reason.NODE_NOT_READY: ReasonInfo(
+        "the node was NotReady (its kubelet stopped reporting, or reported a problem) for longer "
+        "than the operator's grace period while its agent ran or waited: it was not tested, and "
+        "a node's readiness is no evidence against its GPUs",
+        "check the node's kubelet, container runtime and network (`kubectl describe node`); the "
+        "validation tries the node again once it is Ready (spec.retry)",
+        verdict=Verdict.NOT_RUN,
+    ),
+    Reason.AGENT_KILLED: ReasonInfo(
+        "the agent process was killed from outside (SIGKILL or SIGTERM, not for its memory "
+        "limit) before it wrote a verdict, and nothing it had measured was failing: the node was "
+        "not tested",
+        "see what killed it (the node's kernel log for the host OOM killer, `kubectl describe "
+        "pod`, a person); the validation tries the node again, and that attempt's state check "
+        "reads the kernel log since boot (an XID at the moment of death is named there)",
+        verdict=Verdict.NOT_RUN,
+    ),
+    Reason.AGENT_PREEMPTED: ReasonInfo(
+        "the agent pod was preempted for a pod of higher priority (spec.agent.priorityClassName "
+        "lets validation yield to real work): the node was not tested",
+        "nothing, if work should come first; the validation tries the node again (spec.retry) "
+        "and its next run",
+        verdict=Verdict.NOT_RUN,
+    ),
+    Reason.GPU_REPLICAS_HELD: ReasonInfo(
+        "the node shares its GPUs (time-slicing replicas) and the agent pod, which asks for every "
+        "replica so that no tenant shares a GPU while it is tested, could not be scheduled for "
+        "the whole timeout: workloads held replicas, and the node was not tested",
+        "nothing, if the workloads should run; the validation tries again (spec.retry) and in "
+        "its next run, or drain the pods that hold nvidia.com/gpu on the node",
+        verdict=Verdict.NOT_RUN,
+    ),
+    Reason.GPU_SHARING_UNSUPPORTED: ReasonInfo(
+        "the node's GPU sharing lets no pod hold a GPU alone (MPS gives each container one "
+        "replica; time-slicing with failRequestsGreaterThanOne refuses more): the agent cannot "
+        "test a GPU without a tenant beside it, so the node was not tested",
+        "validate the node with a device-plugin configuration without sharing (e.g. the label "
+        "nvidia.com/device-plugin.config naming one, in a maintenance window), or run "
+        "`gpuval-agent run` on the machine while it takes no work",
         verdict=Verdict.NOT_RUN,
     ),
     Reason.TIMED_OUT: ReasonInfo(

@@ -5,7 +5,7 @@ Pure functions: agent and operator build the same shape from here (docs/contract
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -13,7 +13,7 @@ from typing import Any
 from gpuval_api import termination
 from gpuval_api.checks import CheckName
 from gpuval_api.reasons import REASONS, Reason, Severity, verdict_of
-from gpuval_api.result import AgentResult, Metric, Verdict, untested_gpus
+from gpuval_api.result import AgentResult, CheckResult, Metric, Verdict, untested_gpus
 
 MAX_FAILURES = 16
 MESSAGE_LIMIT = 1024
@@ -145,8 +145,13 @@ def build_summary(result: AgentResult) -> dict[str, Any]:
 def build_failures(result: AgentResult) -> list[dict[str, Any]]:
     """Error findings of every check that count against the node (a NotRun reason such as
     GpuInUse is no failure: the GPU was not tested), at most MAX_FAILURES, in check order."""
+    return failures_of(result.checks)
+
+
+def failures_of(checks: Sequence[CheckResult]) -> list[dict[str, Any]]:
+    """build_failures over `checks` (those finished so far, while the agent still runs)."""
     failures: list[dict[str, Any]] = []
-    for check in result.checks:
+    for check in checks:
         for finding in check.findings:
             if finding.severity is not Severity.ERROR:
                 continue
@@ -212,6 +217,27 @@ def build_running_status(started_at: datetime, message: str = "agent started") -
             StatusKey.FAILURES: None,
             StatusKey.RESULT: None,
             StatusKey.EVIDENCE: None,
+        }
+    )
+
+
+def build_findings_status(checks: Sequence[CheckResult]) -> dict[str, Any] | None:
+    """What a running agent writes once a check has failed (phase stays Running): the failures
+    so far, the first one's reason and message. If the agent is then killed before its verdict,
+    the operator judges the node on them (a death alone is no evidence against it). None while
+    nothing failed."""
+    failures = failures_of(checks)
+    if not failures:
+        return None
+    first = failures[0]
+    return _status(
+        {
+            StatusKey.PHASE: str(ReportPhase.RUNNING),
+            StatusKey.REASON: first[FailureKey.REASON],
+            StatusKey.MESSAGE: one_line(
+                f"{first[FailureKey.CHECK]}: {first[FailureKey.MESSAGE]} (still running)"
+            ),
+            StatusKey.FAILURES: failures,
         }
     )
 

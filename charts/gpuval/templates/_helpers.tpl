@@ -122,3 +122,10 @@ given, else any address on its ports only; and the cluster DNS.
       port: 53
 {{- end }}
 {{- end }}
+
+{{/* The PriorityClass of agent pods whose GpuValidation names none: the chart's own when it
+creates one, else agent.priorityClass.name (an existing class), else none (empty). */}}
+{{- define "gpuval.agentPriorityClassName" -}}
+{{- $pc := .Values.agent.priorityClass }}
+{{- if $pc.name }}{{ $pc.name }}{{ else if $pc.create }}{{ printf "%s-agent" (include "gpuval.fullname" .) | trunc 253 }}{{ end }}
+{{- end }}

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from gpuval_api.gfd import GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, SharingStrategy, shared_labels
 from gpuval_devtools.binaries import KUBE_VERSION
 from gpuval_devtools.buildsteps import free_port
 
@@ -92,10 +93,14 @@ def kwokctl_config(workdir: Path, name: str) -> Path:
 
 @dataclass(frozen=True)
 class GpuNode:
-    """A simulated node (kwok) that advertises ``gpus`` NVIDIA GPUs as ``nvidia.com/gpu``."""
+    """A simulated node (kwok) that advertises ``gpus`` NVIDIA GPUs as ``nvidia.com/gpu``; with
+    ``sharing`` (time-slicing, mps) its device plugin shares each as ``replicas`` replicas: it
+    advertises gpus x replicas and carries the labels GPU feature discovery sets then."""
 
     name: str
     gpus: int = 8
+    sharing: SharingStrategy | None = None
+    replicas: int = 1
     product: str = "NVIDIA-H200"
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
@@ -112,9 +117,14 @@ class GpuNode:
             "node-role.kubernetes.io/gpu": "",
             "type": "kwok",
             "nvidia.com/gpu.present": "true",
-            "nvidia.com/gpu.product": self.product,
-            "nvidia.com/gpu.count": str(self.gpus),
+            GPU_PRODUCT_LABEL: self.product,
+            GPU_COUNT_LABEL: str(self.gpus),
             "nvidia.com/gpu.memory": "143771",
+            **(
+                shared_labels(self.sharing, self.replicas, self.gpus, self.product)
+                if self.sharing is not None
+                else {}
+            ),
             **self.labels,
         }
         resources = {
@@ -122,7 +132,7 @@ class GpuNode:
             "memory": self.memory,
             "pods": "110",
             "ephemeral-storage": "1Ti",
-            GPU_RESOURCE: str(self.gpus),
+            GPU_RESOURCE: str(self.gpus * self.replicas),
         }
         return {
             "apiVersion": "v1",

@@ -9,8 +9,9 @@ as a local process with the pod's environment (downward-API fieldRefs resolved),
 backend with the config from the node's annotation, and a ServiceAccount token bound to the pod
 (TokenRequest with boundObjectRef, so the API server sees the pod's node in the token, as the
 admission policy expects) written with the CA into a directory given as the ServiceAccount
-directory. When the process exits it sets the pod's phase from the exit code and its termination
-message from the agent's file, as a kubelet does; kwok's stages only act on Pending pods and on
+directory. When the process exits it sets the pod's phase from the exit code (128 + N for a death
+by signal N, as a kubelet reports it) and its termination message from the agent's file, as a
+kubelet does; kwok's stages only act on Pending pods and on
 deletions, so the terminal phase stays. A pod deleted while its agent runs has its process killed.
 It reaches the API server through the operator's public client face, gpuval_operator.kube.
 
@@ -170,6 +171,12 @@ def terminal_status(
     }
 
 
+def exit_code(returncode: int) -> int:
+    """A process's return code as a kubelet reports a container's: a death by signal N is
+    128 + N (SIGKILL: 137), where Python says -N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
 @dataclass
 class Running:
     pod: str
@@ -310,7 +317,7 @@ class PodRunner:
                 )
                 self.started += 1
                 log.info("pod %s on %s: agent started (log %s)", entry.pod, node, log_path)
-                code = await entry.process.wait()
+                code = exit_code(await entry.process.wait())
             message = termination.read_text() if termination.is_file() else ""  # noqa: ASYNC240
         log.info("pod %s on %s: agent exited %d", entry.pod, node, code)
         if not entry.killed:

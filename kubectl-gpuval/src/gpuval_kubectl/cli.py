@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -57,7 +58,7 @@ def show(cluster: Cluster, args: argparse.Namespace) -> str:
     if args.command == "report":
         path = write_html(view, args.html)
         return f"wrote {path.resolve()} ({len(view.units)} nodes)"
-    return render_status(view, validation)
+    return render_status(view, validation, time.time())
 
 
 def run(args: argparse.Namespace) -> str:

@@ -3,10 +3,13 @@ run, failing nodes with reason and hint, the fabric's findings, outliers), kubec
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from datetime import datetime
 
 from gpuval_api.conditions import ConditionType, ValidationPhase
 from gpuval_api.crd import GpuValidation
+from gpuval_api.fabricsummary import FabricRankWait
 from gpuval_api.views import FleetView
 
 # Lines of `status NAME` per section before the rest are counted, so 500 failing nodes stay
@@ -60,8 +63,10 @@ def _more(total: int) -> list[str]:
     )
 
 
-def render_status(view: FleetView, validation: GpuValidation) -> str:
-    """`status NAME`: the run, verdict counts, conditions, failing nodes with hints, outliers."""
+def render_status(view: FleetView, validation: GpuValidation, now: float | None = None) -> str:
+    """`status NAME`: the run, verdict counts, conditions, failing nodes with hints, the fabric's
+    findings and the groups it waits for (time left counted from `now`, epoch seconds), outliers.
+    """
     counts = ", ".join(f"{verdict} {n}" for verdict, n in view.counts.items()) or "no reports yet"
     lines = [
         f"{view.title}: {view.phase}, run {view.run or '-'}, {len(view.units)} nodes ({counts})"
@@ -89,6 +94,7 @@ def render_status(view: FleetView, validation: GpuValidation) -> str:
         ]
         lines += _more(len(view.others))
     lines += _fabric_lines(view)
+    lines += _waiting_lines(validation, now)
     lines += _outlier_lines(view, validation)
     return "\n".join(lines)
 
@@ -104,6 +110,36 @@ def _fabric_lines(view: FleetView) -> list[str]:
         if found is not None:
             lines.append(f"  {unit.name}  group {found.group}  {found.reason}: {found.message}")
     return lines + _more(len(named))
+
+
+def _ranks(ranks: Sequence[FabricRankWait], with_state: bool) -> str:
+    def one(r: FabricRankWait) -> str:
+        state = f": {r.state}" if with_state and r.state else ""
+        return f"rank {r.rank} ({r.node}{state})"
+
+    return ", ".join(one(r) for r in ranks) or "none"
+
+
+def _waiting_lines(validation: GpuValidation, now: float | None) -> list[str]:
+    """The fabric groups forming now: who joined, who is awaited and why, the time left before
+    the group is given up (status.fabric.waiting)."""
+    fabric = validation.status.fabric if validation.status else None
+    if fabric is None or not fabric.waiting:
+        return []
+    lines = [f"Fabric groups forming: {len(fabric.waiting) + fabric.waiting_omitted}"]
+    for wait in fabric.waiting:
+        left = ""
+        if wait.gang_deadline:
+            deadline = datetime.fromisoformat(wait.gang_deadline).timestamp()
+            seconds = max(0.0, deadline - (time.time() if now is None else now))
+            left = f"; {seconds:.0f} s left of fabric.timeouts.gangSeconds"
+        lines.append(
+            f"  group {wait.group}: waits for {_ranks(wait.waiting_for, True)}; joined: "
+            f"{_ranks(wait.joined, False)}{left}"
+        )
+    if fabric.waiting_omitted:
+        lines.append(f"  ({fabric.waiting_omitted} more groups forming)")
+    return lines
 
 
 def _outlier_lines(view: FleetView, validation: GpuValidation) -> list[str]:

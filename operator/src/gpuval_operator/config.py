@@ -50,6 +50,12 @@ class OperatorConfig:
     status_interval_seconds: float = 1.0
     pod_grace_seconds: float = 10.0
     events_per_run: int = 50
+    # A node NotReady for less than this goes on with its run (a kubelet restart, one missed
+    # status update); past it the node is NotRun (NodeNotReady) and tried again. Below the 300 s
+    # after which Kubernetes evicts pods from a NotReady node.
+    node_not_ready_seconds: float = 120.0
+    # The PriorityClass of agent pods whose spec names none (the chart's agentPriorityClass).
+    agent_priority_class: str | None = None
     # Leader election (two replicas): off unless a namespace for the Lease is given.
     lease_namespace: str | None = None
     lease_name: str = "gpuval-operator"
@@ -69,6 +75,10 @@ class OperatorConfig:
             status_interval_seconds=d.status_interval_seconds,
             pod_grace_seconds=float(_int(env, E.POD_GRACE_SECONDS, int(d.pod_grace_seconds), 0)),
             events_per_run=_int(env, E.EVENTS_PER_RUN, d.events_per_run),
+            node_not_ready_seconds=float(
+                _int(env, E.NODE_NOT_READY_SECONDS, int(d.node_not_ready_seconds), 0)
+            ),
+            agent_priority_class=env.get(E.AGENT_PRIORITY_CLASS) or None,
             lease_namespace=env.get(E.LEASE_NAMESPACE) or None,
             lease_name=env.get(E.LEASE_NAME) or d.lease_name,
             lease_duration_seconds=_int(env, E.LEASE_DURATION_SECONDS, d.lease_duration_seconds, 2),

@@ -20,6 +20,7 @@ from gpuval_api.crd import (
     GpuValidationSpec,
 )
 from gpuval_api.env import AgentEnv
+from gpuval_api.gfd import GpuSharing
 from gpuval_api.kubernetes import READY
 from gpuval_api.labels import label_value
 from gpuval_operator import names
@@ -152,15 +153,23 @@ def spec_env(spec: GpuValidationSpec) -> list[dict[str, Any]]:
 
 
 def agent_env(
-    *, report: str, gpus: int, spec: GpuValidationSpec, deadline: float | None
+    *,
+    report: str,
+    gpus: int,
+    spec: GpuValidationSpec,
+    deadline: float | None,
+    sharing: GpuSharing | None = None,
 ) -> list[dict[str, Any]]:
-    """The agent container's environment: what to write where, what to check, until when."""
+    """The agent container's environment: what to write where, what to check, until when; on a
+    node with shared GPUs, the physical count the agent should see and the replicas of each."""
     checks = json.dumps(spec.checks.model_dump(mode="json", by_alias=True), separators=(",", ":"))
     env = common_env(report=report, deadline=deadline)
     env += [
         {"name": AgentEnv.CHECKS, "value": checks},
-        {"name": AgentEnv.EXPECTED_GPUS, "value": str(gpus)},
+        {"name": AgentEnv.EXPECTED_GPUS, "value": str(sharing.physical if sharing else gpus)},
     ]
+    if sharing is not None:
+        env.append({"name": AgentEnv.GPU_REPLICAS, "value": str(sharing.replicas)})
     if spec.agent.metrics_port is not None:
         env.append({"name": AgentEnv.METRICS_PORT, "value": str(spec.agent.metrics_port)})
     return env + spec_env(spec)
@@ -174,8 +183,9 @@ def agent_container(
     *,
     metrics: bool = True,
 ) -> dict[str, Any]:
-    """The agent container: all the node's GPUs, the spec's image, resources and privilege
-    (and the live metrics port, unless `metrics` is off: a fabric agent serves none)."""
+    """The agent container: all the node's GPUs (every replica of each, where the device plugin
+    shares them), the spec's image, resources and privilege (and the live metrics port, unless
+    `metrics` is off: a fabric agent serves none)."""
     agent = spec.agent
     container: dict[str, Any] = {
         "name": "agent",
@@ -212,6 +222,7 @@ def node_pod(
     A manifest literal: long by nature, nothing in it decides anything.
     """
     pod_spec: dict[str, Any] = {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"}
+    priority = spec.agent.priority_class_name or config.agent_priority_class
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -225,6 +236,10 @@ def node_pod(
         "spec": {
             **(pod_spec if host_network else {}),
             "restartPolicy": "Never",
+            # NVML reports other processes' PIDs in the host's PID namespace: the agent can name
+            # them (GpuInUse) only from there.
+            "hostPID": spec.agent.host_pid,
+            **({"priorityClassName": priority} if priority else {}),
             # Service links would put <SERVICE>_PORT variables into the agent's environment: with
             # the chart's default release name its metrics Service `gpuval-metrics` becomes
             # GPUVAL_METRICS_PORT=tcp://..., which the agent reads as its own setting.
@@ -261,14 +276,16 @@ def build_pod(
     config: OperatorConfig,
     deadline: float | None = None,
     attempt: int = 1,
+    sharing: GpuSharing | None = None,
 ) -> dict[str, Any]:
     """The agent pod of `node` for its local checks (its `attempt`-th in this run). `deadline`
     (Unix seconds) is when the operator times the node out: the agent keeps retrying its report
-    write until then.
+    write until then. `sharing`: the node's GPUs are shared (`gpus` is then every replica).
     """
     report = names.report_name(validation, run, node)
-    env = agent_env(report=report, gpus=gpus, spec=spec, deadline=deadline)
+    env = agent_env(report=report, gpus=gpus, spec=spec, deadline=deadline, sharing=sharing)
     labels = {**child_labels(validation, run, node), keys.LABEL_ATTEMPT: str(attempt)}
+    annotations = {keys.ANNOTATION_GPU_SHARING: sharing.annotation()} if sharing else None
     return node_pod(
         name=names.pod_name(validation, run, node, attempt),
         labels=labels,
@@ -277,4 +294,5 @@ def build_pod(
         spec=spec,
         config=config,
         container=agent_container(spec, gpus, ["gpuval-agent", "cluster"], env),
+        annotations=annotations,
     )

@@ -203,6 +203,7 @@ class ValidationController:
             fabric = spec is not None and spec.fabric is not None
             run = self.state.run = rollup.read_run(self.name, self._status(), fabric=fabric)
             if run is not None:
+                run.gating = spec is not None and spec.gating is not None
                 self.state.restore(self._status())
                 log.info("%s: resuming run %s", self.name, run.run_id)
         return self.state.run
@@ -333,6 +334,7 @@ class ValidationController:
             started_at=time.time(),
         )
         run.add_candidates(candidates)
+        run.gating = spec.gating is not None
         if spec.fabric is not None:
             run.expect_fabric()
         self.state.begin(run)
@@ -375,10 +377,13 @@ class ValidationController:
     async def _completed(self, run: RunState) -> None:
         await self._write_status(force=True)
         summary = rollup.run_summary(run, run.outliers)
+        log.info("%s: %s", self.name, summary)
+        if not rollup.announce_completion(run):
+            return
+        run.announced = True
         await self.effects.event(
             EventReason.RUN_COMPLETED, summary, warning=bool(run.failed() or run.outliers)
         )
-        log.info("%s: %s", self.name, summary)
 
     # -- status --
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from gpuval_api.checks import CheckName
 from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, NodeTrigger
+from gpuval_api.gfd import GpuSharing
 from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey, build_reset_status
 from gpuval_operator import cron, names, planning
@@ -22,6 +23,7 @@ from gpuval_operator.control.reports import ReportPlanner
 from gpuval_operator.fabric.driver import FabricDriver
 from gpuval_operator.fabric.ports import PortPool
 from gpuval_operator.nodes.actor import NodeActor
+from gpuval_operator.nodes.gating import queued_events
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.run import lifecycle
@@ -63,6 +65,7 @@ class RunDriver:
             monotonic=time.monotonic(),
             timeout=spec.node_timeout_seconds,
             grace=self.config.pod_grace_seconds,
+            not_ready_grace=self.config.node_not_ready_seconds,
         )
         if outcomes:
             await self.effects.bounded(self._record(run, o) for o in outcomes)
@@ -78,8 +81,8 @@ class RunDriver:
         """Nodes that joined, rebooted or changed their stack enter the run (reopening it)."""
         if not batch:
             return
-        run.reopen()
         fresh: list[planning.Candidate] = []
+        joined: list[tuple[str, NodeTrigger]] = []
         for name, trigger in sorted(batch.items()):
             node = self.node_watch.nodes.get(name)
             record = run.nodes.get(name)
@@ -96,7 +99,16 @@ class RunDriver:
             else:
                 pod = names.pod_name(run.validation, run.run_id, name, record.attempt + 1)
                 record.next_attempt(pod, 0.0, trigger)
-            await self.effects.event(EventReason.NODE_QUEUED, f"{name} ({trigger}) joins the run")
+            joined.append((name, trigger))
+        if not joined:
+            return
+        run.reopen()
+        each, summary = queued_events(joined, run.queued_events, self.config.events_per_run)
+        run.queued_events += len(each)
+        for message in each:
+            await self.effects.event(EventReason.NODE_QUEUED, message)
+        if summary is not None:
+            await self.effects.event(EventReason.NODES_QUEUED, summary)
         await self.reports.create(run, fresh)
         run.dirty = True
 
@@ -161,11 +173,27 @@ class RunDriver:
             if record.stale_report:
                 # The previous attempt's verdict must not be read as this one's.
                 await self.effects.write_report_status(record, build_reset_status())
-            refused = await self.effects.create_pod(run, record, spec)
+            facts = self.node_watch.nodes.get(record.node)
+            sharing = facts.sharing if facts is not None else None
+            if sharing is not None and not sharing.exclusive_possible:
+                await self._untestable(run, record, sharing)
+                return
+            refused = await self.effects.create_pod(run, record, spec, sharing)
             if refused is not None and run.finish_for(record.node, Reason.POD_FAILED, refused):
                 await self.effects.write_report_failure(record, Reason.POD_FAILED, refused)
 
         await self.effects.bounded(create(r) for r in wave)
+
+    async def _untestable(self, run: RunState, record: NodeRecord, sharing: GpuSharing) -> None:
+        """A node whose GPU sharing lets no pod hold a GPU alone: NotRun, no pod made."""
+        message = (
+            f"node {record.node} shares its GPUs with {sharing.strategy} "
+            f"({sharing.describe()}), which gives a pod one replica at most: the agent cannot "
+            "hold a GPU alone, so no agent pod was made"
+        )
+        reason = Reason.GPU_SHARING_UNSUPPORTED
+        if run.finish_for(record.node, reason, message):
+            await self.effects.write_report_failure(record, reason, message)
 
     async def after_verdicts(self, run: RunState, spec: GpuValidationSpec) -> None:
         """Node actions and Events for nodes that got a final verdict since the last step."""

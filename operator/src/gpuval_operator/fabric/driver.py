@@ -38,7 +38,7 @@ from gpuval_operator.fabric.plan import (
 )
 from gpuval_operator.fabric.pods import build_fabric_pod, fabric_config
 from gpuval_operator.fabric.ports import PortPool
-from gpuval_operator.fabric.rollup import summary_line
+from gpuval_operator.fabric.rollup import group_waits, summary_line
 from gpuval_operator.fabric.state import FabricState, Group, Member
 from gpuval_operator.fabric.verdicts import Final, GroupEvidence, classify
 from gpuval_operator.nodes.watch import NodeWatch
@@ -80,6 +80,9 @@ class FabricDriver:
         await self._record(run, fabric, spec)
         await self._open(run, fabric, spec)
         await self._launch(run, fabric, spec)
+        waits = group_waits(fabric, fabric_config(spec))
+        if waits != fabric.waits:
+            fabric.waits, run.dirty = waits, True
         if not fabric.classified and fabric.all_done():
             await self._classify(run, fabric, wanted)
         for record in run.nodes.values():
@@ -175,11 +178,8 @@ class FabricDriver:
 
     async def _record(self, run: RunState, fabric: FabricState, spec: GpuValidationSpec) -> None:
         """Results the agents could not write: into the reports first, then pods deleted."""
-        known = self.node_watch.nodes if self.node_watch.synced.is_set() else None
-        gone = frozenset(
-            n
-            for n in fabric.groups_of
-            if known is not None and (n not in known or not known[n].ready)
+        gone = self.node_watch.unavailable(
+            fabric.groups_of, time.time(), self.effects.config.node_not_ready_seconds
         )
         outcomes = lifecycle.due_outcomes(
             fabric,

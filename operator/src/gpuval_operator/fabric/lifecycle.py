@@ -8,6 +8,7 @@ Nothing here calls the API or reads a clock (tests/unit/test_operator_fabric_lif
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuval_api.fabric import (
@@ -20,6 +21,8 @@ from gpuval_api.reasons import Reason
 from gpuval_operator.fabric.plan import gang_deadline, pod_deadline
 from gpuval_operator.fabric.state import FabricState, Group, Member
 from gpuval_operator.fabric.verdicts import FabricResult, result_of
+from gpuval_operator.run.deaths import killed_from_outside
+from gpuval_operator.run.facts import PodFacts
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +90,11 @@ def gang_broken(run: FabricState, group: Group) -> bool:
     return False
 
 
-def gang_due_gone(run: FabricState, group: Group, gone: frozenset[str]) -> bool:
+# Nodes deleted (None) or NotReady past the grace period (since when, why): NodeWatch.unavailable.
+Unavailable = Mapping[str, tuple[float, str] | None]
+
+
+def gang_due_gone(run: FabricState, group: Group, gone: Unavailable) -> bool:
     """A member's node went away before the group formed: it cannot form."""
     return any(m.node in gone and not run.started(m) for m in group.members)
 
@@ -159,6 +166,42 @@ def _operator(
     return MemberOutcome(group.name, member.rank, status, result_of(status), **kw)
 
 
+def _node_unavailable(
+    group: Group, member: Member, not_ready: tuple[float, str] | None, now: float, pod: bool
+) -> MemberOutcome:
+    if not_ready is None:
+        text = f"node {member.node} was deleted while its fabric pod ran"
+        return _operator(group, member, Reason.NODE_GONE, text, delete_pod=pod)
+    since, why = not_ready
+    text = (
+        f"node {member.node} was NotReady for {now - since:.0f}s ({why}) while its fabric pod "
+        "ran: its fabric was not tested"
+    )
+    return _operator(group, member, Reason.NODE_NOT_READY, text, delete_pod=pod)
+
+
+def _ended(group: Group, member: Member, pod: PodFacts) -> MemberOutcome:
+    """A fabric pod that ended without a fabric verdict (run.deaths says why the same way)."""
+    code = "" if pod.exit_code is None else f" with exit code {pod.exit_code}"
+    if pod.preempted:
+        text = f"fabric pod {member.pod} was preempted for a pod of higher priority"
+        return _operator(group, member, Reason.AGENT_PREEMPTED, text)
+    if pod.terminated_reason == CONTAINER_REASON_OOM_KILLED:
+        text = (
+            f"fabric pod {member.pod} was OOM-killed{code}: raise "
+            "spec.agent.resources.limits.memory"
+        )
+        return _operator(group, member, Reason.POD_OOM_KILLED, text)
+    if killed_from_outside(pod.exit_code, pod.terminated_reason):
+        text = (
+            f"fabric pod {member.pod} was killed from outside{code} before it wrote a fabric "
+            "verdict: no evidence against the node"
+        )
+        return _operator(group, member, Reason.AGENT_KILLED, text)
+    text = f"fabric pod {member.pod} ended{code} without a fabric verdict"
+    return _operator(group, member, Reason.POD_FAILED, text)
+
+
 def member_outcome(
     run: FabricState,
     group: Group,
@@ -168,17 +211,20 @@ def member_outcome(
     now: float,
     monotonic: float,
     grace: float,
-    node_gone: bool = False,
+    gone: Unavailable | None = None,
 ) -> MemberOutcome | None:
-    """What a member of a formed group without a result gets now, if anything."""
+    """What a member of a formed group without a result gets now, if anything (`gone`: its
+    node's entry of NodeWatch.unavailable, when it has one)."""
     pod = run.pods.get(member.pod)
     termination = member.termination or (pod.termination if pod is not None else None)
-    if node_gone:
-        text = f"node {member.node} was deleted or became unreachable while its fabric pod ran"
-        return _operator(group, member, Reason.NODE_GONE, text, delete_pod=pod is not None)
+    if gone is not None and member.node in gone:
+        return _node_unavailable(group, member, gone[member.node], now, pod is not None)
     if member.gone:
         if termination is not None:
             return _from_termination(group, member, termination)
+        if member.preempted:
+            text = f"fabric pod {member.pod} was preempted for a pod of higher priority"
+            return _operator(group, member, Reason.AGENT_PREEMPTED, text)
         reason = Reason.POD_EVICTED if member.evicted else Reason.POD_DELETED
         what = "evicted" if member.evicted else "deleted"
         return _operator(
@@ -188,15 +234,7 @@ def member_outcome(
     if pod is not None and ended:
         if termination is not None:
             return _from_termination(group, member, termination)
-        code = "" if pod.pod.exit_code is None else f" with exit code {pod.pod.exit_code}"
-        if pod.pod.terminated_reason == CONTAINER_REASON_OOM_KILLED:
-            text = (
-                f"fabric pod {member.pod} was OOM-killed{code}: raise "
-                "spec.agent.resources.limits.memory"
-            )
-            return _operator(group, member, Reason.POD_OOM_KILLED, text)
-        text = f"fabric pod {member.pod} ended{code} without a fabric verdict"
-        return _operator(group, member, Reason.POD_FAILED, text)
+        return _ended(group, member, pod.pod)
     if group.opened_at is not None and now >= pod_deadline(config, group.opened_at, group.size):
         seconds = pod_deadline(config, group.opened_at, group.size) - group.opened_at
         text = (
@@ -214,10 +252,11 @@ def due_outcomes(
     now: float,
     monotonic: float,
     grace: float,
-    gone: frozenset[str] = frozenset(),
+    gone: Unavailable | None = None,
 ) -> list[MemberOutcome]:
     """Every member of an open group that gets a result from the operator now (`gone`: nodes
-    deleted or NotReady)."""
+    deleted or NotReady past the grace period)."""
+    gone = gone or {}
     outcomes: list[MemberOutcome] = []
     for group in run.groups.values():
         if not run.opened(group) or run.done(group):
@@ -240,7 +279,7 @@ def due_outcomes(
                 now=now,
                 monotonic=monotonic,
                 grace=grace,
-                node_gone=member.node in gone,
+                gone=gone,
             )
             if found is not None:
                 outcomes.append(found)

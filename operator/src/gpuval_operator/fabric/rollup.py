@@ -1,6 +1,6 @@
 """Pure: the fabric part of the GpuValidation status (gpuval_api.fabricsummary), bounded: counts,
-the few worst groups, the slow groups, one display line. Before the run-wide comparison the
-figures are the agents' own; after it, the settled verdicts.
+the few worst groups, the slow groups, the groups forming now (the gang wait), one display line.
+Before the run-wide comparison the figures are the agents' own; after it, the settled verdicts.
 """
 
 from __future__ import annotations
@@ -9,10 +9,13 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuval_api.fabric import FabricConfig
 from gpuval_api.fabricsummary import MAX_LISTED_GROUPS
 from gpuval_api.report import rfc3339
 from gpuval_api.result import Verdict
-from gpuval_operator.fabric.state import FabricState
+from gpuval_operator.fabric.lifecycle import formed, gang_broken
+from gpuval_operator.fabric.plan import gang_deadline
+from gpuval_operator.fabric.state import FabricState, Member
 from gpuval_operator.fabric.verdicts import FabricResult, GroupOutcome
 
 _RANK = {Verdict.FAILED: 2, Verdict.NOT_RUN: 1, Verdict.PASSED: 0}
@@ -96,6 +99,50 @@ def _order(entry: dict[str, Any]) -> tuple[int, float]:
     return (0 if entry["reason"] else 1, busbw if busbw is not None else math.inf)
 
 
+def _rank_state(run: FabricState, member: Member) -> str:
+    """Where a member's fabric pod is, in a few words."""
+    if run.started(member):
+        return "started"
+    if member.refused is not None:
+        return f"refused: {member.refused}"[:256]
+    pod = run.pods.get(member.pod)
+    if pod is None:
+        return "pod not made yet (rank 0 has no pod IP yet)" if member.rank else "pod not made yet"
+    if not pod.pod.scheduled:
+        return f"pending: {pod.pod.unschedulable or 'not scheduled yet'}"[:256]
+    waiting = f" ({pod.pod.waiting_reason})" if pod.pod.waiting_reason else ""
+    return f"scheduled, its container not started{waiting}"[:256]
+
+
+def group_waits(run: FabricState, config: FabricConfig) -> list[dict[str, Any]]:
+    """The groups forming now (opened, not all their pods started, not given up), as
+    `status.fabric.waiting` lists them: who joined, who is awaited and why, the gang deadline;
+    the nearest deadline first."""
+    found: list[tuple[float, dict[str, Any]]] = []
+    for group in run.groups.values():
+        if group.opened_at is None or run.done(group) or formed(run, group):
+            continue
+        if gang_broken(run, group):
+            continue
+        deadline = gang_deadline(config, group.opened_at, run.pod_started_at(group.members[0]))
+        ranks = [
+            {"rank": m.rank, "node": m.node, "state": _rank_state(run, m)} for m in group.members
+        ]
+        found.append(
+            (
+                deadline,
+                {
+                    "group": group.name,
+                    "nodes": group.size,
+                    "joined": [r for r in ranks if r["state"] == "started"],
+                    "waitingFor": [r for r in ranks if r["state"] != "started"],
+                    "gangDeadline": _stamp(deadline),
+                },
+            )
+        )
+    return [entry for _, entry in sorted(found, key=lambda f: (f[0], f[1]["group"]))]
+
+
 def summary_line(run: FabricState) -> str:
     """One line for the printer column and the Events."""
     if not run.planned:
@@ -147,4 +194,6 @@ def build_fabric_status(run: FabricState) -> dict[str, Any]:
         "worstGroups": [_clean(e) for e in listed[:MAX_LISTED_GROUPS]],
         "slowGroups": [_clean(e) for e in slow_entries[:MAX_LISTED_GROUPS]],
         "slowGroupsOmitted": max(0, len(slow_entries) - MAX_LISTED_GROUPS),
+        "waiting": run.waits[:MAX_LISTED_GROUPS],
+        "waitingOmitted": max(0, len(run.waits) - MAX_LISTED_GROUPS),
     }

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuval_api.fabric import FabricPair
 from gpuval_api.kubernetes import TERMINAL_POD_PHASES
@@ -36,6 +37,7 @@ class Member:
     deleted_by_us: bool = False
     gone: bool = False  # the pod was deleted by someone else, or vanished
     evicted: bool = False
+    preempted: bool = False
     terminal_since: float | None = None  # monotonic
     started_seen: float | None = None  # wall clock when this process first saw it started
     recorded: FabricResult | None = None  # written by the operator, not yet read back
@@ -75,6 +77,9 @@ class FabricState:
     started_at: float | None = None
     completed_at: float | None = None
     classification: Classification | None = None
+    # The groups forming now, as status.fabric.waiting lists them (fabric.rollup.group_waits),
+    # taken each tick.
+    waits: list[dict[str, Any]] = field(default_factory=list)
 
     # -- what arrives --
 
@@ -108,6 +113,7 @@ class FabricState:
         if pod.pod.started and member.started_seen is None:
             member.started_seen = now
         member.evicted = member.evicted or pod.pod.evicted
+        member.preempted = member.preempted or pod.pod.preempted
         member.termination = pod.termination or member.termination
 
     def apply_pod_deleted(self, pod: FabricPodFacts) -> None:
@@ -116,6 +122,7 @@ class FabricState:
         if member is not None and member.pod == pod.name and not member.deleted_by_us:
             member.gone = True
             member.evicted = member.evicted or pod.pod.evicted
+            member.preempted = member.preempted or pod.pod.preempted
             member.termination = pod.termination or member.termination
 
     # -- the plan --

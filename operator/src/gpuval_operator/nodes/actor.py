@@ -16,7 +16,14 @@ from gpuval_api.crd import GpuValidationSpec
 from gpuval_api.result import Verdict
 from gpuval_operator.kube import events
 from gpuval_operator.kube.client import ApiError, ResourceExpiredError, q
-from gpuval_operator.nodes.entries import NodeEntry, NodePlan, entry_key, next_entry, plan_node
+from gpuval_operator.nodes.entries import (
+    NodeEntry,
+    NodePlan,
+    already_said,
+    entry_key,
+    next_entry,
+    plan_node,
+)
 from gpuval_operator.nodes.facts import stack_of
 from gpuval_operator.run.effects import NODES_PATH, Effects
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
@@ -25,6 +32,12 @@ from gpuval_operator.timestamps import rfc3339
 log = logging.getLogger(__name__)
 
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+
+
+def _verdict(record: NodeRecord) -> Verdict:
+    return {Phase.PASSED: Verdict.PASSED, Phase.NOT_RUN: Verdict.NOT_RUN}.get(
+        record.phase, Verdict.FAILED
+    )
 
 
 class NodeActor:
@@ -40,7 +53,7 @@ class NodeActor:
                 return
             info = (node.get("status") or {}).get("nodeInfo") or {}
             record.tested_boot, record.tested_stack = str(info.get("bootID") or ""), stack_of(node)
-            plan = self._plan(node, run, record, spec)
+            plan, said = self._plan(node, run, record, spec)
             if spec.node_actions.dry_run:
                 run.dry_run[record.node] = "; ".join(plan.changes) or "nothing to change"
                 break
@@ -54,20 +67,19 @@ class NodeActor:
                 return
         else:
             return
-        await self._events(run, record, node["metadata"]["uid"], spec.node_actions.dry_run)
+        if not said:
+            await self._events(run, record, node["metadata"]["uid"], spec.node_actions.dry_run)
 
     def _plan(
         self, node: dict[str, Any], run: RunState, record: NodeRecord, spec: GpuValidationSpec
-    ) -> NodePlan:
+    ) -> tuple[NodePlan, bool]:
+        """The node's plan, and whether its entry already said this verdict (no new Events)."""
         annotations = (node.get("metadata") or {}).get("annotations") or {}
         previous = NodeEntry.decode(annotations.get(entry_key(run.validation)))
         actions, gating = spec.node_actions, spec.gating
-        verdict = {Phase.PASSED: Verdict.PASSED, Phase.NOT_RUN: Verdict.NOT_RUN}.get(
-            record.phase, Verdict.FAILED
-        )
         entry = next_entry(
             previous,
-            verdict,
+            _verdict(record),
             reason=None if record.reason is None else str(record.reason),
             at=int(time.time()),
             run=run.run_id,
@@ -78,7 +90,8 @@ class NodeActor:
             cordon=actions.cordon,
             startup_taint=gating.startup_taint.key if gating and gating.startup_taint else None,
         )
-        return plan_node(node, run.validation, entry, rfc3339(time.time()))
+        plan = plan_node(node, run.validation, entry, rfc3339(time.time()))
+        return plan, already_said(previous, entry)
 
     async def _apply(self, name: str, plan: NodePlan) -> None:
         if plan.patch is not None:

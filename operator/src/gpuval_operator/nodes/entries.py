@@ -84,6 +84,20 @@ def next_entry(previous: NodeEntry | None, verdict: Verdict, **fields: Any) -> N
     return NodeEntry(verdict=str(verdict), tested=tested, **fields)
 
 
+def already_said(previous: NodeEntry | None, said: NodeEntry) -> bool:
+    """The node's entry already holds this verdict of this run, on the same boot and GPU stack:
+    its Events were posted when it was written, and a run closed again (after an operator
+    restart, a revised verdict) posts them once. A node tested again in the same run after a
+    reboot or a stack change (spec.gating) has another boot or stack: its Events are posted."""
+    return previous is not None and (
+        previous.run,
+        previous.verdict,
+        previous.reason,
+        previous.boot,
+        previous.stack,
+    ) == (said.run, said.verdict, said.reason, said.boot, said.stack)
+
+
 @dataclass(slots=True)
 class Aggregate:
     state: str  # keys.NODE_VERDICT_*: failed > not-run (some validation never tested) > passed

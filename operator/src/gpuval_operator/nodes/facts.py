@@ -12,8 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuval_api import gfd
+from gpuval_api.gfd import GpuSharing, sharing_of
+from gpuval_api.kubernetes import READY
 from gpuval_operator.nodes.entries import NodeEntry, entry_key
 from gpuval_operator.planning import cordoned_by_us, node_gpus, node_ready
+from gpuval_operator.timestamps import parse_time
 
 # Node labels of NVIDIA GPU feature discovery that name the GPU stack, and the capacity: a change
 # in any of them is a changed stack (driver upgrade, CUDA, a GPU gone).
@@ -25,9 +29,21 @@ STACK_LABELS = (
     "nvidia.com/cuda.runtime-version.full",
     "nvidia.com/cuda.runtime.major",
     "nvidia.com/cuda.runtime.minor",
-    "nvidia.com/gpu.count",
-    "nvidia.com/gpu.product",
+    gfd.GPU_COUNT_LABEL,
+    gfd.GPU_PRODUCT_LABEL,
 )
+
+
+def not_ready_of(node: Mapping[str, Any]) -> tuple[float, str] | None:
+    """Since when (its Ready condition's lastTransitionTime, epoch seconds) and why a node is not
+    Ready; None when it is Ready."""
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == READY:
+            if cond.get("status") == "True":
+                return None
+            why = ": ".join(p for p in (cond.get("reason"), cond.get("message")) if p)
+            return parse_time(cond.get("lastTransitionTime")) or 0.0, sys.intern(why[:160])
+    return 0.0, "no Ready condition"
 
 
 def stack_of(node: Mapping[str, Any]) -> str:
@@ -49,6 +65,10 @@ class NodeFacts:
     entry: NodeEntry | None  # this validation's annotation on the node
     # Its value of spec.fabric.topologyKey ("" without it); None when the spec names no key.
     domain: str | None = None
+    # Its GPUs shared by the device plugin (time-slicing, MPS); None: not shared.
+    sharing: GpuSharing | None = None
+    # Not Ready: since when (epoch seconds) and the Ready condition's reason and message.
+    not_ready: tuple[float, str] | None = None
 
     @classmethod
     def parse(
@@ -59,15 +79,18 @@ class NodeFacts:
         labels = meta.get("labels") or {}
         info = (node.get("status") or {}).get("nodeInfo") or {}
         unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
+        gpus = node_gpus(node)
         return cls(
             name=sys.intern(meta.get("name", "")),
-            gpus=node_gpus(node),
+            gpus=gpus,
             ready=node_ready(node),
             schedulable=not unschedulable or cordoned_by_us(node),
             boot_id=str(info.get("bootID") or ""),
             stack=stack_of(node),
             entry=NodeEntry.decode(annotations.get(entry_key(validation))),
             domain=None if topology_key is None else sys.intern(labels.get(topology_key, "")),
+            sharing=sharing_of(labels, gpus),
+            not_ready=not_ready_of(node),
         )
 
     @property

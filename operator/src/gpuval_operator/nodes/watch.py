@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gpuval_api.crd import Gating, NodeTrigger
@@ -33,7 +33,8 @@ class NodeWatch:
         self.validation = validation
         self.wake = wake
         self.nodes: dict[str, NodeFacts] = {}
-        self.gone: set[str] = set()  # deleted, or NotReady: known until a run acts on it
+        # Deleted, NotReady, or Ready again after NotReady: known until a run looks at it.
+        self.gone: set[str] = set()
         self.changed: set[str] = set()  # to look at again for gating
         self.queue: dict[str, tuple[NodeTrigger, float]] = {}
         self.synced = asyncio.Event()
@@ -114,10 +115,8 @@ class NodeWatch:
         facts = NodeFacts.parse(node, self.validation, self.topology_key)
         old = self.nodes.get(facts.name)
         self.nodes[facts.name] = facts
-        if not facts.ready:
+        if not facts.ready or (old is not None and not old.ready):
             self.gone.add(facts.name)
-        else:
-            self.gone.discard(facts.name)
         if (
             old is None
             or (old.boot_id, old.stack, old.selectable)
@@ -134,12 +133,42 @@ class NodeWatch:
     # -- what the run learns --
 
     def mark_gone(self, run: RunState) -> None:
-        """Tell the run which of its running nodes went away."""
+        """Tell the run which of its nodes were deleted, and since when those NotReady are not
+        Ready (a node Ready again is Ready again: its run goes on)."""
         for name in self.gone:
             record = run.nodes.get(name)
-            if record is not None and record.phase is Phase.RUNNING:
-                record.node_gone = True
-        self.gone = {n for n in self.gone if n in run.nodes and not run.nodes[n].done}
+            if record is None or record.done:
+                continue
+            facts = self.nodes.get(name)
+            if facts is None:
+                record.node_gone = record.node_gone or record.phase is Phase.RUNNING
+            else:
+                record.not_ready = facts.not_ready
+        self.gone = {
+            n
+            for n in self.gone
+            if n in run.nodes and not run.nodes[n].done and n not in self.ready_now()
+        }
+
+    def ready_now(self) -> set[str]:
+        """The nodes of `gone` that are Ready (nothing left to tell a run once it knows)."""
+        return {n for n in self.gone if (f := self.nodes.get(n)) is not None and f.ready}
+
+    def unavailable(
+        self, names: Iterable[str], now: float, grace: float
+    ) -> dict[str, tuple[float, str] | None]:
+        """Of `names`, the nodes deleted (None) or NotReady for `grace` seconds or longer (since
+        when and why), once the watch has listed the nodes."""
+        if not self.synced.is_set():
+            return {}
+        found: dict[str, tuple[float, str] | None] = {}
+        for name in names:
+            facts = self.nodes.get(name)
+            if facts is None:
+                found[name] = None
+            elif facts.not_ready is not None and now - facts.not_ready[0] >= grace:
+                found[name] = facts.not_ready
+        return found
 
     def look_for_arrivals(self, run: RunState | None, gating: Gating, now: float) -> None:
         """Queue the changed nodes that should join the run (new, rebooted, other stack)."""

@@ -18,6 +18,7 @@ from typing import Any
 from gpuval_api import keys
 from gpuval_api.conditions import EventReason
 from gpuval_api.crd import API_VERSION, REPORT_PLURAL, VALIDATION_KIND, GpuValidationSpec
+from gpuval_api.gfd import GpuSharing
 from gpuval_api.labels import children_selector
 from gpuval_api.reasons import Reason
 from gpuval_api.report import AGENT_CHECK, build_operator_failure_status
@@ -130,9 +131,14 @@ class Effects:
         return True
 
     async def create_pod(
-        self, run: RunState, record: NodeRecord, spec: GpuValidationSpec
+        self,
+        run: RunState,
+        record: NodeRecord,
+        spec: GpuValidationSpec,
+        sharing: GpuSharing | None = None,
     ) -> str | None:
-        """Create the node's agent pod; the API server's refusal as text, None when it exists."""
+        """Create the node's agent pod (`sharing`: its GPUs are shared); the API server's refusal
+        as text, None when it exists."""
         body = planning.build_pod(
             validation=self.name,
             uid=self.uid,
@@ -143,6 +149,7 @@ class Effects:
             config=self.config,
             deadline=(record.pod_created or time.time()) + spec.node_timeout_seconds,
             attempt=record.attempt,
+            sharing=sharing,
         )
         try:
             await self.client.create(self.pods_path, body)

@@ -22,7 +22,9 @@ from gpuval_api.kubernetes import (
     DISRUPTION_TARGET,
     EVICTION_REASONS,
     POD_REASON_EVICTED,
+    POD_REASON_PREEMPTING,
     POD_SCHEDULED,
+    PREEMPTION_REASONS,
     PodPhase,
 )
 from gpuval_api.reasons import Reason
@@ -59,6 +61,12 @@ class PodFacts:
     waiting_reason: str | None = None
     # The agent's verdict from the termination message, for a report the agent could not write.
     termination: dict[str, Any] | None = None
+    # Preempted for a pod of higher priority (the scheduler's DisruptionTarget, or the kubelet's).
+    preempted: bool = False
+    # The pod's status.reason (the kubelet's: Evicted, UnexpectedAdmissionError, Preempting...).
+    reason: str | None = None
+    # The GPU sharing it was made for (keys.ANNOTATION_GPU_SHARING).
+    sharing: str | None = None
 
     @classmethod
     def parse(cls, pod: Mapping[str, Any]) -> PodFacts:
@@ -70,15 +78,13 @@ class PodFacts:
         scheduled = bool(spec.get("nodeName"))
         unschedulable = None
         evicted = status.get("reason") == POD_REASON_EVICTED
+        preempted = status.get("reason") == POD_REASON_PREEMPTING
         for cond in status.get("conditions") or []:
             if cond.get("type") == POD_SCHEDULED and cond.get("status") == "False":
                 unschedulable = cond.get("message") or cond.get("reason") or "unschedulable"
-            if (
-                cond.get("type") == DISRUPTION_TARGET
-                and cond.get("status") == "True"
-                and cond.get("reason") in EVICTION_REASONS
-            ):
-                evicted = True
+            if cond.get("type") == DISRUPTION_TARGET and cond.get("status") == "True":
+                evicted = evicted or cond.get("reason") in EVICTION_REASONS
+                preempted = preempted or cond.get("reason") in PREEMPTION_REASONS
         exit_code, reason, termination, started, waiting = None, None, None, False, None
         for cs in status.get("containerStatuses") or []:
             state = cs.get("state") or {}
@@ -105,6 +111,9 @@ class PodFacts:
             termination=termination,
             started=started,
             waiting_reason=waiting,
+            preempted=preempted,
+            reason=status.get("reason") or None,
+            sharing=annotations.get(keys.ANNOTATION_GPU_SHARING) or None,
         )
 
 
@@ -260,6 +269,11 @@ class ReportFacts:
     def started(self) -> bool:
         """The agent began (it writes Running first), whatever came of it."""
         return self.phase in (ReportPhase.RUNNING, ReportPhase.COMPLETED)
+
+    @property
+    def failing(self) -> bool:
+        """It lists failures (a Running report too: what the agent found before it ended)."""
+        return bool(self.failed_checks)
 
     @property
     def tested(self) -> bool:

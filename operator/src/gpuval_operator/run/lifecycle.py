@@ -13,10 +13,9 @@ from enum import Enum, auto
 from typing import Any
 
 from gpuval_api.crd import RetryPolicy, RunTrigger
-from gpuval_api.kubernetes import CONTAINER_REASON_OOM_KILLED, PodPhase
 from gpuval_api.reasons import Reason, verdict_of
-from gpuval_api.report import StatusKey
 from gpuval_api.result import Verdict
+from gpuval_operator.run import deaths
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
 
 
@@ -105,41 +104,28 @@ IMAGE_PULL_REASONS = frozenset(
 
 
 def node_gone(r: NodeRecord, why: str) -> Outcome:
-    """The node went away: evidence against it only if its agent had started."""
+    """The node was deleted: evidence against it only if its agent had started."""
     reason = Reason.NODE_GONE if r.started else Reason.NODE_GONE_UNTESTED
     return Outcome.of(r.node, reason, f"node {r.node} {why}", delete_pod=True)
 
 
-def _ended(r: NodeRecord) -> Outcome:
-    """A pod that ended (and stayed without a report for the grace period)."""
-    if r.termination is not None:
-        verdict = Verdict(r.termination.get(StatusKey.VERDICT) or Verdict.FAILED)
-        message = (
-            f"{r.termination.get(StatusKey.MESSAGE) or ''} (from agent pod {r.pod}'s termination "
-            "message: its report write never arrived)"
-        )
-        reason = r.termination.get(StatusKey.REASON)
-        return Outcome(
-            r.node,
-            verdict,
-            Reason(reason) if reason else None,
-            message.strip(),
-            status=r.termination,
-        )
-    if r.evicted:
-        return Outcome.of(r.node, Reason.POD_EVICTED, f"agent pod {r.pod} was evicted")
-    code = "" if r.exit_code is None else f" with exit code {r.exit_code}"
-    if r.terminated_reason == CONTAINER_REASON_OOM_KILLED:
-        return Outcome.of(
-            r.node,
-            Reason.POD_OOM_KILLED,
-            f"agent pod {r.pod} was OOM-killed{code}: raise spec.agent.resources.limits.memory",
-        )
-    if r.pod_phase == PodPhase.FAILED:
-        message = f"agent pod {r.pod} failed{code} without a verdict"
-    else:
-        message = f"agent pod {r.pod} exited without writing a verdict"
-    return Outcome.of(r.node, Reason.POD_FAILED, message)
+def node_not_ready(r: NodeRecord, now: float) -> Outcome:
+    """The node stayed NotReady past the grace period: not tested (its kubelet, runtime or network
+    is no evidence against its GPUs), tried again once Ready."""
+    since, why = r.not_ready or (now, "")
+    doing = {Phase.PENDING: "was to start"}.get(r.phase, "ran" if r.started else "waited to start")
+    detail = f" ({why})" if why else ""
+    message = (
+        f"node {r.node} was NotReady for {now - since:.0f}s{detail} while its agent {doing}: not "
+        "tested, tried again once Ready"
+    )
+    return Outcome.of(r.node, Reason.NODE_NOT_READY, message, delete_pod=r.phase is Phase.RUNNING)
+
+
+def _death(r: NodeRecord, death: deaths.Death, **kwargs: Any) -> Outcome:
+    return Outcome(
+        r.node, death.verdict, death.reason, death.message, status=death.status, **kwargs
+    )
 
 
 def _timed_out(r: NodeRecord, timeout: float) -> Outcome:
@@ -147,6 +133,13 @@ def _timed_out(r: NodeRecord, timeout: float) -> Outcome:
     if not r.scheduled:
         why = f": {r.unschedulable}" if r.unschedulable else ""
         message = f"agent pod {r.pod} was not scheduled within {timeout:.0f}s{why}"
+        if r.sharing is not None:
+            message = (
+                f"{message}; the node's GPUs are shared ({r.sharing}) and the agent asks for "
+                "every replica, so that no tenant shares a GPU while it is tested: workloads "
+                "held some"
+            )
+            return Outcome.of(r.node, Reason.GPU_REPLICAS_HELD, message, **kwargs)
         return Outcome.of(r.node, Reason.POD_UNSCHEDULABLE, message, **kwargs)
     if not r.started:
         waiting = f" ({r.waiting_reason})" if r.waiting_reason else ""
@@ -162,39 +155,55 @@ def _timed_out(r: NodeRecord, timeout: float) -> Outcome:
 
 
 def due_outcomes(
-    run: RunState, *, now: float, monotonic: float, timeout: float, grace: float
+    run: RunState,
+    *,
+    now: float,
+    monotonic: float,
+    timeout: float,
+    grace: float,
+    not_ready_grace: float = float("inf"),
 ) -> list[Outcome]:
     """Running nodes that ended without their agent's report, and what each gets.
 
     `now` is wall-clock time (compared with pod creation times, which survive an operator restart);
     `monotonic` is compared with when the operator saw a pod end, because the agent's report and the
     pod's end arrive on two different watches in either order: a pod that ended is given `grace`
-    seconds for its report to show up.
+    seconds for its report to show up. A node NotReady for less than `not_ready_grace` seconds
+    goes on as if nothing happened: its agent may well finish and write its report.
     """
     outcomes: list[Outcome] = []
     for r in run.nodes.values():
+        if r.phase is Phase.PENDING and r.not_ready is not None:
+            # Its next attempt waits for the node to be Ready, for one node timeout at most.
+            if now - max(r.not_ready[0], r.not_before) >= timeout:
+                outcomes.append(node_not_ready(r, now))
+            continue
         if r.phase is not Phase.RUNNING:
             continue
         if r.node_gone:
-            outcomes.append(node_gone(r, "was deleted or became unreachable during the run"))
+            outcomes.append(node_gone(r, "was deleted during the run"))
+        elif r.not_ready is not None and now - r.not_ready[0] >= not_ready_grace:
+            outcomes.append(node_not_ready(r, now))
         elif r.pod_gone:
-            reason = Reason.POD_EVICTED if r.evicted else Reason.POD_DELETED
-            what = "evicted" if r.evicted else "deleted"
-            message = f"agent pod {r.pod} was {what} before it finished"
-            outcomes.append(Outcome.of(r.node, reason, message, check_node=True))
+            outcomes.append(_death(r, deaths.gone(r), check_node=True))
         elif r.terminal_since is not None and monotonic - r.terminal_since >= grace:
-            outcomes.append(_ended(r))
+            outcomes.append(_death(r, deaths.ended(r)))
         elif r.pod_created is not None and now - r.pod_created >= timeout:
             outcomes.append(_timed_out(r, timeout))
     return outcomes
 
 
+# NotRun reasons a retry in the same run cannot change: the fabric's group did not form (its
+# local checks passed; the next run tries again), a node's GPU sharing lets no pod hold a GPU.
+NOT_RETRIED = frozenset({Reason.FABRIC_GANG_NOT_FORMED, Reason.GPU_SHARING_UNSUPPORTED})
+
+
 def retry_wanted(record: NodeRecord, policy: RetryPolicy) -> bool:
-    """A node gpuval could not test gets another attempt while it has attempts left; one whose
-    fabric group did not form waits for the next run (its local checks passed)."""
+    """A node gpuval could not test gets another attempt while it has attempts left, unless
+    another attempt in this run cannot change it (NOT_RETRIED)."""
     return (
         record.phase is Phase.NOT_RUN
-        and record.reason is not Reason.FABRIC_GANG_NOT_FORMED
+        and record.reason not in NOT_RETRIED
         and record.attempt < policy.attempts
     )
 

@@ -96,6 +96,17 @@ def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Co
     then Unknown rather than a premature True.
     """
     valid = Cond(INVALID, "False", R.VALID, "the spec is valid")
+    if waiting_for_nodes(run):
+        message = (
+            "no selected node yet (Ready, schedulable, with nvidia.com/gpu): spec.gating "
+            "validates each node that joins"
+        )
+        return [
+            Cond(SUCCEEDED, "Unknown", R.WAITING_FOR_NODES, message),
+            Cond(NODES_HEALTHY, "Unknown", R.WAITING_FOR_NODES, message),
+            Cond(UNIFORM, "Unknown", R.WAITING_FOR_NODES, message),
+            valid,
+        ]
     if run.completed_at is not None and run.counts()["total"] == 0:
         # An empty selection is almost always a wrong nodeSelector, not a healthy fleet.
         message = "no Ready, schedulable node with nvidia.com/gpu matched spec.nodeSelector"
@@ -175,8 +186,19 @@ def run_info(run: RunState) -> dict[str, Any]:
     }
 
 
+def waiting_for_nodes(run: RunState) -> bool:
+    """A gating validation with no node yet waits for them: nothing failed, nothing ran."""
+    return run.gating and not run.nodes
+
+
+def announce_completion(run: RunState) -> bool:
+    """RunCompleted is posted once per run: not again when arrivals or a revised verdict reopen
+    and close it, not for a gating run that has no node yet (it waits for them)."""
+    return not run.announced and not waiting_for_nodes(run)
+
+
 def phase_of(run: RunState) -> str:
-    if run.completed_at is None:
+    if run.completed_at is None or waiting_for_nodes(run):
         return ValidationPhase.RUNNING if run.nodes else ValidationPhase.PENDING
     failed = run.failed() or not run.nodes
     return ValidationPhase.FAILED if failed else ValidationPhase.SUCCEEDED
@@ -272,6 +294,9 @@ def read_run(name: str, status: Mapping[str, Any], *, fabric: bool) -> RunState 
         completed_at=parse_time(info.get("completedAt")),
         next_run_at=parse_time(status.get("nextRunAt")),
     )
+    # A run the status shows completed with nodes was announced (RunCompleted) by whoever closed
+    # it; one with none (a gating run still waiting) announces its first real close.
+    run.announced = run.completed_at is not None and bool((status.get("nodes") or {}).get("total"))
     if fabric and run.completed_at is None:
         run.expect_fabric(parse_time((status.get(StatusKey.FABRIC) or {}).get("startedAt")))
     return run

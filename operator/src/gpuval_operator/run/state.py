@@ -83,7 +83,18 @@ class NodeRecord:
     # The verdict the agent left in its termination message; kept only until the node finishes.
     termination: dict[str, Any] | None = None
     pod_gone: bool = False
-    node_gone: bool = False
+    # The scheduler (or the kubelet) preempted the pod for one of higher priority.
+    preempted: bool = False
+    # The kubelet's reason for a pod that failed before a container started (admission).
+    pod_reason: str | None = None
+    # The node's GPU sharing its pod was made for (keys.ANNOTATION_GPU_SHARING); None: none.
+    sharing: str | None = None
+    # What the agent found failing before it ended (its Running report's first failure): the
+    # evidence a death without a verdict is judged on.
+    found: tuple[Reason, str] | None = None
+    node_gone: bool = False  # deleted
+    # NotReady: since when (epoch seconds) and why; None while Ready.
+    not_ready: tuple[float, str] | None = None
     terminal_since: float | None = None
     deleted_by_us: bool = False
     reason: Reason | None = None
@@ -145,6 +156,12 @@ class RunState:
     events_posted: int = 0
     # nodeActions.dryRun: node -> the changes that would have been made (status.dryRun).
     dry_run: dict[str, str] = field(default_factory=dict)
+    # spec.gating: an empty run waits for nodes to join (phase Pending), it is not a failure.
+    gating: bool = False
+    # RunCompleted was posted: once per run, however often arrivals or a revision reopen it.
+    announced: bool = False
+    # NodeQueued Events posted for this run (capped by GPUVAL_EVENTS_PER_RUN; the rest counted).
+    queued_events: int = 0
     # Something the status shows changed since the status was last written.
     dirty: bool = False
 
@@ -180,11 +197,12 @@ class RunState:
         return sum(1 for r in self.nodes.values() if r.phase is Phase.RUNNING)
 
     def pending(self, now: float = float("inf")) -> Iterator[NodeRecord]:
-        """Nodes waiting for their wave whose report exists and whose backoff is over."""
+        """Nodes waiting for their wave whose report exists, whose backoff is over and whose
+        node is Ready (a NotReady one waits: lifecycle.due_outcomes bounds how long)."""
         return (
             r
             for r in self.nodes.values()
-            if r.phase is Phase.PENDING and r.planned and r.not_before <= now
+            if r.phase is Phase.PENDING and r.planned and r.not_before <= now and not r.not_ready
         )
 
     def all_done(self) -> bool:
@@ -294,6 +312,8 @@ class RunState:
             return False
         if report.started:
             record.started = True
+        if report.failing and not report.completed and report.reason is not None:
+            record.found = (report.reason, report.message)
         if report.completed and report.verdict is not None:
             if record.settled:
                 return self.revise(report.node, report.verdict, report.reason, report.message)
@@ -322,6 +342,9 @@ class RunState:
         record.scheduled = pod.scheduled
         record.unschedulable = None if pod.scheduled else pod.unschedulable
         record.evicted = pod.evicted
+        record.preempted = record.preempted or pod.preempted
+        record.pod_reason = pod.reason
+        record.sharing = pod.sharing or record.sharing
         record.started = record.started or pod.started
         record.waiting_reason = pod.waiting_reason
         record.exit_code = pod.exit_code
@@ -350,5 +373,7 @@ class RunState:
             and not record.deleted_by_us
         ):
             record.pod_gone = True
-            # The Eviction API deletes the pod; its last state carries the DisruptionTarget mark.
+            # The Eviction API deletes the pod; its last state carries the DisruptionTarget mark
+            # (so does the scheduler's preemption).
             record.evicted = record.evicted or pod.evicted
+            record.preempted = record.preempted or pod.preempted

@@ -1,0 +1,88 @@
+"""The node labels NVIDIA GPU feature discovery (GFD) sets that gpuval reads, spelled once, and
+what they say about a node whose device plugin shares its GPUs. Pure.
+
+They are NVIDIA's contract (k8s-device-plugin's GFD; the GPU operator's "Time-Slicing GPUs" and
+"Multi-Process Service" pages): with GPU sharing configured, `nvidia.com/gpu.count` stays the
+number of physical GPUs, `nvidia.com/gpu.replicas` is how many replicas the device plugin makes
+of each, the node's `nvidia.com/gpu` capacity is count x replicas, `nvidia.com/gpu.sharing-
+strategy` says how they are shared (none, time-slicing, mps), and (renameByDefault false, the
+default) the product label gets a `-SHARED` suffix. With renameByDefault true the replicas are
+advertised as `nvidia.com/gpu.shared` instead, and `nvidia.com/gpu` is 0: gpuval does not select
+such a node (docs/operator.md, "Shared GPUs").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+GPU_COUNT_LABEL: Final = "nvidia.com/gpu.count"
+GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
+GPU_REPLICAS_LABEL: Final = "nvidia.com/gpu.replicas"
+GPU_SHARING_LABEL: Final = "nvidia.com/gpu.sharing-strategy"
+# What GFD appends to the product label of a node with GPU replicas.
+SHARED_PRODUCT_SUFFIX: Final = "-SHARED"
+
+
+class SharingStrategy(StrEnum):
+    """Values of GPU_SHARING_LABEL."""
+
+    NONE = "none"
+    TIME_SLICING = "time-slicing"
+    MPS = "mps"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSharing:
+    """How a node's GPUs are shared: GFD's strategy, replicas per GPU, physical GPUs (0 where
+    unknown)."""
+
+    strategy: str
+    replicas: int
+    physical: int = 0
+
+    @property
+    def exclusive_possible(self) -> bool:
+        """One pod can hold every replica of a GPU (not under MPS, which gives a container one)."""
+        return self.strategy != SharingStrategy.MPS
+
+    def annotation(self) -> str:
+        """As an agent pod's annotation carries it: '<strategy>/<replicas per GPU>'."""
+        return f"{self.strategy}/{self.replicas}"
+
+    def describe(self) -> str:
+        """E.g. '8 GPUs as 32 time-slicing replicas'."""
+        return f"{self.physical} GPUs as {self.physical * self.replicas} {self.strategy} replicas"
+
+
+def _positive(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() and int(text) > 0 else None
+
+
+def sharing_of(labels: Mapping[str, str], advertised: int) -> GpuSharing | None:
+    """The node's GPU sharing from its GFD labels and its advertised `nvidia.com/gpu`; None when
+    its GPUs are not shared (no sharing label, or strategy none, and one replica)."""
+    strategy = labels.get(GPU_SHARING_LABEL, "")
+    replicas = _positive(labels.get(GPU_REPLICAS_LABEL)) or 1
+    unnamed = strategy in ("", SharingStrategy.NONE)
+    if unnamed and replicas == 1:
+        return None
+    if unnamed:
+        strategy = SharingStrategy.TIME_SLICING  # replicas without a strategy: an older GFD
+    physical = _positive(labels.get(GPU_COUNT_LABEL)) or max(1, advertised // replicas)
+    return GpuSharing(strategy, replicas, physical)
+
+
+def shared_labels(
+    strategy: SharingStrategy, replicas: int, gpus: int, product: str
+) -> dict[str, str]:
+    """The labels GFD sets on a node of `gpus` physical GPUs shared as `replicas` each (what a
+    test node or a demo node carries)."""
+    return {
+        GPU_COUNT_LABEL: str(gpus),
+        GPU_REPLICAS_LABEL: str(replicas),
+        GPU_SHARING_LABEL: str(strategy),
+        GPU_PRODUCT_LABEL: product + SHARED_PRODUCT_SUFFIX,
+    }

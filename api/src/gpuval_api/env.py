@@ -53,6 +53,9 @@ class OperatorEnv(StrEnum):
     CREATE_CONCURRENCY = "GPUVAL_CREATE_CONCURRENCY"
     POD_GRACE_SECONDS = "GPUVAL_POD_GRACE_SECONDS"
     EVENTS_PER_RUN = "GPUVAL_EVENTS_PER_RUN"
+    # The most nodes gpuval holds out of service (tainted or cordoned) at once, across every
+    # GpuValidation: counted from the nodes (keys.NODE_LABEL_OUT_OF_SERVICE).
+    MAX_NODES_OUT_OF_SERVICE = "GPUVAL_MAX_NODES_OUT_OF_SERVICE"
     # Leader election: one replica acts, the others wait on this coordination.k8s.io Lease.
     LEASE_NAME = "GPUVAL_LEASE_NAME"
     LEASE_NAMESPACE = "GPUVAL_LEASE_NAMESPACE"

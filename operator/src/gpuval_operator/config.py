@@ -50,6 +50,8 @@ class OperatorConfig:
     status_interval_seconds: float = 1.0
     pod_grace_seconds: float = 10.0
     events_per_run: int = 50
+    # The most nodes gpuval holds out of service at once, across every validation (0: none).
+    max_nodes_out_of_service: int = 10
     # Leader election (two replicas): off unless a namespace for the Lease is given.
     lease_namespace: str | None = None
     lease_name: str = "gpuval-operator"
@@ -69,6 +71,9 @@ class OperatorConfig:
             status_interval_seconds=d.status_interval_seconds,
             pod_grace_seconds=float(_int(env, E.POD_GRACE_SECONDS, int(d.pod_grace_seconds), 0)),
             events_per_run=_int(env, E.EVENTS_PER_RUN, d.events_per_run),
+            max_nodes_out_of_service=_int(
+                env, E.MAX_NODES_OUT_OF_SERVICE, d.max_nodes_out_of_service
+            ),
             lease_namespace=env.get(E.LEASE_NAMESPACE) or None,
             lease_name=env.get(E.LEASE_NAME) or d.lease_name,
             lease_duration_seconds=_int(env, E.LEASE_DURATION_SECONDS, d.lease_duration_seconds, 2),

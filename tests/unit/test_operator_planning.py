@@ -8,9 +8,10 @@ import pytest
 
 from gpuval_api import keys
 from gpuval_api.crd import GpuValidationSpec
+from gpuval_api.env import OperatorEnv
 from gpuval_api.labels import label_value
 from gpuval_operator import names, planning
-from gpuval_operator.config import OperatorConfig
+from gpuval_operator.config import ConfigError, OperatorConfig
 
 
 def node(
@@ -131,3 +132,11 @@ def test_report_carries_node_run_and_gpu_count_for_a_restarted_operator() -> Non
     assert report["spec"] == {"validation": "fleet", "run": "3-ffff", "node": "gpu-1"}
     assert report["metadata"]["annotations"]["gpuval.dev/gpus"] == "8"
     assert report["metadata"]["labels"][keys.LABEL_NODE] == "gpu-1"
+
+
+def test_the_operator_wide_node_actions_limit_comes_from_its_variable() -> None:
+    assert OperatorConfig.from_env({}).max_nodes_out_of_service == 10
+    env = {OperatorEnv.MAX_NODES_OUT_OF_SERVICE: "3"}
+    assert OperatorConfig.from_env(env).max_nodes_out_of_service == 3
+    with pytest.raises(ConfigError, match="GPUVAL_MAX_NODES_OUT_OF_SERVICE='many'"):
+        OperatorConfig.from_env({OperatorEnv.MAX_NODES_OUT_OF_SERVICE: "many"})

@@ -117,6 +117,8 @@ class Aggregate:
     untested_by: list[str] = field(default_factory=list)
     # Failing validations whose taint and cordon are held, and why.
     held: dict[str, str] = field(default_factory=dict)
+    # The reason the taint's value names: the first failing validation whose actions apply.
+    taint_reason: str | None = None
     reason: str | None = None
     validated_at: int = 0
     taint_effect: str | None = None
@@ -142,6 +144,7 @@ def aggregate(found: Mapping[str, NodeEntry]) -> Aggregate:
     result.reason = first.reason if first is not None else None
     result.held = {n: hold for n in failed if (hold := found[n].hold) is not None}
     asks = [found[n] for n in failed if n not in result.held]
+    result.taint_reason = asks[0].reason if asks else None
     effects = [e.taint for e in asks if e.taint]
     result.taint_effect = max(
         effects, key=lambda e: _EFFECT_RANK.get(TaintEffect(e), 0), default=None
@@ -200,7 +203,7 @@ def _taints(spec: Mapping[str, Any], agg: Aggregate) -> tuple[list[dict[str, Any
         others = kept
     wanted = list(others)
     if agg.taint_effect is not None:
-        value = label_value(agg.reason or str(Verdict.FAILED))
+        value = label_value(agg.taint_reason or agg.reason or str(Verdict.FAILED))
         wanted.append({"key": keys.TAINT_KEY, "value": value, "effect": agg.taint_effect})
         if not any(t.get("key") == keys.TAINT_KEY for t in taints):
             changes.append(f"taint {keys.TAINT_KEY}={value}:{agg.taint_effect}")

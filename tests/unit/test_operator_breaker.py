@@ -18,10 +18,10 @@ from gpuval_operator.nodes.breaker import (
     OutOfServiceNode,
     View,
     admit,
-    judgeable,
     never_in_service,
     systemic,
     to_retry,
+    undecided,
 )
 from gpuval_operator.nodes.entries import NodeEntry, entry_key, next_entry
 from gpuval_operator.run.holds import BreakerState, Systemic, held_condition, systemic_condition
@@ -149,10 +149,19 @@ def test_a_fraction_of_one_turns_the_systemic_hold_off() -> None:
     assert systemic(["LowThroughput"] * 40, 40, 1.0, 3) == []
 
 
-def test_a_run_judges_once_enough_nodes_are_tested_or_none_is_left() -> None:
-    assert not judgeable(tested=2, undecided=5, min_nodes=3)
-    assert judgeable(tested=3, undecided=5, min_nodes=3)
-    assert judgeable(tested=1, undecided=0, min_nodes=3)
+def test_a_failure_waits_while_the_nodes_left_could_make_its_reason_systemic() -> None:
+    # 1 failed and 1 passed of 6: were the 4 left to fail alike, 5 of 6 would be systemic.
+    assert undecided(["BurnMismatch"], tested=2, untested=4, fraction=0.5, min_nodes=3) == {
+        "BurnMismatch"
+    }
+    # 1 failed, 4 passed of 6: even the last one failing alike makes 2 of 6.
+    assert undecided(["BurnMismatch"], tested=5, untested=1, fraction=0.5, min_nodes=3) == set()
+    # Systemic already: decided, not waiting.
+    assert undecided(["X"] * 4, tested=5, untested=1, fraction=0.5, min_nodes=3) == set()
+    # A run of two can never reach three.
+    assert undecided(["X"], tested=1, untested=1, fraction=0.5, min_nodes=3) == set()
+    # The systemic hold off: nothing ever waits.
+    assert undecided(["X"], tested=1, untested=39, fraction=1.0, min_nodes=3) == set()
 
 
 def test_held_nodes_are_tried_again_while_slots_are_free_in_name_order() -> None:

@@ -38,6 +38,9 @@ class ConditionReason(StrEnum):
     MAX_NODES_REACHED = "MaxNodesReached"  # the validation's nodeActions.maxNodes
     OPERATOR_MAX_NODES_REACHED = "OperatorMaxNodesReached"  # the operator-wide limit
     SYSTEMIC = "Systemic"  # the failures' reason is systemic (SystemicFailure)
+    # Not a NodeActionsHeld reason but a node entry's hold: the rest of the run could still make
+    # the failure's reason systemic, so its taint and cordon wait for it.
+    AWAITING_RUN = "AwaitingRun"
     NOT_HELD = "NotHeld"
     # SystemicFailure: a reason shared by most tested nodes (True), or none (False).
     SAME_REASON_ON_MANY_NODES = "SameReasonOnManyNodes"

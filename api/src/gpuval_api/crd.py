@@ -259,9 +259,10 @@ class NodeActions(_Model):
         ge=2,
         le=MAX_NODES,
         description=(
-            "Fewest nodes failing with one reason for it to be systemic (so 1 of 2 is not); "
-            "a failure's taint and cordon wait until the run has this many tested nodes or "
-            "none left to test, so a fleet-wide cause shows before the first nodes are acted on."
+            "Fewest nodes failing with one reason for it to be systemic (so 1 of 2 is not). "
+            "A failure's taint and cordon wait while the nodes of the run still to be tested "
+            "could make its reason systemic, so a fleet-wide cause shows before the first "
+            "nodes are acted on; its label and condition do not wait."
         ),
     )
 

@@ -186,8 +186,9 @@ class RunDriver:
         while run.finished:
             finished, run.finished = run.finished, []
             run.dirty = True
-            due = self.holds.due(run, finished, spec)
-            await self.effects.bounded(self.actor.act(run, run.nodes[node], spec) for node in due)
+            await self.effects.bounded(
+                self.actor.act(run, run.nodes[node], spec) for node in finished
+            )
         await self.holds.settle(run, spec)
 
     async def complete(self, run: RunState, spec: GpuValidationSpec) -> None:

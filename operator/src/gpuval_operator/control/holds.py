@@ -3,11 +3,11 @@ actions of its run.
 
 Each pass it reads the limits (nodeActions.maxNodes as a count of the run's nodes, the
 operator-wide limit), a person's release (annotation gpuval.dev/release) and the run's systemic
-reasons; a failure's actions wait until the run can tell a systemic cause (`breaker.judgeable`);
-held nodes are tried again while slots are free or their systemic reason is gone or released; and
-the hold is said once per run and cause (Events NodeActionsHeld, SystemicFailure,
-NodeActionsReleased). The decisions are gpuval_operator.nodes.breaker's, the node patches
-gpuval_operator.nodes.actor's.
+reasons. A failure's taint and cordon wait while the rest of the run could still make its reason
+systemic (`breaker.undecided`), and follow once it cannot; held nodes are tried again while
+slots are free or their systemic reason is gone or released; and the hold is said once per run
+and cause (Events NodeActionsHeld, SystemicFailure, NodeActionsReleased). The decisions are
+gpuval_operator.nodes.breaker's, the node patches gpuval_operator.nodes.actor's.
 """
 
 from __future__ import annotations
@@ -65,40 +65,33 @@ class HoldKeeper:
         state.released = release is not None and release.covers(run.run_id, run.started_at)
         failed = [str(r.reason) for r in run.failed()]
         tested = len(failed) + len(run.in_phase(Phase.PASSED))
-        found = breaker.systemic(
-            failed, tested, actions.systemic_fraction, actions.systemic_min_nodes
-        )
+        untested = sum(1 for r in run.nodes.values() if not r.done)
+        fraction, least = actions.systemic_fraction, actions.systemic_min_nodes
+        found = breaker.systemic(failed, tested, fraction, least)
         if found != state.systemic:
             state.systemic, run.dirty = found, True
+        state.undecided = breaker.undecided(failed, tested, untested, fraction, least)
         if self.ledger is not None:
             figures = self.ledger.figures
             state.operator_limit, state.operator_out_of_service = figures.limit, figures.total
             state.out_of_service = figures.by_validation.get(label_value(run.validation), 0)
 
-    def due(self, run: RunState, finished: list[str], spec: GpuValidationSpec) -> list[str]:
-        """Of the nodes that got their final verdict, those to act on now; a failure waits while
-        the run cannot tell a systemic cause yet, and the waiting ones come along once it can."""
-        state = run.breaker
-        if not _acts(spec):
-            return finished
-        records = run.nodes.values()
-        tested = sum(1 for r in records if r.phase in (Phase.PASSED, Phase.FAILED))
-        undecided = sum(1 for r in records if not r.done)
-        if breaker.judgeable(tested, undecided, spec.node_actions.systemic_min_nodes):
-            due, state.deferred = [*state.deferred, *finished], []
-            return due
-        waiting = [n for n in finished if run.nodes[n].phase is Phase.FAILED]
-        state.deferred += waiting
-        return [n for n in finished if n not in waiting]
-
     async def settle(self, run: RunState, spec: GpuValidationSpec) -> None:
-        """Act on the waiting failures once the run can judge them, try the held nodes again
-        where the hold may have lifted, and say what is held."""
+        """Act on the failures that waited for the run once it can tell, try the held nodes
+        again where the hold may have lifted, and say what is held."""
         if self.ledger is not None:
             await self.ledger.recount()
-        due = self.due(run, [], spec)
-        if due:
-            await self.effects.bounded(self.actor.act(run, run.nodes[n], spec) for n in due)
+        state = run.breaker
+        ready = sorted(
+            n
+            for n in state.waiting
+            if n in run.nodes
+            and (state.released or str(run.nodes[n].reason) not in state.undecided)
+        )
+        if ready and _acts(spec):
+            run.dirty = True
+            jobs = (self.actor.act(run, run.nodes[n], spec, announce=False) for n in ready)
+            await self.effects.bounded(jobs)
         await self._retry(run, spec)
         self.prepare(run, spec)
         await self._announce(run)
@@ -179,6 +172,9 @@ class HoldKeeper:
                     and record is not None
                     and record.phase is Phase.FAILED
                 ):
-                    state.held.setdefault(name, entry.hold)
+                    if entry.hold == ConditionReason.AWAITING_RUN:
+                        state.waiting.add(name)
+                    else:
+                        state.held.setdefault(name, entry.hold)
         release = self._release_text()
         return bool(release) and release != state.release_seen

@@ -79,10 +79,13 @@ class NodeActor:
                 break
         else:
             return
-        if record.phase is Phase.FAILED and gate.hold is not None:
-            run.breaker.held[record.node] = gate.hold
-        else:
-            run.breaker.held.pop(record.node, None)
+        held, waiting = run.breaker.held, run.breaker.waiting
+        held.pop(record.node, None)
+        waiting.discard(record.node)
+        if record.phase is Phase.FAILED and gate.hold == ConditionReason.AWAITING_RUN:
+            waiting.add(record.node)
+        elif record.phase is Phase.FAILED and gate.hold is not None:
+            held[record.node] = gate.hold
         if announce:
             await self._events(run, record, node["metadata"]["uid"], spec, gate)
 
@@ -132,9 +135,11 @@ class NodeActor:
             startup.add(spec.gating.startup_taint.key)
         if never_in_service(node, startup):
             return Gate(since=now)
-        breaker = run.breaker
-        if record.reason is not None and str(record.reason) in breaker.systemic_reasons():
+        breaker, reason = run.breaker, str(record.reason)
+        if reason in breaker.systemic_reasons():
             return Gate(hold=ConditionReason.SYSTEMIC)
+        if reason in breaker.undecided and not breaker.released:
+            return Gate(hold=ConditionReason.AWAITING_RUN)
         if self.ledger is None:
             return Gate(since=now)
         key = label_value(run.validation)

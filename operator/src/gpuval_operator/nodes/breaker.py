@@ -4,7 +4,8 @@ Which failing node's taint and cordon may be applied now, and which are held and
 - a node already out of service through this validation keeps its actions (holding never undoes
   one), and a node that never entered service (it carries a startup taint) is not taken out of it;
 - a reason shared by more than `systemicFraction` of the run's tested nodes, and by at least
-  `systemicMinNodes`, is systemic: the spec or the stack, not the nodes (Systemic);
+  `systemicMinNodes`, is systemic: the spec or the stack, not the nodes (Systemic); while the
+  nodes still to be tested could make it so, the failure waits (AwaitingRun);
 - a validation holds at most `nodeActions.maxNodes` nodes out of service (MaxNodesReached), gpuval
   as a whole at most the operator-wide limit (OperatorMaxNodesReached).
 
@@ -120,10 +121,21 @@ def systemic(
     return sorted(found, key=lambda s: (-s.failed, s.reason))
 
 
-def judgeable(tested: int, undecided: int, min_nodes: int) -> bool:
-    """Whether the run can tell a systemic cause yet: `min_nodes` of its nodes are tested, or
-    none is left without a verdict. Until then a failure's taint and cordon wait."""
-    return tested >= min_nodes or undecided == 0
+def undecided(
+    reasons: Iterable[str], tested: int, untested: int, fraction: float, min_nodes: int
+) -> set[str]:
+    """The reasons of the run's failed nodes (`reasons`, one per node) that are not systemic yet
+    but could still be: were every one of the `untested` nodes left without a verdict to fail
+    the same way, the reason would be. Until the run can tell, a failure's taint and cordon wait
+    (its label and condition do not)."""
+    counts = Counter(reasons)
+    found = set()
+    for reason, n in counts.items():
+        systemic_now = n >= min_nodes and n > fraction * tested
+        best = n + untested
+        if not systemic_now and best >= min_nodes and best > fraction * (tested + untested):
+            found.add(reason)
+    return found
 
 
 def to_retry(

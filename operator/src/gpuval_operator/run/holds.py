@@ -42,9 +42,10 @@ class BreakerState:
 
     held: dict[str, str] = field(default_factory=dict)
     systemic: list[Systemic] = field(default_factory=list)
-    # Failed nodes whose actions wait until the run can tell a systemic cause (systemicMinNodes
-    # tested, or none left to test).
-    deferred: list[str] = field(default_factory=list)
+    # Reasons the nodes still to be tested could make systemic, and the failed nodes whose taint
+    # and cordon wait for that (AwaitingRun): not held, not yet acted on.
+    undecided: set[str] = field(default_factory=set)
+    waiting: set[str] = field(default_factory=set)
     # nodeActions.maxNodes as a count, and the nodes out of service through this validation.
     limit: int = 0
     out_of_service: int = 0
@@ -81,12 +82,18 @@ def held_condition(
     and cordon are held, for what, and the failures' reasons; False when none is."""
     causes = state.causes()
     if not causes:
+        waiting = (
+            f"; {len(state.waiting)} failed nodes wait for the rest of the run to tell whether "
+            "their reason is systemic before their taint and cordon"
+            if state.waiting
+            else ""
+        )
         return (
             ConditionType.NODE_ACTIONS_HELD,
             "False",
             R.NOT_HELD,
             f"no node action held ({state.out_of_service} of at most {state.limit} nodes out of "
-            "service through this validation)",
+            f"service through this validation){waiting}",
         )
     reason = next(c for c in HOLD_CAUSES if causes.get(c))
     parts = []

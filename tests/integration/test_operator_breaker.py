@@ -209,7 +209,9 @@ def test_the_operator_wide_limit_holds_across_two_validations(
     actions = {**CORDON, "maxNodes": "100%", "taint": {"effect": "NoSchedule"}}
     with limited(3) as port, watching(cluster) as seen:
         for half, name in names.items():
-            body = fleet.validation(name, nodeActions=actions, checks=UNMEETABLE)
+            body = fleet.validation(
+                name, nodeActions=actions, checks=UNMEETABLE, nodeTimeoutSeconds=600
+            )
             body["spec"]["nodeSelector"]["matchLabels"]["half"] = half
             apply(cluster, body)
         statuses = {half: completed_run(cluster, name, timeout=300) for half, name in names.items()}
@@ -255,7 +257,10 @@ def test_a_majority_failing_with_one_reason_holds_the_actions_under_the_limit_un
     name = unique_name("systemic")
     actions = {"taint": {"effect": "NoSchedule"}, "cordon": True, "maxNodes": "100%"}
     with limited(20) as port, watching(cluster, f"gpuval-test={fleet.label}") as seen:
-        apply(cluster, fleet.validation(name, nodeActions=actions, maxConcurrent="100%"))
+        body = fleet.validation(
+            name, nodeActions=actions, maxConcurrent="100%", nodeTimeoutSeconds=600
+        )
+        apply(cluster, body)
         status = completed_run(cluster, name, timeout=300)
         metrics = scrape(port)
         event = wait_for(

@@ -92,8 +92,12 @@ elif [ "$MODE" = baseline ]; then
   step run_baseline 150 python3 -m gpuval_agent.cli run --json "$OUT/run_baseline.json"
   echo "run_baseline wall $(since "$began") s" >>"$OUT/summary.log"
   python3 benchmarks/gpu_load.py --gpu 0 --delay 8 --seconds 45 >"$OUT/gpu_load.log" 2>&1 &
-  step run_slowed 150 python3 -m gpuval_agent.cli run --duration 30 --json "$OUT/run_slowed.json"
+  step run_shared 150 python3 -m gpuval_agent.cli run --duration 30 --json "$OUT/run_shared.json"
   wait
+  # The burn slowed on purpose (GPUVAL_BURN_SLOWDOWN: ~0.8 of full throughput, nothing else on the
+  # GPU): BelowBaseline names it.
+  GPUVAL_BURN_SLOWDOWN=0.8 step run_slowed 150 python3 -m gpuval_agent.cli run --checks driver,burn \
+    --duration 20 --json "$OUT/run_slowed.json"
 elif [ "$MODE" = smoke ]; then
   step pytest 300 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
   step bench 240 python3 benchmarks/agent_bench.py --seconds 4 --out "$OUT/bench.json"

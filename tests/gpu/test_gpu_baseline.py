@@ -80,3 +80,20 @@ def test_a_burn_sharing_its_gpu_with_a_load_names_the_load_and_is_not_below_the_
     assert code == 3, findings  # not tested
     assert [(f["reason"], f["gpu"]) for f in findings] == [("GpuInUse", 0)], findings
     assert f"PID {load.pid} " in findings[0]["message"]
+
+
+@pytest.mark.skipif(not H200, reason="the shipped baseline is an H200's")
+def test_a_burn_slowed_on_purpose_is_named_below_the_shipped_baseline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GPUVAL_BURN_SLOWDOWN holds the GPU to ~0.8 of its throughput (a spin kernel after each
+    # graph's GEMMs), every result still verified: a slow GPU with nothing else on it.
+    monkeypatch.setenv("GPUVAL_BURN_SLOWDOWN", "0.8")
+    code, document = _burn(tmp_path, 10)
+
+    burn = _burn_ratio(document)
+    checks = {c["name"]: c for c in document["checks"]}  # type: ignore[union-attr]
+    reasons = {f["reason"] for f in checks["burn"]["findings"]}
+    assert code == 1 and burn["below"] >= 1, burn
+    assert "BelowBaseline" in reasons, checks["burn"]["findings"]
+    assert 0.7 < burn["ratio"] < 0.88, burn  # type: ignore[operator]

@@ -291,3 +291,14 @@ def test_xids_older_than_the_configured_age_no_longer_count(tmp_path: Path) -> N
     state = _state(result)
     assert [f.reason for f in state.findings] == [Reason.KERNEL_XID_RESTART_APP]
     assert "in the kernel log of the last 2 s (state.xidMaxAgeSeconds)" in state.findings[0].message
+
+
+def test_an_xid_the_burn_saw_heads_the_report_and_the_kernel_log_growth_backs_it() -> None:
+    # The driver's XID event during the burn is the diagnosis; the state check's re-read finds
+    # the same XID's line new in the kernel log (a counter that grew under the burn).
+    result = _simulated([{"kind": "xid", "gpu": 0}], gpus=1)
+
+    assert result.verdict is Verdict.FAILED and result.reason is Reason.XID_ERROR
+    state = _state(result)
+    assert state.reason is Reason.ERROR_COUNTERS_GREW
+    assert result.message.startswith("burn: ") and "state: " in result.message

@@ -266,8 +266,12 @@ def overall(
 ) -> tuple[Verdict, Reason | None, str]:
     """The run's verdict, reason (the first failed check's, else the first untested one's) and
     message from its checks: Failed on any failure, NotRun when nothing failed but a check did
-    not test a GPU (GpuInUse), else Passed."""
+    not test a GPU (GpuInUse), else Passed. A state check failed only by counters that grew
+    under a load check comes after the checks that failed on their own: when the burn saw XID 79
+    and the kernel log grew by its line, XidError heads the report and the growth backs it."""
     failed = [c for c in checks if c.verdict is Verdict.FAILED]
+    grown = [c for c in failed if c.reason is Reason.ERROR_COUNTERS_GREW]
+    failed = [c for c in failed if c not in grown] + grown
     untested = [c for c in checks if c.verdict is Verdict.NOT_RUN]
     verdict = Verdict.FAILED if failed else Verdict.NOT_RUN if untested else Verdict.PASSED
     reason = (failed or untested)[0].reason if failed or untested else None

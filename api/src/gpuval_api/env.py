@@ -41,6 +41,11 @@ class AgentEnv(StrEnum):
     # ({"gpu", "offset", "bit", "pattern", "step"}), each flipping one bit between a pattern's
     # write and its verification (docs/agent.md, "The memory test").
     MEMORY_INJECT = "GPUVAL_MEMORY_INJECT"
+    # Test hook of the burn on the real backend: a factor in (0, 1); each GPU spends the rest of
+    # its time in a spin kernel after its GEMMs, so its throughput is about that share of a
+    # healthy one's, with results still verified: a slow GPU for the baseline rules
+    # (docs/agent.md, "Baselines").
+    BURN_SLOWDOWN = "GPUVAL_BURN_SLOWDOWN"
 
 
 class OperatorEnv(StrEnum):

@@ -252,7 +252,13 @@ class CudaBackend(Backend):
             on_progress(replace(update, gpu=self._nvml_index(update.gpu)))
 
         measurements: list[BurnMeasurement] = self._burn.burn(
-            self._cuda(gpus), precision, matrix_size, remaining, on_progress=progress, stop=stop
+            self._cuda(gpus),
+            precision,
+            matrix_size,
+            remaining,
+            on_progress=progress,
+            stop=stop,
+            slowdown=_burn_slowdown(),
         )
         for measurement in measurements:
             measurement.gpu = self._nvml_index(measurement.gpu)
@@ -331,6 +337,23 @@ class CudaBackend(Backend):
             self._prepared = None
         if self._nvml is not None:
             self._nvml.close()
+
+
+def _burn_slowdown() -> float | None:
+    """The burn's test hook: GPUVAL_BURN_SLOWDOWN, a share of a healthy GPU's throughput."""
+    text = os.environ.get(AgentEnv.BURN_SLOWDOWN, "").strip()
+    if not text:
+        return None
+    try:
+        factor = float(text)
+    except ValueError:
+        factor = 0.0
+    if not 0.0 < factor < 1.0:
+        raise AgentError(
+            f"{AgentEnv.BURN_SLOWDOWN}={text!r}: give a share of full throughput between 0 and 1 "
+            "(e.g. 0.8), or unset it"
+        )
+    return factor
 
 
 def _memory_flips() -> list[MemoryFlip]:

@@ -128,6 +128,9 @@ class _GpuBurn:
     n: int
     use_triton: bool
     inject: Injection | None = None
+    # GPUVAL_BURN_SLOWDOWN: the share of full throughput this GPU is held to (None: full).
+    slowdown: float | None = None
+    spin_cycles: int = 0
 
     def setup(self) -> None:
         device = torch.device("cuda", self.gpu)
@@ -161,6 +164,9 @@ class _GpuBurn:
                     self.stream.synchronize()
             iteration_seconds = start.elapsed_time(end) / 3000
             self.k = max(1, min(_MAX_GRAPH_ITERATIONS, round(REPLAY_SECONDS / iteration_seconds)))
+            if self.slowdown is not None:
+                extra = self.k * iteration_seconds * (1 / self.slowdown - 1)
+                self.spin_cycles = round(extra / _seconds_per_spin_cycle())
             # The reference comes from a captured GEMM too: a captured GEMM may run another cuBLAS
             # algorithm than an eager one (other workspace), and it must be reproducible.
             reference_graph = torch.cuda.CUDAGraph()
@@ -195,6 +201,8 @@ class _GpuBurn:
                 if self.inject is not None and j in self.inject.positions:
                     self._corrupt()
                 verify_into(self.c, self.ref, counts[j], self.use_triton)
+            if self.spin_cycles:
+                torch.cuda._sleep(self.spin_cycles)  # the slowdown test hook: no GEMM meanwhile
         return graph
 
     def _corrupt(self) -> None:
@@ -263,6 +271,19 @@ class _GpuBurn:
                 delattr(self, name)
 
 
+def _seconds_per_spin_cycle() -> float:
+    """What one cycle of torch.cuda._sleep (a spin kernel) lasts on the current device."""
+    cycles = 50_000_000
+    torch.cuda._sleep(cycles // 10)  # warm: the first launch pays for loading the kernel
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return float(start.elapsed_time(end)) / 1000 / cycles
+
+
 def _blas_version() -> str:
     """cuBLAS's version from its wheel (what the pip-installed torch loads), else torch's CUDA."""
     for dist in ("nvidia-cublas", "nvidia-cublas-cu13", "nvidia-cublas-cu12"):
@@ -299,13 +320,17 @@ def burn(
     stop: threading.Event,
     use_triton: bool = True,
     inject: dict[int, Injection] | None = None,
+    slowdown: float | None = None,
 ) -> list[BurnMeasurement]:
-    """Burn every GPU in `gpus` at once; see the module docstring. `inject` is for the GPU tests."""
+    """Burn every GPU in `gpus` at once; see the module docstring. `inject` is for the GPU tests,
+    `slowdown` (GPUVAL_BURN_SLOWDOWN) holds each GPU to about that share of its throughput."""
     # The burn's duration is its wall time, set-up (allocation, reference, capture) included.
     deadline = time.monotonic() + seconds
     set_matmul_precision(precision)
     inject = inject or {}
-    burns = [_GpuBurn(gpu, precision, matrix_size, use_triton, inject.get(gpu)) for gpu in gpus]
+    burns = [
+        _GpuBurn(gpu, precision, matrix_size, use_triton, inject.get(gpu), slowdown) for gpu in gpus
+    ]
     results: dict[int, BurnMeasurement] = {}
     errors: dict[int, str] = {}
     ready = threading.Barrier(len(burns))

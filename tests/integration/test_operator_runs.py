@@ -490,8 +490,7 @@ def test_the_operator_works_with_only_the_rbac_it_declares_and_is_denied_the_res
     assert {(name, "RunStarted"), (name, "RunCompleted"), (bad, "ValidationFailed")} <= involved
     # Events about cluster-scoped objects show in `kubectl describe` (issue 9: they did not).
     assert "RunStarted" in described and "NodeFailed" in described
-    # The XID is named (the first reason is the state check's ErrorCountersGrew since it runs).
-    assert "ValidationFailed" in node_described and "XID 79" in node_described
+    assert "ValidationFailed" in node_described and "XidError" in node_described
     text = log.read_text()
     assert "Forbidden" not in text and "HTTP 403" not in text, text[-3000:]
     assert ok in {n for n in fleet.nodes}

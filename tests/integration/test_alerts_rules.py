@@ -19,6 +19,7 @@ ALERTS = (
     "GpuvalNodeFailedBurn",
     "GpuvalNodeFailed",
     "GpuvalNodeFabricFailed",
+    "GpuvalNodeActionsHeld",
     "GpuvalFleetNotUniform",
     "GpuvalValidationStale",
     "GpuvalAgentPodsUnschedulable",
@@ -414,6 +415,62 @@ def _fabric_failed() -> list[dict[str, Any]]:
     ]
 
 
+def held_alert(validation: str, cause: str, count: int) -> dict[str, Any]:
+    """GpuvalNodeActionsHeld as it fires for `count` held nodes of `validation` (also read by
+    the breaker's cluster test, with the series the operator exported)."""
+    return {
+        "exp_labels": {"severity": "warning", "validation": validation, "cause": cause},
+        "exp_annotations": {
+            "summary": (
+                f"GpuValidation {validation} holds the node actions of {count} failed nodes "
+                f"({cause})"
+            ),
+            "description": (
+                f"GpuValidation {validation} did not taint or cordon {count} failed nodes "
+                f"({cause}: MaxNodesReached, its nodeActions.maxNodes are out of service; "
+                "OperatorMaxNodesReached, gpuval's operator-wide limit is; Systemic, most tested "
+                "nodes failed with one reason, so the spec or the stack is the likely cause). "
+                f"Their verdicts stand. kubectl gpuval status {validation} says why; kubectl "
+                f"gpuval release {validation} acts on them up to the limits."
+            ),
+        },
+    }
+
+
+def _actions_held() -> list[dict[str, Any]]:
+    held = "gpuval_validation_node_actions_held"
+    return [
+        {
+            "interval": "1m",
+            "input_series": [
+                {
+                    "series": f'{held}{{validation="fleet",cause="MaxNodesReached"}}',
+                    "values": "36x10",
+                },
+                {"series": f'{held}{{validation="driver",cause="Systemic"}}', "values": "40x10"},
+                # Nothing held: the operator exports no series; a 0 never fires either.
+                {
+                    "series": f'{held}{{validation="calm",cause="MaxNodesReached"}}',
+                    "values": "0x10",
+                },
+                # Node failures alone never fire it: only held actions do.
+                {"series": 'gpuval_node_passed{validation="calm",node="n"}', "values": "0x10"},
+            ],
+            "alert_rule_test": [
+                {
+                    # for: 0m: a hold alerts at the first evaluation.
+                    "eval_time": "0m",
+                    "alertname": "GpuvalNodeActionsHeld",
+                    "exp_alerts": [
+                        held_alert("fleet", "MaxNodesReached", 36),
+                        held_alert("driver", "Systemic", 40),
+                    ],
+                },
+            ],
+        }
+    ]
+
+
 def _untested() -> list[dict[str, Any]]:
     alert = {
         "exp_labels": {
@@ -449,6 +506,7 @@ def _not_run_never_fails() -> list[dict[str, Any]]:
         "GpuvalNodeFailedBurn",
         "GpuvalNodeFailed",
         "GpuvalNodeFabricFailed",
+        "GpuvalNodeActionsHeld",
         "GpuvalFleetNotUniform",
     )
     return [
@@ -467,6 +525,7 @@ CASES = {
     "GpuvalNodeFailedBurn": _failed_burn,
     "GpuvalNodeFailed": _node_failed,
     "GpuvalNodeFabricFailed": _fabric_failed,
+    "GpuvalNodeActionsHeld": _actions_held,
     "GpuvalFleetNotUniform": _not_uniform,
     "GpuvalValidationStale": _stale,
     "GpuvalAgentPodsUnschedulable": _unschedulable,

@@ -50,6 +50,8 @@ def test_helm_template_renders_hardened_operator_and_wildcard_free_rbac(
     assert deployment["spec"]["replicas"] == 2
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["GPUVAL_LEASE_NAMESPACE"] and env["GPUVAL_LEASE_NAME"]
+    # The operator-wide limit on nodes out of service (operator.maxNodesOutOfService).
+    assert env["GPUVAL_MAX_NODES_OUT_OF_SERVICE"] == "10"
     assert pod["securityContext"]["runAsNonRoot"] is True
     # OpenShift's scenario leaves the UID to the SCC; wherever one is set, it is not root.
     assert pod["securityContext"].get("runAsUser") != 0
@@ -148,6 +150,7 @@ def test_monitoring_objects_are_absent_by_default_and_present_when_toggled() -> 
         "GpuvalNodeFailedBurn",
         "GpuvalNodeFailed",
         "GpuvalNodeFabricFailed",
+        "GpuvalNodeActionsHeld",
         "GpuvalFleetNotUniform",
         "GpuvalValidationStale",
         "GpuvalAgentPodsUnschedulable",

@@ -50,6 +50,20 @@ class Fleet:
         self.nodes.append(name)
         return name
 
+    def add_many(
+        self,
+        names: Sequence[str],
+        faults: Sequence[dict[str, Any]] = (),
+        *,
+        labels: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """Several simulated nodes alike, added in one apply (a fleet of 40 in seconds)."""
+        own = {**(labels or {}), "gpuval-test": self.label}
+        nodes = [dataclasses.replace(simulated_node(name, faults), labels=own) for name in names]
+        self.cluster.add_nodes(nodes)
+        self.nodes += list(names)
+        return list(names)
+
     def validation(self, name: str, **spec: Any) -> dict[str, Any]:
         body: dict[str, Any] = {
             "nodeSelector": {"matchLabels": {"gpuval-test": self.label}},

@@ -3,6 +3,7 @@ installs, and its krew manifest (the API round trip: tests/integration/test_kube
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import http.server
 import io
@@ -21,6 +22,7 @@ import yaml
 
 from gpuval_api.crd import GpuValidation
 from gpuval_api.fabricview import FabricFinding
+from gpuval_api.release import Release
 from gpuval_api.views import FailureView, FleetView, UnitView
 from gpuval_devtools import krew
 from gpuval_devtools.imagespecs import OPERATOR as OPERATOR_IMAGE
@@ -281,3 +283,45 @@ def test_status_names_the_fabric_groups_forming_who_is_awaited_and_the_time_left
         "  group g1: waits for rank 1 (n2: pending: 1 Insufficient nvidia.com/gpu); joined: "
         "rank 0 (n1); 600 s left of fabric.timeouts.gangSeconds"
     ) in out
+
+
+HELD = (
+    "NodeActionsHeld",
+    "True",
+    "MaxNodesReached",
+    "36 of 40 failed nodes keep their label but not their taint and cordon (36 for "
+    "MaxNodesReached)",
+)
+SYSTEMIC = ("SystemicFailure", "True", "SameReasonOnManyNodes", "40 of 40 tested nodes failed")
+
+
+def test_status_says_in_one_line_each_that_the_failures_look_systemic_and_actions_are_held() -> (
+    None
+):
+    view, _ = sample_fleet(healthy=3)
+    view = dataclasses.replace(view, conditions=(*view.conditions, HELD, SYSTEMIC))
+    lines = render.render_status(view, validation("fleet", "fleet-1-abcd", 6, [])).splitlines()
+    assert lines[1] == f"Node actions held: {HELD[3]}"
+    assert lines[2] == (f"Likely systemic (the spec or the stack, not the nodes): {SYSTEMIC[3]}")
+    calm = ("NodeActionsHeld", "False", "NotHeld", "no node action held")
+    quiet = render.render_status(
+        dataclasses.replace(view, conditions=(calm,)), validation("fleet", "r", 6, [])
+    )
+    assert "Node actions held:" not in quiet and "Likely systemic" not in quiet
+
+
+def test_release_says_what_was_held_and_what_the_operator_does_next() -> None:
+    held = validation("fleet", "3-abcd", 40, ["a"])
+    assert held.status is not None
+    held.status.conditions.append(
+        held.status.conditions[0].model_copy(
+            update={"type": "NodeActionsHeld", "status": "True", "message": HELD[3]}
+        )
+    )
+    out = render.render_release(held, Release("3-abcd", 1700000000))
+    assert out.startswith(
+        f"released GpuValidation fleet (run 3-abcd, at 1700000000): held until now: {HELD[3]}"
+    )
+    assert "up to nodeActions.maxNodes again" in out and "kubectl gpuval status fleet" in out
+    calm = render.render_release(validation("calm", "1-a", 2, []), Release("1-a", 5))
+    assert "no node action was held" in calm

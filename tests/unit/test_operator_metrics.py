@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuval_api.conditions import ConditionReason
 from gpuval_api.fabric import build_planned_fabric_status
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
@@ -13,6 +14,7 @@ from gpuval_operator.control.ingest import ChildIngest
 from gpuval_operator.readmodel.metrics import make_registry
 from gpuval_operator.readmodel.registry import Registry
 from gpuval_operator.readmodel.validation import NodeResult, ValidationState
+from gpuval_operator.run.holds import Systemic
 from gpuval_operator.run.state import RunState
 
 
@@ -146,3 +148,33 @@ def test_fabric_series_come_from_settled_reports_and_a_not_run_node_has_none() -
     )
     assert 'node="c"' not in text
     assert 'gpuval_fabric_group_busbw_bytes_per_second{group="g1",validation="fleet"} 3e+11' in text
+
+
+def test_held_node_actions_and_nodes_out_of_service_are_series() -> None:
+    registry = sample_registry()
+    registry.leading = True
+    run = registry["fleet"].run
+    assert run is not None
+    run.breaker.held = {"b": ConditionReason.MAX_NODES_REACHED, "c": ConditionReason.SYSTEMIC}
+    run.breaker.limit = 4
+    run.breaker.systemic = [Systemic("BurnMismatch", 3, 4)]
+    registry.out_of_service.limit, registry.out_of_service.total = 10, 7
+    registry.out_of_service.by_validation = {"fleet": 4}
+    text = generate_latest(make_registry(registry)).decode()
+    got = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    held = "gpuval_validation_node_actions_held"
+    assert got[(held, (("cause", "MaxNodesReached"), ("validation", "fleet")))] == 1
+    assert got[(held, (("cause", "Systemic"), ("validation", "fleet")))] == 1
+    assert got[("gpuval_validation_nodes_out_of_service", (("validation", "fleet"),))] == 4
+    assert got[("gpuval_validation_node_actions_limit", (("validation", "fleet"),))] == 4
+    ratio = "gpuval_validation_systemic_failure_ratio"
+    assert got[(ratio, (("reason", "BurnMismatch"), ("validation", "fleet")))] == 0.75
+    assert got[("gpuval_operator_nodes_out_of_service", ())] == 7
+    assert got[("gpuval_operator_nodes_out_of_service_limit", ())] == 10
+    registry.leading = False
+    standby = generate_latest(make_registry(registry)).decode()
+    assert "gpuval_operator_nodes_out_of_service " not in standby, "a standby counts nothing"

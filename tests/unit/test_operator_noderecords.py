@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from gpuval_api import keys
+from gpuval_api.conditions import ConditionReason
 from gpuval_api.result import Verdict
 from gpuval_operator.nodes.entries import (
     NodeEntry,
@@ -50,6 +51,7 @@ def test_a_failing_node_is_labelled_tainted_cordoned_and_its_condition_false() -
         keys.NODE_LABEL_VERDICT: "failed",
         keys.NODE_LABEL_VALIDATED_AT: "1700000000",
         keys.NODE_LABEL_REASON: "XidError",
+        keys.NODE_LABEL_OUT_OF_SERVICE: "true",
     }
     assert plan.patch["spec"]["taints"] == [
         ADMIN_TAINT,
@@ -151,3 +153,68 @@ def test_an_entry_already_holding_this_runs_verdict_on_this_boot_posts_no_events
     assert not already_said(said(run="0-z"), said()), "another run's verdict"
     assert not already_said(said(boot="b0"), said()), "tested again after a reboot"
     assert not already_said(said(reason="BurnMismatch"), said()), "another reason"
+
+
+def test_a_held_failure_keeps_its_label_and_condition_but_asks_no_taint_or_cordon() -> None:
+    held = entry(
+        Verdict.FAILED,
+        "LowThroughput",
+        taint="NoSchedule",
+        cordon=True,
+        hold=ConditionReason.MAX_NODES_REACHED,
+    )
+    plan = plan_node(node(), "v1", held, STAMP)
+    assert plan.patch is not None and "spec" not in plan.patch
+    labels = plan.patch["metadata"]["labels"]
+    assert labels[keys.NODE_LABEL_VERDICT] == "failed"
+    assert keys.NODE_LABEL_OUT_OF_SERVICE not in labels
+    assert plan.condition is not None and plan.condition["status"] == "False"
+    assert "taint and cordon held (v1: MaxNodesReached)" in plan.condition["message"]
+    assert not held.in_force
+
+
+def test_a_held_failure_does_not_undo_another_validations_taint() -> None:
+    failing = {"v2": entry(Verdict.FAILED, "XidError", taint="NoSchedule")}
+    ours = {"key": keys.TAINT_KEY, "value": "XidError", "effect": "NoSchedule"}
+    state = node(failing, taints=[ours])
+    state["metadata"]["labels"] = {keys.NODE_LABEL_OUT_OF_SERVICE: "true"}
+    held = entry(Verdict.FAILED, "LowThroughput", cordon=True, hold=ConditionReason.SYSTEMIC)
+    plan = plan_node(state, "v1", held, STAMP)
+    assert plan.patch is not None and "spec" not in plan.patch, "v2's taint stays, no cordon"
+    assert keys.NODE_LABEL_OUT_OF_SERVICE not in plan.patch["metadata"]["labels"]
+
+
+def test_the_out_of_service_label_follows_gpuvals_taint_or_cordon() -> None:
+    cordoned = plan_node(node(), "v1", entry(Verdict.FAILED, "XidError", cordon=True), STAMP)
+    assert cordoned.patch is not None
+    assert cordoned.patch["metadata"]["labels"][keys.NODE_LABEL_OUT_OF_SERVICE] == "true"
+    # An admin's cordon is not gpuval's: a label-only failure takes nothing out of service.
+    admins = plan_node(
+        node(unschedulable=True), "v1", entry(Verdict.FAILED, "XidError", cordon=True), STAMP
+    )
+    assert admins.patch is not None
+    assert keys.NODE_LABEL_OUT_OF_SERVICE not in admins.patch["metadata"]["labels"]
+    taint = {"key": keys.TAINT_KEY, "value": "XidError", "effect": "NoSchedule"}
+    state = node({"v1": entry(Verdict.FAILED, "XidError", taint="NoSchedule")}, taints=[taint])
+    state["metadata"]["labels"] = {keys.NODE_LABEL_OUT_OF_SERVICE: "true"}
+    passed = plan_node(state, "v1", entry(Verdict.PASSED), STAMP)
+    assert passed.patch is not None
+    assert passed.patch["metadata"]["labels"][keys.NODE_LABEL_OUT_OF_SERVICE] is None
+
+
+def test_a_node_that_never_entered_service_is_not_counted_out_of_it() -> None:
+    startup = {"key": "gpuval.dev/unvalidated", "effect": "NoSchedule"}
+    failed = entry(
+        Verdict.FAILED, "BurnNaN", taint="NoSchedule", cordon=True, startup_taint=startup["key"]
+    )
+    plan = plan_node(node(taints=[startup]), "v1", failed, STAMP)
+    assert plan.patch is not None and plan.patch["spec"]["unschedulable"] is True
+    assert keys.NODE_LABEL_OUT_OF_SERVICE not in plan.patch["metadata"]["labels"]
+
+
+def test_an_entry_without_a_hold_is_as_short_as_before() -> None:
+    plain = entry(Verdict.FAILED, "XidError", taint="NoSchedule")
+    assert "hold" not in plain.encode() and "since" not in plain.encode()
+    held = entry(Verdict.FAILED, "XidError", hold=ConditionReason.SYSTEMIC, since=5)
+    assert NodeEntry.decode(held.encode()) == held
+    assert NodeEntry.decode(plain.encode()) == plain

@@ -9,9 +9,10 @@ import pytest
 from gpuval_api import keys
 from gpuval_api.crd import GpuValidationSpec
 from gpuval_api.gfd import GpuSharing
+from gpuval_api.env import OperatorEnv
 from gpuval_api.labels import label_value
 from gpuval_operator import names, planning
-from gpuval_operator.config import OperatorConfig
+from gpuval_operator.config import ConfigError, OperatorConfig
 
 
 def node(
@@ -174,3 +175,11 @@ def test_a_shared_nodes_agent_pod_holds_every_replica_and_tells_the_agent_the_ph
     assert pod["metadata"]["annotations"][keys.ANNOTATION_GPU_SHARING] == "time-slicing/4"
     plain = {e["name"] for e in _pod({})["spec"]["containers"][0]["env"]}
     assert "GPUVAL_GPU_REPLICAS" not in plain
+
+
+def test_the_operator_wide_node_actions_limit_comes_from_its_variable() -> None:
+    assert OperatorConfig.from_env({}).max_nodes_out_of_service == 10
+    env = {OperatorEnv.MAX_NODES_OUT_OF_SERVICE: "3"}
+    assert OperatorConfig.from_env(env).max_nodes_out_of_service == 3
+    with pytest.raises(ConfigError, match="GPUVAL_MAX_NODES_OUT_OF_SERVICE='many'"):
+        OperatorConfig.from_env({OperatorEnv.MAX_NODES_OUT_OF_SERVICE: "many"})

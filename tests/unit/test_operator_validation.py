@@ -21,6 +21,27 @@ def test_bad_percentage_names_the_field_and_value() -> None:
     assert errors and "spec.maxConcurrent='150%'" in errors[0]
 
 
+def test_a_bad_node_actions_limit_names_the_field_and_value() -> None:
+    _, errors = parse_spec({"nodeActions": {"maxNodes": "0%"}})
+    assert errors == [
+        "spec.nodeActions.maxNodes='0%': a string must be a percentage from 1% to 100%; use "
+        "e.g. '10%' or a node count like 4"
+    ]
+    _, errors = parse_spec({"nodeActions": {"maxNodes": 0}})
+    assert errors == ["spec.nodeActions.maxNodes=0: must be at least 1 node"]
+
+
+def test_the_node_actions_limits_default_to_a_tenth_and_a_majority_of_three() -> None:
+    spec, _ = parse_spec({})
+    assert spec is not None
+    actions = spec.node_actions
+    assert (actions.max_nodes, actions.systemic_fraction, actions.systemic_min_nodes) == (
+        "10%",
+        0.5,
+        3,
+    )
+
+
 def test_timeout_shorter_than_the_burn_is_invalid_with_the_needed_value() -> None:
     _, errors = parse_spec(
         {

@@ -14,6 +14,11 @@ class ConditionType(StrEnum):
     NODES_HEALTHY = "NodesHealthy"
     UNIFORM = "Uniform"
     INVALID = "Invalid"
+    # The circuit breaker (spec.nodeActions.maxNodes, the operator-wide limit) or the systemic
+    # hold kept the taint and cordon of failing nodes back.
+    NODE_ACTIONS_HELD = "NodeActionsHeld"
+    # Most tested nodes of the run failed with one reason: the spec or the stack, not the nodes.
+    SYSTEMIC_FAILURE = "SystemicFailure"
 
 
 class ConditionReason(StrEnum):
@@ -30,6 +35,17 @@ class ConditionReason(StrEnum):
     UNIFORM = "Uniform"
     VALID = "Valid"
     INVALID_SPEC = "InvalidSpec"
+    # NodeActionsHeld: why the taint and cordon of failing nodes are held (True), or not (False).
+    MAX_NODES_REACHED = "MaxNodesReached"  # the validation's nodeActions.maxNodes
+    OPERATOR_MAX_NODES_REACHED = "OperatorMaxNodesReached"  # the operator-wide limit
+    SYSTEMIC = "Systemic"  # the failures' reason is systemic (SystemicFailure)
+    # Not a NodeActionsHeld reason but a node entry's hold: the rest of the run could still make
+    # the failure's reason systemic, so its taint and cordon wait for it.
+    AWAITING_RUN = "AwaitingRun"
+    NOT_HELD = "NotHeld"
+    # SystemicFailure: a reason shared by most tested nodes (True), or none (False).
+    SAME_REASON_ON_MANY_NODES = "SameReasonOnManyNodes"
+    NOT_SYSTEMIC = "NotSystemic"
 
 
 class ValidationPhase(StrEnum):
@@ -58,3 +74,6 @@ class EventReason(StrEnum):
     DRY_RUN = "DryRunNodeAction"  # on the node: what would have been done
     FABRIC_STARTED = "FabricStarted"  # the run's fabric groups are planned
     FABRIC_COMPLETED = "FabricCompleted"  # every group compared: the fabric's verdicts settled
+    NODE_ACTIONS_HELD = "NodeActionsHeld"  # taint/cordon of failing nodes held (breaker, systemic)
+    SYSTEMIC_FAILURE = "SystemicFailure"  # a reason shared by most tested nodes of the run
+    NODE_ACTIONS_RELEASED = "NodeActionsReleased"  # a person released the hold (gpuval.dev/release)

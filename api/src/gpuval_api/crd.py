@@ -71,6 +71,12 @@ def _rules_and(extra: dict[str, Any], *rules: tuple[str, str]) -> dict[str, Any]
 # unbounded is ever copied into a status (issue 9: a 10 KiB driverVersion grew every outlier entry).
 MAX_ITEMS = 64
 MAX_NODES = 100_000
+# nodeActions.maxNodes: NVSentinel's circuit breaker trips at 50 % of the cluster's nodes cordoned
+# within 5 minutes, and AMD's GPU operator caps parallel remediation only when asked (its
+# maxParallelWorkflows defaults to 0, no limit). A validation's thresholds are the likeliest
+# thing to be wrong for a fleet (a new GPU model, a driver update), so gpuval takes at most a
+# tenth of the nodes it selects out of service before a person looks (docs/operator.md).
+DEFAULT_MAX_NODES_OUT_OF_SERVICE = "10%"
 MAX_GPUS_PER_NODE = 64
 MAX_SECONDS = 7 * 86400
 VERSION_LENGTH = 64
@@ -218,6 +224,45 @@ class NodeActions(_Model):
         description=(
             "Touch no node: record what would be done (labels, taint, cordon, condition) in "
             "status.dryRun and in Events instead."
+        ),
+    )
+    max_nodes: int | str = Field(
+        default=DEFAULT_MAX_NODES_OUT_OF_SERVICE,
+        json_schema_extra=_rules_and(
+            {"maximum": MAX_NODES, "maxLength": 4},
+            (
+                "type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",
+                "maxNodes must be a node count >= 1 or a percentage from 1% to 100%",
+            ),
+        ),
+        description=(
+            "Circuit breaker: most nodes this validation holds out of service (tainted or "
+            "cordoned) at once, a count (e.g. 4) or a percentage of the selected nodes (e.g. "
+            "10%), rounded up, at least 1. Past it the taint and cordon of further failing "
+            "nodes are held (condition NodeActionsHeld) until a release (kubectl gpuval "
+            "release) or a later run under the limit; their label and condition are written."
+        ),
+    )
+    systemic_fraction: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description=(
+            "A reason shared by more than this fraction of the run's tested nodes (and by at "
+            "least systemicMinNodes) is systemic: the spec or the fleet's stack is the likely "
+            "cause, not the nodes (condition SystemicFailure), and the taint and cordon of "
+            "those failures are held even under maxNodes. 1 turns it off."
+        ),
+    )
+    systemic_min_nodes: int = Field(
+        default=3,
+        ge=2,
+        le=MAX_NODES,
+        description=(
+            "Fewest nodes failing with one reason for it to be systemic (so 1 of 2 is not). "
+            "A failure's taint and cordon wait while the nodes of the run still to be tested "
+            "could make its reason systemic, so a fleet-wide cause shows before the first "
+            "nodes are acted on; its label and condition do not wait."
         ),
     )
 
@@ -483,7 +528,11 @@ class ConditionStatus(StrEnum):
 class Condition(_Model):
     """A Kubernetes-style condition."""
 
-    type: ConditionType = Field(description="Succeeded, NodesHealthy, Uniform or Invalid.")
+    type: ConditionType = Field(
+        description=(
+            "Succeeded, NodesHealthy, Uniform, Invalid, NodeActionsHeld or SystemicFailure."
+        )
+    )
     status: ConditionStatus = Field(description="True, False or Unknown.")
     reason: str = Field(max_length=128, description="CamelCase reason.")
     message: str = Field(default="", max_length=1024, description="Human-readable detail.")
@@ -626,7 +675,9 @@ class GpuValidationStatus(_Model):
     )
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Succeeded, NodesHealthy, Uniform and Invalid.",
+        description=(
+            "Succeeded, NodesHealthy, Uniform, Invalid, NodeActionsHeld and SystemicFailure."
+        ),
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
 

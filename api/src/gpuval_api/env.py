@@ -66,6 +66,9 @@ class OperatorEnv(StrEnum):
     # The PriorityClass of agent pods whose spec.agent.priorityClassName is unset (the chart's
     # agentPriorityClass); empty: none.
     AGENT_PRIORITY_CLASS = "GPUVAL_AGENT_PRIORITY_CLASS"
+    # The most nodes gpuval holds out of service (tainted or cordoned) at once, across every
+    # GpuValidation: counted from the nodes (keys.NODE_LABEL_OUT_OF_SERVICE).
+    MAX_NODES_OUT_OF_SERVICE = "GPUVAL_MAX_NODES_OUT_OF_SERVICE"
     # Leader election: one replica acts, the others wait on this coordination.k8s.io Lease.
     LEASE_NAME = "GPUVAL_LEASE_NAME"
     LEASE_NAMESPACE = "GPUVAL_LEASE_NAMESPACE"

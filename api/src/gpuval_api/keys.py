@@ -39,12 +39,19 @@ ANNOTATION_PLANNED_RUN: Final = f"{PREFIX}/planned-run"
 # groups are too.
 ANNOTATION_FABRIC_PLANNED: Final = f"{PREFIX}/fabric-planned"
 FABRIC_CROSS_SUFFIX: Final = "/cross"
+# A person released the hold on the validation's node actions (`kubectl gpuval release`): JSON
+# {"run": <the run's id>, "at": <Unix seconds>}. Nodes it held out of service before `at` no longer
+# count against its nodeActions.maxNodes, and the systemic hold of that run is lifted.
+ANNOTATION_RELEASE: Final = f"{PREFIX}/release"
 
 # On nodes.
 NODE_LABEL_VERDICT: Final = f"{PREFIX}/verdict"
 NODE_LABEL_VALIDATED_AT: Final = f"{PREFIX}/validated-at"
 NODE_LABEL_REASON: Final = f"{PREFIX}/reason"
 NODE_ANNOTATION_CORDONED_BY: Final = f"{PREFIX}/cordoned-by"
+# On a node gpuval holds out of service (its gpuval.dev/unhealthy taint or a cordon it made, on a
+# node that was in service): the index the operator-wide limit counts by (a label selector).
+NODE_LABEL_OUT_OF_SERVICE: Final = f"{PREFIX}/out-of-service"
 # The validations whose latest verdict on the node is Failed, comma-separated.
 NODE_ANNOTATION_FAILED_BY: Final = f"{PREFIX}/failed-by"
 # One annotation per GpuValidation covering the node, "verdict.gpuval.dev/<validation>": its

@@ -1,4 +1,5 @@
-"""`kubectl gpuval` (the kubectl-gpuval script): arguments, the reads, what is printed or written.
+"""`kubectl gpuval` (the kubectl-gpuval script): arguments, the reads, what is printed or written,
+and `release`, its one write (an annotation on the GpuValidation: gpuval_api.release).
 
 Exit codes: 0 shown, 1 the API, the credentials or the file said no (the message says why),
 2 bad arguments.
@@ -16,7 +17,7 @@ import urllib3
 
 from gpuval_api.views import FleetView, fleet_of_units
 from gpuval_kubectl.cluster import Cluster, PluginError, connect
-from gpuval_kubectl.render import render_list, render_status
+from gpuval_kubectl.render import render_list, render_release, render_status
 
 
 def write_html(view: FleetView, path: Path) -> Path:
@@ -46,11 +47,18 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--html", required=True, type=Path, metavar="FILE", help="where to write it"
     )
+    release = sub.add_parser(
+        "release",
+        help="release a GpuValidation's held node actions (the circuit breaker, a systemic hold)",
+    )
+    release.add_argument("name", help="a GpuValidation's name")
     return parser
 
 
 def show(cluster: Cluster, args: argparse.Namespace) -> str:
     """What the command prints (the report is written as a side effect)."""
+    if args.command == "release":
+        return render_release(*cluster.release(args.name, time.time()))
     if args.name is None:
         return render_list(cluster.validations())
     validation = cluster.validation(args.name)

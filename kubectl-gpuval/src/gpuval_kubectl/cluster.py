@@ -23,6 +23,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpuval_api import keys
 from gpuval_api.crd import (
     GROUP,
     REPORT_PLURAL,
@@ -33,6 +34,7 @@ from gpuval_api.crd import (
 )
 from gpuval_api.labels import children_selector
 from gpuval_api.lenient import read_model
+from gpuval_api.release import Release
 from gpuval_api.views import UnitView, node_unit
 from gpuval_credentials import CredentialsError, load
 from gpuval_credentials.sync import SyncLogin
@@ -188,6 +190,20 @@ class Cluster:
                 f"GpuValidation {name!r} not found; `kubectl gpuval status` lists them"
             ) from None
         return read_model(GpuValidation, _mapping(body))
+
+    def release(self, name: str, now: float) -> tuple[GpuValidation, Release]:
+        """Release the validation's held node actions: the annotation gpuval.dev/release naming
+        its current run and `now` (gpuval_api.release), set with a merge patch."""
+        validation = self.validation(name)
+        run = validation.status.run if validation.status else None
+        release = Release(run.id if run is not None else "", now)
+        body = {"metadata": {"annotations": {keys.ANNOTATION_RELEASE: release.encode()}}}
+        r = self.resources
+        try:
+            self.objects.patch_cluster_custom_object(r.group, r.version, r.validations, name, body)
+        except ApiException as error:
+            raise _refused(error) from None
+        return validation, release
 
     def units(self, validation: GpuValidation) -> list[UnitView]:
         """The node units of the validation's current run (none before its first run)."""

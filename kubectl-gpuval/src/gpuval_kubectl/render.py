@@ -1,5 +1,6 @@
 """What `kubectl gpuval status` prints: every GpuValidation one line each, or one in detail (its
-run, failing nodes with reason and hint, the fabric's findings, outliers), kubectl style. Pure."""
+run, a systemic failure and held node actions, failing nodes with reason and hint, the fabric's
+findings, outliers), kubectl style; and what `kubectl gpuval release` says. Pure."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from gpuval_api.conditions import ConditionType, ValidationPhase
-from gpuval_api.crd import GpuValidation
+from gpuval_api.crd import ConditionStatus, GpuValidation
 from gpuval_api.fabricsummary import FabricRankWait
+from gpuval_api.release import Release
 from gpuval_api.views import FleetView
 
 # Lines of `status NAME` per section before the rest are counted, so 500 failing nodes stay
@@ -71,6 +73,7 @@ def render_status(view: FleetView, validation: GpuValidation, now: float | None 
     lines = [
         f"{view.title}: {view.phase}, run {view.run or '-'}, {len(view.units)} nodes ({counts})"
     ]
+    lines += _hold_lines(view)
     if view.conditions:
         lines.append("Conditions:")
         lines += [f"  {t}={s} ({r}): {m}" for t, s, r, m in view.conditions]
@@ -97,6 +100,20 @@ def render_status(view: FleetView, validation: GpuValidation, now: float | None 
     lines += _waiting_lines(validation, now)
     lines += _outlier_lines(view, validation)
     return "\n".join(lines)
+
+
+def _hold_lines(view: FleetView) -> list[str]:
+    """One line each when the run's failures look systemic and when node actions are held: the
+    likely cause, before the node-by-node detail."""
+    said: dict[str, str] = {
+        ConditionType.SYSTEMIC_FAILURE: "Likely systemic (the spec or the stack, not the nodes)",
+        ConditionType.NODE_ACTIONS_HELD: "Node actions held",
+    }
+    return [
+        f"{said[kind]}: {message}"
+        for kind, status, _, message in view.conditions
+        if kind in said and status == ConditionStatus.TRUE
+    ]
 
 
 def _fabric_lines(view: FleetView) -> list[str]:
@@ -161,3 +178,28 @@ def _outlier_lines(view: FleetView, validation: GpuValidation) -> list[str]:
         return ["Outliers: none"]
     lines = [f"Outliers: {len(rows)}", columns(rows[:MAX_LINES], "  ")]
     return lines + _more(len(rows))
+
+
+def render_release(validation: GpuValidation, release: Release) -> str:
+    """What `release NAME` says: what it released and what the operator does next."""
+    name = validation.metadata.name
+    status = validation.status
+    held = next(
+        (
+            c
+            for c in (status.conditions if status else [])
+            if c.type == ConditionType.NODE_ACTIONS_HELD
+        ),
+        None,
+    )
+    what = (
+        f"held until now: {held.message}"
+        if held is not None and held.status == ConditionStatus.TRUE
+        else "no node action was held; the nodes now out of service through it are approved"
+    )
+    return (
+        f"released GpuValidation {name} (run {release.run or '-'}, at {int(release.at)}): {what}\n"
+        "The operator acts on the held nodes up to nodeActions.maxNodes again (the nodes out of "
+        "service before now no longer count against it; the operator-wide limit still holds) and "
+        f"lifts the run's systemic hold. `kubectl gpuval status {name}` shows what follows."
+    )

@@ -56,6 +56,8 @@ class OperatorConfig:
     node_not_ready_seconds: float = 120.0
     # The PriorityClass of agent pods whose spec names none (the chart's agentPriorityClass).
     agent_priority_class: str | None = None
+    # The most nodes gpuval holds out of service at once, across every validation (0: none).
+    max_nodes_out_of_service: int = 10
     # Leader election (two replicas): off unless a namespace for the Lease is given.
     lease_namespace: str | None = None
     lease_name: str = "gpuval-operator"
@@ -79,6 +81,9 @@ class OperatorConfig:
                 _int(env, E.NODE_NOT_READY_SECONDS, int(d.node_not_ready_seconds), 0)
             ),
             agent_priority_class=env.get(E.AGENT_PRIORITY_CLASS) or None,
+            max_nodes_out_of_service=_int(
+                env, E.MAX_NODES_OUT_OF_SERVICE, d.max_nodes_out_of_service
+            ),
             lease_namespace=env.get(E.LEASE_NAMESPACE) or None,
             lease_name=env.get(E.LEASE_NAME) or d.lease_name,
             lease_duration_seconds=_int(env, E.LEASE_DURATION_SECONDS, d.lease_duration_seconds, 2),

@@ -52,16 +52,8 @@ def check_spec(spec: GpuValidationSpec) -> list[str]:
             f"spec.schedule={spec.schedule!r}: not a cron expression; use 5 fields "
             "(minute hour day month weekday), e.g. '0 3 * * *', or a 6th for seconds"
         )
-    mc = spec.max_concurrent
-    if isinstance(mc, str):
-        digits = mc[:-1]
-        if not mc.endswith("%") or not digits.isdigit() or not 1 <= int(digits) <= 100:
-            errors.append(
-                f"spec.maxConcurrent={mc!r}: a string must be a percentage from 1% to 100%; "
-                "use e.g. '10%' or a node count like 4"
-            )
-    elif mc < 1:
-        errors.append(f"spec.maxConcurrent={mc}: must be at least 1 node")
+    errors += _count_or_percent("spec.maxConcurrent", spec.max_concurrent)
+    errors += _count_or_percent("spec.nodeActions.maxNodes", spec.node_actions.max_nodes)
     burn = spec.checks.burn
     if burn.enabled:
         needed = burn.duration_seconds * len(burn.precisions)
@@ -87,6 +79,20 @@ def check_spec(spec: GpuValidationSpec) -> list[str]:
             f"spec.checks.driver.expectedGpus={expected_gpus}; set one of them"
         )
     return errors
+
+
+def _count_or_percent(field: str, value: int | str) -> list[str]:
+    """A node count >= 1 or a percentage from 1% to 100% (maxConcurrent, nodeActions.maxNodes)."""
+    if isinstance(value, str):
+        digits = value[:-1]
+        if not value.endswith("%") or not digits.isdigit() or not 1 <= int(digits) <= 100:
+            return [
+                f"{field}={value!r}: a string must be a percentage from 1% to 100%; "
+                "use e.g. '10%' or a node count like 4"
+            ]
+    elif value < 1:
+        return [f"{field}={value}: must be at least 1 node"]
+    return []
 
 
 def label_key_problem(key: str) -> str | None:

@@ -38,6 +38,7 @@ from gpuval_operator.fabric.ports import PortPool
 from gpuval_operator.kube.client import ApiError, KubeClient
 from gpuval_operator.kube.follower import Follower
 from gpuval_operator.names import run_number
+from gpuval_operator.nodes.ledger import OutOfServiceLedger
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.readmodel.registry import Registry
 from gpuval_operator.readmodel.validation import ValidationState
@@ -59,6 +60,8 @@ class Context:
     registry: Registry
     # The fabric groups' rendezvous ports, unique across this operator's validations.
     ports: PortPool = field(default_factory=PortPool)
+    # The nodes gpuval holds out of service, against the operator-wide limit (None: no limit).
+    ledger: OutOfServiceLedger | None = None
 
 
 class SupersededError(Exception):
@@ -96,6 +99,7 @@ class ValidationController:
             reports=self.reports,
             ports=ctx.ports,
             annotations=self._annotations,
+            ledger=ctx.ledger,
         )
 
     def _status(self) -> dict[str, Any]:
@@ -249,6 +253,10 @@ class ValidationController:
         self.state.invalid = False
         self._follow_nodes(spec)
         run = self.state.run
+        if run is not None and run.completed_at is not None and self.driver.holds.poll(run):
+            # A person released the held node actions of a finished run: act on them now.
+            await self.driver.after_verdicts(run, spec)
+            await self._write_status(force=True)
         match decision.step:
             case Step.EXECUTE if run is not None:
                 await self._execute(run, spec)
@@ -280,11 +288,16 @@ class ValidationController:
                     current = self.state.run
                     return current is not None and current.completed_at is None
 
+                def released() -> bool:
+                    current = self.state.run
+                    return current is not None and self.driver.holds.poll(current)
+
                 await self._wait(
                     lambda: (
                         changed()
                         or arrived()
                         or reopened()
+                        or released()
                         or (until is not None and time.time() >= until)
                     )
                 )

@@ -1,7 +1,8 @@
 """Driving an active run, one tick at a time: nodes gone, arrivals joining (spec.gating), outcomes
 of pods that ended without a report, retries of nodes gpuval could not test (spec.retry), the
 next wave of agent pods, the fabric phase (spec.fabric: gpuval_operator.fabric.driver), node
-actions for new verdicts, and, once every node has one, the run's end: burn fingerprints and
+actions for new verdicts (within the circuit breaker: gpuval_operator.control.holds), and, once
+every node has one, the run's end: burn fingerprints and
 uniformity compared across the run. The decisions are gpuval_operator.run.lifecycle's, the calls
 gpuval_operator.run.effects' and gpuval_operator.nodes.actor's; this module sequences them.
 """
@@ -19,11 +20,13 @@ from gpuval_api.gfd import GpuSharing
 from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey, build_reset_status
 from gpuval_operator import cron, names, planning
+from gpuval_operator.control.holds import HoldKeeper
 from gpuval_operator.control.reports import ReportPlanner
 from gpuval_operator.fabric.driver import FabricDriver
 from gpuval_operator.fabric.ports import PortPool
 from gpuval_operator.nodes.actor import NodeActor
 from gpuval_operator.nodes.gating import queued_events
+from gpuval_operator.nodes.ledger import OutOfServiceLedger
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.run import lifecycle
@@ -45,10 +48,18 @@ class RunDriver:
         reports: ReportPlanner,
         ports: PortPool,
         annotations: Callable[[], Mapping[str, str]],
+        ledger: OutOfServiceLedger | None = None,
     ) -> None:
         self.state, self.effects, self.reports = state, effects, reports
         self.node_watch = node_watch
-        self.actor = NodeActor(effects)
+        self.actor = NodeActor(effects, ledger)
+        self.holds = HoldKeeper(
+            effects=effects,
+            actor=self.actor,
+            ledger=ledger,
+            node_watch=node_watch,
+            annotations=annotations,
+        )
         self.fabric = FabricDriver(
             effects=effects, node_watch=node_watch, ports=ports, annotations=annotations
         )
@@ -196,7 +207,9 @@ class RunDriver:
             await self.effects.write_report_failure(record, reason, message)
 
     async def after_verdicts(self, run: RunState, spec: GpuValidationSpec) -> None:
-        """Node actions and Events for nodes that got a final verdict since the last step."""
+        """Node actions and Events for nodes that got a final verdict since the last step, within
+        the circuit breaker and the systemic hold (control.holds)."""
+        self.holds.prepare(run, spec)
         # Verdicts that arrive while the nodes are being patched are picked up by the next pass.
         while run.finished:
             finished, run.finished = run.finished, []
@@ -204,6 +217,7 @@ class RunDriver:
             await self.effects.bounded(
                 self.actor.act(run, run.nodes[node], spec) for node in finished
             )
+        await self.holds.settle(run, spec)
 
     async def complete(self, run: RunState, spec: GpuValidationSpec) -> None:
         """Every node has its final verdict: compare the run's burn fingerprints (failing the odd

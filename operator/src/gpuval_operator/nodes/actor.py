@@ -3,28 +3,37 @@ validation: gpuval_operator.nodes.entries), and what follows for its labels, tai
 GpuValidated condition; with nodeActions.dryRun, nothing is written and the changes are kept in
 the run (RunState.dry_run) for the status and Events. Also forgetting a deleted
 validation's entries.
+
+Before a failing node's taint or cordon, the circuit breaker (gpuval_operator.nodes.breaker) says
+whether it may be taken out of service: the operator-wide ledger admits and reserves it, or the
+entry is written with the cause it is held for (its label and condition still are).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
-from gpuval_api.conditions import EventReason
+from gpuval_api.conditions import ConditionReason, EventReason
 from gpuval_api.crd import GpuValidationSpec
+from gpuval_api.labels import label_value
 from gpuval_api.result import Verdict
 from gpuval_operator.kube import events
 from gpuval_operator.kube.client import ApiError, ResourceExpiredError, q
+from gpuval_operator.nodes.breaker import never_in_service
 from gpuval_operator.nodes.entries import (
     NodeEntry,
     NodePlan,
     already_said,
+    entries,
     entry_key,
     next_entry,
     plan_node,
 )
 from gpuval_operator.nodes.facts import stack_of
+from gpuval_operator.nodes.ledger import OutOfServiceLedger
 from gpuval_operator.run.effects import NODES_PATH, Effects
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
 from gpuval_operator.timestamps import rfc3339
@@ -34,52 +43,128 @@ log = logging.getLogger(__name__)
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 
 
-def _verdict(record: NodeRecord) -> Verdict:
-    return {Phase.PASSED: Verdict.PASSED, Phase.NOT_RUN: Verdict.NOT_RUN}.get(
-        record.phase, Verdict.FAILED
-    )
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """The breaker's word on one node action: the cause its taint and cordon are held for, since
+    when they are in force, and whether a slot of the ledger was reserved for them."""
+
+    hold: str | None = None
+    since: int | None = None
+    reserved: bool = False
 
 
 class NodeActor:
-    def __init__(self, effects: Effects) -> None:
+    def __init__(self, effects: Effects, ledger: OutOfServiceLedger | None = None) -> None:
         self.effects = effects
         self.client = effects.client
+        self.ledger = ledger
 
-    async def act(self, run: RunState, record: NodeRecord, spec: GpuValidationSpec) -> None:
-        """Bring the node to its verdict (or say what would be done); post Events."""
+    async def act(
+        self, run: RunState, record: NodeRecord, spec: GpuValidationSpec, *, announce: bool = True
+    ) -> None:
+        """Bring the node to its verdict (or say what would be done); post Events unless
+        `announce` is off (a held node acted on later: its verdict was announced)."""
+        gate = Gate()
         for _ in range(3):
             node = await self.client.get_or_none(f"{NODES_PATH}/{q(record.node)}")
             if node is None:
                 return
             info = (node.get("status") or {}).get("nodeInfo") or {}
             record.tested_boot, record.tested_stack = str(info.get("bootID") or ""), stack_of(node)
-            plan, said = self._plan(node, run, record, spec)
+            gate = await self._gate(node, run, record, spec)
+            plan, said = self._plan(node, run, record, spec, gate)
             if spec.node_actions.dry_run:
                 run.dry_run[record.node] = "; ".join(plan.changes) or "nothing to change"
                 break
-            try:
-                await self._apply(record.node, plan)
+            if await self._apply_reserved(run, record.node, plan, node, gate):
                 break
-            except ApiError as exc:
-                if exc.status == 409:
-                    continue  # the node changed under us: plan again on its new state
-                log.warning("%s: could not update node %s: %s", run.validation, record.node, exc)
-                return
         else:
             return
-        if not said:
-            await self._events(run, record, node["metadata"]["uid"], spec.node_actions.dry_run)
+        held, waiting = run.breaker.held, run.breaker.waiting
+        held.pop(record.node, None)
+        waiting.discard(record.node)
+        if record.phase is Phase.FAILED and gate.hold == ConditionReason.AWAITING_RUN:
+            waiting.add(record.node)
+        elif record.phase is Phase.FAILED and gate.hold is not None:
+            held[record.node] = gate.hold
+        if announce and not said:
+            await self._events(run, record, node["metadata"]["uid"], spec, gate)
+
+    async def _apply_reserved(
+        self, run: RunState, name: str, plan: NodePlan, node: dict[str, Any], gate: Gate
+    ) -> bool:
+        """Apply `plan`; True when done (or not to be tried again), False on 409. The ledger
+        learns how the node was left, and a reservation ends with it."""
+        key = label_value(run.validation)
+        try:
+            patched = await self._apply(name, plan)
+        except ApiError as exc:
+            if self.ledger is not None and gate.reserved:
+                self.ledger.release(name, key)  # refused: nothing changed
+            if exc.status == 409:
+                return False  # the node changed under us: plan again on its new state
+            log.warning("%s: could not update node %s: %s", run.validation, name, exc)
+            return True
+        except BaseException:
+            if self.ledger is not None and gate.reserved:
+                self.ledger.settle(name, key, None)  # the outcome is unknown
+            raise
+        if self.ledger is not None:
+            self.ledger.settle(name, key, patched or node)
+        return True
+
+    async def _gate(
+        self, node: dict[str, Any], run: RunState, record: NodeRecord, spec: GpuValidationSpec
+    ) -> Gate:
+        """Whether a failing node's taint and cordon may be applied now, reserving a slot."""
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        previous = NodeEntry.decode(annotations.get(entry_key(run.validation)))
+        if record.phase is Phase.NOT_RUN:  # no evidence either way: the entry stays as it was
+            return Gate(previous.hold, previous.since) if previous is not None else Gate()
+        actions = spec.node_actions
+        if (
+            record.phase is not Phase.FAILED
+            or actions.dry_run
+            or (actions.taint is None and not actions.cordon)
+        ):
+            return Gate()
+        now = int(time.time())
+        if previous is not None and previous.in_force:
+            return Gate(since=previous.since or previous.at)  # holding never undoes an action
+        startup = {e.startup_taint for e in entries(annotations).values() if e.startup_taint}
+        if spec.gating is not None and spec.gating.startup_taint is not None:
+            startup.add(spec.gating.startup_taint.key)
+        if never_in_service(node, startup):
+            return Gate(since=now)
+        breaker, reason = run.breaker, str(record.reason)
+        if reason in breaker.systemic_reasons():
+            return Gate(hold=ConditionReason.SYSTEMIC)
+        if reason in breaker.undecided and not breaker.released:
+            return Gate(hold=ConditionReason.AWAITING_RUN)
+        if self.ledger is None:
+            return Gate(since=now)
+        key = label_value(run.validation)
+        cause = await self.ledger.admit(record.node, key, breaker.approved_at, breaker.limit)
+        return Gate(hold=cause) if cause is not None else Gate(since=now, reserved=True)
 
     def _plan(
-        self, node: dict[str, Any], run: RunState, record: NodeRecord, spec: GpuValidationSpec
+        self,
+        node: dict[str, Any],
+        run: RunState,
+        record: NodeRecord,
+        spec: GpuValidationSpec,
+        gate: Gate,
     ) -> tuple[NodePlan, bool]:
         """The node's plan, and whether its entry already said this verdict (no new Events)."""
         annotations = (node.get("metadata") or {}).get("annotations") or {}
         previous = NodeEntry.decode(annotations.get(entry_key(run.validation)))
         actions, gating = spec.node_actions, spec.gating
+        verdict = {Phase.PASSED: Verdict.PASSED, Phase.NOT_RUN: Verdict.NOT_RUN}.get(
+            record.phase, Verdict.FAILED
+        )
         entry = next_entry(
             previous,
-            _verdict(record),
+            verdict,
             reason=None if record.reason is None else str(record.reason),
             at=int(time.time()),
             run=run.run_id,
@@ -89,13 +174,17 @@ class NodeActor:
             taint=str(actions.taint.effect) if actions.taint else None,
             cordon=actions.cordon,
             startup_taint=gating.startup_taint.key if gating and gating.startup_taint else None,
+            hold=gate.hold,
+            since=gate.since,
         )
         plan = plan_node(node, run.validation, entry, rfc3339(time.time()))
         return plan, already_said(previous, entry)
 
-    async def _apply(self, name: str, plan: NodePlan) -> None:
+    async def _apply(self, name: str, plan: NodePlan) -> dict[str, Any] | None:
+        """Apply the plan; the node as the API server returned it (None: not patched)."""
+        patched: dict[str, Any] | None = None
         if plan.patch is not None:
-            await self.client.merge_patch(f"{NODES_PATH}/{q(name)}", plan.patch)
+            patched = await self.client.merge_patch(f"{NODES_PATH}/{q(name)}", plan.patch)
         if plan.condition is not None:
             # Strategic merge: conditions merge by type, so the kubelet's stay as they are.
             await self.client.request(
@@ -104,15 +193,19 @@ class NodeActor:
                 body={"status": {"conditions": [plan.condition]}},
                 content_type=STRATEGIC_MERGE,
             )
+        return patched
 
     async def _events(
-        self, run: RunState, record: NodeRecord, node_uid: str, dry_run: bool
+        self, run: RunState, record: NodeRecord, node_uid: str, spec: GpuValidationSpec, gate: Gate
     ) -> None:
         effects = self.effects
         if run.events_posted >= effects.config.events_per_run:
             return
+        dry_run = spec.node_actions.dry_run
         involved = {"apiVersion": "v1", "kind": "Node", "name": record.node, "uid": node_uid}
         message = f"{record.reason}: {record.message} (GpuNodeReport {record.report})"
+        if gate.hold is not None:
+            message += f"; taint and cordon held ({gate.hold})"
         if dry_run:
             run.events_posted += 1
             text = f"dry run, would: {run.dry_run.get(record.node, '')}"
@@ -147,7 +240,9 @@ class NodeActor:
         for _ in range(3):
             plan = plan_node(node, validation, None, rfc3339(time.time()))
             try:
-                await self._apply(name, plan)
+                patched = await self._apply(name, plan)
+                if self.ledger is not None and patched is not None:
+                    self.ledger.observe(patched)
                 return 1
             except ApiError as exc:
                 if exc.status != 409:

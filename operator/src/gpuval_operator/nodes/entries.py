@@ -6,6 +6,12 @@ and GPU stack it was tested on, and the actions it asks for. The node's labels, 
 GpuValidated condition follow all entries together: failed while any validation's latest tested
 verdict is Failed (naming which), so one validation passing never undoes another's failure.
 
+A failing entry whose taint and cordon the circuit breaker held (`hold`: the cause,
+gpuval_operator.nodes.breaker) asks for nothing but its label and condition. A node gpuval holds
+out of service (its taint, or a cordon it made, on a node that carries no startup taint: one that
+never entered service is not taken out of it) carries the label gpuval.dev/out-of-service, the
+index the operator-wide limit counts by.
+
 Pure: `plan_node` turns the node as it is and one validation's new entry into a merge patch of
 the node and its condition, or nothing when nothing changes. It only touches gpuval.dev keys,
 the gpuval.dev/unhealthy taint, a cordon gpuval made (recorded in an annotation) and the
@@ -24,6 +30,8 @@ from gpuval_api.crd import TaintEffect
 from gpuval_api.labels import label_value
 from gpuval_api.result import Verdict
 
+# The value of keys.NODE_LABEL_OUT_OF_SERVICE (its presence is what counts).
+OUT_OF_SERVICE = "true"
 # A stronger effect wins when several failing validations ask for a taint.
 _EFFECT_RANK = {
     TaintEffect.PREFER_NO_SCHEDULE: 1,
@@ -47,9 +55,27 @@ class NodeEntry:
     taint: str | None = None  # the effect asked for on failure
     cordon: bool = False
     startup_taint: str | None = None  # a key to remove on pass
+    # Failed, but its taint and cordon are held: the cause (a ConditionReason of NodeActionsHeld).
+    hold: str | None = None
+    # Since when (Unix seconds) its taint or cordon is in force: a release at or after it
+    # approves the node, which then no longer counts against the validation's maxNodes.
+    since: int | None = None
 
     def encode(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
+        data = asdict(self)
+        for optional in ("hold", "since"):  # absent, not null: entries stay as short as before
+            if data[optional] is None:
+                del data[optional]
+        return json.dumps(data, separators=(",", ":"), sort_keys=True)
+
+    @property
+    def in_force(self) -> bool:
+        """Its verdict is Failed and its taint or cordon is applied (not held)."""
+        return (
+            self.tested == Verdict.FAILED
+            and self.hold is None
+            and (self.taint is not None or self.cordon)
+        )
 
     @classmethod
     def decode(cls, text: str | None) -> NodeEntry | None:
@@ -103,6 +129,10 @@ class Aggregate:
     state: str  # keys.NODE_VERDICT_*: failed > not-run (some validation never tested) > passed
     failed_by: list[str] = field(default_factory=list)
     untested_by: list[str] = field(default_factory=list)
+    # Failing validations whose taint and cordon are held, and why.
+    held: dict[str, str] = field(default_factory=dict)
+    # The reason the taint's value names: the first failing validation whose actions apply.
+    taint_reason: str | None = None
     reason: str | None = None
     validated_at: int = 0
     taint_effect: str | None = None
@@ -126,7 +156,9 @@ def aggregate(found: Mapping[str, NodeEntry]) -> Aggregate:
     result.validated_at = max((e.at for e in found.values()), default=0)
     first = found[failed[0]] if failed else found[untested[0]] if untested else None
     result.reason = first.reason if first is not None else None
-    asks = [found[n] for n in failed]
+    result.held = {n: hold for n in failed if (hold := found[n].hold) is not None}
+    asks = [found[n] for n in failed if n not in result.held]
+    result.taint_reason = asks[0].reason if asks else None
     effects = [e.taint for e in asks if e.taint]
     result.taint_effect = max(
         effects, key=lambda e: _EFFECT_RANK.get(TaintEffect(e), 0), default=None
@@ -150,6 +182,9 @@ def _condition(agg: Aggregate, current: Mapping[str, Any] | None, now: str) -> d
     if agg.state == keys.NODE_VERDICT_FAILED:
         status, reason = "False", str(Verdict.FAILED)
         message = f"failed by {', '.join(agg.failed_by)} ({agg.reason})"
+        if agg.held:
+            held = ", ".join(f"{n}: {cause}" for n, cause in sorted(agg.held.items()))
+            message += f"; taint and cordon held ({held})"
     elif agg.state == keys.NODE_VERDICT_NOT_RUN:
         status, reason = "Unknown", str(Verdict.NOT_RUN)
         message = f"not tested yet by {', '.join(agg.untested_by)} ({agg.reason})"
@@ -182,7 +217,7 @@ def _taints(spec: Mapping[str, Any], agg: Aggregate) -> tuple[list[dict[str, Any
         others = kept
     wanted = list(others)
     if agg.taint_effect is not None:
-        value = label_value(agg.reason or str(Verdict.FAILED))
+        value = label_value(agg.taint_reason or agg.reason or str(Verdict.FAILED))
         wanted.append({"key": keys.TAINT_KEY, "value": value, "effect": agg.taint_effect})
         if not any(t.get("key") == keys.TAINT_KEY for t in taints):
             changes.append(f"taint {keys.TAINT_KEY}={value}:{agg.taint_effect}")
@@ -222,14 +257,21 @@ def plan_node(
         spec_patch["taints"] = wanted
         plan.changes += taint_changes
     cordoned_by = annotations.get(keys.NODE_ANNOTATION_CORDONED_BY)
+    ours = cordoned_by is not None
     if agg.cordon and not spec.get("unschedulable"):
         spec_patch["unschedulable"] = True
         annotation_patch[keys.NODE_ANNOTATION_CORDONED_BY] = ",".join(agg.failed_by)
         plan.changes.append("cordon")
+        ours = True
     elif not agg.cordon and cordoned_by is not None:
         spec_patch["unschedulable"] = None
         annotation_patch[keys.NODE_ANNOTATION_CORDONED_BY] = None
         plan.changes.append("uncordon")
+        ours = False
+    never_in_service = any(t.get("key") in agg.startup_taints for t in wanted)
+    out = (agg.taint_effect is not None or ours) and not never_in_service
+    if out != (keys.NODE_LABEL_OUT_OF_SERVICE in labels):
+        label_patch[keys.NODE_LABEL_OUT_OF_SERVICE] = OUT_OF_SERVICE if out else None
     annotation_patch = {k: v for k, v in annotation_patch.items() if annotations.get(k) != v}
     if label_patch or annotation_patch or spec_patch:
         body: dict[str, Any] = {"resourceVersion": meta.get("resourceVersion")}

@@ -2,7 +2,8 @@
 bookkeeping).
 
 Per validation: node counts of the current run, run timestamps, uniformity, the fabric groups'
-busbw. Per node: the verdict and worst-GPU figures of its latest completed report, its latest
+busbw, the node actions held and the nodes out of service through it (and, operator-wide, through
+gpuval). Per node: the verdict and worst-GPU figures of its latest completed report, its latest
 settled fabric verdict. Per GPU only with GPUVAL_METRICS_PER_GPU,
 because 80,000 series cost the scrape most of a second of GIL; per-GPU detail always lives in the
 reports and the agent's live exporter. Names follow Prometheus' conventions: base units in the name,
@@ -20,13 +21,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpuval_api.labels import label_value
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
 from gpuval_operator.kube.client import KubeClient
-from gpuval_operator.readmodel.registry import Registry
+from gpuval_operator.readmodel.registry import OutOfService, Registry
 from gpuval_operator.readmodel.validation import NodeResult, ValidationState
 from gpuval_operator.run.facts import SUMMARY_FIGURES
-from gpuval_operator.run.state import Phase
+from gpuval_operator.run.state import Phase, RunState
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +94,43 @@ class _Families:
         )
         self._node_families(v, n)
         self._fabric_families(v, n)
+        self._hold_families(v)
+
+    def _hold_families(self, v: str) -> None:
+        self.held = _gauge(
+            "gpuval_validation_node_actions_held",
+            "Failed nodes of the current run whose taint and cordon are held, by cause "
+            "(MaxNodesReached, OperatorMaxNodesReached, Systemic).",
+            v,
+            "cause",
+        )
+        self.out_of_service = _gauge(
+            "gpuval_validation_nodes_out_of_service",
+            "Nodes out of service (tainted or cordoned) through the validation's own actions, "
+            "counted from the nodes.",
+            v,
+        )
+        self.actions_limit = _gauge(
+            "gpuval_validation_node_actions_limit",
+            "The validation's nodeActions.maxNodes as a node count.",
+            v,
+        )
+        self.systemic = _gauge(
+            "gpuval_validation_systemic_failure_ratio",
+            "Share of the current run's tested nodes failing with a systemic reason (present "
+            "only for a reason past spec.nodeActions.systemicFraction).",
+            v,
+            "reason",
+        )
+
+    def add_holds(self, name: str, run: RunState, out_of_service: int) -> None:
+        breaker = run.breaker
+        for cause, count in sorted(breaker.causes().items()):
+            self.held.add_metric([name, cause], float(count))
+        self.out_of_service.add_metric([name], float(out_of_service))
+        self.actions_limit.add_metric([name], float(breaker.limit))
+        for found in breaker.systemic:
+            self.systemic.add_metric([name, found.reason], found.failed / max(1, found.tested))
 
     def _node_families(self, v: str, n: str) -> None:
         self.passed = _gauge(
@@ -187,10 +226,11 @@ class _Families:
                 reason = str(fabric.reason or Reason.CHECK_ERROR)
                 self.fabric_failure.add_metric([name, node, reason], 1.0)
 
-    def add_validation(self, name: str, state: ValidationState) -> None:
+    def add_validation(self, name: str, state: ValidationState, out_of_service: int = 0) -> None:
         self.invalid.add_metric([name], 1.0 if state.invalid else 0.0)
         run = state.run
         if run is not None:
+            self.add_holds(name, run, out_of_service)
             counts = run.counts()
             for label, key in NODE_STATES.items():
                 self.nodes.add_metric([name, label], float(counts[key]))
@@ -248,6 +288,22 @@ class _Families:
         yield from self.figures.values()
         yield from self.gpu_figures.values()
         yield from (self.fabric_group, self.fabric_slow, self.fabric_passed, self.fabric_failure)
+        yield from (self.held, self.out_of_service, self.actions_limit, self.systemic)
+
+
+def _operator_out_of_service(figures: OutOfService) -> Iterator[Metric]:
+    total = GaugeMetricFamily(
+        "gpuval_operator_nodes_out_of_service",
+        "Nodes gpuval holds out of service (tainted or cordoned) across every validation, as "
+        "last counted from the nodes.",
+    )
+    total.add_metric([], float(figures.total))
+    limit = GaugeMetricFamily(
+        "gpuval_operator_nodes_out_of_service_limit",
+        "The operator-wide limit on nodes gpuval holds out of service at once.",
+    )
+    limit.add_metric([], float(figures.limit))
+    yield from (total, limit)
 
 
 class GpuvalCollector(Collector):
@@ -267,9 +323,12 @@ class GpuvalCollector(Collector):
         )
         leader.add_metric([], 1.0 if self.registry.leading else 0.0)
         yield leader
+        if self.registry.leading:  # a standby counts nothing
+            yield from _operator_out_of_service(self.registry.out_of_service)
         families = _Families(self.per_gpu)
+        by_validation = self.registry.out_of_service.by_validation
         for name, state in list(self.registry.items()):
-            families.add_validation(name, state)
+            families.add_validation(name, state, by_validation.get(label_value(name), 0))
         yield from families.all()
         if self.client is not None:
             requests = CounterMetricFamily(

@@ -7,6 +7,7 @@ size limit.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from gpuval_api.crd import RunTrigger
 from gpuval_api.report import StatusKey
 from gpuval_operator.fabric.rollup import build_fabric_status
 from gpuval_operator.names import run_number
+from gpuval_operator.run.holds import held_condition, systemic_condition
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
 from gpuval_operator.run.uniformity import Outlier
 from gpuval_operator.timestamps import parse_time, rfc3339
@@ -90,7 +92,8 @@ def uniform_condition(outliers: Sequence[Outlier] | None) -> Cond:
 
 
 def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Cond]:
-    """Succeeded, NodesHealthy, Uniform and Invalid (False) for a valid spec's run.
+    """Succeeded, NodesHealthy, Uniform, Invalid (False), NodeActionsHeld and SystemicFailure for
+    a valid spec's run.
 
     `outliers` is None while the run goes on or when no node reported an environment: uniformity is
     then Unknown rather than a premature True.
@@ -116,7 +119,15 @@ def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Co
             Cond(UNIFORM, "Unknown", R.NO_NODES_SELECTED, message),
             valid,
         ]
-    return [_succeeded(run), _healthy(run), uniform_condition(outliers), valid]
+    failures = Counter(str(r.reason) for r in run.failed())
+    holds = (held_condition(run.breaker, failures, run.validation), systemic_condition(run.breaker))
+    return [
+        _succeeded(run),
+        _healthy(run),
+        uniform_condition(outliers),
+        valid,
+        *(Cond(*c) for c in holds),
+    ]
 
 
 def _succeeded(run: RunState) -> Cond:

@@ -27,6 +27,7 @@ from gpuval_operator.fabric.podfacts import FabricPodFacts
 from gpuval_operator.fabric.state import FabricState
 from gpuval_operator.planning import Candidate
 from gpuval_operator.run.facts import PodFacts, ReportFacts
+from gpuval_operator.run.holds import BreakerState
 from gpuval_operator.run.uniformity import Outlier
 
 
@@ -164,6 +165,8 @@ class RunState:
     queued_events: int = 0
     # Something the status shows changed since the status was last written.
     dirty: bool = False
+    # Node actions held by the circuit breaker or the systemic hold (gpuval_operator.run.holds).
+    breaker: BreakerState = field(default_factory=BreakerState)
 
     def add(self, node: str, gpus: int, report: str, pod: str) -> NodeRecord:
         record = self.nodes.get(node)

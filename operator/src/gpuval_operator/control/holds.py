@@ -1,0 +1,180 @@
+"""`HoldKeeper`: one validation's circuit breaker and systemic hold, carried out around the node
+actions of its run.
+
+Each pass it reads the limits (nodeActions.maxNodes as a count of the run's nodes, the
+operator-wide limit), a person's release (annotation gpuval.dev/release) and the run's systemic
+reasons. A failure's taint and cordon wait while the rest of the run could still make its reason
+systemic (`breaker.undecided`), and follow once it cannot; held nodes are tried again while
+slots are free or their systemic reason is gone or released; and the hold is said once per run
+and cause (Events NodeActionsHeld, SystemicFailure, NodeActionsReleased). The decisions are
+gpuval_operator.nodes.breaker's, the node patches gpuval_operator.nodes.actor's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Mapping
+
+from gpuval_api import keys
+from gpuval_api.conditions import ConditionReason, EventReason
+from gpuval_api.crd import GpuValidationSpec
+from gpuval_api.labels import label_value
+from gpuval_api.release import Release
+from gpuval_operator import planning
+from gpuval_operator.nodes import breaker
+from gpuval_operator.nodes.actor import NodeActor
+from gpuval_operator.nodes.ledger import OutOfServiceLedger
+from gpuval_operator.nodes.watch import NodeWatch
+from gpuval_operator.run.effects import Effects
+from gpuval_operator.run.holds import held_condition
+from gpuval_operator.run.state import Phase, RunState
+
+log = logging.getLogger(__name__)
+
+
+def _acts(spec: GpuValidationSpec) -> bool:
+    """The spec takes failing nodes out of service (a taint or a cordon, not a dry run)."""
+    actions = spec.node_actions
+    return not actions.dry_run and (actions.taint is not None or actions.cordon)
+
+
+class HoldKeeper:
+    def __init__(
+        self,
+        *,
+        effects: Effects,
+        actor: NodeActor,
+        ledger: OutOfServiceLedger | None,
+        node_watch: NodeWatch,
+        annotations: Callable[[], Mapping[str, str]],
+    ) -> None:
+        self.effects, self.actor, self.ledger = effects, actor, ledger
+        self.node_watch = node_watch
+        self.annotations = annotations
+
+    def _release_text(self) -> str:
+        return self.annotations().get(keys.ANNOTATION_RELEASE) or ""
+
+    def prepare(self, run: RunState, spec: GpuValidationSpec) -> None:
+        """The limits, the release and the systemic reasons as they stand now."""
+        state, actions = run.breaker, spec.node_actions
+        state.limit = planning.concurrency_limit(actions.max_nodes, len(run.nodes))
+        release = Release.parse(self._release_text())
+        state.approved_at = release.at if release is not None else 0.0
+        state.released = release is not None and release.covers(run.run_id, run.started_at)
+        failed = [str(r.reason) for r in run.failed()]
+        tested = len(failed) + len(run.in_phase(Phase.PASSED))
+        untested = sum(1 for r in run.nodes.values() if not r.done)
+        fraction, least = actions.systemic_fraction, actions.systemic_min_nodes
+        found = breaker.systemic(failed, tested, fraction, least)
+        if found != state.systemic:
+            state.systemic, run.dirty = found, True
+        state.undecided = breaker.undecided(failed, tested, untested, fraction, least)
+        if self.ledger is not None:
+            figures = self.ledger.figures
+            state.operator_limit, state.operator_out_of_service = figures.limit, figures.total
+            state.out_of_service = figures.by_validation.get(label_value(run.validation), 0)
+
+    async def settle(self, run: RunState, spec: GpuValidationSpec) -> None:
+        """Act on the failures that waited for the run once it can tell, try the held nodes
+        again where the hold may have lifted, and say what is held."""
+        if self.ledger is not None:
+            await self.ledger.recount()
+        state = run.breaker
+        ready = sorted(
+            n
+            for n in state.waiting
+            if n in run.nodes
+            and (state.released or str(run.nodes[n].reason) not in state.undecided)
+        )
+        if ready and _acts(spec):
+            run.dirty = True
+            jobs = (self.actor.act(run, run.nodes[n], spec, announce=False) for n in ready)
+            await self.effects.bounded(jobs)
+        await self._retry(run, spec)
+        self.prepare(run, spec)
+        await self._announce(run)
+
+    async def _retry(self, run: RunState, spec: GpuValidationSpec) -> None:
+        state = run.breaker
+        held = {n: c for n, c in state.held.items() if n in run.nodes}
+        if not held or not _acts(spec):
+            return
+        free_validation, free_operator = state.limit, 1 << 30
+        if self.ledger is not None:
+            free_validation, free_operator = self.ledger.free(
+                label_value(run.validation), state.approved_at, state.limit
+            )
+        blocked_by = (
+            ConditionReason.MAX_NODES_REACHED
+            if free_validation <= 0
+            else ConditionReason.OPERATOR_MAX_NODES_REACHED
+        )
+        reasons = {n: str(run.nodes[n].reason) for n in held}
+        retry, causes = breaker.to_retry(
+            held,
+            reasons,
+            state.systemic_reasons(),
+            max(0, min(free_validation, free_operator)),
+            blocked_by,
+        )
+        if causes != {n: c for n, c in held.items() if n not in retry}:
+            run.dirty = True
+        state.held.update(causes)
+        if retry:
+            run.dirty = True
+            jobs = (self.actor.act(run, run.nodes[n], spec, announce=False) for n in retry)
+            await self.effects.bounded(jobs)
+
+    async def _announce(self, run: RunState) -> None:
+        """Events: a release once, each hold cause and systemic reason once per run."""
+        state = run.breaker
+        release = self._release_text()
+        if release and release != state.release_seen:
+            state.release_seen = release
+            message = (
+                f"node actions released ({keys.ANNOTATION_RELEASE}={release}): nodes out of "
+                "service through this validation before it no longer count against "
+                f"nodeActions.maxNodes, and run {run.run_id}'s systemic hold is "
+                f"{'lifted' if state.released else 'not covered (another run)'}"
+            )
+            await self.effects.event(EventReason.NODE_ACTIONS_RELEASED, message)
+            run.dirty = True
+        for found in state.systemic:
+            if f"systemic:{found.reason}" not in state.posted:
+                state.posted.add(f"systemic:{found.reason}")
+                message = (
+                    f"{found.message()} in run {run.run_id}: the spec or the fleet's stack is "
+                    "the likely cause, not the nodes"
+                )
+                await self.effects.event(EventReason.SYSTEMIC_FAILURE, message, warning=True)
+        new = set(state.causes()) - state.posted
+        if new:
+            state.posted |= new
+            failures = Counter(str(r.reason) for r in run.failed())
+            _, _, _, message = held_condition(state, failures, run.validation)
+            await self.effects.event(EventReason.NODE_ACTIONS_HELD, message, warning=True)
+            log.warning("%s: %s", run.validation, message)
+
+    def poll(self, run: RunState) -> bool:
+        """For a validation between runs: read the held nodes back from the nodes once they are
+        listed (after a restart), and whether a release waits to be carried out."""
+        state = run.breaker
+        if not state.restored and self.node_watch.synced.is_set():
+            state.restored = True
+            for name, facts in self.node_watch.nodes.items():
+                entry, record = facts.entry, run.nodes.get(name)
+                if (
+                    entry is not None
+                    and entry.hold is not None
+                    and entry.run == run.run_id
+                    and record is not None
+                    and record.phase is Phase.FAILED
+                ):
+                    if entry.hold == ConditionReason.AWAITING_RUN:
+                        state.waiting.add(name)
+                    else:
+                        state.held.setdefault(name, entry.hold)
+        release = self._release_text()
+        return bool(release) and release != state.release_seen

@@ -1,0 +1,129 @@
+"""Pure: what a run remembers of its held node actions, and the two conditions that say so.
+
+A failing node's taint and cordon are held when the validation already holds `nodeActions.maxNodes`
+nodes out of service (MaxNodesReached), when gpuval as a whole holds its operator-wide limit
+(OperatorMaxNodesReached), or when its failure's reason is systemic: shared by most of the run's
+tested nodes, so the spec or the fleet's stack is the likely cause (Systemic). The decisions are
+gpuval_operator.nodes.breaker's; this module keeps their outcome for the status and the metrics.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gpuval_api.conditions import ConditionReason as R
+from gpuval_api.conditions import ConditionType
+
+# A held node's cause, most telling first (the condition's reason is the first one present).
+HOLD_CAUSES = (R.SYSTEMIC, R.MAX_NODES_REACHED, R.OPERATOR_MAX_NODES_REACHED)
+
+
+@dataclass(frozen=True, slots=True)
+class Systemic:
+    """A reason shared by more than the systemic fraction of the run's tested nodes."""
+
+    reason: str
+    failed: int
+    tested: int
+
+    def message(self) -> str:
+        share = self.failed / self.tested if self.tested else 0.0
+        return (
+            f"{self.failed} of {self.tested} tested nodes ({share:.0%}) failed with {self.reason}"
+        )
+
+
+@dataclass(slots=True)
+class BreakerState:
+    """One run's held node actions (node -> cause), its systemic reasons, and the counts the
+    last decision saw (for the condition's message)."""
+
+    held: dict[str, str] = field(default_factory=dict)
+    systemic: list[Systemic] = field(default_factory=list)
+    # Reasons the nodes still to be tested could make systemic, and the failed nodes whose taint
+    # and cordon wait for that (AwaitingRun): not held, not yet acted on.
+    undecided: set[str] = field(default_factory=set)
+    waiting: set[str] = field(default_factory=set)
+    # nodeActions.maxNodes as a count, and the nodes out of service through this validation.
+    limit: int = 0
+    out_of_service: int = 0
+    # The operator-wide limit and the nodes gpuval holds out of service in all.
+    operator_limit: int = 0
+    operator_out_of_service: int = 0
+    # A person's release (gpuval.dev/release) applies to this run: its systemic hold is lifted.
+    released: bool = False
+    # Nodes out of service through this validation since before this time (Unix seconds) were
+    # approved by a release and no longer count against maxNodes.
+    approved_at: float = 0.0
+    # Hold causes and systemic reasons whose Event this run has posted; the release last handled.
+    posted: set[str] = field(default_factory=set)
+    release_seen: str = ""
+    # After a restart: the held nodes were read back from the nodes' entries.
+    restored: bool = False
+
+    def systemic_reasons(self) -> set[str]:
+        """The reasons held as systemic (none once a person released the run)."""
+        return set() if self.released else {s.reason for s in self.systemic}
+
+    def causes(self) -> Counter[str]:
+        return Counter(self.held.values())
+
+
+def _count_text(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items(), key=lambda i: -i[1]))
+
+
+def held_condition(
+    state: BreakerState, failures: Mapping[str, int], validation: str
+) -> tuple[str, str, str, str]:
+    """NodeActionsHeld (type, status, reason, message): True naming how many failed nodes' taint
+    and cordon are held, for what, and the failures' reasons; False when none is."""
+    causes = state.causes()
+    if not causes:
+        waiting = (
+            f"; {len(state.waiting)} failed nodes wait for the rest of the run to tell whether "
+            "their reason is systemic before their taint and cordon"
+            if state.waiting
+            else ""
+        )
+        return (
+            ConditionType.NODE_ACTIONS_HELD,
+            "False",
+            R.NOT_HELD,
+            f"no node action held ({state.out_of_service} of at most {state.limit} nodes out of "
+            f"service through this validation){waiting}",
+        )
+    reason = next(c for c in HOLD_CAUSES if causes.get(c))
+    parts = []
+    for cause in HOLD_CAUSES:
+        if causes.get(cause):
+            parts.append(f"{causes[cause]} for {cause}")
+    failed = sum(failures.values())
+    message = (
+        f"{len(state.held)} of {failed} failed nodes keep their label but not their taint and "
+        f"cordon ({'; '.join(parts)}); failures: {_count_text(failures)}; out of service through "
+        f"this validation {state.out_of_service} (nodeActions.maxNodes {state.limit}), through "
+        f"gpuval {state.operator_out_of_service} (operator limit {state.operator_limit}); "
+        f"`kubectl gpuval release {validation}` acts on them up to the limits again"
+    )
+    return ConditionType.NODE_ACTIONS_HELD, "True", reason, message
+
+
+def systemic_condition(state: BreakerState) -> tuple[str, str, str, str]:
+    """SystemicFailure (type, status, reason, message)."""
+    if not state.systemic:
+        return (
+            ConditionType.SYSTEMIC_FAILURE,
+            "False",
+            R.NOT_SYSTEMIC,
+            "no failure reason is shared by most of the run's tested nodes",
+        )
+    found = "; ".join(s.message() for s in state.systemic)
+    held = "released by a person" if state.released else "their taint and cordon are held"
+    message = (
+        f"{found}: the spec (a threshold) or the fleet's stack (driver, firmware, settings) is "
+        f"the likely cause, not the nodes; {held}"
+    )
+    return ConditionType.SYSTEMIC_FAILURE, "True", R.SAME_REASON_ON_MANY_NODES, message

@@ -35,11 +35,12 @@ class Fleet:
         *,
         taints: Sequence[dict[str, str]] = (),
         labels: Mapping[str, str] | None = None,
+        pod_cidr: str | None = None,
         **simulate: Any,
     ) -> str:
         node = simulated_node(name, faults, **simulate)
         own = {**(labels or {}), "gpuval-test": self.label}
-        labelled = dataclasses.replace(node, labels=own, taints=taints)
+        labelled = dataclasses.replace(node, labels=own, taints=taints, pod_cidr=pod_cidr)
         self.cluster.add_nodes([labelled])
         self.nodes.append(name)
         return name

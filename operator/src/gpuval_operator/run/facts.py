@@ -25,6 +25,7 @@ from gpuval_api.kubernetes import (
     POD_SCHEDULED,
     PodPhase,
 )
+from gpuval_api.kueue import ADMISSION_GATE, QUEUE_NAME_LABEL
 from gpuval_api.reasons import Reason
 from gpuval_api.report import (
     FailureKey,
@@ -59,6 +60,8 @@ class PodFacts:
     waiting_reason: str | None = None
     # The agent's verdict from the termination message, for a report the agent could not write.
     termination: dict[str, Any] | None = None
+    # Waiting for Kueue's admission (its scheduling gate is on): it holds no GPU yet.
+    gated: bool = False
 
     @classmethod
     def parse(cls, pod: Mapping[str, Any]) -> PodFacts:
@@ -79,6 +82,10 @@ class PodFacts:
                 and cond.get("reason") in EVICTION_REASONS
             ):
                 evicted = True
+        gated = any(g.get("name") == ADMISSION_GATE for g in spec.get("schedulingGates") or [])
+        if gated:
+            queue = labels.get(QUEUE_NAME_LABEL) or "?"
+            unschedulable = f"Kueue has not admitted it from LocalQueue {queue} (quota)"
         exit_code, reason, termination, started, waiting = None, None, None, False, None
         for cs in status.get("containerStatuses") or []:
             state = cs.get("state") or {}
@@ -105,6 +112,7 @@ class PodFacts:
             termination=termination,
             started=started,
             waiting_reason=waiting,
+            gated=gated,
         )
 
 

@@ -35,8 +35,8 @@ def queue_field(subject: str) -> Any:
         pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
         description=(
             f"Kueue LocalQueue in the agents' namespace for {subject}: Kueue admits them under "
-            "its quota (that namespace must be managed by Kueue's pod integration; "
-            'docs/operator.md, "Kueue"). Unset: not through Kueue.'
+            "its quota (that namespace must be managed by Kueue's pod integration: "
+            'docs/operator.md, "Kueue: fabric groups admitted whole"). Unset: not through Kueue.'
         ),
     )
 

@@ -21,6 +21,7 @@ from typing import Any
 from gpuval_api import keys
 from gpuval_api.crd import GPU_RESOURCE
 from gpuval_api.env import AgentEnv
+from gpuval_operator.fabric.podfacts import container_started_at
 from gpuval_operator.timestamps import parse_time
 
 
@@ -50,16 +51,6 @@ class GangIdle:
         return sum(self.by_group.values())
 
 
-def _started_at(status: Mapping[str, Any]) -> float | None:
-    for cs in status.get("containerStatuses") or []:
-        state = cs.get("state") or {}
-        for key in ("running", "terminated"):
-            started = parse_time((state.get(key) or {}).get("startedAt"))
-            if started is not None:
-                return started
-    return None
-
-
 def member(pod: Mapping[str, Any]) -> Member | None:
     """The fabric pod as a member of its group; None for any other pod."""
     meta = pod.get("metadata") or {}
@@ -82,7 +73,7 @@ def member(pod: Mapping[str, Any]) -> Member | None:
         rank=int(labels.get(keys.LABEL_FABRIC_RANK) or 0),
         world=len(json.loads(env.get(AgentEnv.FABRIC_NODES) or "[]")),
         gpus=int(limits.get(GPU_RESOURCE) or 0),
-        started_at=_started_at(pod.get("status") or {}),
+        started_at=container_started_at(pod),
         deleted_at=parse_time(meta.get("deletionTimestamp")),
     )
 

@@ -1,7 +1,7 @@
 """Rank 0's address for a rank whose group's pods were all made at once (a Kueue pod group;
-docs/operator.md, "Kueue"): GPUVAL_FABRIC_MASTER_POD names rank 0's pod and the port, and this
-rank reads the pod (`get`, in its own namespace) until it has an IP (`status.podIP`: with
-hostNetwork, its node's), saying every few seconds what it waits for.
+docs/operator.md, "Kueue: fabric groups admitted whole"): GPUVAL_FABRIC_MASTER_POD names rank
+0's pod and the port, and this rank reads the pod (`get`, in its own namespace) until it has an
+IP (`status.podIP`: with hostNetwork, its node's), saying every few seconds what it waits for.
 
 Why a read and not DNS: a headless Service's name for a fresh pod can take ~30 s to resolve and
 PyTorch's TCPStore does not retry (pytorch/pytorch#73682), and these clusters need not run

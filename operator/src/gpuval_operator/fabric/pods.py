@@ -10,7 +10,7 @@ spec carries: they need no right to read anything. With `spec.fabric.queue`, the
 are made at once as one Kueue pod group (admitted whole, so no member holds a GPU while the
 quota cannot hold them all), before rank 0 has an address: the others are told rank 0's pod
 name instead and read its IP from the API server once Kueue has admitted the group
-(docs/operator.md, "Kueue").
+(docs/operator.md, "Kueue: fabric groups admitted whole").
 """
 
 from __future__ import annotations

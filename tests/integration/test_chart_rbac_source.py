@@ -44,3 +44,16 @@ def test_agent_cluster_role_renders_exactly_the_agents_rules() -> None:
     objs = chart.render(release="prod")
     role = chart.find(objs, "ClusterRole", "prod-gpuval-agent")
     assert _rules(role) == [r.as_dict() for r in rbac.AGENT_RULES]
+
+
+def test_agents_read_pods_only_where_kueue_is_enabled_and_then_exactly_the_kueue_rule() -> None:
+    assert not any(
+        o["kind"] == "Role" and o["metadata"]["name"] == "prod-gpuval-agent-kueue"
+        for o in chart.render(release="prod")
+    )
+    objs = chart.render(release="prod", namespace="gpu-ops", values={"agent.kueue.enabled": True})
+    role = chart.find(objs, "Role", "prod-gpuval-agent-kueue")
+    assert role["metadata"]["namespace"] == "gpu-ops-agents"
+    assert _rules(role) == [r.as_dict() for r in rbac.AGENT_KUEUE_RULES]
+    binding = chart.find(objs, "RoleBinding", "prod-gpuval-agent-kueue")
+    assert binding["subjects"][0]["name"] == "prod-gpuval-agent"

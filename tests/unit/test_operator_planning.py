@@ -8,8 +8,8 @@ import pytest
 
 from gpuval_api import keys
 from gpuval_api.crd import GpuValidationSpec
-from gpuval_api.gfd import GpuSharing
 from gpuval_api.env import OperatorEnv
+from gpuval_api.gfd import GpuSharing
 from gpuval_api.labels import label_value
 from gpuval_operator import names, planning
 from gpuval_operator.config import ConfigError, OperatorConfig

@@ -1,8 +1,10 @@
-"""Writes the node's GpuNodeReport status through the API server: standard library only.
+"""The agent's calls to the API server: standard library only.
 
-A JSON merge patch on /apis/gpuval.dev/v1alpha1/gpunodereports/<name>/status, authenticated with
-the pod's ServiceAccount token (re-read for every request: bound tokens rotate) and verified with
-the ServiceAccount CA, reached the in-cluster way (KUBERNETES_SERVICE_HOST/PORT).
+It writes its node's GpuNodeReport status (a JSON merge patch on
+/apis/gpuval.dev/v1alpha1/gpunodereports/<name>/status) and, in a fabric group queued through
+Kueue, reads rank 0's pod in its own namespace (PodReader). Each request is authenticated with
+the pod's ServiceAccount token (re-read every time: bound tokens rotate), verified with the
+ServiceAccount CA, and sent the in-cluster way (KUBERNETES_SERVICE_HOST/PORT).
 """
 
 from __future__ import annotations
@@ -32,6 +34,49 @@ class ApiServer:
     base_url: str
     token_path: Path
     ca_path: Path
+    # The pod's own namespace (the ServiceAccount directory's `namespace` file), when known.
+    namespace_path: Path | None = None
+
+    def namespace(self) -> str:
+        if self.namespace_path is None or not self.namespace_path.is_file():
+            raise AgentError(
+                f"the pod's namespace is unknown: {self.namespace_path} does not exist (the "
+                "kubelet mounts it beside the ServiceAccount token)"
+            )
+        return self.namespace_path.read_text().strip()
+
+    def send(
+        self,
+        context: ssl.SSLContext,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        content_type: str | None = None,
+    ) -> dict[str, Any]:
+        """One request; HttpAnswerError for an HTTP error answer, TransientApiError when no answer
+        came (or 429/5xx)."""
+        token = self.token_path.read_text().strip()
+        headers = {
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/json",
+            "User-Agent": "gpuval-agent",
+        }
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        request = urllib.request.Request(
+            self.base_url + path, data=body, method=method, headers=headers
+        )
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=30) as answer:
+                document: dict[str, Any] = json.loads(answer.read())
+                return document
+        except urllib.error.HTTPError as error:
+            detail = _status_message(error)
+            if error.code in _RETRIABLE:
+                raise TransientApiError(f"HTTP {error.code}: {detail}") from None
+            raise HttpAnswerError(error.code, detail) from None
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
+            raise TransientApiError(f"{type(error).__name__}: {error}") from None
 
     @classmethod
     def in_cluster(cls) -> ApiServer:
@@ -52,7 +97,7 @@ class ApiServer:
                     "one"
                 )
         bracketed = f"[{host}]" if ":" in host else host
-        return cls(f"https://{bracketed}:{port}", token, ca)
+        return cls(f"https://{bracketed}:{port}", token, ca, directory / "namespace")
 
 
 class ReportWriter:
@@ -104,7 +149,7 @@ class ReportWriter:
             attempts += 1
             try:
                 return self._patch_once(body)
-            except _RetriableError as error:
+            except TransientApiError as error:
                 last = str(error)
             now = self._clock()
             if now + delay > give_up:
@@ -117,47 +162,68 @@ class ReportWriter:
         )
 
     def _patch_once(self, body: bytes) -> dict[str, Any]:
-        token = self.server.token_path.read_text().strip()
-        request = urllib.request.Request(
-            self.server.base_url + self.path,
-            data=body,
-            method="PATCH",
-            headers={
-                "Authorization": f"Bearer {token}",
-                "Content-Type": "application/merge-patch+json",
-                "Accept": "application/json",
-                "User-Agent": "gpuval-agent",
-            },
-        )
         try:
-            with urllib.request.urlopen(request, context=self._context, timeout=30) as answer:
-                document: dict[str, Any] = json.loads(answer.read())
-                return document
-        except urllib.error.HTTPError as error:
-            detail = _status_message(error)
-            if error.code in _RETRIABLE:
-                raise _RetriableError(f"HTTP {error.code}: {detail}") from None
+            return self.server.send(
+                self._context, "PATCH", self.path, body, "application/merge-patch+json"
+            )
+        except HttpAnswerError as error:
             if error.code == 404:
                 raise AgentError(
                     f"GpuNodeReport {self.report_name!r} ({AgentEnv.REPORT_NAME}) does not exist "
-                    f"on {self.server.base_url}: the operator creates it before the pod; {detail}"
+                    f"on {self.server.base_url}: the operator creates it before the pod; "
+                    f"{error.detail}"
                 ) from None
             if error.code in (401, 403):
                 raise AgentError(
                     f"the API server refused to let this pod write GpuNodeReport "
-                    f"{self.report_name!r} status (HTTP {error.code}: {detail}); check the "
+                    f"{self.report_name!r} status (HTTP {error.code}: {error.detail}); check the "
                     "agent's ServiceAccount role and that the report is this node's"
                 ) from None
             raise AgentError(
                 f"writing GpuNodeReport {self.report_name!r} status failed: HTTP {error.code}: "
-                f"{detail}"
+                f"{error.detail}"
             ) from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
-            raise _RetriableError(f"{type(error).__name__}: {error}") from None
 
 
-class _RetriableError(Exception):
-    """A failed write worth trying again (no answer, or 429/5xx)."""
+class PodReader:
+    """Reads one pod of the agent's own namespace by name: a fabric rank learns rank 0's address
+    (its ServiceAccount may get pods there where fabric groups go through Kueue: the chart's
+    kueue.enabled, gpuval_operator.rbac.AGENT_KUEUE_RULES)."""
+
+    def __init__(self, server: ApiServer) -> None:
+        self.server = server
+        self.namespace = server.namespace()
+        self._context = ssl.create_default_context(cafile=str(server.ca_path))
+
+    def pod(self, name: str) -> dict[str, Any] | None:
+        """The pod, None when it does not exist; TransientApiError when the API server did not
+        answer; AgentError when it refused (the message names the missing right)."""
+        path = f"/api/v1/namespaces/{self.namespace}/pods/{name}"
+        try:
+            return self.server.send(self._context, "GET", path)
+        except HttpAnswerError as error:
+            if error.code == 404:
+                return None
+            if error.code in (401, 403):
+                raise AgentError(
+                    f"the API server refused to let this pod read pod {self.namespace}/{name} "
+                    f"(HTTP {error.code}: {error.detail}): a fabric group queued through Kueue "
+                    "needs the agents' ServiceAccount to get pods in their namespace (the chart's "
+                    "kueue.enabled=true)"
+                ) from None
+            raise AgentError(f"reading pod {self.namespace}/{name} failed: {error}") from None
+
+
+class HttpAnswerError(Exception):
+    """The API server answered with an error that retrying cannot change."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(f"HTTP {code}: {detail}")
+        self.code, self.detail = code, detail
+
+
+class TransientApiError(Exception):
+    """A failed request worth trying again (no answer, or 429/5xx)."""
 
 
 class ReportUnreachableError(AgentError):

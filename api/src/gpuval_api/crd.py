@@ -29,6 +29,7 @@ from gpuval_api.conditions import ConditionType
 from gpuval_api.evidence import EvidenceStatus
 from gpuval_api.fabric import FabricSpec, FabricStatus
 from gpuval_api.fabricsummary import FabricRunStatus
+from gpuval_api.kueue import queue_field
 from gpuval_api.reasons import Reason
 from gpuval_api.report import REPORT_VERDICTS, ReportPhase
 from gpuval_api.result import Verdict
@@ -425,6 +426,7 @@ class AgentSettings(_Model):
         le=65535,
         description="Port of the agent's live metrics; unset: none.",
     )
+    queue: str | None = queue_field("the agent pods, each its own workload")
 
 
 class GpuValidationSpec(_Model):

@@ -31,6 +31,9 @@ class AgentEnv(StrEnum):
     FABRIC_RANK = "GPUVAL_FABRIC_RANK"
     FABRIC_NODES = "GPUVAL_FABRIC_NODES"
     FABRIC_MASTER = "GPUVAL_FABRIC_MASTER"
+    # Instead of FABRIC_MASTER where a group's pods are made at once (a Kueue pod group): rank 0's
+    # pod name and the port, POD:PORT; the agent reads the pod's IP from the API server.
+    FABRIC_MASTER_POD = "GPUVAL_FABRIC_MASTER_POD"
     FABRIC_GROUP = "GPUVAL_FABRIC_GROUP"
     FABRIC_CONFIG = "GPUVAL_FABRIC_CONFIG"
     # The GpuBaselines the node is judged against (YAML documents, as a baseline file holds

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gpuval_api import termination
 from gpuval_api.checks import MAX_FIGURE, camel
+from gpuval_api.kueue import queue_field
 from gpuval_api.reasons import Reason, verdict_of
 from gpuval_api.report import TERMINATION_MESSAGE_CHARS, StatusKey, one_line, tighten_message
 from gpuval_api.result import NcclSize, Verdict
@@ -176,6 +177,10 @@ class FabricSpec(FabricConfig):
     host_network: bool = Field(
         default=False,
         description="Run the fabric pods on the node's network (as NCCL jobs often do).",
+    )
+    queue: str | None = queue_field(
+        "each group's pods, as one pod group admitted whole (no member holds a GPU while the "
+        "quota cannot hold them all)"
     )
 
 

@@ -9,7 +9,9 @@ one workload that Kueue admits whole or not at all. :class:`PodGroup` writes tho
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
+
+from pydantic import Field
 
 QUEUE_NAME_LABEL: Final = "kueue.x-k8s.io/queue-name"
 POD_GROUP_NAME_LABEL: Final = "kueue.x-k8s.io/pod-group-name"
@@ -21,6 +23,22 @@ RETRIABLE_IN_GROUP_ANNOTATION: Final = "kueue.x-k8s.io/retriable-in-group"
 ADMISSION_GATE: Final = "kueue.x-k8s.io/admission"
 # Kueue's label on the pods it manages, and the name of its finalizer on them.
 MANAGED: Final = "kueue.x-k8s.io/managed"
+
+
+def queue_field(subject: str) -> Any:
+    """A spec field naming a Kueue LocalQueue in the agents' namespace (a label value: the pods
+    carry it as :data:`QUEUE_NAME_LABEL`); unset, the pods do not go through Kueue."""
+    return Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description=(
+            f"Kueue LocalQueue in the agents' namespace for {subject}: Kueue admits them under "
+            "its quota (that namespace must be managed by Kueue's pod integration: "
+            'docs/operator.md, "Kueue: fabric groups admitted whole"). Unset: not through Kueue.'
+        ),
+    )
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,10 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # The `kubernetes` Service's address in kube-apiserver's default service range.
 API_SERVICE_IP = "10.0.0.1"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+# A pod CIDR on this machine's loopback network (all of 127.0.0.0/8 is local): kwok gives each pod
+# of a node with it an address from it, which reaches the pod runner's processes here (a fabric
+# rank 0 listens on every address), so an agent can dial a pod IP it read from the API server.
+LOOPBACK_POD_CIDR = "127.64.0.0/16"
 
 
 def loopback_args() -> list[str]:
@@ -108,6 +112,8 @@ class GpuNode:
     cpu: str = "192"
     memory: str = "2Ti"
     boot_id: str = "boot-1"
+    # spec.podCIDR: kwok takes its pods' IPs from it (unset: kwok's own range, 10.0.0.0/24).
+    pod_cidr: str | None = None
 
     def manifest(self) -> dict[str, Any]:
         labels = {
@@ -142,7 +148,10 @@ class GpuNode:
                 "labels": labels,
                 "annotations": {KWOK_NODE_ANNOTATION: "fake", **self.annotations},
             },
-            "spec": {"taints": [dict(t) for t in self.taints]},
+            "spec": {
+                "taints": [dict(t) for t in self.taints],
+                **({"podCIDR": self.pod_cidr} if self.pod_cidr else {}),
+            },
             "status": {
                 "capacity": resources,
                 "allocatable": resources,

@@ -27,12 +27,19 @@ AGENT_SERVICE_ACCOUNT = "gpuval-agent"
 
 
 def agent_rbac(
-    namespace: str = AGENT_NAMESPACE, account: str = AGENT_SERVICE_ACCOUNT
+    namespace: str = AGENT_NAMESPACE, account: str = AGENT_SERVICE_ACCOUNT, *, kueue: bool = False
 ) -> list[dict[str, Any]]:
     """The agents' namespace, ServiceAccount and their one right (gpuval_operator.rbac.AGENT_RULES,
-    which the chart renders too, with the admission policy that narrows it to the agent's node)."""
+    which the chart renders too, with the admission policy that narrows it to the agent's node);
+    with `kueue`, also their read of pods in their namespace (rbac.AGENT_KUEUE_RULES, the chart's
+    kueue.enabled)."""
     role = f"{account}-reports"
     cluster_role = rbac.cluster_role(role, rbac.AGENT_RULES)
+    pods = f"{account}-kueue"
+    queued = [
+        rbac.role(pods, namespace, rbac.AGENT_KUEUE_RULES),
+        rbac.binding("Role", pods, account, namespace, namespace),
+    ]
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
         {
@@ -45,6 +52,7 @@ def agent_rbac(
             **rbac.binding("ClusterRole", role, account, namespace),
             "metadata": {"name": f"{role}-{namespace}"},
         },
+        *(queued if kueue else []),
     ]
 
 

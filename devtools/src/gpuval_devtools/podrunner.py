@@ -11,8 +11,10 @@ backend with the config from the node's annotation, and a ServiceAccount token b
 admission policy expects) written with the CA into a directory given as the ServiceAccount
 directory. When the process exits it sets the pod's phase from the exit code (128 + N for a death
 by signal N, as a kubelet reports it) and its termination message from the agent's file, as a
-kubelet does; kwok's stages only act on Pending pods and on
-deletions, so the terminal phase stays. A pod deleted while its agent runs has its process killed.
+kubelet does; kwok's stages only act on Pending pods and on deletions, so the terminal phase
+stays. A pod deleted while its agent runs has its process stopped (SIGTERM) and then, as a
+kubelet does, its end reported (the phase from the exit code): a pod that carries a finalizer
+(Kueue's) stays until it has ended, and kwok alone would never end it.
 It reaches the API server through the operator's public client face, gpuval_operator.kube.
 
 `python -m gpuval_devtools.podrunner --kubeconfig PATH [--logs DIR]` runs it on its own.
@@ -44,6 +46,7 @@ from gpuval_api.kubernetes import (
     CONTAINER_REASON_ERROR,
     CONTAINERS_READY,
     READY,
+    TERMINAL_POD_PHASES,
     PodPhase,
 )
 from gpuval_devtools.controlplane import free_port
@@ -53,6 +56,8 @@ from gpuval_operator.kube import ApiError, Follower, KubeClient, load_credential
 log = logging.getLogger("gpuval.podrunner")
 
 AGENT_SELECTOR = f"{keys.LABEL_COMPONENT}={keys.AGENT_COMPONENT},{keys.LABEL_VALIDATION}"
+# The exit code a kubelet reports for a container killed before it could exit on its own.
+KILLED_EXIT_CODE = 137
 
 
 def _now() -> str:
@@ -183,7 +188,10 @@ class Running:
     namespace: str
     process: asyncio.subprocess.Process | None = None
     task: asyncio.Task[None] | None = None
-    killed: bool = False
+    # The pod was deleted: its agent is stopped and its end reported, as a kubelet does.
+    deleted: bool = False
+    # The runner itself stops: the agent is killed and nothing is reported.
+    stopping: bool = False
 
 
 @dataclass
@@ -217,11 +225,14 @@ class PodRunner:
         uid = meta.get("uid", "")
         entry = self.running.get(uid)
         if kind == "DELETED" or meta.get("deletionTimestamp"):
-            if entry is not None and entry.process is not None and not entry.killed:
-                entry.killed = True
+            if entry is None and kind != "DELETED":
+                self._end_unstarted(pod)
+            if entry is not None and not entry.deleted:
+                entry.deleted = True
                 log.info("pod %s deleted: stopping its agent", meta.get("name"))
-                with contextlib.suppress(ProcessLookupError):
-                    entry.process.send_signal(signal.SIGTERM)
+                if entry.process is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        entry.process.send_signal(signal.SIGTERM)
             return
         phase = (pod.get("status") or {}).get("phase")
         node = (pod.get("spec") or {}).get("nodeName")
@@ -229,6 +240,23 @@ class PodRunner:
             return
         entry = self.running[uid] = Running(meta.get("name", ""), meta.get("namespace", ""))
         entry.task = asyncio.create_task(self._run_pod(pod, entry), name=f"agent-{entry.pod}")
+
+    def _end_unstarted(self, pod: dict[str, Any]) -> None:
+        """A pod deleted on a node before its agent ran (bound, not yet Running): a kubelet
+        reports it ended; kwok does not, and a finalizer would keep it for ever."""
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        uid, phase = meta.get("uid", ""), (pod.get("status") or {}).get("phase")
+        if not spec.get("nodeName") or phase in TERMINAL_POD_PHASES or uid in self.finished:
+            return
+        entry = self.running[uid] = Running(meta.get("name", ""), meta.get("namespace", ""))
+        entry.deleted = True
+
+        async def end() -> None:
+            simulate, _ = await self._simulation(spec["nodeName"])
+            if simulate is not None:
+                await self._finish(pod, KILLED_EXIT_CODE, _now())
+
+        entry.task = asyncio.create_task(end(), name=f"agent-{entry.pod}-deleted")
 
     async def _simulation(self, node: str) -> tuple[str | None, float | None]:
         """The node's simulation config, and how long its API outage lasts (None: none)."""
@@ -279,6 +307,10 @@ class PodRunner:
                 **self.extra_env,
             }
             token = await self._token(pod)
+            if entry.deleted:
+                # Deleted before its container started: a kubelet reports it ended all the same.
+                await self._finish(pod, KILLED_EXIT_CODE, _now())
+                return
         except (ApiError, ValueError, KeyError) as exc:
             log.error(
                 "pod %s/%s: cannot start its agent: %s",
@@ -320,7 +352,9 @@ class PodRunner:
                 code = exit_code(await entry.process.wait())
             message = termination.read_text() if termination.is_file() else ""  # noqa: ASYNC240
         log.info("pod %s on %s: agent exited %d", entry.pod, node, code)
-        if not entry.killed:
+        if not entry.stopping:
+            # A deleted pod's end too: its phase is what a kubelet reports after stopping the
+            # container, and Kueue keeps its finalizer (and its quota) until the pod has ended.
             await self._finish(pod, code, started_at, message)
 
     async def _finish(
@@ -355,8 +389,8 @@ class PodRunner:
 
     async def stop(self) -> None:
         for entry in self.running.values():
+            entry.stopping = True
             if entry.process is not None and entry.process.returncode is None:
-                entry.killed = True
                 with contextlib.suppress(ProcessLookupError):
                     entry.process.kill()
         tasks = [e.task for e in self.running.values() if e.task is not None]

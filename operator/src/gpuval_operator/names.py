@@ -46,6 +46,12 @@ def fabric_pod_name(validation: str, run: str, group: str, rank: int) -> str:
     return bounded_name("gpuval", validation, run, group, f"r{rank}", limit=MAX_LABEL_VALUE)
 
 
+def fabric_pod_group(validation: str, run: str, group: str) -> str:
+    """The Kueue pod group of fabric group `group` in run `run`: a label value on every member,
+    and the name Kueue gives the group's Workload in the agents' namespace; at most 63."""
+    return bounded_name("gpuval", validation, run, group, limit=MAX_LABEL_VALUE)
+
+
 def run_number(run_id: str) -> int:
     """The number in a run id `<number>-<suffix>`; 0 for an id of another form."""
     head = run_id.split("-", 1)[0]

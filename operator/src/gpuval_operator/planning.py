@@ -22,6 +22,7 @@ from gpuval_api.crd import (
 from gpuval_api.env import AgentEnv
 from gpuval_api.gfd import GpuSharing
 from gpuval_api.kubernetes import READY
+from gpuval_api.kueue import QUEUE_NAME_LABEL
 from gpuval_api.labels import label_value
 from gpuval_operator import names
 from gpuval_operator.config import OperatorConfig
@@ -280,12 +281,17 @@ def build_pod(
 ) -> dict[str, Any]:
     """The agent pod of `node` for its local checks (its `attempt`-th in this run). `deadline`
     (Unix seconds) is when the operator times the node out: the agent keeps retrying its report
-    write until then. `sharing`: the node's GPUs are shared (`gpus` is then every replica).
+    write until then. `sharing`: the node's GPUs are shared (`gpus` is then every replica). With
+    `spec.agent.queue` it carries Kueue's queue label, and waits for Kueue's admission within that
+    same deadline.
     """
     report = names.report_name(validation, run, node)
     env = agent_env(report=report, gpus=gpus, spec=spec, deadline=deadline, sharing=sharing)
     labels = {**child_labels(validation, run, node), keys.LABEL_ATTEMPT: str(attempt)}
     annotations = {keys.ANNOTATION_GPU_SHARING: sharing.annotation()} if sharing else None
+    if spec.agent.queue is not None:
+        # Queued alone (no pod group): each agent pod is its own Kueue workload.
+        labels[QUEUE_NAME_LABEL] = spec.agent.queue
     return node_pod(
         name=names.pod_name(validation, run, node, attempt),
         labels=labels,

@@ -33,6 +33,7 @@ from gpuval_agent.fabric.analysis import (
     undisturbed,
 )
 from gpuval_agent.fabric.coordinator import Client, Forming, OnWait, Roster, Server
+from gpuval_agent.fabric.locate import MasterPod
 from gpuval_agent.fabric.steps import Executor, StepReport, StepStatus
 from gpuval_agent.fabric.transport import read_transport
 from gpuval_agent.inuse import describe
@@ -62,10 +63,14 @@ class FabricPlan:
     node: str
     config: FabricConfig = field(default_factory=FabricConfig)
     nodes: list[str] | None = None  # by rank, when known before the group meets
+    # Rank 0's pod, where the host of `master` is to be read from it (fabric.locate).
+    master_pod: MasterPod | None = None
 
     @property
     def master_text(self) -> str:
         host, port = self.master
+        if not host and self.master_pod is not None:
+            return self.master_pod.text
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
@@ -198,6 +203,14 @@ def _result(
         reason=conclusion.reason,
         message=conclusion.message,
     )
+
+
+def master_unknown(plan: FabricPlan, executor: Executor, message: str) -> FabricResult:
+    """This node's result when it could not even learn where rank 0 is (fabric.locate): the group
+    did not form, and nothing was tested against the node."""
+    conclusion = Conclusion(Verdict.NOT_RUN, Reason.FABRIC_GANG_NOT_FORMED, message)
+    gpus = int(executor.info().get("gpus") or 0)
+    return _result(plan, executor, conclusion, plan.nodes or [plan.node], gpus)
 
 
 def _not_met(plan: FabricPlan, error: coordinator.RendezvousError) -> Conclusion:

@@ -6,9 +6,11 @@ to PORT+5), the others dial it. While the group forms, each prints every few sec
 joined and which it still waits for, with the time left (gpuval_api.fabric.FabricWait).
 
 In the pod, the same from GPUVAL_FABRIC_RANK, _NODES (JSON list of node names by rank), _MASTER
-(rank 0's pod IP:PORT), _GROUP and _CONFIG (FabricConfig JSON); the waiting lines go to the pod's
-log, and the result goes to the node's GpuNodeReport as `status.fabric` (merge patch, retried until
-GPUVAL_DEADLINE), after the compact fabric status is left in the termination message.
+(rank 0's pod IP:PORT; or _MASTER_POD, rank 0's pod name and port, whose IP the agent reads from
+the API server: fabric.locate), _GROUP and _CONFIG (FabricConfig JSON); the waiting lines go to
+the pod's log, and the result goes to the node's GpuNodeReport as `status.fabric` (merge patch,
+retried until GPUVAL_DEADLINE), after the compact fabric status is left in the termination
+message.
 
 Exit codes: 0 Passed, 1 Failed (the fabric named this node, or the group failed as a whole), 2
 the agent could not run, 3 NotRun (not tested: the group did not form, or another process used
@@ -19,6 +21,7 @@ a stopped agent exits 2 and writes nothing).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import socket
@@ -34,11 +37,12 @@ from gpuval_agent.backends.simconfig import SimulationConfig
 from gpuval_agent.cluster import deadline_from_env, write_termination_text
 from gpuval_agent.errors import AgentError
 from gpuval_agent.fabric.coordinator import StoppedError
-from gpuval_agent.fabric.driver import FabricPlan, run_fabric
+from gpuval_agent.fabric.driver import FabricPlan, master_unknown, run_fabric
+from gpuval_agent.fabric.locate import MasterUnknownError, locate_master, parse_master_pod
 from gpuval_agent.fabric.simulated import SimulatedFabric
 from gpuval_agent.fabric.steps import Executor
 from gpuval_agent.fabric.table import render_fabric
-from gpuval_agent.kube import ApiServer, ReportUnreachableError, ReportWriter
+from gpuval_agent.kube import ApiServer, PodReader, ReportUnreachableError, ReportWriter
 from gpuval_agent.outcome import (
     EXIT_INTERRUPTED,
     stop_on_signals,
@@ -169,7 +173,12 @@ def plan_from_env(environ: Mapping[str, str]) -> FabricPlan:
         config = FabricConfig.model_validate_json(environ.get(AgentEnv.FABRIC_CONFIG) or "{}")
     except ValidationError as error:
         raise AgentError(validation_message(error, AgentEnv.FABRIC_CONFIG)) from None
-    master = parse_master(environ.get(AgentEnv.FABRIC_MASTER, ""), AgentEnv.FABRIC_MASTER)
+    master_pod = None
+    if (text := environ.get(AgentEnv.FABRIC_MASTER_POD)) and rank > 0:
+        master_pod = parse_master_pod(text, AgentEnv.FABRIC_MASTER_POD)
+        master = ("", master_pod.port)
+    else:
+        master = parse_master(environ.get(AgentEnv.FABRIC_MASTER, ""), AgentEnv.FABRIC_MASTER)
     return FabricPlan(
         rank=rank,
         world=len(nodes),
@@ -178,6 +187,7 @@ def plan_from_env(environ: Mapping[str, str]) -> FabricPlan:
         node=str(nodes[rank]),
         config=config,
         nodes=[str(n) for n in nodes],
+        master_pod=master_pod,
     )
 
 
@@ -204,17 +214,47 @@ def say_wait(wait: FabricWait) -> None:
     print(f"gpuval-agent: {describe_wait(wait)}", file=sys.stderr, flush=True)
 
 
-def _measure(args: argparse.Namespace, plan: FabricPlan) -> FabricResult | None:
+# Rank 0's (IP, port) for a plan that names rank 0's pod, waiting until the stop event is set.
+FindMaster = Callable[[threading.Event], tuple[str, int]]
+
+
+def _measure(
+    args: argparse.Namespace, plan: FabricPlan, find_master: FindMaster | None = None
+) -> FabricResult | None:
     """The result, or None when a signal stopped it."""
     stop = threading.Event()
     stop_on_signals(stop)
+    unknown: MasterUnknownError | None = None
+    if find_master is not None:
+        try:
+            plan = dataclasses.replace(plan, master=find_master(stop))
+        except StoppedError:
+            return None
+        except MasterUnknownError as error:
+            unknown = error
     executor = make_executor(args, plan, stop)
     try:
+        if unknown is not None:
+            return master_unknown(plan, executor, str(unknown))
         return run_fabric(plan, executor, stop, on_wait=say_wait)
     except StoppedError:
         return None
     finally:
         executor.close()
+
+
+def _say(line: str) -> None:
+    print(f"gpuval-agent: {line}", file=sys.stderr, flush=True)
+
+
+def master_finder(server: ApiServer, plan: FabricPlan) -> FindMaster | None:
+    """How this rank learns rank 0's address from its pod (None: its plan has the address)."""
+    pod = plan.master_pod
+    if pod is None:
+        return None
+    reader = PodReader(server)
+    seconds = plan.config.timeouts.gang_seconds
+    return lambda stop: locate_master(reader.pod, pod, seconds=seconds, stop=stop, say=_say)
 
 
 def cmd_fabric(args: argparse.Namespace) -> int:
@@ -239,9 +279,10 @@ def cmd_fabric_cluster(args: argparse.Namespace) -> int:
     report = os.environ.get(AgentEnv.REPORT_NAME)
     if not report:
         raise AgentError(f"{AgentEnv.REPORT_NAME} is not set: the operator names the report")
-    writer = ReportWriter(ApiServer.in_cluster(), report, deadline=deadline_from_env(os.environ))
+    server = ApiServer.in_cluster()
+    writer = ReportWriter(server, report, deadline=deadline_from_env(os.environ))
     plan = plan_from_env(os.environ)
-    result = _measure(args, plan)
+    result = _measure(args, plan, master_finder(server, plan))
     if result is None:
         raise AgentError("stopped before the fabric finished; the report is left to the operator")
     print(render_fabric(result), file=sys.stderr)

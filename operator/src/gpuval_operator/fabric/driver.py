@@ -1,7 +1,8 @@
 """Driving a run's fabric phase (spec.fabric), one tick at a time: plan the groups once every
 node has its local verdict, open groups within the concurrency limit (rank 0's pod first, the
-others once it has a pod IP), record what agents could not, compare the run's groups once all
-have results, and give each held node its final verdict. The decisions are fabric.plan's,
+others once it has a pod IP; with spec.fabric.queue every pod at once, one Kueue pod group),
+record what agents could not, compare the run's groups once all have results, and give each held
+node its final verdict. The decisions are fabric.plan's,
 fabric.lifecycle's and fabric.verdicts'; the calls are gpuval_operator.run.effects'.
 docs/operator.md, "The fabric phase".
 """
@@ -36,7 +37,7 @@ from gpuval_operator.fabric.plan import (
     rebuilt_groups,
     representatives,
 )
-from gpuval_operator.fabric.pods import build_fabric_pod, fabric_config
+from gpuval_operator.fabric.pods import build_fabric_pod, fabric_config, queued
 from gpuval_operator.fabric.ports import PortPool
 from gpuval_operator.fabric.rollup import group_waits, summary_line
 from gpuval_operator.fabric.state import FabricState, Group, Member
@@ -243,15 +244,21 @@ class FabricDriver:
                 continue
             group.port = group.port or self.ports.take()
             group.opened_at = time.time()
-            await self._create(run, spec, group, group.members[0], None)
+            # Without Kueue, rank 0's pod first (the others learn its IP from _launch); a Kueue
+            # pod group is submitted whole, or Kueue never admits it.
+            first = group.members if queued(spec) else group.members[:1]
+            await self.effects.bounded(self._create(run, spec, group, m, None) for m in first)
             run.dirty = True
 
     async def _launch(self, run: RunState, fabric: FabricState, spec: GpuValidationSpec) -> None:
-        for group in lifecycle.groups_to_launch(fabric):
-            ip = fabric.pods[group.members[0].pod].ip
+        whole = queued(spec)
+        for group in lifecycle.groups_to_launch(fabric, whole=whole):
+            rank0 = fabric.pods.get(group.members[0].pod)
+            ip = None if whole or rank0 is None else rank0.ip
             if group.port is None or group.opened_at is None:
                 continue
-            waiting = [m for m in group.members[1:] if not fabric.created(m) and not m.refused]
+            rest = group.members if whole else group.members[1:]
+            waiting = [m for m in rest if not fabric.created(m) and not m.refused]
             await self.effects.bounded(self._create(run, spec, group, m, ip) for m in waiting)
             run.dirty = True
 

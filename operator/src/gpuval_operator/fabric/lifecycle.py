@@ -61,14 +61,27 @@ def groups_to_open(run: FabricState, limit: int) -> list[Group]:
     return chosen
 
 
-def groups_to_launch(run: FabricState) -> list[Group]:
-    """Opened groups whose rank 0 has a pod IP and whose other pods are still to make."""
+def groups_to_launch(run: FabricState, *, whole: bool = False) -> list[Group]:
+    """Opened groups whose rank 0 has a pod IP and whose other pods are still to make.
+
+    `whole`: a group's pods are all made when it opens (a Kueue pod group, whose members read
+    rank 0's IP themselves), so this finds the members a crash left out: in a group opened by
+    its pods, before any member has a result (pods that vanished after the group ran are not
+    made again)."""
     ready: list[Group] = []
     for group in run.groups.values():
-        rank0 = run.pods.get(group.members[0].pod)
-        if rank0 is None or not rank0.ip or run.done(group) or gang_broken(run, group):
+        if run.done(group) or gang_broken(run, group):
             continue
-        if any(not run.created(m) and m.refused is None for m in group.members[1:]):
+        if whole:
+            results = any(run.result(group, m) is not None for m in group.members)
+            if group.opened_at is None or results:
+                continue
+        else:
+            rank0 = run.pods.get(group.members[0].pod)
+            if rank0 is None or not rank0.ip:
+                continue
+        rest = group.members if whole else group.members[1:]
+        if any(not run.created(m) and m.refused is None for m in rest):
             ready.append(group)
     return ready
 
@@ -76,6 +89,11 @@ def groups_to_launch(run: FabricState) -> list[Group]:
 def _terminal(run: FabricState, member: Member) -> bool:
     pod = run.pods.get(member.pod)
     return pod is not None and pod.pod.phase in TERMINAL_POD_PHASES
+
+
+def _gated(run: FabricState, member: Member) -> bool:
+    pod = run.pods.get(member.pod)
+    return pod is not None and pod.pod.gated
 
 
 def gang_broken(run: FabricState, group: Group) -> bool:
@@ -128,6 +146,12 @@ def gang_outcomes(run: FabricState, group: Group, config: FabricConfig) -> list[
     )
     if why is not None:
         message = f"fabric group {group.name} did not form: {why}"
+    elif waiting and all(_gated(run, m) for m in waiting):
+        message = (
+            f"fabric group {group.name} did not form: Kueue did not admit its pod group within "
+            f"{config.timeouts.gang_seconds}s (fabric.timeouts.gangSeconds; the queue's quota "
+            "could not hold every member), so none of its pods held a GPU"
+        )
     outcomes: list[MemberOutcome] = []
     for member in group.members:
         record = run.result(group, member)

@@ -14,7 +14,8 @@ from gpuval_operator.run.facts import PodFacts
 from gpuval_operator.timestamps import parse_time
 
 
-def _started_at(pod: Mapping[str, Any]) -> float | None:
+def container_started_at(pod: Mapping[str, Any]) -> float | None:
+    """When the pod's container started (wall clock, from its status), None before."""
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         state = cs.get("state") or {}
         for key in ("running", "terminated"):
@@ -59,7 +60,7 @@ class FabricPodFacts:
             rank=int(rank) if rank.isdigit() else -1,
             port=int(port) if port.isdigit() else None,
             ip=(pod.get("status") or {}).get("podIP") or None,
-            started_at=_started_at(pod),
+            started_at=container_started_at(pod),
             termination=termination,
         )
 

@@ -3,9 +3,14 @@
 The same pod as the node's agent pod (planning.node_pod: every GPU of the node, node affinity,
 tolerations, the agents' ServiceAccount and securityContext), running `gpuval-agent fabric
 --cluster` with the group's rendezvous in its environment: rank 0's address and the port the
-operator picked. Rank 0's pod is made first and listens on the port (its own address is its
-loopback); the others are made once rank 0 has a pod IP and dial it. The rendezvous reaches the
-agents through their pod spec, so they need no right to read anything.
+operator picked. Rank 0's pod listens on the port (its own address is its loopback).
+
+Without Kueue, rank 0's pod is made first and the others once it has a pod IP, which their pod
+spec carries: they need no right to read anything. With `spec.fabric.queue`, the group's pods
+are made at once as one Kueue pod group (admitted whole, so no member holds a GPU while the
+quota cannot hold them all), before rank 0 has an address: the others are told rank 0's pod
+name instead and read its IP from the API server once Kueue has admitted the group
+(docs/operator.md, "Kueue: fabric groups admitted whole").
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from gpuval_api import keys
 from gpuval_api.crd import GpuValidationSpec
 from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import FABRIC_POD_COMMAND, FabricConfig
+from gpuval_api.kueue import PodGroup
 from gpuval_operator import names, planning
 from gpuval_operator.config import OperatorConfig
 
@@ -33,6 +39,32 @@ def fabric_config(spec: GpuValidationSpec) -> FabricConfig:
 
 def master_address(ip: str, port: int) -> str:
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def queued(spec: GpuValidationSpec) -> bool:
+    """The fabric groups go through Kueue (spec.fabric.queue): each one pod group, all its pods
+    made at once."""
+    return spec.fabric is not None and spec.fabric.queue is not None
+
+
+def pod_group(
+    spec: GpuValidationSpec, validation: str, run: str, group: str, size: int
+) -> PodGroup | None:
+    """The Kueue pod group of a fabric group, None without spec.fabric.queue."""
+    if spec.fabric is None or spec.fabric.queue is None:
+        return None
+    return PodGroup(spec.fabric.queue, names.fabric_pod_group(validation, run, group), size)
+
+
+def _rendezvous(
+    validation: str, run: str, group: str, *, rank: int, port: int, ip: str | None, queue: bool
+) -> dict[str, str]:
+    """Where rank `rank` finds rank 0: its address (rank 0 itself: its loopback), or, in a Kueue
+    pod group made before rank 0 has one, its pod's name."""
+    if queue and rank > 0:
+        rank0 = names.fabric_pod_name(validation, run, group, 0)
+        return {"name": AgentEnv.FABRIC_MASTER_POD, "value": f"{rank0}:{port}"}
+    return {"name": AgentEnv.FABRIC_MASTER, "value": master_address(ip or LOOPBACK, port)}
 
 
 def build_fabric_pod(
@@ -51,15 +83,18 @@ def build_fabric_pod(
     config: OperatorConfig,
 ) -> dict[str, Any]:
     """The fabric pod of `nodes[rank]` in `group`; `master_ip` is rank 0's pod IP (None for rank
-    0 itself, which listens)."""
+    0 itself, which listens, and in a Kueue pod group, whose members read it)."""
     node = nodes[rank]
     report = names.report_name(validation, run, node)
     settings = fabric_config(spec).model_dump_json(by_alias=True)
+    kueue = pod_group(spec, validation, run, group, len(nodes))
     env = [
         *planning.common_env(report=report, deadline=deadline),
         {"name": AgentEnv.FABRIC_RANK, "value": str(rank)},
         {"name": AgentEnv.FABRIC_NODES, "value": json.dumps(list(nodes), separators=(",", ":"))},
-        {"name": AgentEnv.FABRIC_MASTER, "value": master_address(master_ip or LOOPBACK, port)},
+        _rendezvous(
+            validation, run, group, rank=rank, port=port, ip=master_ip, queue=kueue is not None
+        ),
         {"name": AgentEnv.FABRIC_GROUP, "value": group},
         {"name": AgentEnv.FABRIC_CONFIG, "value": settings},
     ]
@@ -67,6 +102,11 @@ def build_fabric_pod(
         **planning.child_labels(validation, run, node),
         keys.LABEL_FABRIC_GROUP: group,
         keys.LABEL_FABRIC_RANK: str(rank),
+        **(kueue.labels() if kueue is not None else {}),
+    }
+    annotations = {
+        keys.ANNOTATION_FABRIC_PORT: str(port),
+        **(kueue.annotations() if kueue is not None else {}),
     }
     return planning.node_pod(
         name=names.fabric_pod_name(validation, run, group, rank),
@@ -78,6 +118,6 @@ def build_fabric_pod(
         container=planning.agent_container(
             spec, gpus, list(FABRIC_POD_COMMAND), env + planning.spec_env(spec), metrics=False
         ),
-        annotations={keys.ANNOTATION_FABRIC_PORT: str(port)},
+        annotations=annotations,
         host_network=spec.fabric is not None and spec.fabric.host_network,
     )

@@ -115,6 +115,10 @@ class FabricState:
         member.evicted = member.evicted or pod.pod.evicted
         member.preempted = member.preempted or pod.pod.preempted
         member.termination = pod.termination or member.termination
+        if pod.pod.deleting and not member.deleted_by_us:
+            # Deleted by someone else: gone now, though its end may stay in view (a Kueue pod
+            # group keeps every member until the whole group has ended).
+            member.gone = True
 
     def apply_pod_deleted(self, pod: FabricPodFacts) -> None:
         self.pods.pop(pod.name, None)

@@ -27,6 +27,7 @@ from gpuval_api.kubernetes import (
     PREEMPTION_REASONS,
     PodPhase,
 )
+from gpuval_api.kueue import ADMISSION_GATE, QUEUE_NAME_LABEL
 from gpuval_api.reasons import Reason
 from gpuval_api.report import (
     FailureKey,
@@ -67,6 +68,8 @@ class PodFacts:
     reason: str | None = None
     # The GPU sharing it was made for (keys.ANNOTATION_GPU_SHARING).
     sharing: str | None = None
+    # Waiting for Kueue's admission (its scheduling gate is on): it holds no GPU yet.
+    gated: bool = False
 
     @classmethod
     def parse(cls, pod: Mapping[str, Any]) -> PodFacts:
@@ -85,6 +88,10 @@ class PodFacts:
             if cond.get("type") == DISRUPTION_TARGET and cond.get("status") == "True":
                 evicted = evicted or cond.get("reason") in EVICTION_REASONS
                 preempted = preempted or cond.get("reason") in PREEMPTION_REASONS
+        gated = any(g.get("name") == ADMISSION_GATE for g in spec.get("schedulingGates") or [])
+        if gated:
+            queue = labels.get(QUEUE_NAME_LABEL) or "?"
+            unschedulable = f"Kueue has not admitted it from LocalQueue {queue} (quota)"
         exit_code, reason, termination, started, waiting = None, None, None, False, None
         for cs in status.get("containerStatuses") or []:
             state = cs.get("state") or {}
@@ -114,6 +121,7 @@ class PodFacts:
             preempted=preempted,
             reason=status.get("reason") or None,
             sharing=annotations.get(keys.ANNOTATION_GPU_SHARING) or None,
+            gated=gated,
         )
 
 

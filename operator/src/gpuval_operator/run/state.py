@@ -338,6 +338,10 @@ class RunState:
         record.pod_created = pod.created or record.pod_created
         if record.phase is Phase.PENDING:
             record.phase = Phase.RUNNING
+        if pod.deleting and not record.deleted_by_us:
+            # Deleted by someone else: gone now, though its end (which a kubelet reports before
+            # removing it, and a Kueue finalizer may keep in view) comes later.
+            record.pod_gone = True
         terminal = pod.phase in TERMINAL_POD_PHASES
         if terminal and record.terminal_since is None:
             record.terminal_since = now

@@ -258,6 +258,11 @@ class FabricDriver:
     # -- the run-wide comparison --
 
     async def _classify(self, run: RunState, fabric: FabricState, wanted: FabricSpec) -> None:
+        keyed = wanted.topology_key is not None
+        members = sorted({n for g in fabric.groups.values() if g.plan.cross for n in g.plan.nodes})
+        domains = self._domains(members) if keyed else {}
+        # A representative whose domain group was a group of one was never tested inside it.
+        lone = frozenset(n for g in fabric.groups.values() if g.size == 1 for n in g.plan.nodes)
         evidence = [
             GroupEvidence(
                 g.name,
@@ -266,6 +271,9 @@ class FabricDriver:
                 fabric.busbw.get(g.name),
                 fabric.pairs.get(g.name, ()),
                 g.plan.domain,
+                cross=g.plan.cross,
+                domains={n: domains.get(n, "") for n in g.plan.nodes} if g.plan.cross else None,
+                lone=lone & set(g.plan.nodes) if g.plan.cross else frozenset(),
             )
             for g in fabric.groups.values()
             if g.size > 1

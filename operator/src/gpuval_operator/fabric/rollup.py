@@ -12,6 +12,7 @@ from typing import Any
 from gpuval_api.fabricsummary import MAX_LISTED_GROUPS
 from gpuval_api.report import rfc3339
 from gpuval_api.result import Verdict
+from gpuval_operator.fabric.paths import PathFinding
 from gpuval_operator.fabric.state import FabricState
 from gpuval_operator.fabric.verdicts import FabricResult, GroupOutcome
 
@@ -57,14 +58,30 @@ def _clean(entry: dict[str, Any]) -> dict[str, Any]:
 def _entry(outcome: GroupOutcome, message: str | None = None) -> dict[str, Any]:
     worst = outcome.worst
     failing = worst.verdict is not Verdict.PASSED
+    reason = str(worst.reason) if failing and worst.reason else None
+    said = worst.message if failing else ""
+    if not failing and outcome.paths:
+        reason, said = str(outcome.paths[0].reason), outcome.paths[0].message
     return {
         "group": outcome.name,
         "domain": outcome.domain or None,
         "nodes": len(outcome.nodes),
         "busbwGBps": outcome.busbw,
         "floorGBps": None if outcome.floor is None else round(outcome.floor, 3),
-        "reason": str(worst.reason) if failing and worst.reason else None,
-        "message": (message if message is not None else worst.message if failing else "")[:1024],
+        "reason": reason,
+        "message": (message if message is not None else said)[:1024],
+    }
+
+
+def _path_entry(found: PathFinding) -> dict[str, Any]:
+    return {
+        "group": found.group,
+        "domains": [d[:63] for d in found.domains],
+        "nodes": list(found.nodes),
+        "reason": str(found.reason),
+        "busbwGBps": found.busbw,
+        "floorGBps": round(found.floor, 3),
+        "message": found.message[:1024],
     }
 
 
@@ -115,6 +132,9 @@ def summary_line(run: FabricState) -> str:
     slow = sum(1 for g in run.classification.groups if g.slow)
     if slow:
         parts.append(f"{slow} slow groups")
+    paths = len(run.classification.paths)
+    if paths:
+        parts.append(f"{paths} slow {'path' if paths == 1 else 'paths'} between domains")
     return ", ".join(parts) + worst
 
 
@@ -132,9 +152,11 @@ def build_fabric_status(run: FabricState) -> dict[str, Any]:
             )
             for g in sorted(slow, key=lambda g: g.busbw or 0.0)
         ]
-        median = found.median_pair
+        median, cross = found.median_pair, found.cross_median_pair
+        paths = [_path_entry(p) for p in found.paths]
     else:
-        listed, slow_entries, median = sorted(_provisional(run), key=_order), [], None
+        listed, slow_entries = sorted(_provisional(run), key=_order), []
+        median, cross, paths = None, None, []
     groups = [g for g in run.groups.values() if g.size > 1]
     return {
         "summary": summary_line(run)[:256],
@@ -144,7 +166,10 @@ def build_fabric_status(run: FabricState) -> dict[str, Any]:
         "groupsDone": sum(1 for g in groups if run.done(g)),
         "nodes": node_counts(run),
         "medianPairGBps": None if median is None else round(median, 3),
+        "crossMedianPairGBps": None if cross is None else round(cross, 3),
         "worstGroups": [_clean(e) for e in listed[:MAX_LISTED_GROUPS]],
         "slowGroups": [_clean(e) for e in slow_entries[:MAX_LISTED_GROUPS]],
         "slowGroupsOmitted": max(0, len(slow_entries) - MAX_LISTED_GROUPS),
+        "slowPaths": [_clean(e) for e in paths[:MAX_LISTED_GROUPS]],
+        "slowPathsOmitted": max(0, len(paths) - MAX_LISTED_GROUPS),
     }

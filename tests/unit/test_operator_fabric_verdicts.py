@@ -10,7 +10,14 @@ import pytest
 from gpuval_api.fabric import FabricPair, FabricThresholds, pair_rounds
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
-from gpuval_operator.fabric.verdicts import FabricResult, GroupEvidence, classify
+from gpuval_operator.fabric.facts import FabricFacts
+from gpuval_operator.fabric.verdicts import (
+    FabricResult,
+    Final,
+    GroupEvidence,
+    as_reported,
+    classify,
+)
 from tests.support.fabricmodel import BASE, Fabric
 
 PASS = FabricResult(Verdict.PASSED, None, "fine", by_agent=True)
@@ -364,3 +371,22 @@ def test_a_representative_alone_in_its_domain_slow_across_domains_is_the_node_na
     )
     assert found.nodes["solo"].reason is Reason.FABRIC_SLOW_NODE
     assert found.paths == []
+
+
+def facts(**status: object) -> FabricFacts:
+    body = {"group": "g1", "rank": 0, "world": 2, "verdict": "Passed", "message": "fine"}
+    found = FabricFacts.parse({**body, "result": {**body}, **status})
+    assert found is not None
+    return found
+
+
+def test_a_pass_the_report_already_shows_as_its_agent_wrote_it_is_not_written_again() -> None:
+    assert as_reported(Final(Verdict.PASSED, None, "fine"), facts())
+    # Anything the comparison changed is written: the words, the verdict, or a report the
+    # operator wrote (no agent result) or already classified.
+    assert not as_reported(Final(Verdict.PASSED, None, "passed; the path out of rack-1"), facts())
+    failed = Final(Verdict.FAILED, Reason.FABRIC_SLOW_NODE, "slow in every pair")
+    assert not as_reported(failed, facts(verdict="Failed", reason="FabricSlowNode"))
+    assert not as_reported(Final(Verdict.PASSED, None, "fine"), facts(classified=True))
+    recorded = FabricFacts.parse({"group": "g1", "rank": 0, "world": 2, "verdict": "Passed"})
+    assert recorded is not None and not as_reported(Final(Verdict.PASSED, None, ""), recorded)

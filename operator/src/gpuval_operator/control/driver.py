@@ -48,7 +48,11 @@ class RunDriver:
         self.node_watch = node_watch
         self.actor = NodeActor(effects)
         self.fabric = FabricDriver(
-            effects=effects, node_watch=node_watch, ports=ports, annotations=annotations
+            effects=effects,
+            node_watch=node_watch,
+            ports=ports,
+            annotations=annotations,
+            settled=state.settle_fabric,
         )
         self.config = effects.config
 

@@ -1,7 +1,8 @@
 """Driving a run's fabric phase (spec.fabric), one tick at a time: plan the groups once every
 node has its local verdict, open groups within the concurrency limit (rank 0's pod first, the
 others once it has a pod IP), record what agents could not, compare the run's groups once all
-have results, and give each held node its final verdict. The decisions are fabric.plan's,
+have results, and give each held node its final verdict (its report rewritten only where the
+comparison changed what its agent wrote). The decisions are fabric.plan's,
 fabric.lifecycle's and fabric.verdicts'; the calls are gpuval_operator.run.effects'.
 docs/operator.md, "The fabric phase".
 """
@@ -28,6 +29,7 @@ from gpuval_api.report import StatusKey, build_operator_failure_status
 from gpuval_api.result import Verdict
 from gpuval_operator import names
 from gpuval_operator.fabric import lifecycle
+from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.fabric.plan import (
     GroupPlan,
     cross_groups,
@@ -40,7 +42,7 @@ from gpuval_operator.fabric.pods import build_fabric_pod, fabric_config
 from gpuval_operator.fabric.ports import PortPool
 from gpuval_operator.fabric.rollup import summary_line
 from gpuval_operator.fabric.state import FabricState, Group, Member
-from gpuval_operator.fabric.verdicts import Final, GroupEvidence, classify
+from gpuval_operator.fabric.verdicts import Final, GroupEvidence, as_reported, classify
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.planning import concurrency_limit
 from gpuval_operator.run.effects import Effects
@@ -62,9 +64,13 @@ class FabricDriver:
         node_watch: NodeWatch,
         ports: PortPool,
         annotations: Callable[[], Mapping[str, str]],
+        settled: Callable[[str, str, FabricFacts], None],
     ) -> None:
         self.effects, self.node_watch, self.ports = effects, node_watch, ports
         self.annotations = annotations
+        # The read model's hook for a settled verdict whose report the operator leaves as the
+        # agent wrote it (readmodel.validation.ValidationState.settle_fabric).
+        self.settled = settled
 
     async def tick(self, run: RunState, spec: GpuValidationSpec) -> None:
         fabric, wanted = run.fabric, spec.fabric
@@ -310,6 +316,13 @@ class FabricDriver:
         )
         record = run.nodes.get(node)
         if record is None:
+            return
+        reported = fabric.reported.get(node)
+        if not never and reported is not None and as_reported(final, reported):
+            # The agent's own result stands: its report already says it (at 10,000 nodes, as
+            # many writes saved as nodes pass).
+            self.settled(run.run_id, node, reported)
+            run.release(node, Verdict.PASSED, None, final.message)
             return
         fabric_body = {
             FabricKey.VERDICT: str(final.verdict),

@@ -37,6 +37,7 @@ from gpuval_api.fabric import FabricKey, FabricPair, FabricThresholds
 from gpuval_api.isolation import blame, reference_busbw, round_pairs
 from gpuval_api.reasons import Reason, verdict_of
 from gpuval_api.result import Verdict
+from gpuval_operator.fabric.facts import MESSAGE_LIMIT, FabricFacts
 from gpuval_operator.fabric.paths import PathFinding, cross_findings
 
 
@@ -304,4 +305,15 @@ def classify(groups: Sequence[GroupEvidence], thresholds: FabricThresholds) -> C
         outcomes,
         nodes,
         references[True],
+    )
+
+
+def as_reported(final: Final, reported: FabricFacts) -> bool:
+    """The settled verdict is a pass the report already shows as its agent wrote it."""
+    return (
+        final.verdict is Verdict.PASSED
+        and reported.by_agent
+        and not reported.classified
+        and (reported.verdict, reported.reason, reported.message)
+        == (final.verdict, final.reason, final.message[:MESSAGE_LIMIT])
     )

@@ -14,7 +14,7 @@ from gpuval_api.report import rfc3339
 from gpuval_api.result import Verdict
 from gpuval_operator.fabric.paths import PathFinding
 from gpuval_operator.fabric.state import FabricState
-from gpuval_operator.fabric.verdicts import FabricResult, GroupOutcome
+from gpuval_operator.fabric.verdicts import GroupOutcome
 
 _RANK = {Verdict.FAILED: 2, Verdict.NOT_RUN: 1, Verdict.PASSED: 0}
 
@@ -30,21 +30,20 @@ def node_counts(run: FabricState) -> dict[str, int]:
     key = {Verdict.PASSED: "passed", Verdict.FAILED: "failed", Verdict.NOT_RUN: "notRun"}
     settled = run.classification.nodes if run.classification is not None else None
     for node, groups in run.groups_of.items():
-        verdict: Verdict | None
+        verdict: Verdict | None = None
         if settled is not None:
             final = settled.get(node)
             # In no group compared: alone in its domain with no cross-domain group (untested).
             verdict = final.verdict if final is not None else Verdict.NOT_RUN
         else:
-            records: list[FabricResult | None] = [
-                run.result(run.groups[g], m)
-                for g in groups
-                for m in run.groups[g].members
-                if m.node == node
-            ]
-            verdict = None
-            if all(r is not None for r in records):
-                verdict = max((r.verdict for r in records if r), key=_RANK.__getitem__)
+            for name in groups:
+                group = run.groups[name]
+                results = run.group_results(group)
+                if results is None:
+                    verdict = None
+                    break
+                mine = results[group.plan.nodes.index(node)].verdict
+                verdict = mine if verdict is None or _RANK[mine] > _RANK[verdict] else verdict
         counts[key[verdict] if verdict is not None else "pending"] += 1
     return counts
 
@@ -89,9 +88,9 @@ def _provisional(run: FabricState) -> list[dict[str, Any]]:
     """The groups with results so far, their busbw as the agents measured it."""
     entries = []
     for group in run.groups.values():
-        if group.size < 2 or not run.done(group):
+        records = run.group_results(group) if group.size > 1 else None
+        if records is None:
             continue
-        records = [r for m in group.members if (r := run.result(group, m)) is not None]
         worst = max(records, key=lambda r: _RANK[r.verdict])
         failing = worst.verdict is not Verdict.PASSED
         entries.append(
@@ -113,11 +112,11 @@ def _order(entry: dict[str, Any]) -> tuple[int, float]:
     return (0 if entry["reason"] else 1, busbw if busbw is not None else math.inf)
 
 
-def summary_line(run: FabricState) -> str:
-    """One line for the printer column and the Events."""
+def summary_line(run: FabricState, counts: dict[str, int] | None = None) -> str:
+    """One line for the printer column and the Events (`counts`: node_counts, when known)."""
     if not run.planned:
         return "waiting for the local checks"
-    counts = node_counts(run)
+    counts = counts or node_counts(run)
     groups = [g for g in run.groups.values() if g.size > 1]
     done = sum(1 for g in groups if run.done(g))
     figures = [run.busbw[g.name] for g in groups if g.name in run.busbw]
@@ -158,13 +157,14 @@ def build_fabric_status(run: FabricState) -> dict[str, Any]:
         listed, slow_entries = sorted(_provisional(run), key=_order), []
         median, cross, paths = None, None, []
     groups = [g for g in run.groups.values() if g.size > 1]
+    counts = node_counts(run)
     return {
-        "summary": summary_line(run)[:256],
+        "summary": summary_line(run, counts)[:256],
         "startedAt": _stamp(run.started_at),
         "completedAt": _stamp(run.completed_at),
         "groups": len(groups),
         "groupsDone": sum(1 for g in groups if run.done(g)),
-        "nodes": node_counts(run),
+        "nodes": counts,
         "medianPairGBps": None if median is None else round(median, 3),
         "crossMedianPairGBps": None if cross is None else round(cross, 3),
         "worstGroups": [_clean(e) for e in listed[:MAX_LISTED_GROUPS]],

@@ -73,7 +73,7 @@ def test_a_slow_path_between_domains_and_a_slow_domain_are_named_and_no_represen
                 faults.append({"kind": "fabric-slow-node", "factor": 0.7})
             fleet.add(node, faults=faults, labels={RACK: rack}, fabricDomain=rack)
     status, reports = run_fabric(
-        cluster, fleet, operator, unique_name("paths"), 300, groupSize=8, topologyKey=RACK
+        cluster, fleet, operator, unique_name("paths"), 900, groupSize=8, topologyKey=RACK
     )
 
     assert {n: v for n, v in fabric_of(reports).items() if v[0] != "Passed"} == {
@@ -105,7 +105,7 @@ def test_two_slow_nodes_side_by_side_are_both_named_and_neither_is_called_fine(
     for node in ranks:
         slow = node in (first, second)
         fleet.add(node, faults=[{"kind": "fabric-slow-node", "factor": 0.8}] if slow else [])
-    status, reports = run_fabric(cluster, fleet, operator, unique_name("pair"), 180)
+    status, reports = run_fabric(cluster, fleet, operator, unique_name("pair"), 600)
 
     assert {n: v for n, v in fabric_of(reports).items() if v[0] != "Passed"} == {
         first: ("Failed", "FabricSlowNode"),
@@ -128,7 +128,7 @@ def test_a_run_of_three_nodes_names_its_one_slow_node(
     for node in ranks:
         faults = [{"kind": "fabric-slow-node", "factor": 0.7}] if node == slow else []
         fleet.add(node, faults=faults)
-    status, reports = run_fabric(cluster, fleet, operator, unique_name("three"), 180)
+    status, reports = run_fabric(cluster, fleet, operator, unique_name("three"), 600)
 
     assert fabric_of(reports) == {
         **{n: ("Passed", None) for n in ranks if n != slow},
@@ -146,7 +146,7 @@ def test_in_groups_of_two_a_slow_node_names_its_pair_the_link_or_either_node_and
     for node in ranks:
         faults = [{"kind": "fabric-slow-node", "factor": 0.7}] if node == slow else []
         fleet.add(node, faults=faults)
-    status, reports = run_fabric(cluster, fleet, operator, unique_name("two"), 180, groupSize=2)
+    status, reports = run_fabric(cluster, fleet, operator, unique_name("two"), 600, groupSize=2)
 
     assert fabric_of(reports) == {
         **{n: ("Passed", None) for n in ranks[2:]},
@@ -168,7 +168,7 @@ def test_a_run_of_two_nodes_says_its_pair_has_nothing_to_be_compared_with(
     for node in ranks:
         faults = [{"kind": "fabric-slow-node", "factor": 0.7}] if node == ranks[0] else []
         fleet.add(node, faults=faults)
-    _, reports = run_fabric(cluster, fleet, operator, unique_name("alone"), 180)
+    _, reports = run_fabric(cluster, fleet, operator, unique_name("alone"), 600)
 
     assert fabric_of(reports) == {n: ("Passed", None) for n in ranks}
     for node in ranks:

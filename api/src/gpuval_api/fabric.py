@@ -345,8 +345,9 @@ class FabricStatus(_Model):
     classified: bool | None = Field(
         default=None,
         description=(
-            "True once the operator compared the run's groups and settled verdict, reason and "
-            "message (result keeps the agent's own)."
+            "True where the operator's comparison of the run's groups changed verdict, reason or "
+            "message and rewrote them (result keeps the agent's own); absent where the agent's "
+            "pass stands as written."
         ),
     )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -243,23 +243,28 @@ class FabricDriver:
 
     async def _open(self, run: RunState, fabric: FabricState, spec: GpuValidationSpec) -> None:
         limit = concurrency_limit(spec.max_concurrent, len(run.nodes))
+        made: list[Coroutine[Any, Any, None]] = []
         for group in lifecycle.groups_to_open(fabric, limit):
             if group.plan.cross and not fabric.cross_planned:
                 # Read back from a plan a restart interrupted: it opens once it is marked whole.
                 continue
             group.port = group.port or self.ports.take()
             group.opened_at = time.time()
-            await self._create(run, spec, group, group.members[0], None)
+            made.append(self._create(run, spec, group, group.members[0], None))
             run.dirty = True
+        # Every opening group's pods at once (bounded): a round at 10,000 nodes opens hundreds.
+        await self.effects.bounded(made)
 
     async def _launch(self, run: RunState, fabric: FabricState, spec: GpuValidationSpec) -> None:
+        made: list[Coroutine[Any, Any, None]] = []
         for group in lifecycle.groups_to_launch(fabric):
             ip = fabric.pods[group.members[0].pod].ip
             if group.port is None or group.opened_at is None:
                 continue
             waiting = [m for m in group.members[1:] if not fabric.created(m) and not m.refused]
-            await self.effects.bounded(self._create(run, spec, group, m, ip) for m in waiting)
+            made += [self._create(run, spec, group, m, ip) for m in waiting]
             run.dirty = True
+        await self.effects.bounded(made)
 
     # -- the run-wide comparison --
 

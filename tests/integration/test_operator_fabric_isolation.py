@@ -135,7 +135,9 @@ def test_a_run_of_three_nodes_names_its_one_slow_node(
         slow: ("Failed", "FabricSlowNode"),
     }
     assert reports[slow]["verdict"] == "Failed"
-    assert status["fabric"]["medianPairGBps"] == pytest.approx(380.0)
+    # The reference is the healthy pairs' figure (the double's 380 GB/s, less its latency), not
+    # the slow node's.
+    assert status["fabric"]["medianPairGBps"] == pytest.approx(380.0, rel=0.01)
 
 
 def test_in_groups_of_two_a_slow_node_names_its_pair_the_link_or_either_node_and_blames_none(

@@ -289,6 +289,7 @@ async def measure(
                     flush=True,
                 )
                 if (status.get("run") or {}).get("completedAt"):
+                    completed_at = time.time()
                     figures["runSeconds"] = round(now - applied, 2)
                     ago = now - agents.last_report
                     if fabric is not None:
@@ -316,6 +317,7 @@ async def measure(
                         racks=opts.racks,
                         limit=first_wave,
                         local_done_at=agents.last_report_at,
+                        run_completed_at=completed_at,
                         phase_seconds=opts.phase_seconds,
                     )
                 )

@@ -334,10 +334,30 @@ def named_summary(
     }
 
 
+def segments(groups: Sequence[GroupSeen]) -> dict[str, float]:
+    """Where a group's time goes, median over the groups: rank 0's pod made → every pod made
+    (rank 0 scheduled, started, its IP seen by the operator, the others made), → every pod
+    Running (scheduled, started), → every result written (the stand-in agents)."""
+
+    def median(values: list[float]) -> float:
+        return round(statistics.median(values), 2) if values else float("nan")
+
+    done = [g for g in groups if g.first_created and g.all_created and g.all_running and g.written]
+    return {
+        "rank0CreatedToAllCreated": median(
+            [(g.all_created or 0) - (g.first_created or 0) for g in done]
+        ),
+        "allCreatedToAllRunning": median(
+            [(g.all_running or 0) - (g.all_created or 0) for g in done]
+        ),
+        "allRunningToWritten": median([(g.written or 0) - (g.all_running or 0) for g in done]),
+    }
+
+
 def rounds_timing(fabric: StandInFabric, limit: int) -> list[dict[str, float]]:
-    """The fabric's rounds of groups as the operator opened them (a round: groups whose nodes
-    fit in the concurrency limit, in the order their rank 0 pods came): from a round's first pod
-    created to its last result written."""
+    """The fabric's rounds of groups as the operator opened them (a round: the groups whose nodes
+    fit in the concurrency limit, in the order their rank 0 pods came; groups open as earlier
+    ones end, so rounds overlap): each round's first pod made and last result written."""
     groups = sorted(
         (g for g in fabric.groups.values() if g.first_created is not None),
         key=lambda g: g.first_created or 0.0,
@@ -352,19 +372,24 @@ def rounds_timing(fabric: StandInFabric, limit: int) -> list[dict[str, float]]:
         filled += group.world
     timing = []
     for members in rounds:
-        start = min(g.first_created or 0.0 for g in members)
         done = [g.written for g in members if g.written is not None]
         timing.append(
             {
                 "groups": len(members),
-                "start": start,
+                "start": min(g.first_created or 0.0 for g in members),
                 "end": max(done) if done else float("nan"),
-                "podsCreatedToRunningSecondsMedian": statistics.median(
-                    (g.all_running or start) - (g.first_created or start) for g in members
-                ),
             }
         )
     return timing
+
+
+def seconds_per_round(timing: Sequence[Mapping[str, float]], classified: float) -> list[float]:
+    """What each round adds to the fabric phase: from the previous round's last result (the
+    first round: its first pod) to its own last result; the last round's to the run's results
+    classified. The rounds' times add up to the phase's."""
+    ends = [*(t["end"] for t in timing[:-1]), classified]
+    starts = [timing[0]["start"], *ends[:-1]]
+    return [end - start for start, end in zip(starts, ends, strict=True)]
 
 
 # The operator's own log lines that mark the fabric phase's steps (gpuval_operator.fabric.driver,
@@ -373,7 +398,6 @@ _STEPS = {
     "planned": re.compile(r"fabric of run \S+: \d+ groups of up to"),
     "crossPlanned": re.compile(r"cross-domain fabric groups of"),
     "classified": re.compile(r"fabric of run \S+: \d+/\d+ passed"),
-    "runCompleted": re.compile(r": run \S+ completed:"),
 }
 _STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")
 
@@ -422,6 +446,7 @@ async def fabric_figures(
     racks: int,
     limit: int,
     local_done_at: float,
+    run_completed_at: float,
     phase_seconds: float,
 ) -> dict[str, Any]:
     """The fabric phase's figures (epoch seconds throughout: the operator's log, the stand-ins'
@@ -444,9 +469,7 @@ async def fabric_figures(
     first_pod = min(g.first_created or nan for g in seen)
     last_written = max(g.written or 0.0 for g in seen)
     timing = rounds_timing(fabric, limit)
-    per_round = [t["end"] - t["start"] for t in timing]
-    # The last round's results are classified with the whole run's.
-    per_round[-1] = classified - timing[-1]["start"]
+    per_round = seconds_per_round(timing, classified)
     config = FabricSpec.model_validate(FABRIC_SPEC)
     modelled_agent = agent_seconds(config, GROUP_SIZE, phase_seconds)
     wall = classified - local_done_at
@@ -464,14 +487,10 @@ async def fabric_figures(
         "fabricRounds": len(timing),
         "fabricOperatorSecondsPerRound": [round(x, 2) for x in per_round],
         "fabricOperatorSecondsPerRoundMax": round(max(per_round), 2),
-        "fabricPodsCreatedToRunningSecondsMedian": round(
-            statistics.median(t["podsCreatedToRunningSecondsMedian"] for t in timing), 2
-        ),
         "fabricDomainToCrossSeconds": round(steps.get("crossPlanned", nan) - planned, 2),
         "fabricClassifySeconds": round(classified - last_written, 2),
-        "fabricClassifiedToRunCompletedSeconds": round(
-            steps.get("runCompleted", nan) - classified, 2
-        ),
+        "fabricClassifiedToRunCompletedSeconds": round(run_completed_at - classified, 2),
+        "fabricGroupSecondsMedian": segments(seen),
         "fabricWallSecondsSimulated": round(wall, 2),
         "fabricAgentSecondsPerGroupModelled": round(modelled_agent, 1),
         "fabricWallSecondsModelled": round(wall + len(timing) * modelled_agent, 1),

@@ -390,3 +390,14 @@ def test_a_pass_the_report_already_shows_as_its_agent_wrote_it_is_not_written_ag
     assert not as_reported(Final(Verdict.PASSED, None, "fine"), facts(classified=True))
     recorded = FabricFacts.parse({"group": "g1", "rank": 0, "world": 2, "verdict": "Passed"})
     assert recorded is not None and not as_reported(Final(Verdict.PASSED, None, ""), recorded)
+
+
+def test_a_slow_pair_its_agents_named_against_their_own_floor_passes_when_the_run_does_not() -> (
+    None
+):
+    pair = ["a0", "a1"]
+    said = FabricResult(Verdict.NOT_RUN, Reason.FABRIC_SLOW_PAIR, "the link or either node", True)
+    two = group("g1", pair, records=[said, said], pairs=pairs_of(pair, {"a0": 0.95}))
+    found = classify([two, group("g2", names("b"))], FabricThresholds())
+    assert {found.nodes[n].verdict for n in pair} == {Verdict.PASSED}
+    assert "FabricSlowPair" in found.nodes["a0"].message

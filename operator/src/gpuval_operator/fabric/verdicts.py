@@ -176,16 +176,14 @@ class Judged:
 
 def _settle(group: GroupEvidence, rank: int, record: FabricResult, judged: Judged) -> Final:
     node = group.nodes[rank]
-    if record.verdict is Verdict.NOT_RUN:
-        return Final(record.verdict, record.reason, record.message)
-    if record.verdict is Verdict.FAILED and record.reason not in SLOWNESS:
+    if record.verdict is not Verdict.PASSED and record.reason not in SLOWNESS:
         return Final(record.verdict, record.reason, record.message)
     if node in judged.named:
         return judged.named[node]
     if node in judged.notes:
         return Final(Verdict.PASSED, None, f"passed; {judged.notes[node]}", noted=True)
     message = record.message
-    if record.verdict is Verdict.FAILED:
+    if record.verdict is not Verdict.PASSED:
         message = (
             f"against the run's pairs no node of group {group.name} stands out (its agent "
             f"said: {record.reason}: {record.message})"

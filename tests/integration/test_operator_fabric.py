@@ -85,7 +85,9 @@ def test_one_slow_node_of_eight_is_named_and_its_partners_pass(
         **{n: ("Passed", None) for n in nodes},
         slow: ("Failed", "FabricSlowNode"),
     }
-    assert all(r["fabric"]["classified"] is True for r in reports.values())
+    # The comparison rewrote what it changed (the slow node's); the passes stand as their agents
+    # wrote them.
+    assert {n for n, r in reports.items() if r["fabric"].get("classified")} == {slow}
     assert reports[slow]["verdict"] == "Failed" and reports[slow]["reason"] == "FabricSlowNode"
     assert reports[slow]["failures"][0]["check"] == "fabric"
     assert all(reports[n]["verdict"] == "Passed" for n in nodes)

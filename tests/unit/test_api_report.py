@@ -206,6 +206,7 @@ def test_every_reason_of_an_untested_node_is_not_run_and_evidence_is_failed() ->
         Reason.INVALID_CONFIG,
         Reason.AGENT_STOPPED,
         Reason.FABRIC_GANG_NOT_FORMED,
+        Reason.FABRIC_SLOW_PAIR,
         Reason.GPU_IN_USE,
         Reason.DCGM_NOT_AVAILABLE,
         Reason.NODE_NOT_READY,

@@ -70,6 +70,22 @@ def test_status_shows_the_fabric_summary_and_the_nodes_the_fabric_named() -> Non
     assert "n1  group" not in out
 
 
+def test_status_shows_the_slow_paths_between_domains_the_fabric_found() -> None:
+    view = FleetView("GpuValidation f", "fleet", "node", "Passed", (), fabric_summary="8/8 passed")
+    path = {
+        "group": "x1",
+        "domains": ["rack-1", "rack-2"],
+        "nodes": ["a", "b"],
+        "reason": "FabricSlowPath",
+        "message": "the network path between domains rack-1 and rack-2 is slow",
+    }
+    fabric = {"summary": "8/8 passed", "slowPaths": [path], "slowPathsOmitted": 2}
+    document = {"metadata": {"name": "f"}, "status": {"fabric": fabric}}
+    out = render.render_status(view, GpuValidation.model_validate(document))
+    assert "  path rack-1 - rack-2  FabricSlowPath: the network path between domains" in out
+    assert "  ... and 2 more slow paths" in out
+
+
 def test_list_prints_one_line_per_validation() -> None:
     out = render.render_list([validation("a", "a-1", 4, ["x"]), validation("b", "b-1", 2, [])])
     lines = out.splitlines()

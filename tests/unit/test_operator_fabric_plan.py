@@ -25,17 +25,30 @@ def nodes(count: int, prefix: str = "n") -> list[str]:
 
 @pytest.mark.parametrize(
     ("count", "size", "sizes"),
-    [(16, 8, [8, 8]), (17, 8, [8, 9]), (19, 8, [8, 8, 3]), (3, 8, [3]), (1, 8, []), (2, 2, [2])],
+    [
+        (16, 8, [8, 8]),
+        (17, 8, [6, 6, 5]),
+        (19, 8, [7, 6, 6]),
+        (250, 8, [8] * 26 + [7] * 6),
+        (3, 8, [3]),
+        (1, 8, []),
+        (2, 2, [2]),
+        (3, 2, [3]),
+        (5, 2, [2, 3]),
+    ],
 )
-def test_groups_are_of_group_size_and_a_last_single_node_joins_the_group_before(
+def test_groups_are_as_even_as_they_can_be_and_never_leave_a_pair_or_a_single_node_over(
     count: int, size: int, sizes: list[int]
 ) -> None:
-    assert [len(g) for g in chunk(nodes(count), size)] == sizes
+    groups = chunk(nodes(count), size)
+    assert [len(g) for g in groups] == sizes
+    if count > 1:
+        assert [n for g in groups for n in g] == nodes(count), "in name order, every node once"
 
 
-def test_a_single_node_left_over_never_makes_a_group_larger_than_the_largest_allowed() -> None:
+def test_a_node_left_over_never_makes_a_group_larger_than_the_largest_allowed() -> None:
     groups = chunk(nodes(MAX_GROUP + 1), MAX_GROUP)
-    assert [len(g) for g in groups] == [MAX_GROUP - 1, 2]
+    assert [len(g) for g in groups] == [33, 32]
 
 
 def test_groups_are_in_name_order_whatever_order_the_nodes_come_in() -> None:

@@ -178,3 +178,24 @@ def test_held_node_actions_and_nodes_out_of_service_are_series() -> None:
     registry.leading = False
     standby = generate_latest(make_registry(registry)).decode()
     assert "gpuval_operator_nodes_out_of_service " not in standby, "a standby counts nothing"
+
+
+def test_a_pass_its_agent_wrote_is_settled_once_the_current_runs_groups_are_compared() -> None:
+    state = ValidationState("fleet")
+    run = RunState("fleet", "1-aaaa", 1, 1, "created", 0.0)
+    run.expect_fabric()
+    state.begin(run)
+    ingest = ChildIngest(state, per_gpu=False)
+    fabric = {
+        **build_planned_fabric_status("g1", ["a", "b"], "a"),
+        "verdict": "Passed",
+        "busbwGBps": 300.0,
+    }
+    body = {"metadata": {"name": "a"}, "spec": {"node": "a", "run": "1-aaaa"}}
+    ingest.on_report({**body, "status": {"fabric": fabric}})
+    assert "a" not in state.fabric_nodes, "the agent's own word before the run is compared"
+    assert run.fabric is not None
+    run.fabric.classified = True
+    ingest.on_report({**body, "status": {"fabric": fabric}})
+    assert state.fabric_nodes["a"].verdict is Verdict.PASSED
+    assert state.fabric_groups == {"g1": 300.0}

@@ -4,17 +4,14 @@ the pure decisions both the agents and the operator make from the figures (desig
 A group is a few nodes (8 by default) whose agents run one all-reduce across all their GPUs, then
 pair rounds in the same pods: every node in two pairs with different partners (three rounds for an
 odd group), then one confirmation round that pairs each suspect with a node known good and tests
-each slow link again. A node slow in both its pairs (and again against a good partner) is a slow
-node; a slow pair whose two nodes are fine elsewhere is a slow link; their healthy partners are
-not blamed. Pairs and groups are all-reduces pinned to NCCL's ring algorithm, so a pair's bus
-bandwidth compares with the group's (a 2-node tree can show twice the network rate).
+each slow link again; who the rounds name is gpuval_api.isolation's. Pairs and groups are
+all-reduces pinned to NCCL's ring algorithm, so a pair's bus bandwidth compares with the group's
+(a 2-node tree can show twice the network rate).
 """
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -292,27 +289,6 @@ def pair_rounds(world: int) -> list[list[tuple[int, int]]]:
     return [edges[0 : world - 1 : 2], edges[1 : world - 1 : 2], [edges[-1]]]
 
 
-@dataclass(frozen=True, slots=True)
-class Blame:
-    """What the fabric found against one node."""
-
-    node: str
-    reason: Reason
-    message: str
-    partners: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Suspects:
-    nodes: tuple[str, ...]  # slow in every pair they were in
-    links: tuple[tuple[str, str], ...]  # one slow pair, both ends fine elsewhere
-    good: tuple[str, ...]  # fine in every pair
-
-
-def _slow(pair: FabricPair, floor: float) -> bool:
-    return pair.busbw_gbps is None or pair.busbw_gbps < floor
-
-
 def read_pairs(result: object) -> tuple[FabricPair, ...]:
     """The pairs of a fabric agent's result document (a report's status.fabric.result); a pair of
     a shape this version cannot read is left out, not guessed."""
@@ -324,101 +300,6 @@ def read_pairs(result: object) -> tuple[FabricPair, ...]:
         except ValidationError:
             continue
     return tuple(found)
-
-
-def median_pair(pairs: Iterable[FabricPair]) -> float | None:
-    figures = [p.busbw_gbps for p in pairs if p.busbw_gbps is not None]
-    return statistics.median(figures) if figures else None
-
-
-def find_suspects(pairs: Sequence[FabricPair], floor: float) -> Suspects:
-    """From the pair rounds (round >= 1): nodes slow in all their pairs, slow links, good nodes."""
-    rounds = [p for p in pairs if p.round >= 1]
-    seen: dict[str, list[FabricPair]] = {}
-    for pair in rounds:
-        seen.setdefault(pair.a, []).append(pair)
-        seen.setdefault(pair.b, []).append(pair)
-    slow_nodes = sorted(
-        n for n, ps in seen.items() if len(ps) >= 2 and all(_slow(p, floor) for p in ps)
-    )
-    good = sorted(n for n, ps in seen.items() if not any(_slow(p, floor) for p in ps))
-    links = sorted(
-        (p.a, p.b)
-        for p in rounds
-        if _slow(p, floor) and p.a not in slow_nodes and p.b not in slow_nodes
-    )
-    return Suspects(tuple(slow_nodes), tuple(links), tuple(good))
-
-
-def confirmation_pairs(suspects: Suspects) -> list[tuple[str, str]]:
-    """One round: each suspect node with a distinct good node, each slow link again; no node in
-    two pairs. Suspects without a free good partner stay unconfirmed."""
-    busy: set[str] = set()
-    chosen: list[tuple[str, str]] = []
-    spare = [n for n in suspects.good]
-    for node in suspects.nodes:
-        partner = next((g for g in spare if g not in busy), None)
-        if partner is not None:
-            chosen.append((node, partner))
-            busy.update((node, partner))
-    for a, b in suspects.links:
-        if a not in busy and b not in busy:
-            chosen.append((a, b))
-            busy.update((a, b))
-    return chosen
-
-
-def blame(pairs: Sequence[FabricPair], floor: float) -> list[Blame]:
-    """Who the pair and confirmation rounds name: a slow node (slow in all its pairs, and slow
-    again with a good partner when one was tried), or the two ends of a slow link (slow again
-    when tested again). A suspect whose confirmation was fast is not blamed: a passing slowness."""
-    suspects = find_suspects(pairs, floor)
-    confirmations = [p for p in pairs if p.round == 0]
-
-    def confirmed(a: str, b: str) -> bool | None:
-        found = next((p for p in confirmations if {p.a, p.b} == {a, b}), None)
-        return None if found is None else _slow(found, floor)
-
-    found: list[Blame] = []
-    for node in suspects.nodes:
-        partners = tuple(
-            sorted(
-                {p.b if p.a == node else p.a for p in pairs if node in (p.a, p.b) and p.round >= 1}
-            )
-        )
-        checks = [confirmed(node, g) for g in suspects.good if confirmed(node, g) is not None]
-        if checks and not any(checks):
-            continue
-        figures = ", ".join(
-            f"{p.busbw_gbps:.1f}" if p.busbw_gbps is not None else "failed"
-            for p in pairs
-            if node in (p.a, p.b)
-        )
-        found.append(
-            Blame(
-                node,
-                Reason.FABRIC_SLOW_NODE,
-                f"slow in every pair it was in (busbw {figures} GB/s, floor {floor:.1f}); its "
-                f"partners {', '.join(partners)} were fine with other nodes",
-                partners,
-            )
-        )
-    for a, b in suspects.links:
-        if confirmed(a, b) is False:
-            continue
-        pair = next(p for p in pairs if {p.a, p.b} == {a, b} and p.round >= 1)
-        shown = f"{pair.busbw_gbps:.1f} GB/s" if pair.busbw_gbps is not None else "failed"
-        for node, other in ((a, b), (b, a)):
-            found.append(
-                Blame(
-                    node,
-                    Reason.FABRIC_SLOW_LINK,
-                    f"the link to {other} is slow ({shown}, floor {floor:.1f}); both nodes are "
-                    "fine with other partners",
-                    (other,),
-                )
-            )
-    return sorted(found, key=lambda b: (b.node, b.reason))
 
 
 class FabricKey(StrEnum):
@@ -469,8 +350,9 @@ class FabricStatus(_Model):
     classified: bool | None = Field(
         default=None,
         description=(
-            "True once the operator compared the run's groups and settled verdict, reason and "
-            "message (result keeps the agent's own)."
+            "True where the operator's comparison of the run's groups changed verdict, reason or "
+            "message and rewrote them (result keeps the agent's own); absent where the agent's "
+            "pass stands as written."
         ),
     )
 

@@ -1,9 +1,12 @@
 """The fabric part of a GpuValidation's status (`status.fabric`): bounded whatever the fleet's
-size, like the rest of the status (counts, a handful of the worst groups, the slow groups), and
-one display string for the printer column. Per-node detail lives in the reports' status.fabric.
+size, like the rest of the status (counts, a handful of the worst groups, the slow groups, the
+slow paths between topology domains), and one display string for the printer column. Per-node
+detail lives in the reports' status.fabric.
 """
 
 from __future__ import annotations
+
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -11,7 +14,7 @@ from gpuval_api.checks import camel
 from gpuval_api.fabric import MAX_GROUP
 from gpuval_api.reasons import Reason
 
-# The worst groups and the slow groups listed in the status, at most this many each.
+# The worst groups, the slow groups and the slow paths listed in the status, at most this many each.
 MAX_LISTED_GROUPS = 5
 
 
@@ -85,6 +88,28 @@ class FabricGroupWait(_Model):
     )
 
 
+class FabricPathEntry(_Model):
+    """A slow network path between topology domains, found by a cross-domain group: out of one
+    domain (FabricSlowDomain), or between two (FabricSlowPath). No node is blamed for it."""
+
+    group: str = Field(max_length=253, description="The cross-domain group that found it.")
+    domains: list[Annotated[str, Field(max_length=63)]] = Field(
+        max_length=2,
+        description="One domain (the path out of it) or two (the path between them).",
+    )
+    nodes: list[Annotated[str, Field(max_length=253)]] = Field(
+        max_length=2, description="The representatives it was tested through."
+    )
+    reason: Reason = Field(description="FabricSlowDomain or FabricSlowPath.")
+    busbw_gbps: float | None = Field(
+        default=None, description="The slowest pair busbw through it, GB/s (absent: failed)."
+    )
+    floor_gbps: float | None = Field(
+        default=None, description="The cross-domain pairs' floor it was judged against, GB/s."
+    )
+    message: str = Field(default="", max_length=1024, description="One line about it.")
+
+
 class FabricNodeCounts(_Model):
     """Nodes of the run's fabric phase by their fabric verdict."""
 
@@ -121,7 +146,13 @@ class FabricRunStatus(_Model):
         default_factory=FabricNodeCounts, description="Nodes by fabric verdict."
     )
     median_pair_gbps: float | None = Field(
-        default=None, description="The run's median pair busbw (the pairs' floor is taken from it)."
+        default=None,
+        description="The run's reference pair busbw: the median over nodes of each node's best "
+        "pair, in the domain groups with a topology key (the pairs' floor is taken from it).",
+    )
+    cross_median_pair_gbps: float | None = Field(
+        default=None,
+        description="The same reference over the cross-domain groups' pairs (a topology key).",
     )
     worst_groups: list[FabricGroupEntry] = Field(
         default_factory=list,
@@ -146,3 +177,12 @@ class FabricRunStatus(_Model):
         ),
     )
     waiting_omitted: int = Field(default=0, description="Forming groups beyond the listed.")
+    slow_paths: list[FabricPathEntry] = Field(
+        default_factory=list,
+        max_length=MAX_LISTED_GROUPS,
+        description=(
+            "Slow network paths between topology domains the cross-domain groups found (no node "
+            "is blamed for them); at most 5."
+        ),
+    )
+    slow_paths_omitted: int = Field(default=0, description="Slow paths beyond the listed.")

@@ -4,12 +4,12 @@ by. Pure: nothing here calls the API or draws."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpuval_api.crd import GpuNodeReport, GpuValidation
-from gpuval_api.fabric import FabricThresholds, read_pairs
+from gpuval_api.fabric import FabricPair, FabricThresholds, read_pairs
+from gpuval_api.isolation import reference_busbw
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,17 +63,18 @@ def fabric_finding(report: GpuNodeReport) -> FabricFinding | None:
 def fabric_bounds(
     validation: GpuValidation, links: Iterable[FabricLink]
 ) -> tuple[float | None, float | None]:
-    """(the run's median pair busbw, the floor below which a pair is slow), as the operator
-    judges pairs: its run-wide median when the status has one, else the median of the pair
-    rounds among `links` (each pair once: the members of a group all report its pairs); the
-    floor from spec.fabric.thresholds (or their defaults)."""
+    """(the run's reference pair busbw, the floor below which a pair is slow), as the operator
+    judges pairs: its run-wide reference when the status has one, else the same reference
+    (gpuval_api.isolation.reference_busbw) over the pair rounds among `links` (each pair once:
+    the members of a group all report its pairs); the floor from spec.fabric.thresholds (or
+    their defaults)."""
     status = validation.status.fabric if validation.status else None
     median = status.median_pair_gbps if status else None
     if median is None:
-        figures = [
-            link.busbw_gbps for link in links if link.round >= 1 and link.busbw_gbps is not None
-        ]
-        median = statistics.median(figures) if figures else None
+        median = reference_busbw(
+            FabricPair(round=link.round, a=link.a, b=link.b, bytes=0, busbw_gbps=link.busbw_gbps)
+            for link in links
+        )
     if median is None:
         return None, None
     spec = validation.spec.fabric if validation.spec else None

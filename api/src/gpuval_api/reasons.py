@@ -92,6 +92,9 @@ class Reason(StrEnum):
     FABRIC_UNREACHABLE = "FabricUnreachable"
     FABRIC_SLOW_NODE = "FabricSlowNode"
     FABRIC_SLOW_LINK = "FabricSlowLink"
+    FABRIC_SLOW_PAIR = "FabricSlowPair"
+    FABRIC_SLOW_DOMAIN = "FabricSlowDomain"
+    FABRIC_SLOW_PATH = "FabricSlowPath"
     FABRIC_TRANSPORT_FALLBACK = "FabricTransportFallback"
     FABRIC_GANG_NOT_FORMED = "FabricGangNotFormed"
     # Sharing: another process on the GPU (agent)
@@ -431,6 +434,28 @@ REASONS: dict[Reason, ReasonInfo] = {
         "the all-reduce between this node and one partner was slow, while both were fine with "
         "other partners",
         "check the cable and the switch ports between the two nodes (the message names both)",
+    ),
+    Reason.FABRIC_SLOW_PAIR: ReasonInfo(
+        "the all-reduce between this node and its one partner was slow, and neither was tested "
+        "with another partner (a group of two): the link or either node, which cannot be told "
+        "apart; no evidence against this node alone",
+        "test the two nodes with other partners: a fabric.groupSize of 3 or more names the node "
+        "or the link; meanwhile check both nodes' NICs and the cable between them",
+        verdict=Verdict.NOT_RUN,
+    ),
+    Reason.FABRIC_SLOW_DOMAIN: ReasonInfo(
+        "the network path out of a topology domain is slow: its representative was fine inside "
+        "its domain and slow with every other domain's (listed in the validation's "
+        "status.fabric.slowPaths; no node is blamed)",
+        "check the domain's uplinks (leaf to spine) and their error counters; the message names "
+        "the domain and the representative it was tested through",
+    ),
+    Reason.FABRIC_SLOW_PATH: ReasonInfo(
+        "the network path between two topology domains is slow: their representatives were "
+        "fine inside their domains and with other domains (listed in the validation's "
+        "status.fabric.slowPaths; no node is blamed)",
+        "check the switches and links between the two domains (the message names both and the "
+        "representatives they were tested through)",
     ),
     Reason.FABRIC_TRANSPORT_FALLBACK: ReasonInfo(
         "NCCL moved data between nodes over TCP sockets where InfiniBand/RoCE was expected",

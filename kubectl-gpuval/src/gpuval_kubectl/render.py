@@ -96,7 +96,7 @@ def render_status(view: FleetView, validation: GpuValidation, now: float | None 
             for u in view.others[:MAX_LINES]
         ]
         lines += _more(len(view.others))
-    lines += _fabric_lines(view)
+    lines += _fabric_lines(view, validation)
     lines += _waiting_lines(validation, now)
     lines += _outlier_lines(view, validation)
     return "\n".join(lines)
@@ -116,8 +116,9 @@ def _hold_lines(view: FleetView) -> list[str]:
     ]
 
 
-def _fabric_lines(view: FleetView) -> list[str]:
-    """The fabric phase (spec.fabric): its summary and the nodes it named."""
+def _fabric_lines(view: FleetView, validation: GpuValidation) -> list[str]:
+    """The fabric phase (spec.fabric): its summary, the nodes it named, the slow paths between
+    topology domains it found."""
     if not view.fabric_summary:
         return []
     named = view.fabric_named
@@ -126,7 +127,13 @@ def _fabric_lines(view: FleetView) -> list[str]:
         found = unit.fabric
         if found is not None:
             lines.append(f"  {unit.name}  group {found.group}  {found.reason}: {found.message}")
-    return lines + _more(len(named))
+    lines += _more(len(named))
+    fabric = validation.status.fabric if validation.status is not None else None
+    for path in fabric.slow_paths if fabric is not None else []:
+        lines.append(f"  path {' - '.join(path.domains)}  {path.reason}: {path.message}")
+    if fabric is not None and fabric.slow_paths_omitted:
+        lines.append(f"  ... and {fabric.slow_paths_omitted} more slow paths")
+    return lines
 
 
 def _ranks(ranks: Sequence[FabricRankWait], with_state: bool) -> str:

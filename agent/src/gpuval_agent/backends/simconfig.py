@@ -55,10 +55,13 @@ class FaultKind(StrEnum):
     MEMORY_FLIP = "memory-flip"
     MEMORY_HELD = "memory-held"
     # The fabric (`gpuval-agent fabric`): the node's network is slow; its link to `peer` is
-    # slow; it cannot reach rank 0 (a blocked port: it dials a closed one); its collectives
-    # hang; its NCCL falls back to TCP sockets (with NCCL_NET=IB it fails at init instead).
+    # slow; the network path between its topology domain (`fabricDomain`) and the domain `peer`
+    # is slow (every other domain's without a peer: a slow uplink); it cannot reach rank 0 (a
+    # blocked port: it dials a closed one); its collectives hang; its NCCL falls back to TCP
+    # sockets (with NCCL_NET=IB it fails at init instead).
     FABRIC_SLOW_NODE = "fabric-slow-node"
     FABRIC_SLOW_LINK = "fabric-slow-link"
+    FABRIC_SLOW_PATH = "fabric-slow-path"
     FABRIC_UNREACHABLE = "fabric-unreachable"
     FABRIC_HANG = "fabric-hang"
     FABRIC_SOCKET_FALLBACK = "fabric-socket-fallback"
@@ -94,7 +97,10 @@ class Fault(_Model):
         default=None, ge=1, description="ib-link-flapping: times the port went down (3)."
     )
     peer: str | None = Field(
-        default=None, min_length=1, description="fabric-slow-link: the other node's name."
+        default=None,
+        min_length=1,
+        description="fabric-slow-link: the other node's name; fabric-slow-path: the other "
+        "topology domain (unset: every other domain).",
     )
     during: LoadCheck | None = Field(
         default=None,
@@ -112,8 +118,8 @@ class Fault(_Model):
         gt=0,
         le=1,
         description=(
-            "slow-gpu, fabric-slow-node/-link: the fraction of the healthy figure "
-            "(0.85 / 0.85 / 0.6); "
+            "slow-gpu, fabric-slow-node/-link/-path: the fraction of the healthy figure "
+            "(0.85 / 0.85 / 0.6 / 0.7); "
             "memory-held: the fraction of the GPU's memory the other process takes (0.5)."
         ),
     )
@@ -146,6 +152,11 @@ class SimulationConfig(_Model):
     nccl: str = "2.28.9"
     faults: list[Fault] = Field(default_factory=list)
     time_scale: float = Field(default=0.01, ge=0, le=10)
+    fabric_domain: str | None = Field(
+        default=None,
+        description="The node's topology domain (its value of spec.fabric.topologyKey), which "
+        "the fabric-slow-path fault reads; the double's peers learn it from the node's hello.",
+    )
     host_pid: bool = Field(
         default=True,
         description="Whether NVML's PIDs are the agent's own namespace's (bare metal, hostPID); "

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from gpuval_agent.checks.nccl import bus_bandwidth
 from gpuval_agent.fabric.steps import SEVERITY, StepReport, StepStatus
 from gpuval_agent.fabric.transport import TransportReading, fell_back
-from gpuval_api.fabric import Blame, FabricConfig, FabricPair, blame, find_suspects, median_pair
-from gpuval_api.reasons import Reason
+from gpuval_api.fabric import FabricConfig, FabricPair
+from gpuval_api.isolation import Blame, blame, find_suspects, reference_busbw
+from gpuval_api.reasons import Reason, verdict_of
 from gpuval_api.result import NcclSize, Verdict
 
 _SUMMARY_LIMIT = 600
@@ -122,23 +123,25 @@ def pair_record(
 
 
 def pair_floor(config: FabricConfig, pairs: Sequence[PairRecord]) -> float:
-    """Below this a pair is slow: the thresholds against the median of the pair rounds."""
-    return config.thresholds.floor(median_pair(p.pair for p in pairs if p.pair.round >= 1))
+    """Below this a pair is slow: the thresholds against the group's reference (the median over
+    its nodes of each node's best pair, gpuval_api.isolation.reference_busbw)."""
+    return config.thresholds.floor(reference_busbw(p.pair for p in pairs))
 
 
 def _blamed(me: str, mine: Blame, pairs: Sequence[PairRecord]) -> Conclusion:
+    """What the pairs name against this node: slowness by its reason's class; a pair that failed
+    (hung, crashed) by how it failed."""
     failed = [p for p in pairs if me in (p.pair.a, p.pair.b) and p.status is not StepStatus.OK]
     if not failed:
-        return Conclusion(Verdict.FAILED, mine.reason, mine.message)
+        return Conclusion(verdict_of(mine.reason), mine.reason, mine.message)
     status = worst([p.status for p in failed])
     first = next(p for p in failed if p.status is status)
-    partners = ", ".join(mine.partners)
-    return Conclusion(
-        Verdict.FAILED,
-        _REASON_OF[status],
-        f"every pair this node was in failed (partners {partners}), while its partners were "
-        f"fine with other nodes; {first.pair.a}-{first.pair.b}: {first.pair.error}",
-    )
+    said = f"{first.pair.a}-{first.pair.b}: {first.pair.error}"
+    if mine.reason is Reason.FABRIC_SLOW_NODE:
+        text = f"every pair this node was in failed (partners {', '.join(mine.partners)}); {said}"
+    else:
+        text = f"{mine.message}; {said}"
+    return Conclusion(Verdict.FAILED, _REASON_OF[status], text)
 
 
 def _described(group: GroupRecord, pairs: Sequence[PairRecord], floor: float) -> str:
@@ -213,7 +216,7 @@ def conclude(
     if mine is not None:
         return _blamed(me, mine, pairs)
     named = ", ".join(sorted({b.node for b in blames}))
-    others = f"; the pairs name {named}, and this node was fine in its pairs" if named else ""
+    others = f"; the pairs name {named}, not this node" if named else ""
     if group.status is not StepStatus.OK:
         if named:
             return Conclusion(

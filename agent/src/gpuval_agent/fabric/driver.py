@@ -38,13 +38,8 @@ from gpuval_agent.fabric.steps import Executor, StepReport, StepStatus
 from gpuval_agent.fabric.transport import read_transport
 from gpuval_agent.inuse import describe
 from gpuval_agent.watch import InUseWatch
-from gpuval_api.fabric import (
-    FabricConfig,
-    FabricResult,
-    confirmation_pairs,
-    find_suspects,
-    pair_rounds,
-)
+from gpuval_api.fabric import FabricConfig, FabricResult, pair_rounds
+from gpuval_api.isolation import confirmation_pairs, find_suspects
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
 
@@ -175,7 +170,8 @@ class Session:
             found, restart = self.one_round(number, pairs, restart)
             records += found
         floor = pair_floor(self.plan.config, records)
-        chosen = confirmation_pairs(find_suspects([r.pair for r in records], floor))
+        measured = [r.pair for r in records]
+        chosen = confirmation_pairs(find_suspects(measured, floor), measured)
         if chosen:
             rank = {name: index for index, name in enumerate(self.names)}
             found, _ = self.one_round(0, [(rank[a], rank[b]) for a, b in chosen], restart)

@@ -10,7 +10,8 @@ the real connection error, and `fabric-hang` blocks until the real phase timeout
 The model: each node tells the group its characteristics when it joins (a slow network, slow
 links to named peers, sockets instead of InfiniBand, a hang), and every node computes the same
 figures from them. A group's ring busbw is BASE times the slowest ring edge (rank order); a
-pair's is BASE times its edge; an edge's factor is the slower node's times the link's.
+pair's is BASE times its edge; an edge's factor is the slower node's times the link's, times the
+path's between the two nodes' topology domains when they differ (`fabricDomain`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ BASE_BUSBW_GBPS = 380.0  # 8x400G NDR ring busbw (design.md: 370-390 GB/s)
 SOCKET_BUSBW_GBPS = 9.5  # tuned TCP sockets measured on the H200 machine (design.md: 9.2-9.9)
 LATENCY_SECONDS = 25e-6
 SLOW_NODE, SLOW_LINK = 0.85, 0.6  # one NIC of 8 down costs 12.5 %; a bad cable more
+SLOW_PATH = 0.7  # a degraded uplink or spine path between two domains
+ANY_DOMAIN = "*"  # a slow path to every other domain: the domain's uplink
 _TAIL_LINES = 40
 
 
@@ -65,6 +68,11 @@ class SimulatedFabric(Executor):
             for f in simulation.faults
             if f.kind is FaultKind.FABRIC_SLOW_LINK and f.peer
         }
+        self._paths = {
+            f.peer or ANY_DOMAIN: f.factor or SLOW_PATH
+            for f in simulation.faults
+            if f.kind is FaultKind.FABRIC_SLOW_PATH
+        }
         self.foreign = ForeignProcesses(simulation)
         self._lines: list[str] = []
         self._infos: list[dict[str, Any]] = []
@@ -78,6 +86,8 @@ class SimulatedFabric(Executor):
             "gpus": self.simulation.gpus,
             "speed": (slow.factor or SLOW_NODE) if slow else 1.0,
             "slowLinks": self._links,
+            "domain": self.simulation.fabric_domain,
+            "slowPaths": self._paths,
             "socket": socket_fallback,
             # NCCL_NET=IB where the node has no usable HCA: NCCL fails at init, no fallback.
             "ibMissing": socket_fallback and self._env.get("NCCL_NET") == "IB",
@@ -119,7 +129,21 @@ class SimulatedFabric(Executor):
             float((self._infos[a].get("slowLinks") or {}).get(self._names[b], 1.0)),
             float((self._infos[b].get("slowLinks") or {}).get(self._names[a], 1.0)),
         )
-        return min(net(a), net(b)) * link
+        return min(net(a), net(b)) * link * self._path(a, b)
+
+    def _path(self, a: int, b: int) -> float:
+        """The path between two nodes' topology domains, as a fraction of BASE (1.0 inside one
+        domain, or where neither side's domain is known)."""
+        first, second = self._infos[a], self._infos[b]
+        domains = first.get("domain"), second.get("domain")
+        if None in domains or domains[0] == domains[1]:
+            return 1.0
+
+        def toward(info: dict[str, Any], other: object) -> float:
+            paths = info.get("slowPaths") or {}
+            return float(paths.get(str(other), paths.get(ANY_DOMAIN, 1.0)))
+
+        return min(toward(first, domains[1]), toward(second, domains[0]))
 
     def _prefix(self, local: int) -> str:
         """NCCL's own line prefix: host:pid:tid [device]."""

@@ -61,7 +61,11 @@ class RunDriver:
             annotations=annotations,
         )
         self.fabric = FabricDriver(
-            effects=effects, node_watch=node_watch, ports=ports, annotations=annotations
+            effects=effects,
+            node_watch=node_watch,
+            ports=ports,
+            annotations=annotations,
+            settled=state.settle_fabric,
         )
         self.config = effects.config
 

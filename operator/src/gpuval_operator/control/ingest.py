@@ -36,7 +36,7 @@ class ChildIngest:
         self.state.run_ids.add(report.run)
         if report.completed:
             self.state.remember(report)
-        if report.fabric is not None and report.fabric.classified:
+        if self.state.fabric_settled(report):
             self.state.remember_fabric(report)
         run = self.state.run
         if run is not None and run.apply_report(report):

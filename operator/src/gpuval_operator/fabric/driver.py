@@ -2,7 +2,8 @@
 node has its local verdict, open groups within the concurrency limit (rank 0's pod first, the
 others once it has a pod IP; with spec.fabric.queue every pod at once, one Kueue pod group),
 record what agents could not, compare the run's groups once all have results, and give each held
-node its final verdict. The decisions are fabric.plan's,
+node its final verdict (its report rewritten only where the comparison changed what its agent
+wrote). The decisions are fabric.plan's,
 fabric.lifecycle's and fabric.verdicts'; the calls are gpuval_operator.run.effects'.
 docs/operator.md, "The fabric phase".
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +30,7 @@ from gpuval_api.report import StatusKey, build_operator_failure_status
 from gpuval_api.result import Verdict
 from gpuval_operator import names
 from gpuval_operator.fabric import lifecycle
+from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.fabric.plan import (
     GroupPlan,
     cross_groups,
@@ -41,7 +43,7 @@ from gpuval_operator.fabric.pods import build_fabric_pod, fabric_config, queued
 from gpuval_operator.fabric.ports import PortPool
 from gpuval_operator.fabric.rollup import group_waits, summary_line
 from gpuval_operator.fabric.state import FabricState, Group, Member
-from gpuval_operator.fabric.verdicts import Final, GroupEvidence, classify
+from gpuval_operator.fabric.verdicts import Final, GroupEvidence, as_reported, classify
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.planning import concurrency_limit
 from gpuval_operator.run.effects import Effects
@@ -63,9 +65,13 @@ class FabricDriver:
         node_watch: NodeWatch,
         ports: PortPool,
         annotations: Callable[[], Mapping[str, str]],
+        settled: Callable[[str, str, FabricFacts], None],
     ) -> None:
         self.effects, self.node_watch, self.ports = effects, node_watch, ports
         self.annotations = annotations
+        # The read model's hook for a settled verdict whose report the operator leaves as the
+        # agent wrote it (readmodel.validation.ValidationState.settle_fabric).
+        self.settled = settled
 
     async def tick(self, run: RunState, spec: GpuValidationSpec) -> None:
         fabric, wanted = run.fabric, spec.fabric
@@ -238,6 +244,7 @@ class FabricDriver:
 
     async def _open(self, run: RunState, fabric: FabricState, spec: GpuValidationSpec) -> None:
         limit = concurrency_limit(spec.max_concurrent, len(run.nodes))
+        made: list[Coroutine[Any, Any, None]] = []
         for group in lifecycle.groups_to_open(fabric, limit):
             if group.plan.cross and not fabric.cross_planned:
                 # Read back from a plan a restart interrupted: it opens once it is marked whole.
@@ -247,10 +254,13 @@ class FabricDriver:
             # Without Kueue, rank 0's pod first (the others learn its IP from _launch); a Kueue
             # pod group is submitted whole, or Kueue never admits it.
             first = group.members if queued(spec) else group.members[:1]
-            await self.effects.bounded(self._create(run, spec, group, m, None) for m in first)
+            made += [self._create(run, spec, group, m, None) for m in first]
             run.dirty = True
+        # Every opening group's pods at once (bounded): a round at 10,000 nodes opens hundreds.
+        await self.effects.bounded(made)
 
     async def _launch(self, run: RunState, fabric: FabricState, spec: GpuValidationSpec) -> None:
+        made: list[Coroutine[Any, Any, None]] = []
         whole = queued(spec)
         for group in lifecycle.groups_to_launch(fabric, whole=whole):
             rank0 = fabric.pods.get(group.members[0].pod)
@@ -259,12 +269,18 @@ class FabricDriver:
                 continue
             rest = group.members if whole else group.members[1:]
             waiting = [m for m in rest if not fabric.created(m) and not m.refused]
-            await self.effects.bounded(self._create(run, spec, group, m, ip) for m in waiting)
+            made += [self._create(run, spec, group, m, ip) for m in waiting]
             run.dirty = True
+        await self.effects.bounded(made)
 
     # -- the run-wide comparison --
 
     async def _classify(self, run: RunState, fabric: FabricState, wanted: FabricSpec) -> None:
+        keyed = wanted.topology_key is not None
+        members = sorted({n for g in fabric.groups.values() if g.plan.cross for n in g.plan.nodes})
+        domains = self._domains(members) if keyed else {}
+        # A representative whose domain group was a group of one was never tested inside it.
+        lone = frozenset(n for g in fabric.groups.values() if g.size == 1 for n in g.plan.nodes)
         evidence = [
             GroupEvidence(
                 g.name,
@@ -273,6 +289,9 @@ class FabricDriver:
                 fabric.busbw.get(g.name),
                 fabric.pairs.get(g.name, ()),
                 g.plan.domain,
+                cross=g.plan.cross,
+                domains={n: domains.get(n, "") for n in g.plan.nodes} if g.plan.cross else None,
+                lone=lone & set(g.plan.nodes) if g.plan.cross else frozenset(),
             )
             for g in fabric.groups.values()
             if g.size > 1
@@ -309,6 +328,13 @@ class FabricDriver:
         )
         record = run.nodes.get(node)
         if record is None:
+            return
+        reported = fabric.reported.get(node)
+        if not never and reported is not None and as_reported(final, reported):
+            # The agent's own result stands: its report already says it (at 10,000 nodes, as
+            # many writes saved as nodes pass).
+            self.settled(run.run_id, node, reported)
+            run.release(node, Verdict.PASSED, None, final.message)
             return
         fabric_body = {
             FabricKey.VERDICT: str(final.verdict),

@@ -1,7 +1,8 @@
 """Pure fabric planning: which nodes form which group, and how long a group may take.
 
 The nodes that passed their local checks are grouped in name order, so a restarted operator
-computes the same groups from the same nodes. Without a topology key: groups of `groupSize`.
+computes the same groups from the same nodes. Without a topology key: groups of at most
+`groupSize`, as even as they can be.
 With one: groups inside each domain (the nodes' value of that label; nodes without it form a
 domain of their own), then, once those have results, cross-domain groups of one representative
 per domain: the first node (by name) of the domain whose fabric passed in its domain group (a
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuval_api.fabric import MAX_GROUP, FabricConfig, pair_rounds
+from gpuval_api.fabric import FabricConfig, pair_rounds
 
 DOMAIN_PREFIX = "g"
 CROSS_PREFIX = "x"
@@ -41,16 +42,19 @@ class GroupPlan:
 
 
 def chunk(nodes: Sequence[str], size: int) -> list[list[str]]:
-    """`nodes` in groups of `size`, in order. A group of one tests nothing: a last single node
-    joins the group before it (or, where that would pass the largest group, takes a node from
-    it)."""
-    groups = [list(nodes[i : i + size]) for i in range(0, len(nodes), size)]
+    """`nodes` in order, in the fewest groups of at most `size`, their sizes differing by one at
+    most: 250 nodes in groups of 8 are 26 groups of 8 and 6 of 7, never 31 of 8 and a pair (a
+    group of two cannot tell a slow node from a slow link). A group of one tests nothing: one
+    left over (groups of two) joins the group before it."""
+    count = -(-len(nodes) // size) if nodes else 0
+    groups: list[list[str]] = []
+    start = 0
+    for index in range(count):
+        length = len(nodes) // count + (1 if index < len(nodes) % count else 0)
+        groups.append(list(nodes[start : start + length]))
+        start += length
     if len(groups) > 1 and len(groups[-1]) == 1:
-        if len(groups[-2]) + 1 <= MAX_GROUP:
-            single = groups.pop()
-            groups[-1].extend(single)
-        else:
-            groups[-1].insert(0, groups[-2].pop())
+        groups[-2].extend(groups.pop())
     return [g for g in groups if len(g) >= 2]
 
 

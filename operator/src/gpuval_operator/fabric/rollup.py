@@ -14,9 +14,10 @@ from gpuval_api.fabricsummary import MAX_LISTED_GROUPS
 from gpuval_api.report import rfc3339
 from gpuval_api.result import Verdict
 from gpuval_operator.fabric.lifecycle import formed, gang_broken
+from gpuval_operator.fabric.paths import PathFinding
 from gpuval_operator.fabric.plan import gang_deadline
 from gpuval_operator.fabric.state import FabricState, Member
-from gpuval_operator.fabric.verdicts import FabricResult, GroupOutcome
+from gpuval_operator.fabric.verdicts import GroupOutcome
 
 _RANK = {Verdict.FAILED: 2, Verdict.NOT_RUN: 1, Verdict.PASSED: 0}
 
@@ -32,21 +33,20 @@ def node_counts(run: FabricState) -> dict[str, int]:
     key = {Verdict.PASSED: "passed", Verdict.FAILED: "failed", Verdict.NOT_RUN: "notRun"}
     settled = run.classification.nodes if run.classification is not None else None
     for node, groups in run.groups_of.items():
-        verdict: Verdict | None
+        verdict: Verdict | None = None
         if settled is not None:
             final = settled.get(node)
             # In no group compared: alone in its domain with no cross-domain group (untested).
             verdict = final.verdict if final is not None else Verdict.NOT_RUN
         else:
-            records: list[FabricResult | None] = [
-                run.result(run.groups[g], m)
-                for g in groups
-                for m in run.groups[g].members
-                if m.node == node
-            ]
-            verdict = None
-            if all(r is not None for r in records):
-                verdict = max((r.verdict for r in records if r), key=_RANK.__getitem__)
+            for name in groups:
+                group = run.groups[name]
+                results = run.group_results(group)
+                if results is None:
+                    verdict = None
+                    break
+                mine = results[group.plan.nodes.index(node)].verdict
+                verdict = mine if verdict is None or _RANK[mine] > _RANK[verdict] else verdict
         counts[key[verdict] if verdict is not None else "pending"] += 1
     return counts
 
@@ -60,14 +60,30 @@ def _clean(entry: dict[str, Any]) -> dict[str, Any]:
 def _entry(outcome: GroupOutcome, message: str | None = None) -> dict[str, Any]:
     worst = outcome.worst
     failing = worst.verdict is not Verdict.PASSED
+    reason = str(worst.reason) if failing and worst.reason else None
+    said = worst.message if failing else ""
+    if not failing and outcome.paths:
+        reason, said = str(outcome.paths[0].reason), outcome.paths[0].message
     return {
         "group": outcome.name,
         "domain": outcome.domain or None,
         "nodes": len(outcome.nodes),
         "busbwGBps": outcome.busbw,
         "floorGBps": None if outcome.floor is None else round(outcome.floor, 3),
-        "reason": str(worst.reason) if failing and worst.reason else None,
-        "message": (message if message is not None else worst.message if failing else "")[:1024],
+        "reason": reason,
+        "message": (message if message is not None else said)[:1024],
+    }
+
+
+def _path_entry(found: PathFinding) -> dict[str, Any]:
+    return {
+        "group": found.group,
+        "domains": [d[:63] for d in found.domains],
+        "nodes": list(found.nodes),
+        "reason": str(found.reason),
+        "busbwGBps": found.busbw,
+        "floorGBps": round(found.floor, 3),
+        "message": found.message[:1024],
     }
 
 
@@ -75,9 +91,9 @@ def _provisional(run: FabricState) -> list[dict[str, Any]]:
     """The groups with results so far, their busbw as the agents measured it."""
     entries = []
     for group in run.groups.values():
-        if group.size < 2 or not run.done(group):
+        records = run.group_results(group) if group.size > 1 else None
+        if records is None:
             continue
-        records = [r for m in group.members if (r := run.result(group, m)) is not None]
         worst = max(records, key=lambda r: _RANK[r.verdict])
         failing = worst.verdict is not Verdict.PASSED
         entries.append(
@@ -143,11 +159,11 @@ def group_waits(run: FabricState, config: FabricConfig) -> list[dict[str, Any]]:
     return [entry for _, entry in sorted(found, key=lambda f: (f[0], f[1]["group"]))]
 
 
-def summary_line(run: FabricState) -> str:
-    """One line for the printer column and the Events."""
+def summary_line(run: FabricState, counts: dict[str, int] | None = None) -> str:
+    """One line for the printer column and the Events (`counts`: node_counts, when known)."""
     if not run.planned:
         return "waiting for the local checks"
-    counts = node_counts(run)
+    counts = counts or node_counts(run)
     groups = [g for g in run.groups.values() if g.size > 1]
     done = sum(1 for g in groups if run.done(g))
     figures = [run.busbw[g.name] for g in groups if g.name in run.busbw]
@@ -162,6 +178,9 @@ def summary_line(run: FabricState) -> str:
     slow = sum(1 for g in run.classification.groups if g.slow)
     if slow:
         parts.append(f"{slow} slow groups")
+    paths = len(run.classification.paths)
+    if paths:
+        parts.append(f"{paths} slow {'path' if paths == 1 else 'paths'} between domains")
     return ", ".join(parts) + worst
 
 
@@ -179,21 +198,27 @@ def build_fabric_status(run: FabricState) -> dict[str, Any]:
             )
             for g in sorted(slow, key=lambda g: g.busbw or 0.0)
         ]
-        median = found.median_pair
+        median, cross = found.median_pair, found.cross_median_pair
+        paths = [_path_entry(p) for p in found.paths]
     else:
-        listed, slow_entries, median = sorted(_provisional(run), key=_order), [], None
+        listed, slow_entries = sorted(_provisional(run), key=_order), []
+        median, cross, paths = None, None, []
     groups = [g for g in run.groups.values() if g.size > 1]
+    counts = node_counts(run)
     return {
-        "summary": summary_line(run)[:256],
+        "summary": summary_line(run, counts)[:256],
         "startedAt": _stamp(run.started_at),
         "completedAt": _stamp(run.completed_at),
         "groups": len(groups),
         "groupsDone": sum(1 for g in groups if run.done(g)),
-        "nodes": node_counts(run),
+        "nodes": counts,
         "medianPairGBps": None if median is None else round(median, 3),
+        "crossMedianPairGBps": None if cross is None else round(cross, 3),
         "worstGroups": [_clean(e) for e in listed[:MAX_LISTED_GROUPS]],
         "slowGroups": [_clean(e) for e in slow_entries[:MAX_LISTED_GROUPS]],
         "slowGroupsOmitted": max(0, len(slow_entries) - MAX_LISTED_GROUPS),
         "waiting": run.waits[:MAX_LISTED_GROUPS],
         "waitingOmitted": max(0, len(run.waits) - MAX_LISTED_GROUPS),
+        "slowPaths": [_clean(e) for e in paths[:MAX_LISTED_GROUPS]],
+        "slowPathsOmitted": max(0, len(paths) - MAX_LISTED_GROUPS),
     }

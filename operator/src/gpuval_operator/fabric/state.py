@@ -80,10 +80,18 @@ class FabricState:
     # The groups forming now, as status.fabric.waiting lists them (fabric.rollup.group_waits),
     # taken each tick.
     waits: list[dict[str, Any]] = field(default_factory=list)
+    # Groups found done, each with its members' results then (a group stays done unless a report
+    # loses its verdict), and groups found opened: a tick at 10,000 nodes asks for both of every
+    # group several times, and would otherwise read every member's result each time.
+    _done: dict[str, tuple[FabricResult, ...]] = field(default_factory=dict)
+    _opened: set[str] = field(default_factory=set)
 
     # -- what arrives --
 
     def apply_report(self, node: str, reported: FabricFacts | None) -> None:
+        if reported is None or reported.verdict is None:
+            for group in self.groups_of.get(node, ()):
+                self._done.pop(group, None)
         if reported is None:
             self.reported.pop(node, None)
             return
@@ -188,17 +196,47 @@ class FabricState:
                 return FabricResult(Verdict.PASSED, None, "chosen for a cross-domain group")
         return None
 
+    def _has_result(self, group: Group, member: Member) -> bool:
+        """A result of this group's, its report's or the operator's (the cheap part of
+        `result`: a group whose pods are gone after a restart)."""
+        if member.recorded is not None:
+            return True
+        reported = self.reported.get(member.node)
+        return (
+            reported is not None and reported.group == group.name and reported.verdict is not None
+        )
+
     def done(self, group: Group) -> bool:
-        return all(self.result(group, m) is not None for m in group.members)
+        return self.group_results(group) is not None
+
+    def group_results(self, group: Group) -> tuple[FabricResult, ...] | None:
+        """Every member's result by rank once each has one (as they were when the group was
+        found done: what the status shows before the run-wide comparison); else None."""
+        known = self._done.get(group.name)
+        if known is not None:
+            return known
+        found = []
+        for member in group.members:
+            result = self.result(group, member)
+            if result is None:
+                return None
+            found.append(result)
+        self._done[group.name] = tuple(found)
+        return self._done[group.name]
 
     def opened(self, group: Group) -> bool:
         """Its rank 0 pod was asked for (or a member has a result: after a restart, a group
         whose pods are gone)."""
-        return (
+        if group.name in self._opened:
+            return True
+        opened = (
             group.opened_at is not None
             or any(self.created(m) for m in group.members)
-            or any(self.result(group, m) is not None for m in group.members)
+            or any(self._has_result(group, m) for m in group.members)
         )
+        if opened:
+            self._opened.add(group.name)
+        return opened
 
     def created(self, member: Member) -> bool:
         return member.requested or member.pod in self.pods or member.gone

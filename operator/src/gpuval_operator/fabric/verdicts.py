@@ -1,9 +1,11 @@
 """Pure: the run-wide comparison of the fabric groups, once every group has its results.
 
 Each agent judged its group on the group's own evidence; the operator sees every group of the
-run. It takes the run's median pair busbw for the pairs' floor (`thresholds.floor`), and the
-median busbw of the groups of each size for the groups' floor, and settles each node's fabric
-verdict:
+run. It takes the run's reference pair busbw (`gpuval_api.isolation.reference_busbw`: the median
+over nodes of each node's best pair) for the pairs' floor (`thresholds.floor`), and the median
+busbw of the groups of each size for the groups' floor; with a topology key the domain groups
+and the cross-domain groups are each compared with their own kind only (a path between domains
+may be slower than one inside a rack by design). It settles each node's fabric verdict:
 
 - a group that did not form (FabricGangNotFormed) is NotRun on every node, whatever an agent
   stopped with it wrote; a node whose group did not meet is NotRun, as recorded; a group of
@@ -13,11 +15,14 @@ verdict:
 - what an agent or the operator found against a node other than slowness (transport fallback,
   a hang, a crash, a pod that failed) stands;
 - slowness is judged again against the run-wide floor with the same pair method the agents use
-  (`gpuval_api.fabric.blame`): the nodes it names fail (FabricSlowNode, FabricSlowLink); one an
-  agent named against its group alone and the run does not is Passed. A group in which no pair
-  reached the floor names no one;
-- a group below its floor that names no node is a slow group: listed in the validation status,
-  no node blamed.
+  (`gpuval_api.isolation.blame`): the nodes it names fail (FabricSlowNode, FabricSlowLink); one
+  an agent named against its group alone and the run does not is Passed. A group of three or
+  more in which no pair reached the floor names no one; the slow pair of a group of two is the
+  link or either node (FabricSlowPair: NotRun on both, and it says so);
+- in a cross-domain group what the pairs name is a path between domains (fabric.paths): listed,
+  no representative blamed;
+- a group below its floor that names no node and no path is a slow group: listed in the
+  validation status, no node blamed.
 
 Nothing here calls the API (tests/unit/test_operator_fabric_verdicts.py).
 """
@@ -28,9 +33,12 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuval_api.fabric import FabricKey, FabricPair, FabricThresholds, blame, median_pair
-from gpuval_api.reasons import Reason
+from gpuval_api.fabric import FabricKey, FabricPair, FabricThresholds
+from gpuval_api.isolation import blame, reference_busbw, round_pairs
+from gpuval_api.reasons import Reason, verdict_of
 from gpuval_api.result import Verdict
+from gpuval_operator.fabric.facts import MESSAGE_LIMIT, FabricFacts
+from gpuval_operator.fabric.paths import PathFinding, cross_findings
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +64,14 @@ def result_of(status: Mapping[str, object], *, by_agent: bool = False) -> Fabric
 
 
 # What the run-wide comparison decides again; anything else an agent found stands.
-SLOWNESS = frozenset({Reason.FABRIC_SLOW_NODE, Reason.FABRIC_SLOW_LINK, Reason.NCCL_LOW_BUSBW})
+SLOWNESS = frozenset(
+    {
+        Reason.FABRIC_SLOW_NODE,
+        Reason.FABRIC_SLOW_LINK,
+        Reason.FABRIC_SLOW_PAIR,
+        Reason.NCCL_LOW_BUSBW,
+    }
+)
 _WORST = {Verdict.FAILED: 2, Verdict.NOT_RUN: 1, Verdict.PASSED: 0}
 
 
@@ -68,15 +83,21 @@ class GroupEvidence:
     busbw: float | None = None
     pairs: tuple[FabricPair, ...] = ()
     domain: str | None = None
+    cross: bool = False
+    # A cross-domain group's: each representative's domain, and those alone in their domain.
+    domains: Mapping[str, str] | None = None
+    lone: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
 class Final:
-    """A node's settled fabric verdict in one group (or over its groups)."""
+    """A node's settled fabric verdict in one group (or over its groups); `noted`: its message
+    tells of a path found through it (a representative), which wins over a plain pass."""
 
     verdict: Verdict
     reason: Reason | None
     message: str
+    noted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +109,7 @@ class GroupOutcome:
     floor: float | None
     slow: bool  # below its floor with no node named
     finals: tuple[Final, ...]  # by rank
+    paths: tuple[PathFinding, ...] = ()
 
     @property
     def worst(self) -> Final:
@@ -96,10 +118,15 @@ class GroupOutcome:
 
 @dataclass(frozen=True, slots=True)
 class Classification:
-    median_pair: float | None
+    median_pair: float | None  # the reference of the domain groups' pairs (every group's without)
     pair_floor: float
     groups: tuple[GroupOutcome, ...]
     nodes: dict[str, Final]  # each node over its groups: the worst
+    cross_median_pair: float | None = None  # the cross-domain groups' reference
+
+    @property
+    def paths(self) -> list[PathFinding]:
+        return [p for g in self.groups for p in g.paths]
 
 
 def _unreachable(record: FabricResult) -> bool:
@@ -137,34 +164,46 @@ def rank0_unreachable(group: GroupEvidence) -> list[Final] | None:
     return [blamed] + [spared] * len(others)
 
 
-def _settle(
-    group: GroupEvidence, rank: int, record: FabricResult, blamed: dict[str, Final], floor: float
-) -> Final:
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """What the pairs of one group named against the run's floor."""
+
+    named: dict[str, Final]
+    notes: dict[str, str]
+    paths: tuple[PathFinding, ...] = ()
+    alone: bool = False  # a group of two whose one pair is the only one it is compared with
+
+
+def _settle(group: GroupEvidence, rank: int, record: FabricResult, judged: Judged) -> Final:
     node = group.nodes[rank]
-    if record.verdict is Verdict.NOT_RUN:
+    if record.verdict is not Verdict.PASSED and record.reason not in SLOWNESS:
         return Final(record.verdict, record.reason, record.message)
-    if record.verdict is Verdict.FAILED and record.reason not in SLOWNESS:
-        return Final(record.verdict, record.reason, record.message)
-    if node in blamed:
-        return blamed[node]
-    if record.verdict is Verdict.FAILED:
-        return Final(
-            Verdict.PASSED,
-            None,
-            f"against the run's pair floor {floor:.1f} GB/s no node of group {group.name} stands "
-            f"out (its agent said: {record.reason}: {record.message})",
+    if node in judged.named:
+        return judged.named[node]
+    if node in judged.notes:
+        return Final(Verdict.PASSED, None, f"passed; {judged.notes[node]}", noted=True)
+    message = record.message
+    if record.verdict is not Verdict.PASSED:
+        message = (
+            f"against the run's pairs no node of group {group.name} stands out (its agent "
+            f"said: {record.reason}: {record.message})"
         )
-    return Final(Verdict.PASSED, None, record.message)
+    if judged.alone:
+        message += (
+            "; a group of two alone in the run: its one pair is its own reference, so only "
+            "fabric.thresholds.absoluteBusbwGBps can find it slow"
+        )
+    return Final(Verdict.PASSED, None, message)
 
 
 def _group_floors(
     groups: Sequence[GroupEvidence], thresholds: FabricThresholds
-) -> dict[int, float]:
-    by_size: dict[int, list[float]] = {}
+) -> dict[tuple[bool, int], float]:
+    by_kind: dict[tuple[bool, int], list[float]] = {}
     for group in groups:
         if group.busbw is not None:
-            by_size.setdefault(len(group.nodes), []).append(group.busbw)
-    return {size: thresholds.floor(statistics.median(v)) for size, v in by_size.items()}
+            by_kind.setdefault((group.cross, len(group.nodes)), []).append(group.busbw)
+    return {kind: thresholds.floor(statistics.median(v)) for kind, v in by_kind.items()}
 
 
 def not_formed(group: GroupEvidence) -> list[Final] | None:
@@ -184,38 +223,95 @@ def not_formed(group: GroupEvidence) -> list[Final] | None:
     ]
 
 
+def judge(group: GroupEvidence, pair_floor: float, *, alone: bool = False) -> Judged:
+    """Who the group's pairs name against the run's floor. Blame needs a reference: a group of
+    three or more in which no pair reached the floor is slow as a whole and names no one; the
+    one pair of a group of two is judged on its own (the link or either node)."""
+    rounds = round_pairs(group.pairs)
+    reached = any(p.busbw_gbps is not None and p.busbw_gbps >= pair_floor for p in rounds)
+    if not rounds or (not reached and len(group.nodes) > 2):
+        return Judged({}, {}, alone=alone)
+    blames = blame(group.pairs, pair_floor)
+    notes: dict[str, str] = {}
+    paths: tuple[PathFinding, ...] = ()
+    if group.cross:
+        reading = cross_findings(
+            group.name,
+            blames,
+            group.pairs,
+            domains=group.domains or {},
+            lone=group.lone,
+            floor=pair_floor,
+        )
+        blames, notes, paths = list(reading.kept), reading.notes, reading.findings
+    named = {b.node: Final(verdict_of(b.reason), b.reason, b.message) for b in blames}
+    return Judged(named, notes, paths, alone)
+
+
 def classify_group(
-    group: GroupEvidence, pair_floor: float, group_floor: float | None
+    group: GroupEvidence, pair_floor: float, group_floor: float | None, *, alone: bool = False
 ) -> GroupOutcome:
     finals = not_formed(group) or rank0_unreachable(group)
+    judged = Judged({}, {})
     if finals is None:
-        named: dict[str, Final] = {}
-        # Blame needs a reference: a group in which no pair reached the floor is slow as a
-        # whole and names no one.
-        rounds = [p for p in group.pairs if p.round >= 1]
-        if any(p.busbw_gbps is not None and p.busbw_gbps >= pair_floor for p in rounds):
-            for found in blame(group.pairs, pair_floor):
-                named[found.node] = Final(Verdict.FAILED, found.reason, found.message)
-        finals = [
-            _settle(group, rank, record, named, pair_floor)
-            for rank, record in enumerate(group.records)
-        ]
+        judged = judge(group, pair_floor, alone=alone)
+        finals = [_settle(group, rank, r, judged) for rank, r in enumerate(group.records)]
     low = group.busbw is not None and group_floor is not None and group.busbw < group_floor
-    slow = low and not any(f.reason in SLOWNESS for f in finals)
+    slow = low and not judged.paths and not any(f.reason in SLOWNESS for f in finals)
     return GroupOutcome(
-        group.name, group.domain, group.nodes, group.busbw, group_floor, slow, tuple(finals)
+        group.name,
+        group.domain,
+        group.nodes,
+        group.busbw,
+        group_floor,
+        slow,
+        tuple(finals),
+        judged.paths,
     )
 
 
+def _worse(final: Final, known: Final | None) -> bool:
+    if known is None or _WORST[final.verdict] > _WORST[known.verdict]:
+        return True
+    return _WORST[final.verdict] == _WORST[known.verdict] and final.noted and not known.noted
+
+
 def classify(groups: Sequence[GroupEvidence], thresholds: FabricThresholds) -> Classification:
-    median = median_pair(p for g in groups for p in g.pairs if p.round >= 1)
-    pair_floor = thresholds.floor(median)
+    references: dict[bool, float | None] = {}
+    counts: dict[bool, int] = {}
+    for cross in (False, True):
+        scoped = [p for g in groups if g.cross is cross for p in round_pairs(g.pairs)]
+        references[cross], counts[cross] = reference_busbw(scoped), len(scoped)
     floors = _group_floors(groups, thresholds)
-    outcomes = tuple(classify_group(g, pair_floor, floors.get(len(g.nodes))) for g in groups)
+    outcomes = tuple(
+        classify_group(
+            g,
+            thresholds.floor(references[g.cross]),
+            floors.get((g.cross, len(g.nodes))),
+            alone=len(g.nodes) == 2 and counts[g.cross] == 1,
+        )
+        for g in groups
+    )
     nodes: dict[str, Final] = {}
     for outcome in outcomes:
         for node, final in zip(outcome.nodes, outcome.finals, strict=True):
-            known = nodes.get(node)
-            if known is None or _WORST[final.verdict] > _WORST[known.verdict]:
+            if _worse(final, nodes.get(node)):
                 nodes[node] = final
-    return Classification(median, pair_floor, outcomes, nodes)
+    return Classification(
+        references[False],
+        thresholds.floor(references[False]),
+        outcomes,
+        nodes,
+        references[True],
+    )
+
+
+def as_reported(final: Final, reported: FabricFacts) -> bool:
+    """The settled verdict is a pass the report already shows as its agent wrote it."""
+    return (
+        final.verdict is Verdict.PASSED
+        and reported.by_agent
+        and not reported.classified
+        and (reported.verdict, reported.reason, reported.message)
+        == (final.verdict, final.reason, final.message[:MESSAGE_LIMIT])
+    )

@@ -195,6 +195,12 @@ class _Families:
             "Fabric groups of the current run below their floor with no node named.",
             v,
         )
+        self.fabric_paths = _gauge(
+            "gpuval_validation_fabric_slow_paths",
+            "Slow network paths between topology domains the current run's cross-domain "
+            "fabric groups found (no node blamed).",
+            v,
+        )
         self.fabric_passed = _gauge(
             "gpuval_node_fabric_passed",
             "1 when the node's latest settled fabric verdict is Passed, 0 when Failed (absent "
@@ -217,6 +223,7 @@ class _Families:
         if run is not None and run.fabric is not None and run.fabric.classification is not None:
             slow = sum(1 for g in run.fabric.classification.groups if g.slow)
             self.fabric_slow.add_metric([name], float(slow))
+            self.fabric_paths.add_metric([name], float(len(run.fabric.classification.paths)))
         for node, fabric in list(state.fabric_nodes.items()):
             if fabric.verdict is Verdict.NOT_RUN:
                 continue
@@ -287,7 +294,8 @@ class _Families:
         yield from (self.untested, self.untested_since)
         yield from self.figures.values()
         yield from self.gpu_figures.values()
-        yield from (self.fabric_group, self.fabric_slow, self.fabric_passed, self.fabric_failure)
+        yield from (self.fabric_group, self.fabric_slow, self.fabric_paths)
+        yield from (self.fabric_passed, self.fabric_failure)
         yield from (self.held, self.out_of_service, self.actions_limit, self.systemic)
 
 

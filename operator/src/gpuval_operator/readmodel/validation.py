@@ -14,6 +14,7 @@ from typing import Any
 from gpuval_api.conditions import ConditionType
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
+from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.names import run_number
 from gpuval_operator.run.facts import Fingerprint, ReportFacts
 from gpuval_operator.run.state import RunState
@@ -128,16 +129,33 @@ class ValidationState:
             since = report.completed_at or time.time()
             self.untested[report.node] = Untested(str(report.reason or ""), since)
 
+    def fabric_settled(self, report: ReportFacts) -> bool:
+        """The report's fabric verdict is settled: the operator rewrote it (classified), or it is
+        of the current run whose groups were compared (the operator leaves a pass its agent
+        wrote as it is), or of a completed run read back after a restart."""
+        fabric, run = report.fabric, self.run
+        if fabric is None or fabric.verdict is None:
+            return False
+        if fabric.classified:
+            return True
+        if run is None or run.run_id != report.run:
+            return False
+        return run.fabric is None or run.fabric.classified
+
     def remember_fabric(self, report: ReportFacts) -> None:
         """A settled fabric verdict (the metrics' fabric series)."""
-        fabric = report.fabric
-        if fabric is None or fabric.verdict is None:
+        if report.fabric is not None:
+            self.settle_fabric(report.run, report.node, report.fabric)
+
+    def settle_fabric(self, run: str, node: str, fabric: FabricFacts) -> None:
+        """A node's settled fabric verdict in `run`, from its report as it stands."""
+        if fabric.verdict is None:
             return
-        known = self.fabric_nodes.get(report.node)
-        if known is None or run_number(report.run) >= run_number(known.run):
-            self.fabric_nodes[report.node] = FabricNode(report.run, fabric.verdict, fabric.reason)
-        if fabric.busbw is None or run_number(report.run) < run_number(self.fabric_run):
+        known = self.fabric_nodes.get(node)
+        if known is None or run_number(run) >= run_number(known.run):
+            self.fabric_nodes[node] = FabricNode(run, fabric.verdict, fabric.reason)
+        if fabric.busbw is None or run_number(run) < run_number(self.fabric_run):
             return
-        if report.run != self.fabric_run:
-            self.fabric_run, self.fabric_groups = report.run, {}
+        if run != self.fabric_run:
+            self.fabric_run, self.fabric_groups = run, {}
         self.fabric_groups[fabric.group] = fabric.busbw

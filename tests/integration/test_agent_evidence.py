@@ -1,15 +1,22 @@
 """A failing node keeps its evidence in its own GpuNodeReport (issue 19, part 4): the real operator
 runs a validation on simulated nodes, the pod runner runs the real agent (simulated GPU backend)
 for each agent pod, and the failing node's report carries the bounded bundle, which decodes to the
-state readings, the counters that grew, the kernel log around the XID and the failed checks."""
+state readings, the counters that grew, the kernel log around the XID and the failed checks.
+`kubectl gpuval evidence NODE` (the real kubectl finding the plugin) writes it to a file, checked
+against its sha256, and says there is none for the node that passed; `kubectl gpuval status NAME`
+shows the failing node's state findings with their hints (part 5)."""
 
 from __future__ import annotations
 
+import gzip
+import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from gpuval_api.evidence import MAX_ENCODED_BYTES, decode_evidence
+from gpuval_api.reasons import REASONS, Reason
 from gpuval_devtools.controlplane import Cluster
 from tests.support.fleet import (
     Fleet,
@@ -20,12 +27,17 @@ from tests.support.fleet import (
     delete_validation,
     reports_of,
 )
+from tests.support.kube import kubectl_gpuval
 
 pytestmark = pytest.mark.usefixtures("install_crds")
 
 
 def test_a_failing_node_keeps_its_evidence_in_its_report_and_the_bundle_decodes(
-    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Operator,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
 ) -> None:
     healthy = fleet.add(unique_name("ev-ok"))
     broken = fleet.add(
@@ -37,11 +49,21 @@ def test_a_failing_node_keeps_its_evidence_in_its_report_and_the_bundle_decodes(
         ],
     )
     name = unique_name("evidence")
+    bundle = tmp_path / "bad.json.gz"
     with operator():
         apply(cluster, fleet.validation(name))
-        status = completed_run(cluster, name)
-        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
-        delete_validation(cluster, name)
+        try:
+            status = completed_run(cluster, name)
+            run = status["run"]["id"]
+            reports = by_node(reports_of(cluster, name, run))
+            fetched = kubectl_gpuval(cluster, "evidence", broken, "-o", str(bundle))
+            narrowed = kubectl_gpuval(
+                cluster, "evidence", broken, "--validation", name, "--run", run, "-o", "-"
+            )
+            passed = kubectl_gpuval(cluster, "evidence", healthy)
+            shown = kubectl_gpuval(cluster, "status", name)
+        finally:
+            delete_validation(cluster, name)
 
     assert reports[healthy]["verdict"] == "Passed" and "evidence" not in reports[healthy]
     report = reports[broken]
@@ -67,3 +89,24 @@ def test_a_failing_node_keeps_its_evidence_in_its_report_and_the_bundle_decodes(
     assert any("NVRM: Xid (PCI:0000:1c:00): 48" in line for line in sections["kernelLog"]["lines"])
     assert sections["host"]["ports"][1]["counters"]["link_downed"] == 3
     assert len(sections["nvml"]["before"]) == 8
+
+    assert fetched.returncode == 0, fetched.stderr
+    said = fetched.stdout.splitlines()
+    assert said[0].startswith(f"wrote {bundle} (")
+    assert said[0].endswith(f"(validation {name}, run {run}), Failed (KernelXidResetGpu)")
+    assert f"sha256 {evidence['sha256']} (verified)" in fetched.stdout
+    assert "sections: failedChecks, counters, kernelLog, nvml, host, environment" in fetched.stdout
+    assert json.loads(gzip.decompress(bundle.read_bytes())) == document
+    assert narrowed.returncode == 0, narrowed.stderr
+    assert json.loads(narrowed.stdout) == document
+
+    assert passed.returncode == 1 and passed.stdout == ""
+    assert f"node {healthy!r} has no failing report" in passed.stderr
+    assert f"(validation {name}, run {run}), is Passed" in passed.stderr
+
+    assert shown.returncode == 0, shown.stderr
+    state = shown.stdout.split("State of failing nodes (state check): ", 1)[1]
+    assert f"  {broken}  Error  KernelXidResetGpu: GPU 6: XID 48" in state
+    assert f"      hint: {REASONS[Reason.KERNEL_XID_RESET_GPU].hint}" in state
+    assert f"  {broken}  Error  IbLinkFlapping: " in state
+    assert healthy not in state

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,29 +26,9 @@ from gpuval_kubectl.cli import build_parser, show
 from gpuval_kubectl.cluster import Cluster as Objects
 from gpuval_kubectl.cluster import PluginError, Resources, connect
 from tests.support.browser import look_at
-from tests.support.kube import get_json, wait_for
+from tests.support.kube import get_json, kubectl_gpuval, wait_for
 
 pytestmark = pytest.mark.usefixtures("install_crds")
-
-VENV_BIN = Path(sys.executable).parent
-
-
-def kubectl_gpuval(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    """`kubectl gpuval ARGS`: kubectl finds the plugin (kubectl-gpuval) on PATH and hands it
-    KUBECONFIG through the environment, as it does for every plugin."""
-    env = {
-        **os.environ,
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "KUBECONFIG": str(cluster.kubeconfig),
-    }
-    return subprocess.run(
-        [str(cluster.binaries.kubectl), "gpuval", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
 
 
 def _completed(cluster: Cluster, name: str) -> bool:

@@ -173,6 +173,85 @@ def untested_panels() -> list[Builder[models.Panel]]:
     return [by_reason, since]
 
 
+def state_panels() -> list[Builder[models.Panel]]:
+    """The hardware state the state check read on each node (issue 19): what it found by reason
+    and severity, the NVLinks and InfiniBand ports down, and the error counters that grew while
+    a load check ran. Per-GPU detail stays in the reports (`kubectl gpuval status NAME`)."""
+    by_reason = (
+        timeseries.Panel()
+        .id(71)
+        .title("Nodes with state findings by reason and severity")
+        .datasource(DATASOURCE)
+        .span(12)
+        .height(8)
+        .unit("none")
+        .min(0)
+        .with_target(
+            query(
+                f"count by (reason, severity) ({sel('gpuval_node_state_finding_info')})",
+                "{{reason}} ({{severity}})",
+            )
+        )
+    )
+    findings = (
+        table.Panel()
+        .id(72)
+        .title("State findings per node: reason, severity, how many (GPUs, links, ports)")
+        .datasource(DATASOURCE)
+        .span(12)
+        .height(8)
+        .with_target(
+            query(f"{sel('gpuval_node_state_findings')} > 0", instant=True).format(
+                prometheus_models.PromQueryFormat.TABLE
+            )
+        )
+    )
+    down = (
+        bargauge.Panel()
+        .id(73)
+        .title(f"Links down at rest: NVLinks and InfiniBand ports, {SLOWEST} worst nodes")
+        .datasource(DATASOURCE)
+        .span(12)
+        .height(8)
+        .unit("none")
+        .min(0)
+        .with_target(
+            query(
+                f"topk({SLOWEST}, {sel('gpuval_node_nvlinks_down')})",
+                "{{node}} NVLinks",
+                instant=True,
+            )
+        )
+        .with_target(
+            query(
+                f"topk({SLOWEST}, {sel('gpuval_node_ib_ports_down')})",
+                "{{node}} IB ports",
+                instant=True,
+            )
+        )
+        .display_mode(common_models.BarGaugeDisplayMode.BASIC)
+        .orientation(common_models.VizOrientation.HORIZONTAL)
+        .thresholds(_thresholds((None, "green"), (1, "red")))
+    )
+    grown = (
+        timeseries.Panel()
+        .id(74)
+        .title("Error counters that grew under load, by node and check")
+        .datasource(DATASOURCE)
+        .span(12)
+        .height(8)
+        .unit("none")
+        .min(0)
+        .with_target(
+            query(
+                f"sum by (validation, node, check) ({sel('gpuval_node_state_counters_grown')})",
+                "{{node}} {{check}}",
+            )
+        )
+    )
+    return [by_reason, findings, down, grown]
+
+
 def fabric_panels() -> list[Builder[models.Panel]]:
     """The cross-node NCCL test (spec.fabric): each group's busbw, lowest first, and the nodes it
     named with the reason (a group that did not form is NotRun: it shows under untested)."""
@@ -331,6 +410,7 @@ def build() -> dashboard.Dashboard:
     )
     _add(board, "Verdicts", verdict_panels(), 1)
     _add(board, "Untested nodes (NotRun: no action taken, never a failure)", untested_panels(), 50)
+    _add(board, "Hardware state (the state check, before and after the load)", state_panels(), 70)
     _add(board, "Fabric: NCCL across nodes (spec.fabric)", fabric_panels(), 60)
     distributions = [
         *distribution_panels(11, "Burn throughput", "gpuval_node_burn_flops_per_second", "flops"),

@@ -26,6 +26,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from gpuval_api import keys
 from gpuval_api.crd import (
     GROUP,
     REPORT_PLURAL,
@@ -34,7 +35,7 @@ from gpuval_api.crd import (
     GpuNodeReport,
     GpuValidation,
 )
-from gpuval_api.labels import children_selector
+from gpuval_api.labels import children_selector, label_value
 from gpuval_api.lenient import read_model
 from gpuval_api.views import UnitView, node_unit
 
@@ -225,6 +226,18 @@ class Cluster:
                 f"GpuValidation {name!r} not found; `kubectl gpuval status` lists them"
             ) from None
         return read_model(GpuValidation, _mapping(body))
+
+    def node_reports(
+        self, node: str, validation: str | None = None, run: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The GpuNodeReports of `node` (of one validation and run, when given) as the API
+        server's JSON: every run the operators kept, of every validation."""
+        parts = [f"{keys.LABEL_NODE}={label_value(node)}"]
+        if validation is not None:
+            parts.append(f"{keys.LABEL_VALIDATION}={label_value(validation)}")
+        if run is not None:
+            parts.append(f"{keys.LABEL_RUN}={label_value(run)}")
+        return self._list(self.resources.reports, ",".join(parts))
 
     def units(self, validation: GpuValidation) -> list[UnitView]:
         """The node units of the validation's current run (none before its first run)."""

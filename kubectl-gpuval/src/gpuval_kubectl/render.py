@@ -1,5 +1,6 @@
 """What `kubectl gpuval status` prints: every GpuValidation one line each, or one in detail (its
-run, failing nodes with reason and hint, the fabric's findings, outliers), kubectl style. Pure."""
+run, failing nodes with reason and hint, the failing nodes' hardware state, the fabric's findings,
+outliers), kubectl style. Pure."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Sequence
 
 from gpuval_api.conditions import ConditionType, ValidationPhase
 from gpuval_api.crd import GpuValidation
-from gpuval_api.views import FleetView
+from gpuval_api.views import FAILED, FleetView
 
 # Lines of `status NAME` per section before the rest are counted, so 500 failing nodes stay
 # readable; the HTML report lists them all.
@@ -88,9 +89,27 @@ def render_status(view: FleetView, validation: GpuValidation) -> str:
             for u in view.others[:MAX_LINES]
         ]
         lines += _more(len(view.others))
+    lines += _state_lines(view)
     lines += _fabric_lines(view)
     lines += _outlier_lines(view, validation)
     return "\n".join(lines)
+
+
+def _state_lines(view: FleetView) -> list[str]:
+    """What the state check found on the failing nodes, errors and warnings (the failures above
+    list only a report's first 16 failed findings), each reason's hint once per node."""
+    failing = {u.name for u in view.units if u.verdict == FAILED}
+    found = [line for line in view.state if line.unit in failing]
+    if not found:
+        return []
+    lines = [f"State of failing nodes (state check): {len(found)} findings"]
+    hinted: set[tuple[str, str]] = set()
+    for line in found[:MAX_LINES]:
+        lines.append(f"  {line.unit}  {line.severity}  {line.reason}: {line.message}")
+        if line.hint and (line.unit, line.reason) not in hinted:
+            hinted.add((line.unit, line.reason))
+            lines.append(f"      hint: {line.hint}")
+    return lines + _more(len(found))
 
 
 def _fabric_lines(view: FleetView) -> list[str]:

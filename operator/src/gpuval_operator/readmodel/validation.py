@@ -17,6 +17,7 @@ from gpuval_api.result import Verdict
 from gpuval_operator.names import run_number
 from gpuval_operator.run.facts import Fingerprint, ReportFacts
 from gpuval_operator.run.state import RunState
+from gpuval_operator.run.statefacts import StateFacts
 from gpuval_operator.timestamps import parse_time
 
 
@@ -33,6 +34,7 @@ class NodeResult:
     gpu_figures: tuple[tuple[int, str, float], ...]
     failed_checks: tuple[tuple[str, str], ...] = ()
     fingerprints: tuple[Fingerprint, ...] = ()
+    state: StateFacts | None = None
 
     @property
     def passed(self) -> bool:
@@ -50,6 +52,7 @@ class NodeResult:
             gpu_figures=report.gpu_figures,
             failed_checks=report.failed_checks,
             fingerprints=report.fingerprints,
+            state=report.state,
         )
 
 

@@ -90,6 +90,8 @@ def test_a_failing_node_keeps_its_evidence_in_its_report_and_the_bundle_decodes(
     assert sections["host"]["ports"][1]["counters"]["link_downed"] == 3
     assert len(sections["nvml"]["before"]) == 8
 
+    # What a person sees (shown with -s, and with a failure): docs/see.md quotes it.
+    print(fetched.stdout, passed.stderr, shown.stdout, sep="\n")
     assert fetched.returncode == 0, fetched.stderr
     said = fetched.stdout.splitlines()
     assert said[0].startswith(f"wrote {bundle} (")

@@ -18,6 +18,7 @@ import pytest
 from gpuval_api.evidence import MAX_ENCODED_BYTES, decode_evidence
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_devtools.controlplane import Cluster
+from gpuval_devtools.launch import kubectl_gpuval
 from tests.support.fleet import (
     Fleet,
     Operator,
@@ -27,7 +28,6 @@ from tests.support.fleet import (
     delete_validation,
     reports_of,
 )
-from tests.support.kube import kubectl_gpuval
 
 pytestmark = pytest.mark.usefixtures("install_crds")
 

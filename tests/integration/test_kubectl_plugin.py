@@ -18,6 +18,7 @@ from gpuval_devtools.controlplane import Cluster, free_port
 from gpuval_devtools.launch import (
     AGENT_NAMESPACE,
     agent_rbac,
+    kubectl_gpuval,
     operator_process,
     podrunner_process,
 )
@@ -26,7 +27,7 @@ from gpuval_kubectl.cli import build_parser, show
 from gpuval_kubectl.cluster import Cluster as Objects
 from gpuval_kubectl.cluster import PluginError, Resources, connect
 from tests.support.browser import look_at
-from tests.support.kube import get_json, kubectl_gpuval, wait_for
+from tests.support.kube import get_json, wait_for
 
 pytestmark = pytest.mark.usefixtures("install_crds")
 

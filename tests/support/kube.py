@@ -1,15 +1,10 @@
-"""Reading the real control plane in tests: poll until something holds, get an object as JSON,
-run `kubectl gpuval` as a person would."""
+"""Reading the real control plane in tests: poll until something holds, get an object as JSON."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,24 +31,3 @@ def get_json(cluster: Cluster, *args: str) -> Any:
     if proc.returncode != 0:
         return None
     return json.loads(proc.stdout)
-
-
-VENV_BIN = Path(sys.executable).parent
-
-
-def kubectl_gpuval(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    """`kubectl gpuval ARGS`: kubectl finds the plugin (kubectl-gpuval) on PATH and hands it
-    KUBECONFIG through the environment, as it does for every plugin."""
-    env = {
-        **os.environ,
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "KUBECONFIG": str(cluster.kubeconfig),
-    }
-    return subprocess.run(
-        [str(cluster.binaries.kubectl), "gpuval", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )

@@ -79,6 +79,34 @@ def stat_panel(
     )
 
 
+def table_panel(panel_id: int, title: str, expr: str, span: int = 12) -> table.Panel:
+    """An instant query as a table: one row per series, its labels as columns."""
+    return (
+        table.Panel()
+        .id(panel_id)
+        .title(title)
+        .datasource(DATASOURCE)
+        .span(span)
+        .height(8)
+        .with_target(query(expr, instant=True).format(prometheus_models.PromQueryFormat.TABLE))
+    )
+
+
+def count_panel(panel_id: int, title: str, expr: str, legend: str) -> timeseries.Panel:
+    """How many nodes (or counters) of each kind over time, one line per label set."""
+    return (
+        timeseries.Panel()
+        .id(panel_id)
+        .title(title)
+        .datasource(DATASOURCE)
+        .span(12)
+        .height(8)
+        .unit("none")
+        .min(0)
+        .with_target(query(expr, legend))
+    )
+
+
 def verdict_panels() -> list[Builder[models.Panel]]:
     """Node states (any state the operator exports: passed, failed, and later notrun), uniformity,
     verdicts and reasons over time, and the failing nodes with the check and reason."""
@@ -105,16 +133,11 @@ def verdict_panels() -> list[Builder[models.Panel]]:
     unschedulable = stat_panel(
         6, "Unschedulable agent pods", f"sum(gpuval_validation_unschedulable_pods{{{VALIDATION}}})"
     ).span(4)
-    reasons = (
-        timeseries.Panel()
-        .id(7)
-        .title("Failing nodes by reason")
-        .datasource(DATASOURCE)
-        .span(12)
-        .height(8)
-        .unit("none")
-        .min(0)
-        .with_target(query(f"count by (reason) ({sel('gpuval_node_failure_info')})", "{{reason}}"))
+    reasons = count_panel(
+        7,
+        "Failing nodes by reason",
+        f"count by (reason) ({sel('gpuval_node_failure_info')})",
+        "{{reason}}",
     )
     verdicts = (
         statetimeline.Panel()
@@ -126,18 +149,11 @@ def verdict_panels() -> list[Builder[models.Panel]]:
         .with_target(query(f"gpuval_node_passed{{{SELECT}}}", "{{node}}"))
         .thresholds(_thresholds((None, "red"), (1, "green")))
     )
-    failing = (
-        table.Panel()
-        .id(9)
-        .title("Failing nodes: check and reason")
-        .datasource(DATASOURCE)
-        .span(24)
-        .height(8)
-        .with_target(
-            query(f"gpuval_node_check_failure_info{{{SELECT}}} == 1", instant=True).format(
-                prometheus_models.PromQueryFormat.TABLE
-            )
-        )
+    failing = table_panel(
+        9,
+        "Failing nodes: check and reason",
+        f"gpuval_node_check_failure_info{{{SELECT}}} == 1",
+        span=24,
     )
     return [states, uniform, outliers, stale, unschedulable, reasons, verdicts, failing]
 
@@ -145,31 +161,17 @@ def verdict_panels() -> list[Builder[models.Panel]]:
 def untested_panels() -> list[Builder[models.Panel]]:
     """Nodes gpuval could not test (NotRun: GPUs busy, pod evicted, image not pulled), kept
     apart from the failures: by reason over time, and which nodes, since when."""
-    by_reason = (
-        timeseries.Panel()
-        .id(51)
-        .title("Untested nodes (NotRun) by reason")
-        .datasource(DATASOURCE)
-        .span(12)
-        .height(8)
-        .unit("none")
-        .min(0)
-        .with_target(query(f"count by (reason) ({sel('gpuval_node_not_run_info')})", "{{reason}}"))
+    by_reason = count_panel(
+        51,
+        "Untested nodes (NotRun) by reason",
+        f"count by (reason) ({sel('gpuval_node_not_run_info')})",
+        "{{reason}}",
     )
-    since = (
-        table.Panel()
-        .id(52)
-        .title("Untested nodes: reason and time untested")
-        .datasource(DATASOURCE)
-        .span(12)
-        .height(8)
-        .unit("s")
-        .with_target(
-            query(
-                f"time() - {sel('gpuval_node_not_run_since_timestamp_seconds')}", instant=True
-            ).format(prometheus_models.PromQueryFormat.TABLE)
-        )
-    )
+    since = table_panel(
+        52,
+        "Untested nodes: reason and time untested",
+        f"time() - {sel('gpuval_node_not_run_since_timestamp_seconds')}",
+    ).unit("s")
     return [by_reason, since]
 
 
@@ -177,34 +179,16 @@ def state_panels() -> list[Builder[models.Panel]]:
     """The hardware state the state check read on each node (issue 19): what it found by reason
     and severity, the NVLinks and InfiniBand ports down, and the error counters that grew while
     a load check ran. Per-GPU detail stays in the reports (`kubectl gpuval status NAME`)."""
-    by_reason = (
-        timeseries.Panel()
-        .id(71)
-        .title("Nodes with state findings by reason and severity")
-        .datasource(DATASOURCE)
-        .span(12)
-        .height(8)
-        .unit("none")
-        .min(0)
-        .with_target(
-            query(
-                f"count by (reason, severity) ({sel('gpuval_node_state_finding_info')})",
-                "{{reason}} ({{severity}})",
-            )
-        )
+    by_reason = count_panel(
+        71,
+        "Nodes with state findings by reason and severity",
+        f"count by (reason, severity) ({sel('gpuval_node_state_finding_info')})",
+        "{{reason}} ({{severity}})",
     )
-    findings = (
-        table.Panel()
-        .id(72)
-        .title("State findings per node: reason, severity, how many (GPUs, links, ports)")
-        .datasource(DATASOURCE)
-        .span(12)
-        .height(8)
-        .with_target(
-            query(f"{sel('gpuval_node_state_findings')} > 0", instant=True).format(
-                prometheus_models.PromQueryFormat.TABLE
-            )
-        )
+    findings = table_panel(
+        72,
+        "State findings per node: reason, severity, how many (GPUs, links, ports)",
+        f"{sel('gpuval_node_state_findings')} > 0",
     )
     down = (
         bargauge.Panel()
@@ -233,21 +217,11 @@ def state_panels() -> list[Builder[models.Panel]]:
         .orientation(common_models.VizOrientation.HORIZONTAL)
         .thresholds(_thresholds((None, "green"), (1, "red")))
     )
-    grown = (
-        timeseries.Panel()
-        .id(74)
-        .title("Error counters that grew under load, by node and check")
-        .datasource(DATASOURCE)
-        .span(12)
-        .height(8)
-        .unit("none")
-        .min(0)
-        .with_target(
-            query(
-                f"sum by (validation, node, check) ({sel('gpuval_node_state_counters_grown')})",
-                "{{node}} {{check}}",
-            )
-        )
+    grown = count_panel(
+        74,
+        "Error counters that grew under load, by node and check",
+        f"sum by (validation, node, check) ({sel('gpuval_node_state_counters_grown')})",
+        "{{node}} {{check}}",
     )
     return [by_reason, findings, down, grown]
 
@@ -274,18 +248,8 @@ def fabric_panels() -> list[Builder[models.Panel]]:
         .display_mode(common_models.BarGaugeDisplayMode.BASIC)
         .orientation(common_models.VizOrientation.HORIZONTAL)
     )
-    named = (
-        table.Panel()
-        .id(62)
-        .title("Nodes the fabric named: reason")
-        .datasource(DATASOURCE)
-        .span(12)
-        .height(8)
-        .with_target(
-            query(f"gpuval_node_fabric_failure_info{{{SELECT}}} == 1", instant=True).format(
-                prometheus_models.PromQueryFormat.TABLE
-            )
-        )
+    named = table_panel(
+        62, "Nodes the fabric named: reason", f"gpuval_node_fabric_failure_info{{{SELECT}}} == 1"
     )
     verdicts = (
         statetimeline.Panel()

@@ -92,8 +92,7 @@ def table_panel(panel_id: int, title: str, expr: str, span: int = 12) -> table.P
     )
 
 
-def count_panel(panel_id: int, title: str, expr: str, legend: str) -> timeseries.Panel:
-    """How many nodes (or counters) of each kind over time, one line per label set."""
+def _timeseries(panel_id: int, title: str, unit: str) -> timeseries.Panel:
     return (
         timeseries.Panel()
         .id(panel_id)
@@ -101,10 +100,34 @@ def count_panel(panel_id: int, title: str, expr: str, legend: str) -> timeseries
         .datasource(DATASOURCE)
         .span(12)
         .height(8)
-        .unit("none")
-        .min(0)
-        .with_target(query(expr, legend))
+        .unit(unit)
     )
+
+
+def count_panel(panel_id: int, title: str, expr: str, legend: str) -> timeseries.Panel:
+    """How many nodes (or counters) of each kind over time, one line per label set."""
+    return _timeseries(panel_id, title, "none").min(0).with_target(query(expr, legend))
+
+
+def bars_panel(
+    panel_id: int, title: str, unit: str, targets: Sequence[tuple[str, str]], span: int = 12
+) -> bargauge.Panel:
+    """Instant values as horizontal bars from 0, one per series: (expr, legend) per query."""
+    panel = (
+        bargauge.Panel()
+        .id(panel_id)
+        .title(title)
+        .datasource(DATASOURCE)
+        .span(span)
+        .height(8)
+        .unit(unit)
+        .min(0)
+        .display_mode(common_models.BarGaugeDisplayMode.BASIC)
+        .orientation(common_models.VizOrientation.HORIZONTAL)
+    )
+    for expr, legend in targets:
+        panel = panel.with_target(query(expr, legend, instant=True))
+    return panel
 
 
 def verdict_panels() -> list[Builder[models.Panel]]:
@@ -190,33 +213,15 @@ def state_panels() -> list[Builder[models.Panel]]:
         "State findings per node: reason, severity, how many (GPUs, links, ports)",
         f"{sel('gpuval_node_state_findings')} > 0",
     )
-    down = (
-        bargauge.Panel()
-        .id(73)
-        .title(f"Links down at rest: NVLinks and InfiniBand ports, {SLOWEST} worst nodes")
-        .datasource(DATASOURCE)
-        .span(12)
-        .height(8)
-        .unit("none")
-        .min(0)
-        .with_target(
-            query(
-                f"topk({SLOWEST}, {sel('gpuval_node_nvlinks_down')})",
-                "{{node}} NVLinks",
-                instant=True,
-            )
-        )
-        .with_target(
-            query(
-                f"topk({SLOWEST}, {sel('gpuval_node_ib_ports_down')})",
-                "{{node}} IB ports",
-                instant=True,
-            )
-        )
-        .display_mode(common_models.BarGaugeDisplayMode.BASIC)
-        .orientation(common_models.VizOrientation.HORIZONTAL)
-        .thresholds(_thresholds((None, "green"), (1, "red")))
-    )
+    down = bars_panel(
+        73,
+        f"Links down at rest: NVLinks and InfiniBand ports, {SLOWEST} worst nodes",
+        "none",
+        [
+            (f"topk({SLOWEST}, {sel('gpuval_node_nvlinks_down')})", "{{node}} NVLinks"),
+            (f"topk({SLOWEST}, {sel('gpuval_node_ib_ports_down')})", "{{node}} IB ports"),
+        ],
+    ).thresholds(_thresholds((None, "green"), (1, "red")))
     grown = count_panel(
         74,
         "Error counters that grew under load, by node and check",
@@ -229,24 +234,16 @@ def state_panels() -> list[Builder[models.Panel]]:
 def fabric_panels() -> list[Builder[models.Panel]]:
     """The cross-node NCCL test (spec.fabric): each group's busbw, lowest first, and the nodes it
     named with the reason (a group that did not form is NotRun: it shows under untested)."""
-    groups = (
-        bargauge.Panel()
-        .id(61)
-        .title("Fabric groups: all-reduce busbw, lowest first")
-        .datasource(DATASOURCE)
-        .span(12)
-        .height(8)
-        .unit("Bps")
-        .min(0)
-        .with_target(
-            query(
+    groups = bars_panel(
+        61,
+        "Fabric groups: all-reduce busbw, lowest first",
+        "Bps",
+        [
+            (
                 f"sort(gpuval_fabric_group_busbw_bytes_per_second{{{VALIDATION}}})",
                 "{{validation}} {{group}}",
-                instant=True,
             )
-        )
-        .display_mode(common_models.BarGaugeDisplayMode.BASIC)
-        .orientation(common_models.VizOrientation.HORIZONTAL)
+        ],
     )
     named = table_panel(
         62, "Nodes the fabric named: reason", f"gpuval_node_fabric_failure_info{{{SELECT}}} == 1"
@@ -289,18 +286,14 @@ def distribution_panels(
         .with_target(query(f"{metric}{{{SELECT}}}", "{{node}}", instant=True))
     )
     slowest = (
-        bargauge.Panel()
-        .id(panel_id + 1)
-        .title(f"{label}: slowest {SLOWEST} nodes, fraction of the fleet median (red: outliers)")
-        .datasource(DATASOURCE)
-        .span(14)
-        .height(8)
-        .unit("percentunit")
-        .min(0)
+        bars_panel(
+            panel_id + 1,
+            f"{label}: slowest {SLOWEST} nodes, fraction of the fleet median (red: outliers)",
+            "percentunit",
+            [(_ratio_to_median(metric), "{{node}}")],
+            span=14,
+        )
         .max(1.1)
-        .with_target(query(_ratio_to_median(metric), "{{node}}", instant=True))
-        .display_mode(common_models.BarGaugeDisplayMode.BASIC)
-        .orientation(common_models.VizOrientation.HORIZONTAL)
         .thresholds(_thresholds((None, "red"), (OUTLIER_RATIO, "green")))
     )
     return [spread, slowest]
@@ -315,15 +308,7 @@ def series_panel(
     panel_id: int, title: str, series: Sequence[tuple[str, str]], unit: str
 ) -> timeseries.Panel:
     """(metric, legend suffix) pairs over time, one line per node (and GPU)."""
-    panel = (
-        timeseries.Panel()
-        .id(panel_id)
-        .title(title)
-        .datasource(DATASOURCE)
-        .span(12)
-        .height(8)
-        .unit(unit)
-    )
+    panel = _timeseries(panel_id, title, unit)
     for metric, suffix in series:
         per_gpu = metric.startswith("gpuval_gpu_")
         legend = "{{validation}} {{node}}" + (" GPU {{gpu}}" if per_gpu else "")

@@ -120,7 +120,10 @@ def test_kubectl_gpuval_shows_the_run_the_failing_nodes_with_hints_and_the_outli
     assert "GpuValidation 'no-such-validation' not found" in missing.stderr
 
 
-@pytest.mark.parametrize("args", [["status"], ["status", "fleet"], ["report", "x", "--html", "x"]])
+@pytest.mark.parametrize(
+    "args",
+    [["status"], ["status", "fleet"], ["report", "x", "--html", "x"], ["evidence", "gpu-node-1"]],
+)
 def test_without_gpuvals_crds_kubectl_gpuval_says_they_are_missing_and_how_to_install_them(
     cluster: Cluster, args: list[str]
 ) -> None:

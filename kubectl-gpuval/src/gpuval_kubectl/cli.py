@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--html", required=True, type=Path, metavar="FILE", help="where to write it"
     )
     found = sub.add_parser(
-        "evidence",
+        evidence.COMMAND,
         help="write a failing node's evidence bundle (gzip JSON) to a file",
         description="Writes the evidence bundle of the node's latest Failed GpuNodeReport "
         "(gzip-compressed JSON, its sha256 checked) and says what it holds.",
@@ -93,7 +93,7 @@ def write_evidence(cluster: Cluster, args: argparse.Namespace) -> str:
 
 def show(cluster: Cluster, args: argparse.Namespace) -> str:
     """What the command prints (the report or the evidence is written as a side effect)."""
-    if args.command == "evidence":
+    if args.command == evidence.COMMAND:
         return write_evidence(cluster, args)
     if args.name is None:
         return render_list(cluster.validations())

@@ -21,6 +21,9 @@ from gpuval_api.evidence import EvidenceKey
 from gpuval_api.report import StatusKey
 from gpuval_api.result import Verdict
 
+# The subcommand is named for the report field it writes out (status.evidence).
+COMMAND = StatusKey.EVIDENCE.value
+
 
 class NoEvidenceError(Exception):
     """The node's reports hold no bundle to write; the message says why and what to do."""

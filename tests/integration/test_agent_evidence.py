@@ -46,12 +46,18 @@ def test_a_failing_node_keeps_its_evidence_in_its_report_and_the_bundle_decodes(
             {"kind": "ib-link-flapping", "gpu": 1},
             {"kind": "nvlink-errors-grow", "gpu": 3, "link": 3},
             {"kind": "kernel-xid", "gpu": 6, "xid": 48},
+            {"kind": "ib-port-down", "gpu": 2},  # only a warning in this validation
         ],
     )
     name = unique_name("evidence")
     bundle = tmp_path / "bad.json.gz"
     with operator():
-        apply(cluster, fleet.validation(name))
+        checks = {
+            "burn": {"durationSeconds": 5},
+            "nccl": {"maxBytes": 1 << 30},
+            "state": {"actions": {"IbPortDown": "Warn"}},
+        }
+        apply(cluster, fleet.validation(name, checks=checks))
         try:
             status = completed_run(cluster, name)
             run = status["run"]["id"]
@@ -107,8 +113,10 @@ def test_a_failing_node_keeps_its_evidence_in_its_report_and_the_bundle_decodes(
     assert f"(validation {name}, run {run}), is Passed" in passed.stderr
 
     assert shown.returncode == 0, shown.stderr
-    state = shown.stdout.split("State of failing nodes (state check): ", 1)[1]
-    assert f"  {broken}  Error  KernelXidResetGpu: GPU 6: XID 48" in state
-    assert f"      hint: {REASONS[Reason.KERNEL_XID_RESET_GPU].hint}" in state
-    assert f"  {broken}  Error  IbLinkFlapping: " in state
-    assert healthy not in state
+    failing, state = shown.stdout.split("More state of failing nodes (state check, not listed", 1)
+    assert f"  {broken}  state GPU 6  KernelXidResetGpu: GPU 6: XID 48" in failing
+    assert f"      hint: {REASONS[Reason.KERNEL_XID_RESET_GPU].hint}" in failing
+    # The warning the failures do not list, with its hint; nothing listed above twice.
+    assert f"  {broken}  Warning  IbPortDown: mlx5_2 port 1: state DOWN" in state
+    assert f"      hint: {REASONS[Reason.IB_PORT_DOWN].hint}" in state
+    assert "KernelXidResetGpu" not in state and healthy not in state

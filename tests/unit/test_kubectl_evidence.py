@@ -16,7 +16,7 @@ import pytest
 from gpuval_api.crd import GpuValidation
 from gpuval_api.evidence import Section, encode_evidence, evidence_status
 from gpuval_api.stateview import StateLine
-from gpuval_api.views import FleetView, UnitView
+from gpuval_api.views import FailureView, FleetView, UnitView
 from gpuval_kubectl import cli
 from gpuval_kubectl.cluster import PluginError
 from gpuval_kubectl.evidence import NoEvidenceError, choose, describe
@@ -140,22 +140,38 @@ def test_a_damaged_bundle_is_refused_and_no_file_written(tmp_path: Path) -> None
     assert not out.exists()
 
 
-def test_status_shows_a_failing_nodes_state_findings_with_each_hint_once() -> None:
+def test_status_adds_a_failing_nodes_state_warnings_and_unlisted_errors_each_hint_once() -> None:
     lines = (
         StateLine("bad", "Error", "NvlinkDown", "GPU 1: 17 of 18 NVLinks active: link 5", "reseat"),
         StateLine("bad", "Error", "NvlinkDown", "GPU 4: 17 of 18 NVLinks active: link 2", "reseat"),
         StateLine("bad", "Warning", "IbPortErrors", "mlx5_1 port 1: symbol_error 40", "cable"),
+        StateLine("bad", "Warning", "IbPortErrors", "mlx5_2 port 1: symbol_error 41", "cable"),
         StateLine("ok", "Warning", "PcieAerCorrectable", "GPU 0: 120 correctable", "watch"),
     )
-    units = (UnitView("bad", "Failed"), UnitView("ok", "Passed"))
-    view = FleetView("GpuValidation f", "fleet", "node", "Failed", units, state=lines)
+    # The report's failures list the first NVLink finding (its message cut to one line).
+    listed = FailureView("bad", "state", "NvlinkDown", "GPU 1: 17 of 18 NVLinks…", "reseat", 1)
+    units = (UnitView("bad", "Failed", failures=(listed,)), UnitView("ok", "Passed"))
+    view = FleetView(
+        "GpuValidation f", "fleet", "node", "Failed", units, failures=(listed,), state=lines
+    )
     out = render_status(view, GpuValidation.model_validate({"metadata": {"name": "f"}}))
-    section = out.split("State of failing nodes (state check): 3 findings\n", 1)[1]
+    section = out.split("More state of failing nodes (state check, not listed above): 3\n", 1)[1]
     assert section.splitlines()[:5] == [
-        "  bad  Error  NvlinkDown: GPU 1: 17 of 18 NVLinks active: link 5",
-        "      hint: reseat",
         "  bad  Error  NvlinkDown: GPU 4: 17 of 18 NVLinks active: link 2",
+        "      hint: reseat",
         "  bad  Warning  IbPortErrors: mlx5_1 port 1: symbol_error 40",
         "      hint: cable",
+        "  bad  Warning  IbPortErrors: mlx5_2 port 1: symbol_error 41",
     ]
     assert "PcieAerCorrectable" not in out  # a passing node's warning is not a failing node's
+
+
+def test_status_adds_no_state_section_when_the_failures_list_every_finding() -> None:
+    line = StateLine("bad", "Error", "NvlinkDown", "GPU 1: 17 of 18 NVLinks active", "reseat")
+    listed = FailureView("bad", "state", "NvlinkDown", "GPU 1: 17 of 18 NVLinks active", "r", 1)
+    units = (UnitView("bad", "Failed", failures=(listed,)),)
+    view = FleetView(
+        "GpuValidation f", "fleet", "node", "Failed", units, failures=(listed,), state=(line,)
+    )
+    out = render_status(view, GpuValidation.model_validate({"metadata": {"name": "f"}}))
+    assert "More state" not in out

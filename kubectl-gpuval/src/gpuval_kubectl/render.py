@@ -1,11 +1,12 @@
 """What `kubectl gpuval status` prints: every GpuValidation one line each, or one in detail (its
-run, failing nodes with reason and hint, the failing nodes' hardware state, the fabric's findings,
-outliers), kubectl style. Pure."""
+run, failing nodes with reason and hint, the rest of their hardware state (warnings), the fabric's
+findings, outliers), kubectl style. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpuval_api.checks import CheckName
 from gpuval_api.conditions import ConditionType, ValidationPhase
 from gpuval_api.crd import GpuValidation
 from gpuval_api.views import FAILED, FleetView
@@ -95,14 +96,34 @@ def render_status(view: FleetView, validation: GpuValidation) -> str:
     return "\n".join(lines)
 
 
+def _listed(view: FleetView) -> dict[tuple[str, str], list[str]]:
+    """(node, reason) -> the messages of the state failures `Failing nodes` lists (a report's
+    first 16, each cut to one line)."""
+    listed: dict[tuple[str, str], list[str]] = {}
+    for failure in view.failures:
+        if failure.check == CheckName.STATE:
+            key = (failure.unit, failure.reason)
+            listed.setdefault(key, []).append(failure.message.removesuffix("…"))
+    return listed
+
+
 def _state_lines(view: FleetView) -> list[str]:
-    """What the state check found on the failing nodes, errors and warnings (the failures above
-    list only a report's first 16 failed findings), each reason's hint once per node."""
+    """What the state check found on the failing nodes that `Failing nodes` does not list
+    already: its warnings, and errors past a report's first 16 failures; each reason's hint once
+    per node."""
     failing = {u.name for u in view.units if u.verdict == FAILED}
-    found = [line for line in view.state if line.unit in failing]
+    listed = _listed(view)
+    found = [
+        line
+        for line in view.state
+        if line.unit in failing
+        and not any(
+            line.message.startswith(shown) for shown in listed.get((line.unit, line.reason), [])
+        )
+    ]
     if not found:
         return []
-    lines = [f"State of failing nodes (state check): {len(found)} findings"]
+    lines = [f"More state of failing nodes (state check, not listed above): {len(found)}"]
     hinted: set[tuple[str, str]] = set()
     for line in found[:MAX_LINES]:
         lines.append(f"  {line.unit}  {line.severity}  {line.reason}: {line.message}")

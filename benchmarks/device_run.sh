@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 machine through the device tool, from the repository root:
-#   bash benchmarks/device_run.sh smoke|full|check|issue9|b7|final|fabric|probe10|final10|memtest|baseline
+#   bash benchmarks/device_run.sh smoke|full|check|issue9|b7|final|fabric|probe10|final10|memtest|baseline|inuse
 # Installs the carried wheels (.whl: pydantic and its needs, absent there), then the GPU tests,
 # the benchmark and `gpuval-agent run` itself, writing everything under $OUT. Each step runs
 # under its own time limit and the script goes on after a failed step.
@@ -98,6 +98,15 @@ elif [ "$MODE" = baseline ]; then
   # GPU): BelowBaseline names it.
   GPUVAL_BURN_SLOWDOWN=0.8 step run_slowed 150 python3 -m gpuval_agent.cli run --checks driver,burn \
     --duration 20 --json "$OUT/run_slowed.json"
+elif [ "$MODE" = inuse ]; then
+  # Issue 17 part 3 again, with the watch's poll (every 0.1 s while a check makes CUDA contexts,
+  # the driver check's CUDA initialisation included): two agents started at once on one GPU (c,
+  # three times: its outcome hangs on timing), the clean run with the poll (d) and without it (g),
+  # and what one NVML reading of the GPUs' processes costs (f). Every file under $OUT/inuse.
+  readlink /proc/self/ns/pid >>"$OUT/summary.log"
+  step inuse "${INUSE_LIMIT:-420}" python3 benchmarks/inuse_scenarios.py --out "$OUT/inuse" \
+    --duration 10 --only c,d,f,g --repeat 3
+  cat "$OUT/inuse.log" >>"$OUT/summary.log"
 elif [ "$MODE" = smoke ]; then
   step pytest 300 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
   step bench 240 python3 benchmarks/agent_bench.py --seconds 4 --out "$OUT/bench.json"

@@ -5,12 +5,16 @@ On the H200 machine (one GPU is enough), with the agent's real backend:
   (b) another process holding most of GPU 0's memory (135 GiB of ~140);
   (c) two agents started on one GPU at once;
   (d) a clean run of the same checks;
-then the NCCL check's rank worker on one GPU (a world of one: start, checked sum, sweep).
+then the NCCL check's rank worker on one GPU (a world of one: start, checked sum, sweep);
+  (f) what one reading of the GPUs' processes costs through NVML (the watch's poll reads every
+      0.1 s while a check runs);
+  (g) the clean run again with the poll off (`--test-inuse-poll 0`): its burn beside d's.
 Each of a-c must end NotRun with GpuInUse naming the other process, exit 3 ("not tested"), and
-no LowThroughput, LowBandwidth or CheckError; d must pass (exit 0). One line per scenario on
-stdout; every agent's table and stderr in --out/inuse.log, the figures in --out/inuse.json.
+no LowThroughput, LowBandwidth or CheckError; d and g must pass (exit 0). One line per scenario
+on stdout; every agent's table and stderr in --out/inuse.log, the figures in --out/inuse.json.
+`--only c,d,f,g` runs some of them; `--repeat N` runs (c) N times (its outcome hangs on timing).
 
-  python benchmarks/inuse_scenarios.py --out DIR [--duration 10]
+  python benchmarks/inuse_scenarios.py --out DIR [--duration 10] [--only c,d] [--repeat 3]
   python benchmarks/inuse_scenarios.py hog compute|memory [GIB]   (the other process)
 """
 
@@ -70,7 +74,7 @@ def _start_hog(kind: str, gib: float) -> subprocess.Popen[str]:
     return process
 
 
-def _agent(out: Path, name: str, duration: float) -> subprocess.Popen[str]:
+def _agent(out: Path, name: str, duration: float, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -82,6 +86,7 @@ def _agent(out: Path, name: str, duration: float) -> subprocess.Popen[str]:
             str(duration),
             "--json",
             str(out / f"{name}.json"),
+            *extra,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -154,10 +159,52 @@ def _two_agents(out: Path, duration: float, log: list[str]) -> dict[str, Any]:
     return {"agents": runs, "problems": runs[0]["problems"] + runs[1]["problems"]}
 
 
-def _clean(out: Path, duration: float, log: list[str]) -> dict[str, Any]:
-    run = _finish(_agent(out, "clean", duration), out, "clean", log)
+def _clean(out: Path, duration: float, log: list[str], *extra: str) -> dict[str, Any]:
+    name = "clean-no-poll" if extra else "clean"
+    run = _finish(_agent(out, name, duration, *extra), out, name, log)
     run["problems"] = [] if (run["exit"], run["verdict"]) == (0, "Passed") else ["did not pass"]
     return run
+
+
+def _poll_cost(readings: int = 500) -> dict[str, Any]:
+    """One reading of every GPU's processes through NVML, as the watch's poll takes it."""
+    from gpuval_agent.backends.nvml import Nvml  # noqa: PLC0415
+    from gpuval_agent.watch import POLL_SECONDS, InUseWatch  # noqa: PLC0415
+
+    nvml = Nvml()
+    try:
+        cpu, wall = time.thread_time(), time.perf_counter()
+        for _ in range(readings):
+            nvml.gpu_use()
+        cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+
+        class _Source:
+            gpu_use = nvml.gpu_use
+
+            def host_pid_namespace(self) -> bool:
+                return True
+
+            def agent_gpu_processes(self) -> dict[int, int]:
+                return dict.fromkeys(range(nvml.count), 1)
+
+        watch = InUseWatch(_Source(), poll_seconds=None)
+        watch.take_baseline()
+        with watch.during():
+            judged = time.perf_counter()
+            for _ in range(readings):
+                watch.tick()
+            judged = time.perf_counter() - judged
+    finally:
+        nvml.close()
+    return {
+        "gpus": nvml.count,
+        "readings": readings,
+        "nvmlCpuMsPerReading": round(1e3 * cpu / readings, 3),
+        "nvmlWallMsPerReading": round(1e3 * wall / readings, 3),
+        "watchWallMsPerReading": round(1e3 * judged / readings, 3),
+        "coreFractionAtPollPeriod": round(cpu / readings / POLL_SECONDS, 5),
+        "problems": [],
+    }
 
 
 def _wait_idle(seconds: float = 30.0) -> list[int]:
@@ -215,18 +262,29 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--hold-gib", type=float, default=135.0)
+    parser.add_argument("--only", help="letters of the scenarios to run, e.g. c,d,f,g")
+    parser.add_argument("--repeat", type=int, default=1, help="times to run (c)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="inuse-"))  # the agents' documents (few files come back)
     log: list[str] = []
     results: dict[str, Any] = {}
-    scenarios = {
+    scenarios: dict[str, Any] = {
         "a_compute": lambda: _with_hog(work, "compute", 0, args.duration, log),
         "b_memory": lambda: _with_hog(work, "memory", args.hold_gib, args.duration, log),
-        "c_two_agents": lambda: _two_agents(work, args.duration, log),
+    }
+    for attempt in range(1, args.repeat + 1):
+        suffix = f"_{attempt}" if args.repeat > 1 else ""
+        scenarios[f"c_two_agents{suffix}"] = lambda: _two_agents(work, args.duration, log)
+    scenarios |= {
         "d_clean": lambda: _clean(work, args.duration, log),
         "e_rank_worker": _rank_worker,
+        "f_poll_cost": _poll_cost,
+        "g_clean_no_poll": lambda: _clean(work, args.duration, log, "--test-inuse-poll", "0"),
     }
+    if args.only:
+        wanted = {letter.strip() for letter in args.only.split(",")}
+        scenarios = {k: v for k, v in scenarios.items() if k.split("_", 1)[0] in wanted}
     for name, scenario in scenarios.items():
         if leftover := _wait_idle():
             print(f"{name}: GPU not idle before it: PIDs {leftover}", flush=True)

@@ -30,6 +30,13 @@ from tests.support import chart
 from tests.support.kube import get_json, wait_for
 
 MISCOMPARE = [{"kind": "miscompare", "gpu": 3}]
+# Hardware-state findings the healthy pool's validation only warns about: the node passes, and the
+# dashboard's state row has series to show (a counter that grew, a port down).
+STATE_WARNINGS = [{"kind": "nvlink-errors-grow", "gpu": 3, "link": 3}, {"kind": "ib-port-down"}]
+WARN_ONLY = {
+    "burn": {"durationSeconds": 2},
+    "state": {"actions": {"ErrorCountersGrew": "Warn", "IbPortDown": "Warn"}},
+}
 SLOW_FABRIC = [{"kind": "fabric-slow-node", "factor": 0.5}]
 # The fabric of a pool of four (the simulated backend computes its figures: sizes cost nothing).
 FABRIC = {
@@ -199,18 +206,21 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
         [
             chart.pool_node(good, burn_pool),
             chart.pool_node(bad, burn_pool, MISCOMPARE),
-            chart.pool_node(healthy, healthy_pool),
+            chart.pool_node(healthy, healthy_pool, STATE_WARNINGS),
             chart.pool_node(busy, busy_pool),
             *(chart.pool_node(n, fabric_pool, SLOW_FABRIC if n == slow else ()) for n in linked),
         ]
     )
-    # Four validations: one with a node failing its burn, one that passes whole (so the
-    # last-success series the stale alert and a dashboard panel read exists too), one whose
+    # Four validations: one with a node failing its burn, one that passes whole with state
+    # warnings (so the last-success series the stale alert and a dashboard panel read exists
+    # too, and the state row's findings), one whose
     # node's GPUs a workload holds (NotRun: the untested panels' series, and no failure alert),
     # and one testing the fabric of four nodes, one of them slow (the fabric panels and alert).
     validations = {
         f"alerts-{burn_pool}": chart.validation(f"alerts-{burn_pool}", burn_pool),
-        f"alerts-{healthy_pool}": chart.validation(f"alerts-{healthy_pool}", healthy_pool),
+        f"alerts-{healthy_pool}": chart.validation(
+            f"alerts-{healthy_pool}", healthy_pool, checks=WARN_ONLY
+        ),
         f"alerts-{busy_pool}": chart.validation(
             f"alerts-{busy_pool}", busy_pool, nodeTimeoutSeconds=10, retry={"attempts": 1}
         ),
@@ -266,6 +276,9 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
             assert server.target_health() == ["up"]
             scraped = chart.scrape(port)
             empty = [(title, expr) for title, expr in dashboard_queries() if not server.query(expr)]
+            warned = server.query(f'gpuval_node_state_finding_info{{node="{healthy}"}}')
+            grown = server.query(f'gpuval_node_state_counters_grown{{node="{healthy}"}}')
+            ports_down = server.query(f'gpuval_node_ib_ports_down{{node="{healthy}"}}')
             # Grafana's rule: query A, then threshold B (A > 0), per series.
             grafana = server.query(f"({burn_expr(rendered()[1])}) > 0")
             for name in validations:
@@ -304,6 +317,13 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
     assert {r["metric"]["reason"] for r in grafana} == {"BurnMismatch"}
 
     assert not empty, f"dashboard queries with no series from the operator: {empty}"
+    # The healthy pool's node passed with its state warnings, which its series carry.
+    assert {(r["metric"]["reason"], r["metric"]["severity"]) for r in warned} == {
+        ("ErrorCountersGrew", "Warning"),
+        ("IbPortDown", "Warning"),
+    }
+    assert {r["metric"]["check"]: r["value"][1] for r in grown}["burn"] == "1"
+    assert [r["value"][1] for r in ports_down] == ["1"]
     exported = set(re.findall(r"^(gpuval_[a-z0-9_]+)", scraped, flags=re.MULTILINE))
     dashboard_names = set(METRIC_NAME.findall(DASHBOARD.read_text()))
     assert dashboard_names <= exported, sorted(dashboard_names - exported)

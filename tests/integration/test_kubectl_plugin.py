@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +18,7 @@ from gpuval_devtools.controlplane import Cluster, free_port
 from gpuval_devtools.launch import (
     AGENT_NAMESPACE,
     agent_rbac,
+    kubectl_gpuval,
     operator_process,
     podrunner_process,
 )
@@ -32,26 +30,6 @@ from tests.support.browser import look_at
 from tests.support.kube import get_json, wait_for
 
 pytestmark = pytest.mark.usefixtures("install_crds")
-
-VENV_BIN = Path(sys.executable).parent
-
-
-def kubectl_gpuval(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    """`kubectl gpuval ARGS`: kubectl finds the plugin (kubectl-gpuval) on PATH and hands it
-    KUBECONFIG through the environment, as it does for every plugin."""
-    env = {
-        **os.environ,
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "KUBECONFIG": str(cluster.kubeconfig),
-    }
-    return subprocess.run(
-        [str(cluster.binaries.kubectl), "gpuval", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
 
 
 def _completed(cluster: Cluster, name: str) -> bool:
@@ -142,7 +120,10 @@ def test_kubectl_gpuval_shows_the_run_the_failing_nodes_with_hints_and_the_outli
     assert "GpuValidation 'no-such-validation' not found" in missing.stderr
 
 
-@pytest.mark.parametrize("args", [["status"], ["status", "fleet"], ["report", "x", "--html", "x"]])
+@pytest.mark.parametrize(
+    "args",
+    [["status"], ["status", "fleet"], ["report", "x", "--html", "x"], ["evidence", "gpu-node-1"]],
+)
 def test_without_gpuvals_crds_kubectl_gpuval_says_they_are_missing_and_how_to_install_them(
     cluster: Cluster, args: list[str]
 ) -> None:

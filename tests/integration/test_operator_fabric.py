@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from gpuval_api.evidence import decode_evidence
 from gpuval_devtools.controlplane import Cluster, free_port
 from gpuval_devtools.launch import operator_process
 from gpuval_kubectl.cli import build_parser, show
@@ -107,6 +108,22 @@ def test_one_slow_node_of_eight_is_named_and_its_partners_pass(
     )
     busbw = f'gpuval_fabric_group_busbw_bytes_per_second{{group="g1",validation="{name}"}}'
     assert busbw in metrics
+    # The slow node's evidence: the bundle the operator wrote with its verdict, from what the
+    # node's agent (which passed it) kept and what only the run showed; the partners have none.
+    assert all("evidence" not in reports[n] for n in nodes)
+    evidence = decode_evidence(reports[slow]["evidence"])
+    assert (evidence["node"], evidence["reason"], evidence["check"]) == (
+        slow,
+        "FabricSlowNode",
+        "fabric",
+    )
+    sections = evidence["sections"]
+    floor = sections["fabric"]["run"]["pairFloorGBps"]
+    assert sections["fabric"]["agent"]["transport"] == "IB/GDRDMA"
+    own = [p for p in sections["pairs"] if p["withThisNode"]]
+    assert own and all(p["busbwGBps"] < floor for p in own if p["round"] >= 1)
+    assert len(sections["pairs"]) > len(own)
+    assert "NCCL INFO Using network IB" in sections["ncclLog"]
 
 
 def test_a_slow_link_names_its_two_nodes(
@@ -166,6 +183,10 @@ def test_an_unreachable_rank_0_a_hang_and_a_transport_fallback_each_give_their_r
         assert reports[node]["verdict"] == "Passed"
     assert "could not reach this node's rendezvous" in reports[unreachable]["fabric"]["message"]
     assert "NCCL INFO" in (reports[hung]["fabric"]["result"].get("logTail") or "")
+    hung_log = decode_evidence(reports[hung]["evidence"])["sections"]["ncclLog"]
+    assert "simulated fabric-hang: the collective never ends" in hung_log
+    fallback = decode_evidence(reports[sockets]["evidence"])["sections"]["fabric"]["agent"]
+    assert any("via NET/Socket" in line for line in fallback["transportLines"])
     assert reports[sockets]["fabric"]["transport"] == "Socket"
     assert status["nodes"]["failed"] == 3 and status["nodes"]["passed"] == 6
 

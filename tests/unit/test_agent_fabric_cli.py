@@ -109,6 +109,9 @@ def test_a_healthy_group_passes_on_every_node_with_every_pair_and_the_transport(
     assert first.nccl_env["NCCL_ALGO"] == "Ring" and first.nccl_env["NCCL_DEBUG"] == "INFO"
     assert all(n.result.pairs == first.pairs for n in nodes), "every node holds the evidence"
     assert "PASSED: group busbw" in nodes[2].output and "ROUND" in nodes[2].output
+    # A passing node keeps its NCCL log too (the run may still fail it), set-up lines only.
+    assert first.nccl_log is not None and "NCCL INFO Using network IB" in first.nccl_log
+    assert first.log_tail is None
 
 
 def test_one_slow_node_of_eight_is_named_and_its_partners_pass(tmp_path: Path) -> None:
@@ -166,6 +169,7 @@ def test_a_hang_ends_in_its_timeout_names_the_hung_node_and_keeps_ncclinfo(tmp_p
     assert (hung.verdict, hung.reason) == (Verdict.FAILED, Reason.NCCL_TIMEOUT)
     assert "no result within 5 s (fabric.timeouts.phaseSeconds): hung" in hung.message
     assert hung.log_tail is not None and "NCCL INFO" in hung.log_tail
+    assert hung.nccl_log is not None and "fabric-hang: the collective never ends" in hung.nccl_log
     assert hung.busbw_gbps is None and hung.sizes == []
     others = [n.result for n in nodes if n.result.node != "node-c"]
     assert {(r.verdict, r.reason) for r in others} == {(Verdict.PASSED, None)}

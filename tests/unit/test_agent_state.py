@@ -17,7 +17,7 @@ from gpuval_agent.state.counters import growth
 from gpuval_agent.state.xids import XidAction, lookup
 from gpuval_api.checks import CheckName, ChecksConfig, parse_checks
 from gpuval_api.reasons import REASONS, Reason, Severity
-from gpuval_api.result import AgentResult, CheckResult, Finding, Verdict
+from gpuval_api.result import AgentResult, CheckResult, Finding, Metric, Verdict
 from tests.support.statetree import RecordedBackend, load
 from tests.unit.test_agent_checks import Recorder
 
@@ -302,3 +302,18 @@ def test_an_xid_the_burn_saw_heads_the_report_and_the_kernel_log_growth_backs_it
     state = _state(result)
     assert state.reason is Reason.ERROR_COUNTERS_GREW
     assert result.message.startswith("burn: ") and "state: " in result.message
+
+
+def test_the_state_check_counts_links_down_and_counters_grown_per_load_check() -> None:
+    faults: list[dict[str, object]] = [
+        {"kind": "nvlink-down", "gpu": 1, "link": 5},
+        {"kind": "ib-port-down", "gpu": 0},
+        {"kind": "nvlink-errors-grow", "gpu": 3, "link": 3},
+        {"kind": "ib-errors-grow", "gpu": 2},
+    ]
+    metrics = _state(_simulated(faults)).metrics
+    assert (metrics[Metric.NVLINKS_DOWN], metrics[Metric.IB_PORTS_DOWN]) == (1, 1)
+    grown = {k: v for k, v in metrics.items() if k.startswith(f"{Metric.COUNTERS_GROWN}.")}
+    assert grown == {"countersGrown.burn": 2, "countersGrown.bandwidth": 0, "countersGrown.nccl": 0}
+    healthy = _state(_simulated([])).metrics
+    assert (healthy[Metric.NVLINKS_DOWN], healthy[Metric.IB_PORTS_DOWN]) == (0, 0)

@@ -41,6 +41,7 @@ from gpuval_agent.outcome import (
 )
 from gpuval_agent.record import RunRecord
 from gpuval_agent.runner import run_checks
+from gpuval_agent.watch import POLL_SECONDS
 from gpuval_api.baseline.model import BaselineSettings
 from gpuval_api.checks import CheckName, ChecksConfig, Precision, camel, parse_checks
 from gpuval_api.evidence import evidence_gzip, evidence_status
@@ -148,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", choices=BACKENDS, help="GPU backend (default cuda)")
     run.add_argument("--simulate", help="simulated backend's configuration JSON (test double)")
     run.add_argument("--quiet", action="store_true", help="no progress line")
+    # The benchmark of the in-use poll's cost: its period in seconds, 0 to turn it off.
+    run.add_argument("--test-inuse-poll", type=float, default=POLL_SECONDS, help=argparse.SUPPRESS)
     cluster = sub.add_parser("cluster", help="in-cluster mode: write this node's GpuNodeReport")
     cluster.add_argument("--backend", choices=BACKENDS)
     cluster.add_argument("--simulate")
@@ -231,6 +234,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             stop=stop,
             record=record,
             on_reading=display.state_reading,
+            inuse_poll=args.test_inuse_poll or None,
         )
     finally:
         display.close()

@@ -22,13 +22,13 @@ from gpuval_agent.checks.driver import run_driver
 from gpuval_agent.checks.health import run_health
 from gpuval_agent.checks.memory import run_memory
 from gpuval_agent.checks.nccl import run_nccl, sweep_sizes
-from gpuval_agent.checks.sharing import settle_in_use
+from gpuval_agent.checks.sharing import settle_in_use, settle_shared_init
 from gpuval_agent.errors import AgentError, NoDriverError
 from gpuval_agent.parts import figures_for
 from gpuval_agent.record import RunRecord
 from gpuval_agent.state.model import Reading
 from gpuval_agent.telemetry import Sampler
-from gpuval_agent.watch import InUseWatch
+from gpuval_agent.watch import POLL_SECONDS, InUseWatch
 from gpuval_api.checks import CheckName, ChecksConfig
 from gpuval_api.reasons import Reason
 from gpuval_api.result import AgentResult, CheckResult, Environment, Verdict
@@ -45,6 +45,10 @@ CHECKS: dict[CheckName, Callable[[CheckContext], CheckResult]] = {
 }
 # Checks that load the GPUs through CUDA: meaningless when CUDA did not initialise anywhere.
 _CUDA_CHECKS = {CheckName.MEMORY, CheckName.BURN, CheckName.BANDWIDTH, CheckName.NCCL}
+# Checks that make CUDA contexts, run inside the watch for other processes on the GPUs: the load
+# checks, and the driver check's CUDA initialisation (a context on every GPU), which is when two
+# agents started at once on one GPU overlap.
+_WATCHED = _CUDA_CHECKS | {CheckName.DRIVER}
 # Checks that leave the hardware at rest; after any other, the state is read again (its error
 # counters compared with the reading before).
 _AT_REST = {CheckName.STATE, CheckName.DRIVER, CheckName.HEALTH}
@@ -77,9 +81,11 @@ def run_checks(
     sample_interval: float = 0.5,
     record: RunRecord | None = None,
     on_reading: Callable[[Reading], None] | None = None,
+    inuse_poll: float | None = POLL_SECONDS,
 ) -> AgentResult:
     """Every enabled check, in order. `record` receives what the run keeps beyond its result
-    (the state readings, for the evidence bundle); `on_reading` hears of every state reading."""
+    (the state readings, for the evidence bundle); `on_reading` hears of every state reading;
+    `inuse_poll` is the watch's period while a check runs (None: no poll, for its benchmark)."""
     started_at = datetime.now(UTC)
     enabled = config.enabled()
     first = enabled[0] if enabled else CheckName.DRIVER
@@ -110,14 +116,14 @@ def run_checks(
         expected_gpus_source = f"the GPUs the {backend.name} backend's node advertises"
     # Before the agent's first CUDA context (the NCCL ranks start next): every process on a GPU
     # now is another's.
-    watch = InUseWatch(backend)
+    watch = InUseWatch(backend, poll_seconds=inuse_poll)
     busy = watch.take_baseline()
     if watch.unreadable:
         environment.unsupported.append("gpuProcesses (no GPU is judged in use)")
     _prepare_nccl(
         backend, config, enabled, [g.index for g in environment.gpus if g.index not in busy]
     )
-    sampler = Sampler(backend, sample_interval, on_samples, tick=watch.tick)
+    sampler = Sampler(backend, sample_interval, on_samples)
     sampler.start()
     context = CheckContext(
         backend=backend,
@@ -229,19 +235,28 @@ def _expected_seconds(config: ChecksConfig, name: CheckName) -> float | None:
 
 
 def _run_one(name: CheckName, context: CheckContext) -> CheckResult:
-    """One check; a load check inside the watch for other processes on its GPUs."""
-    if name not in _CUDA_CHECKS or context.watch is None:
+    """One check; one that makes CUDA contexts inside the watch for other processes on its
+    GPUs (a load check leaves out the GPUs busy as it starts)."""
+    watch = context.watch
+    if name not in _WATCHED or watch is None:
         return _call(name, context)
-    with context.watch.during() as seen:
-        context.busy = seen.before
-        try:
-            if context.usable_gpus or not seen.before:
-                result = _call(name, context)
-            else:
-                result = CheckBuilder(name.value, context).finish(verdict=Verdict.SKIPPED)
-        finally:
-            context.busy = {}
-    return settle_in_use(result, seen.before, seen.during)
+    if name is CheckName.DRIVER:
+        with watch.during() as seen:
+            result = _call(name, context)
+        settled = settle_shared_init(result, watch.baseline, seen.before | seen.during)
+    else:
+        with watch.during() as seen:
+            context.busy = seen.before
+            try:
+                if context.usable_gpus or not seen.before:
+                    result = _call(name, context)
+                else:
+                    result = CheckBuilder(name.value, context).finish(verdict=Verdict.SKIPPED)
+            finally:
+                context.busy = {}
+        settled = settle_in_use(result, seen.before, seen.during)
+    settled.metrics["inUseReadings"] = float(seen.readings)
+    return settled
 
 
 def _call(name: CheckName, context: CheckContext) -> CheckResult:

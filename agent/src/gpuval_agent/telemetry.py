@@ -77,13 +77,10 @@ class Sampler:
         backend: Backend,
         interval: float,
         on_samples: Callable[[list[TelemetrySample]], None] | None = None,
-        tick: Callable[[], None] | None = None,
     ) -> None:
         self._backend = backend
         self._interval = interval
         self._on_samples = on_samples
-        # Also called at every interval (the watch over other processes on the GPUs).
-        self._tick = tick
         self._windows: list[Window] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -120,11 +117,6 @@ class Sampler:
     def _loop(self) -> None:
         while not self._stop.is_set():
             self.sample_now()
-            if self._tick is not None:
-                try:
-                    self._tick()
-                except Exception as error:  # the watch must never stop the sampling
-                    self.last_error = f"{type(error).__name__}: {error}"
             self._stop.wait(self._interval)
 
     @contextmanager

@@ -2,9 +2,12 @@
 
 The effects beside gpuval_agent.inuse's rules: NVML's processes through the backend (or the
 fabric's executor), the agent's own process tree from /proc. The agent takes a snapshot before
-its first CUDA context (`take_baseline`), then each load check runs inside `during()`: one reading
-as it starts (the GPUs found busy are left out of it), one at every telemetry tick while it runs
-(`tick`, from the sampler's thread) and one as it ends.
+its first CUDA context (`take_baseline`), then each check that uses CUDA runs inside `during()`:
+one reading as it starts (the GPUs found busy are left out of a load check), a reading every
+POLL_SECONDS on a thread of its own while it runs (`tick`), and one as it ends. Every process any
+reading saw is kept, so another's CUDA context that lived for a moment between two readings a
+second apart (another agent's start-up, a short job on a time-sliced GPU) is seen when it lived
+longer than the poll's period.
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ from gpuval_agent.inuse import Busy, Ownership, foreign_use, merge
 _NAME_CHARS = 120
 _CONFIRM_SECONDS = 1.5
 _MAX_DEPTH = 64
+# While a watched check runs, NVML is read this often: a CUDA context is seen when it lives at
+# least this long (creating and dropping one takes ~0.3 s on an H200). One reading is a few NVML
+# calls per GPU (benchmarks/inuse_poll_cost.py measures what it costs).
+POLL_SECONDS = 0.1
 
 
 class UseSource(Protocol):
@@ -75,13 +82,20 @@ class Seen:
 
     before: dict[int, Busy] = field(default_factory=dict)
     during: dict[int, Busy] = field(default_factory=dict)
+    readings: int = 0  # how many readings of the GPUs the check had, its first and last included
 
 
 class InUseWatch:
     """The agent's watch over its GPUs (module docstring)."""
 
-    def __init__(self, source: UseSource, root: int | None = None) -> None:
+    def __init__(
+        self,
+        source: UseSource,
+        root: int | None = None,
+        poll_seconds: float | None = POLL_SECONDS,
+    ) -> None:
         self._source = source
+        self._poll_seconds = poll_seconds  # None: no poll, only each check's first and last
         self._root = os.getpid() if root is None else root
         self.comparable = source.host_pid_namespace()
         self.baseline: dict[int, Busy] = {}
@@ -90,7 +104,9 @@ class InUseWatch:
         self._own: dict[int, bool] = {}
         self._open: list[Seen] = []
         self._lock = threading.Lock()
+        self._poller: tuple[threading.Thread, threading.Event] | None = None
         self.unreadable = False  # NVML could not list the processes (nothing is judged busy)
+        self.poll_errors: list[str] = []  # what the poll could not read (the last few)
 
     def _is_own(self, pid: int) -> bool:
         if pid not in self._own:
@@ -151,26 +167,63 @@ class InUseWatch:
 
     def _feed(self, found: dict[int, Busy]) -> None:
         for seen in self._open:
+            seen.readings += 1
             for gpu, busy in found.items():
                 seen.during[gpu] = merge(seen.during.get(gpu), busy)
 
     def tick(self) -> None:
-        """A reading for the load checks running now (nothing is read when none runs)."""
+        """A reading for the checks running now (nothing is read when none runs)."""
         with self._lock:
             if self._open:
                 self._feed(self.read())
 
+    def _poll(self, stop: threading.Event, period: float) -> None:
+        while not stop.wait(period):
+            try:
+                self.tick()
+            except Exception as error:  # a failed reading loses one reading, never the check
+                self.poll_errors = [*self.poll_errors[-4:], f"{type(error).__name__}: {error}"]
+
+    @property
+    def polling(self) -> bool:
+        """Whether the poll runs (while a watched check runs)."""
+        return self._poller is not None
+
+    def _start_poll(self) -> None:
+        if self._poll_seconds is None or self._poller is not None:
+            return
+        stop = threading.Event()
+        thread = threading.Thread(
+            target=self._poll, args=(stop, self._poll_seconds), name="gpuval-inuse", daemon=True
+        )
+        self._poller = (thread, stop)
+        thread.start()
+
+    @staticmethod
+    def _stop_poll(poller: tuple[threading.Thread, threading.Event] | None) -> None:
+        if poller is not None:
+            thread, stop = poller
+            stop.set()
+            thread.join(timeout=5)
+
     @contextmanager
     def during(self) -> Iterator[Seen]:
-        """One load check: `before` is filled as it starts, `during` until it ends."""
-        seen = Seen()
+        """One check: `before` is filled as it starts, `during` until it ends (by the poll
+        while it runs, and a last reading)."""
+        seen = Seen(readings=1)
         with self._lock:
             self._started = True
             seen.before = self.read()
             self._open.append(seen)
+            self._start_poll()
         try:
             yield seen
         finally:
             with self._lock:
                 self._feed(self.read())
                 self._open.remove(seen)
+                poller = None if self._open else self._poller
+                if poller is not None:
+                    self._poller = None
+            # Outside the lock: the poll's last reading may be waiting for it.
+            self._stop_poll(poller)

@@ -216,7 +216,17 @@ class FabricResult(_Model):
     verdict: Verdict
     reason: Reason | None = None
     message: str = ""
-    log_tail: str | None = None
+    nccl_log: str | None = Field(
+        default=None,
+        description="NCCL's own lines kept as evidence, on every run (a node its agent passed "
+        "may fail the run-wide comparison): each warning or error with the lines around it, "
+        "the set-up lines (version, network, interfaces, one per transport); at most 4 KiB "
+        "when every phase went well, 12 KiB otherwise.",
+    )
+    log_tail: str | None = Field(
+        default=None,
+        description="The workers' last words (at most 8,000 characters), when a phase failed.",
+    )
 
 
 class WaitingRank(_Model):

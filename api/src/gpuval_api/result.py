@@ -41,6 +41,12 @@ class Metric:
     H2D = "h2dGBps"  # bandwidth, per GPU, one GPU at a time
     D2H = "d2hGBps"
     DEVICE_COPY = "deviceCopyGBps"
+    # The state check's, for the whole node (the operator's state series read them): NVLinks
+    # down (below the count each GPU should have), InfiniBand/RoCE ports not up, and per load
+    # check `countersGrown.<check>`, the error counters that grew while it ran.
+    NVLINKS_DOWN = "nvlinksDown"
+    IB_PORTS_DOWN = "ibPortsDown"
+    COUNTERS_GROWN = "countersGrown"
 
 
 class PcieLink(_Model):

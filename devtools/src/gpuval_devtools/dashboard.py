@@ -79,6 +79,57 @@ def stat_panel(
     )
 
 
+def table_panel(panel_id: int, title: str, expr: str, span: int = 12) -> table.Panel:
+    """An instant query as a table: one row per series, its labels as columns."""
+    return (
+        table.Panel()
+        .id(panel_id)
+        .title(title)
+        .datasource(DATASOURCE)
+        .span(span)
+        .height(8)
+        .with_target(query(expr, instant=True).format(prometheus_models.PromQueryFormat.TABLE))
+    )
+
+
+def _timeseries(panel_id: int, title: str, unit: str) -> timeseries.Panel:
+    return (
+        timeseries.Panel()
+        .id(panel_id)
+        .title(title)
+        .datasource(DATASOURCE)
+        .span(12)
+        .height(8)
+        .unit(unit)
+    )
+
+
+def count_panel(panel_id: int, title: str, expr: str, legend: str) -> timeseries.Panel:
+    """How many nodes (or counters) of each kind over time, one line per label set."""
+    return _timeseries(panel_id, title, "none").min(0).with_target(query(expr, legend))
+
+
+def bars_panel(
+    panel_id: int, title: str, unit: str, targets: Sequence[tuple[str, str]], span: int = 12
+) -> bargauge.Panel:
+    """Instant values as horizontal bars from 0, one per series: (expr, legend) per query."""
+    panel = (
+        bargauge.Panel()
+        .id(panel_id)
+        .title(title)
+        .datasource(DATASOURCE)
+        .span(span)
+        .height(8)
+        .unit(unit)
+        .min(0)
+        .display_mode(common_models.BarGaugeDisplayMode.BASIC)
+        .orientation(common_models.VizOrientation.HORIZONTAL)
+    )
+    for expr, legend in targets:
+        panel = panel.with_target(query(expr, legend, instant=True))
+    return panel
+
+
 def verdict_panels() -> list[Builder[models.Panel]]:
     """Node states (any state the operator exports: passed, failed, and later notrun), uniformity,
     verdicts and reasons over time, and the failing nodes with the check and reason."""
@@ -105,16 +156,11 @@ def verdict_panels() -> list[Builder[models.Panel]]:
     unschedulable = stat_panel(
         6, "Unschedulable agent pods", f"sum(gpuval_validation_unschedulable_pods{{{VALIDATION}}})"
     ).span(4)
-    reasons = (
-        timeseries.Panel()
-        .id(7)
-        .title("Failing nodes by reason")
-        .datasource(DATASOURCE)
-        .span(12)
-        .height(8)
-        .unit("none")
-        .min(0)
-        .with_target(query(f"count by (reason) ({sel('gpuval_node_failure_info')})", "{{reason}}"))
+    reasons = count_panel(
+        7,
+        "Failing nodes by reason",
+        f"count by (reason) ({sel('gpuval_node_failure_info')})",
+        "{{reason}}",
     )
     verdicts = (
         statetimeline.Panel()
@@ -126,18 +172,11 @@ def verdict_panels() -> list[Builder[models.Panel]]:
         .with_target(query(f"gpuval_node_passed{{{SELECT}}}", "{{node}}"))
         .thresholds(_thresholds((None, "red"), (1, "green")))
     )
-    failing = (
-        table.Panel()
-        .id(9)
-        .title("Failing nodes: check and reason")
-        .datasource(DATASOURCE)
-        .span(24)
-        .height(8)
-        .with_target(
-            query(f"gpuval_node_check_failure_info{{{SELECT}}} == 1", instant=True).format(
-                prometheus_models.PromQueryFormat.TABLE
-            )
-        )
+    failing = table_panel(
+        9,
+        "Failing nodes: check and reason",
+        f"gpuval_node_check_failure_info{{{SELECT}}} == 1",
+        span=24,
     )
     return [states, uniform, outliers, stale, unschedulable, reasons, verdicts, failing]
 
@@ -145,68 +184,69 @@ def verdict_panels() -> list[Builder[models.Panel]]:
 def untested_panels() -> list[Builder[models.Panel]]:
     """Nodes gpuval could not test (NotRun: GPUs busy, pod evicted, image not pulled), kept
     apart from the failures: by reason over time, and which nodes, since when."""
-    by_reason = (
-        timeseries.Panel()
-        .id(51)
-        .title("Untested nodes (NotRun) by reason")
-        .datasource(DATASOURCE)
-        .span(12)
-        .height(8)
-        .unit("none")
-        .min(0)
-        .with_target(query(f"count by (reason) ({sel('gpuval_node_not_run_info')})", "{{reason}}"))
+    by_reason = count_panel(
+        51,
+        "Untested nodes (NotRun) by reason",
+        f"count by (reason) ({sel('gpuval_node_not_run_info')})",
+        "{{reason}}",
     )
-    since = (
-        table.Panel()
-        .id(52)
-        .title("Untested nodes: reason and time untested")
-        .datasource(DATASOURCE)
-        .span(12)
-        .height(8)
-        .unit("s")
-        .with_target(
-            query(
-                f"time() - {sel('gpuval_node_not_run_since_timestamp_seconds')}", instant=True
-            ).format(prometheus_models.PromQueryFormat.TABLE)
-        )
-    )
+    since = table_panel(
+        52,
+        "Untested nodes: reason and time untested",
+        f"time() - {sel('gpuval_node_not_run_since_timestamp_seconds')}",
+    ).unit("s")
     return [by_reason, since]
+
+
+def state_panels() -> list[Builder[models.Panel]]:
+    """The hardware state the state check read on each node (issue 19): what it found by reason
+    and severity, the NVLinks and InfiniBand ports down, and the error counters that grew while
+    a load check ran. Per-GPU detail stays in the reports (`kubectl gpuval status NAME`)."""
+    by_reason = count_panel(
+        71,
+        "Nodes with state findings by reason and severity",
+        f"count by (reason, severity) ({sel('gpuval_node_state_finding_info')})",
+        "{{reason}} ({{severity}})",
+    )
+    findings = table_panel(
+        72,
+        "State findings per node: reason, severity, how many (GPUs, links, ports)",
+        f"{sel('gpuval_node_state_findings')} > 0",
+    )
+    down = bars_panel(
+        73,
+        f"Links down at rest: NVLinks and InfiniBand ports, {SLOWEST} worst nodes",
+        "none",
+        [
+            (f"topk({SLOWEST}, {sel('gpuval_node_nvlinks_down')})", "{{node}} NVLinks"),
+            (f"topk({SLOWEST}, {sel('gpuval_node_ib_ports_down')})", "{{node}} IB ports"),
+        ],
+    ).thresholds(_thresholds((None, "green"), (1, "red")))
+    grown = count_panel(
+        74,
+        "Error counters that grew under load, by node and check",
+        f"sum by (validation, node, check) ({sel('gpuval_node_state_counters_grown')})",
+        "{{node}} {{check}}",
+    )
+    return [by_reason, findings, down, grown]
 
 
 def fabric_panels() -> list[Builder[models.Panel]]:
     """The cross-node NCCL test (spec.fabric): each group's busbw, lowest first, and the nodes it
     named with the reason (a group that did not form is NotRun: it shows under untested)."""
-    groups = (
-        bargauge.Panel()
-        .id(61)
-        .title("Fabric groups: all-reduce busbw, lowest first")
-        .datasource(DATASOURCE)
-        .span(12)
-        .height(8)
-        .unit("Bps")
-        .min(0)
-        .with_target(
-            query(
+    groups = bars_panel(
+        61,
+        "Fabric groups: all-reduce busbw, lowest first",
+        "Bps",
+        [
+            (
                 f"sort(gpuval_fabric_group_busbw_bytes_per_second{{{VALIDATION}}})",
                 "{{validation}} {{group}}",
-                instant=True,
             )
-        )
-        .display_mode(common_models.BarGaugeDisplayMode.BASIC)
-        .orientation(common_models.VizOrientation.HORIZONTAL)
+        ],
     )
-    named = (
-        table.Panel()
-        .id(62)
-        .title("Nodes the fabric named: reason")
-        .datasource(DATASOURCE)
-        .span(12)
-        .height(8)
-        .with_target(
-            query(f"gpuval_node_fabric_failure_info{{{SELECT}}} == 1", instant=True).format(
-                prometheus_models.PromQueryFormat.TABLE
-            )
-        )
+    named = table_panel(
+        62, "Nodes the fabric named: reason", f"gpuval_node_fabric_failure_info{{{SELECT}}} == 1"
     )
     verdicts = (
         statetimeline.Panel()
@@ -246,18 +286,14 @@ def distribution_panels(
         .with_target(query(f"{metric}{{{SELECT}}}", "{{node}}", instant=True))
     )
     slowest = (
-        bargauge.Panel()
-        .id(panel_id + 1)
-        .title(f"{label}: slowest {SLOWEST} nodes, fraction of the fleet median (red: outliers)")
-        .datasource(DATASOURCE)
-        .span(14)
-        .height(8)
-        .unit("percentunit")
-        .min(0)
+        bars_panel(
+            panel_id + 1,
+            f"{label}: slowest {SLOWEST} nodes, fraction of the fleet median (red: outliers)",
+            "percentunit",
+            [(_ratio_to_median(metric), "{{node}}")],
+            span=14,
+        )
         .max(1.1)
-        .with_target(query(_ratio_to_median(metric), "{{node}}", instant=True))
-        .display_mode(common_models.BarGaugeDisplayMode.BASIC)
-        .orientation(common_models.VizOrientation.HORIZONTAL)
         .thresholds(_thresholds((None, "red"), (OUTLIER_RATIO, "green")))
     )
     return [spread, slowest]
@@ -272,15 +308,7 @@ def series_panel(
     panel_id: int, title: str, series: Sequence[tuple[str, str]], unit: str
 ) -> timeseries.Panel:
     """(metric, legend suffix) pairs over time, one line per node (and GPU)."""
-    panel = (
-        timeseries.Panel()
-        .id(panel_id)
-        .title(title)
-        .datasource(DATASOURCE)
-        .span(12)
-        .height(8)
-        .unit(unit)
-    )
+    panel = _timeseries(panel_id, title, unit)
     for metric, suffix in series:
         per_gpu = metric.startswith("gpuval_gpu_")
         legend = "{{validation}} {{node}}" + (" GPU {{gpu}}" if per_gpu else "")
@@ -331,6 +359,7 @@ def build() -> dashboard.Dashboard:
     )
     _add(board, "Verdicts", verdict_panels(), 1)
     _add(board, "Untested nodes (NotRun: no action taken, never a failure)", untested_panels(), 50)
+    _add(board, "Hardware state (the state check, before and after the load)", state_panels(), 70)
     _add(board, "Fabric: NCCL across nodes (spec.fabric)", fabric_panels(), 60)
     distributions = [
         *distribution_panels(11, "Burn throughput", "gpuval_node_burn_flops_per_second", "flops"),

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +28,7 @@ from typing import Any
 
 from gpuval_api.conditions import ValidationPhase
 from gpuval_api.report import StatusKey
+from gpuval_devtools import launch
 from gpuval_devtools.controlplane import Cluster, GpuNode, free_port
 from gpuval_devtools.launch import (
     REPO_ROOT,
@@ -134,21 +133,8 @@ def fabric_lines(cluster: Cluster, obj: Mapping[str, Any]) -> list[str]:
 
 
 def kubectl_gpuval(cluster: Cluster, *args: str) -> str:
-    """`kubectl gpuval ARGS` through the real kubectl, which finds the plugin next to this
-    interpreter on PATH (the kubectl-gpuval package's script)."""
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "KUBECONFIG": str(cluster.kubeconfig),
-    }
-    proc = subprocess.run(
-        [str(cluster.binaries.kubectl), "gpuval", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    """What `kubectl gpuval ARGS` printed; RuntimeError with its words when it failed."""
+    proc = launch.kubectl_gpuval(cluster, *args)
     if proc.returncode != 0:
         raise RuntimeError(f"kubectl gpuval {' '.join(args)} failed: {proc.stderr.strip()}")
     return str(proc.stdout).rstrip()

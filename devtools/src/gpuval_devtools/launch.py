@@ -126,3 +126,22 @@ def podrunner_process(
             yield proc
         finally:
             stop_process(proc)
+
+
+def kubectl_gpuval(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """`kubectl gpuval ARGS` as a person runs it: the real kubectl finds the plugin (the
+    kubectl-gpuval package's script, next to this interpreter) on PATH and hands it KUBECONFIG
+    through the environment, as it does for every plugin."""
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "KUBECONFIG": str(cluster.kubeconfig),
+    }
+    return subprocess.run(
+        [str(cluster.binaries.kubectl), "gpuval", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )

@@ -32,7 +32,7 @@ from gpuval_api.crd import (
     GpuNodeReport,
     GpuValidation,
 )
-from gpuval_api.labels import children_selector
+from gpuval_api.labels import children_selector, label_value
 from gpuval_api.lenient import read_model
 from gpuval_api.release import Release
 from gpuval_api.views import UnitView, node_unit
@@ -204,6 +204,18 @@ class Cluster:
         except ApiException as error:
             raise _refused(error) from None
         return validation, release
+
+    def node_reports(
+        self, node: str, validation: str | None = None, run: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The GpuNodeReports of `node` (of one validation and run, when given) as the API
+        server's JSON: every run the operators kept, of every validation."""
+        parts = [f"{keys.LABEL_NODE}={label_value(node)}"]
+        if validation is not None:
+            parts.append(f"{keys.LABEL_VALIDATION}={label_value(validation)}")
+        if run is not None:
+            parts.append(f"{keys.LABEL_RUN}={label_value(run)}")
+        return self._list(self.resources.reports, ",".join(parts))
 
     def units(self, validation: GpuValidation) -> list[UnitView]:
         """The node units of the validation's current run (none before its first run)."""

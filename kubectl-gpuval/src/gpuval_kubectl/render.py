@@ -1,6 +1,7 @@
 """What `kubectl gpuval status` prints: every GpuValidation one line each, or one in detail (its
-run, a systemic failure and held node actions, failing nodes with reason and hint, the fabric's
-findings, outliers), kubectl style; and what `kubectl gpuval release` says. Pure."""
+run, a systemic failure and held node actions, failing nodes with reason and hint, the rest of their
+hardware state (warnings), the fabric's findings, outliers), kubectl style; and what `kubectl gpuval
+release` says. Pure."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 
+from gpuval_api.checks import CheckName
 from gpuval_api.conditions import ConditionType, ValidationPhase
 from gpuval_api.crd import ConditionStatus, GpuValidation
 from gpuval_api.fabricsummary import FabricRankWait
 from gpuval_api.release import Release
-from gpuval_api.views import FleetView
+from gpuval_api.views import FAILED, FleetView
 
 # Lines of `status NAME` per section before the rest are counted, so 500 failing nodes stay
 # readable; the HTML report lists them all.
@@ -96,6 +98,7 @@ def render_status(view: FleetView, validation: GpuValidation, now: float | None 
             for u in view.others[:MAX_LINES]
         ]
         lines += _more(len(view.others))
+    lines += _state_lines(view)
     lines += _fabric_lines(view, validation)
     lines += _waiting_lines(validation, now)
     lines += _outlier_lines(view, validation)
@@ -114,6 +117,43 @@ def _hold_lines(view: FleetView) -> list[str]:
         for kind, status, _, message in view.conditions
         if kind in said and status == ConditionStatus.TRUE
     ]
+
+
+def _listed(view: FleetView) -> dict[tuple[str, str], list[str]]:
+    """(node, reason) -> the messages of the state failures `Failing nodes` lists (a report's
+    first 16, each cut to one line)."""
+    listed: dict[tuple[str, str], list[str]] = {}
+    for failure in view.failures:
+        if failure.check == CheckName.STATE:
+            key = (failure.unit, failure.reason)
+            listed.setdefault(key, []).append(failure.message.removesuffix("…"))
+    return listed
+
+
+def _state_lines(view: FleetView) -> list[str]:
+    """What the state check found on the failing nodes that `Failing nodes` does not list
+    already: its warnings, and errors past a report's first 16 failures; each reason's hint once
+    per node."""
+    failing = {u.name for u in view.units if u.verdict == FAILED}
+    listed = _listed(view)
+    found = [
+        line
+        for line in view.state
+        if line.unit in failing
+        and not any(
+            line.message.startswith(shown) for shown in listed.get((line.unit, line.reason), [])
+        )
+    ]
+    if not found:
+        return []
+    lines = [f"More state of failing nodes (state check, not listed above): {len(found)}"]
+    hinted: set[tuple[str, str]] = set()
+    for line in found[:MAX_LINES]:
+        lines.append(f"  {line.unit}  {line.severity}  {line.reason}: {line.message}")
+        if line.hint and (line.unit, line.reason) not in hinted:
+            hinted.add((line.unit, line.reason))
+            lines.append(f"      hint: {line.hint}")
+    return lines + _more(len(found))
 
 
 def _fabric_lines(view: FleetView, validation: GpuValidation) -> list[str]:

@@ -31,7 +31,8 @@ class Rule:
 CLUSTER_RULES = (
     Rule((GROUP,), ("gpuvalidations",), ("list", "watch", "patch")),
     Rule((GROUP,), ("gpuvalidations/status",), ("patch",)),
-    Rule((GROUP,), ("gpunodereports",), ("list", "watch", "create", "deletecollection")),
+    # get: a fabric-failed node's report, read back for its evidence (fabric/evidence.py).
+    Rule((GROUP,), ("gpunodereports",), ("get", "list", "watch", "create", "deletecollection")),
     Rule((GROUP,), ("gpunodereports/status",), ("patch",)),
     Rule(("",), ("nodes",), ("get", "list", "watch", "patch")),
     # The GpuValidated condition (strategic merge patch on the node's status).

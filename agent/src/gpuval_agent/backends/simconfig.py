@@ -113,6 +113,20 @@ class Fault(_Model):
         description="foreign-compute/-memory: its PID as NVML reports it (default: 5000000 + "
         "gpu, a PID no real process has).",
     )
+    after_seconds: float = Field(
+        default=0,
+        ge=0,
+        le=3600,
+        description="foreign-compute/-memory with `during`: appears this many seconds (real "
+        "time, not scaled) after the load starts (default: as it starts).",
+    )
+    for_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=3600,
+        description="foreign-compute/-memory with `during`: leaves after this many seconds (real "
+        "time): a brief context between two readings a second apart (default: stays).",
+    )
     factor: float | None = Field(
         default=None,
         gt=0,

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 from gpuval_agent.backends.base import GpuProcess, GpuUse
-from gpuval_agent.backends.simconfig import FaultKind, LoadCheck, SimulationConfig
+from gpuval_agent.backends.simconfig import Fault, FaultKind, LoadCheck, SimulationConfig
 
 # The simulated foreign processes: a PID above any kernel's pid_max (2^22), so never the agent's.
 FOREIGN_PID = 5_000_000
@@ -31,6 +32,7 @@ class ForeignProcesses:
     def __init__(self, config: SimulationConfig) -> None:
         self._faults = [f for f in config.faults if f.kind in _FOREIGN]
         self._present = {id(f) for f in self._faults if f.during is None}
+        self._since: dict[int, float] = {}  # a fault with `during`: when its load started
         self._host_pid = config.host_pid
         self._lock = threading.Lock()
         self._own: set[int] = set()  # GPUs the agent holds a context on
@@ -38,14 +40,28 @@ class ForeignProcesses:
     def starts(self, load: LoadCheck, gpus: list[int]) -> None:
         """A load starts on `gpus`: its foreign processes appear, the agent holds the GPUs."""
         with self._lock:
-            self._present |= {id(f) for f in self._faults if f.during is load}
+            now = time.monotonic()
+            for fault in self._faults:
+                if fault.during is load and id(fault) not in self._present:
+                    self._present.add(id(fault))
+                    self._since[id(fault)] = now
             self._own |= set(gpus)
+
+    def _here(self, fault: Fault, now: float) -> bool:
+        """Whether the fault's process is on its GPU now (after_seconds/for_seconds)."""
+        if id(fault) not in self._present:
+            return False
+        since = self._since.get(id(fault))
+        if since is None:
+            return True
+        begins = since + fault.after_seconds
+        ends = begins + fault.for_seconds if fault.for_seconds is not None else float("inf")
+        return begins <= now < ends
 
     def on(self, gpu: int, kind: FaultKind) -> bool:
         with self._lock:
-            return any(
-                f.gpu == gpu and f.kind is kind and id(f) in self._present for f in self._faults
-            )
+            now = time.monotonic()
+            return any(f.gpu == gpu and f.kind is kind and self._here(f, now) for f in self._faults)
 
     def host_pid_namespace(self) -> bool:
         return self._host_pid
@@ -54,12 +70,13 @@ class ForeignProcesses:
         own_pid = os.getpid() + (0 if self._host_pid else _HOST_PID_OFFSET)
         uses = []
         with self._lock:
+            now = time.monotonic()
             for gpu in gpus:
                 processes = []
                 if gpu in self._own:
                     processes.append(GpuProcess(pid=own_pid, used_memory_bytes=2 << 30))
                 for fault in self._faults:
-                    if fault.gpu == gpu and id(fault) in self._present:
+                    if fault.gpu == gpu and self._here(fault, now):
                         name, memory, sm = _FOREIGN[fault.kind]
                         pid = fault.pid or FOREIGN_PID + gpu
                         processes.append(GpuProcess(pid, memory, sm, name))

@@ -4,7 +4,9 @@ A GPU found busy as the check started was left out of it; one found busy while i
 findings that speak of speed or of a failed run (LowThroughput, LowBandwidth, NCCL's, CheckError:
 its figures, and an out-of-memory that the other process's memory caused) set aside. Both get
 GpuInUse (class NotRun) naming the process, whatever the figures say. Evidence that another
-process cannot produce stands: wrong results, temperatures, XIDs, the PCIe link.
+process cannot produce stands: wrong results, temperatures, XIDs, the PCIe link. The driver
+check's CUDA initialisation is watched too: a GPU another process used while it ran is shared,
+and the run did not have it alone (`settle_shared_init`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpuval_agent.checks.common import judge_findings
-from gpuval_agent.inuse import Busy, describe
+from gpuval_agent.inuse import Busy, describe, is_out_of_memory
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_api.result import (
     CheckResult,
@@ -61,7 +63,9 @@ def _in_use(gpu: int, text: str) -> Finding:
 
 
 def _disturbed(finding: Finding, during: Mapping[int, Busy]) -> bool:
-    if finding.reason not in DISTURBED or not during:
+    # CUDA that could not make a context for lack of memory beside another's is its doing too.
+    starved = finding.reason is Reason.CUDA_INIT_FAILED and is_out_of_memory(finding.message)
+    if (finding.reason not in DISTURBED and not starved) or not during:
         return False
     if finding.gpu is None and finding.peer is None:
         return True  # a node-wide figure (NCCL) with one of its GPUs shared
@@ -76,7 +80,6 @@ def settle_in_use(
     if not before and not during:
         return result
     check = result.name
-    kept = [f for f in result.findings if not _disturbed(f, during)]
     aside = sorted({str(f.reason) for f in result.findings if _disturbed(f, during)})
     added = [
         _in_use(gpu, f"GPU {gpu} is in use by {describe(busy)}: the {check} check left it out")
@@ -91,13 +94,51 @@ def settle_in_use(
         )
         for gpu, busy in sorted(during.items())
     ]
+    seen = [o for gpu in sorted(before) for o in occupants(before[gpu], InUseWhen.BEFORE)]
+    seen += [o for gpu in sorted(during) for o in occupants(during[gpu], InUseWhen.DURING)]
+    return _settled(result, added, during, seen)
+
+
+def settle_shared_init(
+    result: CheckResult, baseline: Mapping[int, Busy], seen: Mapping[int, Busy]
+) -> CheckResult:
+    """The driver check's result with GpuInUse for each GPU another process used while it
+    initialised CUDA, beyond those the snapshot before it found (the load checks leave those
+    out): such a GPU is shared (two agents started at once, a time-sliced GPU's other tenant),
+    so the run did not have it alone, whatever its later figures say. An error such a process
+    explains (CUDA out of memory) is set aside as in a load check."""
+    shared = {gpu: busy for gpu, busy in seen.items() if gpu not in baseline}
+    if not shared:
+        return result
+    added = [
+        _in_use(
+            gpu,
+            f"GPU {gpu} was used by {describe(busy)} while the driver check initialised CUDA "
+            "on it: the GPU is shared, so this run did not have it alone",
+        )
+        for gpu, busy in sorted(shared.items())
+    ]
+    found = [o for gpu in sorted(shared) for o in occupants(shared[gpu], InUseWhen.DURING)]
+    return _settled(result, added, shared, found)
+
+
+def _settled(
+    result: CheckResult,
+    added: list[Finding],
+    during: Mapping[int, Busy],
+    seen: list[GpuOccupant],
+) -> CheckResult:
+    """`result` with the GpuInUse findings `added`, the findings the processes `during` explain
+    set aside, the per-GPU verdicts judged again and the processes recorded."""
+    kept = [f for f in result.findings if not _disturbed(f, during)]
     findings = added + kept
     verdict, first = judge_findings(findings)
     gpus = [_regpu(g, findings) for g in result.gpus]
     known = {g.index for g in gpus}
+    untested = sorted({f.gpu for f in added if f.gpu is not None})
     gpus += [
         GpuCheckResult(index=gpu, verdict=Verdict.NOT_RUN, reason=Reason.GPU_IN_USE)
-        for gpu in sorted(set(before) | set(during))
+        for gpu in untested
         if gpu not in known
     ]
     settled = result.model_copy(deep=True)
@@ -107,9 +148,7 @@ def settle_in_use(
     settled.message = first.message if first else result.message
     settled.findings = findings
     settled.gpus = sorted(gpus, key=lambda g: g.index)
-    settled.occupants += [
-        o for gpu in sorted(before) for o in occupants(before[gpu], InUseWhen.BEFORE)
-    ] + [o for gpu in sorted(during) for o in occupants(during[gpu], InUseWhen.DURING)]
+    settled.occupants += seen
     return settled
 
 

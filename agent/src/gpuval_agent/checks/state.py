@@ -11,15 +11,17 @@ from gpuval_agent.checks.common import CheckBuilder, CheckContext
 from gpuval_agent.record import Growth
 from gpuval_agent.state.counters import counters, growth
 from gpuval_agent.state.finding import StateFinding
-from gpuval_agent.state.judge import judge
+from gpuval_agent.state.hostjudge import port_down
+from gpuval_agent.state.judge import expected_nvlinks, judge
 from gpuval_agent.state.model import Reading
 from gpuval_agent.state.read import take_reading
 from gpuval_api.checks import CheckName, FindingAction, StateCheck
 from gpuval_api.reasons import REASONS, Reason, Severity
-from gpuval_api.result import CheckResult, Finding, GpuCheckResult, Verdict
+from gpuval_api.result import CheckResult, Finding, GpuCheckResult, Metric, Verdict
 
 NAME = CheckName.STATE.value
 _BEFORE = "before the load checks"
+_AFTER = "after "  # a reading after a load check: "after burn"
 
 
 def _root(context: CheckContext) -> Path:
@@ -98,6 +100,13 @@ def run_state(context: CheckContext) -> CheckResult:
         _add(builder, config, finding)
     _gpu_figures(builder, reading)
     host = reading.host
+    expected = expected_nvlinks(reading.gpus, config, context.part.nvlinks)
+    builder.metrics[Metric.NVLINKS_DOWN] = (
+        sum(max(0, expected - sum(link.active for link in gpu.nvlinks)) for gpu in reading.gpus)
+        if expected is not None
+        else 0
+    )
+    builder.metrics[Metric.IB_PORTS_DOWN] = sum(port_down(port) for port in host.ports)
     builder.metrics["readSeconds"] = reading.seconds
     builder.metrics["ibPorts"] = len(host.ports)
     builder.metrics["nvswitches"] = len(host.nvswitches)
@@ -112,7 +121,7 @@ def run_state(context: CheckContext) -> CheckResult:
 
 def read_after(context: CheckContext, check: str) -> None:
     """Read the state again after load check `check`; keep what grew since the last reading."""
-    label = f"after {check}"
+    label = f"{_AFTER}{check}"
     reading = _read(context, label)
     record = context.record
     previous = record.counters[-1][1]
@@ -159,6 +168,10 @@ def amend(result: CheckResult, context: CheckContext) -> CheckResult:
     amended = result.model_copy(deep=True)
     amended.findings = findings
     amended.gpus = gpus
+    for label, _ in context.record.counters[1:]:
+        check = label.removeprefix(_AFTER)
+        grown = sum(1 for g in context.record.growth if g.check == check)
+        amended.metrics[f"{Metric.COUNTERS_GROWN}.{check}"] = grown
     amended.metrics["afterReadings"] = len(after)
     amended.metrics["afterReadSeconds"] = round(sum(after), 4)
     amended.verdict = Verdict.FAILED if errors else result.verdict

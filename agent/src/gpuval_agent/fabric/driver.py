@@ -34,6 +34,7 @@ from gpuval_agent.fabric.analysis import (
 )
 from gpuval_agent.fabric.coordinator import Client, Forming, OnWait, Roster, Server
 from gpuval_agent.fabric.locate import MasterPod
+from gpuval_agent.fabric.nccllog import excerpt
 from gpuval_agent.fabric.steps import Executor, StepReport, StepStatus
 from gpuval_agent.fabric.transport import read_transport
 from gpuval_agent.inuse import describe
@@ -329,6 +330,9 @@ def run_fabric(
     troubled = group.status is not StepStatus.OK or any(
         p.status is not StepStatus.OK for p in pairs
     )
-    if troubled or conclusion.verdict is not Verdict.PASSED:
+    failed = troubled or conclusion.verdict is not Verdict.PASSED
+    # Kept on every run: the operator may still fail this node against the run's other groups.
+    result.nccl_log = excerpt(executor.worker_logs(), failed)
+    if failed:
         result.log_tail = executor.log_tail()
     return result

@@ -133,6 +133,10 @@ class Executor(ABC):
     def nccl_lines(self) -> list[str]:
         """NCCL's output so far (for the transport)."""
 
+    def worker_logs(self) -> list[tuple[str, list[str]]]:
+        """Each worker's output by name (for the NCCL log the result keeps as evidence)."""
+        return [("workers", self.nccl_lines())]
+
     @abstractmethod
     def log_tail(self) -> str | None:
         """The workers' last words, NCCL INFO lines kept, for a failure's record."""

@@ -211,11 +211,14 @@ class TorchFabric(Executor):
             self._current = None
 
     def nccl_lines(self) -> list[str]:
-        lines: list[str] = []
-        for log in self._logs:
-            if log.exists():
-                lines += log.read_text(errors="replace").splitlines()
-        return lines
+        return [line for _, lines in self.worker_logs() for line in lines]
+
+    def worker_logs(self) -> list[tuple[str, list[str]]]:
+        return [
+            (log.stem, log.read_text(errors="replace").splitlines())
+            for log in self._logs
+            if log.exists()
+        ]
 
     def log_tail(self) -> str | None:
         tails = [

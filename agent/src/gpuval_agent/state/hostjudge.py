@@ -90,10 +90,15 @@ def _recent(xid: KernelXid, uptime: float | None, config: StateCheck) -> bool:
     return uptime - xid.since_boot <= limit
 
 
+def port_down(port: IbPort) -> bool:
+    """Whether an InfiniBand/RoCE port is not up (IbPortDown)."""
+    return port.state != "ACTIVE" or port.phys_state != "LinkUp"
+
+
 def ports(host: HostState, config: StateCheck, root: Path | None) -> Iterator[StateFinding]:
     network = config.network
     for port in host.ports:
-        if port.state != "ACTIVE" or port.phys_state != "LinkUp":
+        if port_down(port):
             yield StateFinding(
                 Reason.IB_PORT_DOWN,
                 f"{port.name}: state {port.state}, physical state {port.phys_state}",

@@ -31,6 +31,7 @@ from gpuval_api.result import Verdict
 from gpuval_operator import names
 from gpuval_operator.fabric import lifecycle
 from gpuval_operator.fabric.facts import FabricFacts
+from gpuval_operator.fabric.evidence import fabric_evidence_status
 from gpuval_operator.fabric.plan import (
     GroupPlan,
     cross_groups,
@@ -348,6 +349,9 @@ class FabricDriver:
             verdict = Verdict.FAILED
             status |= build_operator_failure_status(
                 final.reason, final.message, None, datetime.now(UTC), FABRIC_CHECK
+            )
+            status[StatusKey.EVIDENCE] = await fabric_evidence_status(
+                self.effects, record, fabric, final.reason, final.message
             )
         elif never:
             verdict = Verdict.NOT_RUN

@@ -3,11 +3,11 @@ bookkeeping).
 
 Per validation: node counts of the current run, run timestamps, uniformity, the fabric groups'
 busbw, the node actions held and the nodes out of service through it (and, operator-wide, through
-gpuval). Per node: the verdict and worst-GPU figures of its latest completed report, its latest
-settled fabric verdict. Per GPU only with GPUVAL_METRICS_PER_GPU,
-because 80,000 series cost the scrape most of a second of GIL; per-GPU detail always lives in the
-reports and the agent's live exporter. Names follow Prometheus' conventions: base units in the name,
-one unit per metric.
+gpuval). Per node: the verdict and worst-GPU figures of its latest completed report, its state
+check's findings, links down and counters grown, its latest settled fabric verdict. Per GPU only
+with GPUVAL_METRICS_PER_GPU, because 80,000 series cost the scrape most of a second of GIL;
+per-GPU detail always lives in the reports and the agent's live exporter. Names follow Prometheus'
+conventions: base units in the name, one unit per metric.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from gpuval_operator.readmodel.registry import OutOfService, Registry
 from gpuval_operator.readmodel.validation import NodeResult, ValidationState
 from gpuval_operator.run.facts import SUMMARY_FIGURES
 from gpuval_operator.run.state import Phase, RunState
+from gpuval_operator.run.statefacts import StateFacts
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class _Families:
             v,
         )
         self._node_families(v, n)
+        self._state_families(v, n)
         self._fabric_families(v, n)
         self._hold_families(v)
 
@@ -181,6 +183,59 @@ class _Families:
             for key, (suffix, _) in SUMMARY_FIGURES.items()
         }
         self.gpu_figures: dict[str, GaugeMetricFamily] = {}
+
+    def _state_families(self, v: str, n: str) -> None:
+        """The state check of the node's latest tested report (per GPU detail: the report)."""
+        self.state_finding = _gauge(
+            "gpuval_node_state_finding_info",
+            "Each (reason, severity) the state check found on the node in its latest tested "
+            "report (always 1; how many GPUs, links or ports: gpuval_node_state_findings).",
+            v,
+            n,
+            "reason",
+            "severity",
+        )
+        self.state_findings = _gauge(
+            "gpuval_node_state_findings",
+            "How many findings of each (reason, severity) the state check has on the node "
+            "(GPUs, links, ports, XIDs) in its latest tested report.",
+            v,
+            n,
+            "reason",
+            "severity",
+        )
+        self.nvlinks_down = _gauge(
+            "gpuval_node_nvlinks_down",
+            "NVLinks of the node down at rest, below the count each GPU should have.",
+            v,
+            n,
+        )
+        self.ib_ports_down = _gauge(
+            "gpuval_node_ib_ports_down",
+            "InfiniBand/RoCE ports of the node not up (state ACTIVE, physical state LinkUp).",
+            v,
+            n,
+        )
+        self.counters_grown = _gauge(
+            "gpuval_node_state_counters_grown",
+            "Error counters (ECC, NVLink, PCIe, InfiniBand) that grew while a load check ran, "
+            "by the check.",
+            v,
+            n,
+            "check",
+        )
+
+    def add_state(self, name: str, node: str, state: StateFacts) -> None:
+        for reason, severity, count in state.findings:
+            labels = [name, node, str(reason), str(severity)]
+            self.state_finding.add_metric(labels, 1.0)
+            self.state_findings.add_metric(labels, float(count))
+        if state.nvlinks_down is not None:
+            self.nvlinks_down.add_metric([name, node], float(state.nvlinks_down))
+        if state.ib_ports_down is not None:
+            self.ib_ports_down.add_metric([name, node], float(state.ib_ports_down))
+        for check, grown in state.grown:
+            self.counters_grown.add_metric([name, node, str(check)], float(grown))
 
     def _fabric_families(self, v: str, n: str) -> None:
         self.fabric_group = _gauge(
@@ -271,6 +326,8 @@ class _Families:
                 self.check_failure.add_metric([name, node, check, check_reason], 1.0)
         if result.completed_at is not None:
             self.validated.add_metric([name, node], result.completed_at)
+        if result.state is not None:
+            self.add_state(name, node, result.state)
         for key, value in result.summary.items():
             suffix, factor = SUMMARY_FIGURES[key]
             self.figures[suffix].add_metric([name, node], value * factor)
@@ -292,6 +349,8 @@ class _Families:
         yield from (self.started, self.completed, self.success)
         yield from (self.passed, self.failure, self.check_failure, self.validated)
         yield from (self.untested, self.untested_since)
+        yield from (self.state_finding, self.state_findings, self.nvlinks_down)
+        yield from (self.ib_ports_down, self.counters_grown)
         yield from self.figures.values()
         yield from self.gpu_figures.values()
         yield from (self.fabric_group, self.fabric_slow, self.fabric_paths)

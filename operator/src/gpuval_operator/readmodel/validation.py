@@ -18,6 +18,7 @@ from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.names import run_number
 from gpuval_operator.run.facts import Fingerprint, ReportFacts
 from gpuval_operator.run.state import RunState
+from gpuval_operator.run.statefacts import StateFacts
 from gpuval_operator.timestamps import parse_time
 
 
@@ -34,6 +35,7 @@ class NodeResult:
     gpu_figures: tuple[tuple[int, str, float], ...]
     failed_checks: tuple[tuple[str, str], ...] = ()
     fingerprints: tuple[Fingerprint, ...] = ()
+    state: StateFacts | None = None
 
     @property
     def passed(self) -> bool:
@@ -51,6 +53,7 @@ class NodeResult:
             gpu_figures=report.gpu_figures,
             failed_checks=report.failed_checks,
             fingerprints=report.fingerprints,
+            state=report.state,
         )
 
 

@@ -41,6 +41,7 @@ from gpuval_api.report import (
 from gpuval_api.result import Metric, Verdict
 from gpuval_api.views import ENVIRONMENT_FIELDS
 from gpuval_operator.fabric.facts import FabricFacts
+from gpuval_operator.run.statefacts import StateFacts
 from gpuval_operator.timestamps import parse_time
 
 
@@ -264,6 +265,7 @@ class ReportFacts:
     failed_checks: tuple[tuple[str, str], ...] = ()
     fingerprints: tuple[Fingerprint, ...] = ()
     fabric: FabricFacts | None = None
+    state: StateFacts | None = None  # the state check's, for the metrics
 
     @property
     def completed(self) -> bool:
@@ -318,4 +320,5 @@ class ReportFacts:
             failed_checks=failed_checks(status.get(StatusKey.FAILURES)),
             fingerprints=burn_fingerprints(result),
             fabric=FabricFacts.parse(fabric) if isinstance(fabric, Mapping) else None,
+            state=StateFacts.parse(result),
         )

@@ -30,8 +30,8 @@ from gpuval_api.report import StatusKey, build_operator_failure_status
 from gpuval_api.result import Verdict
 from gpuval_operator import names
 from gpuval_operator.fabric import lifecycle
-from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.fabric.evidence import fabric_evidence_status
+from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.fabric.plan import (
     GroupPlan,
     cross_groups,

@@ -14,6 +14,8 @@ class ConditionType(StrEnum):
     NODES_HEALTHY = "NodesHealthy"
     UNIFORM = "Uniform"
     INVALID = "Invalid"
+    # With spec.baseline: False when the run is systemically below its baseline (the stack).
+    WITHIN_BASELINE = "WithinBaseline"
 
 
 class ConditionReason(StrEnum):
@@ -29,6 +31,9 @@ class ConditionReason(StrEnum):
     UNIFORM = "Uniform"
     VALID = "Valid"
     INVALID_SPEC = "InvalidSpec"
+    WITHIN_BASELINE = "WithinBaseline"  # no figure is below its baseline on most judged nodes
+    SYSTEMIC_BELOW_BASELINE = "SystemicBelowBaseline"  # most judged nodes below on a figure
+    NO_BASELINE = "NoBaseline"  # no node of the run had a baseline to be judged against
 
 
 class ValidationPhase(StrEnum):
@@ -55,3 +60,8 @@ class EventReason(StrEnum):
     DRY_RUN = "DryRunNodeAction"  # on the node: what would have been done
     FABRIC_STARTED = "FabricStarted"  # the run's fabric groups are planned
     FABRIC_COMPLETED = "FabricCompleted"  # every group compared: the fabric's verdicts settled
+    BASELINE_LEARNED = "BaselineLearned"  # a GpuBaseline learned from the run's passing nodes
+    BASELINE_NOT_LEARNED = "BaselineNotLearned"  # a key's nodes did not agree enough, or too few
+    BASELINE_MISSING = "BaselineMissing"  # a GpuBaseline spec.baseline.names names is not there
+    SYSTEMIC = "SystemicBelowBaseline"  # most judged nodes below their baseline on a figure
+    NODE_DRIFTING = "NodeDrifting"  # a node's figure fell against its own history

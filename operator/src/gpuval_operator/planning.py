@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,7 +105,18 @@ def child_labels(validation: str, run: str, node: str) -> dict[str, str]:
     }
 
 
-def build_report(validation: str, uid: str, run: str, candidate: Candidate) -> dict[str, Any]:
+def build_report(
+    validation: str,
+    uid: str,
+    run: str,
+    candidate: Candidate,
+    history: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """The node's report of the run; `history` is the node's key figures in its last runs
+    (spec.baseline), carried from report to report."""
+    spec: dict[str, Any] = {"validation": validation, "run": run, "node": candidate.name}
+    if history:
+        spec["history"] = list(history)
     return {
         "apiVersion": API_VERSION,
         "kind": REPORT_KIND,
@@ -115,7 +126,7 @@ def build_report(validation: str, uid: str, run: str, candidate: Candidate) -> d
             "annotations": {keys.ANNOTATION_GPUS: str(candidate.gpus)},
             "ownerReferences": [owner_reference(validation, uid)],
         },
-        "spec": {"validation": validation, "run": run, "node": candidate.name},
+        "spec": spec,
     }
 
 
@@ -152,9 +163,15 @@ def spec_env(spec: GpuValidationSpec) -> list[dict[str, Any]]:
 
 
 def agent_env(
-    *, report: str, gpus: int, spec: GpuValidationSpec, deadline: float | None
+    *,
+    report: str,
+    gpus: int,
+    spec: GpuValidationSpec,
+    deadline: float | None,
+    baseline: Sequence[Mapping[str, str]] = (),
 ) -> list[dict[str, Any]]:
-    """The agent container's environment: what to write where, what to check, until when."""
+    """The agent container's environment: what to write where, what to check, until when, and
+    the GpuBaselines to judge against (`baseline`: gpuval_operator.baseline.judge.agent_env)."""
     checks = json.dumps(spec.checks.model_dump(mode="json", by_alias=True), separators=(",", ":"))
     env = common_env(report=report, deadline=deadline)
     env += [
@@ -163,7 +180,7 @@ def agent_env(
     ]
     if spec.agent.metrics_port is not None:
         env.append({"name": AgentEnv.METRICS_PORT, "value": str(spec.agent.metrics_port)})
-    return env + spec_env(spec)
+    return env + [dict(e) for e in baseline] + spec_env(spec)
 
 
 def agent_container(
@@ -261,13 +278,14 @@ def build_pod(
     config: OperatorConfig,
     deadline: float | None = None,
     attempt: int = 1,
+    baseline: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, Any]:
     """The agent pod of `node` for its local checks (its `attempt`-th in this run). `deadline`
     (Unix seconds) is when the operator times the node out: the agent keeps retrying its report
     write until then.
     """
     report = names.report_name(validation, run, node)
-    env = agent_env(report=report, gpus=gpus, spec=spec, deadline=deadline)
+    env = agent_env(report=report, gpus=gpus, spec=spec, deadline=deadline, baseline=baseline)
     labels = {**child_labels(validation, run, node), keys.LABEL_ATTEMPT: str(attempt)}
     return node_pod(
         name=names.pod_name(validation, run, node, attempt),

@@ -33,6 +33,8 @@ CLUSTER_RULES = (
     Rule((GROUP,), ("gpuvalidations/status",), ("patch",)),
     Rule((GROUP,), ("gpunodereports",), ("list", "watch", "create", "deletecollection")),
     Rule((GROUP,), ("gpunodereports/status",), ("patch",)),
+    # spec.baseline: the GpuBaselines listed at a run's start, and those a run learned created.
+    Rule((GROUP,), ("gpubaselines",), ("list", "create")),
     Rule(("",), ("nodes",), ("get", "list", "watch", "patch")),
     # The GpuValidated condition (strategic merge patch on the node's status).
     Rule(("",), ("nodes/status",), ("patch",)),

@@ -4,7 +4,8 @@ design of step 2). Nothing here calls the API: the operator reads, these decide,
 
 - `report_figures`: a report as learning reads it (key, passed or not, every sample, the fabric
   pairs with the node at one end);
-- `learn_run`: one GpuBaseline per key of the run that has none yet (spec.baseline.mode Learn);
+- `learn_run`, `learn_nodes`: one GpuBaseline per key of the run that has none yet
+  (spec.baseline.mode Learn);
 - `report_comparison` and `run_status`: each node's comparison as its agent recorded it, and the
   bounded `status.baseline` of the GpuValidation, systemic figures included;
 - `history_entry`: the entry of a finished report that the node's next report carries.
@@ -69,6 +70,20 @@ def learn_run(
     """Learn a baseline for every key of the run that no `existing` baseline has (Learn mode):
     from its passing nodes, leaving out those that break the rule; the outcome names them."""
     nodes = [n for n in (report_figures(r) for r in reports) if n is not None]
+    return learn_nodes(nodes, settings, validation=validation, run=run, at=at, existing=existing)
+
+
+def learn_nodes(
+    nodes: Sequence[learn.NodeFigures],
+    settings: BaselineSettings,
+    *,
+    validation: str,
+    run: str,
+    at: datetime,
+    existing: Sequence[GpuBaselineSpec] = (),
+) -> list[learn.Learned]:
+    """`learn_run` over the nodes as learning reads them (a caller that pages through the
+    reports keeps these, never the reports)."""
     have = [spec.key for spec in existing]
     outcomes = []
     for key in learn.keys(nodes):

@@ -29,6 +29,7 @@ from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, RunTrigger
 from gpuval_api.labels import children_selector
 from gpuval_operator import cron, planning
+from gpuval_operator.baseline.driver import BaselineDriver
 from gpuval_operator.config import OperatorConfig
 from gpuval_operator.control.driver import RunDriver
 from gpuval_operator.control.ingest import ChildIngest
@@ -86,8 +87,11 @@ class ValidationController:
             self.effects, ctx.config.status_interval_seconds, self._status().get("conditions") or []
         )
         self._followers: list[asyncio.Task[None]] = []
-        self.reports = ReportPlanner(self.effects, self.ingest.wake.set)
         self.node_watch = NodeWatch(ctx.client, name, self.ingest.wake.set)
+        self.baseline = BaselineDriver(
+            state=self.state, effects=self.effects, node_watch=self.node_watch
+        )
+        self.reports = ReportPlanner(self.effects, self.ingest.wake.set, self.baseline.history_of)
         self.ports = ctx.ports
         self.driver = RunDriver(
             state=self.state,
@@ -96,6 +100,7 @@ class ValidationController:
             reports=self.reports,
             ports=ctx.ports,
             annotations=self._annotations,
+            baseline=self.baseline,
         )
 
     def _status(self) -> dict[str, Any]:
@@ -146,6 +151,9 @@ class ValidationController:
         return reports, pods
 
     async def run(self) -> None:
+        spec, _ = parse_spec(self.body.get("spec"))
+        # The reports listed at start carry each node's history: keep it from the first page.
+        self.state.keeps_history = spec is not None and spec.baseline is not None
         reports, pods = self._start_followers()
         try:
             await self._wait(reports.synced.is_set, 0.2)
@@ -248,6 +256,9 @@ class ValidationController:
         self.state.invalid = False
         self._follow_nodes(spec)
         run = self.state.run
+        if run is not None and run.baseline is None and spec.baseline is not None:
+            # Resumed after a restart: what it judges against, and its recorded status.baseline.
+            await self.baseline.prepare(run, spec.baseline, self._status().get("baseline"))
         match decision.step:
             case Step.EXECUTE if run is not None:
                 await self._execute(run, spec)
@@ -336,6 +347,7 @@ class ValidationController:
         if spec.fabric is not None:
             run.expect_fabric()
         self.state.begin(run)
+        await self.baseline.prepare(run, spec.baseline)
         # The run id is persisted before any child exists, so a restart resumes this run instead of
         # starting one.
         await self._write_status(force=True)
@@ -379,6 +391,9 @@ class ValidationController:
             EventReason.RUN_COMPLETED, summary, warning=bool(run.failed() or run.outliers)
         )
         log.info("%s: %s", self.name, summary)
+        # Learning reads every report of the run again: after the final status, not before it.
+        if await self.baseline.learn(run):
+            await self._write_status(force=True)
 
     # -- status --
 

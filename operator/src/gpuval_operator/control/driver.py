@@ -18,6 +18,7 @@ from gpuval_api.crd import GpuValidationSpec, NodeTrigger
 from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey, build_reset_status
 from gpuval_operator import cron, names, planning
+from gpuval_operator.baseline.driver import BaselineDriver
 from gpuval_operator.control.reports import ReportPlanner
 from gpuval_operator.fabric.driver import FabricDriver
 from gpuval_operator.fabric.ports import PortPool
@@ -43,12 +44,18 @@ class RunDriver:
         reports: ReportPlanner,
         ports: PortPool,
         annotations: Callable[[], Mapping[str, str]],
+        baseline: BaselineDriver,
     ) -> None:
         self.state, self.effects, self.reports = state, effects, reports
         self.node_watch = node_watch
         self.actor = NodeActor(effects)
+        self.baseline = baseline
         self.fabric = FabricDriver(
-            effects=effects, node_watch=node_watch, ports=ports, annotations=annotations
+            effects=effects,
+            node_watch=node_watch,
+            ports=ports,
+            annotations=annotations,
+            judge=baseline.judge_fabric,
         )
         self.config = effects.config
 
@@ -161,7 +168,8 @@ class RunDriver:
             if record.stale_report:
                 # The previous attempt's verdict must not be read as this one's.
                 await self.effects.write_report_status(record, build_reset_status())
-            refused = await self.effects.create_pod(run, record, spec)
+            env = self.baseline.pod_env(run, record.node)
+            refused = await self.effects.create_pod(run, record, spec, env)
             if refused is not None and run.finish_for(record.node, Reason.POD_FAILED, refused):
                 await self.effects.write_report_failure(record, Reason.POD_FAILED, refused)
 
@@ -171,7 +179,8 @@ class RunDriver:
         """Node actions and Events for nodes that got a final verdict since the last step."""
         # Verdicts that arrive while the nodes are being patched are picked up by the next pass.
         while run.finished:
-            finished, run.finished = run.finished, []
+            await self.baseline.on_verdicts(run)  # DriftFromHistory may fail a node first
+            finished, run.finished = list(dict.fromkeys(run.finished)), []
             run.dirty = True
             await self.effects.bounded(
                 self.actor.act(run, run.nodes[node], spec) for node in finished
@@ -197,6 +206,7 @@ class RunDriver:
         state.last_run_completed = run.completed_at
         if not run.failed():
             state.last_success = run.completed_at
+        await self.baseline.complete(run)
 
     async def _blame_fingerprints(self, run: RunState) -> list[Outlier]:
         """Fail each node whose burn reference differs from its peers' (silent corruption)."""

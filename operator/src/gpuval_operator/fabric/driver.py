@@ -40,7 +40,7 @@ from gpuval_operator.fabric.pods import build_fabric_pod, fabric_config
 from gpuval_operator.fabric.ports import PortPool
 from gpuval_operator.fabric.rollup import summary_line
 from gpuval_operator.fabric.state import FabricState, Group, Member
-from gpuval_operator.fabric.verdicts import Final, GroupEvidence, classify
+from gpuval_operator.fabric.verdicts import Classification, Final, GroupEvidence, classify
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.planning import concurrency_limit
 from gpuval_operator.run.effects import Effects
@@ -62,9 +62,13 @@ class FabricDriver:
         node_watch: NodeWatch,
         ports: PortPool,
         annotations: Callable[[], Mapping[str, str]],
+        judge: Callable[[RunState, Classification], None] | None = None,
     ) -> None:
         self.effects, self.node_watch, self.ports = effects, node_watch, ports
         self.annotations = annotations
+        # Rules beyond the fabric's own, over its classification before it settles (spec.baseline:
+        # a node's pairs against its baseline).
+        self.judge = judge
 
     async def tick(self, run: RunState, spec: GpuValidationSpec) -> None:
         fabric, wanted = run.fabric, spec.fabric
@@ -271,6 +275,8 @@ class FabricDriver:
             if g.size > 1
         ]
         found = classify(evidence, wanted.thresholds)
+        if self.judge is not None:
+            self.judge(run, found)
         fabric.classification = found
         await self.effects.bounded(
             self._settle(run, fabric, node, found.nodes.get(node))

@@ -17,6 +17,7 @@ from gpuval_operator.planning import cordoned_by_us, node_gpus, node_ready
 
 # Node labels of NVIDIA GPU feature discovery that name the GPU stack, and the capacity: a change
 # in any of them is a changed stack (driver upgrade, CUDA, a GPU gone).
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 STACK_LABELS = (
     "nvidia.com/cuda.driver-version.full",
     "nvidia.com/cuda.driver.major",
@@ -26,7 +27,7 @@ STACK_LABELS = (
     "nvidia.com/cuda.runtime.major",
     "nvidia.com/cuda.runtime.minor",
     "nvidia.com/gpu.count",
-    "nvidia.com/gpu.product",
+    GPU_PRODUCT_LABEL,
 )
 
 
@@ -49,6 +50,9 @@ class NodeFacts:
     entry: NodeEntry | None  # this validation's annotation on the node
     # Its value of spec.fabric.topologyKey ("" without it); None when the spec names no key.
     domain: str | None = None
+    # Its GPU model as GPU feature discovery labels it ("" without the label): which
+    # GpuBaselines its agent is given.
+    product: str = ""
 
     @classmethod
     def parse(
@@ -68,6 +72,7 @@ class NodeFacts:
             stack=stack_of(node),
             entry=NodeEntry.decode(annotations.get(entry_key(validation))),
             domain=None if topology_key is None else sys.intern(labels.get(topology_key, "")),
+            product=sys.intern(str(labels.get(GPU_PRODUCT_LABEL, ""))[:128]),
         )
 
     @property

@@ -105,7 +105,11 @@ def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Co
             Cond(UNIFORM, "Unknown", R.NO_NODES_SELECTED, message),
             valid,
         ]
-    return [_succeeded(run), _healthy(run), uniform_condition(outliers), valid]
+    found = [_succeeded(run), _healthy(run), uniform_condition(outliers), valid]
+    if run.baseline is not None:
+        status, reason, message = run.baseline.condition(run.completed_at is not None)
+        found.append(Cond(ConditionType.WITHIN_BASELINE, status, reason, message))
+    return found
 
 
 def _succeeded(run: RunState) -> Cond:
@@ -221,6 +225,12 @@ def build_run_status(
         status[StatusKey.FABRIC] = build_fabric_status(run.fabric)
     elif run.completed_at is None:
         status[StatusKey.FABRIC] = None  # a run without a fabric phase: the last one's is gone
+    # status.baseline: the run against its baselines, once it completed (the last run's is gone
+    # while a run goes on).
+    baseline = run.baseline.status if run.baseline is not None else None
+    status["baseline"] = (
+        baseline.model_dump(mode="json", by_alias=True) if baseline is not None else None
+    )
     if run.completed_at is not None:
         status["lastCompletedRun"] = run_info(run)
     return status

@@ -1,10 +1,12 @@
 """What `kubectl gpuval status` prints: every GpuValidation one line each, or one in detail (its
-run, failing nodes with reason and hint, the fabric's findings, outliers), kubectl style. Pure."""
+run, failing nodes with reason and hint, the fabric's findings, the run against its baselines,
+outliers), kubectl style. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpuval_api.baseline.model import BaselineRunStatus
 from gpuval_api.conditions import ConditionType, ValidationPhase
 from gpuval_api.crd import GpuValidation
 from gpuval_api.views import FleetView
@@ -89,6 +91,7 @@ def render_status(view: FleetView, validation: GpuValidation) -> str:
         ]
         lines += _more(len(view.others))
     lines += _fabric_lines(view)
+    lines += baseline_lines(validation.status.baseline if validation.status else None)
     lines += _outlier_lines(view, validation)
     return "\n".join(lines)
 
@@ -125,3 +128,23 @@ def _outlier_lines(view: FleetView, validation: GpuValidation) -> list[str]:
         return ["Outliers: none"]
     lines = [f"Outliers: {len(rows)}", columns(rows[:MAX_LINES], "  ")]
     return lines + _more(len(rows))
+
+
+def baseline_lines(status: BaselineRunStatus | None) -> list[str]:
+    """`status NAME`: the run against its baselines (spec.baseline)."""
+    if status is None:
+        return []
+    lines = [
+        f"Baseline: {status.judged} nodes judged, {status.below} below, "
+        f"{status.drifting} drifting from their history"
+    ]
+    lines += [f"  systemic {s.figure}: {s.message}" for s in status.systemic]
+    lines += [
+        f"  drifting {d.node}{' (failed)' if d.failed else ''}: {d.message}"
+        for d in status.drifting_nodes[:MAX_LINES]
+    ]
+    if status.learned:
+        lines.append(f"  learned: {', '.join(status.learned)}")
+    if status.note:
+        lines.append(f"  note: {status.note}")
+    return lines

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from gpuval_api.baseline import figures, files, history, rules
+from gpuval_api.baseline import figures, files, fleet, history, rules
 from gpuval_api.baseline.history import FABRIC_PAIR, Drift
 from gpuval_api.baseline.model import (
     MAX_LISTED,
@@ -25,7 +25,6 @@ from gpuval_api.baseline.model import (
     GpuBaselineSpec,
     HistorySettings,
     StackVersions,
-    SystemicFigure,
 )
 from gpuval_api.baseline.rules import Below, Candidate
 from gpuval_api.checks import CheckName
@@ -39,7 +38,6 @@ from gpuval_operator.baseline.state import DriftNote, RunBaselines
 # A pod's environment variable must stay far below the kernel's 128 KiB per string; a fleet has a
 # few baselines of 2-7 KiB each.
 MAX_ENV_BYTES = 64 * 1024
-MAX_SYSTEMIC = 8
 NOTE_LENGTH = 1024
 
 # The check whose figure fell, for a DriftFromHistory failure.
@@ -152,34 +150,15 @@ def fabric_below(
 def run_status(
     baselines: RunBaselines, comparisons: Iterable[tuple[str, Comparison | None]]
 ) -> BaselineRunStatus:
-    """The run's bounded `status.baseline`: nodes judged and below, the figures on which most
-    are below (systemic: the stack, not the nodes), drifting nodes, what it learned."""
-    judged = [(node, c) for node, c in comparisons if c is not None]
-    systemic = rules.systemic_of(
-        (
-            (node, figure, ratio, below)
-            for node, comparison in judged
-            for figure, ratio, below in comparison.entries()
-        ),
-        baselines.settings.systemic_fraction,
-    )
+    """The run's bounded `status.baseline` (`fleet.status_of`): nodes judged and below, the
+    figures on which most are below (systemic: the stack, not the nodes), drifting nodes, those
+    that fell most first, what it learned."""
     drifting = sorted(baselines.drifting.items(), key=lambda item: (item[1].ratio, item[0]))
-    return BaselineRunStatus(
-        judged=len(judged),
-        below=sum(1 for _, c in judged if c.is_below),
-        drifting=len(drifting),
-        systemic=[
-            SystemicFigure(
-                figure=s.figure,
-                below=len(s.below),
-                judged=s.judged,
-                median_ratio=round(s.median_ratio, 4),
-                message=s.message[:NOTE_LENGTH],
-            )
-            for s in systemic[:MAX_SYSTEMIC]
-        ],
-        learned=baselines.learned[:MAX_NAMES],
-        drifting_nodes=[
+    return fleet.status_of(
+        [(node, list(c.entries())) for node, c in comparisons if c is not None],
+        baselines.settings,
+        learned=baselines.learned,
+        drifting=[
             DriftingNode(
                 node=node,
                 figure=note.figure,
@@ -189,8 +168,8 @@ def run_status(
             )
             for node, note in drifting[:MAX_LISTED]
         ],
-        drifting_nodes_omitted=max(0, len(drifting) - MAX_LISTED),
-        note="; ".join(baselines.notes)[:NOTE_LENGTH],
+        drifting_total=len(drifting),
+        note="; ".join(baselines.notes),
     )
 
 

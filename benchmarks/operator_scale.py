@@ -428,9 +428,13 @@ async def measure(
             for number in range(2, runs + 1):
                 # A spec change: a new run, judged against what the last one learned, each
                 # report carrying its node's history.
+                writes_before = operator_writes(port)
                 spec = validation_spec(max_concurrent, batch_seconds, baseline, 3 + number)
                 cluster.kubectl("apply", "-f", "-", input=json.dumps(spec))
                 found = await one_run(cluster, agents, op.pid, number - 1, first_wave)
+                found["operatorWritesPerNode"] = round(
+                    (operator_writes(port) - writes_before) / nodes, 2
+                )
                 figures[f"run{number}"] = found
                 if baseline:
                     found.update(baseline_sizes(cluster, found["runId"]))

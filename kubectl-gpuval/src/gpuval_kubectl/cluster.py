@@ -225,19 +225,22 @@ class Cluster:
         items = self._list(self.resources.validations)
         return [read_model(GpuValidation, item) for item in items]
 
-    def validation(self, name: str) -> GpuValidation:
+    def _get(self, plural: str, name: str, missing: str) -> Mapping[str, Any]:
+        """One object; a 404 says `missing` (or that gpuval's CRDs are not installed)."""
         r = self.resources
         try:
-            body = self.objects.get_cluster_custom_object(r.group, r.version, r.validations, name)
+            found = self.objects.get_cluster_custom_object(r.group, r.version, plural, name)
+            return _mapping(found)
         except ApiException as error:
             if error.status != 404:
                 raise _refused(error) from None
             if self.missing():
                 raise self._not_found(error) from None
-            raise PluginError(
-                f"GpuValidation {name!r} not found; `kubectl gpuval status` lists them"
-            ) from None
-        return read_model(GpuValidation, _mapping(body))
+            raise PluginError(missing) from None
+
+    def validation(self, name: str) -> GpuValidation:
+        missing = f"GpuValidation {name!r} not found; `kubectl gpuval status` lists them"
+        return read_model(GpuValidation, self._get(self.resources.validations, name, missing))
 
     def run_reports(self, validation: GpuValidation, run: str | None = None) -> list[GpuNodeReport]:
         """The reports of a run of the validation (its current run unless `run` names one)."""
@@ -261,18 +264,8 @@ class Cluster:
         return [read_model(GpuBaseline, item) for item in self._list(self.resources.baselines)]
 
     def baseline(self, name: str) -> GpuBaseline:
-        r = self.resources
-        try:
-            body = self.objects.get_cluster_custom_object(r.group, r.version, r.baselines, name)
-        except ApiException as error:
-            if error.status != 404:
-                raise _refused(error) from None
-            if self.missing():
-                raise self._not_found(error) from None
-            raise PluginError(
-                f"GpuBaseline {name!r} not found; `kubectl gpuval baseline show` lists them"
-            ) from None
-        return read_model(GpuBaseline, _mapping(body))
+        missing = f"GpuBaseline {name!r} not found; `kubectl gpuval baseline show` lists them"
+        return read_model(GpuBaseline, self._get(self.resources.baselines, name, missing))
 
     def put_baseline(self, baseline: GpuBaseline, *, replace: bool) -> str:
         """Create the GpuBaseline, or with `replace` put it over the one of its name; what was

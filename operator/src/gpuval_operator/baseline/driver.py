@@ -66,6 +66,7 @@ class BaselineDriver:
         self.state.keeps_history = settings is not None
         if settings is None:
             run.baseline = None
+            self.state.history.clear()  # spec.baseline removed: nothing is carried any more
             return
         run.baseline = judge.start(settings, await self.listed())
         if recorded and run.completed_at is not None:

@@ -1,9 +1,11 @@
 """Driving an active run, one tick at a time: nodes gone, arrivals joining (spec.gating), outcomes
 of pods that ended without a report, retries of nodes gpuval could not test (spec.retry), the
-next wave of agent pods, the fabric phase (spec.fabric: gpuval_operator.fabric.driver), node
-actions for new verdicts, and, once every node has one, the run's end: burn fingerprints and
-uniformity compared across the run. The decisions are gpuval_operator.run.lifecycle's, the calls
-gpuval_operator.run.effects' and gpuval_operator.nodes.actor's; this module sequences them.
+next wave of agent pods (given their baselines), the fabric phase (spec.fabric:
+gpuval_operator.fabric.driver), node actions for new verdicts (each first against the node's own
+history), and, once every node has one, the run's end: burn fingerprints and uniformity compared
+across the run, the run against its baselines (spec.baseline: gpuval_operator.baseline.driver).
+The decisions are gpuval_operator.run.lifecycle's, the calls gpuval_operator.run.effects',
+gpuval_operator.nodes.actor's and gpuval_operator.baseline.driver's; this module sequences them.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 operator's /metrics (the operator running with the chart's ServiceAccount and configuration) while a
 simulated node fails its burn, evaluates the chart's rules, and the alert reaches `firing` in
 Prometheus' HTTP API. In the same setting every Grafana dashboard query is run against what
-Prometheus scraped from the operator, and must return series.
+Prometheus scraped from the operator, and must return series (a validation with spec.baseline
+learns its pool's baseline, then runs again against it, for the baseline panels').
 
 Scrape and evaluation intervals are one second; every wait is bounded.
 """
@@ -48,6 +49,8 @@ FABRIC = {
     "timeouts": {"gangSeconds": 30, "initSeconds": 20, "phaseSeconds": 20},
 }
 DASHBOARD = chart.CHART / "files" / "dashboard.json"
+# The simulated nodes' GPU stack names the baseline a validation learns (cluster-scoped).
+LEARNED = "nvidia-h200-x8-700w-gen5x16"
 METRIC_NAME = re.compile(r"\bgpuval_[a-z0-9_]+\b")
 
 
@@ -188,6 +191,25 @@ def holding_gpus(node: str, name: str) -> dict[str, Any]:
     }
 
 
+def second_run(cluster: Cluster, name: str) -> None:
+    """Once the validation's first run learned its baseline, a second run (a spec change)."""
+
+    def status() -> dict[str, Any]:
+        found: dict[str, Any] = (get_json(cluster, "gpuvalidation", name) or {}).get("status") or {}
+        return found
+
+    wait_for(f"{name} to learn {LEARNED}", lambda: (status().get("baseline") or {}).get("learned"))
+    cluster.kubectl(
+        "patch", "gpuvalidation", name, "--type", "merge", "-p", '{"spec":{"history":2}}'
+    )
+    wait_for(
+        f"{name}'s second run to complete",
+        lambda: (status().get("run") or {}).get("number") == 2 and _completed(cluster, name),
+        timeout=180,
+        interval=1,
+    )
+
+
 def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator_series(
     cluster: Cluster,
     release: chart.Release,
@@ -198,6 +220,8 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
     tag = uuid.uuid4().hex[:6]
     burn_pool, healthy_pool, busy_pool = f"burn-{tag}", f"healthy-{tag}", f"busy-{tag}"
     fabric_pool = f"fabric-{tag}"
+    baseline_pool = f"baseline-{tag}"
+    judged = [f"{baseline_pool}-{i}" for i in range(2)]
     good, bad, healthy = f"{burn_pool}-good", f"{burn_pool}-bad", f"{healthy_pool}-0"
     busy = f"{busy_pool}-0"
     slow = f"{fabric_pool}-2"
@@ -209,6 +233,7 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
             chart.pool_node(healthy, healthy_pool, STATE_WARNINGS),
             chart.pool_node(busy, busy_pool),
             *(chart.pool_node(n, fabric_pool, SLOW_FABRIC if n == slow else ()) for n in linked),
+            *(chart.pool_node(n, baseline_pool) for n in judged),
         ]
     )
     # Four validations: one with a node failing its burn, one that passes whole with state
@@ -227,7 +252,13 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
         f"alerts-{fabric_pool}": chart.validation(
             f"alerts-{fabric_pool}", fabric_pool, fabric=FABRIC
         ),
+        # Learns its pool's baseline in its first run; its second is judged against it and
+        # carries each node's history (the baseline panels' series).
+        f"alerts-{baseline_pool}": chart.validation(
+            f"alerts-{baseline_pool}", baseline_pool, baseline={"minNodes": 2}
+        ),
     }
+    cluster.kubectl("delete", "gpubaseline", LEARNED, "--ignore-not-found")
     cluster.apply([holding_gpus(busy, f"training-{tag}")])
     port = chart.operator_as_chart_serviceaccount(cluster, release, tmp_path, monkeypatch)
     # The dashboard's per-GPU panels read the series the chart's operator.metricsPerGpu adds.
@@ -246,6 +277,7 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
                     timeout=180,
                     interval=1,
                 )
+            second_run(cluster, f"alerts-{baseline_pool}")
             burn = wait_for(
                 f"GpuvalNodeFailedBurn for {bad} to reach firing in Prometheus",
                 lambda: _firing(server, "GpuvalNodeFailedBurn", bad),
@@ -292,7 +324,8 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
     finally:
         for name in validations:
             cluster.kubectl("delete", "gpuvalidation", name, "--wait=false", check=False)
-        for node in (good, bad, healthy, busy, *linked):
+        cluster.kubectl("delete", "gpubaseline", LEARNED, "--ignore-not-found")
+        for node in (good, bad, healthy, busy, *linked, *judged):
             cluster.kubectl("delete", "node", node, "--wait=false", check=False)
         cluster.kubectl(
             "delete", "pod", f"training-{tag}", "-n", "default", "--wait=false", check=False

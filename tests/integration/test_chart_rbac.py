@@ -34,6 +34,8 @@ OPERATOR_CLUSTER_RIGHTS: set[Right] = {
     *{("gpuval.dev", "gpunodereports", v) for v in ("list", "watch", "create", "deletecollection")},
     # effects: a node's verdict written by the operator when its agent could not.
     ("gpuval.dev", "gpunodereports/status", "patch"),
+    # baseline.driver: the GpuBaselines listed at a run's start, the learned ones created.
+    *{("gpuval.dev", "gpubaselines", v) for v in ("list", "create")},
     # planning: node selection; nodes.watch: the nodes' list+watch; nodes.actor: verdict labels,
     # taints, cordon (merge patch) and the GpuValidated condition (on the node's status).
     *{("", "nodes", v) for v in ("get", "list", "watch", "patch")},
@@ -173,6 +175,11 @@ def can_i(cluster: Cluster, kubeconfig: Path, *args: str) -> bool:
         ("update", "validatingadmissionpolicybindings"),
         ("update", "customresourcedefinitions"),
         ("impersonate", "serviceaccounts"),
+        # Learned baselines are created, never changed or deleted (learning again is a person's
+        # call: kubectl gpuval baseline learn --replace).
+        ("delete", "gpubaselines.gpuval.dev"),
+        ("patch", "gpubaselines.gpuval.dev"),
+        ("update", "gpubaselines.gpuval.dev"),
     ],
     ids=" ".join,
 )
@@ -191,6 +198,8 @@ def test_operator_is_denied_what_it_does_not_call(
         ("deletecollection", "gpunodereports.gpuval.dev"),
         ("patch", "gpunodereports.gpuval.dev", "--subresource=status"),
         ("patch", "nodes"),
+        ("list", "gpubaselines.gpuval.dev"),
+        ("create", "gpubaselines.gpuval.dev"),
         ("create", "pods", "-n", AGENTS),
         ("deletecollection", "pods", "-n", AGENTS),
         ("create", "events"),

@@ -136,7 +136,7 @@ def test_a_threshold_no_node_meets_cordons_at_most_the_limit_says_why_and_a_rele
     unique_name: Callable[[str], str],
     alert_fires_on: AlertCheck,
 ) -> None:
-    nodes = set(fleet.add_many([unique_name("b") for _ in range(40)]))
+    nodes = set(fleet.add_many({unique_name("b"): [] for _ in range(40)}))
     name = unique_name("breaker")
     # maxNodes: the default, 10% of 40. Forty agents on two shared cores take their time.
     spec = {"nodeActions": CORDON, "checks": UNMEETABLE, "nodeTimeoutSeconds": 900}
@@ -202,7 +202,7 @@ def test_the_operator_wide_limit_holds_across_two_validations(
         timeout=120,
     )
     halves = {
-        half: fleet.add_many([unique_name(half) for _ in range(5)], labels={"half": half})
+        half: fleet.add_many({unique_name(half): [] for _ in range(5)}, labels={"half": half})
         for half in ("a", "b")
     }
     names = {half: unique_name(f"wide{half}") for half in halves}
@@ -252,8 +252,8 @@ def test_a_majority_failing_with_one_reason_holds_the_actions_under_the_limit_un
     limited: Limited,
     unique_name: Callable[[str], str],
 ) -> None:
-    bad = set(fleet.add_many([unique_name("sys") for _ in range(4)], [{"kind": "miscompare"}]))
-    fleet.add_many([unique_name("ok") for _ in range(2)])
+    bad = set(fleet.add_many({unique_name("sys"): [{"kind": "miscompare"}] for _ in range(4)}))
+    fleet.add_many({unique_name("ok"): [] for _ in range(2)})
     name = unique_name("systemic")
     actions = {"taint": {"effect": "NoSchedule"}, "cordon": True, "maxNodes": "100%"}
     with limited(20) as port, watching(cluster, f"gpuval-test={fleet.label}") as seen:

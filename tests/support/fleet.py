@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -14,7 +15,7 @@ import yaml
 from gpuval_api.gfd import SharingStrategy
 from gpuval_devtools.controlplane import Cluster
 from gpuval_devtools.launch import AGENT_NAMESPACE
-from gpuval_devtools.simulation import simulated_node
+from gpuval_devtools.simulation import SIMULATE_ANNOTATION, simulated_node
 from tests.support.kube import get_json, wait_for
 
 # The integration conftest's `operator` fixture: `with operator() as metrics_port:`.
@@ -53,17 +54,28 @@ class Fleet:
 
     def add_many(
         self,
-        names: Sequence[str],
-        faults: Sequence[dict[str, Any]] = (),
+        faults: Mapping[str, Sequence[dict[str, Any]]],
         *,
         labels: Mapping[str, str] | None = None,
     ) -> list[str]:
-        """Several simulated nodes alike, added in one apply (a fleet of 40 in seconds)."""
+        """Nodes named by `faults`' keys, each with its faults, added in one apply (a fleet of
+        40 in seconds)."""
         own = {**(labels or {}), "gpuval-test": self.label}
-        nodes = [dataclasses.replace(simulated_node(name, faults), labels=own) for name in names]
+        nodes = [
+            dataclasses.replace(simulated_node(name, node_faults), labels=own)
+            for name, node_faults in faults.items()
+        ]
         self.cluster.add_nodes(nodes)
-        self.nodes += list(names)
-        return list(names)
+        self.nodes += [n.name for n in nodes]
+        return [n.name for n in nodes]
+
+    def resimulate(self, node: str, faults: Sequence[dict[str, Any]]) -> None:
+        """The node's agents from now on simulate `faults` (the pod runner reads the node's
+        simulation config each time it starts an agent)."""
+        config = simulated_node(node, faults).annotations[SIMULATE_ANNOTATION]
+        self.cluster.kubectl(
+            "annotate", "node", node, f"{SIMULATE_ANNOTATION}={config}", "--overwrite"
+        )
 
     def validation(self, name: str, **spec: Any) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -146,3 +158,19 @@ def scrape_when_up(port: int) -> str:
         return scrape(port)
     except OSError:
         return ""
+
+
+def patch_spec(cluster: Cluster, name: str, spec: Mapping[str, Any]) -> None:
+    """A merge patch of the validation's spec: a new generation, so a new run."""
+    cluster.kubectl(
+        "patch", "gpuvalidation", name, "--type", "merge", "-p", json.dumps({"spec": dict(spec)})
+    )
+
+
+def events_of(cluster: Cluster, name: str) -> list[dict[str, Any]]:
+    """The Events about a cluster-scoped object (they live in `default`)."""
+    found = get_json(
+        cluster, "events", "-n", "default", "--field-selector", f"involvedObject.name={name}"
+    )
+    items: list[dict[str, Any]] = (found or {}).get("items", [])
+    return items

@@ -1,6 +1,7 @@
-"""What the operator will do with baselines over a run's GpuNodeReports, as pure functions (step 2
-of issue 18 wires them in): learn per key from passing nodes, the run's bounded status with its
-systemic figures, the history entry a node's next report carries, the agent pod's baseline env."""
+"""What the operator and `kubectl gpuval baseline learn` do with baselines over a run's
+GpuNodeReports, as pure functions: learn per key from passing nodes, the run's bounded status with
+its systemic figures, the history entry a node's next report carries, the agent pod's baseline
+env."""
 
 from __future__ import annotations
 

@@ -41,8 +41,9 @@ GENERIC = {"phase", "reason", "message", "result", "summary", "startedAt", "comp
 # Values of two contracts at once, each legitimately spelled by the other: node-count keys of the
 # GpuValidation status ("passed", "failed") equal the node label's values, a condition's status
 # "Unknown" equals the pod phase, and "gpuCount" is a key of both the summary and the result
-# document's environment.
-AMBIGUOUS = {"passed", "failed", "Unknown", "gpuCount"}
+# document's environment; "created" is a run trigger and kubectl's word for an object made
+# (`kubectl gpuval baseline import` says it, as kubectl does).
+AMBIGUOUS = {"passed", "failed", "Unknown", "gpuCount", "created"}
 
 
 def contract_values() -> set[str]:

@@ -20,13 +20,17 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuval_api.crd import GpuValidation
+from gpuval_api.baseline import files, fleet
+from gpuval_api.baseline.learn import Learned, learn
+from gpuval_api.baseline.model import BaselineRunStatus, SystemicFigure
+from gpuval_api.crd import GpuBaseline, GpuValidation
 from gpuval_api.fabricview import FabricFinding
 from gpuval_api.release import Release
 from gpuval_api.views import FailureView, FleetView, UnitView
 from gpuval_devtools import krew
 from gpuval_devtools.imagespecs import OPERATOR as OPERATOR_IMAGE
-from gpuval_kubectl import cli, cluster, render
+from gpuval_kubectl import baselines, cli, cluster, render
+from tests.support.baselines import measured, node_figures, slowed
 from tests.support.fleets import sample_fleet, validation
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -341,3 +345,86 @@ def test_release_says_what_was_held_and_what_the_operator_does_next() -> None:
     assert "up to nodeActions.maxNodes again" in out and "kubectl gpuval status fleet" in out
     calm = render.render_release(validation("calm", "1-a", 2, []), Release("1-a", 5))
     assert "no node action was held" in calm
+
+
+def _learned_with_one_left_out() -> tuple[GpuBaseline, Learned]:
+    nodes = [node_figures(measured(f"n{i}")) for i in range(5)]
+    nodes.append(node_figures(measured("slow", slowed(0.85))))
+    key = nodes[0].key
+    assert key is not None
+    outcome = learn(nodes, key, fraction=0.1, min_nodes=3)
+    made = fleet.learned_object(outcome)
+    assert made is not None
+    return made, outcome
+
+
+def test_baseline_show_lists_them_and_one_in_detail_names_the_nodes_learning_left_out() -> None:
+    made, _ = _learned_with_one_left_out()
+    (shipped,) = files.shipped()
+
+    listing = baselines.render_list([made, shipped])
+    detail = baselines.render_one(made)
+
+    assert listing.splitlines()[0].split()[:3] == ["NAME", "GPU", "GPUS"]
+    rows = {line.split()[0]: line.split()[1:] for line in listing.splitlines()[1:]}
+    assert rows[made.metadata.name][:6] == ["NVIDIA", "H200", "4", "700", "W", "gen5x16"]
+    assert rows[shipped.metadata.name][6] == "Shipped"
+    assert detail.startswith(f"GpuBaseline {made.metadata.name}: NVIDIA H200 x4, 700 W")
+    assert "burn.bf16" in detail and "nccl.1MiB" in detail and "not judged" in detail
+    assert "Left out by learning: 1" in detail and "slow" in detail.split("Left out")[1]
+    assert "No GpuBaselines found" in baselines.render_list([])
+
+
+def test_baseline_diff_sets_two_baselines_side_by_side_and_marks_what_moved() -> None:
+    made, _ = _learned_with_one_left_out()
+    slower = [f.model_copy(update={"centre": f.centre * 0.9}) for f in made.spec.figures[:1]]
+    other = made.spec.model_copy(update={"figures": [*slower, *made.spec.figures[1:]]})
+
+    same = baselines.render_diff(("a", made.spec), ("b", made.spec))
+    moved = baselines.render_diff(("a", made.spec), ("b", other))
+    (shipped,) = files.shipped()
+    keys = baselines.render_diff(("a", made.spec), ("shipped", shipped.spec))
+
+    rows = same.splitlines()[3:]
+    assert rows and all(" 1.000" in row and "moved" not in row for row in rows)
+    first = moved.splitlines()[3]
+    assert first.startswith("burn.bf16") and "0.900" in first and first.endswith("moved")
+    assert "The keys differ" in keys and "per-GPU figures still compare" in keys
+
+
+def test_baseline_learn_says_what_it_made_and_whom_it_left_out() -> None:
+    made, outcome = _learned_with_one_left_out()
+    text = baselines.render_learned([(outcome, made.metadata.name, "created")])
+
+    assert text.splitlines()[0].endswith(
+        f"created GpuBaseline {made.metadata.name} from 5 of 6 passing nodes (2 rounds)"
+    )
+    assert "left out slow: " in text
+    assert "nothing to learn from" in baselines.render_learned([])
+
+
+def test_a_learn_flag_out_of_bounds_is_refused_naming_it() -> None:
+    args = cli.build_parser().parse_args(["baseline", "learn", "fleet", "--fraction", "0.9"])
+    fleet_validation = GpuValidation.model_validate({"metadata": {"name": "fleet"}})
+
+    with pytest.raises(cluster.PluginError, match=r"--fraction: 0\.9: Input should be less"):
+        cli._settings(fleet_validation, args)
+
+
+def test_status_says_the_run_against_its_baselines() -> None:
+    status = BaselineRunStatus(
+        judged=6,
+        below=6,
+        systemic=[
+            SystemicFigure(
+                figure="burn.bf16", below=6, judged=6, median_ratio=0.85, message="6 of 6 below"
+            )
+        ],
+        learned=["nvidia-h200-x8-700w-gen5x16"],
+    )
+
+    lines = render.baseline_lines(status)
+
+    assert lines[0] == "Baseline: 6 nodes judged, 6 below, 0 drifting from their history"
+    assert "  systemic burn.bf16: 6 of 6 below" in lines
+    assert render.baseline_lines(None) == []

@@ -183,3 +183,31 @@ def test_the_operator_wide_node_actions_limit_comes_from_its_variable() -> None:
     assert OperatorConfig.from_env(env).max_nodes_out_of_service == 3
     with pytest.raises(ConfigError, match="GPUVAL_MAX_NODES_OUT_OF_SERVICE='many'"):
         OperatorConfig.from_env({OperatorEnv.MAX_NODES_OUT_OF_SERVICE: "many"})
+
+
+def test_an_agent_pod_carries_its_baselines_before_the_specs_own_variables() -> None:
+    spec = GpuValidationSpec.model_validate(
+        {"agent": {"env": [{"name": "GPUVAL_BASELINE_FRACTION", "value": "0.05"}]}}
+    )
+    given = [
+        {"name": "GPUVAL_BASELINE", "value": "kind: GpuBaseline"},
+        {"name": "GPUVAL_BASELINE_FRACTION", "value": "0.1"},
+    ]
+    pod = planning.build_pod(
+        validation="fleet",
+        uid="uid-1",
+        run="2-ab12",
+        node="gpu-7",
+        gpus=4,
+        spec=spec,
+        config=OperatorConfig(),
+        baseline=given,
+    )
+
+    env = [(e["name"], e.get("value")) for e in pod["spec"]["containers"][0]["env"]]
+    assert env[-3:] == [
+        ("GPUVAL_BASELINE", "kind: GpuBaseline"),
+        ("GPUVAL_BASELINE_FRACTION", "0.1"),
+        # The spec's own variables come last: the later of two wins in a container.
+        ("GPUVAL_BASELINE_FRACTION", "0.05"),
+    ]

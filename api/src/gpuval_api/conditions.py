@@ -19,6 +19,8 @@ class ConditionType(StrEnum):
     NODE_ACTIONS_HELD = "NodeActionsHeld"
     # Most tested nodes of the run failed with one reason: the spec or the stack, not the nodes.
     SYSTEMIC_FAILURE = "SystemicFailure"
+    # With spec.baseline: False when the run is systemically below its baseline (the stack).
+    WITHIN_BASELINE = "WithinBaseline"
 
 
 class ConditionReason(StrEnum):
@@ -46,6 +48,9 @@ class ConditionReason(StrEnum):
     # SystemicFailure: a reason shared by most tested nodes (True), or none (False).
     SAME_REASON_ON_MANY_NODES = "SameReasonOnManyNodes"
     NOT_SYSTEMIC = "NotSystemic"
+    WITHIN_BASELINE = "WithinBaseline"  # no figure is below its baseline on most judged nodes
+    SYSTEMIC_BELOW_BASELINE = "SystemicBelowBaseline"  # most judged nodes below on a figure
+    NO_BASELINE = "NoBaseline"  # no node of the run had a baseline to be judged against
 
 
 class ValidationPhase(StrEnum):
@@ -77,3 +82,8 @@ class EventReason(StrEnum):
     NODE_ACTIONS_HELD = "NodeActionsHeld"  # taint/cordon of failing nodes held (breaker, systemic)
     SYSTEMIC_FAILURE = "SystemicFailure"  # a reason shared by most tested nodes of the run
     NODE_ACTIONS_RELEASED = "NodeActionsReleased"  # a person released the hold (gpuval.dev/release)
+    BASELINE_LEARNED = "BaselineLearned"  # a GpuBaseline learned from the run's passing nodes
+    BASELINE_NOT_LEARNED = "BaselineNotLearned"  # a key's nodes did not agree enough, or too few
+    BASELINE_MISSING = "BaselineMissing"  # a GpuBaseline spec.baseline.names names is not there
+    SYSTEMIC = "SystemicBelowBaseline"  # most judged nodes below their baseline on a figure
+    NODE_DRIFTING = "NodeDrifting"  # a node's figure fell against its own history

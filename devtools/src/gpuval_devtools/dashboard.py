@@ -8,7 +8,8 @@ checks every field and enum against the SDK's types.
 Every query reads the operator's series (gpuval_operator.readmodel.metrics); the real-Prometheus
 test runs each one against what Prometheus scraped from the real operator and wants series back.
 Distributions are bar gauges of each node's figure as a fraction of the fleet median, slowest
-first, red below 90 %: the outliers are named by the bars, whatever the fleet's size.
+first, red below 90 %: the outliers are named by the bars, whatever the fleet's size. With
+spec.baseline, the same bars show each node against its GPU stack's baseline and its own history.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from grafana_foundation_sdk.models import common as common_models
 from grafana_foundation_sdk.models import dashboard as models
 from grafana_foundation_sdk.models import prometheus as prometheus_models
 
+from gpuval_api.baseline.model import BaselineSettings
 from gpuval_api.views import OUTLIER_RATIO
 
 TARGET = Path(__file__).resolve().parents[3] / "charts" / "gpuval" / "files" / "dashboard.json"
@@ -261,6 +263,57 @@ def fabric_panels() -> list[Builder[models.Panel]]:
     return [groups, named, verdicts]
 
 
+def baseline_panels() -> list[Builder[models.Panel]]:
+    """spec.baseline: each node's worst figure against its GPU stack's GpuBaseline and against
+    its own kept runs, furthest below first (the bar says which figure), and the baseline ratio
+    over time (a fleet-wide drop after a driver update shows as every line falling at once)."""
+
+    def furthest_below(
+        panel_id: int, title: str, metric: str, red_below: float
+    ) -> Builder[models.Panel]:
+        return (
+            bargauge.Panel()
+            .id(panel_id)
+            .title(title)
+            .datasource(DATASOURCE)
+            .span(12)
+            .height(8)
+            .unit("percentunit")
+            .min(0)
+            .max(1.1)
+            .with_target(
+                query(f"bottomk({SLOWEST}, {sel(metric)})", "{{node}} {{figure}}", instant=True)
+            )
+            .display_mode(common_models.BarGaugeDisplayMode.BASIC)
+            .orientation(common_models.VizOrientation.HORIZONTAL)
+            .thresholds(_thresholds((None, "red"), (red_below, "green")))
+        )
+
+    settings = BaselineSettings()
+    baseline = furthest_below(
+        81,
+        f"Furthest below their baseline: slowest {SLOWEST} nodes' worst figure over the "
+        f"baseline's centre (red: below {1 - settings.fraction:g}, BelowBaseline)",
+        "gpuval_node_baseline_ratio",
+        1 - settings.fraction,
+    )
+    history = furthest_below(
+        82,
+        f"Furthest below their own history: slowest {SLOWEST} nodes' worst key figure over its "
+        f"median in their kept runs (red: below {1 - settings.history.drift_fraction:g}, "
+        "DriftFromHistory)",
+        "gpuval_node_history_ratio",
+        1 - settings.history.drift_fraction,
+    )
+    over_time = series_panel(
+        83,
+        "Worst figure over its baseline's centre, per node",
+        [("gpuval_node_baseline_ratio", "{{figure}}")],
+        "percentunit",
+    ).span(24)
+    return [baseline, history, over_time]
+
+
 def _ratio_to_median(metric: str) -> str:
     series = f"{metric}{{{SELECT}}}"
     return (
@@ -361,6 +414,7 @@ def build() -> dashboard.Dashboard:
     _add(board, "Untested nodes (NotRun: no action taken, never a failure)", untested_panels(), 50)
     _add(board, "Hardware state (the state check, before and after the load)", state_panels(), 70)
     _add(board, "Fabric: NCCL across nodes (spec.fabric)", fabric_panels(), 60)
+    _add(board, "Baselines and history (spec.baseline)", baseline_panels(), 80)
     distributions = [
         *distribution_panels(11, "Burn throughput", "gpuval_node_burn_flops_per_second", "flops"),
         *distribution_panels(13, "Host to device", "gpuval_node_h2d_bytes_per_second", "Bps"),

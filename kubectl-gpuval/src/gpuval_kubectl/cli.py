@@ -1,5 +1,7 @@
 """`kubectl gpuval` (the kubectl-gpuval script): arguments, the reads, what is printed or written,
-and `release`, its one write (an annotation on the GpuValidation: gpuval_api.release).
+and `release`, its one write to a GpuValidation (an annotation: gpuval_api.release). `status` and
+`report` show a GpuValidation; `baseline` shows, learns, compares, exports and imports GpuBaselines
+(gpuval_kubectl.baselines prints them); `evidence` writes a failing node's bundle.
 
 Exit codes: 0 shown (or written), 1 the API, the credentials or the file said no, or there is
 nothing to write (`evidence` of a node that passed; the message says why), 2 bad arguments.
@@ -12,13 +14,18 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import urllib3
+from pydantic import ValidationError
 
+from gpuval_api.baseline import files, fleet
+from gpuval_api.baseline.model import BaselineSettings, GpuBaselineSpec
+from gpuval_api.crd import GpuBaseline, GpuValidation, ObjectMeta
 from gpuval_api.evidence import EvidenceError, decode_evidence, evidence_gzip
 from gpuval_api.views import FleetView, fleet_of_units
-from gpuval_kubectl import evidence
+from gpuval_kubectl import baselines, evidence
 from gpuval_kubectl.cluster import Cluster, PluginError, connect
 from gpuval_kubectl.render import render_list, render_release, render_status
 
@@ -72,7 +79,141 @@ def build_parser() -> argparse.ArgumentParser:
     )
     found.add_argument("--validation", help="only this GpuValidation's reports of the node")
     found.add_argument("--run", help="only this run's report (a run id, status.run.id)")
+    _baseline_parser(sub.add_parser("baseline", help="show, learn, diff, export, import"))
     return parser
+
+
+def _baseline_parser(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True)
+    show = sub.add_parser("show", help="every GpuBaseline, or one in detail")
+    show.add_argument("name", nargs="?", help="a GpuBaseline's name")
+    learn = sub.add_parser("learn", help="learn GpuBaselines from a run's passing nodes")
+    learn.add_argument("validation", help="the GpuValidation whose run to learn from")
+    learn.add_argument("--run", help="the run's id (default: its current run)")
+    learn.add_argument(
+        "--fraction", type=float, help="leave out nodes off a centre by more (default: spec's)"
+    )
+    learn.add_argument("--min-nodes", type=int, help="nodes that must agree (default: spec's)")
+    learn.add_argument("--name", help="the GpuBaseline's name (one GPU stack only)")
+    learn.add_argument("--replace", action="store_true", help="put it over one of the same name")
+    learn.add_argument("--dry-run", action="store_true", help="say what it would learn")
+    diff = sub.add_parser("diff", help="two baselines figure by figure (names or YAML files)")
+    diff.add_argument("first", help="a GpuBaseline's name or a file")
+    diff.add_argument("second", help="a GpuBaseline's name or a file")
+    export = sub.add_parser("export", help="GpuBaselines as one YAML file")
+    export.add_argument("names", nargs="*", help="GpuBaselines (default: every one)")
+    export.add_argument("-o", "--output", type=Path, metavar="FILE", help="default: stdout")
+    load = sub.add_parser("import", help="create the GpuBaselines of a YAML file")
+    load.add_argument("file", type=Path, help="as `baseline export` writes it")
+    load.add_argument("--replace", action="store_true", help="put them over ones of their names")
+
+
+def _settings(validation: GpuValidation, args: argparse.Namespace) -> BaselineSettings:
+    """The validation's spec.baseline (or the defaults) with the flags over it."""
+    settings = validation.spec.baseline or BaselineSettings()
+    update = {"fraction": args.fraction, "min_nodes": args.min_nodes}
+    try:
+        return BaselineSettings.model_validate(
+            settings.model_dump() | {k: v for k, v in update.items() if v is not None}
+        )
+    except ValidationError as error:
+        problem = error.errors()[0]
+        flag = "--" + str(problem["loc"][0]).replace("_", "-")
+        raise PluginError(f"{flag}: {problem.get('input')!r}: {problem['msg']}") from None
+
+
+def learn(cluster: Cluster, args: argparse.Namespace) -> str:
+    """`baseline learn`: every GPU stack of the run, from its passing nodes only."""
+    validation = cluster.validation(args.validation)
+    settings = _settings(validation, args)
+    reports = cluster.run_reports(validation, args.run)
+    outcomes = fleet.learn_run(
+        reports,
+        settings,
+        validation=args.validation,
+        run=reports[0].spec.run,
+        at=datetime.now(UTC),
+    )
+    learned = [o for o in outcomes if o.spec is not None]
+    if args.name and len(learned) > 1:
+        raise PluginError(
+            f"--name {args.name!r}: the run has {len(learned)} GPU stacks; leave --name out to "
+            "name each after its key"
+        )
+    done = []
+    for outcome in outcomes:
+        made = fleet.learned_object(outcome)
+        name = args.name or outcome.key.default_name()
+        if made is None or args.dry_run:
+            done.append((outcome, name, "would create"))
+            continue
+        made.metadata.name = name
+        done.append((outcome, name, cluster.put_baseline(made, replace=args.replace)))
+    return baselines.render_learned(done)
+
+
+def _one(cluster: Cluster, given: str) -> tuple[str, GpuBaselineSpec]:
+    """A baseline named by a file (its only document) or by its name in the cluster."""
+    path = Path(given)
+    if path.is_file():
+        found = _read(path)
+        if len(found) != 1:
+            raise PluginError(f"{given}: holds {len(found)} GpuBaselines; diff compares one each")
+        return f"{given} ({found[0].metadata.name})", found[0].spec
+    return given, cluster.baseline(given).spec
+
+
+def _read(path: Path) -> list[GpuBaseline]:
+    try:
+        return files.read_file(path)
+    except files.BaselineFileError as error:
+        raise PluginError(str(error)) from None
+
+
+def export(cluster: Cluster, args: argparse.Namespace) -> str:
+    chosen = [cluster.baseline(n) for n in args.names] if args.names else cluster.baselines()
+    if not chosen:
+        raise PluginError("no GpuBaselines to export")
+    host = cluster.api.configuration.host
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    clean = [GpuBaseline(metadata=ObjectMeta(name=b.metadata.name), spec=b.spec) for b in chosen]
+    text = files.to_yaml(
+        clean,
+        header=f"GpuBaselines exported from {host} at {stamp} by kubectl gpuval baseline "
+        "export;\nkubectl gpuval baseline import FILE (or kubectl apply -f FILE) takes them in.",
+    )
+    if args.output is None:
+        return text.rstrip("\n")
+    try:
+        args.output.write_text(text)
+    except OSError as error:
+        raise PluginError(f"--output {str(args.output)!r}: cannot write it: {error}") from None
+    return f"wrote {len(clean)} GpuBaselines to {args.output}"
+
+
+def import_file(cluster: Cluster, args: argparse.Namespace) -> str:
+    found = _read(args.file)
+    return "\n".join(
+        f"GpuBaseline {b.metadata.name} {cluster.put_baseline(b, replace=args.replace)}"
+        for b in found
+    )
+
+
+def baseline(cluster: Cluster, args: argparse.Namespace) -> str:
+    """What `kubectl gpuval baseline ACTION` prints."""
+    match args.action:
+        case "show" if args.name:
+            return baselines.render_one(cluster.baseline(args.name))
+        case "show":
+            return baselines.render_list(cluster.baselines())
+        case "learn":
+            return learn(cluster, args)
+        case "diff":
+            return baselines.render_diff(_one(cluster, args.first), _one(cluster, args.second))
+        case "export":
+            return export(cluster, args)
+        case _:
+            return import_file(cluster, args)
 
 
 def write_evidence(cluster: Cluster, args: argparse.Namespace) -> str:
@@ -104,10 +245,13 @@ def show(cluster: Cluster, args: argparse.Namespace) -> str:
         return render_release(*cluster.release(args.name, time.time()))
     if args.command == evidence.COMMAND:
         return write_evidence(cluster, args)
+    if args.command == "baseline":
+        return baseline(cluster, args)
     if args.name is None:
         return render_list(cluster.validations())
     validation = cluster.validation(args.name)
-    view = fleet_of_units(validation, cluster.units(validation))
+    units, judged = cluster.units(validation)
+    view = fleet_of_units(validation, units, cluster.judged_against(judged))
     if args.command == "report":
         path = write_html(view, args.html)
         return f"wrote {path.resolve()} ({len(view.units)} nodes)"

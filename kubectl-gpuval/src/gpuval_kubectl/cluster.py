@@ -15,6 +15,7 @@ not exist, or gpuval's CRDs not installed at all (the API server serves no gpuva
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -24,11 +25,15 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpuval_api import keys
+from gpuval_api.baseline.files import to_document
+from gpuval_api.baseline.model import GpuBaselineSpec
 from gpuval_api.crd import (
+    BASELINE_PLURAL,
     GROUP,
     REPORT_PLURAL,
     VALIDATION_PLURAL,
     VERSION,
+    GpuBaseline,
     GpuNodeReport,
     GpuValidation,
 )
@@ -53,12 +58,13 @@ class PluginError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Resources:
-    """Where gpuval's objects are served: its API group and version and the two plurals."""
+    """Where gpuval's objects are served: its API group and version and the plurals."""
 
     group: str = GROUP
     version: str = VERSION
     validations: str = VALIDATION_PLURAL
     reports: str = REPORT_PLURAL
+    baselines: str = BASELINE_PLURAL
 
 
 def connect(kubeconfig: str | None = None, context: str | None = None) -> SyncLogin:
@@ -87,6 +93,13 @@ def _refused(error: ApiException) -> PluginError:
     return PluginError(f"the API server refused: HTTP {error.status}: {message}")
 
 
+def _judged_by(report: Mapping[str, Any]) -> str | None:
+    """The GpuBaseline a report's agent judged its node against (its result's `baseline`)."""
+    result = (report.get("status") or {}).get("result") or {}
+    name = (result.get("baseline") or {}).get("name") if isinstance(result, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
 class Cluster:
     """gpuval's objects in one cluster."""
 
@@ -94,6 +107,11 @@ class Cluster:
         self.login = login
         self.objects = client.CustomObjectsApi(login.api)
         self.resources = resources or Resources()
+
+    @property
+    def api(self) -> client.ApiClient:
+        """The client of the identity as loaded last (after a 401, the new one)."""
+        return self.login.api
 
     def _call(self, read: Callable[[client.CustomObjectsApi], T]) -> T:
         """One read; after a 401 the identity is loaded again (a plugin run, a file re-read)
@@ -112,7 +130,7 @@ class Cluster:
     def missing(self) -> list[str]:
         """gpuval's resources the API server does not serve (their CRDs are not installed)."""
         r = self.resources
-        wanted = [r.validations, r.reports]
+        wanted = [r.validations, r.reports, r.baselines]
         try:
             found = self._call(lambda api: api.get_api_resources(r.group, r.version))
         except ApiException as error:
@@ -175,21 +193,25 @@ class Cluster:
         items = self._list(self.resources.validations)
         return [read_model(GpuValidation, item) for item in items]
 
-    def validation(self, name: str) -> GpuValidation:
+    def _get(self, plural: str, name: str, missing: str) -> Mapping[str, Any]:
+        """One object; a 404 says `missing` (or that gpuval's CRDs are not installed)."""
         r = self.resources
         try:
-            body = self._call(
-                lambda api: api.get_cluster_custom_object(r.group, r.version, r.validations, name)
+            return _mapping(
+                self._call(
+                    lambda api: api.get_cluster_custom_object(r.group, r.version, plural, name)
+                )
             )
         except ApiException as error:
             if error.status != 404:
                 raise _refused(error) from None
             if self.missing():
                 raise self._not_found(error) from None
-            raise PluginError(
-                f"GpuValidation {name!r} not found; `kubectl gpuval status` lists them"
-            ) from None
-        return read_model(GpuValidation, _mapping(body))
+            raise PluginError(missing) from None
+
+    def validation(self, name: str) -> GpuValidation:
+        missing = f"GpuValidation {name!r} not found; `kubectl gpuval status` lists them"
+        return read_model(GpuValidation, self._get(self.resources.validations, name, missing))
 
     def release(self, name: str, now: float) -> tuple[GpuValidation, Release]:
         """Release the validation's held node actions: the annotation gpuval.dev/release naming
@@ -200,7 +222,11 @@ class Cluster:
         body = {"metadata": {"annotations": {keys.ANNOTATION_RELEASE: release.encode()}}}
         r = self.resources
         try:
-            self.objects.patch_cluster_custom_object(r.group, r.version, r.validations, name, body)
+            self._call(
+                lambda api: api.patch_cluster_custom_object(
+                    r.group, r.version, r.validations, name, body
+                )
+            )
         except ApiException as error:
             raise _refused(error) from None
         return validation, release
@@ -217,11 +243,84 @@ class Cluster:
             parts.append(f"{keys.LABEL_RUN}={label_value(run)}")
         return self._list(self.resources.reports, ",".join(parts))
 
-    def units(self, validation: GpuValidation) -> list[UnitView]:
-        """The node units of the validation's current run (none before its first run)."""
+    def run_reports(self, validation: GpuValidation, run: str | None = None) -> list[GpuNodeReport]:
+        """The reports of a run of the validation (its current run unless `run` names one)."""
+        current = validation.status.run if validation.status else None
+        chosen = run or (current.id if current is not None else None)
+        if chosen is None:
+            raise PluginError(
+                f"GpuValidation {validation.metadata.name!r} has not run yet: nothing to read"
+            )
+        selector = children_selector(validation.metadata.name, chosen)
+        items = self._list(self.resources.reports, selector)
+        if not items:
+            raise PluginError(
+                f"run {chosen!r} of GpuValidation {validation.metadata.name!r} has no reports "
+                "(runs beyond spec.history are pruned): give --run the id of a kept run"
+            )
+        return [read_model(GpuNodeReport, item) for item in items]
+
+    def baselines(self) -> list[GpuBaseline]:
+        """Every GpuBaseline."""
+        return [read_model(GpuBaseline, item) for item in self._list(self.resources.baselines)]
+
+    def baseline(self, name: str) -> GpuBaseline:
+        missing = f"GpuBaseline {name!r} not found; `kubectl gpuval baseline show` lists them"
+        return read_model(GpuBaseline, self._get(self.resources.baselines, name, missing))
+
+    def put_baseline(self, baseline: GpuBaseline, *, replace: bool) -> str:
+        """Create the GpuBaseline, or with `replace` put it over the one of its name; what was
+        done ("created", "replaced"). One that exists without `replace` is refused by name."""
+        r = self.resources
+        body = to_document(baseline)
+        name = baseline.metadata.name
+        try:
+            self._call(
+                lambda api: api.create_cluster_custom_object(r.group, r.version, r.baselines, body)
+            )
+            return "created"
+        except ApiException as error:
+            if error.status == 404:
+                raise self._not_found(error) from None
+            if error.status != 409:
+                raise _refused(error) from None
+        if not replace:
+            raise PluginError(
+                f"GpuBaseline {name!r} exists; --replace puts this one over it (a validation in "
+                "mode Learn then judges against the new one from its next run)"
+            )
+        current = self.baseline(name)
+        version = (current.metadata.model_extra or {}).get("resourceVersion")
+        body["metadata"]["resourceVersion"] = version
+        try:
+            self._call(
+                lambda api: api.replace_cluster_custom_object(
+                    r.group, r.version, r.baselines, name, body
+                )
+            )
+        except ApiException as error:
+            raise _refused(error) from None
+        return "replaced"
+
+    def units(self, validation: GpuValidation) -> tuple[list[UnitView], Counter[str]]:
+        """The node units of the validation's current run (none before its first run), and how
+        many of them each GpuBaseline judged (their agents' comparisons)."""
         run = validation.status.run if validation.status else None
         if run is None:
-            return []
+            return [], Counter()
         selector = children_selector(validation.metadata.name, run.id)
         items = self._list(self.resources.reports, selector)
-        return [node_unit(read_model(GpuNodeReport, item)) for item in items]
+        reports = [read_model(GpuNodeReport, item) for item in items]
+        judged = Counter(name for item in items if (name := _judged_by(item)) is not None)
+        return [node_unit(r) for r in reports], judged
+
+    def judged_against(self, judged: Counter[str]) -> tuple[str, GpuBaselineSpec] | None:
+        """The GpuBaseline most of the run's nodes were judged against, for the page's bands
+        (None when none was, or it is gone)."""
+        if not judged:
+            return None
+        name = judged.most_common(1)[0][0]
+        try:
+            return name, self.baseline(name).spec
+        except PluginError:
+            return None

@@ -1,7 +1,7 @@
 """What `kubectl gpuval status` prints: every GpuValidation one line each, or one in detail (its
 run, a systemic failure and held node actions, failing nodes with reason and hint, the rest of their
-hardware state (warnings), the fabric's findings, outliers), kubectl style; and what `kubectl gpuval
-release` says. Pure."""
+hardware state (warnings), the fabric's findings, the run against its baselines, outliers), kubectl
+style; and what `kubectl gpuval release` says. Pure."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 
+from gpuval_api.baseline.model import BaselineRunStatus
 from gpuval_api.checks import CheckName
 from gpuval_api.conditions import ConditionType, ValidationPhase
 from gpuval_api.crd import ConditionStatus, GpuValidation
@@ -101,6 +102,7 @@ def render_status(view: FleetView, validation: GpuValidation, now: float | None 
     lines += _state_lines(view)
     lines += _fabric_lines(view, validation)
     lines += _waiting_lines(validation, now)
+    lines += baseline_lines(validation.status.baseline if validation.status else None)
     lines += _outlier_lines(view, validation)
     return "\n".join(lines)
 
@@ -250,3 +252,23 @@ def render_release(validation: GpuValidation, release: Release) -> str:
         "service before now no longer count against it; the operator-wide limit still holds) and "
         f"lifts the run's systemic hold. `kubectl gpuval status {name}` shows what follows."
     )
+
+
+def baseline_lines(status: BaselineRunStatus | None) -> list[str]:
+    """`status NAME`: the run against its baselines (spec.baseline)."""
+    if status is None:
+        return []
+    lines = [
+        f"Baseline: {status.judged} nodes judged, {status.below} below, "
+        f"{status.drifting} drifting from their history"
+    ]
+    lines += [f"  systemic {s.figure}: {s.message}" for s in status.systemic]
+    lines += [
+        f"  drifting {d.node}{' (failed)' if d.failed else ''}: {d.message}"
+        for d in status.drifting_nodes[:MAX_LINES]
+    ]
+    if status.learned:
+        lines.append(f"  learned: {', '.join(status.learned)}")
+    if status.note:
+        lines.append(f"  note: {status.note}")
+    return lines

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,7 +107,18 @@ def child_labels(validation: str, run: str, node: str) -> dict[str, str]:
     }
 
 
-def build_report(validation: str, uid: str, run: str, candidate: Candidate) -> dict[str, Any]:
+def build_report(
+    validation: str,
+    uid: str,
+    run: str,
+    candidate: Candidate,
+    history: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """The node's report of the run; `history` is the node's key figures in its last runs
+    (spec.baseline), carried from report to report."""
+    spec: dict[str, Any] = {"validation": validation, "run": run, "node": candidate.name}
+    if history:
+        spec["history"] = list(history)
     return {
         "apiVersion": API_VERSION,
         "kind": REPORT_KIND,
@@ -117,7 +128,7 @@ def build_report(validation: str, uid: str, run: str, candidate: Candidate) -> d
             "annotations": {keys.ANNOTATION_GPUS: str(candidate.gpus)},
             "ownerReferences": [owner_reference(validation, uid)],
         },
-        "spec": {"validation": validation, "run": run, "node": candidate.name},
+        "spec": spec,
     }
 
 
@@ -160,9 +171,11 @@ def agent_env(
     spec: GpuValidationSpec,
     deadline: float | None,
     sharing: GpuSharing | None = None,
+    baseline: Sequence[Mapping[str, str]] = (),
 ) -> list[dict[str, Any]]:
     """The agent container's environment: what to write where, what to check, until when; on a
-    node with shared GPUs, the physical count the agent should see and the replicas of each."""
+    node with shared GPUs, the physical count the agent should see and the replicas of each; the
+    GpuBaselines to judge against (`baseline`: gpuval_operator.baseline.judge.agent_env)."""
     checks = json.dumps(spec.checks.model_dump(mode="json", by_alias=True), separators=(",", ":"))
     env = common_env(report=report, deadline=deadline)
     env += [
@@ -173,7 +186,7 @@ def agent_env(
         env.append({"name": AgentEnv.GPU_REPLICAS, "value": str(sharing.replicas)})
     if spec.agent.metrics_port is not None:
         env.append({"name": AgentEnv.METRICS_PORT, "value": str(spec.agent.metrics_port)})
-    return env + spec_env(spec)
+    return env + [dict(e) for e in baseline] + spec_env(spec)
 
 
 def agent_container(
@@ -278,6 +291,7 @@ def build_pod(
     deadline: float | None = None,
     attempt: int = 1,
     sharing: GpuSharing | None = None,
+    baseline: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, Any]:
     """The agent pod of `node` for its local checks (its `attempt`-th in this run). `deadline`
     (Unix seconds) is when the operator times the node out: the agent keeps retrying its report
@@ -286,7 +300,14 @@ def build_pod(
     same deadline.
     """
     report = names.report_name(validation, run, node)
-    env = agent_env(report=report, gpus=gpus, spec=spec, deadline=deadline, sharing=sharing)
+    env = agent_env(
+        report=report,
+        gpus=gpus,
+        spec=spec,
+        deadline=deadline,
+        sharing=sharing,
+        baseline=baseline,
+    )
     labels = {**child_labels(validation, run, node), keys.LABEL_ATTEMPT: str(attempt)}
     annotations = {keys.ANNOTATION_GPU_SHARING: sharing.annotation()} if sharing else None
     if spec.agent.queue is not None:

@@ -34,6 +34,8 @@ CLUSTER_RULES = (
     # get: a fabric-failed node's report, read back for its evidence (fabric/evidence.py).
     Rule((GROUP,), ("gpunodereports",), ("get", "list", "watch", "create", "deletecollection")),
     Rule((GROUP,), ("gpunodereports/status",), ("patch",)),
+    # spec.baseline: the GpuBaselines listed at a run's start, and those a run learned created.
+    Rule((GROUP,), ("gpubaselines",), ("list", "create")),
     Rule(("",), ("nodes",), ("get", "list", "watch", "patch")),
     # The GpuValidated condition (strategic merge patch on the node's status).
     Rule(("",), ("nodes/status",), ("patch",)),

@@ -1,12 +1,14 @@
-"""Pure: what the operator does with baselines and history over a run's GpuNodeReports, as
-functions of the reports it already holds (docs/operator.md, "Baselines and history", the
-design of step 2). Nothing here calls the API: the operator reads, these decide, it writes.
+"""Pure: what is done with baselines and history over a run's GpuNodeReports (docs/operator.md,
+"Baselines and history"): by the operator (which keeps no report, only what these read of one)
+and by `kubectl gpuval baseline learn`. Nothing here calls the API: the callers read, these
+decide, the callers write.
 
 - `report_figures`: a report as learning reads it (key, passed or not, every sample, the fabric
   pairs with the node at one end);
-- `learn_run`: one GpuBaseline per key of the run that has none yet (spec.baseline.mode Learn);
-- `report_comparison` and `run_status`: each node's comparison as its agent recorded it, and the
-  bounded `status.baseline` of the GpuValidation, systemic figures included;
+- `learn_run`, `learn_nodes`: one GpuBaseline per key of the run that has none yet
+  (spec.baseline.mode Learn);
+- `report_comparison`, `run_status` and `status_of`: each node's comparison as its agent recorded
+  it, and the bounded `status.baseline` of the GpuValidation, systemic figures included;
 - `history_entry`: the entry of a finished report that the node's next report carries.
 """
 
@@ -18,10 +20,12 @@ from datetime import datetime
 from gpuval_api.baseline import figures, history, learn, rules
 from gpuval_api.baseline.comparison import BaselineComparison
 from gpuval_api.baseline.model import (
+    MAX_LISTED,
     MAX_NAMES,
     BaselineRunStatus,
     BaselineSettings,
     BaselineSource,
+    DriftingNode,
     GpuBaselineSpec,
     HistoryEntry,
     SourceKind,
@@ -69,6 +73,20 @@ def learn_run(
     """Learn a baseline for every key of the run that no `existing` baseline has (Learn mode):
     from its passing nodes, leaving out those that break the rule; the outcome names them."""
     nodes = [n for n in (report_figures(r) for r in reports) if n is not None]
+    return learn_nodes(nodes, settings, validation=validation, run=run, at=at, existing=existing)
+
+
+def learn_nodes(
+    nodes: Sequence[learn.NodeFigures],
+    settings: BaselineSettings,
+    *,
+    validation: str,
+    run: str,
+    at: datetime,
+    existing: Sequence[GpuBaselineSpec] = (),
+) -> list[learn.Learned]:
+    """`learn_run` over the nodes as learning reads them (a caller that pages through the
+    reports keeps these, never the reports)."""
     have = [spec.key for spec in existing]
     outcomes = []
     for key in learn.keys(nodes):
@@ -112,11 +130,36 @@ def run_status(
     """The GpuValidation's bounded `status.baseline`: nodes judged and below, the figures on
     which the run is systemic (the stack, not the nodes), the baselines learned by this run."""
     comparisons = [(r.spec.node, report_comparison(r)) for r in reports]
-    judged = [(n, c) for n, c in comparisons if c is not None and c.name is not None]
-    found = rules.systemic(judged, settings.systemic_fraction)
+    judged = [
+        (node, [(f.figure, f.ratio, f.below > 0) for f in c.figures if f.judged and f.ratio])
+        for node, c in comparisons
+        if c is not None and c.name is not None
+    ]
+    return status_of(judged, settings, learned=learned)
+
+
+# A judged node's figures: (figure, ratio to the centre, below the floor).
+JudgedNode = tuple[str, Sequence[tuple[str, float, bool]]]
+
+
+def status_of(
+    judged: Sequence[JudgedNode],
+    settings: BaselineSettings,
+    *,
+    learned: Sequence[str] = (),
+    drifting: Sequence[DriftingNode] = (),
+    drifting_total: int = 0,
+    note: str = "",
+) -> BaselineRunStatus:
+    """`run_status` from each judged node's figures as plain tuples (the operator keeps no result
+    documents), with the nodes named DriftFromHistory (the listed ones and how many in all)."""
+    flat = ((node, *entry) for node, entries in judged for entry in entries)
+    found = rules.systemic_of(flat, settings.systemic_fraction)
+    total = max(drifting_total, len(drifting))
     return BaselineRunStatus(
         judged=len(judged),
-        below=sum(1 for _, c in judged if c is not None and c.below),
+        below=sum(1 for _, entries in judged if any(below for _, _, below in entries)),
+        drifting=total,
         systemic=[
             SystemicFigure(
                 figure=s.figure,
@@ -128,6 +171,9 @@ def run_status(
             for s in found[:MAX_SYSTEMIC]
         ],
         learned=list(learned)[:MAX_NAMES],
+        drifting_nodes=list(drifting)[:MAX_LISTED],
+        drifting_nodes_omitted=max(0, total - MAX_LISTED),
+        note=note[:1024],
     )
 
 

@@ -29,6 +29,7 @@ MAX_SAMPLES = 100_000 * 64 * 64
 MAX_EXCLUDED = 50
 MAX_HISTORY = 20
 MAX_NAMES = 16
+MAX_LISTED = 50
 NAME_LENGTH = 253
 PRODUCT_LENGTH = 128
 FIGURE_PATTERN = (
@@ -362,6 +363,20 @@ class SystemicFigure(_Model):
     message: str = Field(default="", max_length=1024, description="One line about it.")
 
 
+class DriftingNode(_Model):
+    """A node named DriftFromHistory in the run: its key figure furthest below its own past."""
+
+    node: str = Field(max_length=NAME_LENGTH, description="Node name.")
+    figure: str = Field(
+        max_length=32, description="The key figure (as in spec.history), e.g. burnTflops."
+    )
+    ratio: float = Field(
+        ge=0, le=100, description="Its value over its median in the node's kept runs."
+    )
+    failed: bool = Field(default=False, description="history.action Fail failed the node.")
+    message: str = Field(default="", max_length=1024, description="One line about it.")
+
+
 class BaselineRunStatus(_Model):
     """`status.baseline` of a GpuValidation: the run against its baselines, bounded."""
 
@@ -380,4 +395,20 @@ class BaselineRunStatus(_Model):
     )
     learned: list[Annotated[str, Field(max_length=NAME_LENGTH)]] = Field(
         default_factory=list, max_length=MAX_NAMES, description="GpuBaselines this run learned."
+    )
+    drifting_nodes: list[DriftingNode] = Field(
+        default_factory=list,
+        max_length=MAX_LISTED,
+        description="Nodes named DriftFromHistory, at most 50, those that fell most first.",
+    )
+    drifting_nodes_omitted: int = Field(
+        default=0, ge=0, le=MAX_NODES, description="Drifting nodes beyond the listed."
+    )
+    note: str = Field(
+        default="",
+        max_length=1024,
+        description=(
+            "What the run could not do with its baselines: named GpuBaselines missing, keys "
+            "not learned and why."
+        ),
     )

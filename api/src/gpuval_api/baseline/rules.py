@@ -152,6 +152,10 @@ class Systemic:
         )
 
 
+# One node's judged figure: (node, figure, ratio to the centre, below the floor).
+JudgedFigure = tuple[str, str, float, bool]
+
+
 def systemic(
     comparisons: Iterable[tuple[str, BaselineComparison | None]],
     systemic_fraction: float,
@@ -159,18 +163,33 @@ def systemic(
 ) -> list[Systemic]:
     """The figures on which more than `systemic_fraction` of the judged nodes (at least
     `min_nodes` of them) are below their baseline, in reading order."""
-    judged: dict[str, list[tuple[str, FigureRatio]]] = {}
-    for node, comparison in comparisons:
-        for entry in comparison.figures if comparison is not None else []:
-            if entry.judged and entry.ratio is not None:
-                judged.setdefault(entry.figure, []).append((node, entry))
+    return systemic_of(
+        (
+            (node, entry.figure, entry.ratio, entry.below > 0)
+            for node, comparison in comparisons
+            for entry in (comparison.figures if comparison is not None else [])
+            if entry.judged and entry.ratio is not None
+        ),
+        systemic_fraction,
+        min_nodes,
+    )
+
+
+def systemic_of(
+    judged: Iterable[JudgedFigure], systemic_fraction: float, min_nodes: int = 3
+) -> list[Systemic]:
+    """`systemic` over each node's judged figures as plain tuples (what the operator keeps of a
+    comparison: it holds no result documents)."""
+    by_figure: dict[str, list[tuple[str, float, bool]]] = {}
+    for node, figure, ratio, below in judged:
+        by_figure.setdefault(figure, []).append((node, ratio, below))
     found = []
-    for figure in sorted(judged, key=figures.order):
-        entries = judged[figure]
-        below = tuple(sorted(node for node, entry in entries if entry.below))
-        if len(entries) >= min_nodes and len(below) > systemic_fraction * len(entries):
-            ratio = statistics.median(entry.ratio or 0.0 for _, entry in entries)
-            found.append(Systemic(figure, below, len(entries), ratio))
+    for figure in sorted(by_figure, key=figures.order):
+        entries = by_figure[figure]
+        below_nodes = tuple(sorted(node for node, _, below in entries if below))
+        if len(entries) >= min_nodes and len(below_nodes) > systemic_fraction * len(entries):
+            ratio = statistics.median(ratio for _, ratio, _ in entries)
+            found.append(Systemic(figure, below_nodes, len(entries), ratio))
     return found
 
 

@@ -5,8 +5,9 @@ validation's reports and pods with one list+watch each (`kube.follower.Follower`
 `control.ingest.ChildIngest`) and its nodes with a third (`nodes.watch.NodeWatch`), keeps the run's
 state in one `RunState`, and loops about once a second (or at once when something changes):
 `control.driver.RunDriver.tick` drives an active run, and the status is written at most once a
-second and at once when the run completes. What to do is decided by the pure functions of
-`run.lifecycle`; every API call is in `run.effects` and `nodes.actor`.
+second and at once when the run completes (with spec.baseline, once more after the run learned
+its baselines: `baseline.driver`). What to do is decided by the pure functions of `run.lifecycle`
+(and `baseline.judge`); every API call is in `run.effects`, `nodes.actor` and `baseline.driver`.
 
 Restart safety: the run id is written to the status before any child is created, children have
 deterministic names (a repeated create gets 409), the annotation gpuval.dev/planned-run records that
@@ -29,6 +30,7 @@ from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, RunTrigger
 from gpuval_api.labels import children_selector
 from gpuval_operator import cron, planning
+from gpuval_operator.baseline.driver import BaselineDriver
 from gpuval_operator.config import OperatorConfig
 from gpuval_operator.control.driver import RunDriver
 from gpuval_operator.control.ingest import ChildIngest
@@ -89,8 +91,11 @@ class ValidationController:
             self.effects, ctx.config.status_interval_seconds, self._status().get("conditions") or []
         )
         self._followers: list[asyncio.Task[None]] = []
-        self.reports = ReportPlanner(self.effects, self.ingest.wake.set)
         self.node_watch = NodeWatch(ctx.client, name, self.ingest.wake.set)
+        self.baseline = BaselineDriver(
+            state=self.state, effects=self.effects, node_watch=self.node_watch
+        )
+        self.reports = ReportPlanner(self.effects, self.ingest.wake.set, self.baseline.history_of)
         self.ports = ctx.ports
         self.driver = RunDriver(
             state=self.state,
@@ -100,6 +105,7 @@ class ValidationController:
             ports=ctx.ports,
             annotations=self._annotations,
             ledger=ctx.ledger,
+            baseline=self.baseline,
         )
 
     def _status(self) -> dict[str, Any]:
@@ -150,6 +156,9 @@ class ValidationController:
         return reports, pods
 
     async def run(self) -> None:
+        spec, _ = parse_spec(self.body.get("spec"))
+        # The reports listed at start carry each node's history: keep it from the first page.
+        self.state.keeps_history = spec is not None and spec.baseline is not None
         reports, pods = self._start_followers()
         try:
             await self._wait(reports.synced.is_set, 0.2)
@@ -257,6 +266,9 @@ class ValidationController:
             # A person released the held node actions of a finished run: act on them now.
             await self.driver.after_verdicts(run, spec)
             await self._write_status(force=True)
+        if run is not None and run.baseline is None and spec.baseline is not None:
+            # Resumed after a restart: what it judges against, and its recorded status.baseline.
+            await self.baseline.prepare(run, spec.baseline, self._status().get("baseline"))
         match decision.step:
             case Step.EXECUTE if run is not None:
                 await self._execute(run, spec)
@@ -351,6 +363,7 @@ class ValidationController:
         if spec.fabric is not None:
             run.expect_fabric()
         self.state.begin(run)
+        await self.baseline.prepare(run, spec.baseline)
         # The run id is persisted before any child exists, so a restart resumes this run instead of
         # starting one.
         await self._write_status(force=True)
@@ -391,6 +404,9 @@ class ValidationController:
         await self._write_status(force=True)
         summary = rollup.run_summary(run, run.outliers)
         log.info("%s: %s", self.name, summary)
+        # Learning reads every report of the run again: after the final status, not before it.
+        if await self.baseline.learn(run):
+            await self._write_status(force=True)
         if not rollup.announce_completion(run):
             return
         run.announced = True

@@ -1,10 +1,12 @@
 """Driving an active run, one tick at a time: nodes gone, arrivals joining (spec.gating), outcomes
 of pods that ended without a report, retries of nodes gpuval could not test (spec.retry), the
-next wave of agent pods, the fabric phase (spec.fabric: gpuval_operator.fabric.driver), node
-actions for new verdicts (within the circuit breaker: gpuval_operator.control.holds), and, once
-every node has one, the run's end: burn fingerprints and
-uniformity compared across the run. The decisions are gpuval_operator.run.lifecycle's, the calls
-gpuval_operator.run.effects' and gpuval_operator.nodes.actor's; this module sequences them.
+next wave of agent pods (given their baselines), the fabric phase (spec.fabric:
+gpuval_operator.fabric.driver), node actions for new verdicts (each first against the node's own
+history, then within the circuit breaker: gpuval_operator.control.holds), and, once every node has
+one, the run's end: burn fingerprints and uniformity compared across the run, the run against its
+baselines (spec.baseline: gpuval_operator.baseline.driver). The decisions are
+gpuval_operator.run.lifecycle's, the calls gpuval_operator.run.effects',
+gpuval_operator.nodes.actor's and gpuval_operator.baseline.driver's; this module sequences them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from gpuval_api.gfd import GpuSharing
 from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey, build_reset_status
 from gpuval_operator import cron, names, planning
+from gpuval_operator.baseline.driver import BaselineDriver
 from gpuval_operator.control.holds import HoldKeeper
 from gpuval_operator.control.reports import ReportPlanner
 from gpuval_operator.fabric.driver import FabricDriver
@@ -49,10 +52,12 @@ class RunDriver:
         ports: PortPool,
         annotations: Callable[[], Mapping[str, str]],
         ledger: OutOfServiceLedger | None = None,
+        baseline: BaselineDriver,
     ) -> None:
         self.state, self.effects, self.reports = state, effects, reports
         self.node_watch = node_watch
         self.actor = NodeActor(effects, ledger)
+        self.baseline = baseline
         self.holds = HoldKeeper(
             effects=effects,
             actor=self.actor,
@@ -66,6 +71,7 @@ class RunDriver:
             ports=ports,
             annotations=annotations,
             settled=state.settle_fabric,
+            judge=baseline.judge_fabric,
         )
         self.config = effects.config
 
@@ -193,7 +199,8 @@ class RunDriver:
             if sharing is not None and not sharing.exclusive_possible:
                 await self._untestable(run, record, sharing)
                 return
-            refused = await self.effects.create_pod(run, record, spec, sharing)
+            env = self.baseline.pod_env(run, record.node)
+            refused = await self.effects.create_pod(run, record, spec, sharing, env)
             if refused is not None and run.finish_for(record.node, Reason.POD_FAILED, refused):
                 await self.effects.write_report_failure(record, Reason.POD_FAILED, refused)
 
@@ -216,7 +223,8 @@ class RunDriver:
         self.holds.prepare(run, spec)
         # Verdicts that arrive while the nodes are being patched are picked up by the next pass.
         while run.finished:
-            finished, run.finished = run.finished, []
+            await self.baseline.on_verdicts(run)  # DriftFromHistory may fail a node first
+            finished, run.finished = list(dict.fromkeys(run.finished)), []
             run.dirty = True
             await self.effects.bounded(
                 self.actor.act(run, run.nodes[node], spec) for node in finished
@@ -243,6 +251,7 @@ class RunDriver:
         state.last_run_completed = run.completed_at
         if not run.failed():
             state.last_success = run.completed_at
+        await self.baseline.complete(run)
 
     async def _blame_fingerprints(self, run: RunState) -> list[Outlier]:
         """Fail each node whose burn reference differs from its peers' (silent corruption)."""

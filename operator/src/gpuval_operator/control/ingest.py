@@ -36,6 +36,7 @@ class ChildIngest:
         self.state.run_ids.add(report.run)
         if report.completed:
             self.state.remember(report)
+        self.state.remember_history(report)
         if self.state.fabric_settled(report):
             self.state.remember_fabric(report)
         run = self.state.run

@@ -8,7 +8,8 @@ the first wave's pods should not wait for the last wave's reports.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from gpuval_api import keys
 from gpuval_api.crd import GpuValidationSpec
@@ -16,18 +17,25 @@ from gpuval_operator import planning
 from gpuval_operator.run.effects import Effects
 from gpuval_operator.run.state import RunState
 
+# The node's history its report carries (spec.baseline): gpuval_operator.baseline.driver.
+HistoryOf = Callable[[RunState, str], Sequence[Mapping[str, Any]]]
+
 
 class ReportPlanner:
-    def __init__(self, effects: Effects, on_planned: Callable[[], None]) -> None:
+    def __init__(
+        self, effects: Effects, on_planned: Callable[[], None], history: HistoryOf | None = None
+    ) -> None:
         self.effects = effects
         self.on_planned = on_planned
+        self.history = history
         self._task: asyncio.Task[None] | None = None
 
     async def create(
         self, run: RunState, candidates: list[planning.Candidate], concurrency: int | None = None
     ) -> None:
         async def one(candidate: planning.Candidate) -> None:
-            if await self.effects.create_report(run, candidate):
+            carried = self.history(run, candidate.name) if self.history is not None else ()
+            if await self.effects.create_report(run, candidate, carried):
                 record = run.nodes.get(candidate.name)
                 if record is not None:
                     record.planned = True

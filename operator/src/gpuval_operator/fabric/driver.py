@@ -44,7 +44,13 @@ from gpuval_operator.fabric.pods import build_fabric_pod, fabric_config, queued
 from gpuval_operator.fabric.ports import PortPool
 from gpuval_operator.fabric.rollup import group_waits, summary_line
 from gpuval_operator.fabric.state import FabricState, Group, Member
-from gpuval_operator.fabric.verdicts import Final, GroupEvidence, as_reported, classify
+from gpuval_operator.fabric.verdicts import (
+    Classification,
+    Final,
+    GroupEvidence,
+    as_reported,
+    classify,
+)
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.planning import concurrency_limit
 from gpuval_operator.run.effects import Effects
@@ -67,12 +73,16 @@ class FabricDriver:
         ports: PortPool,
         annotations: Callable[[], Mapping[str, str]],
         settled: Callable[[str, str, FabricFacts], None],
+        judge: Callable[[RunState, Classification], None] | None = None,
     ) -> None:
         self.effects, self.node_watch, self.ports = effects, node_watch, ports
         self.annotations = annotations
         # The read model's hook for a settled verdict whose report the operator leaves as the
         # agent wrote it (readmodel.validation.ValidationState.settle_fabric).
         self.settled = settled
+        # Rules beyond the fabric's own, over its classification before it settles (spec.baseline:
+        # a node's pairs against its baseline).
+        self.judge = judge
 
     async def tick(self, run: RunState, spec: GpuValidationSpec) -> None:
         fabric, wanted = run.fabric, spec.fabric
@@ -298,6 +308,8 @@ class FabricDriver:
             if g.size > 1
         ]
         found = classify(evidence, wanted.thresholds)
+        if self.judge is not None:
+            self.judge(run, found)
         fabric.classification = found
         await self.effects.bounded(
             self._settle(run, fabric, node, found.nodes.get(node))

@@ -21,6 +21,7 @@ from gpuval_operator.timestamps import parse_time
 
 # Node labels of NVIDIA GPU feature discovery that name the GPU stack, and the capacity: a change
 # in any of them is a changed stack (driver upgrade, CUDA, a GPU gone).
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 STACK_LABELS = (
     "nvidia.com/cuda.driver-version.full",
     "nvidia.com/cuda.driver.major",
@@ -69,6 +70,9 @@ class NodeFacts:
     sharing: GpuSharing | None = None
     # Not Ready: since when (epoch seconds) and the Ready condition's reason and message.
     not_ready: tuple[float, str] | None = None
+    # Its GPU model as GPU feature discovery labels it ("" without the label): which
+    # GpuBaselines its agent is given.
+    product: str = ""
 
     @classmethod
     def parse(
@@ -91,6 +95,7 @@ class NodeFacts:
             domain=None if topology_key is None else sys.intern(labels.get(topology_key, "")),
             sharing=sharing_of(labels, gpus),
             not_ready=not_ready_of(node),
+            product=sys.intern(str(labels.get(GPU_PRODUCT_LABEL, ""))[:128]),
         )
 
     @property

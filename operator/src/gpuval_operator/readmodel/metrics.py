@@ -4,10 +4,11 @@ bookkeeping).
 Per validation: node counts of the current run, run timestamps, uniformity, the fabric groups'
 busbw, the node actions held and the nodes out of service through it (and, operator-wide, through
 gpuval). Per node: the verdict and worst-GPU figures of its latest completed report, its state
-check's findings, links down and counters grown, its latest settled fabric verdict. Per GPU only
-with GPUVAL_METRICS_PER_GPU, because 80,000 series cost the scrape most of a second of GIL;
-per-GPU detail always lives in the reports and the agent's live exporter. Names follow Prometheus'
-conventions: base units in the name, one unit per metric.
+check's findings, links down and counters grown, its latest settled fabric verdict, its worst ratio
+to its baseline and to its own history (spec.baseline: one series each, labelled with the figure).
+Per GPU only with GPUVAL_METRICS_PER_GPU, because 80,000 series cost the scrape most of a second of
+GIL; per-GPU detail always lives in the reports and the agent's live exporter. Names follow
+Prometheus' conventions: base units in the name, one unit per metric.
 """
 
 from __future__ import annotations
@@ -183,6 +184,22 @@ class _Families:
             for key, (suffix, _) in SUMMARY_FIGURES.items()
         }
         self.gpu_figures: dict[str, GaugeMetricFamily] = {}
+        self.baseline_ratio = _gauge(
+            "gpuval_node_baseline_ratio",
+            "The node's judged figure furthest below its GpuBaseline in its latest report: value "
+            "over the baseline's centre (spec.baseline; one series per node, its worst figure).",
+            v,
+            n,
+            "figure",
+        )
+        self.history_ratio = _gauge(
+            "gpuval_node_history_ratio",
+            "The node's key figure furthest below its own kept runs in its latest run: value "
+            "over their median (spec.baseline.history; one series per node, its worst figure).",
+            v,
+            n,
+            "figure",
+        )
 
     def _state_families(self, v: str, n: str) -> None:
         """The state check of the node's latest tested report (per GPU detail: the report)."""
@@ -312,6 +329,10 @@ class _Families:
                 family.add_metric([name], value)
         for node, result in list(state.latest.items()):
             self.add_node(name, node, result)
+        for node, chain in list(state.history.items()):
+            if chain.worst is not None:
+                figure, ratio = chain.worst
+                self.history_ratio.add_metric([name, node, figure], ratio)
         for node, untested in list(state.untested.items()):
             self.untested.add_metric([name, node, untested.reason], 1.0)
             self.untested_since.add_metric([name, node], untested.since)
@@ -328,6 +349,9 @@ class _Families:
             self.validated.add_metric([name, node], result.completed_at)
         if result.state is not None:
             self.add_state(name, node, result.state)
+        worst = result.comparison.worst() if result.comparison is not None else None
+        if worst is not None:
+            self.baseline_ratio.add_metric([name, node, worst[0]], worst[1])
         for key, value in result.summary.items():
             suffix, factor = SUMMARY_FIGURES[key]
             self.figures[suffix].add_metric([name, node], value * factor)
@@ -352,6 +376,7 @@ class _Families:
         yield from (self.state_finding, self.state_findings, self.nvlinks_down)
         yield from (self.ib_ports_down, self.counters_grown)
         yield from self.figures.values()
+        yield from (self.baseline_ratio, self.history_ratio)
         yield from self.gpu_figures.values()
         yield from (self.fabric_group, self.fabric_slow, self.fabric_paths)
         yield from (self.fabric_passed, self.fabric_failure)

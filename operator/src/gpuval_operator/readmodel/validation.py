@@ -6,6 +6,7 @@ fabric's latest settled verdicts, and the times and uniformity of the last run.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from typing import Any
 from gpuval_api.conditions import ConditionType
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
+from gpuval_operator.baseline.facts import Comparison, History
 from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.names import run_number
 from gpuval_operator.run.facts import Fingerprint, ReportFacts
@@ -36,6 +38,7 @@ class NodeResult:
     failed_checks: tuple[tuple[str, str], ...] = ()
     fingerprints: tuple[Fingerprint, ...] = ()
     state: StateFacts | None = None
+    comparison: Comparison | None = None
 
     @property
     def passed(self) -> bool:
@@ -54,6 +57,7 @@ class NodeResult:
             failed_checks=report.failed_checks,
             fingerprints=report.fingerprints,
             state=report.state,
+            comparison=report.comparison,
         )
 
 
@@ -98,6 +102,10 @@ class ValidationState:
     fabric_nodes: dict[str, FabricNode] = field(default_factory=dict)
     fabric_run: str = ""
     fabric_groups: dict[str, float] = field(default_factory=dict)
+    # With spec.baseline: each node's key figures over its kept runs, from its latest report
+    # (compact arrays, never models: gpuval_operator.baseline.facts).
+    keeps_history: bool = False
+    history: dict[str, History] = field(default_factory=dict)
 
     def begin(self, run: RunState) -> None:
         """A run starts: the one place where what belongs to a run is reset. The run brings its
@@ -162,3 +170,19 @@ class ValidationState:
         if run != self.fabric_run:
             self.fabric_run, self.fabric_groups = run, {}
         self.fabric_groups[fabric.group] = fabric.busbw
+
+    def remember_history(self, report: ReportFacts) -> None:
+        """The node's chain from its latest report: a later run's report (its spec.history, and
+        its own figures once its verdict is in) or the same report with its verdict in."""
+        if not self.keeps_history or not report.node:
+            return
+        known = self.history.get(report.node)
+        if known is not None:
+            later = run_number(report.run) - run_number(known.run)
+            if later < 0 or (later == 0 and known.current and not report.tested):
+                return
+        chain = report.history()
+        if not chain.current and known is not None and known.worst is not None:
+            # Until the node's verdict of the later run is in, the metrics keep its last ratio.
+            chain = dataclasses.replace(chain, worst=known.worst)
+        self.history[report.node] = chain

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -112,9 +112,15 @@ class Effects:
 
     # -- children --
 
-    async def create_report(self, run: RunState, candidate: planning.Candidate) -> bool:
-        """Create the node's report; False (and the node left out of the run) when refused."""
-        body = planning.build_report(self.name, self.uid, run.run_id, candidate)
+    async def create_report(
+        self,
+        run: RunState,
+        candidate: planning.Candidate,
+        history: Sequence[Mapping[str, Any]] = (),
+    ) -> bool:
+        """Create the node's report (carrying its `history`); False (and the node left out of
+        the run) when refused."""
+        body = planning.build_report(self.name, self.uid, run.run_id, candidate, history)
         try:
             await self.client.create(REPORTS_PATH, body)
         except ApiError as exc:
@@ -136,6 +142,7 @@ class Effects:
         record: NodeRecord,
         spec: GpuValidationSpec,
         sharing: GpuSharing | None = None,
+        baseline: Sequence[Mapping[str, str]] = (),
     ) -> str | None:
         """Create the node's agent pod (`sharing`: its GPUs are shared); the API server's refusal
         as text, None when it exists."""
@@ -150,6 +157,7 @@ class Effects:
             deadline=(record.pod_created or time.time()) + spec.node_timeout_seconds,
             attempt=record.attempt,
             sharing=sharing,
+            baseline=baseline,
         )
         try:
             await self.client.create(self.pods_path, body)

@@ -40,6 +40,7 @@ from gpuval_api.report import (
 )
 from gpuval_api.result import Metric, Verdict
 from gpuval_api.views import ENVIRONMENT_FIELDS
+from gpuval_operator.baseline.facts import Comparison, History, lowest_pair
 from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.run.statefacts import StateFacts
 from gpuval_operator.timestamps import parse_time
@@ -266,6 +267,22 @@ class ReportFacts:
     fingerprints: tuple[Fingerprint, ...] = ()
     fabric: FabricFacts | None = None
     state: StateFacts | None = None  # the state check's, for the metrics
+    # The agent's comparison with its baseline (result.baseline), and spec.history as written
+    # (read into a History only for a validation that keeps one: `history()`).
+    comparison: Comparison | None = None
+    carried: list[Any] | None = None
+
+    def history(self) -> History:
+        """The node's key figures over its kept runs and, once its verdict is in, this one."""
+        tested = self.completed and self.tested
+        pair = lowest_pair(self.node, self.fabric.pairs) if self.fabric is not None else None
+        return History.of_report(
+            self.carried,
+            run=self.run,
+            completed_at=self.completed_at,
+            summary=self.summary if tested else None,
+            fabric_pair=pair,
+        )
 
     @property
     def completed(self) -> bool:
@@ -321,4 +338,6 @@ class ReportFacts:
             fingerprints=burn_fingerprints(result),
             fabric=FabricFacts.parse(fabric) if isinstance(fabric, Mapping) else None,
             state=StateFacts.parse(result),
+            comparison=Comparison.parse(result),
+            carried=spec.get("history") or None,
         )

@@ -121,13 +121,17 @@ def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Co
         ]
     failures = Counter(str(r.reason) for r in run.failed())
     holds = (held_condition(run.breaker, failures, run.validation), systemic_condition(run.breaker))
-    return [
+    found = [
         _succeeded(run),
         _healthy(run),
         uniform_condition(outliers),
         valid,
         *(Cond(*c) for c in holds),
     ]
+    if run.baseline is not None:
+        status, reason, message = run.baseline.condition(run.completed_at is not None)
+        found.append(Cond(ConditionType.WITHIN_BASELINE, status, reason, message))
+    return found
 
 
 def _succeeded(run: RunState) -> Cond:
@@ -254,6 +258,12 @@ def build_run_status(
         status[StatusKey.FABRIC] = build_fabric_status(run.fabric)
     elif run.completed_at is None:
         status[StatusKey.FABRIC] = None  # a run without a fabric phase: the last one's is gone
+    # status.baseline: the run against its baselines, once it completed (the last run's is gone
+    # while a run goes on).
+    baseline = run.baseline.status if run.baseline is not None else None
+    status["baseline"] = (
+        baseline.model_dump(mode="json", by_alias=True) if baseline is not None else None
+    )
     if run.completed_at is not None:
         status["lastCompletedRun"] = run_info(run)
     return status

@@ -23,6 +23,7 @@ from gpuval_api.kubernetes import TERMINAL_POD_PHASES
 from gpuval_api.reasons import Reason, verdict_of
 from gpuval_api.result import Verdict
 from gpuval_operator import names
+from gpuval_operator.baseline.state import RunBaselines
 from gpuval_operator.fabric.podfacts import FabricPodFacts
 from gpuval_operator.fabric.state import FabricState
 from gpuval_operator.planning import Candidate
@@ -149,6 +150,8 @@ class RunState:
     finished: list[str] = field(default_factory=list)
     # The run's fabric phase, when the spec asks for one (and the run is going on).
     fabric: FabricState | None = None
+    # Its baselines and history, when the spec asks for them (spec.baseline).
+    baseline: RunBaselines | None = None
     # The uniformity outliers found when the run completed (None: not compared).
     outliers: list[Outlier] | None = None
     # When the schedule's next run is due: set when this run completes.

@@ -1,0 +1,194 @@
+"""Pure: the operator's decisions about baselines and history (docs/operator.md, "Baselines and
+history"). Nothing here calls the API; gpuval_operator.baseline.driver reads, these decide, it
+writes.
+
+- `start`: what a run judges against (spec.baseline.names, or every GpuBaseline);
+- `agent_env`: the GpuBaselines an agent pod is given (GPUVAL_BASELINE), for its GPU product;
+- `drift`: a node's key figures against its own kept runs (DriftFromHistory);
+- `fabric_below`: a node's fabric pairs against its baseline's `fabric.pair` (BelowBaseline);
+- `run_status`: the bounded `status.baseline`, systemic figures included;
+- `stack_versions`: the software the nodes a baseline was learned from ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from gpuval_api.baseline import figures, files, fleet, history, rules
+from gpuval_api.baseline.history import FABRIC_PAIR, Drift
+from gpuval_api.baseline.model import (
+    MAX_LISTED,
+    MAX_NAMES,
+    BaselineRunStatus,
+    BaselineSettings,
+    DriftingNode,
+    GpuBaselineSpec,
+    HistorySettings,
+    StackVersions,
+)
+from gpuval_api.baseline.rules import Below, Candidate
+from gpuval_api.checks import CheckName
+from gpuval_api.crd import GpuBaseline, ObjectMeta
+from gpuval_api.env import AgentEnv
+from gpuval_api.fabric import FABRIC_CHECK, FabricPair
+from gpuval_api.report import SummaryKey
+from gpuval_operator.baseline.facts import Comparison, History
+from gpuval_operator.baseline.state import DriftNote, RunBaselines
+
+# A pod's environment variable must stay far below the kernel's 128 KiB per string; a fleet has a
+# few baselines of 2-7 KiB each.
+MAX_ENV_BYTES = 64 * 1024
+NOTE_LENGTH = 1024
+
+# The check whose figure fell, for a DriftFromHistory failure.
+DRIFT_CHECKS: dict[str, str] = {
+    SummaryKey.BURN_TFLOPS: CheckName.BURN,
+    SummaryKey.H2D: CheckName.BANDWIDTH,
+    SummaryKey.D2H: CheckName.BANDWIDTH,
+    SummaryKey.DEVICE_COPY: CheckName.BANDWIDTH,
+    SummaryKey.P2P: CheckName.BANDWIDTH,
+    SummaryKey.NCCL_BUSBW: CheckName.NCCL,
+    FABRIC_PAIR: FABRIC_CHECK,
+}
+
+
+def start(settings: BaselineSettings, listed: Sequence[Candidate]) -> RunBaselines:
+    """A run's baselines: the named ones in the order named (missing ones said), else every
+    GpuBaseline by name."""
+    by_name = dict(listed)
+    if settings.names:
+        chosen = [(n, by_name[n]) for n in settings.names if n in by_name]
+        missing = tuple(n for n in settings.names if n not in by_name)
+    else:
+        chosen, missing = sorted(listed, key=lambda c: c[0]), ()
+    found = RunBaselines(settings, chosen, list(listed), missing)
+    if missing:
+        found.notes.append(f"spec.baseline.names: no GpuBaseline {', '.join(missing)}")
+    return found
+
+
+def product_matches(label: str, spec: GpuBaselineSpec) -> bool:
+    """A node's `nvidia.com/gpu.product` label (GPU feature discovery writes NVML's name with
+    dashes, and may add -SHARED or a MIG profile) against a baseline's GPU model."""
+    mine = spec.key.gpu_product.replace(" ", "-").lower()
+    label = label.lower()
+    return label == mine or label.startswith(f"{mine}-")
+
+
+def _for_agent(name: str, spec: GpuBaselineSpec) -> GpuBaseline:
+    """The baseline as an agent needs it: without the nodes learning left out (up to 50)."""
+    source = spec.source.model_copy(update={"excluded": [], "excluded_omitted": 0})
+    spec = spec.model_copy(update={"source": source})
+    return GpuBaseline(metadata=ObjectMeta(name=name), spec=spec)
+
+
+def agent_env(baselines: RunBaselines, product: str) -> list[dict[str, str]]:
+    """GPUVAL_BASELINE and GPUVAL_BASELINE_FRACTION for a node of GPU `product` ("" when it has
+    no label: every baseline); none when mode Off or no baseline applies. Baselines that would
+    take the variable past MAX_ENV_BYTES are left out (the agent takes the first match)."""
+    if not baselines.judging:
+        return []
+    cached = baselines.env.get(product)
+    if cached is not None:
+        return cached
+    chosen: list[GpuBaseline] = []
+    text = ""
+    for name, spec in baselines.candidates:
+        if product and not product_matches(product, spec):
+            continue
+        attempt = files.to_yaml([*chosen, _for_agent(name, spec)])
+        if len(attempt.encode()) > MAX_ENV_BYTES:
+            break
+        chosen.append(_for_agent(name, spec))
+        text = attempt
+    env = (
+        [
+            {"name": AgentEnv.BASELINE, "value": text},
+            {"name": AgentEnv.BASELINE_FRACTION, "value": str(baselines.settings.fraction)},
+        ]
+        if chosen
+        else []
+    )
+    baselines.env[product] = env
+    return env
+
+
+def drift(chain: History | None, settings: HistorySettings) -> list[Drift]:
+    """The node's key figures of this run below (1 - driftFraction) x their median over its
+    kept runs (gpuval_api.baseline.history.drift), those that fell most first."""
+    split = chain.split() if chain is not None and settings.runs > 0 else None
+    if split is None:
+        return []
+    return sorted(history.drift(split[0], split[1], settings), key=lambda d: d.ratio)
+
+
+def drift_note(found: Sequence[Drift], failed: bool) -> DriftNote:
+    worst = found[0]
+    others = ", ".join(d.figure for d in found[1:])
+    message = worst.message + (f"; also {others}" if others else "")
+    return DriftNote(worst.figure, round(worst.ratio, 4), failed, message[:NOTE_LENGTH])
+
+
+def fabric_below(
+    node: str,
+    comparison: Comparison | None,
+    baselines: RunBaselines,
+    pairs: Iterable[FabricPair],
+    transport: str | None,
+) -> Below | None:
+    """The node's fabric pairs against `fabric.pair` of the baseline its agent matched exactly
+    (a fabric figure compares only at the same GPU count); measured as learning measures them."""
+    if comparison is None or not comparison.exact or not baselines.judging:
+        return None
+    chosen = baselines.spec_of(comparison.name)
+    if chosen is None:
+        return None
+    samples = figures.fabric_samples(node, pairs, transport or "Unknown")
+    return rules.fabric_below(samples, chosen[1], baselines.settings.fraction)
+
+
+def run_status(
+    baselines: RunBaselines, comparisons: Iterable[tuple[str, Comparison | None]]
+) -> BaselineRunStatus:
+    """The run's bounded `status.baseline` (`fleet.status_of`): nodes judged and below, the
+    figures on which most are below (systemic: the stack, not the nodes), drifting nodes, those
+    that fell most first, what it learned."""
+    drifting = sorted(baselines.drifting.items(), key=lambda item: (item[1].ratio, item[0]))
+    return fleet.status_of(
+        [(node, list(c.entries())) for node, c in comparisons if c is not None],
+        baselines.settings,
+        learned=baselines.learned,
+        drifting=[
+            DriftingNode(
+                node=node,
+                figure=note.figure,
+                ratio=min(note.ratio, 100.0),
+                failed=note.failed,
+                message=note.message,
+            )
+            for node, note in drifting[:MAX_LISTED]
+        ],
+        drifting_total=len(drifting),
+        note="; ".join(baselines.notes),
+    )
+
+
+def with_learning(status: BaselineRunStatus, baselines: RunBaselines) -> BaselineRunStatus:
+    """`status` with what learning (after the run's final status) added: names and notes."""
+    note = "; ".join(baselines.notes)[:NOTE_LENGTH]
+    return status.model_copy(update={"learned": baselines.learned[:MAX_NAMES], "note": note})
+
+
+def stack_versions(environments: Iterable[Mapping[str, str]]) -> StackVersions:
+    """The distinct driver, CUDA and NCCL versions of the nodes a baseline came from, from their
+    environment fields as the uniformity check keeps them (which spell them as StackVersions
+    does; torch is not among them)."""
+    keys = [f.alias for f in StackVersions.model_fields.values() if f.alias]
+    found: dict[str, set[str]] = {key: set() for key in keys}
+    for env in environments:
+        for key in keys:
+            if env.get(key):
+                found[key].add(env[key])
+    return StackVersions.model_validate(
+        {key: ", ".join(sorted(values))[:256] or None for key, values in found.items()}
+    )

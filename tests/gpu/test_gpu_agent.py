@@ -97,7 +97,7 @@ def test_run_with_every_check_short_passes_on_a_healthy_machine(tmp_path: Path) 
         tmp_path=tmp_path,
     )
     checks = {c["name"]: c for c in document["checks"]}  # type: ignore[union-attr]
-    assert set(checks) == {"driver", "health", "burn", "bandwidth", "nccl"}
+    assert set(checks) == {"state", "driver", "health", "burn", "bandwidth", "nccl"}
     failures = [f for c in checks.values() for f in c["findings"] if f["severity"] == "Error"]
     assert failures == [] and code == 0, failures
     assert document["verdict"] == Verdict.PASSED.value

@@ -158,7 +158,14 @@ def test_a_driver_regression_slowing_every_node_fails_each_below_baseline_and_is
 ) -> None:
     nodes = fleet.add_many({unique_name("n"): [] for _ in range(6)})
     name = unique_name("regress")
-    spec = {"maxConcurrent": 6, "checks": CHECKS, "baseline": {"minNodes": 3}}
+    spec = {
+        "maxConcurrent": 6,
+        "checks": CHECKS,
+        "baseline": {"minNodes": 3},
+        # Cordon failing nodes, a limit that would allow all 6: only the systemic hold keeps
+        # them in service.
+        "nodeActions": {"label": True, "cordon": True, "maxNodes": "100%"},
+    }
     try:
         with operator() as port:
             apply(cluster, fleet.validation(name, **spec))
@@ -174,10 +181,15 @@ def test_a_driver_regression_slowing_every_node_fails_each_below_baseline_and_is
             pods = get_json(cluster, "pods", "-n", AGENT_NAMESPACE, "-l", selector) or {}
             metrics = scrape(port)
             events = events_of(cluster, name)
+            cordoned = [
+                n
+                for n in nodes
+                if (get_json(cluster, "node", n) or {})["spec"].get("unschedulable")
+            ]
     finally:
         delete_validation(cluster, name)
 
-    # Every node fails BelowBaseline on its own (the node-action hold rules read these)...
+    # Every node fails BelowBaseline on its own...
     assert set(_reasons(reports).values()) == {("Failed", "BelowBaseline")}
     assert [f["reason"] for f in status["failingNodes"]] == ["BelowBaseline"] * 6
     # ... and the run says once, loudly, that the stack is the cause, not the nodes.
@@ -190,6 +202,13 @@ def test_a_driver_regression_slowing_every_node_fails_each_below_baseline_and_is
     assert "not the nodes" in within["message"]
     systemic = [e for e in events if e["reason"] == "SystemicBelowBaseline"]
     assert len(systemic) == 1 and systemic[0]["type"] == "Warning"
+    # ... and the circuit breaker's systemic hold keeps every node in service: the stack is at
+    # fault, so no node is cordoned for it.
+    held = conditions(status)["SystemicFailure"]
+    assert (held["status"], held["reason"]) == ("True", "SameReasonOnManyNodes")
+    assert "BelowBaseline" in held["message"]
+    assert conditions(status)["NodeActionsHeld"]["reason"] == "Systemic"
+    assert cordoned == []
     # Each agent pod was given the learned baseline and the fraction.
     pod = pods["items"][0]
     env = {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"]}

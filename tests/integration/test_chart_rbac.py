@@ -31,7 +31,10 @@ OPERATOR_CLUSTER_RIGHTS: set[Right] = {
     ("gpuval.dev", "gpuvalidations/status", "patch"),
     # effects/ingest: reports created per node and run, followed by a label-selected
     # list+watch, deleted by label selector when a run is superseded.
-    *{("gpuval.dev", "gpunodereports", v) for v in ("list", "watch", "create", "deletecollection")},
+    *{
+        ("gpuval.dev", "gpunodereports", v)
+        for v in ("get", "list", "watch", "create", "deletecollection")
+    },
     # effects: a node's verdict written by the operator when its agent could not.
     ("gpuval.dev", "gpunodereports/status", "patch"),
     # baseline.driver: the GpuBaselines listed at a run's start, the learned ones created.
@@ -162,7 +165,6 @@ def can_i(cluster: Cluster, kubeconfig: Path, *args: str) -> bool:
         ("create", "gpuvalidations.gpuval.dev"),
         ("delete", "gpuvalidations.gpuval.dev"),
         ("patch", "gpunodereports.gpuval.dev"),
-        ("get", "gpunodereports.gpuval.dev"),
         ("delete", "gpunodereports.gpuval.dev"),
         ("get", "pods"),
         # Pods only in the agents' namespace: not in its own.

@@ -322,8 +322,10 @@ def test_the_operator_runs_a_validation_past_the_expiry_of_its_exec_tokens(
     )
     plugin = token_plugin(cluster, namespace, account, tmp_path / "plugin", life=LIFE)
     kubeconfig = plugin.kubeconfig(tmp_path / "exec.kubeconfig")
+    # Real time on these nodes (the simulated burn really takes its 10 s): the run must outlive
+    # two 20 s tokens whatever the machine's speed.
     for _ in range(4):
-        fleet.add(unique_name("exp"))
+        fleet.add(unique_name("exp"), timeScale=1.0)
     name = unique_name("exp")
     port = free_port()
     try:

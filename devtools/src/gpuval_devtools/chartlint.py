@@ -62,6 +62,7 @@ KUBERNETES_KINDS = (
     cs.Gvk("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),
     cs.Gvk("rbac.authorization.k8s.io", "v1", "Role"),
     cs.Gvk("rbac.authorization.k8s.io", "v1", "RoleBinding"),
+    cs.Gvk("scheduling.k8s.io", "v1", "PriorityClass"),
 )
 # The Prometheus Operator's CRDs (ServiceMonitor, PrometheusRule), from its Go module's
 # example/prometheus-operator-crd/ through the Go module proxy.

@@ -29,6 +29,7 @@ from gpuval_operator.kube.client import KubeClient
 from gpuval_operator.readmodel.registry import OutOfService, Registry
 from gpuval_operator.readmodel.validation import NodeResult, ValidationState
 from gpuval_operator.run.facts import SUMMARY_FIGURES
+from gpuval_operator.run.holds import HOLD_CAUSES
 from gpuval_operator.run.state import Phase, RunState
 from gpuval_operator.run.statefacts import StateFacts
 
@@ -128,8 +129,10 @@ class _Families:
 
     def add_holds(self, name: str, run: RunState, out_of_service: int) -> None:
         breaker = run.breaker
-        for cause, count in sorted(breaker.causes().items()):
-            self.held.add_metric([name, cause], float(count))
+        causes = breaker.causes()
+        # Every cause, 0 when none is held: a held count that went back to 0 reads 0, not absent.
+        for cause in sorted(HOLD_CAUSES):
+            self.held.add_metric([name, str(cause)], float(causes.get(cause, 0)))
         self.out_of_service.add_metric([name], float(out_of_service))
         self.actions_limit.add_metric([name], float(breaker.limit))
         for found in breaker.systemic:

@@ -73,7 +73,9 @@ def _held(metrics: str, name: str) -> dict[str, float]:
         + re.escape(name)
         + r'"\} ([0-9.]+)$'
     )
-    return {m[1]: float(m[2]) for m in re.finditer(pattern, metrics, flags=re.MULTILINE)}
+    # Every cause is exported, 0 when none is held: the held ones.
+    found = {m[1]: float(m[2]) for m in re.finditer(pattern, metrics, flags=re.MULTILINE)}
+    return {cause: value for cause, value in found.items() if value > 0}
 
 
 Limited = Callable[[int], contextlib.AbstractContextManager[int]]

@@ -320,7 +320,13 @@ def _waiting_for(cluster: Cluster, name: str, node: str) -> dict[str, Any] | Non
     the scheduler's words about it."""
     for wait in (status_of(cluster, name).get("fabric") or {}).get("waiting") or []:
         for rank in wait.get("waitingFor") or []:
-            if rank["node"] == node and rank["state"].startswith("pending: "):
+            state = rank["state"]
+            # "pending: not scheduled yet" is before the scheduler has said why: not yet.
+            if (
+                rank["node"] == node
+                and state.startswith("pending: ")
+                and "not scheduled" not in state
+            ):
                 found: dict[str, Any] = wait
                 return found
     return None

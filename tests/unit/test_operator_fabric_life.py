@@ -169,6 +169,25 @@ def test_a_group_whose_pods_do_not_all_start_in_time_did_not_form_blaming_no_one
     assert "the fabric pods of c did not start" in str(outcomes[0].status[FabricKey.MESSAGE])
 
 
+def test_the_pods_of_a_given_up_group_are_let_end_before_the_groups_are_compared() -> None:
+    """A rank that lost rank 0 may write its own result as its pod stops: the comparison waits
+    for the pods the operator deleted to end (or for the limit), so that write lands first."""
+    run = fabric_run(G1)
+    _launched(run, "g1", started={0, 2})
+    for outcome in lifecycle.due_outcomes(run, CONFIG, now=T0 + 36, monotonic=36, grace=3):
+        member = run.groups["g1"].members[outcome.rank]
+        member.recorded = outcome.record
+        if outcome.delete_pod:
+            member.deleted_by_us, member.deleted_at = True, 36.0
+    assert run.all_done()
+    names_ = [namer("g1", r) for r in range(3)]
+    assert run.stopping(40.0, 30.0) == names_
+    run.apply_pod(pod("g1", 0, "a", phase="Succeeded"), 41.0, T0 + 41)
+    run.apply_pod_deleted(pod("g1", 1, "b", started=False, phase="Pending"))
+    assert run.stopping(42.0, 30.0) == [names_[2]]
+    assert run.stopping(66.0, 30.0) == [], "past the limit: compared without it"
+
+
 def test_a_group_whose_rank_0_never_starts_is_given_up_at_the_gang_timeout() -> None:
     run = fabric_run(G1)
     group = run.groups["g1"]

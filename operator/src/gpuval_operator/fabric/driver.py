@@ -101,7 +101,7 @@ class FabricDriver:
         waits = group_waits(fabric, fabric_config(spec))
         if waits != fabric.waits:
             fabric.waits, run.dirty = waits, True
-        if not fabric.classified and fabric.all_done():
+        if not fabric.classified and fabric.all_done() and not self._stopping(fabric):
             await self._classify(run, fabric, wanted)
         for record in run.nodes.values():
             if record.held and record.node not in fabric.groups_of:
@@ -219,7 +219,7 @@ class FabricDriver:
                 )
             await self.effects.write_report_status(run.nodes[member.node], status)
             if outcome.delete_pod:
-                member.deleted_by_us = True
+                member.deleted_by_us, member.deleted_at = True, time.monotonic()
                 await self.effects.delete_pod_named(member.pod)
         if outcomes:
             run.dirty = True
@@ -285,6 +285,12 @@ class FabricDriver:
         await self.effects.bounded(made)
 
     # -- the run-wide comparison --
+
+    def _stopping(self, fabric: FabricState) -> bool:
+        """Pods given up are let end before the groups are compared: what their agents write
+        as they stop lands before the settled verdicts, not over them."""
+        limit = lifecycle.STOP_SECONDS + self.effects.config.pod_grace_seconds
+        return bool(fabric.stopping(time.monotonic(), limit))
 
     async def _classify(self, run: RunState, fabric: FabricState, wanted: FabricSpec) -> None:
         keyed = wanted.topology_key is not None

@@ -24,6 +24,10 @@ from gpuval_operator.fabric.verdicts import FabricResult, result_of
 from gpuval_operator.run.deaths import killed_from_outside
 from gpuval_operator.run.facts import PodFacts
 
+# How long a fabric pod the operator deleted is given to end before the groups are compared
+# without it: Kubernetes' default terminationGracePeriodSeconds (the fabric pods set none).
+STOP_SECONDS = 30.0
+
 
 @dataclass(frozen=True, slots=True)
 class MemberOutcome:

@@ -35,6 +35,7 @@ class Member:
     requested: bool = False  # this process asked for the pod
     refused: str | None = None  # the API server refused the pod: why
     deleted_by_us: bool = False
+    deleted_at: float | None = None  # monotonic: when this process deleted the pod
     gone: bool = False  # the pod was deleted by someone else, or vanished
     evicted: bool = False
     preempted: bool = False
@@ -256,6 +257,21 @@ class FabricState:
 
     def active(self) -> list[Group]:
         return [g for g in self.groups.values() if self.opened(g) and not self.done(g)]
+
+    def stopping(self, mono: float, limit: float) -> list[str]:
+        """Pods the operator deleted (a group given up) that have not ended yet, for at most
+        `limit` seconds after the delete: their agents may still write a result (a rank that
+        lost rank 0 before its own stop signal came), and a verdict settled before that write
+        would be overwritten by it."""
+        found = []
+        for group in self.groups.values():
+            for member in group.members:
+                at, pod = member.deleted_at, self.pods.get(member.pod)
+                if at is None or pod is None or pod.pod.phase in TERMINAL_POD_PHASES:
+                    continue
+                if mono - at < limit:
+                    found.append(member.pod)
+        return found
 
     def all_done(self) -> bool:
         return bool(self.planned and self.cross_planned) and all(

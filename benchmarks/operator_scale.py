@@ -50,6 +50,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import sys
 import time
 import urllib.request
@@ -549,8 +550,19 @@ def add_fleet(cluster: Cluster, names: list[str], opts: Options) -> None:
     cluster.wait_nodes_ready(names)
 
 
+def _stop_on_sigterm() -> None:
+    """`kill` ends the benchmark as Ctrl-C does, through the `finally` that stops its control
+    plane: killed otherwise, its kube-apiserver and kwok outlive it and load the machine."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def main() -> int:
     opts, json_path = parse_options()
+    _stop_on_sigterm()
     names = [f"scale-{i:05d}" for i in range(opts.nodes)]
     injected = scale_fabric.inject(names, opts.racks) if opts.fabric else None
     started = time.monotonic()

@@ -214,7 +214,7 @@ def test_a_member_someone_marked_for_deletion_is_gone_though_its_pod_is_still_th
     for member in group.members:
         member.requested = True
         run.apply_pod(fabric_pod("g1", member.rank, member.node), 1.0, T0)
-    group.members[2].deleted_by_us = True
+    group.members[2].deleted_at = 0.0
     run.apply_pod(fabric_pod("g1", 1, "n1", deleting=True), 2.0, T0)
     run.apply_pod(fabric_pod("g1", 2, "n2", deleting=True), 2.0, T0)
     assert [m.gone for m in group.members] == [False, True, False]

@@ -178,7 +178,7 @@ def test_the_pods_of_a_given_up_group_are_let_end_before_the_groups_are_compared
         member = run.groups["g1"].members[outcome.rank]
         member.recorded = outcome.record
         if outcome.delete_pod:
-            member.deleted_by_us, member.deleted_at = True, 36.0
+            member.deleted_at = 36.0
     assert run.all_done()
     names_ = [namer("g1", r) for r in range(3)]
     assert run.stopping(40.0, 30.0) == names_

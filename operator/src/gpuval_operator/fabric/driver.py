@@ -219,7 +219,7 @@ class FabricDriver:
                 )
             await self.effects.write_report_status(run.nodes[member.node], status)
             if outcome.delete_pod:
-                member.deleted_by_us, member.deleted_at = True, time.monotonic()
+                member.deleted_at = time.monotonic()
                 await self.effects.delete_pod_named(member.pod)
         if outcomes:
             run.dirty = True

@@ -34,7 +34,6 @@ class Member:
     pod: str
     requested: bool = False  # this process asked for the pod
     refused: str | None = None  # the API server refused the pod: why
-    deleted_by_us: bool = False
     deleted_at: float | None = None  # monotonic: when this process deleted the pod
     gone: bool = False  # the pod was deleted by someone else, or vanished
     evicted: bool = False
@@ -44,6 +43,10 @@ class Member:
     recorded: FabricResult | None = None  # written by the operator, not yet read back
     termination: dict[str, object] | None = None  # the fabric verdict its pod's agent left
     never_started: bool = False  # its pod was made and did not start in time (gang)
+
+    @property
+    def deleted_by_us(self) -> bool:
+        return self.deleted_at is not None
 
 
 @dataclass(slots=True)

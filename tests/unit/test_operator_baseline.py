@@ -29,7 +29,7 @@ from gpuval_api.fabric import FabricPair
 from gpuval_api.reasons import Reason
 from gpuval_api.result import AgentResult, Verdict
 from gpuval_operator import names
-from gpuval_operator.baseline import judge
+from gpuval_operator.baseline import driver, judge
 from gpuval_operator.baseline.facts import History
 from gpuval_operator.planning import Candidate, build_report
 from gpuval_operator.readmodel.validation import ValidationState
@@ -389,3 +389,29 @@ def test_a_baseline_for_an_agent_is_a_valid_gpubaseline() -> None:
     assert agent_judge(measured("x"), [(given.metadata.name, given.spec)], 0.1).verdict is (
         Verdict.PASSED
     )
+
+
+def test_learning_keeps_each_nodes_figures_in_a_few_kib_and_one_key_per_gpu_stack() -> None:
+    result = measured("n0", gpus=8)
+    body = node_report("fleet", "1-beef", result).model_dump(mode="json", by_alias=True)
+    pages = [
+        [dict(body, spec=dict(body["spec"], node=f"node-{p}-{i}")) for i in range(100)]
+        for p in range(5)
+    ]
+    keys: dict[str, Any] = {}
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    nodes = [n for page in pages for n in driver._page_figures(page, keys)]
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    size = sum(s.size_diff for s in after.compare_to(before, "filename"))
+
+    assert len(nodes) == 500 and len(keys) == 1
+    assert all(n.key is nodes[0].key for n in nodes)  # one key object for the stack
+    samples = nodes[0].samples
+    assert len(samples) > 100  # 8 GPUs: burn, copies, 56 peer pairs, NCCL sizes
+    assert {s.figure for s in samples} >= {"burn.bf16", "h2d", "d2h", "deviceCopy", "p2p"}
+    # One array and a shared layout: ~1 KiB a node. A Sample each was ~13 KiB a node, and
+    # 10,000 nodes held 129 MiB while learning.
+    assert size / 500 < 1536, size / 500
+    print(f"learning: {size / 500:.0f} bytes per 8-GPU node", file=sys.stderr)

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from gpuval_api.baseline import fleet
 from gpuval_api.baseline.learn import Learned, NodeFigures
 from gpuval_api.baseline.model import (
+    BaselineKey,
     BaselineMode,
     BaselineRunStatus,
     BaselineSettings,
@@ -47,6 +48,10 @@ log = logging.getLogger(__name__)
 
 BASELINES_PATH = f"/apis/{API_VERSION}/{BASELINE_PLURAL}"
 MAX_NAMED = 10  # nodes named in one Event
+# Reports read per page when learning: a report carries its whole result document (26 KB for an
+# 8-GPU node), so a page of 100 is about 2.6 MB of JSON parsed at a time, where the client's
+# default of 500 parsed 13 MB at once (docs/operator.md, "Baselines and history").
+LEARN_PAGE = 100
 
 
 class BaselineDriver:
@@ -222,14 +227,16 @@ class BaselineDriver:
         return bool(outcomes)
 
     async def _run_figures(self, run: RunState) -> list[NodeFigures]:
-        """The run's reports as learning reads them, a page at a time (a report carries its
-        whole result document: none is kept)."""
+        """The run's reports as learning reads them, LEARN_PAGE at a time (a report carries its
+        whole result document: none is kept, only its figures, and one key per GPU stack)."""
         selector = children_selector(run.validation, run.run_id)
         while True:
             nodes: list[NodeFigures] = []
+            keys: dict[str, BaselineKey] = {}
             try:
-                async for items, _, _ in self.effects.client.pages(REPORTS_PATH, selector):
-                    nodes += await asyncio.to_thread(_page_figures, items)
+                pages = self.effects.client.pages(REPORTS_PATH, selector, page_size=LEARN_PAGE)
+                async for items, _, _ in pages:
+                    nodes += await asyncio.to_thread(_page_figures, items, keys)
             except ResourceExpiredError:
                 continue
             return nodes
@@ -262,7 +269,10 @@ class BaselineDriver:
         log.info("%s: %s", run.validation, _learned_text(name, outcome))
 
 
-def _page_figures(items: Sequence[Mapping[str, Any]]) -> list[NodeFigures]:
+def _page_figures(
+    items: Sequence[Mapping[str, Any]], keys: dict[str, BaselineKey]
+) -> list[NodeFigures]:
+    """The figures of a page of reports; nodes of one GPU stack share one key object."""
     found = []
     for item in items:
         try:
@@ -271,8 +281,11 @@ def _page_figures(items: Sequence[Mapping[str, Any]]) -> list[NodeFigures]:
             name = (item.get("metadata") or {}).get("name")
             log.warning("report %s not read for learning: %s", name, error)
             continue
-        if figures is not None:
-            found.append(figures)
+        if figures is None:
+            continue
+        if figures.key is not None:
+            figures.key = keys.setdefault(figures.key.model_dump_json(), figures.key)
+        found.append(figures)
     return found
 
 

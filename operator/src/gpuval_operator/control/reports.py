@@ -2,13 +2,14 @@
 
 A node's agent pod may start only once its report exists (the agent writes to it), so a node is
 `planned` when its report is created. At 10,000 nodes the reports alone take a minute to create;
-the first wave's pods should not wait for the last wave's reports.
+the first wave's pods should not wait for the last wave's reports. What the run does once its
+reports exist (pruning the earlier runs' children) follows them in the same background task.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from gpuval_api import keys
@@ -43,13 +44,22 @@ class ReportPlanner:
 
         await self.effects.bounded((one(c) for c in candidates), concurrency)
 
-    def in_background(self, run: RunState, candidates: list[planning.Candidate]) -> None:
+    def in_background(
+        self,
+        run: RunState,
+        candidates: list[planning.Candidate],
+        then: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """Create the candidates' reports behind the first wave, then run `then`."""
+
         async def plan() -> None:
             # A quarter of the create width, so the waves' pods are not queued behind reports
             # that are needed only when later waves start.
             width = max(1, self.effects.config.create_concurrency // 4)
             await self.create(run, candidates, concurrency=width)
             await self.effects.mark_planned(run.run_id)
+            if then is not None:
+                await then()
 
         self._task = asyncio.create_task(plan(), name=f"{self.effects.name}-plan")
 

@@ -23,6 +23,7 @@ from gpuval_devtools.launch import operator_process
 from gpuval_kubectl.cli import build_parser, show
 from gpuval_kubectl.cluster import Cluster as Objects
 from gpuval_kubectl.cluster import connect
+from gpuval_operator.fabric.rollup import NOT_SCHEDULED_YET
 from tests.support.fleet import (
     Fleet,
     Operator,
@@ -325,7 +326,7 @@ def _waiting_for(cluster: Cluster, name: str, node: str) -> dict[str, Any] | Non
             if (
                 rank["node"] == node
                 and state.startswith("pending: ")
-                and "not scheduled" not in state
+                and NOT_SCHEDULED_YET not in state
             ):
                 found: dict[str, Any] = wait
                 return found

@@ -115,6 +115,10 @@ def _order(entry: dict[str, Any]) -> tuple[int, float]:
     return (0 if entry["reason"] else 1, busbw if busbw is not None else math.inf)
 
 
+# A pending pod the scheduler has not yet said anything about (then its words replace this).
+NOT_SCHEDULED_YET = "not scheduled yet"
+
+
 def _rank_state(run: FabricState, member: Member) -> str:
     """Where a member's fabric pod is, in a few words."""
     if run.started(member):
@@ -125,7 +129,7 @@ def _rank_state(run: FabricState, member: Member) -> str:
     if pod is None:
         return "pod not made yet (rank 0 has no pod IP yet)" if member.rank else "pod not made yet"
     if not pod.pod.scheduled:
-        return f"pending: {pod.pod.unschedulable or 'not scheduled yet'}"[:256]
+        return f"pending: {pod.pod.unschedulable or NOT_SCHEDULED_YET}"[:256]
     waiting = f" ({pod.pod.waiting_reason})" if pod.pod.waiting_reason else ""
     return f"scheduled, its container not started{waiting}"[:256]
 

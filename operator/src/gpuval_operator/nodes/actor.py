@@ -71,8 +71,10 @@ class NodeActor:
                 return
             info = (node.get("status") or {}).get("nodeInfo") or {}
             record.tested_boot, record.tested_stack = str(info.get("bootID") or ""), stack_of(node)
-            gate = await self._gate(node, run, record, spec)
-            plan, said = self._plan(node, run, record, spec, gate)
+            annotations = (node.get("metadata") or {}).get("annotations") or {}
+            previous = NodeEntry.decode(annotations.get(entry_key(run.validation)))
+            gate = await self._gate(node, previous, run, record, spec)
+            plan, said = self._plan(node, previous, run, record, spec, gate=gate)
             if spec.node_actions.dry_run:
                 run.dry_run[record.node] = "; ".join(plan.changes) or "nothing to change"
                 break
@@ -114,11 +116,15 @@ class NodeActor:
         return True
 
     async def _gate(
-        self, node: dict[str, Any], run: RunState, record: NodeRecord, spec: GpuValidationSpec
+        self,
+        node: dict[str, Any],
+        previous: NodeEntry | None,
+        run: RunState,
+        record: NodeRecord,
+        spec: GpuValidationSpec,
     ) -> Gate:
-        """Whether a failing node's taint and cordon may be applied now, reserving a slot."""
-        annotations = (node.get("metadata") or {}).get("annotations") or {}
-        previous = NodeEntry.decode(annotations.get(entry_key(run.validation)))
+        """Whether a failing node's taint and cordon may be applied now, reserving a slot;
+        `previous` is the validation's entry on the node as it was read."""
         if record.phase is Phase.NOT_RUN:  # no evidence either way: the entry stays as it was
             return Gate(previous.hold, previous.since) if previous is not None else Gate()
         actions = spec.node_actions
@@ -131,6 +137,7 @@ class NodeActor:
         now = int(time.time())
         if previous is not None and previous.in_force:
             return Gate(since=previous.since or previous.at)  # holding never undoes an action
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
         startup = {e.startup_taint for e in entries(annotations).values() if e.startup_taint}
         if spec.gating is not None and spec.gating.startup_taint is not None:
             startup.add(spec.gating.startup_taint.key)
@@ -150,14 +157,14 @@ class NodeActor:
     def _plan(
         self,
         node: dict[str, Any],
+        previous: NodeEntry | None,
         run: RunState,
         record: NodeRecord,
         spec: GpuValidationSpec,
+        *,
         gate: Gate,
     ) -> tuple[NodePlan, bool]:
         """The node's plan, and whether its entry already said this verdict (no new Events)."""
-        annotations = (node.get("metadata") or {}).get("annotations") or {}
-        previous = NodeEntry.decode(annotations.get(entry_key(run.validation)))
         actions, gating = spec.node_actions, spec.gating
         verdict = {Phase.PASSED: Verdict.PASSED, Phase.NOT_RUN: Verdict.NOT_RUN}.get(
             record.phase, Verdict.FAILED

@@ -185,6 +185,13 @@ class Effects:
     async def node_exists(self, node: str) -> bool:
         return await self.client.get_or_none(f"{NODES_PATH}/{q(node)}") is not None
 
+    async def read_report(self, record: NodeRecord) -> dict[str, Any] | None:
+        """The node's report as the API server has it now (None when it is not there)."""
+        found: dict[str, Any] | None = await self.client.get_or_none(
+            f"{REPORTS_PATH}/{q(record.report)}"
+        )
+        return found
+
     async def write_report_status(self, record: NodeRecord, status: dict[str, Any]) -> bool:
         """Merge-patch the report's status (top-level nulls dropped); False when refused."""
         status = {k: v for k, v in status.items() if v is not None}

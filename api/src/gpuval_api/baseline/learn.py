@@ -149,18 +149,21 @@ class _Pool:
                 counts.setdefault(f.figure, Counter())[f.measured_with] += len(f.values)
         self.settings = {fig: c.most_common(1)[0][0] for fig, c in counts.items()}
 
-    def values(self, node: NodeFigures) -> Iterator[tuple[str, Sequence[float]]]:
-        """A node's values that count, per figure: the figure's settings, and for a fabric pair
-        a partner still kept (a slow partner must not drag a good node out)."""
+    def counted(self, node: NodeFigures) -> Iterator[tuple[str, Sequence[float], tuple[str, ...]]]:
+        """A node's values that count, per figure, with a fabric value's other node: the
+        figure's settings, and for a fabric pair a partner still kept (a slow partner must not
+        drag a good node out)."""
         for f in node.figures:
             if f.measured_with != self.settings.get(f.figure):
                 continue
             if not f.peers:
-                yield f.figure, f.values
+                yield f.figure, f.values, ()
                 continue
-            kept = [v for v, peer in zip(f.values, f.peers, strict=True) if peer in self.nodes]
+            kept = [
+                (v, peer) for v, peer in zip(f.values, f.peers, strict=True) if peer in self.nodes
+            ]
             if kept:
-                yield f.figure, kept
+                yield f.figure, [v for v, _ in kept], tuple(peer for _, peer in kept)
 
     def by_figure(self) -> dict[str, tuple[array[float], set[str]]]:
         """Figure -> (its values, the nodes they came from); a fabric pair, which both its
@@ -169,23 +172,18 @@ class _Pool:
         found: dict[str, tuple[array[float], set[str]]] = {}
         pairs: set[tuple[str, str]] = set()
         for node in self.nodes.values():
-            for f in node.figures:
-                if f.measured_with != self.settings.get(f.figure):
+            for figure, values, peers in self.counted(node):
+                kept, names = found.setdefault(figure, (array("d"), set()))
+                names.add(node.node)
+                if not peers:
+                    kept.extend(values)
                     continue
-                values, names = found.setdefault(f.figure, (array("d"), set()))
-                if not f.peers:
-                    values.extend(f.values)
-                    names.add(node.node)
-                    continue
-                for value, peer in zip(f.values, f.peers, strict=True):
-                    if peer not in self.nodes:
-                        continue
-                    names.add(node.node)
+                for value, peer in zip(values, peers, strict=True):
                     pair = (min(node.node, peer), max(node.node, peer))
                     if pair not in pairs:
                         pairs.add(pair)
-                        values.append(value)
-        return {figure: found[figure] for figure in found if found[figure][0]}
+                        kept.append(value)
+        return found
 
 
 def _offs(
@@ -195,7 +193,7 @@ def _offs(
     value, but for a fabric pair its nearest one (a node slow in one pair and fine in another is
     not the slow one; the fabric names slow links itself)."""
     found: dict[str, tuple[float, str, float]] = {}
-    for figure, values in pool.values(node):
+    for figure, values, _ in pool.counted(node):
         centre = centres.get(figure)
         if not centre:
             continue

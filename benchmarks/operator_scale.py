@@ -447,7 +447,7 @@ async def measure(
     follow = asyncio.ensure_future(follower.run())
     figures.update({"nodes": opts.nodes, "maxConcurrent": opts.max_concurrent})
     figures["baseline"] = opts.baseline
-    # kwok's stretched heartbeats (--heartbeat-factor 5) lag for minutes at 10,000 nodes on this
+    # kwok's stretched heartbeats (HEARTBEAT_FACTOR, see main) can lag at 10,000 nodes on this
     # 2-core machine, so nodes read NotReady though nothing is wrong: the operator's NotReady
     # rule (NotRun past GPUVAL_NODE_NOT_READY_SECONDS, tried again 300 s later) would turn that
     # artefact into retry waves. It is tested on the real control plane (test_operator_trust);

@@ -194,7 +194,7 @@ class RunDriver:
         if body is None:
             return False
         facts = ReportFacts.parse(body)
-        if not facts.completed or facts.verdict is None or facts.run != run.run_id:
+        if not facts.completed or facts.run != run.run_id:  # completed: a verdict is in
             return False
         log.info("%s: %s's report came after its pod ended", run.validation, record.node)
         return run.apply_report(facts)

@@ -17,8 +17,9 @@ With `--fabric` the validation has spec.fabric (groups of 8, topologyKey a rack 
 racks), faults are injected into the fabric, and each fabric group's agents run the real agent
 fabric code with the simulated fabric double once kwok marks the group's pods Running
 (benchmarks/scale_fabric.py); the figures add planning, pods, rounds, the fabric's wall time and
-the operator's time per round, report sizes, and whether every injected fault was named and
-nothing else was.
+the operator's time per round, report sizes, the GPU-seconds members held idle waiting for their
+gang (gpuval_devtools.gangidle: the operator's own gang, without Kueue), and whether every
+injected fault was named and nothing else was.
 
 With `--baseline` the validation has spec.baseline (Learn, each node's last 5 runs kept) and a
 stand-in writes what a real agent writes: a result document measured once per kind by the real

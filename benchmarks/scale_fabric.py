@@ -44,6 +44,7 @@ from gpuval_api.fabric import (
 )
 from gpuval_api.result import Verdict
 from gpuval_devtools.controlplane import free_port
+from gpuval_devtools.gangidle import gang_idle
 from gpuval_operator.fabric.plan import cross_groups, domain_groups
 from gpuval_operator.kube import KubeClient, q
 
@@ -200,10 +201,15 @@ class StandInFabric:
     def on_pod(self, kind: str, pod: dict[str, Any]) -> bool:
         """Takes a fabric pod (True), leaves any other."""
         labels = pod["metadata"].get("labels") or {}
-        if GROUP_LABEL not in labels or kind == "DELETED":
-            return GROUP_LABEL in labels
+        if GROUP_LABEL not in labels:
+            return False
         env = _env(pod)
         key = (labels[RUN_LABEL], labels[GROUP_LABEL])
+        if kind == "DELETED":
+            # Its deletion time ends an unformed group's wait (the GPU-seconds held idle).
+            if (known := self.groups.get(key)) is not None:
+                known.pods[int(env["GPUVAL_FABRIC_RANK"])] = pod
+            return True
         world = len(json.loads(env["GPUVAL_FABRIC_NODES"]))
         seen = self.groups.setdefault(key, GroupSeen(world))
         rank = int(env["GPUVAL_FABRIC_RANK"])
@@ -495,6 +501,8 @@ async def fabric_figures(
     per_round = seconds_per_round(timing, classified)
     config = FabricSpec.model_validate(FABRIC_SPEC)
     modelled_agent = agent_seconds(config, GROUP_SIZE, phase_seconds)
+    idle = gang_idle((p for g in fabric.groups.values() for p in g.pods.values()), time.time())
+    waits = sorted(idle.by_group.values())
     wall = classified - local_done_at
     return {
         "fabricRacks": racks,
@@ -519,6 +527,13 @@ async def fabric_figures(
         "fabricWallSecondsModelled": round(wall + len(timing) * modelled_agent, 1),
         "fabricModel": f"{phase_seconds:g} s of set-up per agent phase, all-reduces at "
         f"{BASE_BUSBW_GBPS:g} GB/s busbw, one group's agent time added per round",
+        # Without Kueue: GPUs of members that started, idle until their group formed (or was
+        # given up), gpuval_devtools.gangidle.
+        "fabricGangIdleGpuSeconds": round(idle.gpu_seconds, 1),
+        "fabricGangIdleGpuSecondsPerGroupMedian": round(waits[len(waits) // 2], 1) if waits else 0,
+        "fabricGangIdleGpuSecondsPerGroupMax": round(waits[-1], 1) if waits else 0,
+        "fabricGangsFormed": idle.formed,
+        "fabricGangsNotFormed": idle.not_formed,
         "fabricStandInComputeSeconds": round(fabric.compute_seconds, 1),
         "fabricStandInErrors": fabric.errors[:10],
         "fabricGroupsNeverRun": unfinished(fabric),

@@ -61,6 +61,7 @@ from typing import Any
 
 import scale_baseline
 import scale_fabric
+from gpuval_api.conditions import ConditionReason, ConditionType
 from gpuval_api.env import OperatorEnv
 from gpuval_devtools.controlplane import Cluster, GpuNode, free_port
 from gpuval_devtools.launch import agent_rbac, install_crds, operator_process
@@ -179,6 +180,22 @@ class StandInAgents:
             written = [g.written or 0.0 for g in self.fabric.groups.values()]
             ago = min(ago, time.time() - max(written, default=0.0))
         return ago
+
+
+def all_verdicts_in(gv: dict[str, Any]) -> bool:
+    """Whether the validation's status counts every node with a verdict (none pending or
+    running; a node held for the fabric counts as running)."""
+    counts = (gv.get("status") or {}).get("nodes") or {}
+    return bool(counts.get("total")) and not counts.get("pending") and not counts.get("running")
+
+
+def acting_message(gv: dict[str, Any]) -> str | None:
+    """The Succeeded condition's message while node actions for every verdict are applied."""
+    for cond in (gv.get("status") or {}).get("conditions") or []:
+        type_, reason = cond.get("type"), cond.get("reason")
+        if type_ == ConditionType.SUCCEEDED and reason == ConditionReason.APPLYING_NODE_ACTIONS:
+            return str(cond.get("message"))
+    return None
 
 
 def node_verdicts(cluster: Cluster, names: list[str]) -> dict[str, str]:
@@ -320,6 +337,8 @@ async def one_run(bench: Bench, number: int) -> RunDone:
     writes_before = operator_writes(bench.port)
     figures: dict[str, Any] = {}
     applied, peak = time.monotonic(), 0
+    verdicts_ago: float | None = None
+    acting: list[str] = []
     bench.cluster.kubectl("apply", "-f", "-", input=json.dumps(validation(opts, number)))
     while True:
         await asyncio.sleep(0.25)
@@ -340,13 +359,21 @@ async def one_run(bench: Bench, number: int) -> RunDone:
             file=sys.stderr,
             flush=True,
         )
+        if current and verdicts_ago is None and all_verdicts_in(gv):
+            verdicts_ago = agents.last_report_ago()
+        if current and (progress := acting_message(gv)) is not None:
+            acting.append(progress)
         if current and run.get("completedAt"):
             break
     completed_at = time.time()
     print(file=sys.stderr)
     figures["runSeconds"] = round(now - applied, 2)
-    # Upper bound: the poll interval and one GET are included.
+    # Upper bounds: the poll interval and one GET are included.
     figures["statusFinalAfterLastReportSeconds"] = round(agents.last_report_ago(), 2)
+    # The status had every node's verdict (node actions may still have been under way).
+    figures["verdictsInStatusAfterLastReportSeconds"] = round(verdicts_ago or 0.0, 2)
+    # What the status said while it applied them (the benchmark polls every 0.25 s).
+    figures["nodeActionsProgressSeen"] = list(dict.fromkeys(acting))[:20]
     figures["objectBytes"] = len(json.dumps(gv, separators=(",", ":")))
     figures["runId"] = run.get("id")
     figures["operatorPeakRssMiB"] = round(peak / 1024, 1)

@@ -66,6 +66,28 @@ def test_a_completed_run_with_all_passed_succeeds() -> None:
     )
 
 
+def test_the_status_says_how_far_node_actions_got_once_every_verdict_is_in() -> None:
+    run = run_with(passed=9, failed=1)
+    run.acting = (5, 10)
+    c = conditions(rollup.build_run_status(run, previous_conditions=[], now=2000.0))
+    assert (c["Succeeded"]["status"], c["Succeeded"]["reason"]) == (
+        "Unknown",
+        "ApplyingNodeActions",
+    )
+    assert c["Succeeded"]["message"] == (
+        "10 of 10 nodes have a verdict; node actions applied on 5 of 10"
+    )
+    # Verdicts still to come: the run is running, and the message still says the progress.
+    run = run_with(passed=2, failed=1, running=3)
+    run.acting = (0, 3)
+    c = conditions(rollup.build_run_status(run, previous_conditions=[], now=2000.0))
+    assert c["Succeeded"]["reason"] == "Running"
+    assert c["Succeeded"]["message"].endswith("node actions applied on 0 of 3")
+    run.acting = None
+    c = conditions(rollup.build_run_status(run, previous_conditions=[], now=2000.0))
+    assert c["Succeeded"]["message"] == "3 of 6 nodes have a verdict"
+
+
 def test_transition_time_is_kept_while_a_condition_holds() -> None:
     run = run_with(passed=1, failed=1, running=1)
     first = rollup.build_run_status(run, previous_conditions=[], now=2000.0)

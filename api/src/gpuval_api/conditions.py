@@ -27,6 +27,8 @@ class ConditionReason(StrEnum):
     """CamelCase reasons of the conditions above."""
 
     RUNNING = "Running"
+    # Succeeded Unknown: every node has its verdict; their node actions are being applied.
+    APPLYING_NODE_ACTIONS = "ApplyingNodeActions"
     NODES_FAILED = "NodesFailed"
     ALL_NODES_PASSED = "AllNodesPassed"
     NODES_NOT_RUN = "NodesNotRun"  # every tested node passed; some could not be tested

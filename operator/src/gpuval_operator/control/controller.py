@@ -106,6 +106,7 @@ class ValidationController:
             annotations=self._annotations,
             ledger=ctx.ledger,
             baseline=self.baseline,
+            progress=self._write_status,
         )
 
     def _status(self) -> dict[str, Any]:

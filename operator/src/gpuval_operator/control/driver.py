@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from gpuval_api.checks import CheckName
 from gpuval_api.conditions import EventReason
@@ -41,6 +41,10 @@ from gpuval_operator.run.uniformity import Outlier, run_outliers
 
 log = logging.getLogger(__name__)
 
+# Node actions for more verdicts than this at once go in slices, the status written between them
+# (when its interval is due): about 7 s of API calls a slice on the 2-core benchmark machine.
+ACT_SLICE = 500
+
 
 class RunDriver:
     def __init__(
@@ -54,7 +58,10 @@ class RunDriver:
         annotations: Callable[[], Mapping[str, str]],
         ledger: OutOfServiceLedger | None = None,
         baseline: BaselineDriver,
+        progress: Callable[[], Awaitable[None]],
     ) -> None:
+        # Writes the run's status if it is due (throttled to the status interval).
+        self.progress = progress
         self.state, self.effects, self.reports = state, effects, reports
         self.node_watch = node_watch
         self.actor = NodeActor(effects, ledger)
@@ -245,9 +252,23 @@ class RunDriver:
             await self.baseline.on_verdicts(run)  # DriftFromHistory may fail a node first
             finished, run.finished = list(dict.fromkeys(run.finished)), []
             run.dirty = True
-            await self.effects.bounded(
-                self.actor.act(run, run.nodes[node], spec) for node in finished
-            )
+            if len(finished) <= ACT_SLICE:
+                await self.effects.bounded(
+                    self.actor.act(run, run.nodes[node], spec) for node in finished
+                )
+                continue
+            # Many at once (a fabric settles every node at its end: 10,000 nodes, 3 API calls
+            # each): the status says how far it got, at most once per status interval.
+            try:
+                for start in range(0, len(finished), ACT_SLICE):
+                    run.acting = (start, len(finished))
+                    await self.progress()
+                    await self.effects.bounded(
+                        self.actor.act(run, run.nodes[node], spec)
+                        for node in finished[start : start + ACT_SLICE]
+                    )
+            finally:
+                run.acting, run.dirty = None, True
         await self.holds.settle(run, spec)
 
     async def complete(self, run: RunState, spec: GpuValidationSpec) -> None:

@@ -140,9 +140,13 @@ def _succeeded(run: RunState) -> Cond:
     untested = [r.node for r in run.in_phase(Phase.NOT_RUN)]
     done = counts["passed"] + counts["failed"] + counts["notRun"]
     if run.completed_at is None:
-        return Cond(
-            SUCCEEDED, "Unknown", R.RUNNING, f"{done} of {counts['total']} nodes have a verdict"
-        )
+        message = f"{done} of {counts['total']} nodes have a verdict"
+        if run.acting is None:
+            return Cond(SUCCEEDED, "Unknown", R.RUNNING, message)
+        applied, of = run.acting
+        message += f"; node actions applied on {applied} of {of}"
+        reason = R.APPLYING_NODE_ACTIONS if done == counts["total"] else R.RUNNING
+        return Cond(SUCCEEDED, "Unknown", reason, message)
     if failed:
         return Cond(
             SUCCEEDED,

@@ -170,6 +170,9 @@ class RunState:
     dirty: bool = False
     # Node actions held by the circuit breaker or the systemic hold (gpuval_operator.run.holds).
     breaker: BreakerState = field(default_factory=BreakerState)
+    # Node actions under way for verdicts that came at once: (applied, of), None when none are
+    # (a fabric settles every node at its end; the status shows the progress).
+    acting: tuple[int, int] | None = None
 
     def add(self, node: str, gpus: int, report: str, pod: str) -> NodeRecord:
         record = self.nodes.get(node)

@@ -46,6 +46,22 @@ log = logging.getLogger(__name__)
 ACT_SLICE = 500
 
 
+async def written_meanwhile(effects: Effects, run: RunState, record: NodeRecord) -> bool:
+    """Whether the agent of a pod that ended without a report in sight did write its verdict:
+    the report and the pod's end come on two watches, and under load the report's can lag
+    the pod's by more than the grace (3,088 of 10,000 stand-ins in the baseline benchmark,
+    which leave no termination message). Read from the API server before a verdict is
+    written over the agent's; True when the report gave the node its verdict."""
+    body = await effects.read_report(record)
+    if body is None:
+        return False
+    facts = ReportFacts.parse(body)
+    if not facts.completed or facts.run != run.run_id:  # completed: a verdict is in
+        return False
+    log.info("%s: %s's report came after its pod ended", run.validation, record.node)
+    return run.apply_report(facts)
+
+
 class RunDriver:
     def __init__(
         self,
@@ -172,7 +188,7 @@ class RunDriver:
         reason, message = outcome.reason, outcome.message
         record = run.nodes[outcome.node]
         ended = outcome.status is None and record.terminal_since is not None
-        if ended and await self._written_meanwhile(run, record):
+        if ended and await written_meanwhile(self.effects, run, record):
             return
         if outcome.check_node and not await self.effects.node_exists(outcome.node):
             gone = lifecycle.node_gone(record, f"was deleted during the run ({message})")
@@ -190,21 +206,6 @@ class RunDriver:
             await self.effects.write_report_status(record, status)
         elif reason is not None:
             await self.effects.write_report_failure(record, reason, message)
-
-    async def _written_meanwhile(self, run: RunState, record: NodeRecord) -> bool:
-        """Whether the agent of a pod that ended without a report in sight did write its verdict:
-        the report and the pod's end come on two watches, and under load the report's can lag
-        the pod's by more than the grace (3,088 of 10,000 stand-ins in the baseline benchmark,
-        which leave no termination message). Read from the API server before a verdict is
-        written over the agent's."""
-        body = await self.effects.read_report(record)
-        if body is None:
-            return False
-        facts = ReportFacts.parse(body)
-        if not facts.completed or facts.run != run.run_id:  # completed: a verdict is in
-            return False
-        log.info("%s: %s's report came after its pod ended", run.validation, record.node)
-        return run.apply_report(facts)
 
     async def _launch(self, run: RunState, spec: GpuValidationSpec) -> None:
         limit = planning.concurrency_limit(spec.max_concurrent, len(run.nodes))

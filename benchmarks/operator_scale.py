@@ -375,6 +375,7 @@ async def one_run(bench: Bench, number: int) -> RunDone:
     # What the status said while it applied them (the benchmark polls every 0.25 s).
     figures["nodeActionsProgressSeen"] = list(dict.fromkeys(acting))[:20]
     figures["objectBytes"] = len(json.dumps(gv, separators=(",", ":")))
+    figures["verdicts"] = (gv.get("status") or {}).get("nodes") or {}
     figures["runId"] = run.get("id")
     figures["operatorPeakRssMiB"] = round(peak / 1024, 1)
     writes = operator_writes(bench.port) - writes_before

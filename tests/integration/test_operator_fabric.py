@@ -23,6 +23,7 @@ from gpuval_devtools.launch import operator_process
 from gpuval_kubectl.cli import build_parser, show
 from gpuval_kubectl.cluster import Cluster as Objects
 from gpuval_kubectl.cluster import connect
+from gpuval_operator.control import driver
 from gpuval_operator.fabric.rollup import NOT_SCHEDULED_YET
 from tests.support.fleet import (
     Fleet,
@@ -37,6 +38,7 @@ from tests.support.fleet import (
     status_of,
 )
 from tests.support.kube import get_json, wait_for
+from tests.support.outofservice import watch
 
 pytestmark = pytest.mark.usefixtures("install_crds")
 
@@ -125,6 +127,51 @@ def test_one_slow_node_of_eight_is_named_and_its_partners_pass(
     assert own and all(p["busbwGBps"] < floor for p in own if p["round"] >= 1)
     assert len(sections["pairs"]) > len(own)
     assert "NCCL INFO Using network IB" in sections["ncclLog"]
+
+
+class SucceededSeen:
+    """Every (reason, message) of a validation's Succeeded condition its watch saw."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def apply(self, kind: str, obj: dict[str, Any]) -> None:
+        for cond in (obj.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "Succeeded":
+                self.seen.append((cond.get("reason", ""), cond.get("message", "")))
+
+
+def test_the_status_has_every_verdict_while_the_fabrics_node_actions_are_applied(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Operator,
+    unique_name: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The fabric settles its 6 nodes at once; slices of 2 stand in for 10,000 nodes in 500s.
+    monkeypatch.setattr(driver, "ACT_SLICE", 2)
+    for _ in range(6):
+        fleet.add(unique_name("a"))
+    name = unique_name("acting")
+    seen = SucceededSeen()
+    by_name = ["gpuvalidations", "--field-selector", f"metadata.name={name}"]
+    with watch(cluster, by_name, seen), operator():
+        spec = {"maxConcurrent": "100%", "checks": LOCAL, "fabric": fabric()}
+        apply(cluster, fleet.validation(name, **spec))
+        status = completed_run(cluster, name, timeout=180)
+        done = "the watch to see the run's final condition"
+        wait_for(done, lambda: seen.seen and seen.seen[-1][0] == "AllNodesPassed", timeout=30)
+        labels = [get_json(cluster, "node", n)["metadata"]["labels"] for n in fleet.nodes]
+        delete_validation(cluster, name)
+    assert status["nodes"]["passed"] == 6
+    acting = [message for reason, message in seen.seen if reason == "ApplyingNodeActions"]
+    # Written before the first slice, whatever the status interval: every verdict, none applied.
+    assert acting[0] == "6 of 6 nodes have a verdict; node actions applied on 0 of 6"
+    prefix = "6 of 6 nodes have a verdict; node actions applied on "
+    assert all(m.startswith(prefix) for m in acting)
+    reasons = [reason for reason, _ in seen.seen]
+    assert reasons.index("ApplyingNodeActions") < reasons.index("AllNodesPassed")
+    assert {lab.get("gpuval.dev/verdict") for lab in labels} == {"passed"}
 
 
 def test_a_slow_link_names_its_two_nodes(

@@ -1,7 +1,8 @@
 """Every state of the nodes a test's validations act on, as the API server served it: a
 `kubectl get nodes --watch` in the background counts the nodes gpuval holds out of service (its
 gpuval.dev/unhealthy taint, or a cordon it made) after each event, and keeps the most seen at
-once. Sampling by polling could miss a moment; a watch sees every change the API server made."""
+once. Sampling by polling could miss a moment; a watch sees every change the API server made
+(`watch` follows any other kind the same way)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from gpuval_api import keys
 from gpuval_devtools.controlplane import Cluster
@@ -55,7 +56,11 @@ class ServiceWatch:
         )
 
 
-def _read(stream: Any, seen: ServiceWatch) -> None:
+class Sink(Protocol):
+    def apply(self, kind: str, obj: dict[str, Any]) -> None: ...
+
+
+def _read(stream: Any, seen: Sink) -> None:
     decoder = json.JSONDecoder()
     buffer = ""
     for line in stream:
@@ -70,27 +75,33 @@ def _read(stream: Any, seen: ServiceWatch) -> None:
 
 
 @contextmanager
-def watching(cluster: Cluster, selector: str = "") -> Iterator[ServiceWatch]:
-    """Watch the nodes (of `selector`; every node without) while the block runs."""
-    seen = ServiceWatch()
+def watch(cluster: Cluster, what: list[str], seen: Sink) -> Iterator[None]:
+    """`kubectl get <what> --watch` while the block runs, each event given to `seen.apply`."""
     command = [
         str(cluster.binaries.kubectl),
         "--kubeconfig",
         str(cluster.kubeconfig),
         "get",
-        "nodes",
+        *what,
         "--watch",
         "--output-watch-events",
         "-o",
         "json",
-        *(["-l", selector] if selector else []),
     ]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     reader = threading.Thread(target=_read, args=(proc.stdout, seen), daemon=True)
     reader.start()
     try:
-        yield seen
+        yield
     finally:
         proc.terminate()
         proc.wait(timeout=10)
         reader.join(timeout=10)
+
+
+@contextmanager
+def watching(cluster: Cluster, selector: str = "") -> Iterator[ServiceWatch]:
+    """Watch the nodes (of `selector`; every node without) while the block runs."""
+    seen = ServiceWatch()
+    with watch(cluster, ["nodes", *(["-l", selector] if selector else [])], seen):
+        yield seen

@@ -74,9 +74,9 @@ class RunDriver:
         annotations: Callable[[], Mapping[str, str]],
         ledger: OutOfServiceLedger | None = None,
         baseline: BaselineDriver,
-        progress: Callable[[], Awaitable[None]],
+        progress: Callable[[bool], Awaitable[None]],
     ) -> None:
-        # Writes the run's status if it is due (throttled to the status interval).
+        # Writes the run's status: at once when True, else if due (the status interval).
         self.progress = progress
         self.state, self.effects, self.reports = state, effects, reports
         self.node_watch = node_watch
@@ -259,11 +259,12 @@ class RunDriver:
                 )
                 continue
             # Many at once (a fabric settles every node at its end: 10,000 nodes, 3 API calls
-            # each): the status says how far it got, at most once per status interval.
+            # each): the status shows the verdicts before the first slice, then how far it got
+            # at most once per status interval.
             try:
                 for start in range(0, len(finished), ACT_SLICE):
                     run.acting = (start, len(finished))
-                    await self.progress()
+                    await self.progress(start == 0)
                     await self.effects.bounded(
                         self.actor.act(run, run.nodes[node], spec)
                         for node in finished[start : start + ACT_SLICE]

@@ -296,14 +296,21 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
                 timeout=60,
                 interval=1,
             )
-            # The busy node's NotRun comes last (its timeout): the rest is read after Prometheus
-            # has scraped it, so every series the run produced is in.
-            wait_for(
-                f"Prometheus to scrape the NotRun of {busy}",
-                lambda: server.query(f'gpuval_node_not_run_info{{node="{busy}"}}'),
-                timeout=60,
-                interval=1,
-            )
+            # The rest is read once Prometheus has scraped the last series each validation makes:
+            # the busy node's NotRun (its timeout) and the baseline pool's second run's ratios,
+            # whichever ends last (either can: a fresh-clone run had the NotRun first).
+            judged_by = f'validation="alerts-{baseline_pool}"'
+            for what, expr in (
+                (f"the NotRun of {busy}", f'gpuval_node_not_run_info{{node="{busy}"}}'),
+                ("the baseline ratios", f"gpuval_node_baseline_ratio{{{judged_by}}}"),
+                ("the history ratios", f"gpuval_node_history_ratio{{{judged_by}}}"),
+            ):
+                wait_for(
+                    f"Prometheus to scrape {what}",
+                    functools.partial(server.query, expr),
+                    timeout=60,
+                    interval=1,
+                )
             alerts = server.alerts()
             assert server.target_health() == ["up"]
             scraped = chart.scrape(port)

@@ -41,8 +41,9 @@ from gpuval_operator.run.uniformity import Outlier, run_outliers
 
 log = logging.getLogger(__name__)
 
-# Node actions for more verdicts than this at once go in slices, the status written between them
-# (when its interval is due): about 7 s of API calls a slice on the 2-core benchmark machine.
+# Node actions for more verdicts than this at once go in slices, the status written before the
+# first and, when its interval is due, between them: about 7 s of API calls a slice on the 2-core
+# benchmark machine.
 ACT_SLICE = 500
 
 
@@ -253,25 +254,25 @@ class RunDriver:
             await self.baseline.on_verdicts(run)  # DriftFromHistory may fail a node first
             finished, run.finished = list(dict.fromkeys(run.finished)), []
             run.dirty = True
-            if len(finished) <= ACT_SLICE:
-                await self.effects.bounded(
-                    self.actor.act(run, run.nodes[node], spec) for node in finished
-                )
-                continue
-            # Many at once (a fabric settles every node at its end: 10,000 nodes, 3 API calls
-            # each): the status shows the verdicts before the first slice, then how far it got
-            # at most once per status interval.
-            try:
-                for start in range(0, len(finished), ACT_SLICE):
+            await self._act(run, spec, finished)
+        await self.holds.settle(run, spec)
+
+    async def _act(self, run: RunState, spec: GpuValidationSpec, finished: list[str]) -> None:
+        """Node actions for `finished`. Many at once (a fabric settles every node at its end:
+        10,000 nodes, 3 API calls each) go in slices: the status shows the verdicts before the
+        first slice, then how far it got at most once per status interval."""
+        many = len(finished) > ACT_SLICE
+        try:
+            for start in range(0, len(finished), ACT_SLICE):
+                if many:
                     run.acting = (start, len(finished))
                     await self.progress(start == 0)
-                    await self.effects.bounded(
-                        self.actor.act(run, run.nodes[node], spec)
-                        for node in finished[start : start + ACT_SLICE]
-                    )
-            finally:
-                run.acting, run.dirty = None, True
-        await self.holds.settle(run, spec)
+                await self.effects.bounded(
+                    self.actor.act(run, run.nodes[node], spec)
+                    for node in finished[start : start + ACT_SLICE]
+                )
+        finally:
+            run.acting, run.dirty = None, True
 
     async def complete(self, run: RunState, spec: GpuValidationSpec) -> None:
         """Every node has its final verdict: compare the run's burn fingerprints (failing the odd

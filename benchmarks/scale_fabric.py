@@ -11,10 +11,11 @@ The stand-in fabric agents run the REAL agent code for each group once all its p
 (kwok runs no containers): `gpuval_agent.fabric.driver.run_fabric` per rank, in threads, meeting
 over loopback at rank 0's coordinator, with the simulated backend's fabric double
 (`gpuval_agent.fabric.simulated.SimulatedFabric`) configured with the node's injected faults, so
-every figure, pair round, confirmation and verdict comes out of the same code a real agent runs;
-only the plan's rendezvous address is moved to loopback (as the pod runner does). Each member's
-`status.fabric` is written as the in-cluster agent writes it (`build_fabric_status`), then its
-pod ends (Succeeded when the node passed, Failed otherwise).
+every figure, pair round, confirmation and verdict comes out of the same code a real agent runs.
+Each rank but 0 first reads rank 0's pod from the API server, as a real rank does for its
+address (GPUVAL_FABRIC_MASTER_POD, gpuval_agent.fabric.locate); then the group meets on
+loopback. Each member's `status.fabric` is written as the in-cluster agent writes it
+(`build_fabric_status`), then its pod ends (Succeeded when the node passed, Failed otherwise).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from gpuval_agent.backends.simconfig import SimulationConfig
 from gpuval_agent.fabric.driver import run_fabric
 from gpuval_agent.fabric.frontend import plan_from_env
 from gpuval_agent.fabric.simulated import BASE_BUSBW_GBPS, SimulatedFabric
+from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import (
     FabricConfig,
     FabricResult,
@@ -152,7 +154,8 @@ def run_group(
 
     def one(rank: int) -> None:
         env = _env(pods[rank])
-        env["GPUVAL_FABRIC_MASTER"] = f"127.0.0.1:{port}"
+        env.pop(AgentEnv.FABRIC_MASTER_POD, None)  # read by _finish; the group meets here
+        env[AgentEnv.FABRIC_MASTER] = f"127.0.0.1:{port}"
         plan = plan_from_env(env)
         executor = SimulatedFabric(sims[plan.node], plan.config, plan.node, stop)
         try:
@@ -229,11 +232,21 @@ class StandInFabric:
             task.add_done_callback(self.tasks.discard)
         return True
 
+    async def _locate(self, pods: Sequence[Mapping[str, Any]]) -> None:
+        """What each rank but 0 asks the API server before it can meet: rank 0's pod, by name,
+        which must have an IP by now (every pod of the group is Running)."""
+        for pod in pods[1:]:
+            name, _, _ = _env(pod)[AgentEnv.FABRIC_MASTER_POD].rpartition(":")
+            found = await self.client.get(f"/api/v1/namespaces/{AGENT_NAMESPACE}/pods/{q(name)}")
+            if not (found.get("status") or {}).get("podIP"):
+                raise RuntimeError(f"rank 0's pod {name} has no IP while its group runs")
+
     async def _finish(self, key: tuple[str, str], seen: GroupSeen) -> None:
         async with self.sem:
             pods = [seen.pods[r] for r in range(seen.world)]
-            began = time.perf_counter()
             try:
+                await self._locate(pods)
+                began = time.perf_counter()
                 results = await asyncio.get_running_loop().run_in_executor(
                     self.pool, run_group, pods, self.sims
                 )
@@ -364,16 +377,16 @@ def unfinished(fabric: StandInFabric) -> list[dict[str, Any]]:
 
 
 def segments(groups: Sequence[GroupSeen]) -> dict[str, float]:
-    """Where a group's time goes, median over the groups: rank 0's pod made → every pod made
-    (rank 0 scheduled, started, its IP seen by the operator, the others made), → every pod
-    Running (scheduled, started), → every result written (the stand-in agents)."""
+    """Where a group's time goes, median over the groups: its first pod made → every pod made
+    (the operator makes them in one go), → every pod Running (scheduled, started), → every
+    result written (the stand-in agents: rank 0's pod read by the others, the fabric run)."""
 
     def median(values: list[float]) -> float:
         return round(statistics.median(values), 2) if values else float("nan")
 
     done = [g for g in groups if g.first_created and g.all_created and g.all_running and g.written]
     return {
-        "rank0CreatedToAllCreated": median(
+        "firstCreatedToAllCreated": median(
             [(g.all_created or 0) - (g.first_created or 0) for g in done]
         ),
         "allCreatedToAllRunning": median(
@@ -385,7 +398,7 @@ def segments(groups: Sequence[GroupSeen]) -> dict[str, float]:
 
 def rounds_timing(fabric: StandInFabric, limit: int) -> list[dict[str, float]]:
     """The fabric's rounds of groups as the operator opened them (a round: the groups whose nodes
-    fit in the concurrency limit, in the order their rank 0 pods came; groups open as earlier
+    fit in the concurrency limit, in the order their first pods came; groups open as earlier
     ones end, so rounds overlap): each round's first pod made and last result written."""
     groups = sorted(
         (g for g in fabric.groups.values() if g.first_created is not None),

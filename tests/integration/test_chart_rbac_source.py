@@ -46,14 +46,11 @@ def test_agent_cluster_role_renders_exactly_the_agents_rules() -> None:
     assert _rules(role) == [r.as_dict() for r in rbac.AGENT_RULES]
 
 
-def test_agents_read_pods_only_where_kueue_is_enabled_and_then_exactly_the_kueue_rule() -> None:
-    assert not any(
-        o["kind"] == "Role" and o["metadata"]["name"] == "prod-gpuval-agent-kueue"
-        for o in chart.render(release="prod")
-    )
-    objs = chart.render(release="prod", namespace="gpu-ops", values={"agent.kueue.enabled": True})
-    role = chart.find(objs, "Role", "prod-gpuval-agent-kueue")
+def test_agents_read_pods_in_their_own_namespace_and_nothing_else_of_the_core_group() -> None:
+    objs = chart.render(release="prod", namespace="gpu-ops")
+    role = chart.find(objs, "Role", "prod-gpuval-agent-pods")
     assert role["metadata"]["namespace"] == "gpu-ops-agents"
-    assert _rules(role) == [r.as_dict() for r in rbac.AGENT_KUEUE_RULES]
-    binding = chart.find(objs, "RoleBinding", "prod-gpuval-agent-kueue")
+    assert _rules(role) == [r.as_dict() for r in rbac.AGENT_POD_RULES]
+    assert _rules(role) == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+    binding = chart.find(objs, "RoleBinding", "prod-gpuval-agent-pods")
     assert binding["subjects"][0]["name"] == "prod-gpuval-agent"

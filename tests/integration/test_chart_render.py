@@ -234,7 +234,8 @@ def test_agents_get_a_namespace_of_their_own_that_alone_allows_privileged_pods()
     assert namespace["metadata"]["name"] == "gpu-ops-agents"
     for mode in ("enforce", "audit", "warn"):
         assert labels[f"pod-security.kubernetes.io/{mode}"] == "privileged"
-    # In the agents' namespace: the agents' identity, and the operator's right to run pods there.
+    # In the agents' namespace: the agents' identity and their read of its pods (a fabric rank
+    # reads rank 0's), and the operator's right to run pods there.
     there = {
         (o["kind"], o["metadata"]["name"])
         for o in objs
@@ -242,6 +243,8 @@ def test_agents_get_a_namespace_of_their_own_that_alone_allows_privileged_pods()
     }
     assert there == {
         ("ServiceAccount", "prod-gpuval-agent"),
+        ("Role", "prod-gpuval-agent-pods"),
+        ("RoleBinding", "prod-gpuval-agent-pods"),
         ("Role", "prod-gpuval-operator-pods"),
         ("RoleBinding", "prod-gpuval-operator-pods"),
     }

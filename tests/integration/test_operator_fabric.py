@@ -1,6 +1,6 @@
 """The fabric phase on the real control plane: the operator groups the nodes that passed their
-local checks, starts each group's fabric pods (rank 0 first, the others once it has a pod IP),
-and the real agents (simulated backend, run by the pod runner) meet over loopback, all-reduce,
+local checks, makes each group's fabric pods at once, and the real agents (simulated backend,
+run by the pod runner; the others read rank 0's pod for its loopback IP) meet, all-reduce,
 narrow a slow group down in pairs and write each node's status.fabric; the operator compares the
 run's groups and settles every node's verdict.
 

@@ -25,7 +25,7 @@ from gpuval_api.kueue import MANAGED, PodGroup
 from gpuval_devtools.controlplane import GPU_RESOURCE, Cluster
 from gpuval_devtools.gangidle import gang_idle
 from gpuval_devtools.kueue import MANAGED_NAMESPACE_LABEL, Kueue, KueueQueue
-from gpuval_devtools.kwoknodes import LOOPBACK_POD_CIDR, GpuNode
+from gpuval_devtools.kwoknodes import GpuNode
 from gpuval_devtools.launch import AGENT_NAMESPACE, agent_rbac
 from gpuval_devtools.simulation import HEALTHY
 from gpuval_operator import names
@@ -58,10 +58,10 @@ HELD_SECONDS = 15
 
 @pytest.fixture(scope="module")
 def kueue_agents(cluster: Cluster, kueue: Kueue, podrunner: Any) -> Iterator[Kueue]:
-    """The agents' namespace managed by Kueue, and the agents' read of its pods (the chart's
-    agent.kueue.enabled); afterwards its pods and queues are deleted while Kueue still runs,
-    and the namespace is no longer Kueue's."""
-    cluster.apply(agent_rbac(kueue=True))
+    """The agents' namespace managed by Kueue, with the agents' rights (their read of its pods
+    included, as the chart renders them); afterwards its pods and queues are deleted while Kueue
+    still runs, and the namespace is no longer Kueue's."""
+    cluster.apply(agent_rbac())
     kueue.opt_in(AGENT_NAMESPACE, timeout=180)
     try:
         yield kueue
@@ -153,7 +153,7 @@ def test_a_group_the_quota_cannot_hold_holds_no_gpu_then_is_admitted_and_tested_
     unique_name: Callable[[str], str],
 ) -> None:
     kueue, queue, training = busy_queue.kueue, busy_queue.queue, busy_queue.work
-    nodes = [fleet.add(unique_name("k"), pod_cidr=LOOPBACK_POD_CIDR) for _ in range(3)]
+    nodes = [fleet.add(unique_name("k")) for _ in range(3)]
     name = unique_name("kq")
     spec = {
         "maxConcurrent": "100%",
@@ -203,7 +203,7 @@ def test_a_group_kueue_never_admits_is_not_run_at_the_gang_timeout_and_frees_its
     unique_name: Callable[[str], str],
 ) -> None:
     queue = kueue_agents.queue(unique_name("small"), AGENT_NAMESPACE, gpus=16)
-    nodes = [fleet.add(unique_name("n"), pod_cidr=LOOPBACK_POD_CIDR) for _ in range(3)]
+    nodes = [fleet.add(unique_name("n")) for _ in range(3)]
     name = unique_name("never")
     spec = {
         "maxConcurrent": "100%",
@@ -263,7 +263,7 @@ def test_an_admitted_group_whose_member_cannot_start_is_given_up_and_ends_whole(
     busy, slow_local = ranks[1], ranks[2]
     for node in ranks:
         scale = 1.0 if node == slow_local else HEALTHY["timeScale"]
-        fleet.add(node, pod_cidr=LOOPBACK_POD_CIDR, timeScale=scale)
+        fleet.add(node, timeScale=scale)
     name = unique_name("blocked")
     timeouts = {"gangSeconds": 25, "initSeconds": 60, "phaseSeconds": 20}
     spec = {

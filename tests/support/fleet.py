@@ -38,14 +38,13 @@ class Fleet:
         taints: Sequence[dict[str, str]] = (),
         labels: Mapping[str, str] | None = None,
         sharing: tuple[SharingStrategy, int] | None = None,
-        pod_cidr: str | None = None,
         **simulate: Any,
     ) -> str:
         """A simulated node of this fleet; `sharing` (strategy, replicas per GPU): its device
         plugin shares its GPUs, with the capacity and labels GPU feature discovery gives it."""
         node = simulated_node(name, faults, **simulate)
         own = {**(labels or {}), "gpuval-test": self.label}
-        labelled = dataclasses.replace(node, labels=own, taints=taints, pod_cidr=pod_cidr)
+        labelled = dataclasses.replace(node, labels=own, taints=taints)
         if sharing is not None:
             labelled = dataclasses.replace(labelled, sharing=sharing[0], replicas=sharing[1])
         self.cluster.add_nodes([labelled])

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gpuval_api import keys
 from gpuval_api.crd import GpuValidationSpec
 from gpuval_api.env import AgentEnv
@@ -26,7 +28,7 @@ from gpuval_operator.config import OperatorConfig
 from gpuval_operator.fabric import lifecycle
 from gpuval_operator.fabric.plan import GroupPlan
 from gpuval_operator.fabric.podfacts import FabricPodFacts
-from gpuval_operator.fabric.pods import build_fabric_pod, queued
+from gpuval_operator.fabric.pods import build_fabric_pod
 from gpuval_operator.fabric.state import FabricState
 from gpuval_operator.run.facts import PodFacts
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
@@ -53,7 +55,6 @@ def _pod(spec: GpuValidationSpec, rank: int) -> dict[str, Any]:
         rank=rank,
         gpus=8,
         port=20006,
-        master_ip=None,
         deadline=1234.5,
         spec=spec,
         config=OperatorConfig(),
@@ -75,11 +76,11 @@ def test_a_queued_groups_pods_are_one_kueue_pod_group_never_retried_member_by_me
         assert meta["annotations"][POD_GROUP_TOTAL_COUNT_ANNOTATION] == "3"
         assert meta["annotations"][RETRIABLE_IN_GROUP_ANNOTATION] == "false"
         assert meta["annotations"][keys.ANNOTATION_FABRIC_PORT] == "20006"
-    assert queued(spec) and not queued(_spec())
 
 
-def test_in_a_queued_group_rank_0_listens_and_the_others_are_told_its_pod_not_its_address() -> None:
-    pods = [_pod(_spec(queue="gpus"), rank) for rank in range(3)]
+@pytest.mark.parametrize("queue", ["gpus", None])
+def test_rank_0_listens_and_the_others_are_told_its_pod_not_its_address(queue: str | None) -> None:
+    pods = [_pod(_spec(queue=queue), rank) for rank in range(3)]
     rank0 = names.fabric_pod_name("v", RUN, "g1", 0)
     assert _env(pods[0])[AgentEnv.FABRIC_MASTER] == "127.0.0.1:20006"
     assert AgentEnv.FABRIC_MASTER_POD not in _env(pods[0])
@@ -94,7 +95,6 @@ def test_without_a_queue_a_fabric_pod_carries_nothing_of_kueues() -> None:
     kueue = {QUEUE_NAME_LABEL, POD_GROUP_NAME_LABEL}
     assert kueue.isdisjoint(pod["metadata"]["labels"])
     assert POD_GROUP_TOTAL_COUNT_ANNOTATION not in pod["metadata"]["annotations"]
-    assert AgentEnv.FABRIC_MASTER_POD not in _env(pod)
 
 
 def test_a_long_validation_name_still_gives_a_pod_group_name_kueue_takes() -> None:
@@ -160,24 +160,23 @@ def fabric_pod(group: str, rank: int, node: str, **kw: bool) -> FabricPodFacts:
 G1 = GroupPlan("g1", NODES)
 
 
-def test_a_queued_group_is_made_whole_even_before_rank_0_has_an_address() -> None:
+def test_a_group_is_made_whole_even_before_rank_0_has_an_address() -> None:
     run = fabric_run(G1)
     group = run.groups["g1"]
     group.opened_at = T0
     group.members[1].requested = True  # a crash after one member of three was made
-    assert lifecycle.groups_to_launch(run, whole=True) == [group]
-    assert lifecycle.groups_to_launch(run) == [], "without Kueue the others wait for rank 0's IP"
+    assert lifecycle.groups_to_launch(run) == [group]
     for member in group.members:
         member.requested = True
-    assert lifecycle.groups_to_launch(run, whole=True) == []
+    assert lifecycle.groups_to_launch(run) == []
 
 
-def test_a_queued_group_that_has_results_is_never_made_again() -> None:
+def test_a_group_that_has_results_is_never_made_again() -> None:
     run = fabric_run(G1)
     group = run.groups["g1"]
     group.opened_at = T0
     group.members[0].recorded = lifecycle.gang_outcomes(run, group, CONFIG)[0].record
-    assert lifecycle.groups_to_launch(run, whole=True) == []
+    assert lifecycle.groups_to_launch(run) == []
 
 
 def test_a_group_kueue_did_not_admit_in_time_is_not_run_saying_no_member_held_a_gpu() -> None:

@@ -123,14 +123,12 @@ def test_a_node_in_two_groups_waits_for_the_first() -> None:
     assert [g.name for g in lifecycle.groups_to_open(run, 100)] == ["g2"]
 
 
-def test_rank_0s_peers_are_made_once_it_has_a_pod_ip() -> None:
+def test_rank_0s_peers_left_out_are_made_without_waiting_for_its_pod_ip() -> None:
     run = fabric_run(G1)
     group = run.groups["g1"]
     group.opened_at, group.members[0].requested = T0, True
     run.apply_pod(pod("g1", 0, "a", ip=None), 1.0, T0)
-    assert lifecycle.groups_to_launch(run) == []
-    run.apply_pod(pod("g1", 0, "a"), 2.0, T0)
-    assert lifecycle.groups_to_launch(run) == [group]
+    assert lifecycle.groups_to_launch(run) == [group], "its peers read rank 0's IP themselves"
     for rank, node in ((1, "b"), (2, "c")):
         run.apply_pod(pod("g1", rank, node), 2.0, T0)
     assert lifecycle.groups_to_launch(run) == []

@@ -124,7 +124,7 @@ def _spec(**fabric: object) -> GpuValidationSpec:
     )
 
 
-def _pod(spec: GpuValidationSpec, rank: int, ip: str | None) -> dict[str, Any]:
+def _pod(spec: GpuValidationSpec, rank: int) -> dict[str, Any]:
     return build_fabric_pod(
         validation="v",
         uid="u",
@@ -134,7 +134,6 @@ def _pod(spec: GpuValidationSpec, rank: int, ip: str | None) -> dict[str, Any]:
         rank=rank,
         gpus=8,
         port=20006,
-        master_ip=ip,
         deadline=1234.5,
         spec=spec,
         config=OperatorConfig(),
@@ -142,7 +141,7 @@ def _pod(spec: GpuValidationSpec, rank: int, ip: str | None) -> dict[str, Any]:
 
 
 def test_the_fabric_pod_is_the_agent_pod_running_the_fabric_with_its_groups_rendezvous() -> None:
-    pod = _pod(_spec(), 1, "10.1.2.3")
+    pod = _pod(_spec(), 1)
     meta, spec = pod["metadata"], pod["spec"]
     assert meta["name"] == names.fabric_pod_name("v", "1-aaaa", "g1", 1)
     assert meta["labels"][keys.LABEL_FABRIC_GROUP] == "g1"
@@ -154,7 +153,10 @@ def test_the_fabric_pod_is_the_agent_pod_running_the_fabric_with_its_groups_rend
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "8"
     assert "ports" not in container, "a fabric agent serves no metrics"
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env[AgentEnv.FABRIC_MASTER] == "10.1.2.3:20006"
+    # Made before rank 0 has an address: it reads rank 0's pod for it.
+    rank0 = names.fabric_pod_name("v", "1-aaaa", "g1", 0)
+    assert env[AgentEnv.FABRIC_MASTER_POD] == f"{rank0}:20006"
+    assert AgentEnv.FABRIC_MASTER not in env
     assert json.loads(env[AgentEnv.FABRIC_NODES]) == ["n0", "n1", "n2"]
     assert env[AgentEnv.FABRIC_RANK] == "1" and env[AgentEnv.FABRIC_GROUP] == "g1"
     assert env[AgentEnv.REPORT_NAME] == names.report_name("v", "1-aaaa", "n1")
@@ -170,17 +172,12 @@ def test_the_fabric_pod_is_the_agent_pod_running_the_fabric_with_its_groups_rend
 
 
 def test_rank_0_listens_on_its_own_loopback_and_host_network_is_asked_for() -> None:
-    pod = _pod(_spec(hostNetwork=True), 0, None)
+    pod = _pod(_spec(hostNetwork=True), 0)
     spec = pod["spec"]
     env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
     assert env[AgentEnv.FABRIC_MASTER] == "127.0.0.1:20006"
+    assert AgentEnv.FABRIC_MASTER_POD not in env
     assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
-
-
-def test_an_ipv6_rank_0_is_bracketed() -> None:
-    container = _pod(_spec(), 2, "fd00::5")["spec"]["containers"][0]
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env[AgentEnv.FABRIC_MASTER] == "[fd00::5]:20006"
 
 
 def test_a_restart_reads_the_plan_back_in_order_and_a_lone_representative_keeps_its_domain() -> (

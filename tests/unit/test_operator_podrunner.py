@@ -9,12 +9,10 @@ import pytest
 import yaml
 
 from gpuval_api.crd import GpuValidationSpec
-from gpuval_api.env import AgentEnv
 from gpuval_devtools.podrunner import (
     agent_argv,
     container_env,
     exit_code,
-    local_fabric_master,
     terminal_status,
 )
 from gpuval_operator import planning
@@ -55,12 +53,6 @@ def test_an_unsupported_env_source_is_refused_by_name() -> None:
 def test_the_agent_command_resolves_to_this_environments_script() -> None:
     argv = agent_argv({"command": ["gpuval-agent", "cluster"]})
     assert argv == [str(Path(sys.executable).parent / "gpuval-agent"), "cluster"]
-
-
-def test_a_fabric_pods_rendezvous_moves_to_loopback_keeping_its_port() -> None:
-    env = {AgentEnv.FABRIC_MASTER: "10.244.3.7:29611", AgentEnv.FABRIC_RANK: "1"}
-    assert local_fabric_master(env) == {AgentEnv.FABRIC_MASTER: "127.0.0.1:29611"}
-    assert local_fabric_master({AgentEnv.REPORT_NAME: "r"}) == {}
 
 
 @pytest.mark.parametrize(

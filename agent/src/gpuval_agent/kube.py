@@ -187,8 +187,8 @@ class ReportWriter:
 
 class PodReader:
     """Reads one pod of the agent's own namespace by name: a fabric rank learns rank 0's address
-    (its ServiceAccount may get pods there where fabric groups go through Kueue: the chart's
-    kueue.enabled, gpuval_operator.rbac.AGENT_KUEUE_RULES)."""
+    (its ServiceAccount may get pods there: gpuval_operator.rbac.AGENT_POD_RULES, which the
+    chart renders)."""
 
     def __init__(self, server: ApiServer) -> None:
         self.server = server
@@ -207,9 +207,9 @@ class PodReader:
             if error.code in (401, 403):
                 raise AgentError(
                     f"the API server refused to let this pod read pod {self.namespace}/{name} "
-                    f"(HTTP {error.code}: {error.detail}): a fabric group queued through Kueue "
-                    "needs the agents' ServiceAccount to get pods in their namespace (the chart's "
-                    "kueue.enabled=true)"
+                    f"(HTTP {error.code}: {error.detail}): a fabric rank reads rank 0's pod for "
+                    "its address, so the agents' ServiceAccount needs get on pods in its namespace "
+                    "(the chart's Role <release>-gpuval-agent-pods)"
                 ) from None
             raise AgentError(f"reading pod {self.namespace}/{name} failed: {error}") from None
 

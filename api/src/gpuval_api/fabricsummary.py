@@ -57,7 +57,7 @@ class FabricRankWait(_Model):
         default="",
         max_length=256,
         description=(
-            "Where its pod is: started, or why not yet (not made: rank 0 has no pod IP yet; "
+            "Where its pod is: started, or why not yet (not made yet; "
             "pending, with the scheduler's words; scheduled, its container not started)."
         ),
     )

@@ -5,8 +5,8 @@ costs; the benchmarks and the tests print it).
 A member holds its node's GPUs from its start (its container running; the scheduler bound it a
 moment before) until its group forms, when the last member starts; in a group that never formed,
 until the operator gave the group up and deleted its pods (the earliest deletion). Without Kueue
-the operator makes rank 0's pod first and the others once rank 0 has an IP, so rank 0 always
-waits for the others to start, and one member whose GPUs are held by work keeps every other
+the operator makes a group's pods at once and each starts when the scheduler binds it, so the
+first to start waits for the last, and one member whose GPUs are held by work keeps every other
 member's GPUs idle for as long; a Kueue pod group is admitted whole, and its members start
 together.
 """

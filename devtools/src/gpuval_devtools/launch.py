@@ -27,19 +27,15 @@ AGENT_SERVICE_ACCOUNT = "gpuval-agent"
 
 
 def agent_rbac(
-    namespace: str = AGENT_NAMESPACE, account: str = AGENT_SERVICE_ACCOUNT, *, kueue: bool = False
+    namespace: str = AGENT_NAMESPACE, account: str = AGENT_SERVICE_ACCOUNT
 ) -> list[dict[str, Any]]:
-    """The agents' namespace, ServiceAccount and their one right (gpuval_operator.rbac.AGENT_RULES,
-    which the chart renders too, with the admission policy that narrows it to the agent's node);
-    with `kueue`, also their read of pods in their namespace (rbac.AGENT_KUEUE_RULES, the chart's
-    kueue.enabled)."""
+    """The agents' namespace, ServiceAccount and their rights, as the chart renders them: the
+    report status patch (gpuval_operator.rbac.AGENT_RULES, which the admission policy narrows to
+    the agent's node) and a read of pods in their namespace (rbac.AGENT_POD_RULES: a fabric rank
+    reads rank 0's pod for its address)."""
     role = f"{account}-reports"
     cluster_role = rbac.cluster_role(role, rbac.AGENT_RULES)
-    pods = f"{account}-kueue"
-    queued = [
-        rbac.role(pods, namespace, rbac.AGENT_KUEUE_RULES),
-        rbac.binding("Role", pods, account, namespace, namespace),
-    ]
+    pods = f"{account}-pods"
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
         {
@@ -52,7 +48,8 @@ def agent_rbac(
             **rbac.binding("ClusterRole", role, account, namespace),
             "metadata": {"name": f"{role}-{namespace}"},
         },
-        *(queued if kueue else []),
+        rbac.role(pods, namespace, rbac.AGENT_POD_RULES),
+        rbac.binding("Role", pods, account, namespace, namespace),
     ]
 
 

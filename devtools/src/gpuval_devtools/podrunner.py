@@ -4,8 +4,9 @@ node.
 kwok plays a kubelet's part for pods (it marks them Running and finishes deletions) but runs
 nothing. For an agent pod bound to a node that carries the annotation gpuval.dev/simulate, this
 runner does what a kubelet would: once kwok has marked the pod Running, it starts the pod's command
-(`gpuval-agent cluster`, or `gpuval-agent fabric --cluster` with its rendezvous moved to loopback)
-as a local process with the pod's environment (downward-API fieldRefs resolved), the simulated
+(`gpuval-agent cluster`, or `gpuval-agent fabric --cluster`: a simulated node's pod IPs are on
+loopback, simulation.simulated_node, so a fabric rank reaches the rank 0 it reads here) as a
+local process with the pod's environment (downward-API fieldRefs resolved), the simulated
 backend with the config from the node's annotation, and a ServiceAccount token bound to the pod
 (TokenRequest with boundObjectRef, so the API server sees the pod's node in the token, as the
 admission policy expects) written with the CA into a directory given as the ServiceAccount
@@ -101,17 +102,6 @@ def container_env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[
         else:
             env[var["name"]] = ""
     return env
-
-
-def local_fabric_master(env: Mapping[str, str]) -> dict[str, str]:
-    """A fabric pod's rendezvous moved to loopback: its agents run here as local processes, and
-    the kwok pod IP rank 0 was given is not an address of this machine (the port is kept: the
-    operator picks one per group, so groups do not collide here either)."""
-    master = env.get(AgentEnv.FABRIC_MASTER)
-    if not master:
-        return {}
-    _, _, port = master.rpartition(":")
-    return {AgentEnv.FABRIC_MASTER: f"127.0.0.1:{port}"}
 
 
 def agent_argv(container: Mapping[str, Any]) -> list[str]:
@@ -301,7 +291,6 @@ class PodRunner:
             env = {
                 **os.environ,
                 **pod_env,
-                **local_fabric_master(pod_env),
                 AgentEnv.BACKEND: "simulated",
                 AgentEnv.SIMULATE: simulate,
                 **self.extra_env,

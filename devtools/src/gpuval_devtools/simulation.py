@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpuval_devtools.controlplane import GpuNode
+from gpuval_devtools.kwoknodes import LOOPBACK_POD_CIDR
 
 SIMULATE_ANNOTATION = "gpuval.dev/simulate"
 # The API server "goes away" for this node's agents: the pod runner points them at a closed port
@@ -35,9 +36,12 @@ def simulated_node(
     api_outage_seconds: float | None = None,
     **overrides: Any,
 ) -> GpuNode:
-    """A kwok node whose agent pods the pod runner runs with this simulation config."""
+    """A kwok node whose agent pods the pod runner runs with this simulation config, its pod IPs
+    on loopback: a fabric rank the pod runner runs here dials the IP it read from rank 0's pod."""
     config = {**HEALTHY, **overrides, "faults": list(faults)}
     annotations = {SIMULATE_ANNOTATION: json.dumps(config, separators=(",", ":"))}
     if api_outage_seconds is not None:
         annotations[API_OUTAGE_ANNOTATION] = str(api_outage_seconds)
-    return GpuNode(name=name, gpus=int(config["gpus"]), annotations=annotations)
+    return GpuNode(
+        name=name, gpus=int(config["gpus"]), annotations=annotations, pod_cidr=LOOPBACK_POD_CIDR
+    )

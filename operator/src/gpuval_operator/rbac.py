@@ -56,11 +56,10 @@ OWN_NAMESPACE_RULES = (
 # What an agent may do: patch GpuNodeReport status, nothing else. Which report is the admission
 # policy's business (RBAC cannot tie a request to the node it comes from).
 AGENT_RULES = (Rule((GROUP,), ("gpunodereports/status",), ("patch",)),)
-# In the agents' namespace, only where fabric groups go through Kueue (the chart's
-# kueue.enabled): a group's pods are made at once, before rank 0 has an address, so each other
-# rank reads rank 0's pod (by name: get, never list or watch) for its IP. An admission policy
-# cannot narrow a read; the namespace holds only gpuval's agent pods.
-AGENT_KUEUE_RULES = (Rule(("",), ("pods",), ("get",)),)
+# In the agents' namespace: a fabric group's pods are made at once, before rank 0 has an
+# address, so each other rank reads rank 0's pod (by name: get, never list or watch) for its IP.
+# An admission policy cannot narrow a read; the namespace holds only gpuval's agent pods.
+AGENT_POD_RULES = (Rule(("",), ("pods",), ("get",)),)
 
 
 def cluster_role(name: str, rules: tuple[Rule, ...] = CLUSTER_RULES) -> dict[str, Any]:

@@ -1,10 +1,10 @@
 """Driving a run's fabric phase (spec.fabric), one tick at a time: plan the groups once every
-node has its local verdict, open groups within the concurrency limit (rank 0's pod first, the
-others once it has a pod IP; with spec.fabric.queue every pod at once, one Kueue pod group),
-record what agents could not, compare the run's groups once all have results, and give each held
-node its final verdict (its report rewritten only where the comparison changed what its agent
-wrote). The decisions are fabric.plan's,
-fabric.lifecycle's and fabric.verdicts'; the calls are gpuval_operator.run.effects'.
+node has its local verdict, open groups within the concurrency limit (every pod of a group at
+once; with spec.fabric.queue as one Kueue pod group), record what agents could not, compare the
+run's groups once all have results, and give each held node its final verdict (its report
+rewritten only where the comparison changed what its agent wrote). The decisions are
+fabric.plan's, fabric.lifecycle's and fabric.verdicts'; the calls are
+gpuval_operator.run.effects'.
 docs/operator.md, "The fabric phase".
 """
 
@@ -40,7 +40,7 @@ from gpuval_operator.fabric.plan import (
     rebuilt_groups,
     representatives,
 )
-from gpuval_operator.fabric.pods import build_fabric_pod, fabric_config, queued
+from gpuval_operator.fabric.pods import build_fabric_pod, fabric_config
 from gpuval_operator.fabric.ports import PortPool
 from gpuval_operator.fabric.rollup import group_waits, summary_line
 from gpuval_operator.fabric.state import FabricState, Group, Member
@@ -225,7 +225,7 @@ class FabricDriver:
             run.dirty = True
 
     def _pod(
-        self, run: RunState, spec: GpuValidationSpec, group: Group, rank: int, ip: str | None
+        self, run: RunState, spec: GpuValidationSpec, group: Group, rank: int
     ) -> dict[str, Any]:
         assert group.port is not None and group.opened_at is not None
         node = group.plan.nodes[rank]
@@ -238,17 +238,16 @@ class FabricDriver:
             rank=rank,
             gpus=run.nodes[node].gpus,
             port=group.port,
-            master_ip=ip,
             spec=spec,
             config=self.effects.config,
             deadline=pod_deadline(fabric_config(spec), group.opened_at, group.size),
         )
 
     async def _create(
-        self, run: RunState, spec: GpuValidationSpec, group: Group, member: Member, ip: str | None
+        self, run: RunState, spec: GpuValidationSpec, group: Group, member: Member
     ) -> None:
         member.requested = True
-        refused = await self.effects.create_fabric_pod(self._pod(run, spec, group, member.rank, ip))
+        refused = await self.effects.create_fabric_pod(self._pod(run, spec, group, member.rank))
         if refused is not None:
             member.refused = refused
             log.warning("%s: %s", run.validation, refused)
@@ -262,25 +261,21 @@ class FabricDriver:
                 continue
             group.port = group.port or self.ports.take()
             group.opened_at = time.time()
-            # Without Kueue, rank 0's pod first (the others learn its IP from _launch); a Kueue
-            # pod group is submitted whole, or Kueue never admits it.
-            first = group.members if queued(spec) else group.members[:1]
-            made += [self._create(run, spec, group, m, None) for m in first]
+            # Every pod at once (the others read rank 0's IP themselves): one scheduling to wait
+            # for, not two; a Kueue pod group must be submitted whole, or Kueue never admits it.
+            made += [self._create(run, spec, group, m) for m in group.members]
             run.dirty = True
         # Every opening group's pods at once (bounded): a round at 10,000 nodes opens hundreds.
         await self.effects.bounded(made)
 
     async def _launch(self, run: RunState, fabric: FabricState, spec: GpuValidationSpec) -> None:
+        """The pods of opened groups that are still to make: those a crash left out."""
         made: list[Coroutine[Any, Any, None]] = []
-        whole = queued(spec)
-        for group in lifecycle.groups_to_launch(fabric, whole=whole):
-            rank0 = fabric.pods.get(group.members[0].pod)
-            ip = None if whole or rank0 is None else rank0.ip
+        for group in lifecycle.groups_to_launch(fabric):
             if group.port is None or group.opened_at is None:
                 continue
-            rest = group.members if whole else group.members[1:]
-            waiting = [m for m in rest if not fabric.created(m) and not m.refused]
-            made += [self._create(run, spec, group, m, ip) for m in waiting]
+            waiting = [m for m in group.members if not fabric.created(m) and not m.refused]
+            made += [self._create(run, spec, group, m) for m in waiting]
             run.dirty = True
         await self.effects.bounded(made)
 

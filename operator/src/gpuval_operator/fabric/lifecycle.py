@@ -1,5 +1,5 @@
-"""The pure decisions of a run's fabric phase: which groups open now, when rank 0's peers are
-made, and which members ended without a result and what each gets: the group did not form in
+"""The pure decisions of a run's fabric phase: which groups open now, which pods a crash left
+unmade, and which members ended without a result and what each gets: the group did not form in
 time (FabricGangNotFormed), the pod was deleted, it ended without writing, or it ran past its
 deadline (NcclTimeout: it had started).
 
@@ -65,27 +65,17 @@ def groups_to_open(run: FabricState, limit: int) -> list[Group]:
     return chosen
 
 
-def groups_to_launch(run: FabricState, *, whole: bool = False) -> list[Group]:
-    """Opened groups whose rank 0 has a pod IP and whose other pods are still to make.
-
-    `whole`: a group's pods are all made when it opens (a Kueue pod group, whose members read
-    rank 0's IP themselves), so this finds the members a crash left out: in a group opened by
-    its pods, before any member has a result (pods that vanished after the group ran are not
-    made again)."""
+def groups_to_launch(run: FabricState) -> list[Group]:
+    """Opened groups with pods still to make: a group's pods are all made when it opens, so these
+    are the members a crash left out, in a group opened by its pods, before any member has a
+    result (pods that vanished after the group ran are not made again)."""
     ready: list[Group] = []
     for group in run.groups.values():
-        if run.done(group) or gang_broken(run, group):
+        if run.done(group) or gang_broken(run, group) or group.opened_at is None:
             continue
-        if whole:
-            results = any(run.result(group, m) is not None for m in group.members)
-            if group.opened_at is None or results:
-                continue
-        else:
-            rank0 = run.pods.get(group.members[0].pod)
-            if rank0 is None or not rank0.ip:
-                continue
-        rest = group.members if whole else group.members[1:]
-        if any(not run.created(m) and m.refused is None for m in rest):
+        if any(run.result(group, m) is not None for m in group.members):
+            continue
+        if any(not run.created(m) and m.refused is None for m in group.members):
             ready.append(group)
     return ready
 

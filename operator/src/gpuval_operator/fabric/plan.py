@@ -142,8 +142,8 @@ def agent_seconds(config: FabricConfig, world: int) -> int:
 
 def gang_deadline(config: FabricConfig, opened_at: float, rank0_started_at: float | None) -> float:
     """When a group whose pods have not all started is given up (FabricGangNotFormed): the gang
-    timeout from rank 0's pod creation, and never after rank 0's agent stops waiting for the
-    others (its init limit from its start, less a margin)."""
+    timeout from the group's opening (its pods' creation), and never after rank 0's agent stops
+    waiting for the others (its init limit from its start, less a margin)."""
     t = config.timeouts
     deadline = opened_at + t.gang_seconds
     if rank0_started_at is not None:

@@ -5,12 +5,13 @@ tolerations, the agents' ServiceAccount and securityContext), running `gpuval-ag
 --cluster` with the group's rendezvous in its environment: rank 0's address and the port the
 operator picked. Rank 0's pod listens on the port (its own address is its loopback).
 
-Without Kueue, rank 0's pod is made first and the others once it has a pod IP, which their pod
-spec carries: they need no right to read anything. With `spec.fabric.queue`, the group's pods
-are made at once as one Kueue pod group (admitted whole, so no member holds a GPU while the
-quota cannot hold them all), before rank 0 has an address: the others are told rank 0's pod
-name instead and read its IP from the API server once Kueue has admitted the group
-(docs/operator.md, "Kueue: fabric groups admitted whole").
+A group's pods are made at once, before rank 0 has an address: the others are told rank 0's pod
+name and read its IP from the API server (`get` on pods in their namespace, rbac.AGENT_POD_RULES)
+once it has one. Made one after the other (rank 0 first, the rest once it had an IP) a group
+waited for two schedulings instead of one: 35 s of a 72 s round at 10,000 nodes (docs/operator.md,
+"How the fabric scales"). With `spec.fabric.queue` the pods are also one Kueue pod group
+(admitted whole, so no member holds a GPU while the quota cannot hold them all; docs/operator.md,
+"Kueue: fabric groups admitted whole").
 """
 
 from __future__ import annotations
@@ -37,16 +38,6 @@ def fabric_config(spec: GpuValidationSpec) -> FabricConfig:
     return FabricConfig.model_validate(fabric.model_dump(include=fields))
 
 
-def master_address(ip: str, port: int) -> str:
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
-
-
-def queued(spec: GpuValidationSpec) -> bool:
-    """The fabric groups go through Kueue (spec.fabric.queue): each one pod group, all its pods
-    made at once."""
-    return spec.fabric is not None and spec.fabric.queue is not None
-
-
 def pod_group(
     spec: GpuValidationSpec, validation: str, run: str, group: str, size: int
 ) -> PodGroup | None:
@@ -56,15 +47,13 @@ def pod_group(
     return PodGroup(spec.fabric.queue, names.fabric_pod_group(validation, run, group), size)
 
 
-def _rendezvous(
-    validation: str, run: str, group: str, *, rank: int, port: int, ip: str | None, queue: bool
-) -> dict[str, str]:
-    """Where rank `rank` finds rank 0: its address (rank 0 itself: its loopback), or, in a Kueue
-    pod group made before rank 0 has one, its pod's name."""
-    if queue and rank > 0:
+def _rendezvous(validation: str, run: str, group: str, *, rank: int, port: int) -> dict[str, str]:
+    """Where rank `rank` finds rank 0: rank 0 listens on its loopback; the others are told its
+    pod's name, made before rank 0 has an address."""
+    if rank > 0:
         rank0 = names.fabric_pod_name(validation, run, group, 0)
         return {"name": AgentEnv.FABRIC_MASTER_POD, "value": f"{rank0}:{port}"}
-    return {"name": AgentEnv.FABRIC_MASTER, "value": master_address(ip or LOOPBACK, port)}
+    return {"name": AgentEnv.FABRIC_MASTER, "value": f"{LOOPBACK}:{port}"}
 
 
 def build_fabric_pod(
@@ -77,13 +66,11 @@ def build_fabric_pod(
     rank: int,
     gpus: int,
     port: int,
-    master_ip: str | None,
     deadline: float,
     spec: GpuValidationSpec,
     config: OperatorConfig,
 ) -> dict[str, Any]:
-    """The fabric pod of `nodes[rank]` in `group`; `master_ip` is rank 0's pod IP (None for rank
-    0 itself, which listens, and in a Kueue pod group, whose members read it)."""
+    """The fabric pod of `nodes[rank]` in `group`."""
     node = nodes[rank]
     report = names.report_name(validation, run, node)
     settings = fabric_config(spec).model_dump_json(by_alias=True)
@@ -92,9 +79,7 @@ def build_fabric_pod(
         *planning.common_env(report=report, deadline=deadline),
         {"name": AgentEnv.FABRIC_RANK, "value": str(rank)},
         {"name": AgentEnv.FABRIC_NODES, "value": json.dumps(list(nodes), separators=(",", ":"))},
-        _rendezvous(
-            validation, run, group, rank=rank, port=port, ip=master_ip, queue=kueue is not None
-        ),
+        _rendezvous(validation, run, group, rank=rank, port=port),
         {"name": AgentEnv.FABRIC_GROUP, "value": group},
         {"name": AgentEnv.FABRIC_CONFIG, "value": settings},
     ]

@@ -127,7 +127,7 @@ def _rank_state(run: FabricState, member: Member) -> str:
         return f"refused: {member.refused}"[:256]
     pod = run.pods.get(member.pod)
     if pod is None:
-        return "pod not made yet (rank 0 has no pod IP yet)" if member.rank else "pod not made yet"
+        return "pod not made yet"
     if not pod.pod.scheduled:
         return f"pending: {pod.pod.unschedulable or NOT_SCHEDULED_YET}"[:256]
     waiting = f" ({pod.pod.waiting_reason})" if pod.pod.waiting_reason else ""

@@ -54,7 +54,7 @@ class Group:
     plan: GroupPlan
     members: list[Member]
     port: int | None = None
-    opened_at: float | None = None  # wall clock: rank 0's pod creation
+    opened_at: float | None = None  # wall clock: its pods' creation
 
     @property
     def name(self) -> str:
@@ -229,7 +229,7 @@ class FabricState:
         return self._done[group.name]
 
     def opened(self, group: Group) -> bool:
-        """Its rank 0 pod was asked for (or a member has a result: after a restart, a group
+        """Its pods were asked for (or a member has a result: after a restart, a group
         whose pods are gone)."""
         if group.name in self._opened:
             return True

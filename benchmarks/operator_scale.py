@@ -66,6 +66,7 @@ from gpuval_api.env import OperatorEnv
 from gpuval_devtools.controlplane import Cluster, GpuNode, free_port
 from gpuval_devtools.launch import agent_rbac, install_crds, operator_process
 from gpuval_operator.kube import Follower, KubeClient, load_credentials, q
+from proc_cpu import CpuSampler, cluster_pids
 
 AGENT_NAMESPACE = "gpuval-system"
 NOT_READY_SECONDS = 3600
@@ -321,6 +322,7 @@ class Bench:
     opts: Options
     op_pid: int
     port: int
+    cpu: CpuSampler
 
 
 @dataclass
@@ -344,6 +346,8 @@ async def one_run(bench: Bench, number: int) -> RunDone:
         await asyncio.sleep(0.25)
         now = time.monotonic()
         peak = max(peak, rss_kib(bench.op_pid))
+        if not bench.cpu.samples or time.time() - bench.cpu.samples[-1][0] >= 1.0:
+            bench.cpu.sample()
         gv = await bench.client.get_or_none(VALIDATION) or {}
         run = (gv.get("status") or {}).get("run") or {}
         current = int(run.get("number") or 0) >= number
@@ -366,6 +370,7 @@ async def one_run(bench: Bench, number: int) -> RunDone:
         if current and run.get("completedAt"):
             break
     completed_at = time.time()
+    bench.cpu.sample()
     print(file=sys.stderr)
     figures["runSeconds"] = round(now - applied, 2)
     # Upper bounds: the poll interval and one GET are included.
@@ -432,6 +437,7 @@ async def all_runs(
                 local_done_at=bench.agents.last_report_at,
                 run_completed_at=first.completed_at,
                 phase_seconds=opts.phase_seconds,
+                cpu=bench.cpu,
             )
         )
     for number in range(2, opts.runs + 1):
@@ -489,7 +495,9 @@ async def measure(
             cluster.kubeconfig, metrics_port=port, log_file=log_file, extra_env=env
         ) as op:
             await asyncio.to_thread(wait_for_metrics, port)
-            bench = Bench(cluster, client, agents, opts, op.pid, port)
+            # Who used the cores (the fabric's figures say it for its phase).
+            pids = cluster_pids(cluster.name) | {"operator": op.pid, "benchmark": os.getpid()}
+            bench = Bench(cluster, client, agents, opts, op.pid, port, CpuSampler(pids))
             await all_runs(bench, names, injected, log_file, figures)
             if opts.join:
                 figures["gatingBatchSeconds"] = opts.batch_seconds

@@ -49,6 +49,7 @@ from gpuval_devtools.controlplane import free_port
 from gpuval_devtools.gangidle import gang_idle
 from gpuval_operator.fabric.plan import cross_groups, domain_groups
 from gpuval_operator.kube import KubeClient, q
+from proc_cpu import CpuSampler
 
 AGENT_NAMESPACE = "gpuval-system"
 RACK_LABEL = "topology.gpuval.dev/rack"
@@ -233,42 +234,58 @@ class StandInFabric:
         return True
 
     async def _locate(self, pods: Sequence[Mapping[str, Any]]) -> None:
-        """What each rank but 0 asks the API server before it can meet: rank 0's pod, by name,
-        which must have an IP by now (every pod of the group is Running)."""
-        for pod in pods[1:]:
+        """What each rank but 0 asks the API server before it can meet, all at once as the
+        ranks' own agents would: rank 0's pod, by name, which must have an IP by now (every
+        pod of the group is Running)."""
+
+        async def one(pod: Mapping[str, Any]) -> None:
             name, _, _ = _env(pod)[AgentEnv.FABRIC_MASTER_POD].rpartition(":")
             found = await self.client.get(f"/api/v1/namespaces/{AGENT_NAMESPACE}/pods/{q(name)}")
             if not (found.get("status") or {}).get("podIP"):
                 raise RuntimeError(f"rank 0's pod {name} has no IP while its group runs")
 
+        await asyncio.gather(*(one(p) for p in pods[1:]))
+
     async def _finish(self, key: tuple[str, str], seen: GroupSeen) -> None:
-        async with self.sem:
-            pods = [seen.pods[r] for r in range(seen.world)]
-            try:
-                await self._locate(pods)
+        """The group's agents: their reads, then the fabric code (at most `width` groups at
+        once: it is this process's CPU), then each rank's report write and its pod's end, the
+        ranks' calls at once as on their own nodes."""
+        pods = [seen.pods[r] for r in range(seen.world)]
+        try:
+            await self._locate(pods)
+            async with self.sem:
                 began = time.perf_counter()
                 results = await asyncio.get_running_loop().run_in_executor(
                     self.pool, run_group, pods, self.sims
                 )
-            except Exception as error:  # a benchmark's stand-in: say what broke, keep going
-                self.errors.append(f"group {key[1]}: {error}")
-                return
-            self.compute_seconds += time.perf_counter() - began
-            self.results[key] = results
-            for pod, result in zip(pods, results, strict=True):
-                report = q(_env(pod)["GPUVAL_REPORT_NAME"])
-                await self.client.merge_patch(
-                    f"{REPORTS}/{report}/status",
+                self.compute_seconds += time.perf_counter() - began
+        except Exception as error:  # a benchmark's stand-in: say what broke, keep going
+            self.errors.append(f"group {key[1]}: {error}")
+            return
+        self.results[key] = results
+        await asyncio.gather(
+            *(
+                self.client.merge_patch(
+                    f"{REPORTS}/{q(_env(pod)['GPUVAL_REPORT_NAME'])}/status",
                     {"status": {"fabric": build_fabric_status(result)}},
                 )
-            seen.written = time.time()
-            for pod, result in zip(pods, results, strict=True):
-                phase = "Succeeded" if result.verdict is Verdict.PASSED else "Failed"
-                name = q(pod["metadata"]["name"])
-                await self.client.merge_patch(
-                    f"/api/v1/namespaces/{AGENT_NAMESPACE}/pods/{name}/status",
-                    {"status": {"phase": phase}},
+                for pod, result in zip(pods, results, strict=True)
+            )
+        )
+        seen.written = time.time()
+        await asyncio.gather(
+            *(
+                self.client.merge_patch(
+                    f"/api/v1/namespaces/{AGENT_NAMESPACE}/pods/{q(pod['metadata']['name'])}/status",
+                    {
+                        "status": {
+                            "phase": "Succeeded" if result.verdict is Verdict.PASSED else "Failed"
+                        }
+                    },
                 )
+                for pod, result in zip(pods, results, strict=True)
+            )
+        )
 
     def pods_created(self) -> int:
         return sum(len(g.pods) for g in self.groups.values())
@@ -490,6 +507,7 @@ async def fabric_figures(
     local_done_at: float,
     run_completed_at: float,
     phase_seconds: float,
+    cpu: CpuSampler,
 ) -> dict[str, Any]:
     """The fabric phase's figures (epoch seconds throughout: the operator's log, the stand-ins'
     clock and the benchmark's are the same machine's)."""
@@ -535,6 +553,10 @@ async def fabric_figures(
         "fabricClassifySeconds": round(classified - last_written, 2),
         "fabricClassifiedToRunCompletedSeconds": round(run_completed_at - classified, 2),
         "fabricGroupSecondsMedian": segments(seen),
+        # Where the phase's wall time went on this machine's cores: the control plane's
+        # components, the operator, and the benchmark (the stand-in agents and the pod watch).
+        "fabricCpuWindowSeconds": round(classified - first_pod, 1),
+        "fabricCpuSecondsByProcess": cpu.between(first_pod, classified),
         "fabricWallSecondsSimulated": round(wall, 2),
         "fabricAgentSecondsPerGroupModelled": round(modelled_agent, 1),
         "fabricWallSecondsModelled": round(wall + len(timing) * modelled_agent, 1),

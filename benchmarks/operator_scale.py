@@ -70,7 +70,7 @@ from proc_cpu import CpuSampler, cluster_pids
 
 AGENT_NAMESPACE = "gpuval-system"
 NOT_READY_SECONDS = 3600
-HEARTBEAT_FACTOR = 15  # kwokctl --heartbeat-factor (see main)
+HEARTBEAT_FACTOR = 15  # kwokctl --heartbeat-factor by default (--heartbeat-factor; see main)
 WRITE_VERBS = ("POST", "PATCH", "PUT", "DELETE")
 
 
@@ -278,6 +278,7 @@ class Options:
     phase_seconds: float
     baseline: bool
     runs: int
+    heartbeat_factor: int = HEARTBEAT_FACTOR
 
     def first_wave(self) -> int:
         """Agent pods the first wave has (spec.maxConcurrent of the nodes)."""
@@ -488,7 +489,7 @@ async def measure(
     # artefact into retry waves. It is tested on the real control plane (test_operator_trust);
     # here it waits an hour, and the figures say so.
     figures["nodeNotReadySeconds"] = NOT_READY_SECONDS
-    figures["kwokHeartbeatFactor"] = HEARTBEAT_FACTOR
+    figures["kwokHeartbeatFactor"] = opts.heartbeat_factor
     env = {str(OperatorEnv.NODE_NOT_READY_SECONDS): str(NOT_READY_SECONDS)}
     try:
         with operator_process(
@@ -563,10 +564,18 @@ def parse_options() -> tuple[Options, Path | None]:
         "--baseline", action="store_true", help="spec.baseline on (Learn, history kept)"
     )
     parser.add_argument("--runs", type=int, default=1, help="runs, each after a spec change")
+    parser.add_argument(
+        "--heartbeat-factor",
+        type=int,
+        default=HEARTBEAT_FACTOR,
+        help="kwok's heartbeats and the node grace stretched this many times (see main)",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
     if args.runs < 1:
         parser.error(f"--runs {args.runs}: there is at least one run; give --runs 1 or more")
+    if args.heartbeat_factor < 1:
+        parser.error(f"--heartbeat-factor {args.heartbeat_factor}: give 1 (kwok's own) or more")
     opts = Options(
         args.nodes,
         args.max_concurrent,
@@ -577,6 +586,7 @@ def parse_options() -> tuple[Options, Path | None]:
         args.phase_seconds,
         args.baseline,
         args.runs,
+        args.heartbeat_factor,
     )
     return opts, args.json
 
@@ -633,7 +643,7 @@ def main() -> int:
         f"gpuval-scale-{os.getpid()}",
         [],
         disable_qps_limits=True,
-        extra_args=["--heartbeat-factor", str(HEARTBEAT_FACTOR)],
+        extra_args=["--heartbeat-factor", str(opts.heartbeat_factor)],
     )
     figures: dict[str, Any] = {}
     code = 0

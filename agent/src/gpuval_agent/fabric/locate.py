@@ -1,12 +1,14 @@
-"""Rank 0's address for a rank whose group's pods were all made at once (a Kueue pod group;
-docs/operator.md, "Kueue: fabric groups admitted whole"): GPUVAL_FABRIC_MASTER_POD names rank
-0's pod and the port, and this rank reads the pod (`get`, in its own namespace) until it has an
-IP (`status.podIP`: with hostNetwork, its node's), saying every few seconds what it waits for.
+"""Rank 0's address for a rank whose group's pods were all made at once (the operator makes every
+fabric group so, a Kueue pod group included; docs/operator.md, "The fabric phase", "Rendezvous"):
+GPUVAL_FABRIC_MASTER_POD names rank 0's pod and the port, and this rank reads the pod (`get`, in
+its own namespace) until it has an IP (`status.podIP`: with hostNetwork, its node's), saying every
+few seconds what it waits for.
 
 Why a read and not DNS: a headless Service's name for a fresh pod can take ~30 s to resolve and
 PyTorch's TCPStore does not retry (pytorch/pytorch#73682), and these clusters need not run
-cluster DNS at all; the pod's IP is in the API server as soon as its sandbox exists. Kueue admits
-the group whole, so rank 0's pod has its IP within seconds of this one's start. The wait ends at
+cluster DNS at all; the pod's IP is in the API server as soon as its sandbox exists. The group's
+pods are made (or admitted by Kueue) together, so rank 0's pod has its IP within seconds of this
+one's start unless its GPUs are held by other work. The wait ends at
 the gang timeout (the operator gives the group up then); a rank that could not learn the address
 is NotRun (FabricGangNotFormed): nothing was tested against its node.
 """

@@ -1,7 +1,8 @@
 """The chart's RBAC, proven both ways on the real API server: the operator's ServiceAccount may make
 exactly the calls the operator makes and nothing else; the agent's ServiceAccount may patch report
-status and nothing else. Each identity asks the API server itself (SelfSubjectRulesReview and
-`kubectl auth can-i` with its own token), so the answers are the authorizer's, not the chart's text.
+status and get pods in its own namespace (a fabric rank reads rank 0's), nothing else. Each
+identity asks the API server itself (SelfSubjectRulesReview and `kubectl auth can-i` with its own
+token), so the answers are the authorizer's, not the chart's text.
 
 That the operator really needs no more is proven by test_chart_install.py, where it reconciles a
 GpuValidation end to end with this identity and gets no 403.
@@ -216,11 +217,11 @@ def test_operator_is_allowed_each_call_it_makes(
     assert can_i(cluster, operator, *args)
 
 
-def test_agent_may_patch_report_status_and_nothing_else(
+def test_agent_may_patch_report_status_and_get_its_namespaces_pods_and_nothing_else(
     cluster: Cluster, release: chart.Release, agent: Path
 ) -> None:
     only = {("gpuval.dev", "gpunodereports/status", "patch")}
-    assert rights_in(cluster, agent, release.agent_namespace) == only
+    assert rights_in(cluster, agent, release.agent_namespace) == only | {("", "pods", "get")}
     assert rights_in(cluster, agent, release.namespace) == only
     assert rights_in(cluster, agent, "default") == only
 
@@ -234,7 +235,11 @@ def test_agent_may_patch_report_status_and_nothing_else(
         ("create", "gpunodereports.gpuval.dev"),
         ("delete", "gpunodereports.gpuval.dev"),
         ("patch", "gpuvalidations.gpuval.dev", "--subresource=status"),
-        ("get", "pods"),
+        # Pods by name in its own namespace only: no list, no watch, no pod elsewhere.
+        ("list", "pods"),
+        ("watch", "pods"),
+        ("get", "pods", "-n", "default"),
+        ("get", "pods", "--subresource=log"),
         ("list", "nodes"),
         ("patch", "nodes"),
         ("create", "events"),
@@ -243,7 +248,7 @@ def test_agent_may_patch_report_status_and_nothing_else(
     ],
     ids=" ".join,
 )
-def test_agent_is_denied_everything_but_report_status(
+def test_agent_is_denied_everything_but_report_status_and_its_pod_read(
     cluster: Cluster, agent: Path, request_args: tuple[str, ...]
 ) -> None:
     assert not can_i(cluster, agent, *request_args)

@@ -249,9 +249,12 @@ class RunDriver:
         """Node actions and Events for nodes that got a final verdict since the last step, within
         the circuit breaker and the systemic hold (control.holds)."""
         self.holds.prepare(run, spec)
-        # Verdicts that arrive while the nodes are being patched are picked up by the next pass.
+        # Verdicts that arrive while the nodes are being patched are picked up by the next pass,
+        # each pass under the systemic counts that include them: a failure that came in while
+        # the last pass's patches were in flight must not be gated by counts that never saw it.
         while run.finished:
             await self.baseline.on_verdicts(run)  # DriftFromHistory may fail a node first
+            self.holds.prepare(run, spec)
             finished, run.finished = list(dict.fromkeys(run.finished)), []
             run.dirty = True
             await self._act(run, spec, finished)

@@ -344,7 +344,20 @@ def test_node_actions_are_set_on_failure_and_removed_when_the_node_passes_again(
         )
         apply(cluster, fleet.validation(name, nodeActions=actions, history=2))
         passed_status = completed_run(cluster, name, after=1)
-        passed = get_json(cluster, "node", node)
+        # kube-controller-manager follows the cordon with its own node.kubernetes.io/unschedulable
+        # taint and takes it off a moment after the uncordon: the node is read once it has.
+        passed = wait_for(
+            "the controller manager's unschedulable taint gone after the uncordon",
+            lambda: (
+                (n := get_json(cluster, "node", node))
+                and not any(
+                    t.get("key") == "node.kubernetes.io/unschedulable"
+                    for t in n["spec"].get("taints") or []
+                )
+                and n
+            ),
+            timeout=60,
+        )
         delete_validation(cluster, name)
 
     assert failed["spec"]["unschedulable"] is True

@@ -248,10 +248,10 @@ class RunDriver:
     async def after_verdicts(self, run: RunState, spec: GpuValidationSpec) -> None:
         """Node actions and Events for nodes that got a final verdict since the last step, within
         the circuit breaker and the systemic hold (control.holds)."""
-        self.holds.prepare(run, spec)
         # Verdicts that arrive while the nodes are being patched are picked up by the next pass,
         # each pass under the systemic counts that include them: a failure that came in while
-        # the last pass's patches were in flight must not be gated by counts that never saw it.
+        # the last pass's patches were in flight must not be gated by counts that never saw it
+        # (settle takes the counts itself).
         while run.finished:
             await self.baseline.on_verdicts(run)  # DriftFromHistory may fail a node first
             self.holds.prepare(run, spec)

@@ -81,6 +81,7 @@ class HoldKeeper:
         again where the hold may have lifted, and say what is held."""
         if self.ledger is not None:
             await self.ledger.recount()
+        self.prepare(run, spec)  # the counts as they stand, every verdict so far included
         state = run.breaker
         ready = sorted(
             n

@@ -272,7 +272,7 @@ class FabricDriver:
         """The pods of opened groups that are still to make: those a crash left out."""
         made: list[Coroutine[Any, Any, None]] = []
         for group in lifecycle.groups_to_launch(fabric):
-            if group.port is None or group.opened_at is None:
+            if group.port is None:
                 continue
             waiting = [m for m in group.members if not fabric.created(m) and not m.refused]
             made += [self._create(run, spec, group, m) for m in waiting]

@@ -27,15 +27,14 @@ def container_started_at(pod: Mapping[str, Any]) -> float | None:
 
 @dataclass(slots=True)
 class FabricPodFacts:
-    """A fabric pod: the agent pod's view, its group and rank, the group's port, its IP, when
-    its container started (wall clock, from the pod's status), and the fabric verdict its agent
+    """A fabric pod: the agent pod's view, its group and rank, the group's port, when its
+    container started (wall clock, from the pod's status), and the fabric verdict its agent
     left in its termination message."""
 
     pod: PodFacts
     group: str
     rank: int
     port: int | None
-    ip: str | None
     started_at: float | None
     termination: dict[str, Any] | None
 
@@ -59,7 +58,6 @@ class FabricPodFacts:
             group=str(labels.get(keys.LABEL_FABRIC_GROUP) or ""),
             rank=int(rank) if rank.isdigit() else -1,
             port=int(port) if port.isdigit() else None,
-            ip=(pod.get("status") or {}).get("podIP") or None,
             started_at=container_started_at(pod),
             termination=termination,
         )

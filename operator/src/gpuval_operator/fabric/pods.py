@@ -2,8 +2,8 @@
 
 The same pod as the node's agent pod (planning.node_pod: every GPU of the node, node affinity,
 tolerations, the agents' ServiceAccount and securityContext), running `gpuval-agent fabric
---cluster` with the group's rendezvous in its environment: rank 0's address and the port the
-operator picked. Rank 0's pod listens on the port (its own address is its loopback).
+--cluster` with the group's rendezvous in its environment: rank 0's pod (for the others) and the
+port the operator picked. Rank 0's pod listens on the port (its own address is its loopback).
 
 A group's pods are made at once, before rank 0 has an address: the others are told rank 0's pod
 name and read its IP from the API server (`get` on pods in their namespace, rbac.AGENT_POD_RULES)

@@ -64,11 +64,10 @@ import scale_fabric
 from gpuval_api.conditions import ConditionReason, ConditionType
 from gpuval_api.env import OperatorEnv
 from gpuval_devtools.controlplane import Cluster, GpuNode, free_port
-from gpuval_devtools.launch import agent_rbac, install_crds, operator_process
+from gpuval_devtools.launch import AGENT_NAMESPACE, agent_rbac, install_crds, operator_process
 from gpuval_operator.kube import Follower, KubeClient, load_credentials, q
 from proc_cpu import CpuSampler, cluster_pids
 
-AGENT_NAMESPACE = "gpuval-system"
 NOT_READY_SECONDS = 3600
 HEARTBEAT_FACTOR = 15  # kwokctl --heartbeat-factor by default (--heartbeat-factor; see main)
 WRITE_VERBS = ("POST", "PATCH", "PUT", "DELETE")

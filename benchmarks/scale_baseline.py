@@ -25,7 +25,8 @@ from gpuval_api.env import AgentEnv
 from gpuval_api.report import build_report_status
 from gpuval_api.result import AgentResult
 from gpuval_devtools.controlplane import Cluster
-from scale_fabric import AGENT_NAMESPACE, GROUP_LABEL, RUN_LABEL
+from gpuval_devtools.launch import AGENT_NAMESPACE
+from scale_fabric import GROUP_LABEL, RUN_LABEL
 
 # Learn, keeping each node's last 5 runs: the first run learns, the later ones are judged
 # against what it learned and carry each node's history in their reports.

@@ -36,6 +36,7 @@ from gpuval_agent.backends.simconfig import SimulationConfig
 from gpuval_agent.fabric.driver import run_fabric
 from gpuval_agent.fabric.frontend import plan_from_env
 from gpuval_agent.fabric.simulated import BASE_BUSBW_GBPS, SimulatedFabric
+from gpuval_api import keys
 from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import (
     FabricConfig,
@@ -47,14 +48,14 @@ from gpuval_api.fabric import (
 from gpuval_api.result import Verdict
 from gpuval_devtools.controlplane import free_port
 from gpuval_devtools.gangidle import gang_idle
+from gpuval_devtools.launch import AGENT_NAMESPACE
 from gpuval_operator.fabric.plan import cross_groups, domain_groups
 from gpuval_operator.kube import KubeClient, q
 from proc_cpu import CpuSampler
 
-AGENT_NAMESPACE = "gpuval-system"
 RACK_LABEL = "topology.gpuval.dev/rack"
-GROUP_LABEL = "gpuval.dev/fabric-group"
-RUN_LABEL = "gpuval.dev/run"
+GROUP_LABEL = keys.LABEL_FABRIC_GROUP
+RUN_LABEL = keys.LABEL_RUN
 REPORTS = "/apis/gpuval.dev/v1alpha1/gpunodereports"
 GROUP_SIZE = 8
 # What the agents measure: the group sweep 256 MiB .. 1 GiB, pairs of 1 GiB, as in the

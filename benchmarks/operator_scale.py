@@ -61,6 +61,7 @@ from typing import Any
 
 import scale_baseline
 import scale_fabric
+from apiserver_requests import ApiSampler
 from gpuval_api.conditions import ConditionReason, ConditionType
 from gpuval_api.env import OperatorEnv
 from gpuval_devtools.controlplane import Cluster, GpuNode, free_port
@@ -323,6 +324,7 @@ class Bench:
     op_pid: int
     port: int
     cpu: CpuSampler
+    api: ApiSampler
 
 
 @dataclass
@@ -348,6 +350,10 @@ async def one_run(bench: Bench, number: int) -> RunDone:
         peak = max(peak, rss_kib(bench.op_pid))
         if not bench.cpu.samples or time.time() - bench.cpu.samples[-1][0] >= 1.0:
             bench.cpu.sample()
+        # The API server's counters: at the fabric's first pod, then every 20 s.
+        fabric_on = number == 1 and agents.fabric is not None and agents.fabric.pods_created()
+        if fabric_on and (not bench.api.samples or time.time() - bench.api.samples[-1][0] >= 20):
+            await bench.api.sample()
         gv = await bench.client.get_or_none(VALIDATION) or {}
         run = (gv.get("status") or {}).get("run") or {}
         current = int(run.get("number") or 0) >= number
@@ -371,6 +377,8 @@ async def one_run(bench: Bench, number: int) -> RunDone:
             break
     completed_at = time.time()
     bench.cpu.sample()
+    if number == 1 and agents.fabric is not None:
+        await bench.api.sample()
     print(file=sys.stderr)
     figures["runSeconds"] = round(now - applied, 2)
     # Upper bounds: the poll interval and one GET are included.
@@ -438,6 +446,7 @@ async def all_runs(
                 run_completed_at=first.completed_at,
                 phase_seconds=opts.phase_seconds,
                 cpu=bench.cpu,
+                api=bench.api,
             )
         )
     for number in range(2, opts.runs + 1):
@@ -497,7 +506,8 @@ async def measure(
             await asyncio.to_thread(wait_for_metrics, port)
             # Who used the cores (the fabric's figures say it for its phase).
             pids = cluster_pids(cluster.name) | {"operator": op.pid, "benchmark": os.getpid()}
-            bench = Bench(cluster, client, agents, opts, op.pid, port, CpuSampler(pids))
+            api = ApiSampler(cluster.kubectl_argv())
+            bench = Bench(cluster, client, agents, opts, op.pid, port, CpuSampler(pids), api)
             await all_runs(bench, names, injected, log_file, figures)
             if opts.join:
                 figures["gatingBatchSeconds"] = opts.batch_seconds

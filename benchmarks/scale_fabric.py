@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from apiserver_requests import ApiSampler
 from gpuval_agent.backends.simconfig import SimulationConfig
 from gpuval_agent.fabric.driver import run_fabric
 from gpuval_agent.fabric.frontend import plan_from_env
@@ -509,6 +510,7 @@ async def fabric_figures(
     run_completed_at: float,
     phase_seconds: float,
     cpu: CpuSampler,
+    api: ApiSampler,
 ) -> dict[str, Any]:
     """The fabric phase's figures (epoch seconds throughout: the operator's log, the stand-ins'
     clock and the benchmark's are the same machine's)."""
@@ -558,6 +560,11 @@ async def fabric_figures(
         # components, the operator, and the benchmark (the stand-in agents and the pod watch).
         "fabricCpuWindowSeconds": round(classified - first_pod, 1),
         "fabricCpuSecondsByProcess": cpu.between(first_pod, classified),
+        # What the API server was asked then, and from the results classified to the run
+        # complete (the node actions): its own counters, read every 20 s.
+        **api.between(first_pod, classified, "fabricApi"),
+        **api.between(classified, run_completed_at, "afterClassifiedApi"),
+        "afterClassifiedCpuSecondsByProcess": cpu.between(classified, run_completed_at),
         "fabricWallSecondsSimulated": round(wall, 2),
         "fabricAgentSecondsPerGroupModelled": round(modelled_agent, 1),
         "fabricWallSecondsModelled": round(wall + len(timing) * modelled_agent, 1),

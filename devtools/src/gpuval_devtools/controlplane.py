@@ -207,6 +207,10 @@ class Cluster:
             str(cache),
         ]
 
+    def kubectl_argv(self) -> list[str]:
+        """kubectl and its flags for this cluster, for a caller that runs it itself."""
+        return self._kubectl_base(self.kubeconfig)
+
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:

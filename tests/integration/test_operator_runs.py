@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuval_api import keys
 from gpuval_api.env import OperatorEnv
 from gpuval_devtools.controlplane import Cluster, free_port
 from gpuval_devtools.launch import AGENT_NAMESPACE, operator_process
@@ -375,6 +376,41 @@ def test_node_actions_are_set_on_failure_and_removed_when_the_node_passes_again(
     assert passed["spec"]["taints"] == [admin_taint]
     assert passed["metadata"]["labels"]["gpuval.dev/verdict"] == "passed"
     assert "gpuval.dev/reason" not in passed["metadata"]["labels"]
+
+
+def test_a_passing_node_gets_its_labels_entry_and_condition_in_one_status_write(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Callable[[], contextlib.AbstractContextManager[int]],
+    unique_name: Callable[[str], str],
+) -> None:
+    """A passing node's metadata and condition go in one write to its status subresource (a
+    fabric settles 10,000 nodes at once: one write each instead of two): the API server takes
+    the labels and the entry there, and records them as written through `status`."""
+    node = fleet.add(unique_name("ok"))
+    name = unique_name("onewrite")
+    with operator():
+        apply(cluster, fleet.validation(name, nodeActions={"label": True}))
+        completed_run(cluster, name)
+        shown = cluster.kubectl("get", "node", node, "-o", "json", "--show-managed-fields")
+        passed = json.loads(shown.stdout)
+        delete_validation(cluster, name)
+
+    labels, annotations = passed["metadata"]["labels"], passed["metadata"]["annotations"]
+    assert labels[keys.NODE_LABEL_VERDICT] == keys.NODE_VERDICT_PASSED
+    assert labels[keys.NODE_LABEL_VALIDATED_AT].isdigit()
+    assert any(k.startswith(keys.NODE_VERDICT_ANNOTATION_PREFIX) for k in annotations)
+    condition = next(c for c in passed["status"]["conditions"] if c["type"] == keys.NODE_CONDITION)
+    assert condition["status"] == "True"
+    writers = [
+        entry
+        for entry in passed["metadata"]["managedFields"]
+        if f"f:{keys.NODE_LABEL_VERDICT}"
+        in json.dumps(entry.get("fieldsV1", {}).get("f:metadata", {}).get("f:labels", {}))
+    ]
+    assert [w.get("subresource") for w in writers] == ["status"], writers
+    status_fields = json.dumps(writers[0]["fieldsV1"].get("f:status", {}))
+    assert keys.NODE_CONDITION in status_fields, "the condition came in the same write"
 
 
 def test_an_operator_killed_mid_run_resumes_without_duplicate_pods_or_lost_results(

@@ -262,8 +262,8 @@ class RunDriver:
 
     async def _act(self, run: RunState, spec: GpuValidationSpec, finished: list[str]) -> None:
         """Node actions for `finished`. Many at once (a fabric settles every node at its end:
-        10,000 nodes, 3 API calls each) go in slices: the status shows the verdicts before the
-        first slice, then how far it got at most once per status interval."""
+        10,000 nodes, a read and a write each when they pass) go in slices: the status shows the
+        verdicts before the first slice, then how far it got at most once per status interval."""
         many = len(finished) > ACT_SLICE
         try:
             for start in range(0, len(finished), ACT_SLICE):

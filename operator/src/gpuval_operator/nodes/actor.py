@@ -188,18 +188,30 @@ class NodeActor:
         return plan, already_said(previous, entry)
 
     async def _apply(self, name: str, plan: NodePlan) -> dict[str, Any] | None:
-        """Apply the plan; the node as the API server returned it (None: not patched)."""
+        """Apply the plan; the node as the API server returned it (None: not patched).
+
+        A plan that changes only the node's metadata and its condition (every passing node,
+        a held failure) is one write: the status subresource of a node takes metadata changes
+        too (its strategy resets only the spec; the kubelet updates its own labels that way), and
+        the patch still carries the resourceVersion it was planned on. A fabric settles every
+        node at once, so this halves the writes, and the watch events each write sends to every
+        node watcher, at its end. Taints and cordon are spec: the node itself, then the status."""
+        patch = plan.patch
+        status = None if plan.condition is None else {"status": {"conditions": [plan.condition]}}
+        together = patch is not None and status is not None and set(patch) == {"metadata"}
         patched: dict[str, Any] | None = None
-        if plan.patch is not None:
-            patched = await self.client.merge_patch(f"{NODES_PATH}/{q(name)}", plan.patch)
-        if plan.condition is not None:
+        if patch is not None and not together:
+            patched = await self.client.merge_patch(f"{NODES_PATH}/{q(name)}", patch)
+        if status is not None:
             # Strategic merge: conditions merge by type, so the kubelet's stay as they are.
-            await self.client.request(
+            written = await self.client.request(
                 "PATCH",
                 f"{NODES_PATH}/{q(name)}/status",
-                body={"status": {"conditions": [plan.condition]}},
+                body={**patch, **status} if together and patch is not None else status,
                 content_type=STRATEGIC_MERGE,
             )
+            if together:
+                patched = written
         return patched
 
     async def _events(

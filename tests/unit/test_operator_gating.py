@@ -141,6 +141,28 @@ def test_a_node_not_ready_tells_the_run_since_when_and_why_and_ready_again_clear
     assert "n1" not in watch.gone
 
 
+def test_a_heartbeat_does_not_wake_the_run_and_a_change_in_what_is_kept_does() -> None:
+    woken: list[int] = []
+    watch = NodeWatch(client=None, validation="v", wake=lambda: woken.append(1))  # type: ignore[arg-type]
+    node = _node("n1", ready=True)
+    watch._on_event("ADDED", node)
+    assert len(woken) == 1, "a node seen for the first time wakes the run"
+    heartbeat = _node("n1", ready=True)
+    heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-01-01T00:05:00Z"
+    heartbeat["metadata"]["resourceVersion"] = "42"
+    watch._on_event("MODIFIED", heartbeat)
+    assert len(woken) == 1, "a heartbeat changes nothing the run reads"
+    watch._on_event("MODIFIED", _node("n1", ready=False))
+    assert len(woken) == 2, "NotReady does"
+    rebooted = _node("n1", ready=True)
+    rebooted["status"]["nodeInfo"] = {"bootID": "boot-2"}
+    watch._on_event("MODIFIED", rebooted)
+    assert len(woken) == 3, "so does a new boot"
+    assert "n1" in watch.changed
+    watch._on_event("DELETED", rebooted)
+    assert len(woken) == 4, "and a deletion"
+
+
 def test_unavailable_nodes_are_the_deleted_and_those_not_ready_past_the_grace_only() -> None:
     watch = NodeWatch(client=None, validation="v", wake=lambda: None)  # type: ignore[arg-type]
     for name, ready in (("a", True), ("b", False)):

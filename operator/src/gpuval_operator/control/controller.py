@@ -22,7 +22,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +53,28 @@ from gpuval_operator.spec import parse_spec
 log = logging.getLogger(__name__)
 # How long a run's start waits for the node watch's first list before listing the nodes itself.
 CANDIDATES_WAIT_SECONDS = 60.0
+# A run's loop rests this many times a tick's own time before the next (until_next_tick):
+# it ticks at most a quarter of the time.
+TICK_REST = 3.0
+
+
+async def until_next_tick(
+    wake: asyncio.Event,
+    busy: float,
+    interval: float,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> None:
+    """After a tick that took `busy` seconds: a rest of TICK_REST times that (at most
+    `interval`), then until `wake` is set (by a child that changed since the tick began: the
+    loop clears it before each tick) or `interval` is over. A tick walks every node and group
+    of the run; at 10,000 nodes a busy fabric changes children many times a second, and ticking
+    on each change kept this process busy on cores the cluster needs. The rest bounds the loop's
+    share of the time whatever the fleet size; a small fleet's ticks (milliseconds) rest for
+    milliseconds."""
+    rest = min(interval, busy * TICK_REST)
+    await sleep(rest)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(wake.wait(), timeout=max(0.0, interval - rest))
 
 
 @dataclass(slots=True)
@@ -403,6 +425,8 @@ class ValidationController:
         while not self.stopped():
             if self.generation() != run.generation:
                 raise SupersededError
+            began = time.monotonic()
+            self.ingest.wake.clear()  # what changes from here on wakes the next tick
             if spec.gating is not None:
                 self.node_watch.look_for_arrivals(run, spec.gating, time.time())
             if await self.driver.tick(run, spec):
@@ -410,7 +434,8 @@ class ValidationController:
                 await self._completed(run)
                 return
             await self._write_status()
-            await self._sleep(self.config.status_interval_seconds)
+            busy = time.monotonic() - began
+            await until_next_tick(self.ingest.wake, busy, self.config.status_interval_seconds)
 
     async def _completed(self, run: RunState) -> None:
         await self._write_status(force=True)

@@ -107,11 +107,12 @@ class NodeWatch:
     def _on_event(self, kind: str, node: dict[str, Any]) -> None:
         if kind == "DELETED":
             self._remove((node.get("metadata") or {}).get("name", ""))
-        else:
-            self._update(node)
-        self.wake()
+            self.wake()
+        elif self._update(node):
+            self.wake()  # not for a heartbeat: what is kept of the node is the same
 
-    def _update(self, node: dict[str, Any]) -> None:
+    def _update(self, node: dict[str, Any]) -> bool:
+        """Keeps the node's facts; whether they differ from what was kept."""
         facts = NodeFacts.parse(node, self.validation, self.topology_key)
         old = self.nodes.get(facts.name)
         self.nodes[facts.name] = facts
@@ -124,6 +125,7 @@ class NodeWatch:
             or old.entry != facts.entry
         ):
             self.changed.add(facts.name)
+        return old != facts
 
     def _remove(self, name: str) -> None:
         self.nodes.pop(name, None)

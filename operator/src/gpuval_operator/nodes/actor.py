@@ -196,22 +196,22 @@ class NodeActor:
         the patch still carries the resourceVersion it was planned on. A fabric settles every
         node at once, so this halves the writes, and the watch events each write sends to every
         node watcher, at its end. Taints and cordon are spec: the node itself, then the status."""
-        patch = plan.patch
-        status = None if plan.condition is None else {"status": {"conditions": [plan.condition]}}
-        together = patch is not None and status is not None and set(patch) == {"metadata"}
+        patch, condition = plan.patch, plan.condition
+        if patch is not None and condition is not None and set(patch) == {"metadata"}:
+            return await self._patch_status(name, {**patch, "status": {"conditions": [condition]}})
         patched: dict[str, Any] | None = None
-        if patch is not None and not together:
+        if patch is not None:
             patched = await self.client.merge_patch(f"{NODES_PATH}/{q(name)}", patch)
-        if status is not None:
-            # Strategic merge: conditions merge by type, so the kubelet's stay as they are.
-            written = await self.client.request(
-                "PATCH",
-                f"{NODES_PATH}/{q(name)}/status",
-                body={**patch, **status} if together and patch is not None else status,
-                content_type=STRATEGIC_MERGE,
-            )
-            if together:
-                patched = written
+        if condition is not None:
+            await self._patch_status(name, {"status": {"conditions": [condition]}})
+        return patched
+
+    async def _patch_status(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A strategic merge patch of the node's status subresource: conditions merge by type,
+        so the kubelet's stay as they are."""
+        patched: dict[str, Any] = await self.client.request(
+            "PATCH", f"{NODES_PATH}/{q(name)}/status", body=body, content_type=STRATEGIC_MERGE
+        )
         return patched
 
     async def _events(

@@ -72,15 +72,21 @@ def round_pairs(pairs: Iterable[FabricPair]) -> list[FabricPair]:
     return [p for p in pairs if p.round >= 1]
 
 
-def reference_busbw(pairs: Iterable[FabricPair]) -> float | None:
-    """What a healthy pair reaches: the median over nodes of each node's best pair figure in the
-    pair rounds (a failed pair has none). None when no pair has a figure."""
+def best_pairs(pairs: Iterable[FabricPair]) -> dict[str, float]:
+    """Each node's best pair figure in the pair rounds (a failed pair has none)."""
     best: dict[str, float] = {}
     for pair in round_pairs(pairs):
         if pair.busbw_gbps is None:
             continue
         for node in (pair.a, pair.b):
             best[node] = max(best.get(node, 0.0), pair.busbw_gbps)
+    return best
+
+
+def reference_busbw(pairs: Iterable[FabricPair]) -> float | None:
+    """What a healthy pair reaches: the median over nodes of each node's best pair figure in the
+    pair rounds (a failed pair has none). None when no pair has a figure."""
+    best = best_pairs(pairs)
     return statistics.median(best.values()) if best else None
 
 

@@ -1,10 +1,9 @@
 """Driving a run's fabric phase (spec.fabric), one tick at a time: plan the groups once every
 node has its local verdict, open groups within the concurrency limit (every pod of a group at
-once; with spec.fabric.queue as one Kueue pod group), record what agents could not, compare the
-run's groups once all have results, and give each held node its final verdict (its report
-rewritten only where the comparison changed what its agent wrote). The decisions are
-fabric.plan's, fabric.lifecycle's and fabric.verdicts'; the calls are
-gpuval_operator.run.effects'.
+once; with spec.fabric.queue as one Kueue pod group), record what agents could not, and hand the
+groups' results to fabric.settling, which gives each held node its final verdict: early where no
+later group can change it, else once every group has its results. The decisions are
+fabric.plan's and fabric.lifecycle's; the calls are gpuval_operator.run.effects'.
 docs/operator.md, "The fabric phase".
 """
 
@@ -30,7 +29,6 @@ from gpuval_api.report import StatusKey, build_operator_failure_status
 from gpuval_api.result import Verdict
 from gpuval_operator import names
 from gpuval_operator.fabric import lifecycle
-from gpuval_operator.fabric.evidence import fabric_evidence_status
 from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.fabric.plan import (
     GroupPlan,
@@ -42,14 +40,11 @@ from gpuval_operator.fabric.plan import (
 )
 from gpuval_operator.fabric.pods import build_fabric_pod, fabric_config
 from gpuval_operator.fabric.ports import PortPool
-from gpuval_operator.fabric.rollup import group_waits, summary_line
+from gpuval_operator.fabric.rollup import group_waits
+from gpuval_operator.fabric.settling import FabricSettling
 from gpuval_operator.fabric.state import FabricState, Group, Member
 from gpuval_operator.fabric.verdicts import (
     Classification,
-    Final,
-    GroupEvidence,
-    as_reported,
-    classify,
 )
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.planning import concurrency_limit
@@ -77,12 +72,9 @@ class FabricDriver:
     ) -> None:
         self.effects, self.node_watch, self.ports = effects, node_watch, ports
         self.annotations = annotations
-        # The read model's hook for a settled verdict whose report the operator leaves as the
-        # agent wrote it (readmodel.validation.ValidationState.settle_fabric).
-        self.settled = settled
-        # Rules beyond the fabric's own, over its classification before it settles (spec.baseline:
-        # a node's pairs against its baseline).
-        self.judge = judge
+        self.settling = FabricSettling(
+            effects=effects, node_watch=node_watch, settled=settled, judge=judge
+        )
 
     async def tick(self, run: RunState, spec: GpuValidationSpec) -> None:
         fabric, wanted = run.fabric, spec.fabric
@@ -101,18 +93,16 @@ class FabricDriver:
         waits = group_waits(fabric, fabric_config(spec))
         if waits != fabric.waits:
             fabric.waits, run.dirty = waits, True
-        if not fabric.classified and fabric.all_done() and not self._stopping(fabric):
-            await self._classify(run, fabric, wanted)
+        if not fabric.classified:
+            await self.settling.early(run, fabric, wanted)
+        if not fabric.classified and fabric.all_done() and not self.settling.stopping(fabric):
+            await self.settling.classify(run, fabric, wanted)
         for record in run.nodes.values():
             if record.held and record.node not in fabric.groups_of:
                 # Passed after the groups were planned (gating, a retry): local checks only.
                 run.release(record.node, Verdict.PASSED, None, record.message)
 
     # -- planning --
-
-    def _domains(self, nodes: list[str]) -> dict[str, str]:
-        known = self.node_watch.nodes
-        return {n: known[n].domain or "" if n in known else "" for n in nodes}
 
     def _namer(self, run: RunState) -> Callable[[str, int], str]:
         return lambda group, rank: names.fabric_pod_name(run.validation, run.run_id, group, rank)
@@ -121,7 +111,7 @@ class FabricDriver:
         """After a restart: the groups as the reports' status.fabric name them."""
         found = fabric.planned_groups()
         keyed = wanted.topology_key is not None
-        domains = self._domains(sorted({n for nodes in found.values() for n in nodes}))
+        domains = self.node_watch.domains(sorted({n for nodes in found.values() for n in nodes}))
         plans = rebuilt_groups(found, domains if keyed else None)
         fabric.add_groups(plans, self._namer(run), time.monotonic(), time.time())
         fabric.planned = True
@@ -151,7 +141,7 @@ class FabricDriver:
         if not run.local_settled() or (keyed and not self.node_watch.synced.is_set()):
             return False
         members = sorted(r.node for r in run.nodes.values() if r.held)
-        domains = self._domains(members) if keyed else None
+        domains = self.node_watch.domains(members) if keyed else None
         plans = domain_groups(members, wanted.group_size, domains)
         mark = run.run_id if keyed else run.run_id + keys.FABRIC_CROSS_SUFFIX
         if not await self._write_plans(run, plans):
@@ -278,95 +268,3 @@ class FabricDriver:
             made += [self._create(run, spec, group, m) for m in waiting]
             run.dirty = True
         await self.effects.bounded(made)
-
-    # -- the run-wide comparison --
-
-    def _stopping(self, fabric: FabricState) -> bool:
-        """Pods given up are let end before the groups are compared: what their agents write
-        as they stop lands before the settled verdicts, not over them."""
-        limit = lifecycle.STOP_SECONDS + self.effects.config.pod_grace_seconds
-        return bool(fabric.stopping(time.monotonic(), limit))
-
-    async def _classify(self, run: RunState, fabric: FabricState, wanted: FabricSpec) -> None:
-        keyed = wanted.topology_key is not None
-        members = sorted({n for g in fabric.groups.values() if g.plan.cross for n in g.plan.nodes})
-        domains = self._domains(members) if keyed else {}
-        # A representative whose domain group was a group of one was never tested inside it.
-        lone = frozenset(n for g in fabric.groups.values() if g.size == 1 for n in g.plan.nodes)
-        evidence = [
-            GroupEvidence(
-                g.name,
-                g.plan.nodes,
-                tuple(r for m in g.members if (r := fabric.result(g, m)) is not None),
-                fabric.busbw.get(g.name),
-                fabric.pairs.get(g.name, ()),
-                g.plan.domain,
-                cross=g.plan.cross,
-                domains={n: domains.get(n, "") for n in g.plan.nodes} if g.plan.cross else None,
-                lone=lone & set(g.plan.nodes) if g.plan.cross else frozenset(),
-            )
-            for g in fabric.groups.values()
-            if g.size > 1
-        ]
-        found = classify(evidence, wanted.thresholds)
-        if self.judge is not None:
-            self.judge(run, found)
-        fabric.classification = found
-        await self.effects.bounded(
-            self._settle(run, fabric, node, found.nodes.get(node))
-            for node in sorted(fabric.groups_of)
-        )
-        fabric.classified, fabric.completed_at = True, time.time()
-        run.dirty = True
-        text = f"fabric of run {run.run_id}: {summary_line(fabric)}"
-        failed = any(f.verdict is Verdict.FAILED for f in found.nodes.values())
-        await self.effects.event(EventReason.FABRIC_COMPLETED, text, warning=failed)
-        log.info("%s: %s", run.validation, text)
-
-    async def _settle(
-        self, run: RunState, fabric: FabricState, node: str, final: Final | None
-    ) -> None:
-        """The node's settled fabric verdict into its report, then its final verdict."""
-        # Only a node alone in its domain, in no cross-domain group, is in no group compared.
-        final = final or Final(
-            Verdict.NOT_RUN,
-            None,
-            "alone in its topology domain, and no other domain had a node to test across: its "
-            "fabric was not tested",
-        )
-        never = any(
-            m.never_started
-            for name in fabric.groups_of[node]
-            for m in fabric.groups[name].members
-            if m.node == node
-        )
-        record = run.nodes.get(node)
-        if record is None:
-            return
-        reported = fabric.reported.get(node)
-        if not never and reported is not None and as_reported(final, reported):
-            # The agent's own result stands: its report already says it (at 10,000 nodes, as
-            # many writes saved as nodes pass).
-            self.settled(run.run_id, node, reported)
-            run.release(node, Verdict.PASSED, None, final.message)
-            return
-        fabric_body = {
-            FabricKey.VERDICT: str(final.verdict),
-            FabricKey.REASON: None if final.reason is None else str(final.reason),
-            FabricKey.MESSAGE: final.message[:1024],
-            FabricKey.CLASSIFIED: True,
-        }
-        status: dict[str, Any] = {StatusKey.FABRIC: fabric_body}
-        verdict = Verdict.PASSED
-        if final.verdict is Verdict.FAILED and final.reason is not None:
-            verdict = Verdict.FAILED
-            status |= build_operator_failure_status(
-                final.reason, final.message, None, datetime.now(UTC), FABRIC_CHECK
-            )
-            status[StatusKey.EVIDENCE] = await fabric_evidence_status(
-                self.effects, record, fabric, final.reason, final.message
-            )
-        elif never:
-            verdict = Verdict.NOT_RUN
-        await self.effects.write_report_status(record, status)
-        run.release(node, verdict, final.reason, final.message)

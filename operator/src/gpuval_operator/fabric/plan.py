@@ -85,16 +85,36 @@ def representatives(groups: Sequence[GroupPlan], passed: set[str]) -> list[str]:
     """One node per domain for the cross-domain groups, in domain order: the first (by name)
     that passed its domain group (a node alone in its domain passes its group of one); a domain
     whose nodes all failed there has none."""
+    chosen: list[str] = []
+    for members in _by_domain(groups):
+        found = next((n for n in members if n in passed), None)
+        if found is not None:
+            chosen.append(found)
+    return chosen
+
+
+def possible_representatives(
+    groups: Sequence[GroupPlan], passed: Mapping[str, bool | None]
+) -> set[str]:
+    """While domain groups still run: the nodes that are, or may yet be, chosen by
+    `representatives`: each domain's nodes by name up to the first known to have passed its
+    domain group (`passed[node]`: True, False, or None while its group has no result)."""
+    found: set[str] = set()
+    for members in _by_domain(groups):
+        for node in members:
+            found.add(node)
+            if passed.get(node) is True:
+                break
+    return found
+
+
+def _by_domain(groups: Sequence[GroupPlan]) -> list[list[str]]:
+    """The domain groups' nodes, by domain (in domain order), each domain's by name."""
     by_domain: dict[str, list[str]] = {}
     for plan in groups:
         if not plan.cross:
             by_domain.setdefault(plan.domain or "", []).extend(plan.nodes)
-    chosen: list[str] = []
-    for _, members in sorted(by_domain.items()):
-        found = next((n for n in sorted(members) if n in passed), None)
-        if found is not None:
-            chosen.append(found)
-    return chosen
+    return [sorted(members) for _, members in sorted(by_domain.items())]
 
 
 def cross_groups(reps: Sequence[str], size: int) -> list[GroupPlan]:

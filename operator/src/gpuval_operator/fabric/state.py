@@ -21,7 +21,7 @@ from gpuval_api.result import Verdict
 from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.fabric.plan import GroupPlan
 from gpuval_operator.fabric.podfacts import FabricPodFacts
-from gpuval_operator.fabric.verdicts import Classification, FabricResult
+from gpuval_operator.fabric.verdicts import Classification, FabricResult, Final
 
 # (group, rank) -> the fabric pod's name (names.fabric_pod_name, for one run).
 PodNamer = Callable[[str, int], str]
@@ -81,6 +81,10 @@ class FabricState:
     started_at: float | None = None
     completed_at: float | None = None
     classification: Classification | None = None
+    # Members settled before the comparison (fabric.early), with the verdict they were given,
+    # and what the last look at them saw: (domain groups done, cross-domain groups planned).
+    early: dict[str, Final] = field(default_factory=dict)
+    early_seen: tuple[int, bool] | None = None
     # The groups forming now, as status.fabric.waiting lists them (fabric.rollup.group_waits),
     # taken each tick.
     waits: list[dict[str, Any]] = field(default_factory=list)

@@ -174,7 +174,7 @@ class Judged:
     alone: bool = False  # a group of two whose one pair is the only one it is compared with
 
 
-def _settle(group: GroupEvidence, rank: int, record: FabricResult, judged: Judged) -> Final:
+def settle(group: GroupEvidence, rank: int, record: FabricResult, judged: Judged) -> Final:
     node = group.nodes[rank]
     if record.verdict is not Verdict.PASSED and record.reason not in SLOWNESS:
         return Final(record.verdict, record.reason, record.message)
@@ -255,7 +255,7 @@ def classify_group(
     judged = Judged({}, {})
     if finals is None:
         judged = judge(group, pair_floor, alone=alone)
-        finals = [_settle(group, rank, r, judged) for rank, r in enumerate(group.records)]
+        finals = [settle(group, rank, r, judged) for rank, r in enumerate(group.records)]
     low = group.busbw is not None and group_floor is not None and group.busbw < group_floor
     slow = low and not judged.paths and not any(f.reason in SLOWNESS for f in finals)
     return GroupOutcome(

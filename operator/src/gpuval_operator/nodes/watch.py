@@ -152,6 +152,11 @@ class NodeWatch:
             if n in run.nodes and not run.nodes[n].done and n not in self.ready_now()
         }
 
+    def domains(self, nodes: Iterable[str]) -> dict[str, str]:
+        """Each node's topology domain ("" when it has none, or is not known)."""
+        known = self.nodes
+        return {n: known[n].domain or "" if n in known else "" for n in nodes}
+
     def ready_now(self) -> set[str]:
         """The nodes of `gone` that are Ready (nothing left to tell a run once it knows)."""
         return {n for n in self.gone if (f := self.nodes.get(n)) is not None and f.ready}

@@ -1,0 +1,81 @@
+"""Pure: the members whose settled fabric verdict is already certain while other groups still run.
+
+The run-wide comparison (`fabric.verdicts.classify`) judges each group's pairs against a floor
+taken from the whole run's pairs, so in general a node's verdict waits for the last group. But
+the floor has a ceiling: a group still to finish can raise the run's reference (the median over
+nodes of each node's best pair) at most as far as if each of its nodes' best pair were above
+every figure seen (`pair_floor_ceiling`: each such node counted as +inf). A domain group whose
+every pair, confirmations included, is at or above that ceiling has no slow pair against any
+floor the run can still come to: `isolation.blame` names none of its nodes, and classify will
+settle each member exactly as `settle` does with nothing named. Their verdicts, and their node
+actions, need not wait for the last group: at 10,000 nodes that spreads most passing nodes'
+writes over the rounds instead of 10,000 node writes after the last result (docs/operator.md,
+"How the fabric scales").
+
+Not early (they wait for the comparison):
+- a cross-domain group, and any node that is or may yet be a representative: its verdict is the
+  worse of two groups' (`excluded`, from `fabric.plan.possible_representatives`);
+- a group of two: whether its pair is the only one of its kind in the run is known at the end;
+- a group with any result other than a pass or slowness (not formed, rank 0 unreachable, a hang,
+  a transport fallback), and one with a pair that failed or has no rounds;
+- anything while at least half the run's nodes still wait for their groups: the ceiling is then
+  unbounded.
+
+Nothing here calls the API (tests/unit/test_operator_fabric_early.py).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Collection, Sequence
+
+from gpuval_api.fabric import FabricThresholds
+from gpuval_api.isolation import best_pairs, round_pairs
+from gpuval_api.result import Verdict
+from gpuval_operator.fabric.verdicts import SLOWNESS, Final, GroupEvidence, Judged, settle
+
+
+def pair_floor_ceiling(
+    done: Sequence[GroupEvidence], pending_nodes: int, thresholds: FabricThresholds
+) -> float:
+    """The highest pairs' floor the run can still come to, from the domain groups `done` and
+    the number of nodes in domain groups that have no results yet (+inf: no ceiling yet)."""
+    best = best_pairs(p for g in done for p in g.pairs)
+    values = [*best.values(), *([math.inf] * pending_nodes)]
+    if not values:
+        return math.inf
+    return thresholds.floor(statistics.median(values))
+
+
+def certain(group: GroupEvidence, ceiling: float) -> bool:
+    """No pair of the group can be slow, and nothing but slowness was found in it."""
+    return (
+        not group.cross
+        and len(group.nodes) > 2
+        and len(group.records) == len(group.nodes)
+        and bool(round_pairs(group.pairs))
+        and all(p.busbw_gbps is not None and p.busbw_gbps >= ceiling for p in group.pairs)
+        and all(r.verdict is Verdict.PASSED or r.reason in SLOWNESS for r in group.records)
+    )
+
+
+def early_finals(
+    done: Sequence[GroupEvidence],
+    pending_nodes: int,
+    thresholds: FabricThresholds,
+    excluded: Collection[str] = (),
+) -> dict[str, Final]:
+    """Each member of a `done` domain group whose verdict the comparison can no longer change,
+    with the verdict it will settle to, but the nodes `excluded`."""
+    ceiling = pair_floor_ceiling(done, pending_nodes, thresholds)
+    if math.isinf(ceiling):
+        return {}
+    nothing = Judged({}, {})
+    return {
+        node: settle(group, rank, record, nothing)
+        for group in done
+        if certain(group, ceiling)
+        for rank, (node, record) in enumerate(zip(group.nodes, group.records, strict=True))
+        if node not in excluded
+    }

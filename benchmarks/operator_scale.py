@@ -61,6 +61,7 @@ from typing import Any
 
 import scale_baseline
 import scale_fabric
+from apiserver_profile import ApiserverProfiler
 from apiserver_requests import ApiSampler
 from gpuval_api.conditions import ConditionReason, ConditionType
 from gpuval_api.env import OperatorEnv
@@ -279,6 +280,7 @@ class Options:
     baseline: bool
     runs: int
     heartbeat_factor: int = HEARTBEAT_FACTOR
+    apiserver_profile: Path | None = None  # --apiserver-profile: the profiles go here
 
     def first_wave(self) -> int:
         """Agent pods the first wave has (spec.maxConcurrent of the nodes)."""
@@ -325,6 +327,7 @@ class Bench:
     port: int
     cpu: CpuSampler
     api: ApiSampler
+    profiler: ApiserverProfiler | None = None
 
 
 @dataclass
@@ -354,6 +357,8 @@ async def one_run(bench: Bench, number: int) -> RunDone:
         fabric_on = number == 1 and agents.fabric is not None and agents.fabric.pods_created()
         if fabric_on and (not bench.api.samples or time.time() - bench.api.samples[-1][0] >= 20):
             await bench.api.sample()
+        if fabric_on and bench.profiler is not None:
+            bench.profiler.start()  # once; back to back until the run is complete
         gv = await bench.client.get_or_none(VALIDATION) or {}
         run = (gv.get("status") or {}).get("run") or {}
         current = int(run.get("number") or 0) >= number
@@ -379,6 +384,8 @@ async def one_run(bench: Bench, number: int) -> RunDone:
     bench.cpu.sample()
     if number == 1 and agents.fabric is not None:
         await bench.api.sample()
+    if number == 1 and bench.profiler is not None:
+        await bench.profiler.stop()
     print(file=sys.stderr)
     figures["runSeconds"] = round(now - applied, 2)
     # Upper bounds: the poll interval and one GET are included.
@@ -447,6 +454,7 @@ async def all_runs(
                 phase_seconds=opts.phase_seconds,
                 cpu=bench.cpu,
                 api=bench.api,
+                profiler=bench.profiler,
             )
         )
     for number in range(2, opts.runs + 1):
@@ -507,7 +515,14 @@ async def measure(
             # Who used the cores (the fabric's figures say it for its phase).
             pids = cluster_pids(cluster.name) | {"operator": op.pid, "benchmark": os.getpid()}
             api = ApiSampler(cluster.kubectl_argv())
-            bench = Bench(cluster, client, agents, opts, op.pid, port, CpuSampler(pids), api)
+            profiler = None
+            if opts.apiserver_profile is not None:
+                profiler = ApiserverProfiler(
+                    cluster.kubectl_argv(), cluster.binaries.kube_apiserver, opts.apiserver_profile
+                )
+            bench = Bench(
+                cluster, client, agents, opts, op.pid, port, CpuSampler(pids), api, profiler
+            )
             await all_runs(bench, names, injected, log_file, figures)
             if opts.join:
                 figures["gatingBatchSeconds"] = opts.batch_seconds
@@ -579,12 +594,23 @@ def parse_options() -> tuple[Options, Path | None]:
         default=HEARTBEAT_FACTOR,
         help="kwok's heartbeats and the node grace stretched this many times (see main)",
     )
+    parser.add_argument(
+        "--apiserver-profile",
+        type=Path,
+        metavar="DIR",
+        help="with --fabric: CPU profiles of kube-apiserver, 20 s each, back to back over the "
+        "fabric phase, kept in DIR and summarised (fabricApiserverCpuProfiles; needs `go`)",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
     if args.runs < 1:
         parser.error(f"--runs {args.runs}: there is at least one run; give --runs 1 or more")
     if args.heartbeat_factor < 1:
         parser.error(f"--heartbeat-factor {args.heartbeat_factor}: give 1 (kwok's own) or more")
+    if args.apiserver_profile is not None and not args.fabric:
+        parser.error(
+            f"--apiserver-profile {args.apiserver_profile}: profiles the fabric phase; add --fabric"
+        )
     opts = Options(
         args.nodes,
         args.max_concurrent,
@@ -596,6 +622,7 @@ def parse_options() -> tuple[Options, Path | None]:
         args.baseline,
         args.runs,
         args.heartbeat_factor,
+        args.apiserver_profile,
     )
     return opts, args.json
 

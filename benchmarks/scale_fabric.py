@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from apiserver_profile import ApiserverProfiler
 from apiserver_requests import ApiSampler
 from gpuval_agent.backends.simconfig import SimulationConfig
 from gpuval_agent.fabric.driver import run_fabric
@@ -511,6 +512,7 @@ async def fabric_figures(
     phase_seconds: float,
     cpu: CpuSampler,
     api: ApiSampler,
+    profiler: ApiserverProfiler | None = None,
 ) -> dict[str, Any]:
     """The fabric phase's figures (epoch seconds throughout: the operator's log, the stand-ins'
     clock and the benchmark's are the same machine's)."""
@@ -538,6 +540,14 @@ async def fabric_figures(
     idle = gang_idle((p for g in fabric.groups.values() for p in g.pods.values()), time.time())
     waits = sorted(idle.by_group.values())
     wall = classified - local_done_at
+    profiles = {}
+    if profiler is not None:
+        # Where kube-apiserver's CPU went, minute by minute from the first fabric pod.
+        rows = await asyncio.to_thread(profiler.summaries, first_pod)
+        profiles = {
+            "fabricApiserverCpuProfiles": rows,
+            "fabricApiserverProfileErrors": profiler.errors[:3],
+        }
     return {
         "fabricRacks": racks,
         "fabricPlanningComputeSeconds": round(planning, 4),
@@ -583,4 +593,5 @@ async def fabric_figures(
         "reportBytesMax": sizes[-1] if sizes else 0,
         "reportBytesMedian": sizes[len(sizes) // 2] if sizes else 0,
         "fabricNamed": named_summary(reports, status, injected),
+        **profiles,
     }

@@ -19,7 +19,9 @@ fabric code with the simulated fabric double once kwok marks the group's pods Ru
 (benchmarks/scale_fabric.py); the figures add planning, pods, rounds, the fabric's wall time and
 the operator's time per round, report sizes, the GPU-seconds members held idle waiting for their
 gang (gpuval_devtools.gangidle: the operator's own gang, without Kueue), and whether every
-injected fault was named and nothing else was.
+injected fault was named and nothing else was. `--apiserver-profile DIR` adds kube-apiserver's
+CPU profiles over the fabric phase and what each kind of work cost in them
+(benchmarks/apiserver_profile.py).
 
 With `--baseline` the validation has spec.baseline (Learn, each node's last 5 runs kept) and a
 stand-in writes what a real agent writes: a result document measured once per kind by the real
@@ -381,6 +383,9 @@ async def one_run(bench: Bench, number: int) -> RunDone:
         if current and run.get("completedAt"):
             break
     completed_at = time.time()
+    # Taken before the samples below (a /metrics read, the last profile's end): they are the
+    # benchmark's, not the operator's.
+    final_ago = agents.last_report_ago()
     bench.cpu.sample()
     if number == 1 and agents.fabric is not None:
         await bench.api.sample()
@@ -389,7 +394,7 @@ async def one_run(bench: Bench, number: int) -> RunDone:
     print(file=sys.stderr)
     figures["runSeconds"] = round(now - applied, 2)
     # Upper bounds: the poll interval and one GET are included.
-    figures["statusFinalAfterLastReportSeconds"] = round(agents.last_report_ago(), 2)
+    figures["statusFinalAfterLastReportSeconds"] = round(final_ago, 2)
     # The status had every node's verdict (node actions may still have been under way).
     figures["verdictsInStatusAfterLastReportSeconds"] = round(verdicts_ago or 0.0, 2)
     # What the status said while it applied them (the benchmark polls every 0.25 s).

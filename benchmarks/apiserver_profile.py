@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from apiserver_requests import kubectl_raw
+
 # Each kind of work and the function whose cumulative time is that work's, in kube-apiserver
 # v1.36. A function appears once in `pprof -top -cum`: its line is its total. The storage
 # calls (registry.Store: a request's decode, admission, validation, field management, the etcd
@@ -105,28 +107,16 @@ class ApiserverProfiler:
     async def _loop(self) -> None:
         while not self._stopping:
             started = time.time()
-            proc = await asyncio.create_subprocess_exec(
-                *self.argv,
-                "get",
-                "--raw",
-                f"/debug/pprof/profile?seconds={self.seconds}",
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-            )
-            try:
-                out, err = await proc.communicate()
-            except asyncio.CancelledError:
-                proc.kill()
-                await proc.wait()
-                raise
-            if proc.returncode != 0 or not out:
-                self.errors.append(f"profile: exit {proc.returncode}: {err.decode()[:200]}")
+            path = f"/debug/pprof/profile?seconds={self.seconds}"
+            code, out, err = await kubectl_raw(self.argv, path)
+            if code != 0 or not out:
+                self.errors.append(f"profile: exit {code}: {err}")
                 if not self._stopping:
                     await asyncio.sleep(self.seconds)
                 continue
-            path = self.directory / f"kube-apiserver-{len(self.profiles) + 1}.pprof"
-            path.write_bytes(out)
-            self.profiles.append(Profile(started, time.time(), path))
+            kept = self.directory / f"kube-apiserver-{len(self.profiles) + 1}.pprof"
+            kept.write_bytes(out)
+            self.profiles.append(Profile(started, time.time(), kept))
 
     def summaries(self, since: float) -> list[dict[str, object]]:
         """Each profile's figures, `offsetSeconds` from `since` (epoch seconds)."""

@@ -41,6 +41,26 @@ def parse(text: str) -> ApiCounts:
     return ApiCounts(requests, events, sizes)
 
 
+async def kubectl_raw(argv: Sequence[str], path: str) -> tuple[int | None, bytes, str]:
+    """`kubectl get --raw PATH` (`argv`: kubectl and its flags): its exit code, its output and
+    the start of its error text. Cancelled, it ends the kubectl it started."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        "get",
+        "--raw",
+        path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await proc.communicate()
+    except asyncio.CancelledError:
+        proc.kill()
+        await proc.wait()
+        raise
+    return proc.returncode, out, err.decode()[:200]
+
+
 @dataclass
 class ApiSampler:
     """Samples the counters (`sample`, as often as the caller likes: each is one /metrics read
@@ -51,17 +71,9 @@ class ApiSampler:
     errors: list[str] = field(default_factory=list)
 
     async def sample(self) -> None:
-        proc = await asyncio.create_subprocess_exec(
-            *self.argv,
-            "get",
-            "--raw",
-            "/metrics",
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await proc.communicate()
-        if proc.returncode != 0 or not out.strip():
-            self.errors.append(f"/metrics: exit {proc.returncode}: {err.decode()[:200]}")
+        code, out, err = await kubectl_raw(self.argv, "/metrics")
+        if code != 0 or not out.strip():
+            self.errors.append(f"/metrics: exit {code}: {err}")
             return
         self.samples.append((time.time(), parse(out.decode())))
 

@@ -574,7 +574,7 @@ async def fabric_figures(
     wall = classified - local_done_at
     profiles = {}
     if profiler is not None:
-        # Where kube-apiserver's CPU went, minute by minute from the first fabric pod.
+        # Where kube-apiserver's CPU went, profile by profile from the first fabric pod.
         rows = await asyncio.to_thread(profiler.summaries, first_pod)
         profiles = {
             "fabricApiserverCpuProfiles": rows,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+# The benchmarks import one another by name, as they run: from their own folder.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 scale_fabric = importlib.import_module("scale_fabric")
 

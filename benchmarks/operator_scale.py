@@ -19,9 +19,10 @@ fabric code with the simulated fabric double once kwok marks the group's pods Ru
 (benchmarks/scale_fabric.py); the figures add planning, pods, rounds, the fabric's wall time and
 the operator's time per round, report sizes, the GPU-seconds members held idle waiting for their
 gang (gpuval_devtools.gangidle: the operator's own gang, without Kueue), and whether every
-injected fault was named and nothing else was. `--apiserver-profile DIR` adds kube-apiserver's
-CPU profiles over the fabric phase and what each kind of work cost in them
-(benchmarks/apiserver_profile.py).
+injected fault was named and nothing else was, and how long the fabric's pods waited at each stage
+(made, bound, Running, ended: benchmarks/fabric_pipeline.py; `--fabric-timeline FILE` writes each
+pod's times). `--apiserver-profile DIR` adds kube-apiserver's CPU profiles over the fabric phase
+and what each kind of work cost in them (benchmarks/apiserver_profile.py).
 
 With `--baseline` the validation has spec.baseline (Learn, each node's last 5 runs kept) and a
 stand-in writes what a real agent writes: a result document measured once per kind by the real
@@ -283,6 +284,7 @@ class Options:
     runs: int
     heartbeat_factor: int = HEARTBEAT_FACTOR
     apiserver_profile: Path | None = None  # --apiserver-profile: the profiles go here
+    fabric_timeline: Path | None = None  # --fabric-timeline: each fabric pod's stage times
 
     def first_wave(self) -> int:
         """Agent pods the first wave has (spec.maxConcurrent of the nodes)."""
@@ -462,6 +464,8 @@ async def all_runs(
                 profiler=bench.profiler,
             )
         )
+        if opts.fabric_timeline is not None:
+            scale_fabric.write_timeline(fabric, opts.fabric_timeline)
     for number in range(2, opts.runs + 1):
         # Judged against what the first run learned, each report carrying its node's history.
         later = await one_run(bench, number)
@@ -606,12 +610,21 @@ def parse_options() -> tuple[Options, Path | None]:
         help="with --fabric: CPU profiles of kube-apiserver, 20 s each, back to back over the "
         "fabric phase, kept in DIR and summarised (fabricApiserverCpuProfiles; needs `go`)",
     )
+    parser.add_argument(
+        "--fabric-timeline",
+        type=Path,
+        metavar="FILE",
+        help="with --fabric: each fabric pod's name and when it was made, bound, Running and "
+        "ended (epoch seconds), as JSON",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
     if args.runs < 1:
         parser.error(f"--runs {args.runs}: there is at least one run; give --runs 1 or more")
     if args.heartbeat_factor < 1:
         parser.error(f"--heartbeat-factor {args.heartbeat_factor}: give 1 (kwok's own) or more")
+    if args.fabric_timeline is not None and not args.fabric:
+        parser.error(f"--fabric-timeline {args.fabric_timeline}: times fabric pods; add --fabric")
     if args.apiserver_profile is not None and not args.fabric:
         parser.error(
             f"--apiserver-profile {args.apiserver_profile}: profiles the fabric phase; add --fabric"
@@ -628,6 +641,7 @@ def parse_options() -> tuple[Options, Path | None]:
         args.runs,
         args.heartbeat_factor,
         args.apiserver_profile,
+        args.fabric_timeline,
     )
     return opts, args.json
 

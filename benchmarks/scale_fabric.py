@@ -21,6 +21,7 @@ loopback. Each member's `status.fabric` is written as the in-cluster agent write
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import statistics
@@ -30,10 +31,12 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from apiserver_profile import ApiserverProfiler
 from apiserver_requests import ApiSampler
+from fabric_pipeline import PodTimes, longest_opening_gap, occupancy, stage_waits
 from gpuval_agent.backends.simconfig import SimulationConfig
 from gpuval_agent.fabric.driver import run_fabric
 from gpuval_agent.fabric.frontend import plan_from_env
@@ -51,7 +54,7 @@ from gpuval_api.result import Verdict
 from gpuval_devtools.controlplane import free_port
 from gpuval_devtools.gangidle import gang_idle
 from gpuval_devtools.launch import AGENT_NAMESPACE
-from gpuval_operator.fabric.plan import cross_groups, domain_groups
+from gpuval_operator.fabric.plan import CROSS_PREFIX, cross_groups, domain_groups
 from gpuval_operator.kube import KubeClient, q
 from proc_cpu import CpuSampler
 
@@ -236,6 +239,7 @@ class StandInFabric:
         self.tasks: set[asyncio.Task[None]] = set()
         self.compute_seconds = 0.0
         self.errors: list[str] = []
+        self.pod_times: dict[str, PodTimes] = {}  # pod name -> when it reached each stage
 
     def on_pod(self, kind: str, pod: dict[str, Any]) -> bool:
         """Takes a fabric pod (True), leaves any other."""
@@ -244,7 +248,14 @@ class StandInFabric:
             return False
         env = _env(pod)
         key = (labels[RUN_LABEL], labels[GROUP_LABEL])
+        now = time.time()
+        times = self.pod_times.get(pod["metadata"]["name"])
+        if times is None:
+            cross = labels[GROUP_LABEL].startswith(CROSS_PREFIX)
+            times = self.pod_times[pod["metadata"]["name"]] = PodTimes(now, cross)
+        times.see(pod, now)
         if kind == "DELETED":
+            times.ended = times.ended or now
             # Its deletion time ends an unformed group's wait (the GPU-seconds held idle).
             if (known := self.groups.get(key)) is not None:
                 known.pods[int(env["GPUVAL_FABRIC_RANK"])] = pod
@@ -252,7 +263,6 @@ class StandInFabric:
         world = len(json.loads(env["GPUVAL_FABRIC_NODES"]))
         seen = self.groups.setdefault(key, GroupSeen(world))
         rank = int(env["GPUVAL_FABRIC_RANK"])
-        now = time.time()
         if rank not in seen.pods:
             seen.pods[rank] = pod
             seen.first_created = seen.first_created or now
@@ -330,6 +340,12 @@ class StandInFabric:
 
 
 # -- figures --
+
+
+def write_timeline(fabric: StandInFabric, path: Path) -> None:
+    """Each fabric pod's stage times (`--fabric-timeline`), for reading a round pod by pod."""
+    rows = [{"pod": name, **dataclasses.asdict(times)} for name, times in fabric.pod_times.items()]
+    path.write_text(json.dumps(rows, separators=(",", ":")))
 
 
 def rounds_of(result: FabricResult) -> int:
@@ -598,6 +614,10 @@ async def fabric_figures(
         "fabricClassifySeconds": round(classified - last_written, 2),
         "fabricClassifiedToRunCompletedSeconds": round(run_completed_at - classified, 2),
         "fabricGroupSecondsMedian": segments(seen),
+        # Each pod's wait at each stage, and how many pods stood at each stage over the phase.
+        "fabricPodWaitSeconds": stage_waits(fabric.pod_times.values()),
+        "fabricPodsByStage": occupancy(fabric.pod_times.values(), first_pod, classified),
+        "fabricLongestOpeningGapSeconds": longest_opening_gap(fabric.pod_times.values()),
         # Where the phase's wall time went on this machine's cores: the control plane's
         # components, the operator, and the benchmark (the stand-in agents and the pod watch).
         "fabricCpuWindowSeconds": round(classified - first_pod, 1),

@@ -88,3 +88,44 @@ def test_a_failure_that_arrives_while_earlier_verdicts_are_acted_on_is_held_for_
     # (3 of at least systemicMinNodes, more than half), so neither failure's actions may go.
     assert actor.seen == {"ok-0": False, "bad-0": True, "bad-1": True}
     assert str(Reason.BURN_MISMATCH) in run.breaker.undecided
+
+
+class Recorder:
+    """An actor that records the order it acted in; acting on `arrive_at` lets `arriving`
+    finish, as the report watch would while that node's patches are in flight."""
+
+    def __init__(self, arrive_at: str, arriving: str) -> None:
+        self.acted: list[str] = []
+        self.arrive_at, self.arriving = arrive_at, arriving
+
+    async def act(self, run: RunState, record: Any, spec: GpuValidationSpec, **_: Any) -> None:
+        self.acted.append(record.node)
+        if record.node == self.arrive_at:
+            run.finish_node(self.arriving, Verdict.PASSED, None, "passed")
+
+
+def test_with_a_limit_a_call_acts_on_that_many_and_leaves_the_rest_first_in_line() -> None:
+    # While fabric groups wait to open, a run's tick acts on one slice of verdicts and opens
+    # groups again before the next (control.driver.RunDriver.tick).
+    run = RunState("fleet", "1-beef", 1, 1, "created", 1000.0)
+    nodes = [f"n-{i}" for i in range(7)]
+    for node in nodes:
+        run.add(node, 8, f"report-{node}", f"pod-{node}")
+    for node in nodes[:6]:
+        run.finish_node(node, Verdict.PASSED, None, "passed")
+    spec = GpuValidationSpec.model_validate({})
+    driver, _ = _driver(run)
+    recorder = Recorder("n-1", "n-6")
+    driver.actor = recorder  # type: ignore[assignment]
+    asyncio.run(driver.after_verdicts(run, spec, limit=4))
+    assert recorder.acted == ["n-0", "n-1", "n-2", "n-3"]
+    # The two left over wait ahead of the one that came in meanwhile.
+    assert run.finished == ["n-4", "n-5", "n-6"]
+    asyncio.run(driver.after_verdicts(run, spec, limit=2))
+    assert recorder.acted[4:] == ["n-4", "n-5"]
+    assert run.finished == ["n-6"]
+    # Without a limit (the run's end), every one left, and any that come in meanwhile.
+    recorder.arrive_at = "none"
+    asyncio.run(driver.after_verdicts(run, spec))
+    assert recorder.acted == nodes
+    assert run.finished == []

@@ -75,6 +75,9 @@ from proc_cpu import CpuSampler, cluster_pids
 
 NOT_READY_SECONDS = 3600
 HEARTBEAT_FACTOR = 15  # kwokctl --heartbeat-factor by default (--heartbeat-factor; see main)
+# kwok-controller's own: pods it marks Running at once, and node leases it renews at once, for all
+# its nodes (--kwok-pod-parallelism, --kwok-lease-parallelism; see main).
+KWOK_PARALLELISM = 4
 WRITE_VERBS = ("POST", "PATCH", "PUT", "DELETE")
 
 
@@ -283,6 +286,8 @@ class Options:
     baseline: bool
     runs: int
     heartbeat_factor: int = HEARTBEAT_FACTOR
+    kwok_pods: int = KWOK_PARALLELISM
+    kwok_leases: int = KWOK_PARALLELISM
     apiserver_profile: Path | None = None  # --apiserver-profile: the profiles go here
     fabric_timeline: Path | None = None  # --fabric-timeline: each fabric pod's stage times
 
@@ -515,6 +520,8 @@ async def measure(
     # here it waits an hour, and the figures say so.
     figures["nodeNotReadySeconds"] = NOT_READY_SECONDS
     figures["kwokHeartbeatFactor"] = opts.heartbeat_factor
+    figures["kwokPodParallelism"] = opts.kwok_pods
+    figures["kwokLeaseParallelism"] = opts.kwok_leases
     env = {str(OperatorEnv.NODE_NOT_READY_SECONDS): str(NOT_READY_SECONDS)}
     try:
         with operator_process(
@@ -603,6 +610,14 @@ def parse_options() -> tuple[Options, Path | None]:
         default=HEARTBEAT_FACTOR,
         help="kwok's heartbeats and the node grace stretched this many times (see main)",
     )
+    for what, does in (("pod", "marks pods Running"), ("lease", "renews node leases")):
+        parser.add_argument(
+            f"--kwok-{what}-parallelism",
+            type=int,
+            default=KWOK_PARALLELISM,
+            help=f"how many at once kwok-controller {does} for all its nodes (kwok's own: "
+            f"{KWOK_PARALLELISM}; see main)",
+        )
     parser.add_argument(
         "--apiserver-profile",
         type=Path,
@@ -621,6 +636,9 @@ def parse_options() -> tuple[Options, Path | None]:
     args = parser.parse_args()
     if args.runs < 1:
         parser.error(f"--runs {args.runs}: there is at least one run; give --runs 1 or more")
+    for flag, value in (("pod", args.kwok_pod_parallelism), ("lease", args.kwok_lease_parallelism)):
+        if value < 1:
+            parser.error(f"--kwok-{flag}-parallelism {value}: give 1 or more")
     if args.heartbeat_factor < 1:
         parser.error(f"--heartbeat-factor {args.heartbeat_factor}: give 1 (kwok's own) or more")
     if args.fabric_timeline is not None and not args.fabric:
@@ -640,6 +658,8 @@ def parse_options() -> tuple[Options, Path | None]:
         args.baseline,
         args.runs,
         args.heartbeat_factor,
+        args.kwok_pod_parallelism,
+        args.kwok_lease_parallelism,
         args.apiserver_profile,
         args.fabric_timeline,
     )
@@ -665,6 +685,13 @@ def add_fleet(cluster: Cluster, names: list[str], opts: Options) -> None:
     for start in range(0, len(nodes), 100):
         cluster.add_nodes(nodes[start : start + 100], wait_ready=False)
     cluster.wait_nodes_ready(names)
+
+
+def kwok_options(opts: Options) -> dict[str, int] | None:
+    """kwok-controller's options when they are not kwok's own (None: no KwokConfiguration)."""
+    if (opts.kwok_pods, opts.kwok_leases) == (KWOK_PARALLELISM, KWOK_PARALLELISM):
+        return None
+    return {"podPlayStageParallelism": opts.kwok_pods, "nodeLeaseParallelism": opts.kwok_leases}
 
 
 def _stop_on_sigterm() -> None:
@@ -693,12 +720,17 @@ def main() -> int:
     # in the baseline run), so their pods stayed pending and a second run started on the Ready
     # ones only: an artefact of 10,000 kubelets on 2 cores. At HEARTBEAT_FACTOR the grace is
     # 600 s and there are three times fewer heartbeats. (kwokctl 0.8.0's --extra-args for the
-    # controller manager panics, so the grace is not set on its own.)
+    # controller manager panics, so the grace is not set on its own.) kwok-controller stands in
+    # for every node's kubelet but marks pods Running 4 at a time for all of them: at 10,000
+    # nodes most of a fabric round is pods waiting in that queue (fabricPodWaitSeconds).
+    # --kwok-pod-parallelism lets it start more at once, with --kwok-lease-parallelism so its
+    # lease renewals keep up (docs/operator.md, "How the fabric scales"); kwok's own by default.
     cluster = Cluster.start(
         f"gpuval-scale-{os.getpid()}",
         [],
         disable_qps_limits=True,
         extra_args=["--heartbeat-factor", str(opts.heartbeat_factor)],
+        kwok_options=kwok_options(opts),
     )
     figures: dict[str, Any] = {}
     code = 0

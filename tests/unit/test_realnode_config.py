@@ -120,3 +120,25 @@ def test_kwok_leaves_unannotated_nodes_alone_and_the_api_server_serves_pods_of_a
     # Pods connect to the kubernetes Service address; the API server reaches kubelets by IP.
     assert config["options"]["kubeApiserverCertSANs"] == [kwoknodes.API_SERVICE_IP]
     assert patches["kube-apiserver"]["kubelet-preferred-address-types"] == "InternalIP"
+
+
+def test_kwok_controller_options_reach_it_with_kwoks_own_defaults_for_the_rest(
+    tmp_path: Path,
+) -> None:
+    # Without options there is no KwokConfiguration: kwok-controller defaults everything.
+    alone = list(yaml.safe_load_all(kwoknodes.kwokctl_config(tmp_path, "c1").read_text()))
+    assert [d["kind"] for d in alone] == ["KwokctlConfiguration"]
+    documents = list(
+        yaml.safe_load_all(
+            kwoknodes.kwokctl_config(tmp_path, "c2", {"podPlayStageParallelism": 32}).read_text()
+        )
+    )
+    assert [d["kind"] for d in documents] == ["KwokctlConfiguration", "KwokConfiguration"]
+    options = documents[1]["options"]
+    assert options["podPlayStageParallelism"] == 32
+    # The document reaches kwok-controller undefaulted: a parallelism left out is 0 and
+    # stops it, so kwok's own values are written for every one not given.
+    assert options["nodeLeaseParallelism"] == 4
+    assert options["nodePlayStageParallelism"] == 4
+    assert options["podsOnNodeSyncParallelism"] == 1
+    assert options["enablePodsOnNodeSyncListPager"] is True

@@ -87,12 +87,14 @@ __all__ = [
 ]
 
 
-def _create_argv(name: str, binaries: Binaries, workdir: Path) -> list[str]:
+def _create_argv(
+    name: str, binaries: Binaries, workdir: Path, kwok_options: Mapping[str, Any] | None = None
+) -> list[str]:
     """`kwokctl create cluster` over the binaries built here (the caller adds loopback flags)."""
     return [
         str(binaries.kwokctl),
         "--config",
-        str(kwokctl_config(workdir, name)),
+        str(kwokctl_config(workdir, name, kwok_options)),
         "create",
         "cluster",
         "--name",
@@ -152,9 +154,11 @@ class Cluster:
         disable_qps_limits: bool = False,
         extra_args: Sequence[str] = (),
         real_node: bool = False,
+        kwok_options: Mapping[str, Any] | None = None,
     ) -> Cluster:
         """Starts the control plane with ``nodes`` (kwok), and with ``real_node`` one real node
-        (gpuval_devtools.realnode: needs root) whose name is ``<name>-real``."""
+        (gpuval_devtools.realnode: needs root) whose name is ``<name>-real``; ``kwok_options``
+        are kwok-controller's (KwokConfiguration options, kwoknodes.kwokctl_config)."""
         binaries = build(log=log)
         workdir = cache_dir() / "kwok"
         (workdir / "merged-kubeconfigs").mkdir(parents=True, exist_ok=True)
@@ -167,7 +171,7 @@ class Cluster:
                 capture_output=True,
                 check=False,
             )
-        argv = _create_argv(name, binaries, workdir)
+        argv = _create_argv(name, binaries, workdir, kwok_options)
         argv.extend(loopback_args())
         if disable_qps_limits:
             argv.append("--disable-qps-limits")

@@ -22,6 +22,18 @@ KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 # of a node with it an address from it, which reaches the pod runner's processes here (a fabric
 # rank 0 listens on every address), so an agent can dial a pod IP it read from the API server.
 LOOPBACK_POD_CIDR = "127.64.0.0/16"
+# kwok-controller's own defaults (v0.8.0, pkg/apis/config/v1alpha1/zz_generated.defaults.go): a
+# KwokConfiguration document given to kwokctl reaches kwok-controller without them, and one
+# without its parallelisms stops it ("node leases parallelism must be greater than 0").
+KWOK_DEFAULT_OPTIONS: Mapping[str, Any] = {
+    "cidr": "10.0.0.0/24",
+    "podPlayStageParallelism": 4,
+    "nodePlayStageParallelism": 4,
+    "nodeLeaseParallelism": 4,
+    "podsOnNodeSyncParallelism": 1,
+    "enablePodsOnNodeSyncListPager": True,
+    "enablePodsOnNodeSyncStreamWatch": False,
+}
 
 
 def loopback_args() -> list[str]:
@@ -47,12 +59,14 @@ def loopback_args() -> list[str]:
     return args
 
 
-def kwokctl_config(workdir: Path, name: str) -> Path:
+def kwokctl_config(workdir: Path, name: str, kwok_options: Mapping[str, Any] | None = None) -> Path:
     """kwok-controller limited to the nodes annotated as kwok's, so a real node's kubelet is left
     alone (a configuration file: kwokctl v0.8.0 panics on this flag in --extra-args); the API
     server's certificate valid for the `kubernetes` Service address, which pods of a real node
     connect to; the API server authenticating to kubelets, so `kubectl logs` reaches one;
-    kube-scheduler and kube-controller-manager without leader election (below)."""
+    kube-scheduler and kube-controller-manager without leader election (below). With
+    `kwok_options`, kwok-controller's own options too (a KwokConfiguration document, which
+    kwokctl hands to it: e.g. podPlayStageParallelism), kwok's defaults for the rest."""
     pki = workdir / "clusters" / name / "pki"
     config = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -89,9 +103,18 @@ def kwokctl_config(workdir: Path, name: str) -> Path:
             },
         ],
     }
+    documents: list[dict[str, Any]] = [config]
+    if kwok_options:
+        documents.append(
+            {
+                "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+                "kind": "KwokConfiguration",
+                "options": {**KWOK_DEFAULT_OPTIONS, **kwok_options},
+            }
+        )
     path = workdir / "configs" / f"{name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(yaml.safe_dump_all(documents))
     return path
 
 

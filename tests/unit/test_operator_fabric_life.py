@@ -415,13 +415,20 @@ def test_a_forming_group_says_who_joined_who_is_awaited_and_why_and_its_gang_dea
     assert group_waits(run, CONFIG) == [], "a formed group waits for no one"
 
 
-def test_the_fabric_is_in_progress_from_its_plan_until_its_groups_are_compared() -> None:
-    plan = GroupPlan("rack-a-g0", ("a0", "a1", "a2"), "rack-a")
-    assert not FabricState().in_progress()  # not planned: the local checks still run
-    fabric = fabric_run(plan)
-    assert fabric.in_progress()
+def test_the_fabric_is_opening_until_every_group_was_opened_and_the_cross_groups_planned() -> None:
+    first = GroupPlan("rack-a-g0", ("a0", "a1", "a2"), "rack-a")
+    second = GroupPlan("rack-b-g0", ("b0", "b1", "b2"), "rack-b")
+    assert not FabricState().opening()  # not planned: the local checks still run
+    fabric = fabric_run(first, second)
+    fabric.cross_planned = False
+    assert fabric.opening()
     for group in fabric.groups.values():
-        group.opened_at = T0  # every group opened: its results are still to come
-    assert fabric.in_progress()
+        group.opened_at = T0
+    # Every domain group opened, the cross-domain groups still to plan and open.
+    assert fabric.opening()
+    fabric.cross_planned = True
+    assert not fabric.opening()
+    fabric.add_groups([GroupPlan("cross-g0", ("a0", "b0"), cross=True)], namer, 1.0, T0)
+    assert fabric.opening()
     fabric.classified = True
-    assert not fabric.in_progress()
+    assert not fabric.opening()

@@ -105,8 +105,8 @@ class Recorder:
 
 
 def test_with_a_limit_a_call_acts_on_that_many_and_leaves_the_rest_first_in_line() -> None:
-    # Until the fabric's groups are compared, a run's tick acts on one slice of verdicts, and
-    # opens and compares groups again before the next (control.driver.RunDriver.tick).
+    # While fabric groups wait to open, a run's tick acts on one slice of verdicts and opens
+    # groups again before the next (control.driver.RunDriver.tick).
     run = RunState("fleet", "1-beef", 1, 1, "created", 1000.0)
     nodes = [f"n-{i}" for i in range(7)]
     for node in nodes:

@@ -280,10 +280,12 @@ class FabricState:
                     found.append(member.pod)
         return found
 
-    def in_progress(self) -> bool:
-        """Whether the groups are planned and not compared yet: groups still to open, or
-        results still to come."""
-        return self.planned and not self.classified
+    def opening(self) -> bool:
+        """Whether groups are still to be opened: a planned group whose pods were never asked
+        for, or the cross-domain groups, not planned yet."""
+        if not self.planned or self.classified:
+            return False
+        return not self.cross_planned or any(not self.opened(g) for g in self.groups.values())
 
     def all_done(self) -> bool:
         return bool(self.planned and self.cross_planned) and all(

@@ -290,6 +290,8 @@ class Options:
     kwok_leases: int = KWOK_PARALLELISM
     apiserver_profile: Path | None = None  # --apiserver-profile: the profiles go here
     fabric_timeline: Path | None = None  # --fabric-timeline: each fabric pod's stage times
+    go_gc: str | None = None  # --control-plane-gogc: GOGC of the control plane's processes
+    go_memory_limit: str | None = None  # --control-plane-memory-limit: their GOMEMLIMIT
 
     def first_wave(self) -> int:
         """Agent pods the first wave has (spec.maxConcurrent of the nodes)."""
@@ -522,6 +524,8 @@ async def measure(
     figures["kwokHeartbeatFactor"] = opts.heartbeat_factor
     figures["kwokPodParallelism"] = opts.kwok_pods
     figures["kwokLeaseParallelism"] = opts.kwok_leases
+    figures["controlPlaneGoGc"] = opts.go_gc
+    figures["controlPlaneGoMemoryLimit"] = opts.go_memory_limit
     env = {str(OperatorEnv.NODE_NOT_READY_SECONDS): str(NOT_READY_SECONDS)}
     try:
         with operator_process(
@@ -619,6 +623,17 @@ def parse_options() -> tuple[Options, Path | None]:
             f"{KWOK_PARALLELISM}; see main)",
         )
     parser.add_argument(
+        "--control-plane-gogc",
+        metavar="PERCENT",
+        help="GOGC of the control plane's processes (kube-apiserver, etcd, kwok-controller, "
+        "the scheduler and controller manager; Go's own 100 by default; see go_runtime_env)",
+    )
+    parser.add_argument(
+        "--control-plane-memory-limit",
+        metavar="SIZE",
+        help="GOMEMLIMIT of the same processes, each (e.g. 6GiB; none by default)",
+    )
+    parser.add_argument(
         "--apiserver-profile",
         type=Path,
         metavar="DIR",
@@ -639,6 +654,12 @@ def parse_options() -> tuple[Options, Path | None]:
     for flag, value in (("pod", args.kwok_pod_parallelism), ("lease", args.kwok_lease_parallelism)):
         if value < 1:
             parser.error(f"--kwok-{flag}-parallelism {value}: give 1 or more")
+    gogc = args.control_plane_gogc
+    if gogc is not None and gogc != "off" and not (gogc.isdigit() and int(gogc) > 0):
+        parser.error(f"--control-plane-gogc {gogc}: give a percentage above 0, or off")
+    limit = args.control_plane_memory_limit
+    if limit is not None and not re.fullmatch(r"[0-9]+([KMGT]iB|B)?", limit):
+        parser.error(f"--control-plane-memory-limit {limit}: give bytes, or a size like 6GiB")
     if args.heartbeat_factor < 1:
         parser.error(f"--heartbeat-factor {args.heartbeat_factor}: give 1 (kwok's own) or more")
     if args.fabric_timeline is not None and not args.fabric:
@@ -662,6 +683,8 @@ def parse_options() -> tuple[Options, Path | None]:
         args.kwok_lease_parallelism,
         args.apiserver_profile,
         args.fabric_timeline,
+        args.control_plane_gogc,
+        args.control_plane_memory_limit,
     )
     return opts, args.json
 
@@ -692,6 +715,20 @@ def kwok_options(opts: Options) -> dict[str, int] | None:
     if (opts.kwok_pods, opts.kwok_leases) == (KWOK_PARALLELISM, KWOK_PARALLELISM):
         return None
     return {"podPlayStageParallelism": opts.kwok_pods, "nodeLeaseParallelism": opts.kwok_leases}
+
+
+def go_runtime_env(opts: Options) -> dict[str, str]:
+    """GOGC and GOMEMLIMIT for the control plane's processes, which kwokctl starts with this
+    process's environment. At Go's own GOGC of 100, garbage collection was 40 of kube-apiserver's
+    265 CPU-seconds over the 10,000-node fabric phase (its CPU profiles), on the same two cores
+    as everything the benchmark measures; a real control plane's collector runs on cores of its
+    own. A larger GOGC trades memory for that CPU; GOMEMLIMIT bounds the memory."""
+    env = {}
+    if opts.go_gc is not None:
+        env["GOGC"] = opts.go_gc
+    if opts.go_memory_limit is not None:
+        env["GOMEMLIMIT"] = opts.go_memory_limit
+    return env
 
 
 def _stop_on_sigterm() -> None:
@@ -725,6 +762,7 @@ def main() -> int:
     # nodes most of a fabric round is pods waiting in that queue (fabricPodWaitSeconds).
     # --kwok-pod-parallelism lets it start more at once, with --kwok-lease-parallelism so its
     # lease renewals keep up (docs/operator.md, "How the fabric scales"); kwok's own by default.
+    os.environ.update(go_runtime_env(opts))
     cluster = Cluster.start(
         f"gpuval-scale-{os.getpid()}",
         [],

@@ -3,6 +3,8 @@ operator writes its own verdict (PodFailed) it reads the node's report, and a ve
 wrote there for this run and attempt is what the node gets. The report and the pod's end come on
 two watches; under load the report's lagged the pod's by more than the grace, and 3,088 of
 10,000 stand-in agents in the baseline benchmark lost their verdict to PodFailed before this read.
+The same for a fabric pod: its agent's result in this group and rank stands (64 passing nodes of
+the 10,000-node fabric benchmark lost theirs before that read).
 """
 
 from __future__ import annotations
@@ -14,18 +16,28 @@ from typing import Any
 
 import pytest
 
+from gpuval_api.fabric import (
+    build_fabric_status,
+    build_operator_fabric_status,
+    build_planned_fabric_status,
+)
 from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey
+from gpuval_api.result import Verdict
 from gpuval_devtools.controlplane import Cluster
 from gpuval_operator import names
 from gpuval_operator.config import OperatorConfig
 from gpuval_operator.control.driver import written_meanwhile
+from gpuval_operator.fabric import driver as fabric_driver
+from gpuval_operator.fabric.plan import GroupPlan
+from gpuval_operator.fabric.state import FabricState
 from gpuval_operator.kube.client import KubeClient, q
 from gpuval_operator.kube.credentials import load_credentials
 from gpuval_operator.planning import Candidate, build_report
 from gpuval_operator.run.effects import REPORTS_PATH, Effects
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
 from gpuval_operator.timestamps import rfc3339
+from tests.support.fleets import fabric_results
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("install_crds")]
 
@@ -125,6 +137,55 @@ async def steps(client: KubeClient, unique_name: Callable[[str], str]) -> None:
     assert other.record.phase is stale.record.phase is Phase.PENDING
 
 
+async def fabric_steps(client: KubeClient, unique_name: Callable[[str], str]) -> None:
+    scene = Scene(client, unique_name("late"), "1-eeee", unique_name("node"))
+    peer = unique_name("node")
+    group = "fabric-1-g0"  # fabric_results' group
+    nodes = (scene.node, peer)
+    fabric = scene.run.fabric = FabricState()
+    fabric.add_groups([GroupPlan(group, nodes)], lambda g, r: f"{g}-r{r}", 0.0, time.time())
+    fabric.planned = fabric.cross_planned = True
+    member = fabric.groups[group].members[0]
+    await scene.create_report()
+
+    async def read() -> bool:
+        return await fabric_driver.written_meanwhile(scene.effects, scene.run, group, member)
+
+    # The plan only, then the operator's own outcome: nothing of the agent's to keep.
+    await scene.agent_writes({"fabric": build_planned_fabric_status(group, nodes, scene.node)})
+    assert not await read()
+    reason, text = Reason.POD_FAILED, "fabric pod ended without a fabric verdict"
+    own = build_operator_fabric_status(group, nodes, scene.node, reason, text)
+    await scene.agent_writes({"fabric": own})
+    assert not await read()
+    assert fabric.result(fabric.groups[group], member) is None, "nothing applied"
+    # The agent's result in this group and rank: it stands, and the run has it.
+    results = fabric_results(nodes, {})
+    await scene.agent_writes({"fabric": build_fabric_status(results[0])})
+    assert await read()
+    found = fabric.result(fabric.groups[group], member)
+    assert found is not None and found.verdict is Verdict.PASSED and found.by_agent
+    # The same result read for another group of the node's (its cross-domain group): not this
+    # group's, so the operator's outcome goes ahead.
+    assert not await fabric_driver.written_meanwhile(
+        scene.effects, scene.run, "fabric-1-x0", member
+    )
+
+
+def test_a_fabric_agents_result_is_read_from_its_report_before_the_operator_writes_one(
+    cluster: Cluster, unique_name: Callable[[str], str]
+) -> None:
+    async def scenario() -> None:
+        async with KubeClient(load_credentials(str(cluster.kubeconfig))) as client:
+            try:
+                await fabric_steps(client, unique_name)
+            finally:
+                while CREATED:
+                    await client.request("DELETE", f"{REPORTS_PATH}/{q(CREATED.pop())}")
+
+    asyncio.run(scenario())
+
+
 def test_the_agents_verdict_is_read_from_its_report_before_the_operator_writes_one(
     cluster: Cluster, unique_name: Callable[[str], str]
 ) -> None:
@@ -133,7 +194,7 @@ def test_the_agents_verdict_is_read_from_its_report_before_the_operator_writes_o
             try:
                 await steps(client, unique_name)
             finally:
-                for name in CREATED:
-                    await client.request("DELETE", f"{REPORTS_PATH}/{q(name)}")
+                while CREATED:
+                    await client.request("DELETE", f"{REPORTS_PATH}/{q(CREATED.pop())}")
 
     asyncio.run(scenario())

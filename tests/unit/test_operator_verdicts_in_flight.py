@@ -11,6 +11,8 @@ import asyncio
 from collections.abc import Awaitable, Iterable
 from typing import Any
 
+import pytest
+
 from gpuval_api.crd import GpuValidationSpec
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
@@ -73,6 +75,7 @@ def _driver(run: RunState) -> tuple[RunDriver, Actor]:
         return None
 
     driver.progress = progress
+    driver.acting = None
     return driver, actor
 
 
@@ -104,28 +107,101 @@ class Recorder:
             run.finish_node(self.arriving, Verdict.PASSED, None, "passed")
 
 
-def test_with_a_limit_a_call_acts_on_that_many_and_leaves_the_rest_first_in_line() -> None:
-    # While fabric groups wait to open, a run's tick acts on one slice of verdicts and opens
-    # groups again before the next (control.driver.RunDriver.tick).
+class Gated:
+    """An actor that holds each node's actions until `go` is set, recording the order."""
+
+    def __init__(self, fail_on: str | None = None) -> None:
+        self.started: list[str] = []
+        self.acted: list[str] = []
+        self.go = asyncio.Event()
+        self.fail_on = fail_on
+
+    async def act(self, run: RunState, record: Any, spec: GpuValidationSpec, **_: Any) -> None:
+        self.started.append(record.node)
+        await self.go.wait()
+        if record.node == self.fail_on:
+            raise RuntimeError(f"node {record.node} could not be read")
+        self.acted.append(record.node)
+
+
+def _passing_run(count: int) -> tuple[RunState, list[str]]:
     run = RunState("fleet", "1-beef", 1, 1, "created", 1000.0)
-    nodes = [f"n-{i}" for i in range(7)]
+    nodes = [f"n-{i}" for i in range(count)]
     for node in nodes:
         run.add(node, 8, f"report-{node}", f"pod-{node}")
-    for node in nodes[:6]:
+    return run, nodes
+
+
+def test_node_actions_behind_the_ticks_take_verdicts_that_come_in_meanwhile() -> None:
+    # While the fabric is under way, a tick starts the node actions and goes on (opening groups,
+    # reading results); verdicts settled meanwhile are taken by the same actions, in order.
+    run, nodes = _passing_run(5)
+    for node in nodes[:3]:
         run.finish_node(node, Verdict.PASSED, None, "passed")
     spec = GpuValidationSpec.model_validate({})
     driver, _ = _driver(run)
-    recorder = Recorder("n-1", "n-6")
-    driver.actor = recorder  # type: ignore[assignment]
-    asyncio.run(driver.after_verdicts(run, spec, limit=4))
-    assert recorder.acted == ["n-0", "n-1", "n-2", "n-3"]
-    # The two left over wait ahead of the one that came in meanwhile.
-    assert run.finished == ["n-4", "n-5", "n-6"]
-    asyncio.run(driver.after_verdicts(run, spec, limit=2))
-    assert recorder.acted[4:] == ["n-4", "n-5"]
-    assert run.finished == ["n-6"]
-    # Without a limit (the run's end), every one left, and any that come in meanwhile.
-    recorder.arrive_at = "none"
-    asyncio.run(driver.after_verdicts(run, spec))
-    assert recorder.acted == nodes
+    gated = Gated()
+    driver.actor = gated  # type: ignore[assignment]
+
+    async def scenario() -> None:
+        driver.act_behind(run, spec)
+        await asyncio.sleep(0.01)
+        assert gated.started == ["n-0"], "acting, the tick not waiting for it"
+        assert gated.acted == []
+        for node in nodes[3:]:
+            run.finish_node(node, Verdict.PASSED, None, "passed")
+        driver.act_behind(run, spec)  # the next tick: the same actions take them
+        first = driver.acting
+        gated.go.set()
+        await driver.acted()
+        assert first is not None and first.done()
+        assert driver.acting is None
+
+    asyncio.run(scenario())
+    assert gated.acted == nodes
     assert run.finished == []
+    assert run.acting is None
+
+
+def test_a_failure_of_the_node_actions_behind_the_ticks_is_raised_by_the_next_tick() -> None:
+    run, nodes = _passing_run(2)
+    for node in nodes:
+        run.finish_node(node, Verdict.PASSED, None, "passed")
+    spec = GpuValidationSpec.model_validate({})
+    driver, _ = _driver(run)
+    gated = Gated(fail_on="n-0")
+    gated.go.set()
+    driver.actor = gated  # type: ignore[assignment]
+
+    async def scenario() -> None:
+        driver.act_behind(run, spec)
+        await asyncio.sleep(0.01)
+        with pytest.raises(RuntimeError, match="node n-0 could not be read"):
+            driver.act_behind(run, spec)
+        assert driver.acting is None
+
+    asyncio.run(scenario())
+
+
+def test_node_actions_behind_the_ticks_stop_with_the_runs_loop() -> None:
+    run, nodes = _passing_run(3)
+    for node in nodes:
+        run.finish_node(node, Verdict.PASSED, None, "passed")
+    spec = GpuValidationSpec.model_validate({})
+    driver, _ = _driver(run)
+    gated = Gated()
+    driver.actor = gated  # type: ignore[assignment]
+
+    async def scenario() -> asyncio.Task[None]:
+        driver.act_behind(run, spec)
+        task = driver.acting
+        await asyncio.sleep(0.01)
+        await driver.stop_acting()
+        assert task is not None
+        return task
+
+    task = asyncio.run(scenario())
+    assert task.cancelled()
+    assert gated.started == ["n-0"] and gated.acted == []
+    assert driver.acting is None
+    assert run.acting is None

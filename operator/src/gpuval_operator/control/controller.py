@@ -421,6 +421,12 @@ class ValidationController:
         self.state.run = None
 
     async def _execute(self, run: RunState, spec: GpuValidationSpec) -> None:
+        try:
+            await self._ticks(run, spec)
+        finally:
+            await self.driver.stop_acting()  # node actions behind the ticks end with them
+
+    async def _ticks(self, run: RunState, spec: GpuValidationSpec) -> None:
         await self.reports.ensure(run, spec, self._annotations())
         while not self.stopped():
             if self.generation() != run.generation:

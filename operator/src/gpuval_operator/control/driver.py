@@ -4,13 +4,17 @@ next wave of agent pods (given their baselines), the fabric phase (spec.fabric:
 gpuval_operator.fabric.driver), node actions for new verdicts (each first against the node's own
 history, then within the circuit breaker: gpuval_operator.control.holds), and, once every node has
 one, the run's end: burn fingerprints and uniformity compared across the run, the run against its
-baselines (spec.baseline: gpuval_operator.baseline.driver). The decisions are
+baselines (spec.baseline: gpuval_operator.baseline.driver). While the fabric phase is under way
+its node actions run behind the ticks, so neither opening groups nor reading results waits for
+them. The decisions are
 gpuval_operator.run.lifecycle's, the calls gpuval_operator.run.effects',
 gpuval_operator.nodes.actor's and gpuval_operator.baseline.driver's; this module sequences them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -99,6 +103,8 @@ class RunDriver:
             judge=baseline.judge_fabric,
         )
         self.config = effects.config
+        # Node actions running behind the ticks while the fabric phase is under way (act_behind).
+        self.acting: asyncio.Task[None] | None = None
 
     async def tick(self, run: RunState, spec: GpuValidationSpec) -> bool:
         """One pass over an active run; True once every node has its final verdict."""
@@ -118,14 +124,13 @@ class RunDriver:
         self._retry(run, spec)
         await self._launch(run, spec)
         await self.fabric.tick(run, spec)
-        # While fabric groups wait to open, a tick acts on one slice of verdicts and leaves the
-        # rest to the next, so groups open between slices: the 4,964 verdicts settled at once
-        # half-way through the 10,000-node fabric were acted on in one tick of 50 s, and no
-        # group opened meanwhile (fabric pods in flight fell from 2,478 to 1,528 of 2,500;
-        # docs/operator.md, "How the fabric scales"). Slices kept until the comparison could
-        # not keep up with the verdicts (34 s of node actions left after it, at 10,000 nodes).
-        opening = run.fabric is not None and run.fabric.opening()
-        await self.after_verdicts(run, spec, limit=ACT_SLICE if opening else None)
+        if run.fabric is not None and run.fabric.under_way():
+            self.act_behind(run, spec)
+        else:
+            if self.acting is not None and run.finished:
+                await self.progress(True)  # the verdicts in the status before the wait
+            await self.acted()
+            await self.after_verdicts(run, spec)
         return run.all_done()
 
     async def join(
@@ -252,28 +257,55 @@ class RunDriver:
         if run.finish_for(record.node, reason, message):
             await self.effects.write_report_failure(record, reason, message)
 
-    async def after_verdicts(
-        self, run: RunState, spec: GpuValidationSpec, *, limit: int | None = None
-    ) -> None:
+    async def after_verdicts(self, run: RunState, spec: GpuValidationSpec) -> None:
         """Node actions and Events for nodes that got a final verdict since the last step, within
-        the circuit breaker and the systemic hold (control.holds); with `limit`, for at most
-        that many, the rest left first in line for the next call."""
+        the circuit breaker and the systemic hold (control.holds)."""
         # Verdicts that arrive while the nodes are being patched are picked up by the next pass,
         # each pass under the systemic counts that include them: a failure that came in while
         # the last pass's patches were in flight must not be gated by counts that never saw it
         # (settle takes the counts itself).
-        budget = limit
-        while run.finished and (budget is None or budget > 0):
+        while run.finished:
             await self.baseline.on_verdicts(run)  # DriftFromHistory may fail a node first
             self.holds.prepare(run, spec)
             finished, run.finished = list(dict.fromkeys(run.finished)), []
-            if budget is not None:
-                # Those left over wait ahead of any that arrive while these are acted on.
-                finished, run.finished = finished[:budget], finished[budget:]
-                budget -= len(finished)
             run.dirty = True
             await self._act(run, spec, finished)
         await self.holds.settle(run, spec)
+
+    def act_behind(self, run: RunState, spec: GpuValidationSpec) -> None:
+        """Node actions for new verdicts in a task of their own, the tick going on meanwhile (a
+        failure of theirs is raised by the next `acted`). While the fabric is under way its
+        verdicts settle in thousands (fabric.early): acted on inside a tick, 4,964 of them held
+        the tick 50 s at 10,000 nodes, and no group opened meanwhile; in slices of 500 a tick,
+        groups opened, but the last results waited 10 to 13 s for the tick acting on the
+        backlog once the last groups were open (docs/operator.md, "How the fabric scales")."""
+        task = self.acting
+        if task is not None and task.done():
+            self.acting = None
+            task.result()
+        if self.acting is None and run.finished:
+            self.acting = asyncio.create_task(
+                self.after_verdicts(run, spec), name=f"{run.validation}: node actions"
+            )
+
+    async def acted(self) -> None:
+        """Wait for the node actions running behind the ticks, raising their failure."""
+        task, self.acting = self.acting, None
+        if task is not None:
+            await task
+
+    async def stop_acting(self) -> None:
+        """The run's loop ends (superseded, stopped): node actions behind it stop too."""
+        task, self.acting = self.acting, None
+        if task is not None and not task.done():
+            task.cancel()
+        if task is None:
+            return
+        with contextlib.suppress(asyncio.CancelledError):
+            try:
+                await task
+            except Exception as exc:  # the run is over for this loop; say what was lost
+                log.warning("%s: node actions stopped with the run: %r", task.get_name(), exc)
 
     async def _act(self, run: RunState, spec: GpuValidationSpec, finished: list[str]) -> None:
         """Node actions for `finished`. Many at once (a fabric settles every node at its end:
@@ -296,6 +328,7 @@ class RunDriver:
         """Every node has its final verdict: compare the run's burn fingerprints (failing the odd
         ones out) and environments, act on what that changed, and close the run."""
         prints = await self._blame_fingerprints(run)
+        await self.acted()
         await self.after_verdicts(run, spec)
         run.completed_at = time.time()
         environments = {

@@ -49,6 +49,7 @@ from gpuval_operator.fabric.verdicts import (
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.planning import concurrency_limit
 from gpuval_operator.run.effects import Effects
+from gpuval_operator.run.facts import ReportFacts
 from gpuval_operator.run.state import RunState
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,29 @@ log = logging.getLogger(__name__)
 def _planned_mark(run: RunState, annotations: Mapping[str, str]) -> str | None:
     mark = annotations.get(keys.ANNOTATION_FABRIC_PLANNED, "")
     return mark if mark in (run.run_id, run.run_id + keys.FABRIC_CROSS_SUFFIX) else None
+
+
+async def written_meanwhile(effects: Effects, run: RunState, group: str, member: Member) -> bool:
+    """Whether the member's agent did write its result in `group`: the report and the pod's end
+    come on two watches, and under load the report's lagged the pod's by more than the grace.
+    Written over unread, an agent's result became PodFailed ("ended without a fabric verdict"):
+    64 passing nodes at 10,000, 19 of them after their verdict had been settled from that very
+    result as it came in behind the operator's write. Read from the API server before an
+    outcome is written; True when the report had the result (applied to the run)."""
+    body = await effects.read_report(run.nodes[member.node])
+    facts = ReportFacts.parse(body) if body is not None else None
+    if facts is None or facts.run != run.run_id:
+        return False
+    mine = facts.fabric
+    if mine is None or mine.verdict is None or not mine.by_agent:
+        return False
+    if (mine.group, mine.rank) != (group, member.rank):
+        return False
+    log.info(
+        "%s: %s's fabric result in %s came after its pod ended", run.validation, member.node, group
+    )
+    run.apply_report(facts)
+    return True
 
 
 class FabricDriver:
@@ -199,6 +223,8 @@ class FabricDriver:
         )
         for outcome in outcomes:
             member = fabric.groups[outcome.group].members[outcome.rank]
+            if await written_meanwhile(self.effects, run, outcome.group, member):
+                continue
             member.recorded = outcome.record
             member.never_started = member.never_started or outcome.never_started
             status: dict[str, Any] = {StatusKey.FABRIC: outcome.status}

@@ -280,12 +280,9 @@ class FabricState:
                     found.append(member.pod)
         return found
 
-    def opening(self) -> bool:
-        """Whether groups are still to be opened: a planned group whose pods were never asked
-        for, or the cross-domain groups, not planned yet."""
-        if not self.planned or self.classified:
-            return False
-        return not self.cross_planned or any(not self.opened(g) for g in self.groups.values())
+    def under_way(self) -> bool:
+        """Planned and not yet compared: its groups open, run or wait to be opened."""
+        return self.planned and not self.classified
 
     def all_done(self) -> bool:
         return bool(self.planned and self.cross_planned) and all(

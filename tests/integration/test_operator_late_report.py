@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -172,23 +172,12 @@ async def fabric_steps(client: KubeClient, unique_name: Callable[[str], str]) ->
     )
 
 
-def test_a_fabric_agents_result_is_read_from_its_report_before_the_operator_writes_one(
-    cluster: Cluster, unique_name: Callable[[str], str]
-) -> None:
-    async def scenario() -> None:
-        async with KubeClient(load_credentials(str(cluster.kubeconfig))) as client:
-            try:
-                await fabric_steps(client, unique_name)
-            finally:
-                while CREATED:
-                    await client.request("DELETE", f"{REPORTS_PATH}/{q(CREATED.pop())}")
-
-    asyncio.run(scenario())
+Steps = Callable[[KubeClient, Callable[[str], str]], Awaitable[None]]
 
 
-def test_the_agents_verdict_is_read_from_its_report_before_the_operator_writes_one(
-    cluster: Cluster, unique_name: Callable[[str], str]
-) -> None:
+def run_steps(cluster: Cluster, steps: Steps, unique_name: Callable[[str], str]) -> None:
+    """`steps` against the cluster's API server, the reports they made deleted after them."""
+
     async def scenario() -> None:
         async with KubeClient(load_credentials(str(cluster.kubeconfig))) as client:
             try:
@@ -198,3 +187,15 @@ def test_the_agents_verdict_is_read_from_its_report_before_the_operator_writes_o
                     await client.request("DELETE", f"{REPORTS_PATH}/{q(CREATED.pop())}")
 
     asyncio.run(scenario())
+
+
+def test_a_fabric_agents_result_is_read_from_its_report_before_the_operator_writes_one(
+    cluster: Cluster, unique_name: Callable[[str], str]
+) -> None:
+    run_steps(cluster, fabric_steps, unique_name)
+
+
+def test_the_agents_verdict_is_read_from_its_report_before_the_operator_writes_one(
+    cluster: Cluster, unique_name: Callable[[str], str]
+) -> None:
+    run_steps(cluster, steps, unique_name)

@@ -132,16 +132,24 @@ def _passing_run(count: int) -> tuple[RunState, list[str]]:
     return run, nodes
 
 
+def _behind(
+    count: int, passed: int, gated: Gated
+) -> tuple[RunState, list[str], GpuValidationSpec, RunDriver]:
+    """A run of `count` nodes, the first `passed` with their verdict, and a driver whose actor
+    is `gated`."""
+    run, nodes = _passing_run(count)
+    for node in nodes[:passed]:
+        run.finish_node(node, Verdict.PASSED, None, "passed")
+    driver, _ = _driver(run)
+    driver.actor = gated  # type: ignore[assignment]
+    return run, nodes, GpuValidationSpec.model_validate({}), driver
+
+
 def test_node_actions_behind_the_ticks_take_verdicts_that_come_in_meanwhile() -> None:
     # While the fabric is under way, a tick starts the node actions and goes on (opening groups,
     # reading results); verdicts settled meanwhile are taken by the same actions, in order.
-    run, nodes = _passing_run(5)
-    for node in nodes[:3]:
-        run.finish_node(node, Verdict.PASSED, None, "passed")
-    spec = GpuValidationSpec.model_validate({})
-    driver, _ = _driver(run)
     gated = Gated()
-    driver.actor = gated  # type: ignore[assignment]
+    run, nodes, spec, driver = _behind(5, 3, gated)
 
     async def scenario() -> None:
         driver.act_behind(run, spec)
@@ -164,14 +172,9 @@ def test_node_actions_behind_the_ticks_take_verdicts_that_come_in_meanwhile() ->
 
 
 def test_a_failure_of_the_node_actions_behind_the_ticks_is_raised_by_the_next_tick() -> None:
-    run, nodes = _passing_run(2)
-    for node in nodes:
-        run.finish_node(node, Verdict.PASSED, None, "passed")
-    spec = GpuValidationSpec.model_validate({})
-    driver, _ = _driver(run)
     gated = Gated(fail_on="n-0")
     gated.go.set()
-    driver.actor = gated  # type: ignore[assignment]
+    run, _, spec, driver = _behind(2, 2, gated)
 
     async def scenario() -> None:
         driver.act_behind(run, spec)
@@ -184,13 +187,8 @@ def test_a_failure_of_the_node_actions_behind_the_ticks_is_raised_by_the_next_ti
 
 
 def test_node_actions_behind_the_ticks_stop_with_the_runs_loop() -> None:
-    run, nodes = _passing_run(3)
-    for node in nodes:
-        run.finish_node(node, Verdict.PASSED, None, "passed")
-    spec = GpuValidationSpec.model_validate({})
-    driver, _ = _driver(run)
     gated = Gated()
-    driver.actor = gated  # type: ignore[assignment]
+    run, _, spec, driver = _behind(3, 3, gated)
 
     async def scenario() -> asyncio.Task[None]:
         driver.act_behind(run, spec)

@@ -203,3 +203,40 @@ def test_node_actions_behind_the_ticks_stop_with_the_runs_loop() -> None:
     assert gated.started == ["n-0"] and gated.acted == []
     assert driver.acting is None
     assert run.acting is None
+
+
+class Stubborn:
+    """An actor whose node action takes a while to end once cancelled (a write in flight)."""
+
+    async def act(self, run: RunState, record: Any, spec: GpuValidationSpec, **_: Any) -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.05)
+            raise
+
+
+def test_a_runs_loop_cancelled_while_its_node_actions_stop_stays_cancelled() -> None:
+    # The operator stopping while a run's loop ends: the loop's own cancellation is not
+    # swallowed with the one it gave its node actions.
+    run, nodes = _passing_run(2)
+    for node in nodes:
+        run.finish_node(node, Verdict.PASSED, None, "passed")
+    driver, _ = _driver(run)
+    driver.actor = Stubborn()  # type: ignore[assignment]
+    spec = GpuValidationSpec.model_validate({})
+
+    async def loop() -> str:
+        driver.act_behind(run, spec)
+        await asyncio.sleep(0.01)
+        await driver.stop_acting()
+        return "ended"
+
+    async def scenario() -> None:
+        task = asyncio.create_task(loop())
+        await asyncio.sleep(0.03)  # the loop waits for its node actions to stop
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())

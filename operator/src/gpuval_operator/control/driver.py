@@ -14,7 +14,6 @@ gpuval_operator.nodes.actor's and gpuval_operator.baseline.driver's; this module
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -301,11 +300,14 @@ class RunDriver:
             task.cancel()
         if task is None:
             return
-        with contextlib.suppress(asyncio.CancelledError):
-            try:
-                await task
-            except Exception as exc:  # the run is over for this loop; say what was lost
-                log.warning("%s: node actions stopped with the run: %r", task.get_name(), exc)
+        try:
+            await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # this loop is cancelled itself, not only the task it cancelled
+        except Exception as exc:  # the run is over for this loop; say what was lost
+            log.warning("%s: node actions stopped with the run: %r", task.get_name(), exc)
 
     async def _act(self, run: RunState, spec: GpuValidationSpec, finished: list[str]) -> None:
         """Node actions for `finished`. Many at once (a fabric settles every node at its end:

@@ -37,7 +37,6 @@ from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.run import lifecycle
 from gpuval_operator.run.effects import Effects
-from gpuval_operator.run.facts import ReportFacts
 from gpuval_operator.run.fingerprints import fingerprint_outliers
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
 from gpuval_operator.run.uniformity import Outlier, run_outliers
@@ -56,11 +55,8 @@ async def written_meanwhile(effects: Effects, run: RunState, record: NodeRecord)
     the pod's by more than the grace (3,088 of 10,000 stand-ins in the baseline benchmark,
     which leave no termination message). Read from the API server before a verdict is
     written over the agent's; True when the report gave the node its verdict."""
-    body = await effects.read_report(record)
-    if body is None:
-        return False
-    facts = ReportFacts.parse(body)
-    if not facts.completed or facts.run != run.run_id:  # completed: a verdict is in
+    facts = await effects.read_report(record, run.run_id)
+    if facts is None or not facts.completed:  # completed: a verdict is in
         return False
     log.info("%s: %s's report came after its pod ended", run.validation, record.node)
     return run.apply_report(facts)
@@ -296,10 +292,9 @@ class RunDriver:
     async def stop_acting(self) -> None:
         """The run's loop ends (superseded, stopped): node actions behind it stop too."""
         task, self.acting = self.acting, None
-        if task is not None and not task.done():
-            task.cancel()
         if task is None:
             return
+        task.cancel()  # nothing, when it is done already
         try:
             await task
         except asyncio.CancelledError:

@@ -49,7 +49,6 @@ from gpuval_operator.fabric.verdicts import (
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.planning import concurrency_limit
 from gpuval_operator.run.effects import Effects
-from gpuval_operator.run.facts import ReportFacts
 from gpuval_operator.run.state import RunState
 
 log = logging.getLogger(__name__)
@@ -67,9 +66,8 @@ async def written_meanwhile(effects: Effects, run: RunState, group: str, member:
     64 passing nodes at 10,000, 19 of them after their verdict had been settled from that very
     result as it came in behind the operator's write. Read from the API server before an
     outcome is written; True when the report had the result (applied to the run)."""
-    body = await effects.read_report(run.nodes[member.node])
-    facts = ReportFacts.parse(body) if body is not None else None
-    if facts is None or facts.run != run.run_id:
+    facts = await effects.read_report(run.nodes[member.node], run.run_id)
+    if facts is None:
         return False
     mine = facts.fabric
     if mine is None or mine.verdict is None or not mine.by_agent:

@@ -27,6 +27,7 @@ from gpuval_operator.config import OperatorConfig
 from gpuval_operator.kube import events
 from gpuval_operator.kube.client import ApiError, KubeClient, ResourceExpiredError, q
 from gpuval_operator.names import run_number
+from gpuval_operator.run.facts import ReportFacts
 from gpuval_operator.run.state import NodeRecord, RunState
 
 log = logging.getLogger(__name__)
@@ -185,12 +186,17 @@ class Effects:
     async def node_exists(self, node: str) -> bool:
         return await self.client.get_or_none(f"{NODES_PATH}/{q(node)}") is not None
 
-    async def read_report(self, record: NodeRecord) -> dict[str, Any] | None:
-        """The node's report as the API server has it now (None when it is not there)."""
+    async def read_report(self, record: NodeRecord, run_id: str) -> ReportFacts | None:
+        """The node's report as the API server has it now, when it is of run `run_id` (None when
+        it is not there or of another run): what an agent wrote that the report watch has not
+        brought yet."""
         found: dict[str, Any] | None = await self.client.get_or_none(
             f"{REPORTS_PATH}/{q(record.report)}"
         )
-        return found
+        if found is None:
+            return None
+        facts = ReportFacts.parse(found)
+        return facts if facts.run == run_id else None
 
     async def write_report_status(self, record: NodeRecord, status: dict[str, Any]) -> bool:
         """Merge-patch the report's status (top-level nulls dropped); False when refused."""

@@ -240,3 +240,28 @@ def test_a_runs_loop_cancelled_while_its_node_actions_stop_stays_cancelled() -> 
             await task
 
     asyncio.run(scenario())
+
+
+def test_verdicts_whose_node_actions_failed_are_acted_on_by_the_next_pass() -> None:
+    # The API server out of reach past the client's retries: the pass fails on n-1, n-2 was
+    # never reached. Neither verdict is lost: the next tick's pass acts on both, then on what
+    # came in meanwhile, in that order.
+    gated = Gated(fail_on="n-1")
+    gated.go.set()
+    run, _, spec, driver = _behind(4, 3, gated)
+
+    async def scenario() -> None:
+        driver.act_behind(run, spec)
+        await asyncio.sleep(0.01)
+        with pytest.raises(RuntimeError, match="node n-1 could not be read"):
+            driver.act_behind(run, spec)
+        assert gated.acted == ["n-0"]
+        assert run.finished == ["n-0", "n-1", "n-2"]
+        run.finish_node("n-3", Verdict.PASSED, None, "passed")
+        gated.fail_on = None  # the API server is back
+        driver.act_behind(run, spec)
+        await driver.acted()
+
+    asyncio.run(scenario())
+    assert gated.acted == ["n-0", "n-0", "n-1", "n-2", "n-3"]
+    assert run.finished == []

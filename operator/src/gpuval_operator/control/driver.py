@@ -264,7 +264,15 @@ class RunDriver:
             self.holds.prepare(run, spec)
             finished, run.finished = list(dict.fromkeys(run.finished)), []
             run.dirty = True
-            await self._act(run, spec, finished)
+            try:
+                await self._act(run, spec, finished)
+            except BaseException:
+                # Not all acted on (the API server out of reach past the client's retries, the
+                # loop stopped): the next pass takes them again, before what came meanwhile. A
+                # node acted on twice has its entry written again, no Event posted again
+                # (entries.already_said) and no second slot of the breaker (an action in force).
+                run.finished[:0] = finished
+                raise
         await self.holds.settle(run, spec)
 
     def act_behind(self, run: RunState, spec: GpuValidationSpec) -> None:

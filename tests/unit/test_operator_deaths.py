@@ -86,7 +86,7 @@ def test_a_pod_the_scheduler_preempted_is_not_run_as_preempted_whether_it_ended_
     assert (ended.verdict, ended.reason) == ("NotRun", Reason.AGENT_PREEMPTED)
     run = make_run("a")
     run.apply_pod(pod("a"), now=0.0)
-    run.apply_pod_deleted(pod("a", status={"conditions": [preempted]}))
+    run.apply_pod_deleted(pod("a", status={"conditions": [preempted]}), 0.0)
     [gone] = due_outcomes(run, now=T0, monotonic=0.0, timeout=600, grace=10)
     assert (gone.verdict, gone.reason) == ("NotRun", Reason.AGENT_PREEMPTED)
     assert "preempted for a pod of higher priority" in gone.message
@@ -137,7 +137,7 @@ def test_what_the_agent_had_found_fails_the_node_however_its_pod_ended() -> None
     )
     assert not run.apply_report(found)
     run.apply_pod(pod("a"), now=0.0)
-    run.apply_pod_deleted(pod("a", status={"reason": "Evicted"}))
+    run.apply_pod_deleted(pod("a", status={"reason": "Evicted"}), 0.0)
     [outcome] = due_outcomes(run, now=T0, monotonic=0.0, timeout=600, grace=10)
     assert (outcome.verdict, outcome.reason) == ("Failed", Reason.BURN_MISMATCH)
     assert "was evicted after its checks found BurnMismatch" in outcome.message

@@ -194,10 +194,38 @@ def test_a_pod_deleted_by_someone_else_asks_for_a_node_check() -> None:
     run.apply_pod(pod("a"), now=0.0)
     run.apply_pod(pod("b"), now=0.0)
     run.nodes["b"].deleted_by_us = True
-    run.apply_pod_deleted(pod("a"))
-    run.apply_pod_deleted(pod("b"))
+    run.apply_pod_deleted(pod("a"), 0.0)
+    run.apply_pod_deleted(pod("b"), 0.0)
     [failure] = due_outcomes(run, now=T0, monotonic=0.0, timeout=600, grace=10)
     assert failure.node == "a" and failure.check_node
+
+
+def test_a_pod_that_ended_then_was_deleted_is_an_end_not_a_deletion() -> None:
+    # kube-controller-manager deletes the oldest ended pods past its threshold (12,500 by
+    # default): a pod of a 10,000-node run may go before its report is read. Its end decides,
+    # after the grace for the report, as for a pod that ended and stayed: not "deleted before
+    # it finished".
+    ended = {"containerStatuses": [{"state": {"terminated": {"exitCode": 1}}}]}
+    stayed, seen_ending, deleted_ended = make_run("a"), make_run("a"), make_run("a")
+    for run in (stayed, seen_ending, deleted_ended):
+        run.apply_pod(pod("a"), now=0.0)
+    stayed.apply_pod(pod("a", "Failed", status=ended), now=1.0)
+    seen_ending.apply_pod(pod("a", "Failed", status=ended), now=1.0)
+    seen_ending.apply_pod_deleted(pod("a", "Failed", status=ended), 2.0)
+    # Its end not seen (the watch lagged): the deleted pod's last state says it ended.
+    deleted_ended.apply_pod_deleted(pod("a", "Failed", status=ended), 1.0)
+    for run in (seen_ending, deleted_ended):
+        assert not run.nodes["a"].pod_gone
+        assert due_outcomes(run, now=T0, monotonic=5.0, timeout=600, grace=10) == []
+    [expected] = due_outcomes(stayed, now=T0, monotonic=11.0, timeout=600, grace=10)
+    assert expected.reason is not Reason.POD_DELETED
+    for run in (seen_ending, deleted_ended):
+        [found] = due_outcomes(run, now=T0, monotonic=11.0, timeout=600, grace=10)
+        assert (found.reason, found.verdict, found.message) == (
+            expected.reason,
+            expected.verdict,
+            expected.message,
+        )
 
 
 def test_counts_follow_phases() -> None:
@@ -264,7 +292,7 @@ def test_a_pod_deleted_through_the_eviction_api_fails_its_node_as_evicted() -> N
     run = make_run("a")
     run.apply_pod(pod("a"), now=0.0)
     condition = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
-    run.apply_pod_deleted(pod("a", status={"conditions": [condition]}))
+    run.apply_pod_deleted(pod("a", status={"conditions": [condition]}), 0.0)
     [failure] = due_outcomes(run, now=T0, monotonic=0.0, timeout=600, grace=10)
     assert failure.reason is Reason.POD_EVICTED and "evicted" in failure.message
 

@@ -59,7 +59,7 @@ class ChildIngest:
             fabric = FabricPodFacts.parse(obj)
             run.apply_fabric_pod(fabric, time.monotonic(), time.time(), deleted=kind == "DELETED")
         elif kind == "DELETED":
-            run.apply_pod_deleted(PodFacts.parse(obj))
+            run.apply_pod_deleted(PodFacts.parse(obj), time.monotonic())
         else:
             run.apply_pod(PodFacts.parse(obj), time.monotonic())
         self._changed(run)

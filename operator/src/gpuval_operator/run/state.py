@@ -135,6 +135,11 @@ class NodeRecord:
             setattr(self, slot, getattr(fresh, slot))
 
 
+def ended_before(record: NodeRecord, pod: PodFacts) -> bool:
+    """The node's pod had ended (seen ending, or ended in its last state) when it was deleted."""
+    return record.terminal_since is not None or pod.phase in TERMINAL_POD_PHASES
+
+
 @dataclass(slots=True)
 class RunState:
     """One run of one GpuValidation: its nodes and their progress."""
@@ -344,11 +349,11 @@ class RunState:
         record.pod_created = pod.created or record.pod_created
         if record.phase is Phase.PENDING:
             record.phase = Phase.RUNNING
-        if pod.deleting and not record.deleted_by_us:
+        terminal = pod.phase in TERMINAL_POD_PHASES
+        if pod.deleting and not record.deleted_by_us and not ended_before(record, pod):
             # Deleted by someone else: gone now, though its end (which a kubelet reports before
             # removing it, and a Kueue finalizer may keep in view) comes later.
             record.pod_gone = True
-        terminal = pod.phase in TERMINAL_POD_PHASES
         if terminal and record.terminal_since is None:
             record.terminal_since = now
         record.pod_phase = pod.phase
@@ -375,7 +380,8 @@ class RunState:
         else:
             self.fabric.apply_pod(pod, monotonic, now)
 
-    def apply_pod_deleted(self, pod: PodFacts) -> None:
+    def apply_pod_deleted(self, pod: PodFacts, now: float) -> None:
+        """The node's pod was deleted (`now`: monotonic, as for `apply_pod`)."""
         if pod.run != self.run_id:
             return
         record = self.nodes.get(pod.node)
@@ -385,6 +391,13 @@ class RunState:
             and record.phase is Phase.RUNNING
             and not record.deleted_by_us
         ):
+            if ended_before(record, pod):
+                # It ended, then was deleted (kube-controller-manager deletes the oldest ended
+                # pods past its threshold, 12,500 by default; a person cleans up): its end, with
+                # the grace for its report and its termination message (deaths.ended), not a
+                # pod deleted before it finished.
+                self.apply_pod(pod, now)
+                return
             record.pod_gone = True
             # The Eviction API deletes the pod; its last state carries the DisruptionTarget mark
             # (so does the scheduler's preemption).

@@ -49,15 +49,12 @@ Prints a live line while it runs and a table at the end; a benchmark, never a ti
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
-import re
 import signal
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,264 +63,24 @@ import scale_baseline
 import scale_fabric
 from apiserver_profile import ApiserverProfiler
 from apiserver_requests import ApiSampler
-from gpuval_api.conditions import ConditionReason, ConditionType
 from gpuval_api.env import OperatorEnv
 from gpuval_devtools.controlplane import Cluster, GpuNode, free_port
 from gpuval_devtools.launch import AGENT_NAMESPACE, agent_rbac, install_crds, operator_process
-from gpuval_operator.kube import Follower, KubeClient, load_credentials, q
+from gpuval_operator.kube import Follower, KubeClient, load_credentials
 from proc_cpu import CpuSampler, cluster_pids
+from scale_figures import operator_writes, rss_kib, table, wait_for_metrics
+from scale_join import measure_join
+from scale_options import (
+    VALIDATION,
+    Options,
+    go_runtime_env,
+    kwok_options,
+    parse_options,
+    validation,
+)
+from scale_standins import StandInAgents, acting_message, all_verdicts_in
 
 NOT_READY_SECONDS = 3600
-HEARTBEAT_FACTOR = 15  # kwokctl --heartbeat-factor by default (--heartbeat-factor; see main)
-# kwok-controller's own: pods it marks Running at once, and node leases it renews at once, for all
-# its nodes (--kwok-pod-parallelism, --kwok-lease-parallelism; see main).
-KWOK_PARALLELISM = 4
-WRITE_VERBS = ("POST", "PATCH", "PUT", "DELETE")
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
-def wait_for_metrics(port: int, timeout: float = 180) -> None:
-    """The operator's /metrics answers (start-up on a loaded 2-core machine takes a while)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-
-
-def operator_writes(port: int) -> int:
-    """Writes the operator's own client made, from its /metrics request counter."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("gpuval_operator_api_requests_total{") and any(
-            f'verb="{v}"' in line for v in WRITE_VERBS
-        ):
-            total += float(line.rsplit(" ", 1)[1])
-    return int(total)
-
-
-class StandInAgents:
-    """Completes the report of every agent pod kwok marks Running (see the module docstring);
-    fabric pods go to the fabric's stand-ins (`--fabric`), reports are judged (`--baseline`)."""
-
-    def __init__(
-        self,
-        client: KubeClient,
-        fabric: scale_fabric.StandInFabric | None,
-        judged: scale_baseline.Judged | None,
-    ) -> None:
-        self.client = client
-        self.fabric = fabric
-        self.judged = judged
-        self.pods_of_run: dict[str, set[str]] = {}  # run id -> its (non-fabric) agent pods
-        self.done: set[str] = set()
-        self.last_report = 0.0
-        self.last_report_at = 0.0  # the same, wall clock
-        self.reports_written = 0
-        self.sem = asyncio.Semaphore(32)
-        self.tasks: set[asyncio.Task[None]] = set()
-
-    def report_status(self, env: dict[str, str | None], pod: dict[str, Any]) -> dict[str, Any]:
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        if self.judged is not None:
-            node = pod["metadata"]["annotations"]["gpuval.dev/node"]
-            return {**self.judged.status(env, node), "completedAt": now, "startedAt": now}
-        return {
-            "phase": "Completed",
-            "verdict": "Passed",
-            "message": "stand-in agent (operator scale benchmark)",
-            "completedAt": now,
-            "summary": {"gpuCount": 8, "burnTflops": 780.0, "h2dGBps": 55.0},
-        }
-
-    async def finish(self, pod: dict[str, Any]) -> None:
-        async with self.sem:
-            env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env", [])}
-            report = q(str(env["GPUVAL_REPORT_NAME"]))
-            await self.client.merge_patch(
-                f"/apis/gpuval.dev/v1alpha1/gpunodereports/{report}/status",
-                {"status": self.report_status(env, pod)},
-            )
-            self.last_report, self.last_report_at = time.monotonic(), time.time()
-            self.reports_written += 1
-            pod_name = q(pod["metadata"]["name"])
-            await self.client.merge_patch(
-                f"/api/v1/namespaces/{AGENT_NAMESPACE}/pods/{pod_name}/status",
-                {"status": {"phase": "Succeeded"}},
-            )
-
-    def on_pod(self, kind: str, pod: dict[str, Any]) -> None:
-        if self.fabric is not None and self.fabric.on_pod(kind, pod):
-            return
-        run = (pod["metadata"].get("labels") or {}).get(scale_fabric.RUN_LABEL, "")
-        self.pods_of_run.setdefault(run, set()).add(pod["metadata"]["name"])
-        uid = pod["metadata"]["uid"]
-        running = (pod.get("status") or {}).get("phase") == "Running"
-        if kind != "DELETED" and running and uid not in self.done:
-            self.done.add(uid)
-            task = asyncio.ensure_future(self.finish(pod))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
-
-    def on_page(self, items: list[dict[str, Any]], _first: bool, _last: bool) -> None:
-        for pod in items:
-            self.on_pod("ADDED", pod)
-
-    def last_report_ago(self) -> float:
-        """Seconds since the last report was written, the fabric's results included."""
-        ago = time.monotonic() - self.last_report
-        if self.fabric is not None:
-            written = [g.written or 0.0 for g in self.fabric.groups.values()]
-            ago = min(ago, time.time() - max(written, default=0.0))
-        return ago
-
-
-def all_verdicts_in(gv: dict[str, Any]) -> bool:
-    """Whether the validation's status counts every node with a verdict (none pending or
-    running; a node held for the fabric counts as running)."""
-    counts = (gv.get("status") or {}).get("nodes") or {}
-    return bool(counts.get("total")) and not counts.get("pending") and not counts.get("running")
-
-
-def acting_message(gv: dict[str, Any]) -> str | None:
-    """The Succeeded condition's message while node actions for every verdict are applied."""
-    for cond in (gv.get("status") or {}).get("conditions") or []:
-        type_, reason = cond.get("type"), cond.get("reason")
-        if type_ == ConditionType.SUCCEEDED and reason == ConditionReason.APPLYING_NODE_ACTIONS:
-            return str(cond.get("message"))
-    return None
-
-
-def node_verdicts(cluster: Cluster, names: list[str]) -> dict[str, str]:
-    out = cluster.kubectl(
-        "get",
-        "nodes",
-        *names,
-        "-o",
-        "jsonpath={range .items[*]}{.metadata.name} {.metadata.labels.gpuval\\.dev/verdict}\n{end}",
-    ).stdout
-    found = {}
-    for line in out.splitlines():
-        name, _, verdict = line.partition(" ")
-        if verdict:
-            found[name] = verdict
-    return found
-
-
-async def measure_join(cluster: Cluster, count: int, op_pid: int) -> dict[str, Any]:
-    """Adds `count` nodes to the gated pool and times each one to its verdict on the node."""
-    names = [f"scale-join-{i:03d}" for i in range(count)]
-    created = time.monotonic()
-    cluster.add_nodes(
-        [GpuNode(name=n, labels={"gpuval.dev/scale": "yes"}) for n in names], wait_ready=False
-    )
-    ready_at: dict[str, float] = {}
-    done_at: dict[str, float] = {}
-    peak = 0
-    while len(done_at) < count:
-        await asyncio.sleep(0.25)
-        now = time.monotonic()
-        peak = max(peak, rss_kib(op_pid))
-        if len(ready_at) < count:
-            out = cluster.kubectl(
-                "get",
-                "nodes",
-                *names,
-                "-o",
-                "jsonpath={range .items[*]}{.metadata.name} "
-                "{.status.conditions[?(@.type=='Ready')].status}\n{end}",
-            ).stdout
-            for line in out.splitlines():
-                name, _, status = line.partition(" ")
-                if status == "True":
-                    ready_at.setdefault(name, now)
-        for name in node_verdicts(cluster, names):
-            done_at.setdefault(name, now)
-        print(
-            f"\r{now - created:7.1f}s  joining nodes Ready {len(ready_at)}/{count}  "
-            f"with a verdict {len(done_at)}/{count}",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
-        if now - created > 600:
-            missing = sorted(set(names) - set(done_at))
-            raise TimeoutError(f"joining nodes without a verdict after 600 s: {missing}")
-    print(file=sys.stderr)
-    from_create = sorted(done_at[n] - created for n in names)
-    from_ready = sorted(done_at[n] - ready_at.get(n, created) for n in names)
-    return {
-        "joinNodes": count,
-        "joinVerdictFromCreateSecondsMedian": round(from_create[count // 2], 2),
-        "joinVerdictFromCreateSecondsMax": round(from_create[-1], 2),
-        "joinVerdictFromReadySecondsMedian": round(from_ready[count // 2], 2),
-        "joinVerdictFromReadySecondsMax": round(from_ready[-1], 2),
-        "operatorPeakRssDuringJoinMiB": round(peak / 1024, 1),
-    }
-
-
-@dataclass(frozen=True)
-class Options:
-    nodes: int
-    max_concurrent: str
-    join: int
-    batch_seconds: int
-    fabric: bool
-    racks: int
-    phase_seconds: float
-    baseline: bool
-    runs: int
-    heartbeat_factor: int = HEARTBEAT_FACTOR
-    kwok_pods: int = KWOK_PARALLELISM
-    kwok_leases: int = KWOK_PARALLELISM
-    apiserver_profile: Path | None = None  # --apiserver-profile: the profiles go here
-    fabric_timeline: Path | None = None  # --fabric-timeline: each fabric pod's stage times
-    go_gc: str | None = None  # --control-plane-gogc: GOGC of the control plane's processes
-    go_memory_limit: str | None = None  # --control-plane-memory-limit: their GOMEMLIMIT
-
-    def first_wave(self) -> int:
-        """Agent pods the first wave has (spec.maxConcurrent of the nodes)."""
-        if self.max_concurrent.endswith("%"):
-            return -(-self.nodes * int(self.max_concurrent[:-1]) // 100)
-        return min(self.nodes, int(self.max_concurrent))
-
-
-VALIDATION = "/apis/gpuval.dev/v1alpha1/gpuvalidations/scale"
-
-
-def validation(opts: Options, run: int = 1) -> dict[str, Any]:
-    """The GpuValidation for run number `run`: spec.history is 3 (the default) for the first and
-    3 + `run` for a later one, so each later run is a spec change."""
-    spec: dict[str, Any] = {
-        "nodeSelector": {"matchLabels": {"gpuval.dev/scale": "yes"}},
-        "maxConcurrent": opts.max_concurrent,
-        "nodeTimeoutSeconds": 3600,
-        "nodeActions": {"label": True},
-        "gating": {"join": True, "reboot": True, "batchSeconds": opts.batch_seconds},
-        "history": 3 if run == 1 else 3 + run,
-    }
-    if opts.fabric:
-        spec["fabric"] = scale_fabric.FABRIC_SPEC
-    if opts.baseline:
-        spec["baseline"] = scale_baseline.BASELINE_SPEC
-    return {
-        "apiVersion": "gpuval.dev/v1alpha1",
-        "kind": "GpuValidation",
-        "metadata": {"name": "scale"},
-        "spec": spec,
-    }
 
 
 @dataclass
@@ -515,10 +272,10 @@ async def measure(
     follow = asyncio.ensure_future(follower.run())
     figures.update({"nodes": opts.nodes, "maxConcurrent": opts.max_concurrent})
     figures["baseline"] = opts.baseline
-    # kwok's stretched heartbeats (HEARTBEAT_FACTOR, see main) can lag at 10,000 nodes on this
-    # 2-core machine, so nodes read NotReady though nothing is wrong: the operator's NotReady
-    # rule (NotRun past GPUVAL_NODE_NOT_READY_SECONDS, tried again 300 s later) would turn that
-    # artefact into retry waves. It is tested on the real control plane (test_operator_trust);
+    # kwok's stretched heartbeats (scale_options.HEARTBEAT_FACTOR, see main) can lag at 10,000 nodes
+    # on this 2-core machine, so nodes read NotReady though nothing is wrong: the operator's
+    # NotReady rule (NotRun past GPUVAL_NODE_NOT_READY_SECONDS, tried again 300 s later) would turn
+    # that artefact into retry waves. It is tested on the real control plane (test_operator_trust);
     # here it waits an hour, and the figures say so.
     figures["nodeNotReadySeconds"] = NOT_READY_SECONDS
     figures["kwokHeartbeatFactor"] = opts.heartbeat_factor
@@ -554,141 +311,6 @@ async def measure(
         await client.close()
 
 
-TARGETS = {
-    "firstWaveSeconds": ("<= 60 s at 10,000 nodes (120 s at 25,000)", 60),
-    "statusFinalAfterLastReportSeconds": ("<= 10 s", 10),
-    "operatorPeakRssMiB": ("<= 300 MiB at 10,000 nodes (500 MiB at 25,000)", 300),
-    "objectBytes": ("<= 262144 (256 KiB)", 262_144),
-    "reportBytesMax": ("<= 262144 (256 KiB)", 262_144),
-    "fabricOperatorSecondsPerRoundMax": ("<= 60 s", 60),
-    "fabricMaxRoundsPerGroup": ("<= 4", 4),
-    # Baselines and history: object sizes and memory within the rows above.
-    "operatorPeakRssWhileLearningMiB": ("<= 300 MiB at 10,000 nodes", 300),
-    "objectBytesWithBaseline": ("<= 262144 (256 KiB)", 262_144),
-    "reportBytes": ("<= 262144 (256 KiB)", 262_144),
-}
-# The targets past 10,000 nodes, up to 25,000 (../shared/targets.md, "25,000 nodes").
-AT_25K = {"firstWaveSeconds": 120, "operatorPeakRssMiB": 500}
-LATER_RUN = re.compile(r"run\d+")
-
-
-def table(figures: dict[str, Any], prefix: str = "", nodes: int | None = None) -> list[str]:
-    """The figures against their targets (those of its fleet's size), one a line; a later run's
-    as runN.<figure>."""
-    nodes = nodes if nodes is not None else int(figures.get("nodes") or 0)
-    lines = []
-    for key, value in figures.items():
-        if LATER_RUN.fullmatch(key) and isinstance(value, dict):
-            lines += table(value, f"{key}.", nodes)
-            continue
-        target, limit = TARGETS.get(key, ("", None))
-        if nodes > 10_000 and key in AT_25K:
-            limit = AT_25K[key]
-        verdict = "" if limit is None else ("met" if value <= limit else "MISSED")
-        shown = value if not isinstance(value, (dict, list)) else json.dumps(value)
-        lines.append(f"{prefix + key:44} {shown!s:>12}  {target} {verdict}")
-    return lines
-
-
-def parse_options() -> tuple[Options, Path | None]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=10_000)
-    parser.add_argument("--max-concurrent", default="25%")
-    parser.add_argument("--join", type=int, default=5, help="nodes to add after the last run")
-    parser.add_argument("--batch-seconds", type=int, default=10, help="spec.gating.batchSeconds")
-    parser.add_argument("--fabric", action="store_true", help="spec.fabric on, faults injected")
-    parser.add_argument("--racks", type=int, default=40, help="topology domains (--fabric)")
-    parser.add_argument(
-        "--phase-seconds",
-        type=float,
-        default=10.0,
-        help="the model's set-up time per agent phase (--fabric's modelled wall time)",
-    )
-    parser.add_argument(
-        "--baseline", action="store_true", help="spec.baseline on (Learn, history kept)"
-    )
-    parser.add_argument("--runs", type=int, default=1, help="runs, each after a spec change")
-    parser.add_argument(
-        "--heartbeat-factor",
-        type=int,
-        default=HEARTBEAT_FACTOR,
-        help="kwok's heartbeats and the node grace stretched this many times (see main)",
-    )
-    for what, does in (("pod", "marks pods Running"), ("lease", "renews node leases")):
-        parser.add_argument(
-            f"--kwok-{what}-parallelism",
-            type=int,
-            default=KWOK_PARALLELISM,
-            help=f"how many at once kwok-controller {does} for all its nodes (kwok's own: "
-            f"{KWOK_PARALLELISM}; see main)",
-        )
-    parser.add_argument(
-        "--control-plane-gogc",
-        metavar="PERCENT",
-        help="GOGC of the control plane's processes (kube-apiserver, etcd, kwok-controller, "
-        "the scheduler and controller manager; Go's own 100 by default; see go_runtime_env)",
-    )
-    parser.add_argument(
-        "--control-plane-memory-limit",
-        metavar="SIZE",
-        help="GOMEMLIMIT of the same processes, each (e.g. 6GiB; none by default)",
-    )
-    parser.add_argument(
-        "--apiserver-profile",
-        type=Path,
-        metavar="DIR",
-        help="with --fabric: CPU profiles of kube-apiserver, 20 s each, back to back over the "
-        "fabric phase, kept in DIR and summarised (fabricApiserverCpuProfiles; needs `go`)",
-    )
-    parser.add_argument(
-        "--fabric-timeline",
-        type=Path,
-        metavar="FILE",
-        help="with --fabric: each fabric pod's name and when it was made, bound, Running and "
-        "ended (epoch seconds), as JSON",
-    )
-    parser.add_argument("--json", type=Path, help="write the figures here")
-    args = parser.parse_args()
-    if args.runs < 1:
-        parser.error(f"--runs {args.runs}: there is at least one run; give --runs 1 or more")
-    for flag, value in (("pod", args.kwok_pod_parallelism), ("lease", args.kwok_lease_parallelism)):
-        if value < 1:
-            parser.error(f"--kwok-{flag}-parallelism {value}: give 1 or more")
-    gogc = args.control_plane_gogc
-    if gogc is not None and gogc != "off" and not (gogc.isdigit() and int(gogc) > 0):
-        parser.error(f"--control-plane-gogc {gogc}: give a percentage above 0, or off")
-    limit = args.control_plane_memory_limit
-    if limit is not None and not re.fullmatch(r"[0-9]+([KMGT]iB|B)?", limit):
-        parser.error(f"--control-plane-memory-limit {limit}: give bytes, or a size like 6GiB")
-    if args.heartbeat_factor < 1:
-        parser.error(f"--heartbeat-factor {args.heartbeat_factor}: give 1 (kwok's own) or more")
-    if args.fabric_timeline is not None and not args.fabric:
-        parser.error(f"--fabric-timeline {args.fabric_timeline}: times fabric pods; add --fabric")
-    if args.apiserver_profile is not None and not args.fabric:
-        parser.error(
-            f"--apiserver-profile {args.apiserver_profile}: profiles the fabric phase; add --fabric"
-        )
-    opts = Options(
-        args.nodes,
-        args.max_concurrent,
-        args.join,
-        args.batch_seconds,
-        args.fabric,
-        args.racks,
-        args.phase_seconds,
-        args.baseline,
-        args.runs,
-        args.heartbeat_factor,
-        args.kwok_pod_parallelism,
-        args.kwok_lease_parallelism,
-        args.apiserver_profile,
-        args.fabric_timeline,
-        args.control_plane_gogc,
-        args.control_plane_memory_limit,
-    )
-    return opts, args.json
-
-
 def add_fleet(cluster: Cluster, names: list[str], opts: Options) -> None:
     """The simulated GPU nodes, each in its rack with `--fabric`, until all are Ready."""
     labels = {"gpuval.dev/scale": "yes"}
@@ -710,27 +332,6 @@ def add_fleet(cluster: Cluster, names: list[str], opts: Options) -> None:
     cluster.wait_nodes_ready(names)
 
 
-def kwok_options(opts: Options) -> dict[str, int] | None:
-    """kwok-controller's options when they are not kwok's own (None: no KwokConfiguration)."""
-    if (opts.kwok_pods, opts.kwok_leases) == (KWOK_PARALLELISM, KWOK_PARALLELISM):
-        return None
-    return {"podPlayStageParallelism": opts.kwok_pods, "nodeLeaseParallelism": opts.kwok_leases}
-
-
-def go_runtime_env(opts: Options) -> dict[str, str]:
-    """GOGC and GOMEMLIMIT for the control plane's processes, which kwokctl starts with this
-    process's environment. At Go's own GOGC of 100, garbage collection was 40 of kube-apiserver's
-    265 CPU-seconds over the 10,000-node fabric phase (its CPU profiles), on the same two cores
-    as everything the benchmark measures; a real control plane's collector runs on cores of its
-    own. A larger GOGC trades memory for that CPU; GOMEMLIMIT bounds the memory."""
-    env = {}
-    if opts.go_gc is not None:
-        env["GOGC"] = opts.go_gc
-    if opts.go_memory_limit is not None:
-        env["GOMEMLIMIT"] = opts.go_memory_limit
-    return env
-
-
 def _stop_on_sigterm() -> None:
     """`kill` ends the benchmark as Ctrl-C does, through the `finally` that stops its control
     plane: killed otherwise, its kube-apiserver and kwok outlive it and load the machine."""
@@ -744,7 +345,7 @@ def _stop_on_sigterm() -> None:
 
 
 def main() -> int:
-    opts, json_path = parse_options()
+    opts, json_path = parse_options(description=__doc__.split("\n\n")[0])
     _stop_on_sigterm()
     names = [f"scale-{i:05d}" for i in range(opts.nodes)]
     injected = scale_fabric.inject(names, opts.racks) if opts.fabric else None
@@ -755,9 +356,9 @@ def main() -> int:
     # heartbeats that lagged behind the busy API server made thousands of healthy stand-ins
     # NotReady and tainted them unreachable (2,946 at once in the 10,000-node fabric run, 5,065
     # in the baseline run), so their pods stayed pending and a second run started on the Ready
-    # ones only: an artefact of 10,000 kubelets on 2 cores. At HEARTBEAT_FACTOR the grace is
-    # 600 s and there are three times fewer heartbeats. (kwokctl 0.8.0's --extra-args for the
-    # controller manager panics, so the grace is not set on its own.) kwok-controller stands in
+    # ones only: an artefact of 10,000 kubelets on 2 cores. At HEARTBEAT_FACTOR (scale_options) the
+    # grace is 600 s and there are three times fewer heartbeats. (kwokctl 0.8.0's --extra-args for
+    # the controller manager panics, so the grace is not set on its own.) kwok-controller stands in
     # for every node's kubelet but marks pods Running 4 at a time for all of them: at 10,000
     # nodes most of a fabric round is pods waiting in that queue (fabricPodWaitSeconds).
     # --kwok-pod-parallelism lets it start more at once, with --kwok-lease-parallelism so its

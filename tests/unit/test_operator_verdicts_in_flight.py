@@ -171,21 +171,6 @@ def test_node_actions_behind_the_ticks_take_verdicts_that_come_in_meanwhile() ->
     assert run.acting is None
 
 
-def test_a_failure_of_the_node_actions_behind_the_ticks_is_raised_by_the_next_tick() -> None:
-    gated = Gated(fail_on="n-0")
-    gated.go.set()
-    run, _, spec, driver = _behind(2, 2, gated)
-
-    async def scenario() -> None:
-        driver.act_behind(run, spec)
-        await asyncio.sleep(0.01)
-        with pytest.raises(RuntimeError, match="node n-0 could not be read"):
-            driver.act_behind(run, spec)
-        assert driver.acting is None
-
-    asyncio.run(scenario())
-
-
 def test_node_actions_behind_the_ticks_stop_with_the_runs_loop() -> None:
     gated = Gated()
     run, _, spec, driver = _behind(3, 3, gated)
@@ -242,10 +227,10 @@ def test_a_runs_loop_cancelled_while_its_node_actions_stop_stays_cancelled() -> 
     asyncio.run(scenario())
 
 
-def test_verdicts_whose_node_actions_failed_are_acted_on_by_the_next_pass() -> None:
+def test_a_failure_of_the_node_actions_is_raised_by_the_next_tick_and_loses_no_verdict() -> None:
     # The API server out of reach past the client's retries: the pass fails on n-1, n-2 was
-    # never reached. Neither verdict is lost: the next tick's pass acts on both, then on what
-    # came in meanwhile, in that order.
+    # never reached. The next tick raises the failure; neither verdict is lost: the pass after
+    # acts on the failed pass's verdicts, then on what came in meanwhile, in that order.
     gated = Gated(fail_on="n-1")
     gated.go.set()
     run, _, spec, driver = _behind(4, 3, gated)
@@ -255,6 +240,7 @@ def test_verdicts_whose_node_actions_failed_are_acted_on_by_the_next_pass() -> N
         await asyncio.sleep(0.01)
         with pytest.raises(RuntimeError, match="node n-1 could not be read"):
             driver.act_behind(run, spec)
+        assert driver.acting is None
         assert gated.acted == ["n-0"]
         assert run.finished == ["n-0", "n-1", "n-2"]
         run.finish_node("n-3", Verdict.PASSED, None, "passed")

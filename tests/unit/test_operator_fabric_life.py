@@ -181,7 +181,7 @@ def test_the_pods_of_a_given_up_group_are_let_end_before_the_groups_are_compared
     names_ = [namer("g1", r) for r in range(3)]
     assert run.stopping(40.0, 30.0) == names_
     run.apply_pod(pod("g1", 0, "a", phase="Succeeded"), 41.0, T0 + 41)
-    run.apply_pod_deleted(pod("g1", 1, "b", started=False, phase="Pending"))
+    run.apply_pod_deleted(pod("g1", 1, "b", started=False, phase="Pending"), 41.5, T0 + 41)
     assert run.stopping(42.0, 30.0) == [names_[2]]
     assert run.stopping(66.0, 30.0) == [], "past the limit: compared without it"
 
@@ -239,10 +239,38 @@ def test_a_member_without_a_message_failed_and_one_past_its_deadline_timed_out()
     ]
 
 
+def test_a_member_whose_pod_ended_then_was_deleted_is_judged_on_its_end() -> None:
+    # kube-controller-manager deletes the oldest ended pods past its threshold: a member's pod
+    # may go before its result is read. Its end decides, after the grace, as for a pod that
+    # stayed: not "deleted before it finished".
+    stayed, seen_ending, deleted_ended = fabric_run(G2), fabric_run(G2), fabric_run(G2)
+    for run in (stayed, seen_ending, deleted_ended):
+        _launched(run, "g2", started={0, 1})
+    ended = pod("g2", 0, "d", phase="Failed")
+    stayed.apply_pod(ended, 5.0, T0 + 5)
+    seen_ending.apply_pod(ended, 5.0, T0 + 5)
+    seen_ending.apply_pod_deleted(ended, 6.0, T0 + 6)
+    deleted_ended.apply_pod_deleted(ended, 5.0, T0 + 5)  # its end seen only in its deletion
+    for run in (seen_ending, deleted_ended):
+        member = run.groups["g2"].members[0]
+        assert not member.gone
+        assert lifecycle.due_outcomes(run, CONFIG, now=T0 + 6, monotonic=6.0, grace=3) == []
+    [expected] = lifecycle.due_outcomes(stayed, CONFIG, now=T0 + 9, monotonic=9.0, grace=3)
+    assert expected.record.reason is not Reason.POD_DELETED
+    for run in (seen_ending, deleted_ended):
+        [found] = lifecycle.due_outcomes(run, CONFIG, now=T0 + 9, monotonic=9.0, grace=3)
+        assert (found.rank, found.record.reason, found.record.verdict) == (
+            expected.rank,
+            expected.record.reason,
+            expected.record.verdict,
+        )
+        assert found.record.message == expected.record.message
+
+
 def test_a_member_whose_pod_someone_deleted_is_not_run_and_one_whose_node_went_is_failed() -> None:
     run = fabric_run(G3)
     _launched(run, "g3", started={0, 1, 2, 3})
-    run.apply_pod_deleted(pod("g3", 2, "h"))
+    run.apply_pod_deleted(pod("g3", 2, "h"), 2.0, T0 + 2)
     outcomes = lifecycle.due_outcomes(
         run, CONFIG, now=T0 + 10, monotonic=9, grace=3, gone={"i": None}
     )

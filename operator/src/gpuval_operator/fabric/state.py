@@ -131,15 +131,26 @@ class FabricState:
         member.evicted = member.evicted or pod.pod.evicted
         member.preempted = member.preempted or pod.pod.preempted
         member.termination = pod.termination or member.termination
-        if pod.pod.deleting and not member.deleted_by_us:
+        ended = member.terminal_since is not None
+        if pod.pod.deleting and not member.deleted_by_us and not ended:
             # Deleted by someone else: gone now, though its end may stay in view (a Kueue pod
             # group keeps every member until the whole group has ended).
             member.gone = True
 
-    def apply_pod_deleted(self, pod: FabricPodFacts) -> None:
-        self.pods.pop(pod.name, None)
+    def apply_pod_deleted(self, pod: FabricPodFacts, mono: float, now: float) -> None:
         member = self.member(pod.group, pod.rank)
-        if member is not None and member.pod == pod.name and not member.deleted_by_us:
+        mine = member is not None and member.pod == pod.name and not member.deleted_by_us
+        if member is not None and mine:
+            if member.terminal_since is not None:
+                # It ended, then was deleted (kube-controller-manager's pod garbage collector, a
+                # person cleaning up): its end decides, as for a pod that stayed (its last state
+                # is kept), not a pod deleted before it finished.
+                return
+            if pod.pod.phase in TERMINAL_POD_PHASES:
+                self.apply_pod(pod, mono, now)  # its end, not seen before its deletion
+                return
+        self.pods.pop(pod.name, None)
+        if member is not None and mine:
             member.gone = True
             member.evicted = member.evicted or pod.pod.evicted
             member.preempted = member.preempted or pod.pod.preempted

@@ -376,7 +376,7 @@ class RunState:
         if pod.pod.run != self.run_id or self.fabric is None:
             return
         if deleted:
-            self.fabric.apply_pod_deleted(pod)
+            self.fabric.apply_pod_deleted(pod, monotonic, now)
         else:
             self.fabric.apply_pod(pod, monotonic, now)
 

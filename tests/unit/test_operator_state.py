@@ -7,6 +7,8 @@ from typing import Any
 from gpuval_api import keys
 from gpuval_api.reasons import Reason
 from gpuval_operator import names
+from gpuval_operator.control.ingest import ChildIngest
+from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.run.facts import PodFacts, ReportFacts, failed_checks
 from gpuval_operator.run.lifecycle import due_outcomes
 from gpuval_operator.run.state import Phase, RunState
@@ -22,6 +24,11 @@ def make_run(*nodes: str) -> RunState:
 
 
 def pod(node: str, phase: str = "Running", **extra: Any) -> PodFacts:
+    return PodFacts.parse(pod_object(node, phase, **extra))
+
+
+def pod_object(node: str, phase: str = "Running", **extra: Any) -> dict[str, Any]:
+    """The agent pod of `node` as the API server gives it (the fields the operator reads)."""
     status: dict[str, Any] = {"phase": phase, **extra.pop("status", {})}
     if phase == "Running":
         status.setdefault("containerStatuses", [{"name": "agent", "state": {"running": {}}}])
@@ -35,7 +42,7 @@ def pod(node: str, phase: str = "Running", **extra: Any) -> PodFacts:
         "spec": {"nodeName": node} if extra.pop("scheduled", True) else {},
         "status": status,
     }
-    return PodFacts.parse(obj)
+    return obj
 
 
 def report(
@@ -226,6 +233,21 @@ def test_a_pod_that_ended_then_was_deleted_is_an_end_not_a_deletion() -> None:
             expected.verdict,
             expected.message,
         )
+
+
+def test_a_pod_gone_from_a_relist_is_a_deletion_unless_it_was_seen_ending() -> None:
+    # The pods' watch was down (an API server restart) and the relist no longer has them: one
+    # that still ran was deleted; one seen ending went after its end (the pod GC).
+    state = ValidationState("v")
+    state.run = run = make_run("a", "b")
+    ingest = ChildIngest(state, per_gpu=False)
+    ingest.on_pod_event("ADDED", pod_object("a"))
+    ingest.on_pod_event("ADDED", pod_object("b"))
+    ingest.on_pod_event("MODIFIED", pod_object("b", "Succeeded"))
+    ingest.on_pods_page([], True, True)
+    assert run.nodes["a"].pod_gone
+    assert not run.nodes["b"].pod_gone
+    assert run.nodes["b"].terminal_since is not None
 
 
 def test_counts_follow_phases() -> None:

@@ -85,12 +85,14 @@ class ChildIngest:
                 for name, gone in list(run.fabric.pods.items()):
                     if name not in self._listed_pods:
                         run.apply_fabric_pod(gone, time.monotonic(), time.time(), deleted=True)
-            # A pod that vanished while the watch was down is a deletion we did not see.
+            # A pod that vanished while the watch was down is a deletion we did not see; one
+            # seen ending before it went is an end (RunState.apply_pod_deleted says why).
             for record in run.nodes.values():
                 if (
                     record.phase is Phase.RUNNING
                     and record.pod_seen
                     and record.pod not in self._listed_pods
+                    and record.terminal_since is None
                 ):
                     record.pod_gone = not record.deleted_by_us
             self._listed_pods = set()

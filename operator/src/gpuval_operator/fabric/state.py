@@ -139,22 +139,20 @@ class FabricState:
 
     def apply_pod_deleted(self, pod: FabricPodFacts, mono: float, now: float) -> None:
         member = self.member(pod.group, pod.rank)
-        mine = member is not None and member.pod == pod.name and not member.deleted_by_us
-        if member is not None and mine:
-            if member.terminal_since is not None:
-                # It ended, then was deleted (kube-controller-manager's pod garbage collector, a
-                # person cleaning up): its end decides, as for a pod that stayed (its last state
-                # is kept), not a pod deleted before it finished.
-                return
-            if pod.pod.phase in TERMINAL_POD_PHASES:
-                self.apply_pod(pod, mono, now)  # its end, not seen before its deletion
-                return
+        if member is None or member.pod != pod.name or member.deleted_by_us:
+            self.pods.pop(pod.name, None)
+            return
+        if member.terminal_since is not None or pod.pod.phase in TERMINAL_POD_PHASES:
+            # It ended, then was deleted (kube-controller-manager's pod garbage collector, a
+            # person cleaning up): its end decides, as for a pod that stayed (its last state is
+            # kept), not a pod deleted before it finished.
+            self.apply_pod(pod, mono, now)
+            return
         self.pods.pop(pod.name, None)
-        if member is not None and mine:
-            member.gone = True
-            member.evicted = member.evicted or pod.pod.evicted
-            member.preempted = member.preempted or pod.pod.preempted
-            member.termination = pod.termination or member.termination
+        member.gone = True
+        member.evicted = member.evicted or pod.pod.evicted
+        member.preempted = member.preempted or pod.pod.preempted
+        member.termination = pod.termination or member.termination
 
     # -- the plan --
 

@@ -12,6 +12,7 @@ from typing import Any
 import scale_baseline
 import scale_fabric
 from gpuval_api.conditions import ConditionReason, ConditionType
+from gpuval_api.figures import BURN, H2D
 from gpuval_devtools.launch import AGENT_NAMESPACE
 from gpuval_operator.kube import KubeClient, q
 
@@ -47,7 +48,7 @@ class StandInAgents:
             "verdict": "Passed",
             "message": "stand-in agent (operator scale benchmark)",
             "completedAt": now,
-            "summary": {"gpuCount": 8, "burnTflops": 780.0, "h2dGBps": 55.0},
+            "summary": {"gpuCount": 8, BURN.key: 780.0, H2D.key: 55.0},
         }
 
     async def finish(self, pod: dict[str, Any]) -> None:

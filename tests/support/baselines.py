@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuval_api.baseline import figures
+from gpuval_api.baseline import samples
 from gpuval_api.baseline.learn import NodeFigures
 from gpuval_api.checks import ChecksConfig
 from gpuval_api.result import AgentResult, Verdict
@@ -34,10 +34,10 @@ def slowed(factor: float, gpus: Sequence[int] = range(GPUS)) -> list[dict[str, A
 
 def node_figures(result: AgentResult) -> NodeFigures:
     """What learning reads of a result: its key, its verdict, its samples."""
-    key, _ = figures.node_key(result.environment)
+    key, _ = samples.node_key(result.environment)
     return NodeFigures(
         result.node or "node",
         key,
         result.verdict is Verdict.PASSED,
-        tuple(figures.result_samples(result)),
+        tuple(samples.result_samples(result)),
     )

@@ -14,8 +14,9 @@ from gpuval_api.baseline.history import (
     next_history,
 )
 from gpuval_api.baseline.model import DriftAction, HistoryEntry, HistorySettings
+from gpuval_api.figures import BURN
 from gpuval_api.reasons import Severity
-from gpuval_api.views import BURN, UnitView, figure_outliers
+from gpuval_api.views import UnitView, figure_outliers
 from tests.support.baselines import measured, slowed
 
 

@@ -5,12 +5,13 @@ systemic; what does not compare (another GPU count, other settings) is said, not
 from __future__ import annotations
 
 from gpuval_agent.baseline import judge
-from gpuval_api.baseline import figures, rules
+from gpuval_api.baseline import rules, samples
 from gpuval_api.baseline.comparison import Match
-from gpuval_api.baseline.figures import FABRIC_PAIR, Sample
 from gpuval_api.baseline.learn import learn
-from gpuval_api.baseline.model import BaselineKey, FigureBaseline, GpuBaselineSpec, Unit
+from gpuval_api.baseline.model import BaselineKey, FigureBaseline, GpuBaselineSpec
+from gpuval_api.baseline.samples import FABRIC_PAIR_NAME, Sample
 from gpuval_api.checks import ChecksConfig
+from gpuval_api.figures import Unit
 from gpuval_api.reasons import Reason
 from gpuval_api.result import AgentResult, Verdict
 from tests.support.baselines import GPUS, measured, node_figures, slowed
@@ -82,8 +83,8 @@ def test_a_node_of_another_gpu_count_is_judged_on_per_gpu_figures_only() -> None
     two = measured("two-gpus", gpus=2)
 
     comparison, below = rules.compare(
-        figures.result_samples(two),
-        figures.node_key(two.environment)[0],
+        samples.result_samples(two),
+        samples.node_key(two.environment)[0],
         baseline,
         0.1,
     )
@@ -101,7 +102,7 @@ def test_figures_measured_with_other_settings_are_not_compared() -> None:
     config = ChecksConfig.model_validate({"burn": {"matrixSize": 8192}})
     other = measured("other", config=config)
 
-    comparison, _ = rules.compare(figures.result_samples(other), KEY, baseline, 0.1)
+    comparison, _ = rules.compare(samples.result_samples(other), KEY, baseline, 0.1)
 
     burn = next(f for f in comparison.figures if f.figure == "burn.bf16")
     assert burn.ratio is None
@@ -112,7 +113,7 @@ def test_nccl_below_one_gib_is_kept_for_the_picture_but_not_judged() -> None:
     baseline = learned_baseline()
     slow = measured("slow-nccl", slowed(0.5))
 
-    comparison, below = rules.compare(figures.result_samples(slow), KEY, [("b", baseline)], 0.1)
+    comparison, below = rules.compare(samples.result_samples(slow), KEY, [("b", baseline)], 0.1)
 
     by_figure = {f.figure: f for f in comparison.figures}
     assert not by_figure["nccl.512MiB"].judged and by_figure["nccl.512MiB"].below == 0
@@ -125,7 +126,7 @@ def test_no_baseline_for_a_node_says_which_there_are() -> None:
     result = measured("n")
 
     comparison, below = rules.compare(
-        figures.result_samples(result), other, [("h200", learned_baseline())], 0.1
+        samples.result_samples(result), other, [("h200", learned_baseline())], 0.1
     )
 
     assert comparison.name is None and below == []
@@ -155,7 +156,7 @@ def test_a_node_is_below_the_fabric_baseline_only_when_its_best_pair_is() -> Non
     spec = learned_baseline()
     measured_with = "pairBytes=1073741824,transport=IB/GDRDMA"
     fabric = FigureBaseline(
-        figure=FABRIC_PAIR,
+        figure=FABRIC_PAIR_NAME,
         unit=Unit.GBPS,
         centre=380.0,
         spread=2.0,
@@ -167,7 +168,8 @@ def test_a_node_is_below_the_fabric_baseline_only_when_its_best_pair_is() -> Non
 
     def pairs(*values: float) -> list[Sample]:
         return [
-            Sample(FABRIC_PAIR, v, measured_with, peer_node=f"p{i}") for i, v in enumerate(values)
+            Sample(FABRIC_PAIR_NAME, v, measured_with, peer_node=f"p{i}")
+            for i, v in enumerate(values)
         ]
 
     assert rules.fabric_below(pairs(380.0, 200.0), spec, 0.1) is None  # a slow link, not the node
@@ -177,5 +179,5 @@ def test_a_node_is_below_the_fabric_baseline_only_when_its_best_pair_is() -> Non
         "with p0: fabric.pair 300.0 GB/s is 0.79 of the H200 baseline 380.0 "
         "(below 0.90 of it: fraction 0.1)"
     )
-    other = [Sample(FABRIC_PAIR, 9.0, "pairBytes=1073741824,transport=Socket", peer_node="p")]
+    other = [Sample(FABRIC_PAIR_NAME, 9.0, "pairBytes=1073741824,transport=Socket", peer_node="p")]
     assert rules.fabric_below(other, spec, 0.1) is None

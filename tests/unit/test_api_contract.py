@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuval_api import conditions, keys, kubernetes, kueue, report
+from gpuval_api import conditions, figures, keys, kubernetes, kueue, report
 from gpuval_api.crd import GpuNodeReportStatus, ReportSummary, RunTrigger
 from gpuval_api.env import AgentEnv, OperatorEnv
 from gpuval_api.fabric import FabricKey, FabricStatus
@@ -100,7 +100,8 @@ def test_report_status_keys_are_the_crds_field_names() -> None:
     aliases = {f.alias or n for n, f in GpuNodeReportStatus.model_fields.items()}
     assert {str(k) for k in report.StatusKey} == aliases
     summary = {f.alias or n for n, f in ReportSummary.model_fields.items()}
-    assert {str(k) for k in report.SummaryKey} == summary
+    figure_keys = {f.key for f in figures.summary_figures()}
+    assert {str(k) for k in report.SummaryKey} | figure_keys == summary
 
 
 def test_fabric_status_keys_are_the_crds_field_names() -> None:

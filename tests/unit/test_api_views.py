@@ -8,12 +8,11 @@ import pytest
 from pydantic import ValidationError
 
 from gpuval_api.crd import GpuNodeReport, GpuValidation
+from gpuval_api.figures import BURN, H2D
 from gpuval_api.lenient import read_model
 from gpuval_api.machine import machine_view
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_api.views import (
-    BURN,
-    H2D,
     UnitView,
     figure_outliers,
     fleet_view,

@@ -7,8 +7,9 @@ import re
 
 from gpuval_agent.baseline import candidates, judge
 from gpuval_api.baseline.bands import Band, BaselineView
+from gpuval_api.figures import BURN
 from gpuval_api.machine import machine_view
-from gpuval_api.views import BURN, FleetView, UnitView
+from gpuval_api.views import FleetView, UnitView
 from gpuval_report.baseline import MAX_TRENDS, baseline_section, history_section, sparkline
 from gpuval_report.figures import BAND_COLOUR, distribution
 from tests.support.baselines import measured

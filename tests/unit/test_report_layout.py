@@ -4,7 +4,8 @@ on different levels (tests/browser measures the drawn page)."""
 
 from __future__ import annotations
 
-from gpuval_api.views import BURN, H2D, FailureView, FigureOutlier, UnitView
+from gpuval_api.figures import BURN, H2D
+from gpuval_api.views import FailureView, FigureOutlier, UnitView
 from gpuval_report.failures import failures_html, gpu_ranges, group_failures
 from gpuval_report.figures import (
     CHAR_PX,

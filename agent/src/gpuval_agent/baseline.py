@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from gpuval_agent.errors import AgentError
 from gpuval_agent.runner import overall
-from gpuval_api.baseline import figures, files, rules
+from gpuval_api.baseline import files, rules, samples
 from gpuval_api.baseline.model import BaselineSettings
 from gpuval_api.baseline.rules import Below, Candidate
 from gpuval_api.env import AgentEnv
@@ -99,8 +99,8 @@ def _with_findings(check: CheckResult, below: list[Below]) -> CheckResult:
 def judge(result: AgentResult, baselines: list[Candidate], fraction: float) -> AgentResult:
     """`result` with its comparison and BelowBaseline findings, verdict and message recomputed.
     A stopped (partial) run gets the comparison but no findings: it is judged as stopped."""
-    key, why = figures.node_key(result.environment)
-    comparison, below = rules.compare(figures.result_samples(result), key, baselines, fraction, why)
+    key, why = samples.node_key(result.environment)
+    comparison, below = rules.compare(samples.result_samples(result), key, baselines, fraction, why)
     stopped = result.reason is Reason.AGENT_STOPPED
     if stopped:
         below = []

@@ -11,10 +11,10 @@ from gpuval_agent.backends.base import BurnProgress, TelemetrySample
 from gpuval_agent.metrics import AgentMetrics
 from gpuval_agent.state.model import Reading
 from gpuval_api.baseline.comparison import Match
-from gpuval_api.baseline.figures import JUDGED_NCCL_BYTES, nccl_bytes
+from gpuval_api.figures import BURN, MAX_TEMPERATURE, baseline_judged
 from gpuval_api.reasons import Reason, Severity, verdict_of
 from gpuval_api.report import one_line
-from gpuval_api.result import AgentResult, CheckResult, Metric, Verdict
+from gpuval_api.result import AgentResult, CheckResult, Verdict
 
 _BAR = 24
 _VERDICT_LINE = {
@@ -177,9 +177,9 @@ def render_table(result: AgentResult) -> str:
         lines += ["", f"{'GPU':<4} {'TFLOP/s':>9} {'MAX C':>6} {'MAX W':>6} {'MIN MHz':>8}  UUID"]
         for g in burn.gpus:
             m = g.metrics
-            figures = [m.get(key, 0.0) for key in (Metric.TFLOPS, Metric.MAX_TEMPERATURE)]
+            figures = [m.get(key, 0.0) for key in (BURN.metric, MAX_TEMPERATURE.metric)]
             figures += [m.get(key, 0.0) for key in ("maxPowerWatts", "minSmClockMhz")]
-            tflops = f"{figures[0]:>9.1f}" if Metric.TFLOPS in m else f"{'-':>9}"  # not burned
+            tflops = f"{figures[0]:>9.1f}" if BURN.metric in m else f"{'-':>9}"  # not burned
             lines.append(
                 f"{g.index:<4} {tflops} {figures[1]:>6.0f} {figures[2]:>6.0f} "
                 f"{figures[3]:>8.0f}  {g.uuid or ''}"
@@ -229,7 +229,7 @@ def baseline_lines(result: AgentResult) -> list[str]:
         f"{'FIGURE':<12} {'WORST':>9} {'BASELINE':>9}  RATIO",
     ]
     for entry in comparison.figures:
-        if entry.figure.startswith("nccl.") and nccl_bytes(entry.figure) < JUDGED_NCCL_BYTES:
+        if not baseline_judged(entry.figure):
             continue
         centre = f"{entry.centre:.1f}" if entry.centre is not None else "-"
         if entry.ratio is None:

@@ -12,11 +12,12 @@ are checked by the operator (`gpuval_operator.spec`).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from gpuval_api import figures
 from gpuval_api.baseline.model import (
     MAX_HISTORY,
     BaselineRunStatus,
@@ -29,6 +30,7 @@ from gpuval_api.conditions import ConditionType
 from gpuval_api.evidence import EvidenceStatus
 from gpuval_api.fabric import FabricSpec, FabricStatus
 from gpuval_api.fabricsummary import FabricRunStatus
+from gpuval_api.figuremodel import with_figures
 from gpuval_api.kueue import queue_field
 from gpuval_api.reasons import Reason
 from gpuval_api.report import REPORT_VERDICTS, ReportPhase
@@ -704,32 +706,18 @@ class GpuNodeReportSpec(_Model):
     )
 
 
-class ReportSummary(_Model):
+class _ReportSummary(_Model):
     """Worst GPU of the node for each figure; absent when not measured."""
 
     gpu_count: int | None = Field(default=None, description="GPUs the agent saw.")
-    burn_tflops: float | None = Field(default=None, description="Lowest burn throughput, TFLOP/s.")
-    h2d_g_bps: float | None = Field(
-        default=None, alias="h2dGBps", description="Lowest host-to-device bandwidth, GB/s."
-    )
-    d2h_g_bps: float | None = Field(
-        default=None, alias="d2hGBps", description="Lowest device-to-host bandwidth, GB/s."
-    )
-    device_copy_g_bps: float | None = Field(
-        default=None,
-        alias="deviceCopyGBps",
-        description="Lowest device-local copy bandwidth, GB/s.",
-    )
-    p2p_g_bps: float | None = Field(
-        default=None, alias="p2pGBps", description="Lowest GPU-to-GPU bandwidth, GB/s."
-    )
-    nccl_busbw_g_bps: float | None = Field(
-        default=None,
-        alias="ncclBusbwGBps",
-        description="NCCL all-reduce busbw at the largest size, GB/s.",
-    )
-    max_temperature_celsius: float | None = Field(
-        default=None, description="Highest GPU temperature during the burn, degrees Celsius."
+
+
+# One field per summary figure of the registry (gpuval_api.figures), keyed and described there.
+if TYPE_CHECKING:
+    ReportSummary = _ReportSummary
+else:
+    ReportSummary = with_figures(
+        _ReportSummary, "ReportSummary", figures.summary_figures(), bounded=False
     )
 
 

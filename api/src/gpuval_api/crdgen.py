@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from gpuval_api import crd
+from gpuval_api import crd, figures
 from gpuval_api.baseline.model import GpuBaselineSpec
 from gpuval_api.jsonschema import ExplicitDefaults
 
@@ -209,6 +209,15 @@ def _doc(model: type[BaseModel]) -> str:
     return " ".join((model.__doc__ or "").split())
 
 
+def _figure_columns() -> list[dict[str, Any]]:
+    """A GpuNodeReport's printer column for each summary figure of the registry that has one."""
+    return [
+        {"name": f.shown.column, "type": "number", "jsonPath": f".status.summary.{f.key}"}
+        for f in figures.summary_figures()
+        if f.shown.column
+    ]
+
+
 def build_crds() -> dict[str, dict[str, Any]]:
     """File name -> CRD object, for every gpuval CRD."""
     validation = _crd(
@@ -243,9 +252,7 @@ def build_crds() -> dict[str, dict[str, Any]]:
             {"name": "Run", "type": "string", "jsonPath": ".spec.run", "priority": 1},
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "priority": 1},
             {"name": "Result", "type": "string", "jsonPath": ".status.verdict"},
-            {"name": "Burn TFLOP/s", "type": "number", "jsonPath": ".status.summary.burnTflops"},
-            {"name": "H2D GB/s", "type": "number", "jsonPath": ".status.summary.h2dGBps"},
-            {"name": "Busbw GB/s", "type": "number", "jsonPath": ".status.summary.ncclBusbwGBps"},
+            *_figure_columns(),
             {"name": "Fabric", "type": "string", "jsonPath": ".status.fabric.verdict"},
             {"name": "Fabric GB/s", "type": "number", "jsonPath": ".status.fabric.busbwGBps"},
             {"name": "Reason", "type": "string", "jsonPath": ".status.reason"},

@@ -10,8 +10,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gpuval_api import figures
 from gpuval_api.checks import ChecksConfig, Threshold
 from gpuval_api.env import AgentEnv, OperatorEnv
+from gpuval_api.figures import PerPrecision, PerSize
 from gpuval_api.reasons import REASONS
 
 
@@ -78,6 +80,41 @@ def checks_defaults_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _yes(flag: bool) -> str:
+    return "yes" if flag else ""
+
+
+def figures_table() -> str:
+    """Every figure of the registry with every spelling and place derived from its declaration."""
+    lines = [
+        "| figure | label | unit | check | better | summary / history key | Prometheus series | "
+        "baseline | scope | history | shown |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for figure in figures.all_figures():
+        series = [f"`gpuval_node_{figure.prometheus}`"] if figure.summary else []
+        if figure.per_gpu_metric:
+            series.append(f"`gpuval_gpu_{figure.prometheus}`")
+        family = {PerPrecision: ".<precision>", PerSize: ".<size>"}.get(type(figure.read), "")
+        baseline = f"`{figure.baseline}{family}`" if figure.baseline else ""
+        shown = figure.shown
+        places = [
+            name
+            for name, flag in (
+                ("page", shown.page),
+                ("dashboard", bool(shown.trend or shown.distribution or shown.per_gpu)),
+                (f"column {shown.column}", bool(shown.column)),
+            )
+            if flag
+        ]
+        lines.append(
+            f"| `{figure.id}` | {_cell(figure.label)} | {figure.unit} | {figure.check} | "
+            f"{figure.better} | `{figure.key}` | {', '.join(series)} | {baseline} | "
+            f"{figure.scope} | {_yes(figure.history)} | {', '.join(places)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def env_table() -> str:
     lines = ["| variable | read by | set by |", "|---|---|---|"]
     for agent_var in AgentEnv:
@@ -91,4 +128,5 @@ SECTIONS: dict[str, tuple[str, Callable[[], str]]] = {
     "reasons": ("docs/agent.md", reasons_table),
     "checks-defaults": ("docs/agent.md", checks_defaults_table),
     "env": ("docs/contracts.md", env_table),
+    "figures": ("docs/contracts.md", figures_table),
 }

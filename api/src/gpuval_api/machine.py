@@ -5,18 +5,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gpuval_api import figureread, figures
 from gpuval_api.baseline import bands
 from gpuval_api.checks import CheckName
 from gpuval_api.reasons import Severity
-from gpuval_api.result import AgentResult, Finding, Metric
+from gpuval_api.result import AgentResult, Finding
 from gpuval_api.stateview import MAX_LINES_PER_UNIT, not_read, not_read_by_what, state_lines
 from gpuval_api.views import (
-    BURN,
-    D2H,
-    DEVICE_COPY,
     FAILED,
-    H2D,
-    P2P,
     PASSED,
     FailureView,
     FleetView,
@@ -48,25 +44,13 @@ def _gpu_environment(result: AgentResult) -> dict[int, dict[str, str]]:
 
 
 def _gpu_figures(result: AgentResult) -> dict[int, dict[str, float]]:
-    figures: dict[int, dict[str, float]] = {}
-    for check_name, keys in (
-        ("burn", ((Metric.TFLOPS, BURN.key),)),
-        (
-            "bandwidth",
-            ((Metric.H2D, H2D.key), (Metric.D2H, D2H.key), (Metric.DEVICE_COPY, DEVICE_COPY.key)),
-        ),
-    ):
-        check = result.check(check_name)
-        for gpu in check.gpus if check else []:
-            for metric, key in keys:
-                if metric in gpu.metrics:
-                    figures.setdefault(gpu.index, {})[key] = gpu.metrics[metric]
-    bandwidth = result.check("bandwidth")
-    for pair in bandwidth.pairs if bandwidth else []:
-        if pair.gbps is not None:
-            mine = figures.setdefault(pair.src, {})
-            mine[P2P.key] = min(mine.get(P2P.key, pair.gbps), pair.gbps)
-    return figures
+    """Each GPU's value of every page figure of the registry measured per GPU (a peer pair
+    counts for its source GPU)."""
+    found: dict[int, dict[str, float]] = {}
+    for figure in figures.page_figures():
+        for gpu, value in figureread.gpu_values(figure, result).items():
+            found.setdefault(gpu, {})[figure.key] = value
+    return found
 
 
 def _machine_failures(result: AgentResult, host: str) -> list[FailureView]:

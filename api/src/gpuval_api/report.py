@@ -10,10 +10,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from gpuval_api import termination
-from gpuval_api.checks import CheckName
+from gpuval_api import figureread, figures, termination
 from gpuval_api.reasons import REASONS, Reason, Severity, verdict_of
-from gpuval_api.result import AgentResult, CheckResult, Metric, Verdict, untested_gpus
+from gpuval_api.result import AgentResult, CheckResult, Verdict
 
 MAX_FAILURES = 16
 MESSAGE_LIMIT = 1024
@@ -64,16 +63,10 @@ class StatusKey(StrEnum):
 
 
 class SummaryKey(StrEnum):
-    """Keys of `status.summary`: the worst GPU of the node for each figure."""
+    """Keys of `status.summary` that are no figure: each figure's key is its registry entry's
+    (`gpuval_api.figures`, `Figure.key`)."""
 
     GPU_COUNT = "gpuCount"
-    BURN_TFLOPS = "burnTflops"
-    H2D = "h2dGBps"
-    D2H = "d2hGBps"
-    DEVICE_COPY = "deviceCopyGBps"
-    P2P = "p2pGBps"
-    NCCL_BUSBW = "ncclBusbwGBps"
-    MAX_TEMPERATURE = "maxTemperatureCelsius"
 
 
 class FailureKey(StrEnum):
@@ -104,41 +97,13 @@ def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
 
 
 def build_summary(result: AgentResult) -> dict[str, Any]:
-    """Worst GPU of the node for each figure; a figure that was not measured is absent, and so
-    is one of a GPU the check did not test (GpuInUse)."""
+    """Worst GPU of the node for each summary figure of the registry; a figure that was not
+    measured is absent, and so is one of a GPU the check did not test (GpuInUse)."""
     summary: dict[str, Any] = {SummaryKey.GPU_COUNT: result.environment.gpu_count}
-
-    def gpu_values(check: str, key: str, tested_only: bool = True) -> list[float]:
-        found = result.check(check)
-        if found is None:
-            return []
-        untested = untested_gpus(found) if tested_only else set()
-        return [g.metrics[key] for g in found.gpus if key in g.metrics and g.index not in untested]
-
-    if tflops := gpu_values(CheckName.BURN, Metric.TFLOPS):
-        summary[SummaryKey.BURN_TFLOPS] = round(min(tflops), 3)
-    for key, field in (
-        (Metric.H2D, SummaryKey.H2D),
-        (Metric.D2H, SummaryKey.D2H),
-        (Metric.DEVICE_COPY, SummaryKey.DEVICE_COPY),
-    ):
-        if values := gpu_values(CheckName.BANDWIDTH, key):
-            summary[field] = round(min(values), 3)
-    bandwidth = result.check(CheckName.BANDWIDTH)
-    if bandwidth is not None:
-        untested = untested_gpus(bandwidth)
-        p2p = [
-            p.gbps for p in bandwidth.pairs if p.gbps is not None and not {p.src, p.dst} & untested
-        ]
-        if p2p:
-            summary[SummaryKey.P2P] = round(min(p2p), 3)
-    nccl = result.check(CheckName.NCCL)
-    if nccl is not None and nccl.nccl_sizes and not untested_gpus(nccl):
-        largest = max(nccl.nccl_sizes, key=lambda s: s.bytes)
-        summary[SummaryKey.NCCL_BUSBW] = round(largest.busbw_gbps, 3)
-    # A temperature is the GPU's whoever loaded it.
-    if temperatures := gpu_values(CheckName.BURN, Metric.MAX_TEMPERATURE, tested_only=False):
-        summary[SummaryKey.MAX_TEMPERATURE] = round(max(temperatures), 1)
+    for figure in figures.summary_figures():
+        value = figureread.node_value(figure, result)
+        if value is not None:
+            summary[figure.key] = value
     return {str(k): v for k, v in summary.items()}
 
 

@@ -34,13 +34,9 @@ class _Model(BaseModel):
 
 
 class Metric:
-    """Metric keys the report summary reads; checks may add more (e.g. `tflops.fp64`)."""
+    """Metric keys of a check's result that are no figure of the registry (a figure's key is its
+    `gpuval_api.figures` entry's `metric`)."""
 
-    TFLOPS = "tflops"  # burn, per GPU: the first configured precision's figure
-    MAX_TEMPERATURE = "maxTemperatureCelsius"  # burn, per GPU
-    H2D = "h2dGBps"  # bandwidth, per GPU, one GPU at a time
-    D2H = "d2hGBps"
-    DEVICE_COPY = "deviceCopyGBps"
     # The state check's, for the whole node (the operator's state series read them): NVLinks
     # down (below the count each GPU should have), InfiniBand/RoCE ports not up, and per load
     # check `countersGrown.<check>`, the error counters that grew while it ran.

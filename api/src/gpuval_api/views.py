@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from gpuval_api import figures
 from gpuval_api.baseline import bands
 from gpuval_api.baseline.bands import BaselineView
 from gpuval_api.baseline.history import value as history_value
 from gpuval_api.baseline.model import BaselineSettings, GpuBaselineSpec
 from gpuval_api.crd import GpuNodeReport, GpuValidation
 from gpuval_api.fabricview import FabricFinding, FabricLink, fabric_bounds, fabric_finding
+from gpuval_api.figures import Figure
 from gpuval_api.lenient import read_model
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_api.report import ReportPhase
@@ -43,24 +45,8 @@ PENDING = str(ReportPhase.PENDING)
 KNOWN_STATES = (PASSED, FAILED, RUNNING, PENDING)
 
 
-@dataclass(frozen=True, slots=True)
-class Figure:
-    """A measured figure of a unit: its key in the report summary, a label and its unit."""
-
-    key: str
-    label: str
-    unit: str
-    check: str  # the check that measures it
-
-
-BURN = Figure("burnTflops", "Burn throughput", "TFLOP/s", "burn")
-H2D = Figure("h2dGBps", "Host to device", "GB/s", "bandwidth")
-D2H = Figure("d2hGBps", "Device to host", "GB/s", "bandwidth")
-DEVICE_COPY = Figure("deviceCopyGBps", "Device-local copy", "GB/s", "bandwidth")
-P2P = Figure("p2pGBps", "GPU to GPU (peer)", "GB/s", "bandwidth")
-NCCL_BUSBW = Figure("ncclBusbwGBps", "NCCL all-reduce busbw", "GB/s", "nccl")
-# Higher is better for every one of them; temperature is a limit, checked by the burn itself.
-FIGURES: tuple[Figure, ...] = (BURN, H2D, D2H, DEVICE_COPY, P2P, NCCL_BUSBW)
+# The figures a page plots and compares across units: the registry's (gpuval_api.figures).
+FIGURES: tuple[Figure, ...] = figures.page_figures()
 
 # Environment fields compared across units; the operator's uniformity compares the same ones
 # (gpuval_operator.run.facts.UNIFORMITY_FIELDS is this tuple).
@@ -131,7 +117,8 @@ class FigureOutlier:
 
     @property
     def ratio(self) -> float:
-        return self.value / self.median if self.median else 0.0
+        """Below 1: worse than the median (whichever way the figure is better)."""
+        return self.figure.ratio(self.value, self.median)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +199,7 @@ def hint_for(reason: str | None) -> str:
 
 
 def figure_outliers(
-    units: Iterable[UnitView], figures: Sequence[Figure] = FIGURES, ratio: float = OUTLIER_RATIO
+    units: Iterable[UnitView], chosen: Sequence[Figure] = FIGURES, ratio: float = OUTLIER_RATIO
 ) -> list[FigureOutlier]:
     """Units whose figure is below `ratio` of the median of every unit that measured it.
 
@@ -221,15 +208,15 @@ def figure_outliers(
     """
     units = list(units)
     found: list[FigureOutlier] = []
-    for figure in figures:
+    for figure in chosen:
         measured = [(u.name, u.figures[figure.key]) for u in units if figure.key in u.figures]
         if len(measured) < 3:
             continue
         median = statistics.median(value for _, value in measured)
         found.extend(
             FigureOutlier(figure, name, value, median)
-            for name, value in sorted(measured, key=lambda item: item[1])
-            if value < ratio * median
+            for name, value in sorted(measured, key=lambda item: figure.ratio(item[1], median))
+            if figure.ratio(value, median) < ratio
         )
     return found
 

@@ -38,6 +38,7 @@ from grafana_foundation_sdk.models import dashboard as models
 from grafana_foundation_sdk.models import prometheus as prometheus_models
 
 from gpuval_api.baseline.model import BaselineSettings
+from gpuval_api.figures import SPELLINGS, Figure, all_figures
 from gpuval_api.views import OUTLIER_RATIO
 
 TARGET = Path(__file__).resolve().parents[3] / "charts" / "gpuval" / "files" / "dashboard.json"
@@ -377,6 +378,54 @@ def _add(
         board.with_panel(panel)
 
 
+def _grafana_unit(figure: Figure) -> str:
+    return SPELLINGS[figure.unit].grafana
+
+
+def distribution_row(first_id: int) -> list[Builder[models.Panel]]:
+    """The distribution and the slowest nodes of each registry figure shown so (gpuval_api.figures:
+    `shown.distribution`), two panels each."""
+    panels: list[Builder[models.Panel]] = []
+    for index, figure in enumerate(f for f in all_figures() if f.shown.distribution):
+        metric = f"gpuval_node_{figure.prometheus}"
+        panels += distribution_panels(
+            first_id + 2 * index, figure.label, metric, _grafana_unit(figure)
+        )
+    return panels
+
+
+def trend_row(first_id: int) -> list[Builder[models.Panel]]:
+    """One panel over time per `shown.trend` title of the registry, with each figure of that title
+    as its node series, in the registry's order."""
+    panels: dict[str, list[Figure]] = {}
+    for figure in all_figures():
+        if figure.shown.trend and figure.summary:
+            panels.setdefault(figure.shown.trend, []).append(figure)
+    return [
+        series_panel(
+            first_id + index,
+            title,
+            [(f"gpuval_node_{f.prometheus}", f.shown.legend) for f in members],
+            _grafana_unit(members[0]),
+        )
+        for index, (title, members) in enumerate(panels.items())
+    ]
+
+
+def per_gpu_row(first_id: int) -> list[Builder[models.Panel]]:
+    """One panel over time per registry figure shown per GPU (`shown.per_gpu`, a per-GPU series)."""
+    chosen = [f for f in all_figures() if f.shown.per_gpu and f.per_gpu_metric]
+    return [
+        series_panel(
+            first_id + index,
+            f"{figure.label} per GPU",
+            [(f"gpuval_gpu_{figure.prometheus}", "")],
+            _grafana_unit(figure),
+        )
+        for index, figure in enumerate(chosen)
+    ]
+
+
 def _variable(name: str, label: str, source: str) -> dashboard.QueryVariable:
     return (
         dashboard.QueryVariable(name)
@@ -415,64 +464,9 @@ def build() -> dashboard.Dashboard:
     _add(board, "Hardware state (the state check, before and after the load)", state_panels(), 70)
     _add(board, "Fabric: NCCL across nodes (spec.fabric)", fabric_panels(), 60)
     _add(board, "Baselines and history (spec.baseline)", baseline_panels(), 80)
-    distributions = [
-        *distribution_panels(11, "Burn throughput", "gpuval_node_burn_flops_per_second", "flops"),
-        *distribution_panels(13, "Host to device", "gpuval_node_h2d_bytes_per_second", "Bps"),
-        *distribution_panels(15, "NCCL busbw", "gpuval_node_nccl_busbw_bytes_per_second", "Bps"),
-    ]
-    _add(board, "Distributions (worst GPU per node)", distributions, 10)
-    over_time = [
-        series_panel(21, "Burn throughput", [("gpuval_node_burn_flops_per_second", "")], "flops"),
-        series_panel(
-            22,
-            "NCCL all-reduce bus bandwidth",
-            [("gpuval_node_nccl_busbw_bytes_per_second", "")],
-            "Bps",
-        ),
-        series_panel(
-            23,
-            "Host to device / device to host bandwidth",
-            [
-                ("gpuval_node_h2d_bytes_per_second", "h2d"),
-                ("gpuval_node_d2h_bytes_per_second", "d2h"),
-            ],
-            "Bps",
-        ),
-        series_panel(
-            24,
-            "Device copy / peer to peer bandwidth",
-            [
-                ("gpuval_node_device_copy_bytes_per_second", "device"),
-                ("gpuval_node_p2p_bytes_per_second", "p2p"),
-            ],
-            "Bps",
-        ),
-    ]
-    _add(board, "Throughput and bandwidth over time (worst GPU per node)", over_time, 20)
-    temperatures = [
-        series_panel(
-            31,
-            "Hottest GPU per node under burn",
-            [("gpuval_node_max_temperature_celsius", "")],
-            "celsius",
-        ),
-        series_panel(
-            32,
-            "GPU temperature under burn (per GPU; operator.metricsPerGpu)",
-            [("gpuval_gpu_max_temperature_celsius", "")],
-            "celsius",
-        ),
-    ]
-    _add(board, "Temperatures", temperatures, 30)
-    per_gpu = [
-        series_panel(
-            41, "Burn throughput per GPU", [("gpuval_gpu_burn_flops_per_second", "")], "flops"
-        ),
-        series_panel(
-            42, "Host to device bandwidth per GPU", [("gpuval_gpu_h2d_bytes_per_second", "")], "Bps"
-        ),
-    ]
-    _add(board, "Per GPU (operator.metricsPerGpu)", per_gpu, 40)
+    _add(board, "Distributions (worst GPU per node)", distribution_row(100), 10)
+    _add(board, "Figures over time (worst GPU per node)", trend_row(200), 20)
+    _add(board, "Per GPU (operator.metricsPerGpu)", per_gpu_row(400), 40)
     return board
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuval_api.baseline import figures
+from gpuval_api import figures
 from gpuval_api.baseline.learn import Learned
 from gpuval_api.baseline.model import GpuBaselineSpec
 from gpuval_api.crd import GpuBaseline
@@ -48,10 +48,10 @@ def _figure_rows(spec: GpuBaselineSpec) -> list[list[str]]:
             f"{f.spread:g}",
             str(f.nodes),
             str(f.samples),
-            "" if figures.judged(f.figure) else "not judged",
+            "" if figures.baseline_judged(f.figure) else "not judged",
             f.measured_with,
         ]
-        for f in sorted(spec.figures, key=lambda f: figures.order(f.figure))
+        for f in sorted(spec.figures, key=lambda f: figures.baseline_order(f.figure))
     ]
 
 
@@ -97,7 +97,9 @@ def render_diff(first: tuple[str, GpuBaselineSpec], second: tuple[str, GpuBaseli
             "The keys differ: nodes of one are not judged against the other"
             + (" (per-GPU figures still compare)" if a.key.same_gpu(b.key) else "")
         )
-    names = sorted({f.figure for f in a.figures} | {f.figure for f in b.figures}, key=figures.order)
+    names = sorted(
+        {f.figure for f in a.figures} | {f.figure for f in b.figures}, key=figures.baseline_order
+    )
     rows = [["FIGURE", "A", "B", "B/A", ""]]
     for name in names:
         fa, fb = a.figure(name), b.figure(name)

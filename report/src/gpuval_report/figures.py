@@ -19,13 +19,13 @@ from typing import Any
 import plotly.graph_objects as go
 
 from gpuval_api.baseline.bands import Band
+from gpuval_api.figures import Figure
 from gpuval_api.views import (
     FAILED,
     OUTLIER_RATIO,
     PASSED,
     PENDING,
     RUNNING,
-    Figure,
     FigureOutlier,
     FleetView,
     UnitView,

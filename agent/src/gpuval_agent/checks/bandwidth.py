@@ -9,8 +9,9 @@ from contextlib import contextmanager
 from gpuval_agent.checks.common import CheckBuilder, CheckContext
 from gpuval_agent.telemetry import GpuWindow
 from gpuval_api.checks import Threshold
+from gpuval_api.figures import D2H, DEVICE_COPY, H2D
 from gpuval_api.reasons import Reason
-from gpuval_api.result import CheckResult, Metric, PairResult, PcieLink
+from gpuval_api.result import CheckResult, PairResult, PcieLink
 
 _MIB = 1 << 20
 
@@ -84,12 +85,12 @@ def run_bandwidth(context: CheckContext) -> CheckResult:
         return builder.finish()
     worst = {
         key: min(builder.gpu_metrics(g).get(key, 0.0) for g in gpus)
-        for key in (Metric.H2D, Metric.D2H, Metric.DEVICE_COPY)
+        for key in (H2D.metric, D2H.metric, DEVICE_COPY.metric)
     }
     p2p = [p.gbps for p in builder.pairs if p.gbps is not None]
     message = (
-        f"worst GB/s: h2d {worst[Metric.H2D]:.1f}, d2h {worst[Metric.D2H]:.1f}, device "
-        f"{worst[Metric.DEVICE_COPY]:.0f}" + (f", p2p {min(p2p):.1f}" if p2p else "")
+        f"worst GB/s: h2d {worst[H2D.metric]:.1f}, d2h {worst[D2H.metric]:.1f}, device "
+        f"{worst[DEVICE_COPY.metric]:.0f}" + (f", p2p {min(p2p):.1f}" if p2p else "")
     )
     return builder.finish(message=message)
 
@@ -105,9 +106,9 @@ def _one_gpu(context: CheckContext, builder: CheckBuilder, gpu: int, step: _Step
     d2h = backend.host_device_bandwidth("d2h", [gpu], nbytes, config.iterations)[gpu]
     step(f"GPU {gpu} device copy")
     local = backend.device_copy_bandwidth(gpu, nbytes, config.iterations)
-    builder.gpu_metric(gpu, Metric.H2D, h2d)
-    builder.gpu_metric(gpu, Metric.D2H, d2h)
-    builder.gpu_metric(gpu, Metric.DEVICE_COPY, local)
+    builder.gpu_metric(gpu, H2D.metric, h2d)
+    builder.gpu_metric(gpu, D2H.metric, d2h)
+    builder.gpu_metric(gpu, DEVICE_COPY.metric, local)
     _below(
         builder,
         what=f"GPU {gpu} host->device",

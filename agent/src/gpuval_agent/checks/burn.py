@@ -5,8 +5,9 @@ from __future__ import annotations
 from gpuval_agent.backends.base import POWER_THROTTLES, THERMAL_THROTTLES, BurnMeasurement
 from gpuval_agent.checks.common import CheckBuilder, CheckContext
 from gpuval_agent.telemetry import Window
+from gpuval_api.figures import BURN, MAX_TEMPERATURE
 from gpuval_api.reasons import Reason
-from gpuval_api.result import BurnFingerprint, CheckResult, Metric
+from gpuval_api.result import BurnFingerprint, CheckResult
 
 # Name at most this many bad iterations per GPU; the count of the rest is in the message.
 _NAMED_BAD_ITERATIONS = 3
@@ -45,15 +46,16 @@ def run_burn(context: CheckContext) -> CheckResult:
                         )
                     )
                 if position == 0:
-                    builder.gpu_metric(measurement.gpu, Metric.TFLOPS, measurement.tflops)
+                    builder.gpu_metric(measurement.gpu, BURN.metric, measurement.tflops)
     _judge_telemetry(builder, context, window)
     if builder.failed:
         return builder.finish()
-    figures = ", ".join(
-        f"{precision} {min(m.get(f'tflops.{precision}', 0.0) for m in _all(builder, gpus)):.1f}"
+    metrics = _all(builder, gpus)
+    worst = ", ".join(
+        f"{precision} {min(m.get(BURN.precision_metric(precision), 0.0) for m in metrics):.1f}"
         for precision in config.precisions
     )
-    return builder.finish(message=f"{len(gpus)} GPUs verified; worst TFLOP/s: {figures}")
+    return builder.finish(message=f"{len(gpus)} GPUs verified; worst TFLOP/s: {worst}")
 
 
 def _all(builder: CheckBuilder, gpus: list[int]) -> list[dict[str, float]]:
@@ -64,7 +66,7 @@ def _judge_measurement(
     builder: CheckBuilder, measurement: BurnMeasurement, precision: str, minimum: float | None
 ) -> None:
     gpu = measurement.gpu
-    builder.gpu_metric(gpu, f"tflops.{precision}", measurement.tflops)
+    builder.gpu_metric(gpu, BURN.precision_metric(precision), measurement.tflops)
     builder.gpu_metric(gpu, f"iterations.{precision}", float(measurement.iterations))
     if measurement.error is not None:
         builder.add(
@@ -108,7 +110,7 @@ def _judge_telemetry(builder: CheckBuilder, context: CheckContext, window: Windo
     config = context.config.burn
     for gpu in context.environment.gpus:
         seen = window.gpu(gpu.index)
-        builder.gpu_metric(gpu.index, Metric.MAX_TEMPERATURE, seen.max_temperature_celsius)
+        builder.gpu_metric(gpu.index, MAX_TEMPERATURE.metric, seen.max_temperature_celsius)
         builder.gpu_metric(gpu.index, "maxPowerWatts", seen.max_power_watts)
         builder.gpu_metric(gpu.index, "minSmClockMhz", seen.min_sm_clock_mhz)
         builder.gpu_metric(gpu.index, "meanSmClockMhz", seen.mean_sm_clock_mhz)

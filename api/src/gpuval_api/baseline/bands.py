@@ -7,12 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gpuval_api.baseline import figures
+from gpuval_api import figures
 from gpuval_api.baseline.comparison import BaselineComparison, Match
-from gpuval_api.baseline.figures import Scope
 from gpuval_api.baseline.model import GpuBaselineSpec
 from gpuval_api.baseline.rules import source_text
-from gpuval_api.report import SummaryKey
+from gpuval_api.figures import Scope
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,17 +48,14 @@ class BaselineView:
 
 
 def page_figures(precision: str, nccl_bytes: int | None) -> dict[str, str]:
-    """Page figure key (status.summary's) -> the baseline's figure name."""
-    found = {
-        SummaryKey.BURN_TFLOPS: figures.burn_figure(precision),
-        SummaryKey.H2D: figures.H2D,
-        SummaryKey.D2H: figures.D2H,
-        SummaryKey.DEVICE_COPY: figures.DEVICE_COPY,
-        SummaryKey.P2P: figures.P2P,
-    }
-    if nccl_bytes is not None:
-        found[SummaryKey.NCCL_BUSBW] = figures.nccl_figure(nccl_bytes)
-    return {str(k): v for k, v in found.items()}
+    """Page figure key (status.summary's) -> the baseline's figure name, for the registry's page
+    figures that have a baseline (the burn in `precision`, NCCL at `nccl_bytes`)."""
+    found = {}
+    for figure in figures.page_figures():
+        name = figure.baseline_name(precision, nccl_bytes)
+        if name is not None:
+            found[figure.key] = name
+    return found
 
 
 def of_comparison(
@@ -92,7 +88,9 @@ def of_spec(
     bands = {}
     for key, figure in page_figures(precision, nccl_bytes).items():
         entry = spec.figure(figure)
-        if entry is None or (match is Match.GPU and figures.scope(figure) is not Scope.GPU):
+        if entry is None or (
+            match is Match.GPU and figures.baseline_scope(figure) is not Scope.GPU
+        ):
             continue
         bands[key] = Band(entry.centre, entry.spread, (1 - fraction) * entry.centre)
     label = spec.key.label

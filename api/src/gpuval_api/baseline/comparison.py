@@ -8,8 +8,9 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpuval_api.baseline.model import BaselineKey, Unit
+from gpuval_api.baseline.model import UNIT_SCHEMA, BaselineKey
 from gpuval_api.checks import camel
+from gpuval_api.figures import Unit
 
 
 class _Model(BaseModel):
@@ -25,7 +26,7 @@ class FigureRatio(_Model):
     """One figure: its worst value against the baseline's centre."""
 
     figure: str = Field(description="The baseline's figure name, e.g. burn.bf16, nccl.4GiB.")
-    unit: Unit
+    unit: Unit = Field(json_schema_extra=UNIT_SCHEMA)
     value: float = Field(description="The lowest value measured (worst GPU, pair or size).")
     where: str = Field(default="", description="Where the lowest was: 'GPU 3', 'GPU 0 -> GPU 1'.")
     centre: float | None = Field(default=None, description="The baseline's centre; None: none.")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from gpuval_api.baseline import figures, history, learn, rules
+from gpuval_api.baseline import history, learn, rules, samples
 from gpuval_api.baseline.comparison import BaselineComparison
 from gpuval_api.baseline.model import (
     MAX_LISTED,
@@ -50,15 +50,15 @@ def report_figures(report: GpuNodeReport) -> learn.NodeFigures | None:
     result = _result(report)
     if result is None or report.status is None:
         return None
-    key, _ = figures.node_key(result.environment)
-    samples = figures.result_samples(result)
+    key, _ = samples.node_key(result.environment)
+    found = samples.result_samples(result)
     fabric = report.status.fabric
     if fabric is not None and fabric.result is not None:
         transport = str(fabric.transport) if fabric.transport else "Unknown"
         pairs = read_pairs(fabric.result)
-        samples += figures.fabric_samples(report.spec.node, pairs, transport)
+        found += samples.fabric_samples(report.spec.node, pairs, transport)
     passed = report.status.verdict == Verdict.PASSED
-    return learn.NodeFigures(report.spec.node, key, passed, tuple(samples))
+    return learn.NodeFigures(report.spec.node, key, passed, tuple(found))
 
 
 def learn_run(
@@ -184,7 +184,7 @@ def history_entry(report: GpuNodeReport) -> HistoryEntry | None:
         return None
     summary = status.summary.model_dump(by_alias=True) if status.summary else {}
     pairs = (
-        figures.fabric_samples(report.spec.node, read_pairs(status.fabric.result), "")
+        samples.fabric_samples(report.spec.node, read_pairs(status.fabric.result), "")
         if status.fabric is not None and status.fabric.result is not None
         else []
     )

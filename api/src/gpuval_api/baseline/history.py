@@ -15,21 +15,14 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuval_api.baseline.model import DriftAction, HistoryEntry, HistorySettings, Unit
+from gpuval_api import figures as registry
+from gpuval_api.baseline.model import DriftAction, HistoryEntry, HistorySettings
 from gpuval_api.reasons import Severity
-from gpuval_api.report import SummaryKey, build_summary
+from gpuval_api.report import build_summary
 from gpuval_api.result import AgentResult
 
-FABRIC_PAIR = "fabricPairGBps"
-KEY_FIGURES: tuple[str, ...] = (
-    SummaryKey.BURN_TFLOPS,
-    SummaryKey.H2D,
-    SummaryKey.D2H,
-    SummaryKey.DEVICE_COPY,
-    SummaryKey.P2P,
-    SummaryKey.NCCL_BUSBW,
-    FABRIC_PAIR,
-)
+# The registry's history figures, by key, in reading order.
+KEY_FIGURES: tuple[str, ...] = tuple(f.key for f in registry.history_figures())
 MIN_RUNS = 3
 
 
@@ -41,12 +34,13 @@ def entry(
 ) -> HistoryEntry:
     """A run's key figures from a report's status.summary (and the node's lowest fabric pair)."""
     figures: dict[str, object] = {
-        key: round(float(value), 3)
-        for key in KEY_FIGURES
-        if isinstance(value := summary.get(key), int | float) and not isinstance(value, bool)
+        figure.key: round(float(value), figure.digits)
+        for figure in registry.history_figures()
+        if isinstance(value := summary.get(figure.key), int | float) and not isinstance(value, bool)
     }
     if fabric_pair_gbps is not None:
-        figures[FABRIC_PAIR] = round(fabric_pair_gbps, 3)
+        # The node's lowest fabric pair: the one key figure a report's summary does not hold.
+        figures[registry.FABRIC_PAIR.key] = round(fabric_pair_gbps, registry.FABRIC_PAIR.digits)
     return HistoryEntry.model_validate({"run": run, "completedAt": completed_at, **figures})
 
 
@@ -83,11 +77,14 @@ class Drift:
 
     @property
     def ratio(self) -> float:
-        return self.value / self.median
+        """Below 1: worse than the node's median (for a figure better lower, the inverse)."""
+        figure = registry.by_key(self.figure)
+        return figure.ratio(self.value, self.median) if figure else self.value / self.median
 
     @property
     def message(self) -> str:
-        unit = Unit.TFLOPS if self.figure == SummaryKey.BURN_TFLOPS else Unit.GBPS
+        figure = registry.by_key(self.figure)
+        unit = figure.unit if figure is not None else ""
         return (
             f"{self.figure} {self.value:.1f} {unit} is {self.ratio:.2f} of this node's median "
             f"{self.median:.1f} over its last {self.runs} runs (below {1 - self.fraction:.2f} "
@@ -106,14 +103,14 @@ def drift(
     past = [h for h in history if h.run != current.run][-settings.runs :]
     severity = Severity.ERROR if settings.action is DriftAction.FAIL else Severity.WARNING
     found = []
-    for figure in KEY_FIGURES:
-        now = value(current, figure)
-        earlier = [v for h in past if (v := value(h, figure)) is not None]
+    for figure in registry.history_figures():
+        now = value(current, figure.key)
+        earlier = [v for h in past if (v := value(h, figure.key)) is not None]
         if now is None or len(earlier) < MIN_RUNS:
             continue
         median = statistics.median(earlier)
-        if median > 0 and now < (1 - settings.drift_fraction) * median:
+        if median > 0 and figure.ratio(now, median) < 1 - settings.drift_fraction:
             found.append(
-                Drift(figure, now, median, len(earlier), settings.drift_fraction, severity)
+                Drift(figure.key, now, median, len(earlier), settings.drift_fraction, severity)
             )
     return found

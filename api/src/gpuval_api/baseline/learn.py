@@ -16,8 +16,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from gpuval_api.baseline import figures
-from gpuval_api.baseline.figures import Sample, Scope
+from gpuval_api import figures
 from gpuval_api.baseline.model import (
     MAX_EXCLUDED,
     MAX_FIGURES,
@@ -29,7 +28,9 @@ from gpuval_api.baseline.model import (
     SourceKind,
     StackVersions,
 )
+from gpuval_api.baseline.samples import Sample
 from gpuval_api.checks import MAX_FIGURE
+from gpuval_api.figures import Scope
 
 MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution is 0.6745 sigma
 MAX_ROUNDS = 20
@@ -197,7 +198,7 @@ def _offs(
         centre = centres.get(figure)
         if not centre:
             continue
-        nearest = figures.scope(figure) is Scope.FABRIC
+        nearest = figures.baseline_scope(figure) is Scope.FABRIC
         for value in values:
             off = abs(value / centre - 1)
             have = found.get(figure)
@@ -234,7 +235,7 @@ def _figures(pool: _Pool) -> list[FigureBaseline]:
         out.append(
             FigureBaseline(
                 figure=figure,
-                unit=figures.unit(figure),
+                unit=figures.baseline_unit(figure),
                 centre=round(centre, 3),
                 spread=round(spread, 3),
                 nodes=len(names),
@@ -242,7 +243,7 @@ def _figures(pool: _Pool) -> list[FigureBaseline]:
                 measured_with=pool.settings[figure],
             )
         )
-    return sorted(out, key=lambda f: figures.order(f.figure))[:MAX_FIGURES]
+    return sorted(out, key=lambda f: figures.baseline_order(f.figure))[:MAX_FIGURES]
 
 
 def learn(
@@ -286,7 +287,9 @@ def learn(
     spec = None
     learned_figures = _figures(pool) if not problem else []
     wide = [
-        f for f in learned_figures if figures.judged(f.figure) and f.spread > fraction * f.centre
+        f
+        for f in learned_figures
+        if figures.baseline_judged(f.figure) and f.spread > fraction * f.centre
     ]
     if wide:
         problem = (

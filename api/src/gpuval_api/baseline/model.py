@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Self
+from typing import TYPE_CHECKING, Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gpuval_api import figures
 from gpuval_api.checks import MAX_FIGURE, camel
+from gpuval_api.figuremodel import with_figures
+from gpuval_api.figures import Unit
 
 # Bounds: a baseline holds every figure once (5 burn precisions, 3 copies, peer, NCCL sizes from
 # 1 MiB to 64 GiB, the fabric pair): 27 at most today, 48 leaves room.
@@ -32,10 +35,7 @@ MAX_NAMES = 16
 MAX_LISTED = 50
 NAME_LENGTH = 253
 PRODUCT_LENGTH = 128
-FIGURE_PATTERN = (
-    r"^(burn\.(bf16|fp16|tf32|fp32|fp64)|h2d|d2h|deviceCopy|p2p"
-    r"|nccl\.[1-9][0-9]{0,5}(B|KiB|MiB|GiB)|fabric\.pair)$"
-)
+FIGURE_PATTERN = figures.baseline_pattern()
 PCIE_PATTERN = r"^(gen[1-9]x[0-9]{1,2}|unknown)$"
 _VENDOR = re.compile(r"^NVIDIA\s+", re.IGNORECASE)
 
@@ -44,9 +44,8 @@ class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=camel, populate_by_name=True, extra="forbid")
 
 
-class Unit(StrEnum):
-    TFLOPS = "TFLOP/s"
-    GBPS = "GB/s"
+# The units a baseline figure may have: those of the registry's baselined figures.
+UNIT_SCHEMA: dict[str, Any] = {"enum": [str(u) for u in figures.baseline_units()]}
 
 
 class BaselineKey(_Model):
@@ -100,13 +99,11 @@ class FigureBaseline(_Model):
     figure: str = Field(
         pattern=FIGURE_PATTERN,
         max_length=32,
-        description=(
-            "burn.<precision> (TFLOP/s per GPU), h2d, d2h, deviceCopy (GB/s per GPU), p2p (GB/s "
-            "per ordered GPU pair), nccl.<size> (in-node all-reduce busbw, e.g. nccl.4GiB), "
-            "fabric.pair (busbw of a pair of nodes)."
-        ),
+        description=figures.baseline_names_text(),
     )
-    unit: Unit = Field(description="TFLOP/s for burn figures, GB/s for the others.")
+    unit: Unit = Field(
+        description="The figure's unit (gpuval_api.figures).", json_schema_extra=UNIT_SCHEMA
+    )
     centre: float = Field(
         gt=0, le=MAX_FIGURE, description="The median of the samples of the nodes kept."
     )
@@ -133,7 +130,7 @@ class FigureBaseline(_Model):
 
     @model_validator(mode="after")
     def _unit_fits_the_figure(self) -> Self:
-        wanted = Unit.TFLOPS if self.figure.startswith("burn.") else Unit.GBPS
+        wanted = figures.of_baseline(self.figure).unit
         if self.unit is not wanted:
             raise ValueError(f"unit of {self.figure} is {wanted}, not {self.unit}")
         return self
@@ -320,7 +317,7 @@ class BaselineSettings(_Model):
     )
 
 
-class HistoryEntry(_Model):
+class _HistoryEntry(_Model):
     """One past run of a node: its key figures only (the worst GPU's, as in status.summary)."""
 
     run: str = Field(min_length=1, max_length=64, description="The run id.")
@@ -330,26 +327,14 @@ class HistoryEntry(_Model):
         description="When the node's verdict was written (RFC 3339).",
         json_schema_extra={"format": "date-time"},
     )
-    burn_tflops: float | None = Field(
-        default=None, ge=0, le=MAX_FIGURE, description="Lowest burn throughput, TFLOP/s."
-    )
-    h2d_gbps: float | None = Field(
-        default=None, ge=0, le=MAX_FIGURE, description="Lowest host-to-device, GB/s."
-    )
-    d2h_gbps: float | None = Field(
-        default=None, ge=0, le=MAX_FIGURE, description="Lowest device-to-host, GB/s."
-    )
-    device_copy_gbps: float | None = Field(
-        default=None, ge=0, le=MAX_FIGURE, description="Lowest device-local copy, GB/s."
-    )
-    p2p_gbps: float | None = Field(
-        default=None, ge=0, le=MAX_FIGURE, description="Lowest GPU-to-GPU copy, GB/s."
-    )
-    nccl_busbw_gbps: float | None = Field(
-        default=None, ge=0, le=MAX_FIGURE, description="NCCL busbw at the largest size, GB/s."
-    )
-    fabric_pair_gbps: float | None = Field(
-        default=None, ge=0, le=MAX_FIGURE, description="Lowest busbw of its fabric pairs, GB/s."
+
+
+# One field per history figure of the registry (gpuval_api.figures), keyed and described there.
+if TYPE_CHECKING:
+    HistoryEntry = _HistoryEntry
+else:
+    HistoryEntry = with_figures(
+        _HistoryEntry, "HistoryEntry", figures.history_figures(), bounded=True
     )
 
 

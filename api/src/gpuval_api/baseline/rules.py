@@ -9,10 +9,11 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpuval_api.baseline import figures
+from gpuval_api import figures
 from gpuval_api.baseline.comparison import BaselineComparison, FigureRatio, Match
-from gpuval_api.baseline.figures import Sample, Scope
 from gpuval_api.baseline.model import BaselineKey, GpuBaselineSpec
+from gpuval_api.baseline.samples import FABRIC_PAIR_NAME, Sample
+from gpuval_api.figures import Scope
 
 # A named baseline: (GpuBaseline name, spec).
 Candidate = tuple[str, GpuBaselineSpec]
@@ -46,12 +47,12 @@ class Below:
 
     @property
     def check(self) -> str:
-        return figures.check_of(self.figure)
+        return figures.baseline_check(self.figure)
 
     @property
     def message(self) -> str:
         where = self.sample.where()
-        unit = figures.unit(self.figure)
+        unit = figures.baseline_unit(self.figure)
         return (
             f"{where + ': ' if where else ''}{self.figure} {self.value:.1f} {unit} is "
             f"{self.value / self.centre:.2f} of the {self.label} baseline {self.centre:.1f} "
@@ -64,12 +65,15 @@ def _figure(
 ) -> tuple[FigureRatio, list[Below]]:
     worst = min(samples, key=lambda s: s.value)
     entry = FigureRatio(
-        figure=name, unit=figures.unit(name), value=round(worst.value, 3), where=worst.where()
+        figure=name,
+        unit=figures.baseline_unit(name),
+        value=round(worst.value, 3),
+        where=worst.where(),
     )
     base = spec.figure(name)
     if base is None:
         return entry.model_copy(update={"note": "the baseline has no such figure"}), []
-    scope = figures.scope(name)
+    scope = figures.baseline_scope(name)
     if match is Match.GPU and scope is not Scope.GPU:
         note = f"the baseline is for {spec.key.gpu_count} GPUs: per-GPU figures only"
         return entry.model_copy(update={"note": note}), []
@@ -79,7 +83,7 @@ def _figure(
         note = f"measured with {mine}; the baseline with {base.measured_with}"
         return entry.model_copy(update={"note": note}), []
     floor = (1 - fraction) * base.centre
-    judged = figures.judged(name)
+    judged = figures.baseline_judged(name)
     below = [s for s in samples if s.value < floor] if judged else []
     label = spec.key.label
     update = {
@@ -117,7 +121,7 @@ def compare(
         by_figure.setdefault(sample.figure, []).append(sample)
     ratios: list[FigureRatio] = []
     below: list[Below] = []
-    for figure in sorted(by_figure, key=figures.order):
+    for figure in sorted(by_figure, key=figures.baseline_order):
         entry, found = _figure(figure, by_figure[figure], spec, match, fraction)
         ratios.append(entry)
         below.extend(found)
@@ -184,7 +188,7 @@ def systemic_of(
     for node, figure, ratio, below in judged:
         by_figure.setdefault(figure, []).append((node, ratio, below))
     found = []
-    for figure in sorted(by_figure, key=figures.order):
+    for figure in sorted(by_figure, key=figures.baseline_order):
         entries = by_figure[figure]
         below_nodes = tuple(sorted(node for node, _, below in entries if below))
         if len(entries) >= min_nodes and len(below_nodes) > systemic_fraction * len(entries):
@@ -197,11 +201,11 @@ def fabric_below(samples: Sequence[Sample], spec: GpuBaselineSpec, fraction: flo
     """A node's fabric pairs against the baseline's `fabric.pair`: below only when its best pair
     is (one slow pair is a link, which the fabric phase names; a slow node is slow with every
     partner). Pairs measured otherwise (size, transport) do not compare."""
-    base = spec.figure(figures.FABRIC_PAIR)
+    base = spec.figure(FABRIC_PAIR_NAME)
     mine = [
         s
         for s in samples
-        if s.figure == figures.FABRIC_PAIR
+        if s.figure == FABRIC_PAIR_NAME
         and base is not None
         and s.measured_with == base.measured_with
     ]
@@ -210,4 +214,4 @@ def fabric_below(samples: Sequence[Sample], spec: GpuBaselineSpec, fraction: flo
     best = max(mine, key=lambda s: s.value)
     if best.value >= (1 - fraction) * base.centre:
         return None
-    return Below(figures.FABRIC_PAIR, best.value, base.centre, fraction, spec.key.label, best)
+    return Below(FABRIC_PAIR_NAME, best.value, base.centre, fraction, spec.key.label, best)

@@ -18,11 +18,12 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpuval_api.baseline import figures
-from gpuval_api.baseline.figures import Sample
+from gpuval_api import figures
+from gpuval_api.baseline import samples
 from gpuval_api.baseline.files import to_yaml
 from gpuval_api.baseline.learn import NodeFigures, learn
 from gpuval_api.baseline.model import BaselineSource, GpuBaselineSpec, SourceKind
+from gpuval_api.baseline.samples import Sample
 from gpuval_api.crd import GpuBaseline, ObjectMeta
 from gpuval_api.lenient import read_model
 from gpuval_api.result import AgentResult
@@ -56,24 +57,24 @@ def _run(path: Path) -> tuple[NodeFigures, AgentResult]:
     # Results of older agents carry settings this version dropped (health's ECC thresholds moved
     # to the state check): read them as any reader of another version's documents does.
     result = read_model(AgentResult, json.loads(path.read_text()))
-    key, why = figures.node_key(result.environment)
+    key, why = samples.node_key(result.environment)
     if key is None:
         raise ValueError(f"{path.name}: no baseline key: {why}")
-    return NodeFigures(path.name, key, True, tuple(figures.result_samples(result))), result
+    return NodeFigures(path.name, key, True, tuple(samples.result_samples(result))), result
 
 
 def _bench(path: Path, key_of: NodeFigures) -> NodeFigures:
     """The agent_bench rows burn.<precision>: the verified burn's figure per GPU."""
     document = json.loads(path.read_text())
     matrix = f"matrixSize={document['settings']['matrixSize']}"
-    samples = [
-        Sample(figures.burn_figure(precision), float(value), matrix, int(gpu))
+    burns = [
+        Sample(figures.BURN.baseline_name(precision) or "", float(value), matrix, int(gpu))
         for row in document["rows"]
         for precision in BENCH_PRECISIONS
         if row["name"] == f"burn.{precision}"
         for gpu, value in row["perGpu"].items()
     ]
-    return NodeFigures(path.name, key_of.key, True, tuple(samples))
+    return NodeFigures(path.name, key_of.key, True, tuple(burns))
 
 
 def _sources(spec: GpuBaselineSpec, nodes: Sequence[NodeFigures], kept: Sequence[str]) -> None:
@@ -97,7 +98,7 @@ def build(results: Path = RESULTS) -> GpuBaseline:
         fraction=FRACTION,
         min_nodes=2,
         source=BaselineSource(kind=SourceKind.SHIPPED, description=DESCRIPTION),
-        versions=figures.stack_versions(result.environment for _, result in runs),
+        versions=samples.stack_versions(result.environment for _, result in runs),
     )
     if learned.spec is None or learned.excluded:
         why = learned.problem or f"left out {learned.excluded}"

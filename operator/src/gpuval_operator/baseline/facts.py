@@ -20,11 +20,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuval_api.baseline import figures
 from gpuval_api.baseline.comparison import Match
-from gpuval_api.baseline.history import FABRIC_PAIR, KEY_FIGURES
+from gpuval_api.baseline.history import KEY_FIGURES
 from gpuval_api.baseline.model import HistoryEntry
+from gpuval_api.baseline.samples import fabric_samples
 from gpuval_api.fabric import FabricPair
+from gpuval_api.figures import FABRIC_PAIR, history_figures
 from gpuval_operator.timestamps import parse_time, rfc3339
 
 # The run id and completion time of a history entry, as HistoryEntry spells them.
@@ -95,8 +96,7 @@ class Comparison:
 
 def lowest_pair(node: str, pairs: Sequence[FabricPair]) -> float | None:
     """The node's lowest fabric pair busbw (pair rounds, the node at one end), GB/s."""
-    samples = figures.fabric_samples(node, pairs, "")
-    return min((s.value for s in samples), default=None)
+    return min((s.value for s in fabric_samples(node, pairs, "")), default=None)
 
 
 def _float(value: object) -> float:
@@ -108,14 +108,14 @@ def _worst(count: int, values: array[float]) -> tuple[str, float] | None:
     earlier ones, and its ratio to that median."""
     width, last = len(KEY_FIGURES), count - 1
     found: tuple[str, float] | None = None
-    for index, figure in enumerate(KEY_FIGURES):
+    for index, figure in enumerate(history_figures()):
         now = values[last * width + index]
         earlier = [v for e in range(last) if not math.isnan(v := values[e * width + index])]
         if math.isnan(now) or not earlier or (median := statistics.median(earlier)) <= 0:
             continue
-        ratio = round(now / median, 4)  # a tie goes to the figure read first
+        ratio = round(figure.ratio(now, median), 4)  # a tie goes to the figure read first
         if found is None or ratio < found[1]:
-            found = (figure, ratio)
+            found = (figure.key, ratio)
     return found
 
 
@@ -159,7 +159,7 @@ class History:
         if summary is not None:
             runs.append(sys.intern(run))
             times.append(NAN if completed_at is None else completed_at)
-            own = {**summary, FABRIC_PAIR: NAN if fabric_pair is None else fabric_pair}
+            own = {**summary, FABRIC_PAIR.key: NAN if fabric_pair is None else fabric_pair}
             values.extend(_float(own.get(key)) for key in KEY_FIGURES)
         current = summary is not None
         worst = _worst(len(runs), values) if current else None

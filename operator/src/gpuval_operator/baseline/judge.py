@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from gpuval_api.baseline import figures, files, fleet, history, rules
-from gpuval_api.baseline.history import FABRIC_PAIR, Drift
+from gpuval_api.baseline import files, fleet, history, rules, samples
+from gpuval_api.baseline.history import Drift
 from gpuval_api.baseline.model import (
     MAX_LISTED,
     MAX_NAMES,
@@ -27,11 +27,10 @@ from gpuval_api.baseline.model import (
     StackVersions,
 )
 from gpuval_api.baseline.rules import Below, Candidate
-from gpuval_api.checks import CheckName
 from gpuval_api.crd import GpuBaseline, ObjectMeta
 from gpuval_api.env import AgentEnv
-from gpuval_api.fabric import FABRIC_CHECK, FabricPair
-from gpuval_api.report import SummaryKey
+from gpuval_api.fabric import FabricPair
+from gpuval_api.figures import history_figures
 from gpuval_operator.baseline.facts import Comparison, History
 from gpuval_operator.baseline.state import DriftNote, RunBaselines
 
@@ -40,16 +39,8 @@ from gpuval_operator.baseline.state import DriftNote, RunBaselines
 MAX_ENV_BYTES = 64 * 1024
 NOTE_LENGTH = 1024
 
-# The check whose figure fell, for a DriftFromHistory failure.
-DRIFT_CHECKS: dict[str, str] = {
-    SummaryKey.BURN_TFLOPS: CheckName.BURN,
-    SummaryKey.H2D: CheckName.BANDWIDTH,
-    SummaryKey.D2H: CheckName.BANDWIDTH,
-    SummaryKey.DEVICE_COPY: CheckName.BANDWIDTH,
-    SummaryKey.P2P: CheckName.BANDWIDTH,
-    SummaryKey.NCCL_BUSBW: CheckName.NCCL,
-    FABRIC_PAIR: FABRIC_CHECK,
-}
+# The check whose figure fell, for a DriftFromHistory failure: the registry's history figures'.
+DRIFT_CHECKS: dict[str, str] = {f.key: f.check for f in history_figures()}
 
 
 def start(settings: BaselineSettings, listed: Sequence[Candidate]) -> RunBaselines:
@@ -143,8 +134,8 @@ def fabric_below(
     chosen = baselines.spec_of(comparison.name)
     if chosen is None:
         return None
-    samples = figures.fabric_samples(node, pairs, transport or "Unknown")
-    return rules.fabric_below(samples, chosen[1], baselines.settings.fraction)
+    pair_samples = samples.fabric_samples(node, pairs, transport or "Unknown")
+    return rules.fabric_below(pair_samples, chosen[1], baselines.settings.fraction)
 
 
 def run_status(

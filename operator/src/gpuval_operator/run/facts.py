@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuval_api import keys
+from gpuval_api import figures, keys
 from gpuval_api.checks import CheckName
 from gpuval_api.crd import OUTLIER_VALUE_LENGTH
 from gpuval_api.kubernetes import (
@@ -33,12 +33,11 @@ from gpuval_api.report import (
     FailureKey,
     ReportPhase,
     StatusKey,
-    SummaryKey,
     parse_termination_message,
     read_reason,
     read_verdict,
 )
-from gpuval_api.result import Metric, Verdict
+from gpuval_api.result import Verdict
 from gpuval_api.views import ENVIRONMENT_FIELDS
 from gpuval_operator.baseline.facts import Comparison, History, lowest_pair
 from gpuval_operator.fabric.facts import FabricFacts
@@ -131,25 +130,15 @@ class PodFacts:
 # kubectl gpuval and the report show.
 UNIFORMITY_FIELDS = ENVIRONMENT_FIELDS
 
-# Figures of the report summary exported per node: summary key -> (metric suffix, factor to base
-# units).
+# Figures of the report summary exported per node, from the registry (gpuval_api.figures):
+# summary key -> (metric suffix, factor to base units).
 SUMMARY_FIGURES: dict[str, tuple[str, float]] = {
-    SummaryKey.BURN_TFLOPS: ("burn_flops_per_second", 1e12),
-    SummaryKey.H2D: ("h2d_bytes_per_second", 1e9),
-    SummaryKey.D2H: ("d2h_bytes_per_second", 1e9),
-    SummaryKey.DEVICE_COPY: ("device_copy_bytes_per_second", 1e9),
-    SummaryKey.P2P: ("p2p_bytes_per_second", 1e9),
-    SummaryKey.NCCL_BUSBW: ("nccl_busbw_bytes_per_second", 1e9),
-    SummaryKey.MAX_TEMPERATURE: ("max_temperature_celsius", 1.0),
+    f.key: (f.prometheus, f.factor) for f in figures.summary_figures()
 }
 
 # Per-GPU figures (check, metric key in the result document) -> (metric suffix, factor).
 GPU_FIGURES: dict[tuple[str, str], tuple[str, float]] = {
-    (CheckName.BURN, Metric.TFLOPS): ("burn_flops_per_second", 1e12),
-    (CheckName.BURN, Metric.MAX_TEMPERATURE): ("max_temperature_celsius", 1.0),
-    (CheckName.BANDWIDTH, Metric.H2D): ("h2d_bytes_per_second", 1e9),
-    (CheckName.BANDWIDTH, Metric.D2H): ("d2h_bytes_per_second", 1e9),
-    (CheckName.BANDWIDTH, Metric.DEVICE_COPY): ("device_copy_bytes_per_second", 1e9),
+    (f.check, f.metric): (f.prometheus, f.factor) for f in figures.all_figures() if f.per_gpu_metric
 }
 
 

@@ -17,18 +17,15 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from pydantic import ValidationError
-
 from gpuval_api.baseline import bands
 from gpuval_api.baseline.bands import BaselineView
 from gpuval_api.baseline.history import value as history_value
-from gpuval_api.baseline.model import BaselineSettings, GpuBaselineSpec
+from gpuval_api.baselinemodel import BaselineSettings, GpuBaselineSpec
 from gpuval_api.crd import GpuNodeReport, GpuValidation
 from gpuval_api.fabricview import FabricFinding, FabricLink, fabric_bounds, fabric_finding
-from gpuval_api.lenient import read_model
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_api.report import ReportPhase
-from gpuval_api.result import AgentResult, CheckResult, Verdict
+from gpuval_api.result import AgentResult, CheckResult, Verdict, parse_result
 from gpuval_api.stateview import StateLine, not_read, not_read_by_what, state_lines
 
 # A unit whose figure is below this fraction of the fleet's median is an outlier: one NIC down on
@@ -279,16 +276,6 @@ def _node_environment(result: AgentResult) -> dict[str, str]:
         "persistenceMode": distinct(g.persistence_mode for g in env.gpus),
     }
     return {k: str(v) for k, v in raw.items() if v is not None}
-
-
-def parse_result(document: object) -> AgentResult | None:
-    """The report's result document, or None when absent or of a shape this version cannot read."""
-    if not isinstance(document, dict):
-        return None
-    try:
-        return read_model(AgentResult, document)
-    except ValidationError:
-        return None
 
 
 def node_unit(report: GpuNodeReport) -> UnitView:

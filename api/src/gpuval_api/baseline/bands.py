@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpuval_api.baseline import figures
-from gpuval_api.baseline.comparison import BaselineComparison, Match
 from gpuval_api.baseline.figures import Scope
-from gpuval_api.baseline.model import GpuBaselineSpec
 from gpuval_api.baseline.rules import source_text
+from gpuval_api.baselinecomparison import BaselineComparison, Match
+from gpuval_api.baselinemodel import GpuBaselineSpec
 from gpuval_api.report import SummaryKey
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gpuval_api.baseline.model import BaselineKey, StackVersions, Unit
+from gpuval_api.baselinemodel import BaselineKey, StackVersions, Unit
 from gpuval_api.checks import CheckName, Precision
 from gpuval_api.fabric import FABRIC_CHECK, FabricPair
 from gpuval_api.result import (

@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuval_api.baseline.model import DriftAction, HistoryEntry, HistorySettings, Unit
+from gpuval_api.baselinemodel import DriftAction, HistoryEntry, HistorySettings, Unit
 from gpuval_api.reasons import Severity
 from gpuval_api.report import SummaryKey, build_summary
 from gpuval_api.result import AgentResult

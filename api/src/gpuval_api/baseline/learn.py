@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from gpuval_api.baseline import figures
 from gpuval_api.baseline.figures import Sample, Scope
-from gpuval_api.baseline.model import (
+from gpuval_api.baselinemodel import (
     MAX_EXCLUDED,
     MAX_FIGURES,
     BaselineKey,

@@ -3,7 +3,7 @@ rules that use them: gpuval_api.baseline)."""
 
 from __future__ import annotations
 
-from gpuval_api.baseline.model import GpuBaselineSpec
+from gpuval_api.baselinemodel import GpuBaselineSpec
 from gpuval_api.crd.common import API_VERSION, BASELINE_KIND, CrdModel, ObjectMeta
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from gpuval_api.baseline.model import MAX_HISTORY, HistoryEntry
+from gpuval_api.baselinemodel import MAX_HISTORY, HistoryEntry
 from gpuval_api.crd.common import API_VERSION, REPORT_KIND, CrdModel, ObjectMeta, cel_rules
 from gpuval_api.evidence import EvidenceStatus
 from gpuval_api.fabric import FabricStatus

@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from pydantic import ConfigDict, Field
 
-from gpuval_api.baseline.model import BaselineSettings
+from gpuval_api.baselinemodel import BaselineSettings
 from gpuval_api.checks import ChecksConfig
 from gpuval_api.crd.agent import AgentSettings
 from gpuval_api.crd.common import (

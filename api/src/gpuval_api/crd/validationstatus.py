@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from gpuval_api.baseline.model import BaselineRunStatus
+from gpuval_api.baselinemodel import BaselineRunStatus
 from gpuval_api.conditions import ConditionType
 from gpuval_api.crd.common import OUTLIER_VALUE_LENGTH, CrdModel
 from gpuval_api.fabricsummary import FabricRunStatus

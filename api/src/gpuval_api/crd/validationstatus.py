@@ -10,7 +10,7 @@ from pydantic import Field
 from gpuval_api.baselinemodel import BaselineRunStatus
 from gpuval_api.conditions import ConditionType
 from gpuval_api.crd.common import OUTLIER_VALUE_LENGTH, CrdModel
-from gpuval_api.fabricsummary import FabricRunStatus
+from gpuval_api.fabric.summary import FabricRunStatus
 from gpuval_api.reasons import Reason
 
 

@@ -13,7 +13,7 @@ import yaml
 
 from gpuval_agent.baseline import judge
 from gpuval_api.baseline import files
-from gpuval_api.baseline.model import BaselineSettings
+from gpuval_api.baselinemodel import BaselineSettings
 from gpuval_api.crd import GpuBaseline, ObjectMeta
 from gpuval_devtools.controlplane import Cluster
 from tests.support.baselines import measured, node_figures, slowed

@@ -1,8 +1,8 @@
 """A fabric with injected faults, as figures, for the pure tests: each pair's busbw is the simulated
 backend's model (gpuval_agent.fabric.simulated: BASE times the slower node's factor, the link's and
 the path's between the two nodes' domains), and a group's rounds are chosen by the same functions
-the agents call (gpuval_api.fabric.pair_rounds, then gpuval_api.isolation's confirmation round
-against the group's own floor). Measures nothing: the figures are the model's."""
+the agents call (gpuval_api.fabric.pair_rounds, then gpuval_api.fabric.isolation's confirmation
+round against the group's own floor). Measures nothing: the figures are the model's."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuval_api.fabric import FabricPair, FabricThresholds, pair_rounds
-from gpuval_api.isolation import confirmation_pairs, find_suspects, reference_busbw
+from gpuval_api.fabric.isolation import confirmation_pairs, find_suspects, reference_busbw
 
 BASE = 380.0
 GIB = 1 << 30

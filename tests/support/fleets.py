@@ -18,11 +18,11 @@ from gpuval_agent.fabric.simulated import SimulatedFabric
 from gpuval_agent.runner import run_checks
 from gpuval_api.baseline.history import entry_of_result
 from gpuval_api.baseline.learn import learn
-from gpuval_api.baseline.model import GpuBaselineSpec
+from gpuval_api.baselinemodel import GpuBaselineSpec
 from gpuval_api.checks import ChecksConfig
 from gpuval_api.crd import GpuNodeReport, GpuValidation
 from gpuval_api.fabric import FABRIC_CHECK, FabricConfig, FabricResult, build_fabric_status
-from gpuval_api.fabricsummary import FabricRunStatus
+from gpuval_api.fabric.summary import FabricRunStatus
 from gpuval_api.report import StatusKey, build_operator_failure_status, build_report_status
 from gpuval_api.result import AgentResult, Verdict
 from gpuval_api.views import FleetView, fleet_view

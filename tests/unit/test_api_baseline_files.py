@@ -13,7 +13,7 @@ from gpuval_agent.baseline import judge
 from gpuval_api.baseline import files, shippedgen
 from gpuval_api.baseline.files import BaselineFileError, from_yaml, to_yaml
 from gpuval_api.baseline.learn import learn
-from gpuval_api.baseline.model import BaselineKey, SourceKind
+from gpuval_api.baselinemodel import BaselineKey, SourceKind
 from gpuval_api.crd import GpuBaseline, ObjectMeta
 from tests.support.baselines import GPUS, measured, node_figures, slowed
 

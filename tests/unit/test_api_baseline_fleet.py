@@ -12,7 +12,7 @@ import pytest
 from gpuval_agent.baseline import from_env, judge
 from gpuval_api.baseline import fleet
 from gpuval_api.baseline.files import to_yaml
-from gpuval_api.baseline.model import BaselineSettings
+from gpuval_api.baselinemodel import BaselineSettings
 from gpuval_api.crd import GpuNodeReportStatus
 from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import build_fabric_status

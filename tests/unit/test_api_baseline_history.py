@@ -13,7 +13,7 @@ from gpuval_api.baseline.history import (
     entry_of_result,
     next_history,
 )
-from gpuval_api.baseline.model import DriftAction, HistoryEntry, HistorySettings
+from gpuval_api.baselinemodel import DriftAction, HistoryEntry, HistorySettings
 from gpuval_api.figures import BURN
 from gpuval_api.reasons import Severity
 from gpuval_api.views import UnitView, figure_outliers

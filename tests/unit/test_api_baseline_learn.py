@@ -7,8 +7,8 @@ from __future__ import annotations
 import random
 
 from gpuval_api.baseline.learn import MAD_TO_SIGMA, NodeFigures, keys, learn, robust
-from gpuval_api.baseline.model import BaselineKey, SourceKind
 from gpuval_api.baseline.samples import FABRIC_PAIR_NAME, Sample
+from gpuval_api.baselinemodel import BaselineKey, SourceKind
 from tests.support.baselines import GPUS, measured, node_figures, slowed
 
 KEY = BaselineKey(

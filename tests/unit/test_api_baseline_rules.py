@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from gpuval_agent.baseline import judge
 from gpuval_api.baseline import rules, samples
-from gpuval_api.baseline.comparison import Match
 from gpuval_api.baseline.learn import learn
-from gpuval_api.baseline.model import BaselineKey, FigureBaseline, GpuBaselineSpec
 from gpuval_api.baseline.samples import FABRIC_PAIR_NAME, Sample
+from gpuval_api.baselinecomparison import Match
+from gpuval_api.baselinemodel import BaselineKey, FigureBaseline, GpuBaselineSpec
 from gpuval_api.checks import ChecksConfig
 from gpuval_api.figures import Unit
 from gpuval_api.reasons import Reason

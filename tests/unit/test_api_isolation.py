@@ -1,4 +1,4 @@
-"""Who a fabric group's pair rounds name (gpuval_api.isolation): the reference, the suspects,
+"""Who a fabric group's pair rounds name (gpuval_api.fabric.isolation): the reference, the suspects,
 the confirmation round, the blame and its words. Pure: no cluster."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpuval_api.fabric import FabricPair, FabricThresholds, pair_rounds
-from gpuval_api.isolation import (
+from gpuval_api.fabric.isolation import (
     blame,
     confirmation_pairs,
     find_suspects,

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from gpuval_agent.fabric.nccllog import CLEAN_CHARS, TROUBLED_CHARS, excerpt
 from gpuval_api.evidence import MAX_ENCODED_BYTES, decode_evidence, evidence_status
 from gpuval_api.fabric import FabricPair
-from gpuval_api.fabricevidence import GroupFigures, fabric_evidence, read_result
+from gpuval_api.fabric.evidence import GroupFigures, fabric_evidence, read_result
 from gpuval_api.reasons import Reason
 
 PREFIX = "gpu-a:4242:4242 [0] NCCL INFO"

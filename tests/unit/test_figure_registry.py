@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpuval_api import figures
-from gpuval_api.baseline.model import FIGURE_PATTERN
+from gpuval_api.baselinemodel import FIGURE_PATTERN
 from gpuval_api.checks import CheckName
 from gpuval_api.figures import Figure, PerGpu, RegistryError, Shown, Unit
 
@@ -48,7 +48,7 @@ from prometheus_client import generate_latest
 
 from gpuval_api import crdgen
 from gpuval_api.baseline import history, learn, rules, samples
-from gpuval_api.baseline.model import FIGURE_PATTERN, HistorySettings
+from gpuval_api.baselinemodel import FIGURE_PATTERN, HistorySettings
 from gpuval_api.checks import ChecksConfig
 from gpuval_api.crd import GpuValidation
 from gpuval_api.report import build_summary

@@ -22,9 +22,9 @@ import yaml
 
 from gpuval_api.baseline import files, fleet
 from gpuval_api.baseline.learn import Learned, learn
-from gpuval_api.baseline.model import BaselineRunStatus, SystemicFigure
+from gpuval_api.baselinemodel import BaselineRunStatus, SystemicFigure
 from gpuval_api.crd import GpuBaseline, GpuValidation
-from gpuval_api.fabricview import FabricFinding
+from gpuval_api.fabric.view import FabricFinding
 from gpuval_api.release import Release
 from gpuval_api.views import FailureView, FleetView, UnitView
 from gpuval_devtools import krew

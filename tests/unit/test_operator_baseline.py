@@ -15,7 +15,7 @@ from typing import Any
 from gpuval_agent.baseline import judge as agent_judge
 from gpuval_api.baseline import files
 from gpuval_api.baseline.history import KEY_FIGURES
-from gpuval_api.baseline.model import (
+from gpuval_api.baselinemodel import (
     BaselineMode,
     BaselineSettings,
     DriftAction,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpuval_api import crdgen
-from gpuval_api.baseline.model import GpuBaselineSpec
+from gpuval_api.baselinemodel import GpuBaselineSpec
 from gpuval_api.checks import ChecksConfig
 from gpuval_api.crd import GpuNodeReportSpec, GpuNodeReportStatus, GpuValidationSpec
 

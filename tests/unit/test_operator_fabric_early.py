@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from gpuval_api.fabric import FabricPair, FabricThresholds
-from gpuval_api.isolation import blame, reference_busbw
+from gpuval_api.fabric.isolation import blame, reference_busbw
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
 from gpuval_operator.fabric.early import certain, early_finals, pair_floor_ceiling

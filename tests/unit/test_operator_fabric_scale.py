@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpuval_api.fabric import FabricThresholds, pair_rounds
-from gpuval_api.isolation import blame, reference_busbw
+from gpuval_api.fabric.isolation import blame, reference_busbw
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
 from gpuval_operator.fabric.plan import GroupPlan, cross_groups, domain_groups, representatives

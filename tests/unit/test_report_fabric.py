@@ -3,7 +3,7 @@ thousands of pairs is cut to its slowest (tests/browser draws the same section i
 
 from __future__ import annotations
 
-from gpuval_api.fabricview import FabricFinding, FabricLink
+from gpuval_api.fabric.view import FabricFinding, FabricLink
 from gpuval_api.views import FleetView, UnitView
 from gpuval_report.fabric import MAX_LINKS, fabric_section, pairs_figure, slow_links
 

@@ -18,8 +18,8 @@ from pydantic import ValidationError
 from gpuval_agent.errors import AgentError
 from gpuval_agent.runner import overall
 from gpuval_api.baseline import files, rules, samples
-from gpuval_api.baseline.model import BaselineSettings
 from gpuval_api.baseline.rules import Below, Candidate
+from gpuval_api.baselinemodel import BaselineSettings
 from gpuval_api.env import AgentEnv
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_api.result import AgentResult, CheckResult, Finding, GpuCheckResult, Verdict

@@ -42,7 +42,7 @@ from gpuval_agent.outcome import (
 from gpuval_agent.record import RunRecord
 from gpuval_agent.runner import run_checks
 from gpuval_agent.watch import POLL_SECONDS
-from gpuval_api.baseline.model import BaselineSettings
+from gpuval_api.baselinemodel import BaselineSettings
 from gpuval_api.checks import CheckName, ChecksConfig, Precision, camel, parse_checks
 from gpuval_api.evidence import evidence_gzip, evidence_status
 from gpuval_api.fabric import FABRIC_SUBCOMMAND

@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel
 
 from gpuval_api import crd, figures
-from gpuval_api.baseline.model import GpuBaselineSpec
+from gpuval_api.baselinemodel import GpuBaselineSpec
 from gpuval_api.jsonschema import ExplicitDefaults
 
 _DROP = {"title", "$defs"}

@@ -16,11 +16,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpuval_api.baseline.comparison import BaselineComparison
+from gpuval_api.baselinecomparison import BaselineComparison
 from gpuval_api.checks import ChecksConfig, camel
 from gpuval_api.jsonschema import ExplicitDefaults
+from gpuval_api.lenient import read_model
 from gpuval_api.reasons import Reason, Severity
 from gpuval_api.verdicts import Verdict
 
@@ -273,6 +274,17 @@ class AgentResult(_Model):
 
     def to_jsonable(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
+
+
+def parse_result(document: object) -> AgentResult | None:
+    """A result document as a report carries it (`status.result`), or None when absent or of a
+    shape this version cannot read; fields a newer agent added are dropped."""
+    if not isinstance(document, dict):
+        return None
+    try:
+        return read_model(AgentResult, document)
+    except ValidationError:
+        return None
 
 
 def json_schema() -> dict[str, Any]:

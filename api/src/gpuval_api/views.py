@@ -17,20 +17,17 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from pydantic import ValidationError
-
 from gpuval_api import figures
 from gpuval_api.baseline import bands
 from gpuval_api.baseline.bands import BaselineView
 from gpuval_api.baseline.history import value as history_value
-from gpuval_api.baseline.model import BaselineSettings, GpuBaselineSpec
+from gpuval_api.baselinemodel import BaselineSettings, GpuBaselineSpec
 from gpuval_api.crd import GpuNodeReport, GpuValidation
-from gpuval_api.fabricview import FabricFinding, FabricLink, fabric_bounds, fabric_finding
+from gpuval_api.fabric.view import FabricFinding, FabricLink, fabric_bounds, fabric_finding
 from gpuval_api.figures import Figure
-from gpuval_api.lenient import read_model
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_api.report import ReportPhase
-from gpuval_api.result import AgentResult, CheckResult, Verdict
+from gpuval_api.result import AgentResult, CheckResult, Verdict, parse_result
 from gpuval_api.stateview import StateLine, not_read, not_read_by_what, state_lines
 
 # A unit whose figure is below this fraction of the fleet's median is an outlier: one NIC down on
@@ -268,16 +265,6 @@ def _node_environment(result: AgentResult) -> dict[str, str]:
     return {k: str(v) for k, v in raw.items() if v is not None}
 
 
-def parse_result(document: object) -> AgentResult | None:
-    """The report's result document, or None when absent or of a shape this version cannot read."""
-    if not isinstance(document, dict):
-        return None
-    try:
-        return read_model(AgentResult, document)
-    except ValidationError:
-        return None
-
-
 def node_unit(report: GpuNodeReport) -> UnitView:
     """A fleet's unit: one node, from its GpuNodeReport."""
     node = report.spec.node
@@ -307,7 +294,7 @@ def node_unit(report: GpuNodeReport) -> UnitView:
         environment=_node_environment(result) if result else {},
         failures=failures,
         nccl=nccl_curve(result.check("nccl")) if result else (),
-        fabric=fabric_finding(report),
+        fabric=fabric_finding(status.fabric),
         state=state_lines(result, node),
         not_read=not_read(result),
         history=_history(report, figures),
@@ -373,7 +360,9 @@ def fleet_of_units(
     keeps the units, a few hundred bytes each, and drops each page of whole reports)."""
     status = validation.status
     units = sorted(node_units, key=lambda u: u.name)
-    median, floor = fabric_bounds(validation, distinct_links(units))
+    fabric_status = status.fabric if status else None
+    fabric_spec = validation.spec.fabric if validation.spec else None
+    median, floor = fabric_bounds(fabric_status, fabric_spec, distinct_links(units))
     conditions = tuple(
         (c.type, str(c.status), c.reason, c.message) for c in (status.conditions if status else [])
     )

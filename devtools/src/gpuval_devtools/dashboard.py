@@ -37,7 +37,7 @@ from grafana_foundation_sdk.models import common as common_models
 from grafana_foundation_sdk.models import dashboard as models
 from grafana_foundation_sdk.models import prometheus as prometheus_models
 
-from gpuval_api.baseline.model import BaselineSettings
+from gpuval_api.baselinemodel import BaselineSettings
 from gpuval_api.figures import SPELLINGS, Figure, all_figures
 from gpuval_api.views import OUTLIER_RATIO
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from gpuval_api import figures
 from gpuval_api.baseline.learn import Learned
-from gpuval_api.baseline.model import GpuBaselineSpec
+from gpuval_api.baselinemodel import GpuBaselineSpec
 from gpuval_api.crd import GpuBaseline
 from gpuval_kubectl.render import MAX_LINES, columns
 

@@ -21,7 +21,7 @@ import urllib3
 from pydantic import ValidationError
 
 from gpuval_api.baseline import files, fleet
-from gpuval_api.baseline.model import BaselineSettings, GpuBaselineSpec
+from gpuval_api.baselinemodel import BaselineSettings, GpuBaselineSpec
 from gpuval_api.crd import GpuBaseline, GpuValidation, ObjectMeta
 from gpuval_api.evidence import EvidenceError, decode_evidence, evidence_gzip
 from gpuval_api.views import FleetView, fleet_of_units

@@ -26,7 +26,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpuval_api import keys
 from gpuval_api.baseline.files import to_document
-from gpuval_api.baseline.model import GpuBaselineSpec
+from gpuval_api.baselinemodel import GpuBaselineSpec
 from gpuval_api.crd import (
     BASELINE_PLURAL,
     GROUP,

@@ -9,11 +9,11 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 
-from gpuval_api.baseline.model import BaselineRunStatus
+from gpuval_api.baselinemodel import BaselineRunStatus
 from gpuval_api.checks import CheckName
 from gpuval_api.conditions import ConditionType, ValidationPhase
 from gpuval_api.crd import ConditionStatus, GpuValidation
-from gpuval_api.fabricsummary import FabricRankWait
+from gpuval_api.fabric.summary import FabricRankWait
 from gpuval_api.release import Release
 from gpuval_api.views import FAILED, FleetView
 

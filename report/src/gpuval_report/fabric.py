@@ -15,7 +15,7 @@ from html import escape
 
 import plotly.graph_objects as go
 
-from gpuval_api.fabricview import FabricLink
+from gpuval_api.fabric.view import FabricLink
 from gpuval_api.views import FAILED, PASSED, FleetView, UnitView
 from gpuval_report.figures import KNOWN_COLOURS, figure_html, layout
 from gpuval_report.tables import table

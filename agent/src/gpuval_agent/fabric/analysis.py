@@ -20,7 +20,7 @@ from gpuval_agent.checks.nccl import bus_bandwidth
 from gpuval_agent.fabric.steps import SEVERITY, StepReport, StepStatus
 from gpuval_agent.fabric.transport import TransportReading, fell_back
 from gpuval_api.fabric import FabricConfig, FabricPair
-from gpuval_api.isolation import Blame, blame, find_suspects, reference_busbw
+from gpuval_api.fabric.isolation import Blame, blame, find_suspects, reference_busbw
 from gpuval_api.reasons import Reason, verdict_of
 from gpuval_api.result import NcclSize, Verdict
 
@@ -124,7 +124,7 @@ def pair_record(
 
 def pair_floor(config: FabricConfig, pairs: Sequence[PairRecord]) -> float:
     """Below this a pair is slow: the thresholds against the group's reference (the median over
-    its nodes of each node's best pair, gpuval_api.isolation.reference_busbw)."""
+    its nodes of each node's best pair, gpuval_api.fabric.isolation.reference_busbw)."""
     return config.thresholds.floor(reference_busbw(p.pair for p in pairs))
 
 

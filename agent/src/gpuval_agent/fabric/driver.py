@@ -40,7 +40,7 @@ from gpuval_agent.fabric.transport import read_transport
 from gpuval_agent.inuse import describe
 from gpuval_agent.watch import InUseWatch
 from gpuval_api.fabric import FabricConfig, FabricResult, pair_rounds
-from gpuval_api.isolation import confirmation_pairs, find_suspects
+from gpuval_api.fabric.isolation import confirmation_pairs, find_suspects
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
 

@@ -2,7 +2,7 @@
 
 A fabric run's workers print thousands of NCCL_DEBUG=INFO lines (one per channel and peer of every
 communicator). What a person needs of them, and what a fabric-failed node's evidence bundle holds
-(the operator builds it, gpuval_api.fabricevidence, and may fail a node its agent passed, so the
+(the operator builds it, gpuval_api.fabric.evidence, and may fail a node its agent passed, so the
 excerpt is kept on every run):
 
 - every warning or error line (`NCCL WARN`, an error, a failure, a timeout, a traceback) with

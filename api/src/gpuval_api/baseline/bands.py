@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpuval_api import figures
-from gpuval_api.baseline.comparison import BaselineComparison, Match
-from gpuval_api.baseline.model import GpuBaselineSpec
 from gpuval_api.baseline.rules import source_text
+from gpuval_api.baselinecomparison import BaselineComparison, Match
+from gpuval_api.baselinemodel import GpuBaselineSpec
 from gpuval_api.figures import Scope
 
 

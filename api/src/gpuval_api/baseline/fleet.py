@@ -18,8 +18,8 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from gpuval_api.baseline import history, learn, rules, samples
-from gpuval_api.baseline.comparison import BaselineComparison
-from gpuval_api.baseline.model import (
+from gpuval_api.baselinecomparison import BaselineComparison
+from gpuval_api.baselinemodel import (
     MAX_LISTED,
     MAX_NAMES,
     BaselineRunStatus,
@@ -34,8 +34,7 @@ from gpuval_api.baseline.model import (
 from gpuval_api.crd import GpuBaseline, GpuNodeReport, ObjectMeta
 from gpuval_api.fabric import read_pairs
 from gpuval_api.report import rfc3339
-from gpuval_api.result import AgentResult, Verdict
-from gpuval_api.views import parse_result
+from gpuval_api.result import AgentResult, Verdict, parse_result
 
 MAX_SYSTEMIC = 8
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuval_api import figures as registry
-from gpuval_api.baseline.model import DriftAction, HistoryEntry, HistorySettings
+from gpuval_api.baselinemodel import DriftAction, HistoryEntry, HistorySettings
 from gpuval_api.reasons import Severity
 from gpuval_api.report import build_summary
 from gpuval_api.result import AgentResult

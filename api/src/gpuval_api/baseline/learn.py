@@ -17,7 +17,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from gpuval_api import figures
-from gpuval_api.baseline.model import (
+from gpuval_api.baseline.samples import Sample
+from gpuval_api.baselinemodel import (
     MAX_EXCLUDED,
     MAX_FIGURES,
     BaselineKey,
@@ -28,7 +29,6 @@ from gpuval_api.baseline.model import (
     SourceKind,
     StackVersions,
 )
-from gpuval_api.baseline.samples import Sample
 from gpuval_api.checks import MAX_FIGURE
 from gpuval_api.figures import Scope
 

@@ -10,9 +10,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpuval_api import figures
-from gpuval_api.baseline.comparison import BaselineComparison, FigureRatio, Match
-from gpuval_api.baseline.model import BaselineKey, GpuBaselineSpec
 from gpuval_api.baseline.samples import FABRIC_PAIR_NAME, Sample
+from gpuval_api.baselinecomparison import BaselineComparison, FigureRatio, Match
+from gpuval_api.baselinemodel import BaselineKey, GpuBaselineSpec
 from gpuval_api.figures import Scope
 
 # A named baseline: (GpuBaseline name, spec).

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from gpuval_api import figureread
 from gpuval_api import figures as registry
-from gpuval_api.baseline.model import BaselineKey, StackVersions
+from gpuval_api.baselinemodel import BaselineKey, StackVersions
 from gpuval_api.fabric import FabricPair
 from gpuval_api.figures import FABRIC_PAIR, PerPrecision, PerSize
 from gpuval_api.result import AgentResult, Environment

@@ -22,8 +22,8 @@ from gpuval_api import figures
 from gpuval_api.baseline import samples
 from gpuval_api.baseline.files import to_yaml
 from gpuval_api.baseline.learn import NodeFigures, learn
-from gpuval_api.baseline.model import BaselineSource, GpuBaselineSpec, SourceKind
 from gpuval_api.baseline.samples import Sample
+from gpuval_api.baselinemodel import BaselineSource, GpuBaselineSpec, SourceKind
 from gpuval_api.crd import GpuBaseline, ObjectMeta
 from gpuval_api.lenient import read_model
 from gpuval_api.result import AgentResult

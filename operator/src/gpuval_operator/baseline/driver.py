@@ -21,14 +21,14 @@ from pydantic import ValidationError
 
 from gpuval_api.baseline import fleet
 from gpuval_api.baseline.learn import Learned, NodeFigures
-from gpuval_api.baseline.model import (
+from gpuval_api.baseline.rules import Candidate
+from gpuval_api.baselinemodel import (
     BaselineKey,
     BaselineMode,
     BaselineRunStatus,
     BaselineSettings,
     DriftAction,
 )
-from gpuval_api.baseline.rules import Candidate
 from gpuval_api.conditions import EventReason
 from gpuval_api.crd import API_VERSION, BASELINE_PLURAL, GpuBaseline, GpuNodeReport
 from gpuval_api.labels import children_selector

@@ -20,10 +20,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuval_api.baseline.comparison import Match
 from gpuval_api.baseline.history import KEY_FIGURES
-from gpuval_api.baseline.model import HistoryEntry
 from gpuval_api.baseline.samples import fabric_samples
+from gpuval_api.baselinecomparison import Match
+from gpuval_api.baselinemodel import HistoryEntry
 from gpuval_api.fabric import FabricPair
 from gpuval_api.figures import FABRIC_PAIR, history_figures
 from gpuval_operator.timestamps import parse_time, rfc3339

@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from gpuval_api.baseline import files, fleet, history, rules, samples
 from gpuval_api.baseline.history import Drift
-from gpuval_api.baseline.model import (
+from gpuval_api.baseline.rules import Below, Candidate
+from gpuval_api.baselinemodel import (
     MAX_LISTED,
     MAX_NAMES,
     BaselineRunStatus,
@@ -26,7 +27,6 @@ from gpuval_api.baseline.model import (
     HistorySettings,
     StackVersions,
 )
-from gpuval_api.baseline.rules import Below, Candidate
 from gpuval_api.crd import GpuBaseline, ObjectMeta
 from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import FabricPair

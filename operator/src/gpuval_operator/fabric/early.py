@@ -31,7 +31,7 @@ import statistics
 from collections.abc import Collection, Sequence
 
 from gpuval_api.fabric import FabricThresholds
-from gpuval_api.isolation import best_pairs, round_pairs
+from gpuval_api.fabric.isolation import best_pairs, round_pairs
 from gpuval_api.result import Verdict
 from gpuval_operator.fabric.verdicts import SLOWNESS, Final, GroupEvidence, Judged, settle
 

@@ -5,7 +5,7 @@ itself: its fabric agent leaves its figures and NCCL log excerpt in `status.fabr
 every run, and here, for each node the fabric fails, the operator reads its report back (the one
 API call, a GET: the watch keeps a few hundred bytes per node, not the log) and adds what only the
 run shows, the median pair, the floors and each of the node's groups, in one bundle
-(gpuval_api.fabricevidence; at most 64 KiB encoded). A report it cannot read still gets the
+(gpuval_api.fabric.evidence; at most 64 KiB encoded). A report it cannot read still gets the
 run's figures and pairs: the bundle says the agent's part is missing.
 """
 
@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuval_api.evidence import evidence_status
-from gpuval_api.fabricevidence import GroupFigures, fabric_evidence, read_result
+from gpuval_api.fabric.evidence import GroupFigures, fabric_evidence, read_result
 from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey
 from gpuval_operator.fabric.state import FabricState

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuval_api.fabric import FabricPair
-from gpuval_api.isolation import Blame
+from gpuval_api.fabric.isolation import Blame
 from gpuval_api.reasons import Reason
 
 

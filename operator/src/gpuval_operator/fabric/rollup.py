@@ -1,4 +1,4 @@
-"""Pure: the fabric part of the GpuValidation status (gpuval_api.fabricsummary), bounded: counts,
+"""Pure: the fabric part of the GpuValidation status (gpuval_api.fabric.summary), bounded: counts,
 the few worst groups, the slow groups, the groups forming now (the gang wait), one display line.
 Before the run-wide comparison the figures are the agents' own; after it, the settled verdicts.
 """
@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuval_api.fabric import FabricConfig
-from gpuval_api.fabricsummary import MAX_LISTED_GROUPS
+from gpuval_api.fabric.summary import MAX_LISTED_GROUPS
 from gpuval_api.report import rfc3339
 from gpuval_api.result import Verdict
 from gpuval_operator.fabric.lifecycle import formed, gang_broken

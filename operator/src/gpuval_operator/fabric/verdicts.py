@@ -1,9 +1,9 @@
 """Pure: the run-wide comparison of the fabric groups, once every group has its results.
 
 Each agent judged its group on the group's own evidence; the operator sees every group of the
-run. It takes the run's reference pair busbw (`gpuval_api.isolation.reference_busbw`: the median
-over nodes of each node's best pair) for the pairs' floor (`thresholds.floor`), and the median
-busbw of the groups of each size for the groups' floor; with a topology key the domain groups
+run. It takes the run's reference pair busbw (`gpuval_api.fabric.isolation.reference_busbw`: the
+median over nodes of each node's best pair) for the pairs' floor (`thresholds.floor`), and the
+median busbw of the groups of each size for the groups' floor; with a topology key the domain groups
 and the cross-domain groups are each compared with their own kind only (a path between domains
 may be slower than one inside a rack by design). It settles each node's fabric verdict:
 
@@ -15,10 +15,10 @@ may be slower than one inside a rack by design). It settles each node's fabric v
 - what an agent or the operator found against a node other than slowness (transport fallback,
   a hang, a crash, a pod that failed) stands;
 - slowness is judged again against the run-wide floor with the same pair method the agents use
-  (`gpuval_api.isolation.blame`): the nodes it names fail (FabricSlowNode, FabricSlowLink); one
-  an agent named against its group alone and the run does not is Passed. A group of three or
-  more in which no pair reached the floor names no one; the slow pair of a group of two is the
-  link or either node (FabricSlowPair: NotRun on both, and it says so);
+  (`gpuval_api.fabric.isolation.blame`): the nodes it names fail (FabricSlowNode,
+  FabricSlowLink); one an agent named against its group alone and the run does not is Passed. A
+  group of three or more in which no pair reached the floor names no one; the slow pair of a group
+  of two is the link or either node (FabricSlowPair: NotRun on both, and it says so);
 - in a cross-domain group what the pairs name is a path between domains (fabric.paths): listed,
   no representative blamed;
 - a group below its floor that names no node and no path is a slow group: listed in the
@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuval_api.fabric import FabricKey, FabricPair, FabricThresholds
-from gpuval_api.isolation import blame, reference_busbw, round_pairs
+from gpuval_api.fabric.isolation import blame, reference_busbw, round_pairs
 from gpuval_api.reasons import Reason, verdict_of
 from gpuval_api.result import Verdict
 from gpuval_operator.fabric.facts import MESSAGE_LIMIT, FabricFacts

@@ -4,9 +4,17 @@ the pure decisions both the agents and the operator make from the figures (desig
 A group is a few nodes (8 by default) whose agents run one all-reduce across all their GPUs, then
 pair rounds in the same pods: every node in two pairs with different partners (three rounds for an
 odd group), then one confirmation round that pairs each suspect with a node known good and tests
-each slow link again; who the rounds name is gpuval_api.isolation's. Pairs and groups are
+each slow link again; who the rounds name is gpuval_api.fabric.isolation's. Pairs and groups are
 all-reduces pinned to NCCL's ring algorithm, so a pair's bus bandwidth compares with the group's
 (a 2-node tree can show twice the network rate).
+
+This module holds what a group is asked (FabricConfig, `spec.fabric`), what each agent reports
+(FabricResult, a report's `status.fabric`) and the pair schedule; beside it, each importing only
+what is here and below:
+- `isolation`: who a group's pair rounds name (pure; the agents and the operator alike);
+- `summary`: the fabric part of a GpuValidation's status (`status.fabric`), bounded;
+- `evidence`: the evidence bundle of a node the fabric failed;
+- `view`: a node's fabric result as a person looks at it (gpuval_api.views).
 """
 
 from __future__ import annotations

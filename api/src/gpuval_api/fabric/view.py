@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpuval_api.crd import GpuNodeReport, GpuValidation
-from gpuval_api.fabric import FabricPair, FabricThresholds, read_pairs
-from gpuval_api.isolation import reference_busbw
+from gpuval_api.fabric import FabricPair, FabricSpec, FabricStatus, FabricThresholds, read_pairs
+from gpuval_api.fabric.isolation import reference_busbw
+from gpuval_api.fabric.summary import FabricRunStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +45,8 @@ def fabric_links(group: str, result: object) -> tuple[FabricLink, ...]:
     )
 
 
-def fabric_finding(report: GpuNodeReport) -> FabricFinding | None:
-    fabric = report.status.fabric if report.status is not None else None
+def fabric_finding(fabric: FabricStatus | None) -> FabricFinding | None:
+    """A node's fabric result from its report's `status.fabric`; None when it has none."""
     if fabric is None:
         return None
     return FabricFinding(
@@ -61,14 +61,13 @@ def fabric_finding(report: GpuNodeReport) -> FabricFinding | None:
 
 
 def fabric_bounds(
-    validation: GpuValidation, links: Iterable[FabricLink]
+    status: FabricRunStatus | None, spec: FabricSpec | None, links: Iterable[FabricLink]
 ) -> tuple[float | None, float | None]:
     """(the run's reference pair busbw, the floor below which a pair is slow), as the operator
-    judges pairs: its run-wide reference when the status has one, else the same reference
-    (gpuval_api.isolation.reference_busbw) over the pair rounds among `links` (each pair once:
-    the members of a group all report its pairs); the floor from spec.fabric.thresholds (or
-    their defaults)."""
-    status = validation.status.fabric if validation.status else None
+    judges pairs: its run-wide reference when the validation's `status.fabric` has one, else the
+    same reference (gpuval_api.fabric.isolation.reference_busbw) over the pair rounds among
+    `links` (each pair once: the members of a group all report its pairs); the floor from
+    `spec.fabric.thresholds` (or their defaults)."""
     median = status.median_pair_gbps if status else None
     if median is None:
         median = reference_busbw(
@@ -77,5 +76,4 @@ def fabric_bounds(
         )
     if median is None:
         return None, None
-    spec = validation.spec.fabric if validation.spec else None
     return median, (spec.thresholds if spec else FabricThresholds()).floor(median)

@@ -8,7 +8,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpuval_api.baseline.model import UNIT_SCHEMA, BaselineKey
+from gpuval_api.baselinemodel import UNIT_SCHEMA, BaselineKey
 from gpuval_api.checks import camel
 from gpuval_api.figures import Unit
 

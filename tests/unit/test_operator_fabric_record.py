@@ -13,7 +13,7 @@ from typing import Any
 from gpuval_api.crd import GpuValidationSpec
 from gpuval_api.reasons import Reason
 from gpuval_operator.config import OperatorConfig
-from gpuval_operator.fabric.driver import FabricDriver
+from gpuval_operator.control.fabricdriver import FabricDriver
 from gpuval_operator.fabric.plan import GroupPlan
 from gpuval_operator.run.effects import Effects
 from gpuval_operator.run.state import NodeRecord, RunState

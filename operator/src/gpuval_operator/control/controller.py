@@ -30,8 +30,8 @@ from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, RunTrigger
 from gpuval_api.labels import children_selector
 from gpuval_operator import cron, planning
-from gpuval_operator.baseline.driver import BaselineDriver
 from gpuval_operator.config import OperatorConfig
+from gpuval_operator.control.baselinedriver import BaselineDriver
 from gpuval_operator.control.driver import RunDriver
 from gpuval_operator.control.ingest import ChildIngest
 from gpuval_operator.control.reports import ReportPlanner

@@ -25,10 +25,10 @@ from gpuval_api.gfd import GpuSharing
 from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey, build_reset_status
 from gpuval_operator import cron, names, planning
-from gpuval_operator.baseline.driver import BaselineDriver
+from gpuval_operator.control.baselinedriver import BaselineDriver
+from gpuval_operator.control.fabricdriver import FabricDriver
 from gpuval_operator.control.holds import HoldKeeper
 from gpuval_operator.control.reports import ReportPlanner
-from gpuval_operator.fabric.driver import FabricDriver
 from gpuval_operator.fabric.ports import PortPool
 from gpuval_operator.nodes.actor import NodeActor
 from gpuval_operator.nodes.gating import queued_events

@@ -10,7 +10,7 @@ from typing import Any
 
 from gpuval_api import keys
 from gpuval_api.fabric import parse_fabric_termination_message
-from gpuval_operator.run.facts import PodFacts
+from gpuval_operator.podfacts import PodFacts
 from gpuval_operator.timestamps import parse_time
 
 

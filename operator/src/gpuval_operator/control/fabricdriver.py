@@ -28,6 +28,7 @@ from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey, build_operator_failure_status
 from gpuval_api.result import Verdict
 from gpuval_operator import names
+from gpuval_operator.control.fabricsettling import FabricSettling
 from gpuval_operator.fabric import lifecycle
 from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.fabric.plan import (
@@ -41,7 +42,6 @@ from gpuval_operator.fabric.plan import (
 from gpuval_operator.fabric.pods import build_fabric_pod, fabric_config
 from gpuval_operator.fabric.ports import PortPool
 from gpuval_operator.fabric.rollup import group_waits
-from gpuval_operator.fabric.settling import FabricSettling
 from gpuval_operator.fabric.state import FabricState, Group, Member
 from gpuval_operator.fabric.verdicts import (
     Classification,

@@ -5,9 +5,10 @@ validation's reports and pods with one list+watch each (`kube.follower.Follower`
 `control.ingest.ChildIngest`) and its nodes with a third (`nodes.watch.NodeWatch`), keeps the run's
 state in one `RunState`, and loops about once a second (or at once when something changes):
 `control.driver.RunDriver.tick` drives an active run, and the status is written at most once a
-second and at once when the run completes (with spec.baseline, once more after the run learned
-its baselines: `baseline.driver`). What to do is decided by the pure functions of `run.lifecycle`
-(and `baseline.judge`); every API call is in `run.effects`, `nodes.actor` and `baseline.driver`.
+second and at once when the run completes (with spec.baseline, once more after the run learned its
+baselines: `control.baselinedriver`). What to do is decided by the pure functions of
+`run.lifecycle` (and `baseline.judge`); every API call is in `run.effects`, `nodes.actor` and
+`control.baselinedriver`.
 
 Restart safety: the run id is written to the status before any child is created, children have
 deterministic names (a repeated create gets 409), the annotation gpuval.dev/planned-run records that

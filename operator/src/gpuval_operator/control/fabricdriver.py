@@ -1,10 +1,10 @@
-"""Driving a run's fabric phase (spec.fabric), one tick at a time: plan the groups once every
-node has its local verdict, open groups within the concurrency limit (every pod of a group at
-once; with spec.fabric.queue as one Kueue pod group), record what agents could not, and hand the
-groups' results to fabric.settling, which gives each held node its final verdict: early where no
-later group can change it, else once every group has its results. The decisions are
-fabric.plan's and fabric.lifecycle's; the calls are gpuval_operator.run.effects'.
-docs/operator.md, "The fabric phase".
+"""Driving a run's fabric phase (spec.fabric), one tick at a time: plan the groups once every node
+has its local verdict, open groups within the concurrency limit (every pod of a group at once; with
+spec.fabric.queue as one Kueue pod group), record what agents could not, and hand the groups'
+results to control.fabricsettling, which gives each held node its final verdict: early where no
+later group can change it, else once every group has its results. The decisions are fabric.plan's
+and fabric.lifecycle's; the calls are gpuval_operator.run.effects'. docs/operator.md, "The fabric
+phase".
 """
 
 from __future__ import annotations

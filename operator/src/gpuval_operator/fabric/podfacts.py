@@ -1,4 +1,4 @@
-"""The compact view of a fabric pod: the agent pod's view (gpuval_operator.run.facts.PodFacts) and
+"""The compact view of a fabric pod: the agent pod's view (gpuval_operator.podfacts.PodFacts) and
 what the fabric phase adds. Pure and synchronous.
 """
 

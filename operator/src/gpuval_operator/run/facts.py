@@ -1,4 +1,5 @@
-"""The facts of a run's agent pods and reports: what the operator keeps of each watched object.
+"""The facts of a run's agent reports: what the operator keeps of each watched report (of each
+pod: gpuval_operator.podfacts).
 
 Pods and reports arrive as whole objects (tens of KiB with the agent's result document); they are
 cut down here to the few fields the decisions and the metrics need and dropped. (A view is what a

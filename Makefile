@@ -88,10 +88,11 @@ krew: setup ## Build kubectl gpuval's krew archive (out/krew/, the same bytes ev
 	$(UV) run --frozen python -m gpuval_devtools.krew
 
 .PHONY: lint
-lint: setup ## ruff and mypy --strict over every package
+lint: setup ## ruff, mypy --strict, and the import contracts (the packages' walls, the operator's and agent's layers) over every package
 	$(UV) run --frozen ruff check .
 	$(UV) run --frozen ruff format --check .
 	$(UV) run --frozen mypy
+	$(UV) run --frozen lint-imports --no-cache --no-logo
 
 .PHONY: test
 test: setup controlplane kueue browser ## The README's test command: lint, generated-file check, unit, browser and cluster tests (with a real node)

@@ -41,7 +41,7 @@ from gpuval_devtools.controlplane import running_cluster
 from gpuval_operator.config import OperatorConfig
 from gpuval_operator.kube import KubeClient, Login, load_credentials, q
 from gpuval_operator.planning import build_pod
-from gpuval_operator.run.facts import PodFacts
+from gpuval_operator.podfacts import PodFacts
 
 NAMESPACE = "bench"
 PAGE = 500

@@ -502,8 +502,8 @@ def seconds_per_round(timing: Sequence[Mapping[str, float]], classified: float) 
     return [end - start for start, end in zip(starts, ends, strict=True)]
 
 
-# The operator's own log lines that mark the fabric phase's steps (gpuval_operator.fabric.driver,
-# .control.controller), with the operator's clock.
+# The operator's own log lines that mark the fabric phase's steps
+# (gpuval_operator.control.fabricdriver, .control.controller), with the operator's clock.
 _STEPS = {
     "planned": re.compile(r"fabric of run \S+: \d+ groups of up to"),
     "crossPlanned": re.compile(r"cross-domain fabric groups of"),

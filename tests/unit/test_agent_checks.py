@@ -7,10 +7,11 @@ import threading
 
 import pytest
 
+from gpuval_agent.allreduce import bus_bandwidth
 from gpuval_agent.backends.base import BurnProgress
 from gpuval_agent.backends.simulated import SimulatedBackend, SimulationConfig
 from gpuval_agent.checks.common import version_tuple
-from gpuval_agent.checks.nccl import bus_bandwidth, sweep_sizes
+from gpuval_agent.checks.nccl import sweep_sizes
 from gpuval_agent.runner import run_checks
 from gpuval_api.checks import CheckName, ChecksConfig, parse_checks
 from gpuval_api.reasons import Reason, Severity

@@ -29,8 +29,9 @@ from gpuval_api.fabric import FabricPair
 from gpuval_api.reasons import Reason
 from gpuval_api.result import AgentResult, Verdict
 from gpuval_operator import names
-from gpuval_operator.baseline import driver, judge
+from gpuval_operator.baseline import judge
 from gpuval_operator.baseline.facts import History
+from gpuval_operator.control import baselinedriver
 from gpuval_operator.planning import Candidate, build_report
 from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.run import rollup
@@ -401,7 +402,7 @@ def test_learning_keeps_each_nodes_figures_in_a_few_kib_and_one_key_per_gpu_stac
     keys: dict[str, Any] = {}
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
-    nodes = [n for page in pages for n in driver._page_figures(page, keys)]
+    nodes = [n for page in pages for n in baselinedriver._page_figures(page, keys)]
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
     size = sum(s.size_diff for s in after.compare_to(before, "filename"))

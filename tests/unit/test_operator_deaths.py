@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gpuval_api.reasons import Reason
-from gpuval_operator.run.deaths import killed_from_outside
+from gpuval_operator.podfacts import killed_from_outside
 from gpuval_operator.run.lifecycle import Outcome, due_outcomes
 from tests.unit.test_operator_state import T0, make_run, pod, report
 

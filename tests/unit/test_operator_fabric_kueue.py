@@ -30,7 +30,7 @@ from gpuval_operator.fabric.plan import GroupPlan
 from gpuval_operator.fabric.podfacts import FabricPodFacts
 from gpuval_operator.fabric.pods import build_fabric_pod
 from gpuval_operator.fabric.state import FabricState
-from gpuval_operator.run.facts import PodFacts
+from gpuval_operator.podfacts import PodFacts
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
 
 RUN = "1-aaaa"

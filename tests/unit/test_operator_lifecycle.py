@@ -12,7 +12,7 @@ from gpuval_api.crd import NodeTrigger, RetryPolicy, RunTrigger
 from gpuval_api.reasons import Reason
 from gpuval_api.report import build_termination_message
 from gpuval_operator import names
-from gpuval_operator.run.facts import PodFacts
+from gpuval_operator.podfacts import PodFacts
 from gpuval_operator.run.lifecycle import (
     Decision,
     RunFacts,

@@ -8,8 +8,9 @@ from gpuval_api import keys
 from gpuval_api.reasons import Reason
 from gpuval_operator import names
 from gpuval_operator.control.ingest import ChildIngest
+from gpuval_operator.podfacts import PodFacts
 from gpuval_operator.readmodel.validation import ValidationState
-from gpuval_operator.run.facts import PodFacts, ReportFacts, failed_checks
+from gpuval_operator.run.facts import ReportFacts, failed_checks
 from gpuval_operator.run.lifecycle import due_outcomes
 from gpuval_operator.run.state import Phase, RunState
 

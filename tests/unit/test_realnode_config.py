@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from gpuval_devtools import clusterdns, kwoknodes, nodeconfig, nodenet
-from gpuval_devtools.realnode import NodeTools
+from gpuval_devtools.nodetools import NodeTools
 
 
 def _query(name: str, qtype: int = clusterdns.TYPE_A) -> bytes:

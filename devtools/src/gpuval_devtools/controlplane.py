@@ -57,7 +57,8 @@ from gpuval_devtools.kwoknodes import (
     kwokctl_config,
     loopback_args,
 )
-from gpuval_devtools.realnode import RealNode, node_tools, stop_left_running
+from gpuval_devtools.nodetools import node_tools
+from gpuval_devtools.realnode import RealNode, stop_left_running
 
 # Earlier names of the build helpers, kept for the tests and tools that import them from here.
 _run_step = run_step

@@ -62,6 +62,7 @@ from gpuval_devtools.imagespecs import (
     VERSION,
     ImageSpec,
 )
+from gpuval_devtools.nodetools import load_into_running_node
 
 
 @dataclass(frozen=True)
@@ -373,8 +374,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         for image in images:
             print(f"{image.ref}  {image.digest}  {args.out / image.archive.name}")
         if args.load:
-            from gpuval_devtools.realnode import load_into_running_node  # noqa: PLC0415
-
             load_into_running_node([i.archive for i in images])
             print("loaded into the containerd of the real node running on this machine")
     except (BuildError, FileNotFoundError) as err:

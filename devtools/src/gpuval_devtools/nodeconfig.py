@@ -18,8 +18,8 @@ from gpuval_devtools import nodenet
 from gpuval_devtools.buildsteps import BuildError, free_port
 
 if TYPE_CHECKING:
-    from gpuval_devtools.controlplane import Cluster
-    from gpuval_devtools.realnode import NodeTools
+    from gpuval_devtools.clusteraccess import ClusterAccess
+    from gpuval_devtools.nodetools import NodeTools
 
 
 TAINT_KEY = "gpuval.dev/real-node"
@@ -72,7 +72,13 @@ class NodePaths:
 
 
 def write_all(
-    paths: NodePaths, cluster: Cluster, *, node: str, node_ip: str, tools: NodeTools, pause: str
+    paths: NodePaths,
+    cluster: ClusterAccess,
+    *,
+    node: str,
+    node_ip: str,
+    tools: NodeTools,
+    pause: str,
 ) -> None:
     _write(paths.containerd_config, containerd_config(paths, tools, pause))
     _write(paths.cni_conf / "10-gpuval.conflist", json.dumps(cni_conflist(paths), indent=1))
@@ -168,7 +174,9 @@ def cni_conflist(paths: NodePaths) -> dict[str, Any]:
     }
 
 
-def client_cert(cluster: Cluster, stem: Path, user: str, group: str | None) -> tuple[Path, Path]:
+def client_cert(
+    cluster: ClusterAccess, stem: Path, user: str, group: str | None
+) -> tuple[Path, Path]:
     """A client certificate for ``user`` (in ``group``) signed by the cluster's CA."""
     key, csr, crt = stem.with_suffix(".key"), stem.with_suffix(".csr"), stem.with_suffix(".crt")
     subject = (f"/O={group}" if group else "") + f"/CN={user}"
@@ -214,7 +222,7 @@ def client_cert(cluster: Cluster, stem: Path, user: str, group: str | None) -> t
     return crt, key
 
 
-def kubeconfig(cluster: Cluster, cert: tuple[Path, Path]) -> str:
+def kubeconfig(cluster: ClusterAccess, cert: tuple[Path, Path]) -> str:
     return yaml.safe_dump(
         {
             "apiVersion": "v1",
@@ -240,7 +248,7 @@ def kubeconfig(cluster: Cluster, cert: tuple[Path, Path]) -> str:
     )
 
 
-def kubelet_config(paths: NodePaths, cluster: Cluster, node_ip: str) -> dict[str, Any]:
+def kubelet_config(paths: NodePaths, cluster: ClusterAccess, node_ip: str) -> dict[str, Any]:
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -333,7 +341,7 @@ def proxy_config(paths: NodePaths, node: str, kubeconfig_path: Path) -> dict[str
     }
 
 
-def clusterdns_argv(paths: NodePaths, cluster: Cluster) -> list[str]:
+def clusterdns_argv(paths: NodePaths, cluster: ClusterAccess) -> list[str]:
     pki = cluster.ca_file.parent
     del paths
     return [

@@ -35,64 +35,19 @@ from gpuval_devtools import images, nodeconfig, nodenet
 from gpuval_devtools.buildsteps import (
     BuildError,
     Log,
-    apt_install,
     cache_dir,
-    debian_files,
     stderr_log,
 )
+from gpuval_devtools.nodetools import NodeTools, node_tools
 
 if TYPE_CHECKING:
-    from gpuval_devtools.binaries import Binaries
-    from gpuval_devtools.controlplane import Cluster
+    from gpuval_devtools.clusteraccess import ClusterAccess
 
 GPU_RESOURCE = "nvidia.com/gpu"
 TAINT_KEY = nodeconfig.TAINT_KEY
 # kube-proxy skips Services with this label; the `kubernetes` Service is our DNAT's (the API
 # server's endpoint is the machine's address, where it does not listen).
 PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
-NODE_DEBIAN = "bookworm"
-
-
-@dataclass(frozen=True)
-class NodeTools:
-    containerd: Path
-    ctr: Path
-    runc: Path
-    cni_bin: Path
-    kubelet: Path
-    kube_proxy: Path
-
-
-def node_tools(binaries: Binaries, *, log: Log) -> NodeTools:
-    """containerd, runc and the CNI plugins unpacked from Debian bookworm; iptables and conntrack
-    installed (the plugins and kube-proxy run them, with the system's libraries)."""
-    apt_install({"iptables": "iptables", "conntrack": "conntrack"}, log=log)
-    containerd = debian_files(
-        "containerd",
-        ["usr/bin/containerd", "usr/bin/ctr", "usr/bin/containerd-shim-runc-v2"],
-        suite=NODE_DEBIAN,
-        log=log,
-    )
-    runc = debian_files("runc", ["usr/sbin/runc"], suite=NODE_DEBIAN, log=log)["usr/sbin/runc"]
-    cni = debian_files(
-        "containernetworking-plugins",
-        [
-            "usr/lib/cni/bridge",
-            "usr/lib/cni/host-local",
-            "usr/lib/cni/portmap",
-            "usr/lib/cni/loopback",
-        ],
-        suite=NODE_DEBIAN,
-        log=log,
-    )
-    return NodeTools(
-        containerd=containerd["usr/bin/containerd"],
-        ctr=containerd["usr/bin/ctr"],
-        runc=runc,
-        cni_bin=cni["usr/lib/cni/bridge"].parent,
-        kubelet=binaries.kubelet,
-        kube_proxy=binaries.kube_proxy,
-    )
 
 
 def node_root(cluster_name: str) -> Path:
@@ -103,7 +58,7 @@ def node_root(cluster_name: str) -> Path:
 class RealNode:
     """A running real node; :meth:`start` it for a cluster, :meth:`stop` it before the cluster."""
 
-    cluster: Cluster
+    cluster: ClusterAccess
     name: str
     gpus: int
     tools: NodeTools
@@ -115,7 +70,12 @@ class RealNode:
 
     @classmethod
     def start(
-        cls, cluster: Cluster, *, name: str | None = None, gpus: int = 8, log: Log = stderr_log
+        cls,
+        cluster: ClusterAccess,
+        *,
+        name: str | None = None,
+        gpus: int = 8,
+        log: Log = stderr_log,
     ) -> RealNode:
         """Starts the node and waits until it is Ready with its GPUs advertised; on any failure
         the machine is put back as it was before raising."""
@@ -314,30 +274,3 @@ def stop_left_running(cluster_name: str, *, log: Log = stderr_log) -> bool:
     with nodenet.machine_lock(log=log):
         nodenet.sweep(log=log)
     return True
-
-
-def footprint_of_running_node() -> nodenet.Footprint:
-    found = nodenet.Footprint.load()
-    if found is None:
-        raise FileNotFoundError(f"no real node runs on this machine ({nodenet.RUN_DIR})")
-    return found
-
-
-def load_into_running_node(archives: list[Path], *, log: Log = stderr_log) -> None:
-    """``make images LOAD=1``: the archives into the containerd of the node running now."""
-    footprint = footprint_of_running_node()
-    ctr = debian_files("containerd", ["usr/bin/ctr"], suite=NODE_DEBIAN, log=log)["usr/bin/ctr"]
-    for archive in archives:
-        subprocess.run(
-            [
-                str(ctr),
-                "--address",
-                footprint.containerd_socket,
-                "--namespace",
-                "k8s.io",
-                "images",
-                "import",
-                str(archive),
-            ],
-            check=True,
-        )

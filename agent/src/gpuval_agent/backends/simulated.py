@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gpuval_agent.allreduce import bus_bandwidth
 from gpuval_agent.backends.base import (
     AllReduceOutcome,
     AllReduceSize,
@@ -44,7 +45,6 @@ from gpuval_agent.backends.simforeign import (
 )
 from gpuval_agent.backends.simmemory import CONTEXT_BYTES, SimulatedMemory, simulated_memtest
 from gpuval_agent.backends.simstate import SimulatedHost, gpu_address
-from gpuval_agent.checks.nccl import bus_bandwidth
 from gpuval_agent.errors import NoDriverError
 from gpuval_agent.memtest import (
     MemoryFlip,

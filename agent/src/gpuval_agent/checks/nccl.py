@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpuval_agent.allreduce import bus_bandwidth
 from gpuval_agent.checks.common import CheckBuilder, CheckContext
 from gpuval_api.reasons import Reason
 from gpuval_api.result import CheckResult, NcclSize, Verdict
@@ -20,11 +21,6 @@ def sweep_sizes(min_bytes: int, max_bytes: int) -> list[int]:
         size *= 2
     sizes.append(max_bytes - max_bytes % 4)
     return sorted({s for s in sizes if s >= 4})
-
-
-def bus_bandwidth(algbw: float, ranks: int) -> float:
-    """nccl-tests' all-reduce bus bandwidth: algbw * 2(n-1)/n, comparable across group sizes."""
-    return algbw * 2 * (ranks - 1) / ranks
 
 
 def run_nccl(context: CheckContext) -> CheckResult:

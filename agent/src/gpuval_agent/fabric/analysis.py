@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuval_agent.checks.nccl import bus_bandwidth
+from gpuval_agent.allreduce import bus_bandwidth
 from gpuval_agent.fabric.steps import SEVERITY, StepReport, StepStatus
 from gpuval_agent.fabric.transport import TransportReading, fell_back
 from gpuval_api.fabric import FabricConfig, FabricPair

@@ -23,10 +23,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from gpuval_agent.allreduce import bus_bandwidth
 from gpuval_agent.backends.base import GpuUse
 from gpuval_agent.backends.simconfig import FaultKind, LoadCheck, SimulationConfig
 from gpuval_agent.backends.simforeign import ForeignProcesses
-from gpuval_agent.checks.nccl import bus_bandwidth
 from gpuval_agent.fabric.coordinator import Roster
 from gpuval_agent.fabric.ncclenv import nccl_variables, worker_environment
 from gpuval_agent.fabric.steps import Executor, PairFigure, StepReport, StepStatus, failed

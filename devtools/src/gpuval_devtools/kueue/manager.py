@@ -38,7 +38,7 @@ from gpuval_devtools.kueue import certs, manifests
 from gpuval_devtools.kueue.build import KueueBuild, build
 
 if TYPE_CHECKING:
-    from gpuval_devtools.controlplane import Cluster
+    from gpuval_devtools.clusteraccess import ClusterAccess
 
 FLAVOR = "gpuval-gpu"
 TOKEN_DURATION = "24h"
@@ -54,7 +54,7 @@ def run_dir(cluster_name: str) -> Path:
 class KueueQueue:
     """A LocalQueue ``name`` in ``namespace`` and its own ClusterQueue with a GPU quota."""
 
-    cluster: Cluster
+    cluster: ClusterAccess
     name: str
     namespace: str
     cluster_queue: str
@@ -81,7 +81,7 @@ class Kueue:
     """A running Kueue manager. Start it with :meth:`start`, end it with :meth:`stop`."""
 
     def __init__(
-        self, cluster: Cluster, built: KueueBuild, workdir: Path, rendered: manifests.Rendered
+        self, cluster: ClusterAccess, built: KueueBuild, workdir: Path, rendered: manifests.Rendered
     ) -> None:
         self.cluster = cluster
         self.built = built
@@ -92,7 +92,7 @@ class Kueue:
         self.process: subprocess.Popen[bytes] | None = None
 
     @classmethod
-    def start(cls, cluster: Cluster, *, log: Log = stderr_log, timeout: float = 120) -> Kueue:
+    def start(cls, cluster: ClusterAccess, *, log: Log = stderr_log, timeout: float = 120) -> Kueue:
         """Installs Kueue's CRDs and RBAC, starts its manager, waits until its webhooks answer
         the API server; on any failure stops what it started before raising."""
         started = time.monotonic()

@@ -1,6 +1,6 @@
 """Pure: the operator's decisions about baselines and history (docs/operator.md, "Baselines and
-history"). Nothing here calls the API; gpuval_operator.baseline.driver reads, these decide, it
-writes.
+history"). Nothing here calls the API; gpuval_operator.control.baselinedriver reads, these decide,
+it writes.
 
 - `start`: what a run judges against (spec.baseline.names, or every GpuBaseline);
 - `agent_env`: the GpuBaselines an agent pod is given (GPUVAL_BASELINE), for its GPU product;

@@ -5,9 +5,10 @@ validation's reports and pods with one list+watch each (`kube.follower.Follower`
 `control.ingest.ChildIngest`) and its nodes with a third (`nodes.watch.NodeWatch`), keeps the run's
 state in one `RunState`, and loops about once a second (or at once when something changes):
 `control.driver.RunDriver.tick` drives an active run, and the status is written at most once a
-second and at once when the run completes (with spec.baseline, once more after the run learned
-its baselines: `baseline.driver`). What to do is decided by the pure functions of `run.lifecycle`
-(and `baseline.judge`); every API call is in `run.effects`, `nodes.actor` and `baseline.driver`.
+second and at once when the run completes (with spec.baseline, once more after the run learned its
+baselines: `control.baselinedriver`). What to do is decided by the pure functions of
+`run.lifecycle` (and `baseline.judge`); every API call is in `run.effects`, `nodes.actor` and
+`control.baselinedriver`.
 
 Restart safety: the run id is written to the status before any child is created, children have
 deterministic names (a repeated create gets 409), the annotation gpuval.dev/planned-run records that
@@ -30,8 +31,8 @@ from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, RunTrigger
 from gpuval_api.labels import children_selector
 from gpuval_operator import cron, planning
-from gpuval_operator.baseline.driver import BaselineDriver
 from gpuval_operator.config import OperatorConfig
+from gpuval_operator.control.baselinedriver import BaselineDriver
 from gpuval_operator.control.driver import RunDriver
 from gpuval_operator.control.ingest import ChildIngest
 from gpuval_operator.control.reports import ReportPlanner

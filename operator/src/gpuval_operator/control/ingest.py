@@ -13,8 +13,9 @@ import time
 from typing import Any
 
 from gpuval_operator.fabric.podfacts import FabricPodFacts, is_fabric_pod
+from gpuval_operator.podfacts import PodFacts
 from gpuval_operator.readmodel.validation import ValidationState
-from gpuval_operator.run.facts import PodFacts, ReportFacts
+from gpuval_operator.run.facts import ReportFacts
 from gpuval_operator.run.state import Phase, RunState
 
 

@@ -21,8 +21,7 @@ from gpuval_api.reasons import Reason
 from gpuval_operator.fabric.plan import gang_deadline, pod_deadline
 from gpuval_operator.fabric.state import FabricState, Group, Member
 from gpuval_operator.fabric.verdicts import FabricResult, result_of
-from gpuval_operator.run.deaths import killed_from_outside
-from gpuval_operator.run.facts import PodFacts
+from gpuval_operator.podfacts import PodFacts, killed_from_outside
 
 # How long a fabric pod the operator deleted is given to end before the groups are compared
 # without it: Kubernetes' default terminationGracePeriodSeconds (the fabric pods set none).

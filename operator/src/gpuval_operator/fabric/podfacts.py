@@ -1,4 +1,4 @@
-"""The compact view of a fabric pod: the agent pod's view (gpuval_operator.run.facts.PodFacts) and
+"""The compact view of a fabric pod: the agent pod's view (gpuval_operator.podfacts.PodFacts) and
 what the fabric phase adds. Pure and synchronous.
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from gpuval_api import keys
 from gpuval_api.fabric import parse_fabric_termination_message
-from gpuval_operator.run.facts import PodFacts
+from gpuval_operator.podfacts import PodFacts
 from gpuval_operator.timestamps import parse_time
 
 

@@ -22,12 +22,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuval_api import keys
 from gpuval_operator.kube.client import KubeClient, ResourceExpiredError
 from gpuval_operator.nodes.breaker import Limits, OutOfServiceNode, View, admit
-from gpuval_operator.readmodel.registry import OutOfService
 from gpuval_operator.run.effects import NODES_PATH
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,16 @@ log = logging.getLogger(__name__)
 RECOUNT_BEFORE_HOLD = 1.0
 # Any admission lists them again past this (seconds), so the figures stay near the truth.
 RECOUNT_ANYWAY = 30.0
+
+
+@dataclass(slots=True)
+class OutOfService:
+    """The nodes gpuval holds out of service as the ledger last counted them from the nodes: in
+    all, by validation key, and the operator-wide limit."""
+
+    limit: int = 0
+    total: int = 0
+    by_validation: dict[str, int] = field(default_factory=dict)
 
 
 class OutOfServiceLedger:

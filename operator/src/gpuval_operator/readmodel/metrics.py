@@ -26,7 +26,8 @@ from gpuval_api.labels import label_value
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
 from gpuval_operator.kube.client import KubeClient
-from gpuval_operator.readmodel.registry import OutOfService, Registry
+from gpuval_operator.nodes.ledger import OutOfService
+from gpuval_operator.readmodel.registry import Registry
 from gpuval_operator.readmodel.validation import NodeResult, ValidationState
 from gpuval_operator.run.facts import SUMMARY_FIGURES
 from gpuval_operator.run.holds import HOLD_CAUSES

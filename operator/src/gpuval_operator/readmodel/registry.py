@@ -3,19 +3,8 @@ reads at scrape time."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from gpuval_operator.nodes.ledger import OutOfService
 from gpuval_operator.readmodel.validation import ValidationState
-
-
-@dataclass(slots=True)
-class OutOfService:
-    """The nodes gpuval holds out of service as the operator last counted them from the nodes
-    (gpuval_operator.nodes.ledger): in all, by validation key, and the operator-wide limit."""
-
-    limit: int = 0
-    total: int = 0
-    by_validation: dict[str, int] = field(default_factory=dict)
 
 
 class Registry(dict[str, ValidationState]):

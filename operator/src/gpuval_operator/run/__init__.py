@@ -1,3 +1,4 @@
 """A run of one GpuValidation: the state the operator keeps of it (`state.RunState`, one home), the
-facts of its pods and reports, the pure decisions about it (lifecycle, roll-up into the status,
-uniformity, burn fingerprints) and the API calls made on its behalf (effects)."""
+facts of its reports (a pod's: gpuval_operator.podfacts), the pure decisions about it (lifecycle,
+roll-up into the status, uniformity, burn fingerprints) and the API calls made on its behalf
+(effects)."""

@@ -29,13 +29,12 @@ from typing import Any
 
 from gpuval_api.kubernetes import (
     CONTAINER_REASON_OOM_KILLED,
-    EXIT_CODE_SIGKILL,
-    EXIT_CODE_SIGTERM,
     PodPhase,
 )
 from gpuval_api.reasons import Reason, verdict_of
 from gpuval_api.report import ReportPhase, StatusKey, rfc3339
 from gpuval_api.result import Verdict
+from gpuval_operator.podfacts import killed_from_outside
 from gpuval_operator.run.state import NodeRecord
 
 
@@ -52,14 +51,6 @@ class Death:
     @classmethod
     def of(cls, reason: Reason, message: str) -> Death:
         return cls(verdict_of(reason), reason, message)
-
-
-def killed_from_outside(exit_code: int | None, terminated_reason: str | None) -> bool:
-    """SIGKILL or SIGTERM as the kubelet reports it, not the kubelet's own OOM kill."""
-    return (
-        exit_code in (EXIT_CODE_SIGKILL, EXIT_CODE_SIGTERM)
-        and terminated_reason != CONTAINER_REASON_OOM_KILLED
-    )
 
 
 def _from_termination(r: NodeRecord, termination: dict[str, Any]) -> Death:

@@ -1,4 +1,5 @@
-"""The facts of a run's agent pods and reports: what the operator keeps of each watched object.
+"""The facts of a run's agent reports: what the operator keeps of each watched report (of each
+pod: gpuval_operator.podfacts).
 
 Pods and reports arrive as whole objects (tens of KiB with the agent's result document); they are
 cut down here to the few fields the decisions and the metrics need and dropped. (A view is what a
@@ -18,22 +19,11 @@ from typing import Any
 from gpuval_api import figures, keys
 from gpuval_api.checks import CheckName
 from gpuval_api.crd import OUTLIER_VALUE_LENGTH
-from gpuval_api.kubernetes import (
-    DISRUPTION_TARGET,
-    EVICTION_REASONS,
-    POD_REASON_EVICTED,
-    POD_REASON_PREEMPTING,
-    POD_SCHEDULED,
-    PREEMPTION_REASONS,
-    PodPhase,
-)
-from gpuval_api.kueue import ADMISSION_GATE, QUEUE_NAME_LABEL
 from gpuval_api.reasons import Reason
 from gpuval_api.report import (
     FailureKey,
     ReportPhase,
     StatusKey,
-    parse_termination_message,
     read_reason,
     read_verdict,
 )
@@ -43,88 +33,6 @@ from gpuval_operator.baseline.facts import Comparison, History, lowest_pair
 from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.run.statefacts import StateFacts
 from gpuval_operator.timestamps import parse_time
-
-
-@dataclass(slots=True)
-class PodFacts:
-    name: str
-    node: str
-    run: str
-    attempt: int
-    phase: str
-    created: float
-    scheduled: bool
-    unschedulable: str | None
-    evicted: bool
-    exit_code: int | None
-    deleting: bool
-    terminated_reason: str | None = None
-    started: bool = False
-    waiting_reason: str | None = None
-    # The agent's verdict from the termination message, for a report the agent could not write.
-    termination: dict[str, Any] | None = None
-    # Preempted for a pod of higher priority (the scheduler's DisruptionTarget, or the kubelet's).
-    preempted: bool = False
-    # The pod's status.reason (the kubelet's: Evicted, UnexpectedAdmissionError, Preempting...).
-    reason: str | None = None
-    # The GPU sharing it was made for (keys.ANNOTATION_GPU_SHARING).
-    sharing: str | None = None
-    # Waiting for Kueue's admission (its scheduling gate is on): it holds no GPU yet.
-    gated: bool = False
-
-    @classmethod
-    def parse(cls, pod: Mapping[str, Any]) -> PodFacts:
-        meta = pod.get("metadata") or {}
-        spec = pod.get("spec") or {}
-        status = pod.get("status") or {}
-        labels = meta.get("labels") or {}
-        annotations = meta.get("annotations") or {}
-        scheduled = bool(spec.get("nodeName"))
-        unschedulable = None
-        evicted = status.get("reason") == POD_REASON_EVICTED
-        preempted = status.get("reason") == POD_REASON_PREEMPTING
-        for cond in status.get("conditions") or []:
-            if cond.get("type") == POD_SCHEDULED and cond.get("status") == "False":
-                unschedulable = cond.get("message") or cond.get("reason") or "unschedulable"
-            if cond.get("type") == DISRUPTION_TARGET and cond.get("status") == "True":
-                evicted = evicted or cond.get("reason") in EVICTION_REASONS
-                preempted = preempted or cond.get("reason") in PREEMPTION_REASONS
-        gated = any(g.get("name") == ADMISSION_GATE for g in spec.get("schedulingGates") or [])
-        if gated:
-            queue = labels.get(QUEUE_NAME_LABEL) or "?"
-            unschedulable = f"Kueue has not admitted it from LocalQueue {queue} (quota)"
-        exit_code, reason, termination, started, waiting = None, None, None, False, None
-        for cs in status.get("containerStatuses") or []:
-            state = cs.get("state") or {}
-            terminated = state.get("terminated")
-            started = started or "running" in state or terminated is not None
-            waiting = (state.get("waiting") or {}).get("reason") or waiting
-            if terminated is not None:
-                exit_code = terminated.get("exitCode")
-                reason = terminated.get("reason")
-                termination = parse_termination_message(terminated.get("message"))
-        return cls(
-            name=meta.get("name", ""),
-            node=annotations.get(keys.ANNOTATION_NODE) or spec.get("nodeName") or "",
-            run=labels.get(keys.LABEL_RUN, ""),
-            attempt=int(labels.get(keys.LABEL_ATTEMPT) or 1),
-            phase=status.get("phase") or PodPhase.PENDING,
-            created=parse_time(meta.get("creationTimestamp")) or 0.0,
-            scheduled=scheduled,
-            unschedulable=unschedulable,
-            evicted=evicted,
-            exit_code=exit_code,
-            deleting=bool(meta.get("deletionTimestamp")),
-            terminated_reason=reason,
-            termination=termination,
-            started=started,
-            waiting_reason=waiting,
-            preempted=preempted,
-            reason=status.get("reason") or None,
-            sharing=annotations.get(keys.ANNOTATION_GPU_SHARING) or None,
-            gated=gated,
-        )
-
 
 # Environment fields compared across nodes for uniformity, in output order: the ones
 # kubectl gpuval and the report show.

@@ -27,7 +27,8 @@ from gpuval_operator.baseline.state import RunBaselines
 from gpuval_operator.fabric.podfacts import FabricPodFacts
 from gpuval_operator.fabric.state import FabricState
 from gpuval_operator.planning import Candidate
-from gpuval_operator.run.facts import PodFacts, ReportFacts
+from gpuval_operator.podfacts import PodFacts
+from gpuval_operator.run.facts import ReportFacts
 from gpuval_operator.run.holds import BreakerState
 from gpuval_operator.run.uniformity import Outlier
 

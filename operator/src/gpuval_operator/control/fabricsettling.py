@@ -18,9 +18,9 @@ from gpuval_api.conditions import EventReason
 from gpuval_api.fabric import FABRIC_CHECK, FabricKey, FabricSpec
 from gpuval_api.report import StatusKey, build_operator_failure_status
 from gpuval_api.result import Verdict
+from gpuval_operator.control.fabricevidence import fabric_evidence_status
 from gpuval_operator.fabric import lifecycle
 from gpuval_operator.fabric.early import early_finals
-from gpuval_operator.fabric.evidence import fabric_evidence_status
 from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.fabric.plan import possible_representatives
 from gpuval_operator.fabric.rollup import summary_line

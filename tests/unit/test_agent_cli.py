@@ -123,10 +123,8 @@ def test_the_full_profile_runs_every_check_but_dcgm_and_prints_the_training_line
 ) -> None:
     out = tmp_path / "result.json"
     simulate = '{"gpus": 2, "timeScale": 0.0005}'
-    code = main(
-        ["run", "--backend", "simulated", "--simulate", simulate, "--profile", "full"]
-        + ["--json", str(out)]
-    )
+    args = ["run", "--backend", "simulated", "--simulate", simulate, "--profile", "full"]
+    code = main([*args, "--json", str(out)])
     assert code == 0
     result = AgentResult.model_validate_json(out.read_text())
     assert [c.name for c in result.checks][-2:] == ["nccl", "train"]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 machine through the device tool, from the repository root:
-#   bash benchmarks/device_run.sh smoke|full|check|issue9|b7|final|fabric|probe10|final10|memtest|baseline|inuse
+#   bash benchmarks/device_run.sh smoke|full|check|issue9|b7|final|fabric|probe10|final10|memtest|baseline|inuse|train
 # Installs the carried wheels (.whl: pydantic and its needs, absent there), then the GPU tests,
 # the benchmark and `gpuval-agent run` itself, writing everything under $OUT. Each step runs
 # under its own time limit and the script goes on after a failed step.
@@ -107,6 +107,35 @@ elif [ "$MODE" = inuse ]; then
   step inuse "${INUSE_LIMIT:-420}" python3 benchmarks/inuse_scenarios.py --out "$OUT/inuse" \
     --duration 10 --only c,d,f,g --repeat 3
   cat "$OUT/inuse.log" >>"$OUT/summary.log"
+elif [ "$MODE" = train ]; then
+  # Issue 36 in one call (8 files under $OUT): each attention backend's determinism and speed
+  # (two runs of the plain loop in one process, the large model), the fastest bit-identical one
+  # pinned for the rest: the training benchmark (the check twice, its plain-loop reference with and
+  # without the deterministic settings, the check with a weight nudged at step 10), the full
+  # profile's wall time, the GPU tests. ATTENTION=... skips the probe.
+  budget() { local left=$((${TRAIN_BUDGET:-575} - SECONDS)); [ "$left" -lt "$1" ] && echo "$((left > 5 ? left : 5))" || echo "$1"; }
+  ATTENTION=${ATTENTION:-}
+  if [ -z "$ATTENTION" ]; then
+    step train_probe "$(budget 110)" python3 benchmarks/train_reference.py \
+      --probe flash,efficient,cudnn,math --steps 4 --warmup 2 --json "$OUT/train_probe.json"
+    ATTENTION=$(python3 -c 'import json, sys
+rows = [r for r in json.load(open(sys.argv[1])) if r.get("identical")]
+print(min(rows, key=lambda r: r["stepSeconds"])["attention"] if rows else "math")' \
+      "$OUT/train_probe.json" 2>/dev/null || echo flash)
+  fi
+  echo "attention pinned: $ATTENTION" >>"$OUT/summary.log"
+  step train_bench "$(budget 330)" python3 benchmarks/train_bench.py --attention "$ATTENTION" \
+    --context --out "$OUT/train_bench.json"
+  echo "{\"train\": {\"attention\": \"$ATTENTION\"}}" >/tmp/full.json
+  began=$(now)
+  step run_full "$(budget 150)" python3 -m gpuval_agent.cli run --profile full --config /tmp/full.json \
+    --json "$OUT/run_full.json"
+  echo "run_full wall $(since "$began") s" >>"$OUT/summary.log"
+  step pytest_train "$(budget 160)" python3 -m pytest -m gpu tests/gpu/test_gpu_train.py -v \
+    -p no:cacheprovider -rA --timeout 150
+  grep -A14 "^check tokens/s" "$OUT/train_bench.log" >>"$OUT/summary.log"
+  cat "$OUT/summary.log"
+  exit 0
 elif [ "$MODE" = smoke ]; then
   step pytest 300 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
   step bench 240 python3 benchmarks/agent_bench.py --seconds 4 --out "$OUT/bench.json"

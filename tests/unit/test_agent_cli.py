@@ -116,3 +116,45 @@ def test_the_cluster_mode_outside_a_pod_says_why(
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     assert main(["cluster"]) == 2
     assert "KUBERNETES_SERVICE_HOST is not set" in capsys.readouterr().err
+
+
+def test_the_full_profile_runs_every_check_but_dcgm_and_prints_the_training_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "result.json"
+    simulate = '{"gpus": 2, "timeScale": 0.0005}'
+    args = ["run", "--backend", "simulated", "--simulate", simulate, "--profile", "full"]
+    code = main([*args, "--json", str(out)])
+    assert code == 0
+    result = AgentResult.model_validate_json(out.read_text())
+    assert [c.name for c in result.checks][-2:] == ["nccl", "train"]
+    assert "memory" in [c.name for c in result.checks]
+    assert result.checks_config.profile == "full"
+    captured = capsys.readouterr()
+    assert "gpuval: train: step 65/65, 153,260 tok/s, loss " in captured.err
+    assert "train      Passed" in captured.out
+
+
+def test_checks_train_alone_runs_the_training_step_and_a_profile_with_a_config_file_merges(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "checks.json"
+    config.write_text('{"train": {"steps": 7, "warmupSteps": 1}, "memory": {"enabled": false}}')
+    out = tmp_path / "result.json"
+    base = ["run", "--backend", "simulated", "--simulate", HEALTHY, "--quiet", "--json", str(out)]
+    assert main([*base, "--checks", "train", "--config", str(config)]) == 0
+    result = AgentResult.model_validate_json(out.read_text())
+    assert [c.name for c in result.checks] == ["train"]
+    train = result.check("train")
+    assert train is not None and train.training is not None and len(train.training.losses) == 8
+    assert main([*base, "--profile", "full", "--config", str(config)]) == 0
+    names = [c.name for c in AgentResult.model_validate_json(out.read_text()).checks]
+    assert "train" in names and "memory" not in names
+
+
+def test_a_bad_profile_is_refused_naming_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--backend", "simulated", "--profile", "fast"])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "--profile" in error and "'fast'" in error and "full" in error

@@ -73,3 +73,48 @@ def test_configured_seconds_sums_burn_time_over_precisions() -> None:
         '{"burn": {"durationSeconds": 10, "precisions": ["bf16", "tf32", "fp64"]}}'
     )
     assert config.configured_seconds() == 30
+
+
+def test_the_full_profile_adds_the_memory_test_and_the_training_step() -> None:
+    full = parse_checks('{"profile": "full"}')
+    assert full.enabled() == [
+        CheckName.STATE,
+        CheckName.DRIVER,
+        CheckName.HEALTH,
+        CheckName.MEMORY,
+        CheckName.BURN,
+        CheckName.BANDWIDTH,
+        CheckName.NCCL,
+        CheckName.TRAIN,
+    ]
+    # The document it gives the agent pod (GPUVAL_CHECKS) reads back the same.
+    assert parse_checks(full.model_dump_json(by_alias=True)) == full
+    assert CheckName.TRAIN not in ChecksConfig().enabled()
+
+
+def test_a_section_that_says_enabled_keeps_its_word_under_the_full_profile() -> None:
+    config = parse_checks(
+        '{"profile": "full", "memory": {"enabled": false}, "train": {"steps": 5}}'
+    )
+    assert CheckName.MEMORY not in config.enabled()
+    assert CheckName.TRAIN in config.enabled() and config.train.steps == 5
+
+
+@pytest.mark.parametrize(
+    ("document", "field", "value"),
+    [
+        ('{"profile": "fast"}', "profile", "fast"),
+        ('{"train": {"steps": 0}}', "train.steps", "0"),
+        ('{"train": {"model": "huge"}}', "train.model", "huge"),
+        ('{"train": {"attention": "sparse"}}', "train.attention", "sparse"),
+        ('{"train": {"lossTolerance": 0}}', "train.lossTolerance", "0"),
+        ('{"train": {"minTokensPerSecond": {"absolute": -1}}}', "minTokensPerSecond", "-1"),
+    ],
+)
+def test_a_bad_profile_or_training_setting_names_the_field_and_the_value(
+    document: str, field: str, value: str
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        parse_checks(document)
+    text = str(caught.value)
+    assert field in text and value in text

@@ -14,6 +14,7 @@ gpuval_agent.cluster.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import threading
@@ -43,7 +44,7 @@ from gpuval_agent.record import RunRecord
 from gpuval_agent.runner import run_checks
 from gpuval_agent.watch import POLL_SECONDS
 from gpuval_api.baselinemodel import BaselineSettings
-from gpuval_api.checks import CheckName, ChecksConfig, Precision, camel, parse_checks
+from gpuval_api.checks import CheckName, ChecksConfig, Precision, Profile, camel
 from gpuval_api.evidence import evidence_gzip, evidence_status
 from gpuval_api.fabric import FABRIC_SUBCOMMAND
 from gpuval_api.machine import machine_view
@@ -114,6 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated checks (default: all but memory): "
         + ",".join(c.value for c in CheckName),
     )
+    run.add_argument(
+        "--profile",
+        choices=[p.value for p in Profile],
+        help="a named check list: default (all but memory and train), full (every check but "
+        "dcgm: adds the memory test and the training step); --checks overrides it",
+    )
     run.add_argument("--duration", type=float, help="burn seconds per precision (default 60)")
     run.add_argument("--precisions", type=_precisions, help="burn precisions, e.g. bf16,tf32,fp64")
     run.add_argument("--matrix-size", type=int, help="burn GEMM size n (default 16384)")
@@ -158,8 +165,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _base_config(args: argparse.Namespace) -> ChecksConfig:
+    """--config's document (or the defaults), with --profile's checks turned on."""
+    text = args.config.read_text() if args.config is not None else "{}"
+    try:
+        document = json.loads(text)
+    except ValueError:
+        document = None
+    if not args.profile or not isinstance(document, dict):
+        # pydantic's own parse names where a broken document breaks.
+        return ChecksConfig.model_validate_json(text)
+    return ChecksConfig.model_validate(document | {"profile": args.profile})
+
+
 def config_from_args(args: argparse.Namespace) -> ChecksConfig:
-    config = parse_checks(args.config.read_text()) if args.config is not None else ChecksConfig()
+    config = _base_config(args)
     updates: dict[str, dict[str, object]] = {}
     if args.duration is not None:
         updates.setdefault("burn", {})["duration_seconds"] = args.duration

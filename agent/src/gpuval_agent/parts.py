@@ -5,8 +5,9 @@ healthy machines, not datasheet peaks (datasheet bf16 on an H200 is ~990 TFLOP/s
 cuBLAS 8192^3 matmul reaches ~800), so a default fraction of 0.8 flags a genuinely slow GPU without
 failing healthy ones. The H200 figures are from shared/targets.md (2x H200 NVLink, driver
 580.159.04): plain torch matmul (bf16), gpu-burn (tf32/fp32/fp64), nvbandwidth (copies) and
-nccl-tests (all-reduce busbw at 4 GiB). The H100 SXM shares the H200's compute rates (same chip);
-its copy figures are left out because nobody measured them here.
+nccl-tests (all-reduce busbw at 4 GiB); the training step's tokens/s from its benchmark on one H200.
+The H100 SXM shares the H200's compute rates (same chip); its copy and training figures are left
+out because nobody measured them here.
 """
 
 from __future__ import annotations
@@ -30,7 +31,16 @@ class PartFigures:
     default_power_limit_watts: float | None = None
     # NVLinks of the SXM part (nvidia-smi nvlink -s on HGX H100/H200 boards: 18 links).
     nvlinks: int | None = None
+    # The datasheet's dense bf16 tensor-core peak, TFLOP/s: what the training step's MFU is
+    # counted against (a peak, not an achievable figure like `tflops`).
+    dense_bf16_tflops: float | None = None
+    # Training tokens per second per GPU of a healthy part, by the shape and batch measured
+    # (gpuval_agent.training.TrainPlan.key, e.g. 'large/b16').
+    train_tokens_per_second: dict[str, float] = field(default_factory=dict)
 
+
+# H100 SXM and H200 (the same chip): NVIDIA's datasheet, dense (no sparsity) bf16 tensor core.
+HOPPER_DENSE_BF16_TFLOPS = 989.4
 
 _HOPPER_TFLOPS = {
     Precision.BF16: 800.0,
@@ -51,12 +61,17 @@ PARTS: tuple[PartFigures, ...] = (
         nccl_busbw_gbps=343.4,
         default_power_limit_watts=700.0,
         nvlinks=18,
+        dense_bf16_tflops=HOPPER_DENSE_BF16_TFLOPS,
+        # The training check's default shape on one H200 (benchmarks/results/h200-train-bench.json:
+        # 79,042 and 78,710 tokens/s, its plain-loop reference 79,023; the full profile's 78,770).
+        train_tokens_per_second={"large/b16": 79_000.0},
     ),
     PartFigures(
         product="NVIDIA H100 80GB HBM3",
         tflops=_HOPPER_TFLOPS,
         default_power_limit_watts=700.0,
         nvlinks=18,
+        dense_bf16_tflops=HOPPER_DENSE_BF16_TFLOPS,
     ),
 )
 

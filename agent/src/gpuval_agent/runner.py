@@ -23,6 +23,7 @@ from gpuval_agent.checks.health import run_health
 from gpuval_agent.checks.memory import run_memory
 from gpuval_agent.checks.nccl import run_nccl, sweep_sizes
 from gpuval_agent.checks.sharing import settle_in_use, settle_shared_init
+from gpuval_agent.checks.train import run_train
 from gpuval_agent.errors import AgentError, NoDriverError
 from gpuval_agent.parts import figures_for
 from gpuval_agent.record import RunRecord
@@ -41,10 +42,17 @@ CHECKS: dict[CheckName, Callable[[CheckContext], CheckResult]] = {
     CheckName.BURN: run_burn,
     CheckName.BANDWIDTH: run_bandwidth,
     CheckName.NCCL: run_nccl,
+    CheckName.TRAIN: run_train,
     CheckName.DCGM: run_dcgm,
 }
 # Checks that load the GPUs through CUDA: meaningless when CUDA did not initialise anywhere.
-_CUDA_CHECKS = {CheckName.MEMORY, CheckName.BURN, CheckName.BANDWIDTH, CheckName.NCCL}
+_CUDA_CHECKS = {
+    CheckName.MEMORY,
+    CheckName.BURN,
+    CheckName.BANDWIDTH,
+    CheckName.NCCL,
+    CheckName.TRAIN,
+}
 # Checks that make CUDA contexts, run inside the watch for other processes on the GPUs: the load
 # checks, and the driver check's CUDA initialisation (a context on every GPU), which is when two
 # agents started at once on one GPU overlap.

@@ -50,7 +50,42 @@ class CheckName(StrEnum):
     BURN = "burn"
     BANDWIDTH = "bandwidth"
     NCCL = "nccl"
+    TRAIN = "train"
     DCGM = "dcgm"
+
+
+class Profile(StrEnum):
+    """A named set of checks: `default` is the list that fits the default wall time (the memory
+    test and the training step left out); `full` adds them (docs/agent.md, "Profiles")."""
+
+    DEFAULT = "default"
+    FULL = "full"
+
+
+# What the full profile turns on besides the default list (a section that says `enabled` itself
+# keeps its word).
+FULL_PROFILE_ADDS = (CheckName.MEMORY, CheckName.TRAIN)
+
+
+class TrainModel(StrEnum):
+    """The training check's model: a decoder-only transformer of one of four shapes
+    (docs/agent.md, "The training step"); `auto` picks by the GPUs' memory."""
+
+    AUTO = "auto"
+    LARGE = "large"  # about 1 B parameters (d_model 2048, 18 layers)
+    MEDIUM = "medium"  # about 235 M (1024, 16)
+    SMALL = "small"  # about 110 M (768, 12)
+    TINY = "tiny"  # about 5 M (256, 4): for tests and small GPUs
+
+
+class TrainAttention(StrEnum):
+    """The scaled_dot_product_attention backend the training step pins (each computes the same
+    function with its own rounding, so it is part of what makes losses bit-identical)."""
+
+    FLASH = "flash"
+    EFFICIENT = "efficient"
+    CUDNN = "cudnn"
+    MATH = "math"
 
 
 class Precision(StrEnum):
@@ -103,6 +138,17 @@ class Threshold(_Model):
         if self.fraction_of_expected is not None and expected is not None:
             candidates.append(self.fraction_of_expected * expected)
         return max(candidates) if candidates else None
+
+
+class RateThreshold(Threshold):
+    """A minimum rate in tokens per second, absolute or a fraction of the part's expected rate."""
+
+    absolute: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e9,
+        description="Minimum in tokens per second per GPU.",
+    )
 
 
 class DriverCheck(_Model):
@@ -510,8 +556,89 @@ class NcclCheck(_Model):
         return self
 
 
+class TrainCheck(_Model):
+    """A training step of a small decoder-only transformer (bf16, seeded synthetic tokens,
+    data-parallel over the node's GPUs, deterministic settings): its speed, and its loss at every
+    step, which the operator compares across the run's nodes (docs/agent.md, "The training
+    step")."""
+
+    enabled: bool = Field(
+        default=False,
+        description=(
+            "Run the training step (not in the default run; the `full` profile or "
+            "`gpuval-agent run --checks train` turns it on)."
+        ),
+    )
+    model: TrainModel = Field(
+        default=TrainModel.AUTO,
+        description="Model shape: auto (by the GPUs' memory: large from 60 GiB, medium from 30, "
+        "small from 12, else tiny), or one of large, medium, small, tiny.",
+    )
+    micro_batch: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="Sequences per GPU and step. Unset: by the model and the GPUs' memory "
+        "(large: 16 from 100 GiB, else 8).",
+    )
+    steps: int = Field(
+        default=60,
+        ge=1,
+        le=100_000,
+        description="Timed steps after the warm-up: a fixed count, so that every node of a run "
+        "trains the same steps and its losses compare (60: 25 s on an H200 with the large model, "
+        "27 s with the warm-up, 36 s with the start-up).",
+    )
+    warmup_steps: int = Field(
+        default=5,
+        ge=0,
+        le=10_000,
+        description="Untimed steps first (kernel selection, allocation); their losses are part "
+        "of the fingerprint too.",
+    )
+    seed: int = Field(
+        default=1234,
+        ge=0,
+        le=2**31 - 1,
+        description="Seed of the weights and of the synthetic tokens.",
+    )
+    attention: TrainAttention = Field(
+        default=TrainAttention.FLASH,
+        description="scaled_dot_product_attention backend, pinned. flash: bit-identical losses "
+        "with torch's deterministic algorithms and the fastest on an H200 (efficient: also "
+        "bit-identical, 13 % slower; math: 3.3x slower; cudnn: refused under determinism).",
+    )
+    timeout_seconds: float = Field(
+        default=900.0,
+        gt=0,
+        le=86400,
+        description="Whole check's time limit (start-up included); past it the check fails as "
+        "CheckError.",
+    )
+    min_tokens_per_second: RateThreshold = Field(
+        default_factory=lambda: RateThreshold(fraction_of_expected=0.8),
+        description="Minimum training throughput per GPU, tokens/s (LowTrainingThroughput). The "
+        "expected figure applies to the shape it was measured with (large, 16 sequences, on an "
+        "H200).",
+    )
+    loss_tolerance: float = Field(
+        default=0.02,
+        gt=0,
+        le=1,
+        description="Across GPU stacks (GPU model, driver, CUDA, torch, NCCL, attention backend), "
+        "where bit-identical losses cannot be expected: the largest relative difference of a "
+        "step's loss from the reference stack's before TrainingMismatch.",
+    )
+
+
 class ChecksConfig(_Model):
     """Which checks the agent runs, with their parameters and thresholds."""
+
+    profile: Profile = Field(
+        default=Profile.DEFAULT,
+        description="default: the default check list; full: also the memory test and the "
+        "training step (each section's own `enabled` still wins).",
+    )
 
     state: StateCheck = Field(
         default_factory=StateCheck, description="Hardware state at rest (runs first)."
@@ -526,7 +653,27 @@ class ChecksConfig(_Model):
         default_factory=BandwidthCheck, description="Copy-bandwidth check."
     )
     nccl: NcclCheck = Field(default_factory=NcclCheck, description="NCCL all-reduce check.")
+    train: TrainCheck = Field(
+        default_factory=TrainCheck, description="Training step; off by default (profile full)."
+    )
     dcgm: DcgmCheck = Field(default_factory=DcgmCheck, description="DCGM diagnostics (optional).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_profile(cls, data: object) -> object:
+        """The full profile turns on the checks it adds, unless their section says otherwise."""
+        if not isinstance(data, dict) or data.get("profile") != Profile.FULL:
+            return data
+        data = dict(data)
+        for name in FULL_PROFILE_ADDS:
+            section = data.get(name.value)
+            if section is None:
+                data[name.value] = {"enabled": True}
+            elif isinstance(section, dict):
+                data[name.value] = {"enabled": True} | section
+            elif isinstance(section, BaseModel) and "enabled" not in section.model_fields_set:
+                data[name.value] = section.model_copy(update={"enabled": True})
+        return data
 
     def enabled(self) -> list[CheckName]:
         """The enabled checks in run order."""

@@ -52,6 +52,11 @@ class AgentEnv(StrEnum):
     # healthy one's, with results still verified: a slow GPU for the baseline rules
     # (docs/agent.md, "Baselines").
     BURN_SLOWDOWN = "GPUVAL_BURN_SLOWDOWN"
+    # Test hook of the training check on the real backend: STEP or STEP:RANK (1-based step, the
+    # warm-up counted; rank 0 by default): before that step's forward pass, that rank adds 0.01
+    # to one weight of its first attention layer, so its losses leave its peers' from that step
+    # on (docs/agent.md, "The training step").
+    TRAIN_PERTURB = "GPUVAL_TRAIN_PERTURB"
 
 
 class OperatorEnv(StrEnum):

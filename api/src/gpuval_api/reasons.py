@@ -88,6 +88,10 @@ class Reason(StrEnum):
     NCCL_TIMEOUT = "NcclTimeout"
     NCCL_ERROR = "NcclError"
     NCCL_LOW_BUSBW = "NcclLowBusbw"
+    # Training step (agent, and the operator's comparison of the nodes' losses)
+    LOW_TRAINING_THROUGHPUT = "LowTrainingThroughput"
+    TRAINING_LOSS_NOT_FINITE = "TrainingLossNotFinite"
+    TRAINING_MISMATCH = "TrainingMismatch"
     # Fabric: NCCL across nodes (agent and operator)
     FABRIC_UNREACHABLE = "FabricUnreachable"
     FABRIC_SLOW_NODE = "FabricSlowNode"
@@ -399,6 +403,27 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.LOW_THROUGHPUT: ReasonInfo(
         "burn throughput was below the configured threshold",
         "look at clocks and throttle reasons in the report; compare with a healthy node",
+    ),
+    Reason.LOW_TRAINING_THROUGHPUT: ReasonInfo(
+        "a GPU trained the check's transformer more slowly (tokens per second) than the "
+        "configured minimum",
+        "compare the node's burn, bandwidth and NCCL figures with a healthy node's: a slow "
+        "training step with healthy figures points at clocks under load, the host (CPU, launch "
+        "overhead) or the all-reduce; re-run `gpuval-agent run --checks train` alone to confirm",
+    ),
+    Reason.TRAINING_LOSS_NOT_FINITE: ReasonInfo(
+        "the training step's loss became NaN or Inf on a GPU, with fixed seeds and inputs that "
+        "train finitely on a healthy node",
+        "the GPU computes wrong results: drain the node, run the burn and the memory test, check "
+        "ECC counters and temperatures, RMA if it repeats",
+    ),
+    Reason.TRAINING_MISMATCH: ReasonInfo(
+        "the node's training loss differs from its peers' at some step, with the same model, "
+        "seeds and deterministic settings: same stack, not bit-identical (or, across stacks, "
+        "beyond the stated tolerance)",
+        "drain the node; re-run the training check and compare its losses with a healthy "
+        "node's (the message names the first step that differs); run the burn and the memory "
+        "test; RMA a GPU that keeps differing",
     ),
     Reason.LOW_BANDWIDTH: ReasonInfo(
         "a measured bandwidth was below the configured threshold",

@@ -5,7 +5,8 @@ in-cluster agent puts it into its GpuNodeReport's `status.result`. Its JSON Sche
 under api/schemas/.
 
 Figures carry their unit in the key: `...Tflops` (TFLOP/s), `...GBps` (10^9 bytes/s),
-`...Celsius`, `...Watts`, `...Mhz`, `...Seconds`.
+`...Celsius`, `...Watts`, `...Mhz`, `...Seconds`, `...Bytes`, `...PerSecond` (a count per second,
+e.g. `tokensPerSecond`), `...Ratio` (0-1); a bare count has no unit (`modelParameters`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from gpuval_api.checks import ChecksConfig, camel
 from gpuval_api.jsonschema import ExplicitDefaults
 from gpuval_api.lenient import read_model
 from gpuval_api.reasons import Reason, Severity
+from gpuval_api.training import TrainingRecord
 from gpuval_api.verdicts import Verdict
 
 __all__ = ["AgentResult", "CheckResult", "Verdict"]  # Verdict: results and nodes share it
@@ -44,6 +46,26 @@ class Metric:
     NVLINKS_DOWN = "nvlinksDown"
     IB_PORTS_DOWN = "ibPortsDown"
     COUNTERS_GROWN = "countersGrown"
+
+
+class TrainMetric:
+    """The training check's figures: the node's in the check's `metrics`, each GPU's in its
+    `gpus[].metrics` (docs/agent.md, "The training step")."""
+
+    TOKENS_PER_SECOND = "tokensPerSecond"  # node: every GPU's tokens; per GPU: its own
+    MFU = "mfuRatio"  # model FLOPs utilisation against the part's dense bf16 peak (node: mean)
+    MODEL_TFLOPS = "modelTflops"  # model TFLOP/s achieved (node: sum; per GPU: its own)
+    PEAK_TFLOPS = "peakTflops"  # node: the part's dense bf16 peak MFU is counted against
+    STEP_MEDIAN = "stepMedianSeconds"  # node: the slowest GPU's time of each step, median
+    STEP_P99 = "stepP99Seconds"  # and its 99th percentile (per GPU: its own)
+    PEAK_MEMORY = "peakMemoryBytes"  # allocated by torch at its peak (node: the largest GPU's)
+    PARAMETERS = "modelParameters"  # node
+    FLOPS_PER_TOKEN = "flopsPerToken"  # node: 6 N + 12 L d S, the count MFU uses
+    TOKENS_PER_STEP = "tokensPerStep"  # node: every GPU's sequences x the sequence length
+    STEPS = "steps"  # node: timed steps
+    WARMUP_STEPS = "warmupSteps"  # node: untimed steps before them
+    LOSS_FIRST = "lossFirst"  # node: the mean loss of the first step
+    LOSS_LAST = "lossLast"  # and of the last
 
 
 class PcieLink(_Model):
@@ -216,6 +238,11 @@ class CheckResult(_Model):
     pairs: list[PairResult] = Field(default_factory=list)
     nccl_sizes: list[NcclSize] = Field(default_factory=list)
     fingerprints: list[BurnFingerprint] = Field(default_factory=list)
+    training: TrainingRecord | None = Field(
+        default=None,
+        description="The training check's loss at every step and what fixes it (compared across "
+        "the run's nodes by the operator).",
+    )
     occupants: list[GpuOccupant] = Field(
         default_factory=list,
         description="Processes other than the agent's found on a GPU before or during this "

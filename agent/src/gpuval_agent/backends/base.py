@@ -12,6 +12,7 @@ from types import MappingProxyType
 
 from gpuval_agent.memtest import MemoryMeasurement, MemoryPlan, MemoryProgressCallback
 from gpuval_agent.state.model import GpuState
+from gpuval_agent.training import TrainOutcome, TrainPlan, TrainProgressCallback
 from gpuval_agent.verify import BadIteration
 from gpuval_api.checks import Precision
 from gpuval_api.result import Environment
@@ -226,6 +227,18 @@ class Backend(ABC):
         self, gpus: list[int], sizes: list[int], iterations: int, timeout_seconds: float
     ) -> AllReduceOutcome:
         """NCCL all-reduce between `gpus`, one process per GPU, over `sizes` (bytes)."""
+
+    @abstractmethod
+    def train(
+        self,
+        gpus: list[int],
+        plan: TrainPlan,
+        *,
+        on_progress: TrainProgressCallback,
+        stop: threading.Event,
+    ) -> TrainOutcome:
+        """The training step of `plan` data-parallel over `gpus`, one process per GPU: every
+        rank's losses and figures, or why it did not finish (gpuval_agent.training)."""
 
     @abstractmethod
     def gpu_use(self) -> list[GpuUse] | None:

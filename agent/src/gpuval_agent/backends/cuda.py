@@ -50,6 +50,7 @@ from gpuval_agent.memtest import (
     parse_flips,
 )
 from gpuval_agent.state.model import GpuState
+from gpuval_agent.training import TrainOutcome, TrainPlan, TrainProgressCallback
 from gpuval_api.checks import Precision
 from gpuval_api.env import AgentEnv
 from gpuval_api.result import Environment
@@ -87,6 +88,7 @@ class CudaBackend(Backend):
         self._torch_ready = threading.Event()
         self._burn: Any = None
         self._prepared: PreparedAllReduce | None = None
+        self._training: Any = None  # the training check's ranks while they run (train_ranks)
         self._copy: Any = None
         # NVML index -> CUDA ordinal. They differ when CUDA_VISIBLE_DEVICES hides or reorders
         # GPUs; the checks speak NVML indices, torch and NCCL CUDA ordinals.
@@ -227,11 +229,11 @@ class CudaBackend(Backend):
     def agent_gpu_processes(self) -> dict[int, int]:
         """This process on every GPU, and each live prestarted NCCL rank on its own."""
         counts = dict.fromkeys(range(self._nvml_session().count), 1)
-        prepared = self._prepared
-        if prepared is not None:
-            for ordinal in prepared.live_devices():
-                gpu = self._nvml_index(ordinal)
-                counts[gpu] = counts.get(gpu, 1) + 1
+        for ranks in (self._prepared, self._training):
+            if ranks is not None:
+                for ordinal in ranks.live_devices():
+                    gpu = self._nvml_index(ordinal)
+                    counts[gpu] = counts.get(gpu, 1) + 1
         return counts
 
     def burn(
@@ -331,6 +333,29 @@ class CudaBackend(Backend):
             prepared.cancel()
         return all_reduce_processes(devices, sizes, iterations, timeout_seconds)
 
+    def train(
+        self,
+        gpus: list[int],
+        plan: TrainPlan,
+        *,
+        on_progress: TrainProgressCallback,
+        stop: threading.Event,
+    ) -> TrainOutcome:
+        step, rank = _train_perturbation()
+        plan = replace(plan, perturb_step=step, perturb_rank=rank)
+        if self._torch is not None:
+            self._copy.release()  # the ranks need the memory the copies and the burn held
+        if self._prepared is not None:  # the NCCL check's ranks, if it never ran
+            self._prepared.cancel()
+            self._prepared = None
+        ranks = importlib.import_module("gpuval_agent.backends.train_ranks")
+        self._training = ranks.TrainingRanks(self._cuda(gpus), plan)
+        try:
+            outcome: TrainOutcome = self._training.run(gpus, on_progress, stop)
+        finally:
+            self._training = None
+        return outcome
+
     def close(self) -> None:
         if self._prepared is not None:
             self._prepared.cancel()
@@ -354,6 +379,24 @@ def _burn_slowdown() -> float | None:
             "(e.g. 0.8), or unset it"
         )
     return factor
+
+
+def _train_perturbation() -> tuple[int | None, int]:
+    """The training check's test hook: GPUVAL_TRAIN_PERTURB, STEP or STEP:RANK (none when unset)."""
+    text = os.environ.get(AgentEnv.TRAIN_PERTURB, "").strip()
+    if not text:
+        return None, 0
+    step, _, rank = text.partition(":")
+    try:
+        parsed = int(step), int(rank or 0)
+    except ValueError:
+        parsed = 0, -1
+    if parsed[0] < 1 or parsed[1] < 0:
+        raise AgentError(
+            f"{AgentEnv.TRAIN_PERTURB}={text!r}: give the 1-based step (the warm-up counted) and "
+            "optionally the rank, e.g. 10 or 10:1, or unset it"
+        )
+    return parsed
 
 
 def _memory_flips() -> list[MemoryFlip]:

@@ -8,7 +8,9 @@ collective, so a fabric generation started for the pair rounds never builds the 
 communicator (a hung node cannot hang the pairs it is not in), and `new_group` (called by every
 rank for every pair, in the same order) needs no collective over the world. The NCCL check sends
 `check` as soon as its ranks start: their communicator forms and its sum is checked during the
-burn, and `group` runs the sweep the moment the check needs it.
+burn, and `group` runs the sweep the moment the check needs it. The training check's ranks
+(started with its deterministic settings in their environment) get one `train` command
+(gpuval_agent.backends.torch_train), rank 0 writing its progress as it goes.
 
 Commands arrive as JSON lines on stdin; each ends with one JSON line in the events file
 (`{"id": n, ...}`). Figures are in-place float32 all-reduces timed like nccl-tests
@@ -126,6 +128,11 @@ class Worker:
             return
         self.emit(id=command["id"], idle=True)
 
+    def train(self, command: dict[str, Any]) -> None:
+        from gpuval_agent.backends import torch_train  # noqa: PLC0415 - only the training ranks
+
+        torch_train.run(self, command)
+
 
 def _unreachable(error: BaseException) -> bool:
     kinds = tuple(
@@ -157,7 +164,12 @@ def main(argv: list[str] | None = None) -> None:
         except Exception as error:  # the agent reads why from the event
             _fail(events, 0, error, unreachable=_unreachable(error))
         worker.emit(id=0, ready=True)
-        handlers = {"check": worker.check, "group": worker.group, "pairs": worker.pairs}
+        handlers = {
+            "check": worker.check,
+            "group": worker.group,
+            "pairs": worker.pairs,
+            "train": worker.train,
+        }
         for line in sys.stdin:
             command = json.loads(line)
             if command.get("op") == "exit":

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,13 +158,20 @@ class RankGroup:
         self._write((json.dumps(command) + "\n").encode())
 
     def answers(
-        self, step: int, deadline: float, stop: threading.Event | None = None
+        self,
+        step: int,
+        deadline: float,
+        stop: threading.Event | None = None,
+        on_wait: Callable[[], None] | None = None,
     ) -> list[dict[str, Any]] | str:
-        """Every rank's event for `step`; or why not, a sentence ('timeout', a rank's death)."""
+        """Every rank's event for `step`; or why not, a sentence ('timeout', a rank's death).
+        `on_wait` is called after every poll of the events (a progress reader: `latest`)."""
         stop = stop or threading.Event()
         while True:
             for events in self._events:
                 events.poll()
+            if on_wait is not None:
+                on_wait()
             found = [e.by_id.get(step) for e in self._events]
             answered = [event for event in found if event is not None]
             # One rank's error ends the step: the others may be stuck in a collective with it.
@@ -178,6 +186,11 @@ class RankGroup:
                 return "timeout"
             if stop.wait(_POLL):
                 return "stopped by a signal"
+
+    def latest(self, rank: int, event_id: int) -> dict[str, Any] | None:
+        """The last event `rank` wrote under `event_id` (one it overwrites: progress), as of the
+        last poll."""
+        return self._events[rank].by_id.get(event_id)
 
     def run(self, timed_out: bool) -> RankRun:
         """What the ranks did so far: exit codes, last words, the log tail when not ok."""

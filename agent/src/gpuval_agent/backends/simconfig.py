@@ -54,6 +54,12 @@ class FaultKind(StrEnum):
     # process takes part of the GPU's memory while the test allocates (allocations refused).
     MEMORY_FLIP = "memory-flip"
     MEMORY_HELD = "memory-held"
+    # The training step: the node trains at `factor` (0.7) of a healthy one's tokens/s (its
+    # data-parallel ranks wait for the slow GPU); the GPU's losses leave the healthy ones' from
+    # the 1-based `step` (10) on, by a part in a thousand, so the node passes on its own and only
+    # a comparison across nodes can tell.
+    TRAIN_SLOW = "train-slow"
+    TRAIN_WRONG_LOSS = "train-wrong-loss"
     # The fabric (`gpuval-agent fabric`): the node's network is slow; its link to `peer` is
     # slow; the network path between its topology domain (`fabricDomain`) and the domain `peer`
     # is slow (every other domain's without a peer: a slow uplink); it cannot reach rank 0 (a
@@ -74,6 +80,7 @@ class LoadCheck(StrEnum):
     BURN = CheckName.BURN.value
     BANDWIDTH = CheckName.BANDWIDTH.value
     NCCL = CheckName.NCCL.value
+    TRAIN = CheckName.TRAIN.value
     FABRIC = FABRIC_SUBCOMMAND
 
 
@@ -132,8 +139,8 @@ class Fault(_Model):
         gt=0,
         le=1,
         description=(
-            "slow-gpu, fabric-slow-node/-link/-path: the fraction of the healthy figure "
-            "(0.85 / 0.85 / 0.6 / 0.7); "
+            "slow-gpu, fabric-slow-node/-link/-path, train-slow: the fraction of the healthy "
+            "figure (0.85 / 0.85 / 0.6 / 0.7 / 0.7); "
             "memory-held: the fraction of the GPU's memory the other process takes (0.5)."
         ),
     )
@@ -146,14 +153,22 @@ class Fault(_Model):
     pattern: MemoryPattern = Field(
         default=MemoryPattern.RANDOM, description="memory-flip: the pattern it flips during."
     )
-    step: int = Field(
-        default=0, ge=0, le=63, description="memory-flip: the pattern's step (walking: the bit)."
+    step: int | None = Field(
+        default=None,
+        ge=0,
+        le=100_000,
+        description="memory-flip: the pattern's step, 0-63 (walking: the bit; default 0); "
+        "train-wrong-loss: the 1-based training step from which the losses differ (10).",
     )
 
     @model_validator(mode="after")
     def _link_names_its_peer(self) -> Fault:
         if self.kind is FaultKind.FABRIC_SLOW_LINK and self.peer is None:
             raise ValueError("a fabric-slow-link fault names its other node in 'peer'")
+        if self.kind is FaultKind.MEMORY_FLIP and self.step is not None and self.step > 63:
+            raise ValueError(f"a memory-flip fault's step is 0-63 (the pattern's), not {self.step}")
+        if self.kind is FaultKind.TRAIN_WRONG_LOSS and self.step == 0:
+            raise ValueError("a train-wrong-loss fault's step is 1-based: give 1 or more")
         return self
 
 

@@ -45,6 +45,7 @@ from gpuval_agent.backends.simforeign import (
 )
 from gpuval_agent.backends.simmemory import CONTEXT_BYTES, SimulatedMemory, simulated_memtest
 from gpuval_agent.backends.simstate import SimulatedHost, gpu_address
+from gpuval_agent.backends.simtrain import simulated_train
 from gpuval_agent.errors import NoDriverError
 from gpuval_agent.memtest import (
     MemoryFlip,
@@ -54,6 +55,7 @@ from gpuval_agent.memtest import (
 )
 from gpuval_agent.parts import figures_for
 from gpuval_agent.state.model import GpuState
+from gpuval_agent.training import TrainOutcome, TrainPlan, TrainProgressCallback
 from gpuval_agent.verify import count_bad_elements, scan_counts
 from gpuval_api.checks import Precision
 from gpuval_api.env import AgentEnv
@@ -371,7 +373,7 @@ class SimulatedBackend(Backend):
                     offset=middle if fault.offset is None else fault.offset,
                     bit=fault.bit,
                     pattern=fault.pattern,
-                    step=fault.step,
+                    step=fault.step or 0,
                 )
                 for fault in self._faults.get(FaultKind.MEMORY_FLIP, [])
                 if fault.gpu == gpu
@@ -419,6 +421,29 @@ class SimulatedBackend(Backend):
             FaultKind.LOW_BANDWIDTH, dst
         )
         return gbps * (0.5 if slow else 1.0)
+
+    def train(
+        self,
+        gpus: list[int],
+        plan: TrainPlan,
+        *,
+        on_progress: TrainProgressCallback,
+        stop: threading.Event,
+    ) -> TrainOutcome:
+        self._burning.set()  # the GPUs run hot while they train, as under the burn
+        share = self._share(LoadCheck.TRAIN, gpus)
+        return simulated_train(
+            self.config,
+            self._part,
+            gpus,
+            plan,
+            slow=self._fault(FaultKind.TRAIN_SLOW),
+            wrong=self._faults.get(FaultKind.TRAIN_WRONG_LOSS, []),
+            share=share,
+            on_progress=on_progress,
+            stop=stop,
+            sleep=self._sleep,
+        )
 
     def prepare_all_reduce(
         self, gpus: list[int], sizes: list[int], iterations: int, timeout_seconds: float

@@ -28,6 +28,7 @@ from gpuval_api.result import (
     PairResult,
     Verdict,
 )
+from gpuval_api.training import TrainingRecord
 
 
 class Reporter(Protocol):
@@ -99,6 +100,7 @@ class CheckBuilder:
         self.pairs: list[PairResult] = []
         self.nccl_sizes: list[NcclSize] = []
         self.fingerprints: list[BurnFingerprint] = []
+        self.training: TrainingRecord | None = None
         self.log_tail: str | None = None
         self.not_read: list[str] = []
 
@@ -166,6 +168,7 @@ class CheckBuilder:
             pairs=self.pairs,
             nccl_sizes=self.nccl_sizes,
             fingerprints=self.fingerprints,
+            training=self.training,
             findings=self.findings,
             not_read=self.not_read,
             log_tail=self.log_tail,

@@ -1,12 +1,12 @@
 """What another process on a GPU does to a load check's result. Pure.
 
 A GPU found busy as the check started was left out of it; one found busy while it ran has its
-findings that speak of speed or of a failed run (LowThroughput, LowBandwidth, NCCL's, CheckError:
-its figures, and an out-of-memory that the other process's memory caused) set aside. Both get
-GpuInUse (class NotRun) naming the process, whatever the figures say. Evidence that another
-process cannot produce stands: wrong results, temperatures, XIDs, the PCIe link. The driver
-check's CUDA initialisation is watched too: a GPU another process used while it ran is shared,
-and the run did not have it alone (`settle_shared_init`).
+findings that speak of speed or of a failed run (LowThroughput, LowTrainingThroughput,
+LowBandwidth, NCCL's, CheckError: its figures, and an out-of-memory that the other process's
+memory caused) set aside. Both get GpuInUse (class NotRun) naming the process, whatever the
+figures say. Evidence that another process cannot produce stands: wrong results, temperatures,
+XIDs, the PCIe link. The driver check's CUDA initialisation is watched too: a GPU another process
+used while it ran is shared, and the run did not have it alone (`settle_shared_init`).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from gpuval_api.result import (
 DISTURBED = frozenset(
     {
         Reason.LOW_THROUGHPUT,
+        Reason.LOW_TRAINING_THROUGHPUT,
         Reason.LOW_BANDWIDTH,
         Reason.NCCL_LOW_BUSBW,
         Reason.NCCL_TIMEOUT,

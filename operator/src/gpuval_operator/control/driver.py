@@ -37,7 +37,7 @@ from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.run import lifecycle
 from gpuval_operator.run.effects import Effects
-from gpuval_operator.run.fingerprints import fingerprint_outliers
+from gpuval_operator.run.fingerprints import fingerprint_outliers, training_mismatches
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
 from gpuval_operator.run.uniformity import Outlier, run_outliers
 
@@ -332,7 +332,7 @@ class RunDriver:
     async def complete(self, run: RunState, spec: GpuValidationSpec) -> None:
         """Every node has its final verdict: compare the run's burn fingerprints (failing the odd
         ones out) and environments, act on what that changed, and close the run."""
-        prints = await self._blame_fingerprints(run)
+        prints = await self._blame_fingerprints(run, spec.checks.train.loss_tolerance)
         await self.acted()
         await self.after_verdicts(run, spec)
         run.completed_at = time.time()
@@ -352,19 +352,26 @@ class RunDriver:
             state.last_success = run.completed_at
         await self.baseline.complete(run)
 
-    async def _blame_fingerprints(self, run: RunState) -> list[Outlier]:
-        """Fail each node whose burn reference differs from its peers' (silent corruption)."""
+    async def _blame_fingerprints(self, run: RunState, tolerance: float) -> list[Outlier]:
+        """Fail each node whose burn reference differs from its peers' (silent corruption), and
+        each whose training losses differ from its stack's majority (or, across stacks, leave
+        `tolerance`)."""
         results = {
             node: result
             for node, result in self.state.latest.items()
             if node in run.nodes and result.run == run.run_id
         }
         found = fingerprint_outliers({n: r.fingerprints for n, r in results.items()})
-        reason = Reason.BURN_FINGERPRINT_MISMATCH
-        for outlier in found:
-            if run.overturn(outlier.node, reason, outlier.message()):
-                record = run.nodes[outlier.node]
+        mismatches = training_mismatches({n: r.training for n, r in results.items()}, tolerance)
+        blamed = [
+            (o.node, Reason.BURN_FINGERPRINT_MISMATCH, o.message(), CheckName.BURN) for o in found
+        ] + [(m.node, Reason.TRAINING_MISMATCH, m.message(), CheckName.TRAIN) for m in mismatches]
+        for node, reason, message, check in blamed:
+            if run.overturn(node, reason, message):
                 await self.effects.write_report_failure(
-                    record, reason, outlier.message(), check=CheckName.BURN
+                    run.nodes[node], reason, message, check=check
                 )
-        return [Outlier(o.field, o.node, o.value, o.majority, "majority") for o in found]
+        outliers = [Outlier(o.field, o.node, o.value, o.majority, "majority") for o in found]
+        return outliers + [
+            Outlier(m.field, m.node, m.digest, m.reference, "majority") for m in mismatches
+        ]

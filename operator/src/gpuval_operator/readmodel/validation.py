@@ -15,6 +15,7 @@ from typing import Any
 from gpuval_api.conditions import ConditionType
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
+from gpuval_api.training import NodeLosses
 from gpuval_operator.baseline.facts import Comparison, History
 from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.names import run_number
@@ -37,6 +38,7 @@ class NodeResult:
     gpu_figures: tuple[tuple[int, str, float], ...]
     failed_checks: tuple[tuple[str, str], ...] = ()
     fingerprints: tuple[Fingerprint, ...] = ()
+    training: NodeLosses | None = None
     state: StateFacts | None = None
     comparison: Comparison | None = None
 
@@ -56,6 +58,7 @@ class NodeResult:
             gpu_figures=report.gpu_figures,
             failed_checks=report.failed_checks,
             fingerprints=report.fingerprints,
+            training=report.training,
             state=report.state,
             comparison=report.comparison,
         )

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from gpuval_api import figures, keys
 from gpuval_api.checks import CheckName
 from gpuval_api.crd import OUTLIER_VALUE_LENGTH
@@ -28,6 +30,7 @@ from gpuval_api.report import (
     read_verdict,
 )
 from gpuval_api.result import Verdict
+from gpuval_api.training import NodeLosses, TrainingRecord
 from gpuval_api.views import ENVIRONMENT_FIELDS
 from gpuval_operator.baseline.facts import Comparison, History, lowest_pair
 from gpuval_operator.fabric.facts import FabricFacts
@@ -146,6 +149,22 @@ def burn_fingerprints(result: Mapping[str, Any] | None) -> tuple[Fingerprint, ..
     )
 
 
+def training_losses(result: Mapping[str, Any] | None) -> NodeLosses | None:
+    """The training check's losses with their experiment and stack, the sequence shared with
+    every node that computed the same (gpuval_api.training.intern_losses): at 10,000 nodes one
+    copy per distinct sequence, a digest and two interned keys per node."""
+    if not result:
+        return None
+    for check in result.get("checks") or []:
+        if check.get("name") != CheckName.TRAIN or not isinstance(check.get("training"), Mapping):
+            continue
+        try:
+            return NodeLosses.of(TrainingRecord.model_validate(check["training"]))
+        except ValidationError:
+            return None  # a record this version cannot read compares with nothing
+    return None
+
+
 @dataclass(slots=True)
 class ReportFacts:
     name: str
@@ -162,6 +181,7 @@ class ReportFacts:
     gpu_figures: tuple[tuple[int, str, float], ...]
     failed_checks: tuple[tuple[str, str], ...] = ()
     fingerprints: tuple[Fingerprint, ...] = ()
+    training: NodeLosses | None = None
     fabric: FabricFacts | None = None
     state: StateFacts | None = None  # the state check's, for the metrics
     # The agent's comparison with its baseline (result.baseline), and spec.history as written
@@ -233,6 +253,7 @@ class ReportFacts:
             gpu_figures=gpu_figures(result) if per_gpu else (),
             failed_checks=failed_checks(status.get(StatusKey.FAILURES)),
             fingerprints=burn_fingerprints(result),
+            training=training_losses(result),
             fabric=FabricFacts.parse(fabric) if isinstance(fabric, Mapping) else None,
             state=StateFacts.parse(result),
             comparison=Comparison.parse(result),

@@ -7,6 +7,10 @@ determinants are equal (GPU model and SM count, matrix size, precision, framewor
 versions) must compute bit-identical references; a node that differs from a clear majority of
 such peers is a silent-data-corruption suspect. Without a majority (a tie, or a lone peer) no
 node is blamed: which side is wrong cannot be told.
+
+The training check's losses are compared the same way, by the one comparison the agent's
+benchmark and the tests use too (gpuval_api.training.loss_mismatches): within a GPU stack bit
+for bit, across stacks within the spec's tolerance.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpuval_api.training import LossMismatch, NodeLosses, loss_mismatches
 from gpuval_operator.run.facts import Fingerprint
 
 # A majority must have at least this many nodes before a node that differs from it is blamed.
@@ -62,3 +67,13 @@ def fingerprint_outliers(
             if value != majority
         )
     return sorted(outliers, key=lambda o: (o.node, o.precision))
+
+
+def training_mismatches(
+    nodes: Mapping[str, NodeLosses | None], tolerance: float
+) -> list[LossMismatch]:
+    """Nodes whose training losses differ from their reference (gpuval_api.training), by node;
+    nodes that did not train are left out."""
+    return loss_mismatches(
+        {node: losses for node, losses in nodes.items() if losses is not None}, tolerance
+    )

@@ -1,0 +1,65 @@
+"""The training check through the operator on the local control plane (issue 36): five simulated
+nodes train; the slow one fails on its own agent's judgement (LowTrainingThroughput), the one
+whose losses leave its peers' passes on its own and is failed by the run's comparison of the
+nodes' losses (TrainingMismatch, naming the step), the others pass."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from gpuval_devtools.controlplane import Cluster
+from tests.support.fleet import (
+    Fleet,
+    Operator,
+    apply,
+    by_node,
+    completed_run,
+    delete_validation,
+    reports_of,
+)
+
+pytestmark = pytest.mark.usefixtures("install_crds")
+
+
+def test_a_slow_node_and_a_node_with_a_wrong_loss_are_each_named_with_their_reason(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    healthy = [fleet.add(unique_name("train-ok"), gpus=2) for _ in range(3)]
+    slow = fleet.add(unique_name("train-slow"), [{"kind": "train-slow"}], gpus=2)
+    wrong = fleet.add(
+        unique_name("train-wrong"), [{"kind": "train-wrong-loss", "step": 12}], gpus=2
+    )
+    name = unique_name("train")
+    checks = {
+        "burn": {"durationSeconds": 2},
+        "nccl": {"maxBytes": 1 << 24},
+        "train": {"enabled": True},
+    }
+    with operator():
+        apply(cluster, fleet.validation(name, checks=checks))
+        status = completed_run(cluster, name)
+        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        delete_validation(cluster, name)
+
+    assert {n: reports[n]["verdict"] for n in healthy} == dict.fromkeys(healthy, "Passed")
+    assert reports[slow]["verdict"] == "Failed"
+    assert reports[slow]["reason"] == "LowTrainingThroughput"
+    assert reports[slow]["failures"][0]["check"] == "train"
+    assert "below the minimum 63,200 (train.minTokensPerSecond)" in reports[slow]["message"]
+    assert reports[wrong]["verdict"] == "Failed"
+    assert reports[wrong]["reason"] == "TrainingMismatch"
+    assert reports[wrong]["failures"][0]["check"] == "train"
+    message = reports[wrong]["message"]
+    assert "training loss differs from step 12 of 65 on" in message
+    assert "where 4 nodes of the same stack" in message  # the slow node's losses are right
+    assert status["nodes"]["passed"] == 3 and status["nodes"]["failed"] == 2
+    failing = {f["node"]: f["reason"] for f in status["failingNodes"]}
+    assert failing == {slow: "LowTrainingThroughput", wrong: "TrainingMismatch"}
+    [outlier] = status["outliers"]
+    assert (outlier["node"], outlier["field"], outlier["source"]) == (
+        wrong,
+        "trainingLoss",
+        "majority",
+    )

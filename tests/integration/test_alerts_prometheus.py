@@ -32,11 +32,13 @@ from tests.support.kube import get_json, wait_for
 
 MISCOMPARE = [{"kind": "miscompare", "gpu": 3}]
 # Hardware-state findings the healthy pool's validation only warns about: the node passes, and the
-# dashboard's state row has series to show (a counter that grew, a port down).
+# dashboard's state row has series to show (a counter that grew, a port down). It trains too, so the
+# training step's panels have series.
 STATE_WARNINGS = [{"kind": "nvlink-errors-grow", "gpu": 3, "link": 3}, {"kind": "ib-port-down"}]
 WARN_ONLY = {
     "burn": {"durationSeconds": 2},
     "state": {"actions": {"ErrorCountersGrew": "Warn", "IbPortDown": "Warn"}},
+    "train": {"enabled": True, "steps": 4, "warmupSteps": 1},
 }
 SLOW_FABRIC = [{"kind": "fabric-slow-node", "factor": 0.5}]
 # The fabric of a pool of four (the simulated backend computes its figures: sizes cost nothing).

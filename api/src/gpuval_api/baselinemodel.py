@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpuval_api import figures
-from gpuval_api.checks import MAX_FIGURE, camel
+from gpuval_api.checks import camel
 from gpuval_api.figuremodel import with_figures
 from gpuval_api.figures import Unit
 
@@ -44,6 +44,8 @@ class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=camel, populate_by_name=True, extra="forbid")
 
 
+# The largest value a baseline figure may take: the largest of the registry's baselined figures'.
+LARGEST = figures.largest_value()
 # The units a baseline figure may have: those of the registry's baselined figures.
 UNIT_SCHEMA: dict[str, Any] = {"enum": [str(u) for u in figures.baseline_units()]}
 
@@ -105,11 +107,11 @@ class FigureBaseline(_Model):
         description="The figure's unit (gpuval_api.figures).", json_schema_extra=UNIT_SCHEMA
     )
     centre: float = Field(
-        gt=0, le=MAX_FIGURE, description="The median of the samples of the nodes kept."
+        gt=0, le=LARGEST, description="The median of the samples of the nodes kept."
     )
     spread: float = Field(
         ge=0,
-        le=MAX_FIGURE,
+        le=LARGEST,
         description="1.4826 x the median absolute deviation: a robust standard deviation.",
     )
     nodes: int = Field(ge=1, le=MAX_NODES, description="Nodes (or runs) the samples came from.")
@@ -147,8 +149,8 @@ class ExcludedNode(_Model):
 
     node: str = Field(max_length=NAME_LENGTH, description="Node name.")
     figure: str = Field(pattern=FIGURE_PATTERN, max_length=32, description="The figure.")
-    value: float = Field(ge=0, le=MAX_FIGURE, description="Its value furthest from the centre.")
-    centre: float = Field(ge=0, le=MAX_FIGURE, description="The centre it was compared with.")
+    value: float = Field(ge=0, le=LARGEST, description="Its value furthest from the centre.")
+    centre: float = Field(ge=0, le=LARGEST, description="The centre it was compared with.")
     round: int = Field(ge=1, le=100, description="The learning round that left it out.")
 
 

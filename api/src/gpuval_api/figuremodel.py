@@ -9,7 +9,6 @@ from typing import Any
 
 from pydantic import BaseModel, Field, create_model
 
-from gpuval_api.checks import MAX_FIGURE
 from gpuval_api.figures import Figure
 
 
@@ -27,10 +26,10 @@ def with_figures(
     base: type[BaseModel], name: str, figures: Iterable[Figure], *, bounded: bool
 ) -> type[BaseModel]:
     """`base` with an optional float field per figure (aliased by its key); `bounded`: at least 0
-    and at most MAX_FIGURE, as an object the operator carries forward must be."""
+    and at most the figure's maximum, as an object the operator carries forward must be."""
     fields: dict[str, Any] = {}
     for figure in figures:
-        limits: dict[str, Any] = {"ge": 0, "le": MAX_FIGURE} if bounded else {}
+        limits: dict[str, Any] = {"ge": 0, "le": figure.maximum} if bounded else {}
         fields[snake(figure.key)] = (
             float | None,
             Field(default=None, alias=figure.key, description=figure.description, **limits),

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gpuval_api.checks import CheckName, ChecksConfig, Precision
+from gpuval_api.checks import MAX_FIGURE, CheckName, ChecksConfig, Precision
 
 # The fabric's check name (gpuval_api.fabric.FABRIC_CHECK spells the same word for results).
 FABRIC = "fabric"
@@ -179,6 +179,7 @@ class Figure:
     per_gpu_metric: bool = False  # a gpuval_gpu_* series with operator.metricsPerGpu
     shown: Shown = field(default_factory=Shown)
     digits: int = 3  # rounding in the summary and the history
+    maximum: float = MAX_FIGURE  # the largest value an object that keeps it accepts
 
     @property
     def key(self) -> str:
@@ -272,6 +273,13 @@ def _matrix(config: ChecksConfig) -> str:
 
 def _transfer(config: ChecksConfig) -> str:
     return f"transferMiB={config.bandwidth.transfer_mib}"
+
+
+def _training(config: ChecksConfig) -> str:
+    train = config.train
+    return (
+        f"model={train.model},microBatch={train.micro_batch or 'auto'},attention={train.attention}"
+    )
 
 
 BURN = Figure(
@@ -375,6 +383,41 @@ MAX_TEMPERATURE = Figure(
     shown=Shown(trend="Hottest GPU temperature per node under burn", per_gpu=True),
     digits=1,
 )
+# The training step's figures are each GPU's: data-parallel ranks wait for the slowest GPU every
+# step, and the gradients' all-reduce overlaps the backward pass (on 8 NVLinked H200s its ~10 ms
+# against a 415 ms step), so a GPU's rate compares across GPU counts of one model as the burn's.
+TRAIN_TOKENS = Figure(
+    id="trainTokens",
+    label="Training throughput per GPU",
+    unit=Unit.TOKENS_PER_SECOND,
+    check=CheckName.TRAIN,
+    description="Lowest training step throughput of a GPU, tokens/s.",
+    read=PerGpu(metric="tokensPerSecond"),
+    baseline="trainTokens",
+    settings=_training,
+    history=True,
+    per_gpu_metric=True,
+    shown=Shown(page=True, trend="Training step throughput", distribution=True, per_gpu=True),
+    digits=1,
+    maximum=1e9,
+)
+TRAIN_MFU = Figure(
+    id="trainMfu",
+    label="Training MFU",
+    unit=Unit.RATIO,
+    check=CheckName.TRAIN,
+    description=(
+        "Lowest model FLOPs utilisation of a GPU in the training step, against the GPU model's "
+        "dense bf16 peak (0 to 1)."
+    ),
+    read=PerGpu(metric="mfuRatio"),
+    baseline="trainMfu",
+    settings=_training,
+    history=True,
+    shown=Shown(page=True, trend="Training step model FLOPs utilisation"),
+    digits=4,
+    maximum=1.0,
+)
 FABRIC_PAIR = Figure(
     id="fabricPair",
     label="Fabric pair busbw",
@@ -411,7 +454,18 @@ def declare(figure: Figure) -> Figure:
     return figure
 
 
-for _figure in (BURN, H2D, D2H, DEVICE_COPY, P2P, NCCL_BUSBW, MAX_TEMPERATURE, FABRIC_PAIR):
+for _figure in (
+    BURN,
+    H2D,
+    D2H,
+    DEVICE_COPY,
+    P2P,
+    NCCL_BUSBW,
+    MAX_TEMPERATURE,
+    TRAIN_TOKENS,
+    TRAIN_MFU,
+    FABRIC_PAIR,
+):
     declare(_figure)
 
 
@@ -457,6 +511,11 @@ def baseline_pattern(figures: Iterable[Figure] | None = None) -> str:
     """The regular expression every baseline figure name matches (the CRD's pattern)."""
     chosen = baselined() if figures is None else tuple(figures)
     return "^(" + "|".join(f.baseline_pattern for f in chosen if f.baseline) + ")$"
+
+
+def largest_value() -> float:
+    """The largest value any baselined figure may take (a baseline's bounds)."""
+    return max(f.maximum for f in baselined())
 
 
 def baseline_units() -> tuple[Unit, ...]:

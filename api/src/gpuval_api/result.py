@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuval_api.baselinecomparison import BaselineComparison
 from gpuval_api.checks import ChecksConfig, camel
+from gpuval_api.figures import TRAIN_MFU, TRAIN_TOKENS
 from gpuval_api.jsonschema import ExplicitDefaults
 from gpuval_api.lenient import read_model
 from gpuval_api.reasons import Reason, Severity
@@ -52,8 +53,11 @@ class TrainMetric:
     """The training check's figures: the node's in the check's `metrics`, each GPU's in its
     `gpus[].metrics` (docs/agent.md, "The training step")."""
 
-    TOKENS_PER_SECOND = "tokensPerSecond"  # node: every GPU's tokens; per GPU: its own
-    MFU = "mfuRatio"  # model FLOPs utilisation against the part's dense bf16 peak (node: mean)
+    # The registry's figures' keys (gpuval_api.figures: TRAIN_TOKENS, TRAIN_MFU), which the node's
+    # figures share. Tokens/s: node, every GPU's tokens; per GPU, its own.
+    TOKENS_PER_SECOND = TRAIN_TOKENS.metric
+    # Model FLOPs utilisation against the part's dense bf16 peak (node: mean).
+    MFU = TRAIN_MFU.metric
     MODEL_TFLOPS = "modelTflops"  # model TFLOP/s achieved (node: sum; per GPU: its own)
     PEAK_TFLOPS = "peakTflops"  # node: the part's dense bf16 peak MFU is counted against
     STEP_MEDIAN = "stepMedianSeconds"  # node: the slowest GPU's time of each step, median

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from gpuval_api import figures
 from gpuval_api.baseline.samples import Sample
 from gpuval_api.baselinemodel import (
+    LARGEST,
     MAX_EXCLUDED,
     MAX_FIGURES,
     BaselineKey,
@@ -29,7 +30,6 @@ from gpuval_api.baselinemodel import (
     SourceKind,
     StackVersions,
 )
-from gpuval_api.checks import MAX_FIGURE
 from gpuval_api.figures import Scope
 
 MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution is 0.6745 sigma
@@ -220,7 +220,7 @@ def _breaking(
                 ExcludedNode(
                     node=node.node,
                     figure=figure,
-                    value=min(value, MAX_FIGURE),
+                    value=min(value, LARGEST),
                     centre=centres[figure],
                     round=round_,
                 )

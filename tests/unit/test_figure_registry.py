@@ -1,8 +1,8 @@
 """The figure registry (gpuval_api.figures): one declaration makes a figure appear in every place
 that names figures. A figure is declared in a fresh interpreter before the rest of gpuval is
-imported (as one in gpuval_api/figures.py is), its measurement is put into results of the real
-agent code, and the report summary, the CRDs, the HTML report, the outliers, the operator's
-metrics, the baselines, the history and the dashboard are asked what they hold."""
+imported (as one in gpuval_api/figures/declared.py is), its measurement is put into results of
+the real agent code, and the report summary, the CRDs, the HTML report, the outliers, the
+operator's metrics, the baselines, the history and the dashboard are asked what they hold."""
 
 from __future__ import annotations
 

@@ -7,12 +7,15 @@ import pytest
 
 from gpuval_api.fabric import FabricPair, FabricThresholds, pair_rounds
 from gpuval_api.fabric.isolation import (
+    TRAINING,
     blame,
     confirmation_pairs,
     find_suspects,
+    reference,
     reference_busbw,
     round_pairs,
 )
+from gpuval_api.fabric.train import FabricTrain, FabricTrainPair
 from gpuval_api.reasons import Reason
 from tests.support.fabricmodel import BASE, Fabric
 
@@ -154,3 +157,27 @@ def test_any_group_from_three_up_names_a_slow_node_or_link_anywhere_in_at_most_f
         pairs = Fabric(links={frozenset((a, b)): 0.6}).rounds(nodes)
         assert _named(pairs) == {a: Reason.FABRIC_SLOW_LINK, b: Reason.FABRIC_SLOW_LINK}
         assert len({p.round for p in pairs}) <= 4
+
+
+def test_training_pairs_are_judged_alike_in_tokens_per_gpu_under_their_own_node_reason() -> None:
+    def trained(a: str, b: str, per_gpu: float | None, round_of: int = 1) -> FabricTrainPair:
+        rate = None if per_gpu is None else per_gpu * 16
+        return FabricTrainPair(round=round_of, a=a, b=b, gpus=16, tokens_per_second=rate)
+
+    edges = [("abcdefgh"[i], "abcdefgh"[(i + 1) % 8]) for i in range(8)]
+    slow = {("b", "c"): 35_000.0, ("c", "d"): 34_000.0, ("f", "g"): None}
+    pairs = [trained(a, b, slow.get((a, b), 50_000.0)) for a, b in edges]
+    assert reference(pairs) == 50_000.0
+    floor = FabricTrain(enabled=True).floor(reference(pairs))
+    pairs.append(trained("c", "a", 35_500.0, round_of=0))
+    found = {b.node: b for b in blame(pairs, floor, TRAINING)}
+    assert {n: b.reason for n, b in found.items()} == {
+        "c": Reason.FABRIC_TRAIN_SLOW_NODE,
+        "f": Reason.FABRIC_SLOW_LINK,
+        "g": Reason.FABRIC_SLOW_LINK,
+    }
+    assert found["c"].message.startswith(
+        "slow in every training pair it was in (training 35,000, 34,000 tokens/s per GPU, floor "
+        "45,000) and again with a good node: a (training 35,500 tokens/s per GPU)"
+    )
+    assert found["f"].message.startswith("the link to g is slow (failed, floor 45,000)")

@@ -222,13 +222,19 @@ class TrainOutcome:
 
 def node_losses(ranks: Sequence[RankTraining]) -> list[str]:
     """The node's loss per step: the mean of its GPUs' losses (each over its own shard of the
-    step's tokens), summed in rank order in double precision and rounded to float32, so the same
-    rank losses give the same bits everywhere."""
+    step's tokens): `mean_losses`."""
+    return mean_losses([rank.losses for rank in ranks])
+
+
+def mean_losses(ranks: Sequence[Sequence[str]]) -> list[str]:
+    """The loss per step of data-parallel ranks (each rank's losses, in rank order): their mean,
+    summed in rank order in double precision and rounded to float32, so the same rank losses
+    give the same bits everywhere (a node's GPUs; a fabric group's, every node's)."""
     if not ranks:
         return []
-    steps = min(len(rank.losses) for rank in ranks)
+    steps = min(len(losses) for losses in ranks)
     return [
-        encode_loss(sum(decode_loss(rank.losses[step]) for rank in ranks) / len(ranks))
+        encode_loss(sum(decode_loss(losses[step]) for losses in ranks) / len(ranks))
         for step in range(steps)
     ]
 

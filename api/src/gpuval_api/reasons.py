@@ -99,6 +99,7 @@ class Reason(StrEnum):
     FABRIC_SLOW_PAIR = "FabricSlowPair"
     FABRIC_SLOW_DOMAIN = "FabricSlowDomain"
     FABRIC_SLOW_PATH = "FabricSlowPath"
+    FABRIC_TRAIN_SLOW_NODE = "FabricTrainSlowNode"
     FABRIC_TRANSPORT_FALLBACK = "FabricTransportFallback"
     FABRIC_GANG_NOT_FORMED = "FabricGangNotFormed"
     # Sharing: another process on the GPU (agent)
@@ -481,6 +482,14 @@ REASONS: dict[Reason, ReasonInfo] = {
         "status.fabric.slowPaths; no node is blamed)",
         "check the switches and links between the two domains (the message names both and the "
         "representatives they were tested through)",
+    ),
+    Reason.FABRIC_TRAIN_SLOW_NODE: ReasonInfo(
+        "the node was slow in every data-parallel training pair it took part in across nodes "
+        "(fabric.train), with different partners, while its all-reduce pairs were not",
+        "compare its own train check and burn figures with its peers'; a node that trains "
+        "slowly only across nodes points at the host side of the step (CPU and NUMA placement, "
+        "the PCIe path between its GPUs and NICs, GPUDirect RDMA off) or its GPUs under a real "
+        "gradient pattern: read its fabric pod's log",
     ),
     Reason.FABRIC_TRANSPORT_FALLBACK: ReasonInfo(
         "NCCL moved data between nodes over TCP sockets where InfiniBand/RoCE was expected",

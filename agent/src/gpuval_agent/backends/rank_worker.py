@@ -10,7 +10,10 @@ rank for every pair, in the same order) needs no collective over the world. The 
 `check` as soon as its ranks start: their communicator forms and its sum is checked during the
 burn, and `group` runs the sweep the moment the check needs it. The training check's ranks
 (started with its deterministic settings in their environment) get one `train` command
-(gpuval_agent.backends.torch_train), rank 0 writing its progress as it goes.
+(gpuval_agent.backends.torch_train), rank 0 writing its progress as it goes; the fabric's training
+phase sends the same command to a group's world, then with `pairs` (one round): every rank makes
+every pair's communicator, in the same order, and the ranks of each pair train data-parallel over
+theirs.
 
 Commands arrive as JSON lines on stdin; each ends with one JSON line in the events file
 (`{"id": n, ...}`). Figures are in-place float32 all-reduces timed like nccl-tests
@@ -38,6 +41,8 @@ _ERROR_CHARS = 1500
 
 
 class Worker:
+    process_group: Any = None  # the training step's: None, the world's
+
     def __init__(self, spec: dict[str, Any], events: TextIO) -> None:
         self.spec = spec
         self.events = events
@@ -131,7 +136,33 @@ class Worker:
     def train(self, command: dict[str, Any]) -> None:
         from gpuval_agent.backends import torch_train  # noqa: PLC0415 - only the training ranks
 
-        torch_train.run(self, command)
+        if command.get("pairs") is None:
+            torch_train.run(self, command)
+            return
+        pairs = [(int(a), int(b)) for a, b in command["pairs"]]
+        groups = [
+            dist.new_group(self.ranks_of(a) + self.ranks_of(b), timeout=self.phase)
+            for a, b in pairs
+        ]
+        for (a, b), group in zip(pairs, groups, strict=True):
+            if self.node in (a, b):
+                torch_train.run(PairRank(self, (a, b), group), command)
+                return
+        self.emit(id=command["id"], idle=True)
+
+
+class PairRank:
+    """A worker as one rank of its pair's data-parallel run (torch_train.Rank): its rank among the
+    pair's GPUs, and every event saying which pair."""
+
+    def __init__(self, worker: Worker, pair: tuple[int, int], group: Any) -> None:
+        ranks = worker.ranks_of(pair[0]) + worker.ranks_of(pair[1])
+        self.rank, self.world = ranks.index(worker.rank), len(ranks)
+        self.device, self.process_group = worker.device, group
+        self.worker, self.pair = worker, pair
+
+    def emit(self, **event: Any) -> None:
+        self.worker.emit(**event, pair=list(self.pair))
 
 
 def _unreachable(error: BaseException) -> bool:

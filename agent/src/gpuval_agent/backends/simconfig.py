@@ -64,13 +64,17 @@ class FaultKind(StrEnum):
     # slow; the network path between its topology domain (`fabricDomain`) and the domain `peer`
     # is slow (every other domain's without a peer: a slow uplink); it cannot reach rank 0 (a
     # blocked port: it dials a closed one); its collectives hang; its NCCL falls back to TCP
-    # sockets (with NCCL_NET=IB it fails at init instead).
+    # sockets (with NCCL_NET=IB it fails at init instead). fabric-train-slow: in the fabric's
+    # training phase the node's GPUs train at `factor` (0.7) of a healthy node's rate, its network
+    # and its own train check unharmed (train-slow slows both the train check and the fabric's
+    # training; train-wrong-loss makes the losses of every fabric training run it is in differ).
     FABRIC_SLOW_NODE = "fabric-slow-node"
     FABRIC_SLOW_LINK = "fabric-slow-link"
     FABRIC_SLOW_PATH = "fabric-slow-path"
     FABRIC_UNREACHABLE = "fabric-unreachable"
     FABRIC_HANG = "fabric-hang"
     FABRIC_SOCKET_FALLBACK = "fabric-socket-fallback"
+    FABRIC_TRAIN_SLOW = "fabric-train-slow"
 
 
 class LoadCheck(StrEnum):
@@ -139,8 +143,8 @@ class Fault(_Model):
         gt=0,
         le=1,
         description=(
-            "slow-gpu, fabric-slow-node/-link/-path, train-slow: the fraction of the healthy "
-            "figure (0.85 / 0.85 / 0.6 / 0.7 / 0.7); "
+            "slow-gpu, fabric-slow-node/-link/-path, train-slow, fabric-train-slow: the fraction "
+            "of the healthy figure (0.85 / 0.85 / 0.6 / 0.7 / 0.7 / 0.7); "
             "memory-held: the fraction of the GPU's memory the other process takes (0.5)."
         ),
     )

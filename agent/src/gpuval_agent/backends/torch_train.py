@@ -7,7 +7,8 @@ self-attention (torch.nn.functional.scaled_dot_product_attention on one pinned b
 loss in float32. Tokens are synthetic, from a seeded generator per rank: a skewed distribution
 (u^3 over the vocabulary, so the loss has something to learn in a few steps), each sequence's
 second half a copy of its first (something for attention to learn). Data-parallel over the node's
-GPUs with DDP over NCCL when there are several.
+GPUs with DDP over NCCL when there are several; in the fabric's training phase over every GPU of a
+group of nodes, or of a pair of them (the rank's `group`: the pair's communicator).
 
 Determinism: torch's deterministic algorithms (with CUBLAS_WORKSPACE_CONFIG, set by the agent in
 the rank's environment with NCCL_ALGO=Ring and NCCL_PROTO=Simple), cuDNN's deterministic mode, no
@@ -151,19 +152,25 @@ class Batches:
 
 
 class Rank(Protocol):
-    rank: int
+    rank: int  # in the run's ranks (its `group`'s, else the world's)
     world: int
     device: torch.device
+    process_group: Any  # what the run is data-parallel over; None: the whole world
 
     def emit(self, **event: Any) -> None: ...
 
 
-def wrap(model: nn.Module, world: int, device: torch.device) -> nn.Module:
-    """DDP over the node's ranks; a world of one trains the model as it is."""
+def wrap(model: nn.Module, world: int, device: torch.device, group: Any = None) -> nn.Module:
+    """DDP over the run's ranks (`group`: a process group, else the world); a world of one
+    trains the model as it is."""
     if world <= 1:
         return model
     return nn.parallel.DistributedDataParallel(
-        model, device_ids=[device], broadcast_buffers=False, gradient_as_bucket_view=True
+        model,
+        device_ids=[device],
+        broadcast_buffers=False,
+        gradient_as_bucket_view=True,
+        process_group=group,
     )
 
 
@@ -184,7 +191,9 @@ def run(rank: Rank, command: dict[str, Any]) -> None:
     warmup = int(command["warmupSteps"])
     tokens_per_step = int(command["microBatch"]) * shape["sequence"]
     seed = int(command["seed"])
-    model = wrap(build(shape, command["attention"], seed, device), rank.world, device)
+    model = wrap(
+        build(shape, command["attention"], seed, device), rank.world, device, rank.process_group
+    )
     adam = optimizer(model)
     batches = Batches(shape, int(command["microBatch"]), seed, rank.rank, device)
     losses = torch.zeros(total, dtype=torch.float32, pin_memory=True)

@@ -15,17 +15,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from gpuval_agent.allreduce import bus_bandwidth
 from gpuval_agent.fabric.steps import SEVERITY, StepReport, StepStatus
 from gpuval_agent.fabric.transport import TransportReading, fell_back
 from gpuval_api.fabric import FabricConfig, FabricPair
-from gpuval_api.fabric.isolation import Blame, blame, find_suspects, reference_busbw
+from gpuval_api.fabric.isolation import (
+    BUSBW,
+    Blame,
+    Measure,
+    Pair,
+    blame,
+    find_suspects,
+    reference_busbw,
+)
 from gpuval_api.reasons import Reason, verdict_of
 from gpuval_api.result import NcclSize, Verdict
 
 _SUMMARY_LIMIT = 600
-_REASON_OF = {
+REASON_OF = {
     StepStatus.TIMEOUT: Reason.NCCL_TIMEOUT,
     StepStatus.ABSENT: Reason.NCCL_TIMEOUT,
     StepStatus.UNREACHABLE: Reason.FABRIC_UNREACHABLE,
@@ -47,9 +56,19 @@ class GroupRecord:
         return max(self.sizes, key=lambda s: s.bytes).busbw_gbps
 
 
+class _Measured(Pair, Protocol):
+    """A pair of a round with why it failed (FabricPair, FabricTrainPair)."""
+
+    @property
+    def error(self) -> str | None: ...
+
+
+M = TypeVar("M", bound=_Measured)
+
+
 @dataclass
-class PairRecord:
-    pair: FabricPair
+class PairRecord(Generic[M]):
+    pair: M
     status: StepStatus
 
 
@@ -74,7 +93,7 @@ def nccl_size(nbytes: int, seconds: float, ranks: int) -> NcclSize:
     )
 
 
-def _problems(reports: Sequence[StepReport], nodes: Sequence[str]) -> str:
+def problems(reports: Sequence[StepReport], nodes: Sequence[str]) -> str:
     """'n0, n1: <what they said>; n2: <something else>' for the reports that are not OK."""
     said: dict[str, list[str]] = {}
     for node, report in zip(nodes, reports, strict=True):
@@ -94,7 +113,7 @@ def group_record(reports: Sequence[StepReport], nodes: Sequence[str], ranks: int
         sizes = [nccl_size(b, s, ranks) for b, s in sorted(seconds.items())]
         return GroupRecord(StepStatus.OK, sizes=sizes)
     status = worst([r.status for r in reports])
-    return GroupRecord(status, summary=_problems(reports, nodes))
+    return GroupRecord(status, summary=problems(reports, nodes))
 
 
 def pair_record(
@@ -105,7 +124,7 @@ def pair_record(
     nodes: Sequence[str],
     gpus: Sequence[int],
     nbytes: int,
-) -> PairRecord:
+) -> PairRecord[FabricPair]:
     """One pair of a round, from its two nodes' reports."""
     a, b = ranks
     ends = [reports[a], reports[b]]
@@ -118,17 +137,19 @@ def pair_record(
         measured = nccl_size(nbytes, max(figures), gpus[a] + gpus[b])
         pair.busbw_gbps = measured.busbw_gbps
         return PairRecord(pair, StepStatus.OK)
-    pair.error = _problems(ends, [nodes[a], nodes[b]])
+    pair.error = problems(ends, [nodes[a], nodes[b]])
     return PairRecord(pair, worst([r.status for r in ends]))
 
 
-def pair_floor(config: FabricConfig, pairs: Sequence[PairRecord]) -> float:
+def pair_floor(config: FabricConfig, pairs: Sequence[PairRecord[FabricPair]]) -> float:
     """Below this a pair is slow: the thresholds against the group's reference (the median over
     its nodes of each node's best pair, gpuval_api.fabric.isolation.reference_busbw)."""
     return config.thresholds.floor(reference_busbw(p.pair for p in pairs))
 
 
-def _blamed(me: str, mine: Blame, pairs: Sequence[PairRecord]) -> Conclusion:
+def blamed(
+    me: str, mine: Blame, pairs: Sequence[PairRecord[M]], measure: Measure = BUSBW
+) -> Conclusion:
     """What the pairs name against this node: slowness by its reason's class; a pair that failed
     (hung, crashed) by how it failed."""
     failed = [p for p in pairs if me in (p.pair.a, p.pair.b) and p.status is not StepStatus.OK]
@@ -137,14 +158,15 @@ def _blamed(me: str, mine: Blame, pairs: Sequence[PairRecord]) -> Conclusion:
     status = worst([p.status for p in failed])
     first = next(p for p in failed if p.status is status)
     said = f"{first.pair.a}-{first.pair.b}: {first.pair.error}"
-    if mine.reason is Reason.FABRIC_SLOW_NODE:
-        text = f"every pair this node was in failed (partners {', '.join(mine.partners)}); {said}"
+    if mine.reason is measure.slow_node:
+        partners = ", ".join(mine.partners)
+        text = f"every {measure.pair} this node was in failed (partners {partners}); {said}"
     else:
         text = f"{mine.message}; {said}"
-    return Conclusion(Verdict.FAILED, _REASON_OF[status], text)
+    return Conclusion(Verdict.FAILED, REASON_OF[status], text)
 
 
-def _described(group: GroupRecord, pairs: Sequence[PairRecord], floor: float) -> str:
+def _described(group: GroupRecord, pairs: Sequence[PairRecord[FabricPair]], floor: float) -> str:
     parts = []
     if group.sizes:
         largest = max(group.sizes, key=lambda s: s.bytes)
@@ -193,7 +215,7 @@ def conclude(
     me: str,
     config: FabricConfig,
     group: GroupRecord,
-    pairs: Sequence[PairRecord],
+    pairs: Sequence[PairRecord[FabricPair]],
     reading: TransportReading,
 ) -> Conclusion:
     """This node's verdict from the group's evidence (module docstring: the order)."""
@@ -214,7 +236,7 @@ def conclude(
     blames = blame(fabric_pairs, floor)
     mine = next((b for b in blames if b.node == me), None)
     if mine is not None:
-        return _blamed(me, mine, pairs)
+        return blamed(me, mine, pairs)
     named = ", ".join(sorted({b.node for b in blames}))
     others = f"; the pairs name {named}, not this node" if named else ""
     if group.status is not StepStatus.OK:
@@ -224,7 +246,7 @@ def conclude(
             )
         return Conclusion(
             Verdict.FAILED,
-            _REASON_OF[group.status],
+            REASON_OF[group.status],
             f"the group all-reduce failed and no pair named a node: {group.summary}",
         )
     absolute = config.thresholds.absolute_busbw_gbps

@@ -7,6 +7,8 @@ confirmation round (round 0) chosen from the gathered pairs by `confirmation_pai
 alike on every node. After each phase every node's report is gathered to every node; a phase
 that failed anywhere is followed by fresh workers everywhere (a new world on the next store
 port), so the pair rounds still run after a hung group and a hung pair does not hang the rest.
+5. With fabric.train on, the training phase (trainphase.py): the group's data-parallel training
+run, then its pair rounds and their confirmation round, in the same way.
 """
 
 from __future__ import annotations
@@ -36,10 +38,12 @@ from gpuval_agent.fabric.coordinator import Client, Forming, OnWait, Roster, Ser
 from gpuval_agent.fabric.locate import MasterPod
 from gpuval_agent.fabric.nccllog import excerpt
 from gpuval_agent.fabric.steps import Executor, StepReport, StepStatus
+from gpuval_agent.fabric.trainanalysis import TrainPhase, with_training
+from gpuval_agent.fabric.trainphase import run_training
 from gpuval_agent.fabric.transport import read_transport
 from gpuval_agent.inuse import describe
 from gpuval_agent.watch import InUseWatch
-from gpuval_api.fabric import FabricConfig, FabricResult, pair_rounds
+from gpuval_api.fabric import FabricConfig, FabricPair, FabricResult, pair_rounds
 from gpuval_api.fabric.isolation import confirmation_pairs, find_suspects
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
@@ -96,15 +100,20 @@ class Session:
         timeouts = plan.config.timeouts
         self.init, self.phase = float(timeouts.init_seconds), float(timeouts.phase_seconds)
 
-    def _exchange(self, step: str, report: StepReport) -> list[StepReport]:
-        payloads = self.link.exchange(step, report.payload(), self.init + self.phase)
+    def exchange(
+        self, step: str, report: StepReport, timeout: float | None = None
+    ) -> list[StepReport]:
+        """Every node's report of one phase, this node's among them (`timeout`: how long rank 0
+        waits for the others; the phase's init and phase limits by default)."""
+        limit = self.init + self.phase if timeout is None else timeout
+        payloads = self.link.exchange(step, report.payload(), limit)
         reports = [StepReport.from_payload(p) for p in payloads]
         for node, gathered in zip(self.names, reports, strict=False):
             if gathered.in_use:
                 self.in_use.setdefault(node, gathered.in_use)
         return reports
 
-    def _watched(self, phase: Callable[[], StepReport]) -> StepReport:
+    def watched(self, phase: Callable[[], StepReport]) -> StepReport:
         """A phase with this node's GPUs watched for other processes; the report says who."""
         with self.watch.during() as seen:
             report = phase()
@@ -126,12 +135,12 @@ class Session:
         return report
 
     def group_phase(self) -> GroupRecord:
-        report = self._watched(self._group_steps)
-        return group_record(self._exchange("group", report), self.names, sum(self.gpus))
+        report = self.watched(self._group_steps)
+        return group_record(self.exchange("group", report), self.names, sum(self.gpus))
 
     def one_round(
         self, number: int, pairs: list[tuple[int, int]], restart: bool
-    ) -> tuple[list[PairRecord], bool]:
+    ) -> tuple[list[PairRecord[FabricPair]], bool]:
         """The round's pairs, and whether any node failed in it (fresh workers next)."""
         config = self.plan.config
 
@@ -151,7 +160,7 @@ class Session:
                 )
             return report
 
-        reports = self._exchange(f"round{number}", self._watched(steps))
+        reports = self.exchange(f"round{number}", self.watched(steps))
         records = [
             pair_record(
                 number,
@@ -165,8 +174,8 @@ class Session:
         ]
         return records, not all(r.ok for r in reports)
 
-    def pair_phases(self, restart: bool) -> list[PairRecord]:
-        records: list[PairRecord] = []
+    def pair_phases(self, restart: bool) -> list[PairRecord[FabricPair]]:
+        records: list[PairRecord[FabricPair]] = []
         for number, pairs in enumerate(pair_rounds(len(self.names)), start=1):
             found, restart = self.one_round(number, pairs, restart)
             records += found
@@ -312,6 +321,9 @@ def run_fabric(
         session = Session(plan, executor, link, roster, watch)
         group = session.group_phase()
         pairs = session.pair_phases(restart=group.status is not StepStatus.OK)
+        training: TrainPhase | None = None
+        if plan.config.train.enabled:
+            training = run_training(session, plan.config.train, roster.infos)
     except coordinator.StoppedError:
         raise
     except coordinator.RendezvousError as error:
@@ -320,15 +332,21 @@ def run_fabric(
         executor.stop_workers()
         link.close()
     reading = read_transport(executor.nccl_lines())
-    conclusion = undisturbed(conclude(me, plan.config, group, pairs, reading), me, session.in_use)
+    conclusion = conclude(me, plan.config, group, pairs, reading)
+    if training is not None:
+        conclusion = with_training(conclusion, me, plan.config.train, training)
+    conclusion = undisturbed(conclusion, me, session.in_use)
     result = _result(plan, executor, conclusion, roster.nodes, own_gpus)
     result.transport = reading.transport
     result.transport_lines = reading.lines
     result.sizes = group.sizes or []
     result.busbw_gbps = group.busbw_gbps
     result.pairs = [r.pair for r in pairs]
-    troubled = group.status is not StepStatus.OK or any(
-        p.status is not StepStatus.OK for p in pairs
+    result.train = training.result() if training is not None else None
+    troubled = (
+        group.status is not StepStatus.OK
+        or any(p.status is not StepStatus.OK for p in pairs)
+        or (training is not None and training.troubled)
     )
     failed = troubled or conclusion.verdict is not Verdict.PASSED
     # Kept on every run: the operator may still fail this node against the run's other groups.

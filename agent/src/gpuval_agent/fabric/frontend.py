@@ -49,6 +49,7 @@ from gpuval_agent.outcome import (
     validation_message,
     verdict_exit_code,
 )
+from gpuval_api.checks import TrainModel
 from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import (
     FABRIC_SUBCOMMAND,
@@ -90,6 +91,17 @@ def add_fabric_parser(
         choices=[str(t) for t in ExpectedTransport],
         help="IB: sockets fail the node; Socket; Any (default)",
     )
+    fabric.add_argument(
+        "--train",
+        action="store_true",
+        help="then train the train check's model data-parallel across the machines, and in pairs",
+    )
+    fabric.add_argument("--train-steps", type=int, help="timed training steps (20)")
+    fabric.add_argument(
+        "--train-model",
+        choices=[str(m) for m in TrainModel],
+        help="training model shape (auto: by the smallest GPU memory)",
+    )
     fabric.add_argument("--gpus", type=int, help="GPUs of this machine to use (default: all)")
     fabric.add_argument("--json", dest="json_path", help="write the result here ('-': stdout)")
     fabric.add_argument("--backend", choices=BACKENDS, help="GPU backend (default cuda)")
@@ -121,6 +133,15 @@ def _config(args: argparse.Namespace) -> FabricConfig:
         "expectedTransport": args.expected_transport,
     }
     merged = base | {key: value for key, value in flags.items() if value is not None}
+    train = {
+        "enabled": True if args.train else None,
+        "steps": args.train_steps,
+        "model": args.train_model,
+    }
+    if any(value is not None for value in train.values()):
+        given = base.get("train")
+        known = dict(given) if isinstance(given, dict) else {}
+        merged["train"] = known | {key: value for key, value in train.items() if value is not None}
     if args.max_size is not None and "minBytes" not in base:
         merged["minBytes"] = min(FabricConfig().min_bytes, args.max_size)
     try:

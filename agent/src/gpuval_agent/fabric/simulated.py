@@ -11,7 +11,8 @@ The model: each node tells the group its characteristics when it joins (a slow n
 links to named peers, sockets instead of InfiniBand, a hang), and every node computes the same
 figures from them. A group's ring busbw is BASE times the slowest ring edge (rank order); a
 pair's is BASE times its edge; an edge's factor is the slower node's times the link's, times the
-path's between the two nodes' topology domains when they differ (`fabricDomain`).
+path's between the two nodes' topology domains when they differ (`fabricDomain`). The training
+phase's model is simtraining.py's.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from gpuval_agent.backends.simconfig import FaultKind, LoadCheck, SimulationConf
 from gpuval_agent.backends.simforeign import ForeignProcesses
 from gpuval_agent.fabric.coordinator import Roster
 from gpuval_agent.fabric.ncclenv import nccl_variables, worker_environment
+from gpuval_agent.fabric.simtraining import simulated_figures, train_info
 from gpuval_agent.fabric.steps import Executor, PairFigure, StepReport, StepStatus, failed
+from gpuval_agent.training import TrainPlan
 from gpuval_api.fabric import FabricConfig
 
 BASE_BUSBW_GBPS = 380.0  # 8x400G NDR ring busbw (design.md: 370-390 GB/s)
@@ -92,6 +95,7 @@ class SimulatedFabric(Executor):
             # NCCL_NET=IB where the node has no usable HCA: NCCL fails at init, no fallback.
             "ibMissing": socket_fallback and self._env.get("NCCL_NET") == "IB",
             "hang": FaultKind.FABRIC_HANG in self._faults,
+            **train_info(self.simulation),
         }
 
     def dial(self, host: str, port: int) -> tuple[str, int]:
@@ -196,7 +200,7 @@ class SimulatedFabric(Executor):
             return failed(StepStatus.TIMEOUT, f"no result within {limit}: hung")
         return None
 
-    def start(self, generation: int, deadline: float) -> StepReport:
+    def start(self, generation: int, deadline: float, *, training: bool = False) -> StepReport:
         self.foreign.starts(LoadCheck.FABRIC, list(range(self.simulation.gpus)))
         return StepReport()
 
@@ -245,6 +249,44 @@ class SimulatedFabric(Executor):
         algbw = busbw / bus_bandwidth(1.0, self._gpus(mine[0]) + self._gpus(mine[1]))
         seconds = (nbytes / (algbw * 1e9) + LATENCY_SECONDS) * self._shared()
         return StepReport(pairs=[PairFigure(a=mine[0], b=mine[1], seconds=seconds)])
+
+    def _ring_busbw(self, members: list[int]) -> float:
+        """The ring all-reduce's busbw over `members` (in order), GB/s."""
+        if len(members) < 2:
+            return BASE_BUSBW_GBPS
+        ring = zip(members, members[1:] + members[:1], strict=True)
+        return BASE_BUSBW_GBPS * min(self._factor(a, b) for a, b in ring)
+
+    def _trained(
+        self, members: list[int], plan: TrainPlan, pair: tuple[int, int] | None
+    ) -> StepReport:
+        figures = simulated_figures(
+            plan,
+            self.simulation,
+            infos=self._infos,
+            members=members,
+            rank=self._rank,
+            busbw_gbps=self._ring_busbw(members),
+            slower=self._shared(),
+            pair=pair,
+        )
+        return StepReport(train=figures)
+
+    def train(self, plan: TrainPlan, deadline: float) -> StepReport:
+        world = list(range(len(self._infos)))
+        limit = f"{self.config.train.timeout_seconds} s (fabric.train.timeoutSeconds)"
+        trouble = self._collective(world, deadline, limit)
+        return trouble or self._trained(world, plan, None)
+
+    def train_pairs(
+        self, round_number: int, pairs: list[tuple[int, int]], plan: TrainPlan, deadline: float
+    ) -> StepReport:
+        mine = next((p for p in pairs if self._rank in p), None)
+        if mine is None:
+            return StepReport()
+        limit = f"{self.config.train.timeout_seconds} s (fabric.train.timeoutSeconds)"
+        trouble = self._collective(list(mine), deadline, limit)
+        return trouble or self._trained(list(mine), plan, mine)
 
     def stop_workers(self) -> None:
         return None  # no processes: the double computes

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpuval_agent.backends.base import GpuUse, shares_host_pid_namespace
 from gpuval_agent.fabric.coordinator import Roster
+from gpuval_agent.training import TrainPlan
 from gpuval_api.checks import camel
 
 
@@ -47,6 +48,24 @@ class PairFigure(_Model):
     seconds: float = Field(gt=0, description="One all-reduce, the slowest rank of the pair.")
 
 
+class TrainFigures(_Model):
+    """This node's part of a data-parallel training run across nodes (the group's, or a pair's)."""
+
+    pair: tuple[int, int] | None = Field(
+        default=None, description="In a pair round: the pair (node ranks) these are of."
+    )
+    losses: list[list[str]] = Field(
+        default_factory=list, description="Per local GPU, its loss at every step (8 hex digits)."
+    )
+    step_seconds: list[float] = Field(
+        default_factory=list, description="Each timed step's time, this node's slowest GPU."
+    )
+    tokens: int = Field(default=0, description="Tokens this node's GPUs trained in timed steps.")
+    versions: dict[str, str | None] = Field(
+        default_factory=dict, description="torch, CUDA and NCCL the ranks ran with."
+    )
+
+
 class StepReport(_Model):
     status: StepStatus = StepStatus.OK
     error: str | None = None
@@ -54,6 +73,9 @@ class StepReport(_Model):
         default_factory=list, description="Group sweep: (bytes, seconds), slowest rank."
     )
     pairs: list[PairFigure] = Field(default_factory=list)
+    train: TrainFigures | None = Field(
+        default=None, description="A training phase: this node's figures and losses."
+    )
     in_use: str | None = Field(
         default=None,
         description="Another process used one of this node's GPUs during the phase: who.",
@@ -88,7 +110,8 @@ class Executor(ABC):
 
     @abstractmethod
     def info(self) -> dict[str, Any]:
-        """What this node tells the group when it joins (at least {"gpus": n})."""
+        """What this node tells the group when it joins (at least {"gpus": n}; for the training
+        phase also its GPUs' smallest memory, "memoryBytes", and "product" and "driver")."""
 
     def dial(self, host: str, port: int) -> tuple[str, int]:
         """Where this node dials rank 0's coordinator (the double's unreachable fault)."""
@@ -103,8 +126,9 @@ class Executor(ABC):
         """The group as it formed: every node's name and info, by rank."""
 
     @abstractmethod
-    def start(self, generation: int, deadline: float) -> StepReport:
-        """Fresh worker processes joined in one world (a new one after a hung phase)."""
+    def start(self, generation: int, deadline: float, *, training: bool = False) -> StepReport:
+        """Fresh worker processes joined in one world (a new one after a hung phase);
+        `training`: with the training step's deterministic settings."""
 
     @abstractmethod
     def check(self, deadline: float) -> StepReport:
@@ -124,6 +148,17 @@ class Executor(ABC):
         deadline: float,
     ) -> StepReport:
         """One round: every pair its own communicator; this node's pair timed (if it has one)."""
+
+    @abstractmethod
+    def train(self, plan: TrainPlan, deadline: float) -> StepReport:
+        """The training step data-parallel across the whole group: this node's figures."""
+
+    @abstractmethod
+    def train_pairs(
+        self, round_number: int, pairs: list[tuple[int, int]], plan: TrainPlan, deadline: float
+    ) -> StepReport:
+        """One round of training pairs, each data-parallel over its two nodes' GPUs: this node's
+        pair's figures (if it has one)."""
 
     @abstractmethod
     def stop_workers(self) -> None:

@@ -47,8 +47,39 @@ def _pairs(result: FabricResult) -> list[str]:
     return lines
 
 
+def _training(result: FabricResult) -> list[str]:
+    train = result.train
+    if train is None:
+        return []
+    lines = ["", f"TRAINING ({train.model}, {train.gpus} GPUs across {train.nodes} nodes)"]
+    figure = train.figure
+    if figure is not None and train.tokens_per_second is not None:
+        steps = ""
+        if train.step_median_seconds is not None and train.step_p99_seconds is not None:
+            median, p99 = train.step_median_seconds * 1e3, train.step_p99_seconds * 1e3
+            steps = f", step {median:.3g} ms median / {p99:.3g} ms p99"
+        lines.append(
+            f"  group: {train.tokens_per_second:,.0f} tokens/s ({figure:,.0f} per GPU){steps}"
+        )
+    elif train.error:
+        lines.append(f"  group: failed: {train.error[:160]}")
+    if train.record is not None:
+        lines.append(f"  losses: {len(train.record.losses)} steps, digest {train.record.digest}")
+    if train.pairs:
+        width = max(len(f"{p.a} - {p.b}") for p in train.pairs)
+        lines.append(f"  {'ROUND':<13}  {'PAIR':<{width}}  {'TOKENS/S PER GPU':>16}")
+        for pair in train.pairs:
+            label = "confirmation" if pair.round == 0 else str(pair.round)
+            shown = f"{pair.figure:>16,.0f}" if pair.figure is not None else f"{'failed':>16}"
+            line = f"  {label:<13}  {f'{pair.a} - {pair.b}':<{width}}  {shown}"
+            if pair.error:
+                line += f"  {pair.error[:160]}"
+            lines.append(line)
+    return lines
+
+
 def render_fabric(result: FabricResult) -> str:
-    lines = _header(result) + _sizes(result) + _pairs(result) + [""]
+    lines = _header(result) + _sizes(result) + _pairs(result) + _training(result) + [""]
     if result.verdict is Verdict.PASSED:
         lines.append(f"PASSED: {result.message}")
     else:

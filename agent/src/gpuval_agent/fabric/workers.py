@@ -2,8 +2,12 @@
 run by the agent's one rank-process manager, backends/ranks.py), in generations.
 
 A generation is this node's share of one torch world: its processes meet the other nodes' at a
-TCPStore on rank 0's address and port PORT + 1 + generation (the coordinator keeps PORT), then
-take commands on stdin and answer in their own events files. Every wait has a deadline; at the
+TCPStore on rank 0's address and port PORT + 1 + generation % 5 (the coordinator keeps PORT; a
+generation's port is taken again five generations later, long after every node killed the
+processes that held it), then take commands on stdin and answer in their own events files. The
+training phase's generations run with the training step's deterministic settings
+(backends/train_ranks.DETERMINISTIC_ENV) and the `train` command: the group's ranks data-parallel
+over the whole world, or each pair's over its own communicator. Every wait has a deadline; at the
 end of a phase that failed anywhere, and at the end, each process is killed with its whole
 process group (only the processes this agent started). Their output (NCCL_DEBUG=INFO) is kept
 for the transport reading and for a failure's log tail. Kept free of torch: CPU-tested.
@@ -17,7 +21,7 @@ import socket
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +29,25 @@ from gpuval_agent.backends.base import GpuUse
 from gpuval_agent.backends.cuda import cuda_ordinals_by_uuid
 from gpuval_agent.backends.nvml import Nvml
 from gpuval_agent.backends.ranks import RankGroup, worker_command
+from gpuval_agent.backends.train_ranks import DETERMINISTIC_ENV
 from gpuval_agent.errors import AgentError, BackendUnavailableError, NoDriverError
 from gpuval_agent.fabric.coordinator import Roster
 from gpuval_agent.fabric.ncclenv import nccl_variables, worker_environment
-from gpuval_agent.fabric.steps import Executor, PairFigure, StepReport, StepStatus, failed
+from gpuval_agent.fabric.steps import (
+    Executor,
+    PairFigure,
+    StepReport,
+    StepStatus,
+    TrainFigures,
+    failed,
+)
+from gpuval_agent.training import TrainPlan
 from gpuval_api.fabric import FabricConfig
 
 _POLL = 0.05
+# The workers' stores: PORT+1 .. PORT+5 (rank 0 listens on six ports: docs/operator.md,
+# "Rendezvous"), taken in turn by the generations.
+STORE_PORTS = 5
 _TAIL_PER_LOG = 2500
 _TAIL_TOTAL = 8000
 
@@ -65,12 +81,49 @@ def local_gpu_count() -> int:
     return count
 
 
-def _report(events: list[dict[str, Any]]) -> StepReport:
-    """One step's report from this node's workers' events (the figures are local 0's)."""
+def _trouble(events: list[dict[str, Any]]) -> StepReport | None:
     errors = [e for e in events if "error" in e]
     if errors:
         status = StepStatus.UNREACHABLE if errors[0].get("unreachable") else StepStatus.ERROR
         return failed(status, " ".join(str(errors[0]["error"]).split()))
+    return None
+
+
+def train_report(events: list[dict[str, Any]]) -> StepReport:
+    """A training step's report from this node's workers' events: every GPU's losses, each step's
+    time on the slowest GPU, every GPU's tokens; a node without a pair in the round sends none."""
+    trouble = _trouble(events)
+    if trouble is not None:
+        return trouble
+    trained = [e for e in events if "losses" in e]
+    if not trained:
+        return StepReport()
+    counts = {len(e.get("stepSeconds") or []) for e in trained}
+    steps = (
+        [max(t) for t in zip(*(e["stepSeconds"] for e in trained), strict=True)]
+        if len(counts) == 1
+        else []
+    )
+    pair = trained[0].get("pair")
+    return StepReport(
+        train=TrainFigures(
+            pair=(int(pair[0]), int(pair[1])) if pair else None,
+            losses=[[str(v) for v in e["losses"]] for e in trained],
+            step_seconds=[float(t) for t in steps],
+            tokens=sum(int(e.get("tokens") or 0) for e in trained),
+            versions={
+                str(k): None if v is None else str(v)
+                for k, v in (trained[0].get("versions") or {}).items()
+            },
+        )
+    )
+
+
+def _report(events: list[dict[str, Any]]) -> StepReport:
+    """One step's report from this node's workers' events (the figures are local 0's)."""
+    trouble = _trouble(events)
+    if trouble is not None:
+        return trouble
     if any(e.get("sumOk") is False for e in events):
         return failed(StepStatus.WRONG_SUM, "the all-reduce gave a wrong sum on this node")
     first = events[0]
@@ -113,7 +166,28 @@ class TorchFabric(Executor):
         self._mine: set[int] | None = None
 
     def info(self) -> dict[str, Any]:
-        return {"gpus": self._gpus, "hostname": socket.gethostname()}
+        info: dict[str, Any] = {"gpus": self._gpus, "hostname": socket.gethostname()}
+        if self.config.train.enabled:
+            info |= self._hardware()
+        return info
+
+    def _hardware(self) -> dict[str, Any]:
+        """What the training phase needs the group to know: the GPU model, the driver and the
+        smallest memory of the GPUs the workers use (NVML); nothing where NVML cannot say."""
+        if self._nvml is None:
+            try:
+                self._nvml = Nvml()
+            except NoDriverError:
+                return {}
+            self._mine = _used_by_workers(self._nvml, self._gpus)
+        environment = self._nvml.environment()
+        used = [g for g in environment.gpus if self._mine is None or g.index in self._mine]
+        sizes = [g.memory_total_bytes for g in used if g.memory_total_bytes is not None]
+        return {
+            "product": next((g.name for g in used if g.name), None),
+            "driver": environment.driver_version,
+            "memoryBytes": min(sizes) if sizes else None,
+        }
 
     def setup(self, roster: Roster, rank: int) -> None:
         self._rank, offset = rank, 0
@@ -123,6 +197,7 @@ class TorchFabric(Executor):
             offset += count
 
     def _spec(self, generation: int, local: int, log: Path) -> dict[str, Any]:
+        """One worker's spec: its global rank, the world, the store of its generation."""
         first, _ = self._layout[self._rank]
         host, port = self.master
         timeouts = self.config.timeouts
@@ -133,15 +208,17 @@ class TorchFabric(Executor):
             "layout": self._layout,
             "device": local,
             "storeHost": host,
-            "storePort": port + 1 + generation,
+            "storePort": port + 1 + generation % STORE_PORTS,
             "initSeconds": timeouts.init_seconds,
             "phaseSeconds": timeouts.phase_seconds,
             "events": str(log.with_suffix(".events")),
             "testHang": self._test_hang,
         }
 
-    def start(self, generation: int, deadline: float) -> StepReport:
+    def start(self, generation: int, deadline: float, *, training: bool = False) -> StepReport:
         self.stop_workers()
+        # The training step's settings win over the person's (their losses must compare).
+        env = self._env | DETERMINISTIC_ENV if training else self._env
         logs = [Path(self._dir.name) / f"gen{generation}-gpu{i}.log" for i in range(self._gpus)]
         commands = [
             worker_command(self.group_name, self._spec(generation, local, log))
@@ -150,7 +227,7 @@ class TorchFabric(Executor):
         self._logs += logs
         self._current = RankGroup(
             commands,
-            [self._env] * len(commands),
+            [env] * len(commands),
             gated=True,
             logs=logs,
             labels=[f"local GPU {i}" for i in range(len(commands))],
@@ -161,19 +238,31 @@ class TorchFabric(Executor):
         )
 
     def _command(
-        self, command: dict[str, Any], deadline: float, limit: str, seconds: int
+        self,
+        command: dict[str, Any],
+        deadline: float,
+        limit: str,
+        seconds: int,
+        read: Callable[[list[dict[str, Any]]], StepReport] | None = None,
     ) -> StepReport:
         if self._current is None:
             return failed(StepStatus.ERROR, "no worker processes are running")
         self._step += 1
         self._current.send({**command, "id": self._step})
-        return self._wait(self._step, deadline, limit, seconds)
+        return self._wait(self._step, deadline, limit, seconds, read)
 
-    def _wait(self, step: int, deadline: float, limit: str, seconds: int) -> StepReport:
+    def _wait(
+        self,
+        step: int,
+        deadline: float,
+        limit: str,
+        seconds: int,
+        read: Callable[[list[dict[str, Any]]], StepReport] | None = None,
+    ) -> StepReport:
         assert self._current is not None
         outcome = self._current.answers(step, deadline, self.stop)
         if isinstance(outcome, list):
-            return _report(outcome)
+            return (read or _report)(outcome)
         if outcome == "timeout":
             return failed(StepStatus.TIMEOUT, f"no result within {seconds} s ({limit}): hung")
         return failed(StepStatus.ERROR, outcome)
@@ -204,6 +293,19 @@ class TorchFabric(Executor):
         }
         phase = self.config.timeouts.phase_seconds
         return self._command(command, deadline, "fabric.timeouts.phaseSeconds", phase)
+
+    def train(self, plan: TrainPlan, deadline: float) -> StepReport:
+        seconds = self.config.train.timeout_seconds
+        limit = "fabric.train.timeoutSeconds"
+        return self._command(plan.to_command(0), deadline, limit, seconds, train_report)
+
+    def train_pairs(
+        self, round_number: int, pairs: list[tuple[int, int]], plan: TrainPlan, deadline: float
+    ) -> StepReport:
+        command = {**plan.to_command(0), "round": round_number, "pairs": [list(p) for p in pairs]}
+        seconds = self.config.train.timeout_seconds
+        limit = "fabric.train.timeoutSeconds"
+        return self._command(command, deadline, limit, seconds, train_report)
 
     def stop_workers(self) -> None:
         if self._current is not None:

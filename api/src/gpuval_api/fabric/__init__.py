@@ -8,6 +8,9 @@ each slow link again; who the rounds name is gpuval_api.fabric.isolation's. Pair
 all-reduces pinned to NCCL's ring algorithm, so a pair's bus bandwidth compares with the group's
 (a 2-node tree can show twice the network rate).
 
+With `fabric.train` on, the group then runs the agent's training step data-parallel across its
+nodes and in the same pair rounds (`train`: what is asked and reported of it, below this module).
+
 This module holds what a group is asked (FabricConfig, `spec.fabric`), what each agent reports
 (FabricResult, a report's `status.fabric`) and the pair schedule; beside it, each importing only
 what is here and below:
@@ -27,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gpuval_api import termination
 from gpuval_api.checks import MAX_FIGURE, camel
+from gpuval_api.fabric.train import FabricTrain, FabricTrainResult
 from gpuval_api.kueue import queue_field
 from gpuval_api.reasons import Reason, verdict_of
 from gpuval_api.report import TERMINATION_MESSAGE_CHARS, StatusKey, one_line, tighten_message
@@ -148,6 +152,11 @@ class FabricConfig(_Model):
     timeouts: FabricTimeouts = Field(
         default_factory=FabricTimeouts, description="Gang formation, set-up and phase limits."
     )
+    train: FabricTrain = Field(
+        default_factory=FabricTrain,
+        description="The training step data-parallel across the group's nodes (gradients "
+        "all-reduced over the fabric), after the all-reduce phases; off unless enabled.",
+    )
 
     @model_validator(mode="after")
     def _sizes_ordered(self) -> FabricConfig:
@@ -199,6 +208,11 @@ class FabricPair(_Model):
     busbw_gbps: float | None = Field(default=None, description="None when it failed.")
     error: str | None = None
 
+    @property
+    def figure(self) -> float | None:
+        """What the pair rounds judge (gpuval_api.fabric.isolation): its busbw."""
+        return self.busbw_gbps
+
 
 class FabricResult(_Model):
     """What one node's agent reports about its group (`status.fabric.result`, `--json`)."""
@@ -221,6 +235,9 @@ class FabricResult(_Model):
     sizes: list[NcclSize] = Field(default_factory=list, description="The group's sweep.")
     busbw_gbps: float | None = Field(default=None, description="Group busbw at the largest size.")
     pairs: list[FabricPair] = Field(default_factory=list, description="Every pair of the group.")
+    train: FabricTrainResult | None = Field(
+        default=None, description="The group's training phase (fabric.train.enabled)."
+    )
     verdict: Verdict
     reason: Reason | None = None
     message: str = ""

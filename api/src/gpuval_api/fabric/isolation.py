@@ -20,6 +20,10 @@ for an odd one), whatever the group's size and the fleet's.
 - A slow pair one of whose ends has no other evidence (the one pair of a group of two) is a slow
   pair: the link or either node, and the rounds cannot tell which (FabricSlowPair, NotRun).
 
+The same method judges the bandwidth pairs (FabricPair, their busbw) and the training pairs
+(gpuval_api.fabric.FabricTrainPair, their tokens/s per GPU): each pair has a `figure`, higher
+is better, and a `Measure` says in which words and under which reasons it is named.
+
 Nothing here calls the API, reads a clock or does I/O.
 """
 
@@ -28,9 +32,73 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from gpuval_api.fabric import FabricPair
 from gpuval_api.reasons import Reason
+
+
+class Pair(Protocol):
+    """One pair of a round (round 0: the confirmation), with its figure (higher is better; None
+    when it failed)."""
+
+    @property
+    def round(self) -> int: ...
+    @property
+    def a(self) -> str: ...
+    @property
+    def b(self) -> str: ...
+    @property
+    def figure(self) -> float | None: ...
+
+
+P = TypeVar("P", bound=Pair)
+
+
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """What a pair's figure is in a message, and the reasons the rounds name."""
+
+    label: str  # before a list of figures: "busbw"
+    unit: str  # after a figure: "GB/s"
+    pair: str  # what one pair is called: "pair"
+    slow_node: Reason
+    slow_link: Reason
+    slow_pair: Reason
+    precision: str = ".1f"
+    lead: str = ""  # before one figure: "" ("23.5 GB/s")
+
+    def value(self, figure: float) -> str:
+        return format(figure, self.precision)
+
+    def of(self, pair: Pair) -> str:
+        return self.value(pair.figure) if pair.figure is not None else "failed"
+
+    def shown(self, pair: Pair) -> str:
+        """One pair's figure with its unit, or 'failed'."""
+        return f"{self.lead}{self.of(pair)} {self.unit}" if pair.figure is not None else "failed"
+
+
+BUSBW = Measure(
+    "busbw",
+    "GB/s",
+    "pair",
+    Reason.FABRIC_SLOW_NODE,
+    Reason.FABRIC_SLOW_LINK,
+    Reason.FABRIC_SLOW_PAIR,
+)
+# The training pairs (gpuval_api.fabric.FabricTrainPair): tokens/s per GPU. A slow link or pair is
+# one as in the all-reduce; a node slow in every training pair has its own reason.
+TRAINING = Measure(
+    "training",
+    "tokens/s per GPU",
+    "training pair",
+    Reason.FABRIC_TRAIN_SLOW_NODE,
+    Reason.FABRIC_SLOW_LINK,
+    Reason.FABRIC_SLOW_PAIR,
+    precision=",.0f",
+    lead="training ",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,47 +118,53 @@ class Suspects:
     good: tuple[str, ...]  # partners for the confirmation: fine everywhere first, then cleared
 
 
-def slow(pair: FabricPair, floor: float) -> bool:
+def slow(pair: Pair, floor: float) -> bool:
     """A pair that failed or came in below the floor."""
-    return pair.busbw_gbps is None or pair.busbw_gbps < floor
+    return pair.figure is None or pair.figure < floor
 
 
-def _other(pair: FabricPair, node: str) -> str:
+def _other(pair: Pair, node: str) -> str:
     return pair.b if pair.a == node else pair.a
 
 
-def _by_node(pairs: Iterable[FabricPair]) -> dict[str, list[FabricPair]]:
-    seen: dict[str, list[FabricPair]] = {}
+def _by_node(pairs: Iterable[P]) -> dict[str, list[P]]:
+    seen: dict[str, list[P]] = {}
     for pair in pairs:
         seen.setdefault(pair.a, []).append(pair)
         seen.setdefault(pair.b, []).append(pair)
     return seen
 
 
-def round_pairs(pairs: Iterable[FabricPair]) -> list[FabricPair]:
+def round_pairs(pairs: Iterable[P]) -> list[P]:
     """The pairs of the pair rounds (round 1 and up), the confirmation round left out."""
     return [p for p in pairs if p.round >= 1]
 
 
-def best_pairs(pairs: Iterable[FabricPair]) -> dict[str, float]:
+def best_pairs(pairs: Iterable[Pair]) -> dict[str, float]:
     """Each node's best pair figure in the pair rounds (a failed pair has none)."""
     best: dict[str, float] = {}
     for pair in round_pairs(pairs):
-        if pair.busbw_gbps is None:
+        figure = pair.figure
+        if figure is None:
             continue
         for node in (pair.a, pair.b):
-            best[node] = max(best.get(node, 0.0), pair.busbw_gbps)
+            best[node] = max(best.get(node, 0.0), figure)
     return best
 
 
-def reference_busbw(pairs: Iterable[FabricPair]) -> float | None:
+def reference(pairs: Iterable[Pair]) -> float | None:
     """What a healthy pair reaches: the median over nodes of each node's best pair figure in the
     pair rounds (a failed pair has none). None when no pair has a figure."""
     best = best_pairs(pairs)
     return statistics.median(best.values()) if best else None
 
 
-def find_suspects(pairs: Sequence[FabricPair], floor: float) -> Suspects:
+def reference_busbw(pairs: Iterable[FabricPair]) -> float | None:
+    """The bandwidth pairs' reference busbw (`reference`)."""
+    return reference(pairs)
+
+
+def find_suspects(pairs: Sequence[Pair], floor: float) -> Suspects:
     """From the pair rounds: nodes slow in all their pairs, slow pairs between other nodes, and
     the nodes a suspect can be confirmed with (a fast pair, and slow only with suspects)."""
     seen = _by_node(round_pairs(pairs))
@@ -115,7 +189,7 @@ def find_suspects(pairs: Sequence[FabricPair], floor: float) -> Suspects:
     return Suspects(tuple(suspects), tuple(links), tuple(fine + cleared))
 
 
-def confirmation_pairs(suspects: Suspects, pairs: Sequence[FabricPair]) -> list[tuple[str, str]]:
+def confirmation_pairs(suspects: Suspects, pairs: Sequence[Pair]) -> list[tuple[str, str]]:
     """One round: each suspect node with a distinct good node (one it was not paired with when
     there is one), each slow link again; no node in two pairs. A suspect without a free good
     partner stays unconfirmed."""
@@ -136,28 +210,27 @@ def confirmation_pairs(suspects: Suspects, pairs: Sequence[FabricPair]) -> list[
     return chosen
 
 
-def _figure(pair: FabricPair) -> str:
-    return f"{pair.busbw_gbps:.1f}" if pair.busbw_gbps is not None else "failed"
-
-
 def _listed(nodes: Sequence[str], one: str, many: str) -> str:
     return f"{', '.join(nodes)} {one if len(nodes) == 1 else many}"
 
 
 def _slow_node(
     node: str,
-    mine: Sequence[FabricPair],
-    checks: Sequence[FabricPair],
+    mine: Sequence[Pair],
+    checks: Sequence[Pair],
     named: set[str],
     floor: float,
+    *,
+    measure: Measure,
 ) -> Blame:
     partners = tuple(sorted({_other(p, node) for p in mine}))
+    figures = ", ".join(measure.of(p) for p in mine)
     text = (
-        f"slow in every pair it was in (busbw {', '.join(_figure(p) for p in mine)} GB/s, floor "
-        f"{floor:.1f})"
+        f"slow in every {measure.pair} it was in ({measure.label} {figures} {measure.unit}, "
+        f"floor {measure.value(floor)})"
     )
     if checks:
-        again = ", ".join(f"{_other(c, node)} ({_figure(c)} GB/s)" for c in checks)
+        again = ", ".join(f"{_other(c, node)} ({measure.shown(c)})" for c in checks)
         text += f" and again with a good node: {again}"
     fine = [p for p in partners if p not in named]
     also = [p for p in partners if p in named]
@@ -166,32 +239,32 @@ def _slow_node(
         text += f"; its {word} {_listed(fine, 'was', 'were')} fine with other nodes"
     if also:
         own = "its own" if len(also) == 1 else "their own"
-        text += f"; {_listed(also, 'is', 'are')} slow in every pair too, named on {own}"
-    return Blame(node, Reason.FABRIC_SLOW_NODE, text, partners)
+        text += f"; {_listed(also, 'is', 'are')} slow in every {measure.pair} too, named on {own}"
+    return Blame(node, measure.slow_node, text, partners)
 
 
-def _link(pair: FabricPair, evidence: set[str], floor: float) -> list[Blame]:
-    shown = f"{_figure(pair)} GB/s" if pair.busbw_gbps is not None else "failed"
+def _link(pair: Pair, evidence: set[str], floor: float, measure: Measure) -> list[Blame]:
+    shown, least = measure.shown(pair), measure.value(floor)
     found: list[Blame] = []
     alone = [n for n in (pair.a, pair.b) if n not in evidence]
     for node, other in ((pair.a, pair.b), (pair.b, pair.a)):
         if alone:
             text = (
-                f"the pair with {other} is slow ({shown}, floor {floor:.1f}): the link between "
-                f"them or either node; {_listed(alone, 'was', 'were')} tested with no other "
-                "partner, so the pair rounds cannot tell which"
+                f"the {measure.pair} with {other} is slow ({shown}, floor {least}): the link "
+                f"between them or either node; {_listed(alone, 'was', 'were')} tested with no "
+                "other partner, so the pair rounds cannot tell which"
             )
-            found.append(Blame(node, Reason.FABRIC_SLOW_PAIR, text, (other,)))
+            found.append(Blame(node, measure.slow_pair, text, (other,)))
             continue
         text = (
-            f"the link to {other} is slow ({shown}, floor {floor:.1f}); both nodes are fine with "
+            f"the link to {other} is slow ({shown}, floor {least}); both nodes are fine with "
             "other partners"
         )
-        found.append(Blame(node, Reason.FABRIC_SLOW_LINK, text, (other,)))
+        found.append(Blame(node, measure.slow_link, text, (other,)))
     return found
 
 
-def blame(pairs: Sequence[FabricPair], floor: float) -> list[Blame]:
+def blame(pairs: Sequence[Pair], floor: float, measure: Measure = BUSBW) -> list[Blame]:
     """Who the pair and confirmation rounds name (the module docstring says how), by node."""
     suspects = find_suspects(pairs, floor)
     rounds = round_pairs(pairs)
@@ -199,7 +272,7 @@ def blame(pairs: Sequence[FabricPair], floor: float) -> list[Blame]:
     good = set(suspects.good)
     named: set[str] = set()
     cleared: list[str] = []
-    checks_of: dict[str, list[FabricPair]] = {}
+    checks_of: dict[str, list[Pair]] = {}
     for node in suspects.nodes:
         checks = [c for c in confirmations if node in (c.a, c.b) and _other(c, node) in good]
         if checks and not any(slow(c, floor) for c in checks):
@@ -214,7 +287,9 @@ def blame(pairs: Sequence[FabricPair], floor: float) -> list[Blame]:
         n for n in cleared if sum(1 for p in candidates if n in (p.a, p.b)) >= 2
     }  # slow with two partners no slow node explains, then fast: nothing to name
     found = [
-        _slow_node(n, [p for p in rounds if n in (p.a, p.b)], checks_of[n], named, floor)
+        _slow_node(
+            n, [p for p in rounds if n in (p.a, p.b)], checks_of[n], named, floor, measure=measure
+        )
         for n in sorted(named)
     ]
     for pair in candidates:
@@ -223,5 +298,5 @@ def blame(pairs: Sequence[FabricPair], floor: float) -> list[Blame]:
         again = next((c for c in confirmations if {c.a, c.b} == {pair.a, pair.b}), None)
         if again is not None and not slow(again, floor):
             continue  # fast when tested again: a passing slowness
-        found += _link(pair, evidence, floor)
+        found += _link(pair, evidence, floor, measure)
     return sorted(found, key=lambda b: (b.node, b.reason))

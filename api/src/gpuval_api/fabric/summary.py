@@ -46,6 +46,71 @@ class FabricGroupEntry(_Model):
         default=None, description="The worst fabric reason of its nodes; absent when all passed."
     )
     message: str = Field(default="", max_length=1024, description="One line about it.")
+    train_tokens_per_second_per_gpu: float | None = Field(
+        default=None,
+        description="Its training phase's tokens per second per GPU (spec.fabric.train).",
+    )
+
+
+class FabricTrainGroupEntry(_Model):
+    """A group whose training phase (spec.fabric.train) was slow against the run's groups of its
+    size: recorded, no node blamed."""
+
+    group: str = Field(max_length=253, description="The group's name.")
+    domain: str | None = Field(
+        default=None, max_length=63, description="Its topology domain, if inside one."
+    )
+    nodes: int = Field(ge=0, description="Nodes in the group.")
+    tokens_per_second_per_gpu: float | None = Field(
+        default=None, description="The group's training tokens per second per GPU."
+    )
+    step_seconds: float | None = Field(default=None, description="Its median step time.")
+    floor: float | None = Field(
+        default=None,
+        description="Below this (tokens/s per GPU) a group is slow: fabric.train."
+        "fractionOfMedian of the run's median for groups of its size and model.",
+    )
+    message: str = Field(default="", max_length=1024, description="One line about it.")
+
+
+class FabricTrainMismatchEntry(_Model):
+    """A group whose training losses differ from its peers' (the group's fingerprint)."""
+
+    group: str = Field(max_length=253, description="The group's name.")
+    nodes: list[Annotated[str, Field(max_length=253)]] = Field(
+        max_length=MAX_GROUP, description="The group's nodes (none of them is blamed for it)."
+    )
+    step: int = Field(ge=0, description="The first step (1-based) whose loss differs.")
+    message: str = Field(default="", max_length=1024, description="One line about it.")
+
+
+class FabricTrainRunStatus(_Model):
+    """What the run's training phase (spec.fabric.train) found, bounded."""
+
+    median_pair_tokens_per_second_per_gpu: float | None = Field(
+        default=None,
+        description="The run's reference training pair: the median over nodes of each node's "
+        "best training pair, tokens/s per GPU (the domain groups' with a topology key).",
+    )
+    cross_median_pair_tokens_per_second_per_gpu: float | None = Field(
+        default=None, description="The same over the cross-domain groups' training pairs."
+    )
+    slow_groups: list[FabricTrainGroupEntry] = Field(
+        default_factory=list,
+        max_length=MAX_LISTED_GROUPS,
+        description="Groups whose training was below their floor with no node named; at most 5.",
+    )
+    slow_groups_omitted: int = Field(default=0, description="Slow groups beyond the listed.")
+    mismatched_groups: list[FabricTrainMismatchEntry] = Field(
+        default_factory=list,
+        max_length=MAX_LISTED_GROUPS,
+        description="Groups whose training losses differ from the other groups of their size and "
+        "GPU stack (bit for bit), or of another stack beyond fabric.train.lossTolerance; at "
+        "most 5.",
+    )
+    mismatched_groups_omitted: int = Field(
+        default=0, description="Groups whose losses differ beyond the listed."
+    )
 
 
 class FabricRankWait(_Model):
@@ -186,3 +251,8 @@ class FabricRunStatus(_Model):
         ),
     )
     slow_paths_omitted: int = Field(default=0, description="Slow paths beyond the listed.")
+    train: FabricTrainRunStatus | None = Field(
+        default=None,
+        description="The training phase's comparison (spec.fabric.train), once the groups are "
+        "compared.",
+    )

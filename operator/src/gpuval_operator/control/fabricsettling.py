@@ -80,6 +80,7 @@ class FabricSettling:
                 cross=g.plan.cross,
                 domains={n: domains.get(n, "") for n in g.plan.nodes} if g.plan.cross else None,
                 lone=lone & set(g.plan.nodes) if g.plan.cross else frozenset(),
+                train=fabric.train.get(g.name),
             )
             for g in groups
             if g.size > 1
@@ -114,7 +115,7 @@ class FabricSettling:
             }
             excluded |= possible_representatives([g.plan for g in plans], passed)
         evidence = self._evidence(fabric, done, keyed=False)
-        finals = early_finals(evidence, pending, wanted.thresholds, excluded)
+        finals = early_finals(evidence, pending, wanted.thresholds, excluded, wanted.train)
         if self.judge is not None and finals:
             judged = Classification(None, 0.0, (), finals)
             self.judge(run, judged)
@@ -132,7 +133,7 @@ class FabricSettling:
         evidence = self._evidence(
             fabric, list(fabric.groups.values()), keyed=wanted.topology_key is not None
         )
-        found = classify(evidence, wanted.thresholds)
+        found = classify(evidence, wanted.thresholds, wanted.train)
         if self.judge is not None:
             self.judge(run, found)
         fabric.classification = found
@@ -162,7 +163,8 @@ class FabricSettling:
                 await self._settle(run, fabric, node, final, again=True)
         text = f"fabric of run {run.run_id}: {summary_line(fabric)}"
         failed = any(f.verdict is Verdict.FAILED for f in found.nodes.values())
-        await self.effects.event(EventReason.FABRIC_COMPLETED, text, warning=failed)
+        differ = found.train is not None and bool(found.train.mismatched)
+        await self.effects.event(EventReason.FABRIC_COMPLETED, text, warning=failed or differ)
         log.info("%s: %s", run.validation, text)
 
     async def _settle(

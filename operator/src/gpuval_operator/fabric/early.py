@@ -19,7 +19,9 @@ Not early (they wait for the comparison):
 - a group with any result other than a pass or slowness (not formed, rank 0 unreachable, a hang,
   a transport fallback), and one with a pair that failed or has no rounds;
 - anything while at least half the run's nodes still wait for their groups: the ceiling is then
-  unbounded.
+  unbounded;
+- with spec.fabric.train, a group whose training pairs are not all at or above the training
+  floor's ceiling (the same bound over the training pairs), or that has no training result.
 
 Nothing here calls the API (tests/unit/test_operator_fabric_early.py).
 """
@@ -28,12 +30,23 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from gpuval_api.fabric import FabricThresholds
-from gpuval_api.fabric.isolation import best_pairs, round_pairs
+from gpuval_api.fabric.isolation import Pair, best_pairs, round_pairs
+from gpuval_api.fabric.train import FabricTrain
 from gpuval_api.result import Verdict
 from gpuval_operator.fabric.verdicts import SLOWNESS, Final, GroupEvidence, Judged, settle
+
+
+def _ceiling(pairs: Iterable[Pair], pending_nodes: int) -> float | None:
+    """The highest reference the run can still come to (None: no ceiling yet)."""
+    best = best_pairs(pairs)
+    values = [*best.values(), *([math.inf] * pending_nodes)]
+    if not values:
+        return None
+    median = statistics.median(values)
+    return None if math.isinf(median) else median
 
 
 def pair_floor_ceiling(
@@ -41,22 +54,39 @@ def pair_floor_ceiling(
 ) -> float:
     """The highest pairs' floor the run can still come to, from the domain groups `done` and
     the number of nodes in domain groups that have no results yet (+inf: no ceiling yet)."""
-    best = best_pairs(p for g in done for p in g.pairs)
-    values = [*best.values(), *([math.inf] * pending_nodes)]
-    if not values:
-        return math.inf
-    return thresholds.floor(statistics.median(values))
+    ceiling = _ceiling((p for g in done for p in g.pairs), pending_nodes)
+    return math.inf if ceiling is None else thresholds.floor(ceiling)
 
 
-def certain(group: GroupEvidence, ceiling: float) -> bool:
-    """No pair of the group can be slow, and nothing but slowness was found in it."""
+def train_floor_ceiling(
+    done: Sequence[GroupEvidence], pending_nodes: int, train: FabricTrain
+) -> float:
+    """The same bound over the training pairs (spec.fabric.train): +inf, no ceiling yet."""
+    pairs = (p for g in done if g.train is not None for p in g.train.pairs)
+    ceiling = _ceiling(pairs, pending_nodes)
+    return math.inf if ceiling is None else train.floor(ceiling)
+
+
+def _all_at(pairs: Iterable[Pair], ceiling: float) -> bool:
+    return all(p.figure is not None and p.figure >= ceiling for p in pairs)
+
+
+def certain(group: GroupEvidence, ceiling: float, train_ceiling: float | None = None) -> bool:
+    """No pair of the group can be slow, and nothing but slowness was found in it
+    (`train_ceiling`: with spec.fabric.train, nor can a training pair)."""
+    trained = train_ceiling is None or (
+        group.train is not None
+        and bool(round_pairs(group.train.pairs))
+        and _all_at(group.train.pairs, train_ceiling)
+    )
     return (
         not group.cross
         and len(group.nodes) > 2
         and len(group.records) == len(group.nodes)
         and bool(round_pairs(group.pairs))
-        and all(p.busbw_gbps is not None and p.busbw_gbps >= ceiling for p in group.pairs)
+        and _all_at(group.pairs, ceiling)
         and all(r.verdict is Verdict.PASSED or r.reason in SLOWNESS for r in group.records)
+        and trained
     )
 
 
@@ -65,17 +95,23 @@ def early_finals(
     pending_nodes: int,
     thresholds: FabricThresholds,
     excluded: Collection[str] = (),
+    train: FabricTrain | None = None,
 ) -> dict[str, Final]:
     """Each member of a `done` domain group whose verdict the comparison can no longer change,
-    with the verdict it will settle to, but the nodes `excluded`."""
+    with the verdict it will settle to, but the nodes `excluded` (`train`: spec.fabric.train)."""
     ceiling = pair_floor_ceiling(done, pending_nodes, thresholds)
+    train_ceiling = None
+    if train is not None and train.enabled:
+        train_ceiling = train_floor_ceiling(done, pending_nodes, train)
+        if math.isinf(train_ceiling):
+            return {}
     if math.isinf(ceiling):
         return {}
     nothing = Judged({}, {})
     return {
         node: settle(group, rank, record, nothing)
         for group in done
-        if certain(group, ceiling)
+        if certain(group, ceiling, train_ceiling)
         for rank, (node, record) in enumerate(zip(group.nodes, group.records, strict=True))
         if node not in excluded
     }

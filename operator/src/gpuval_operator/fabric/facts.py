@@ -13,11 +13,36 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuval_api.fabric import FabricKey, FabricPair, read_pairs
+from gpuval_api.fabric.train import FabricTrainPair, FabricTrainResult, read_train
 from gpuval_api.reasons import Reason
 from gpuval_api.report import read_reason, read_verdict
 from gpuval_api.result import Verdict
+from gpuval_api.training import NodeLosses
 
 MESSAGE_LIMIT = 300
+
+
+@dataclass(frozen=True, slots=True)
+class FabricTrainFacts:
+    """A group's training phase as one member's result tells it (the same in every member's):
+    what the run-wide comparison needs, the losses interned (one copy per distinct sequence)."""
+
+    key: str  # FabricTrainResult.key: groups compare only with the same
+    figure: float | None  # tokens/s per GPU; None: the group's run failed
+    step_seconds: float | None
+    pairs: tuple[FabricTrainPair, ...]
+    losses: NodeLosses | None
+
+    @classmethod
+    def of(cls, result: FabricTrainResult) -> FabricTrainFacts:
+        record = result.record
+        return cls(
+            key=sys.intern(result.key),
+            figure=result.figure,
+            step_seconds=result.step_median_seconds,
+            pairs=tuple(result.pairs),
+            losses=NodeLosses.of(record) if record is not None else None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +68,7 @@ class FabricFacts:
     busbw: float | None
     transport: str | None
     pairs: tuple[FabricPair, ...] = ()
+    train: FabricTrainFacts | None = None
 
     @property
     def planned(self) -> bool:
@@ -61,6 +87,7 @@ class FabricFacts:
         message = str(fabric.get(FabricKey.MESSAGE) or "")[:MESSAGE_LIMIT]
         source = document if document is not None else fabric
         busbw = fabric.get(FabricKey.BUSBW)
+        train = read_train(document) if document is not None else None
         return cls(
             group=sys.intern(group),
             rank=rank,
@@ -77,4 +104,5 @@ class FabricFacts:
             busbw=float(busbw) if isinstance(busbw, int | float) else None,
             transport=fabric.get(FabricKey.TRANSPORT),
             pairs=read_pairs(document) if document is not None else (),
+            train=FabricTrainFacts.of(train) if train is not None else None,
         )

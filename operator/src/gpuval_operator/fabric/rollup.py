@@ -17,6 +17,7 @@ from gpuval_operator.fabric.lifecycle import formed, gang_broken
 from gpuval_operator.fabric.paths import PathFinding
 from gpuval_operator.fabric.plan import gang_deadline
 from gpuval_operator.fabric.state import FabricState, Member
+from gpuval_operator.fabric.trainverdicts import TrainClassification, mismatch_message
 from gpuval_operator.fabric.verdicts import GroupOutcome
 
 _RANK = {Verdict.FAILED: 2, Verdict.NOT_RUN: 1, Verdict.PASSED: 0}
@@ -57,7 +58,14 @@ def _clean(entry: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in entry.items() if v is not None}
 
 
-def _entry(outcome: GroupOutcome, message: str | None = None) -> dict[str, Any]:
+def _train_figure(run: FabricState, group: str) -> float | None:
+    facts = run.train.get(group)
+    return None if facts is None or facts.figure is None else round(facts.figure, 1)
+
+
+def _entry(
+    outcome: GroupOutcome, message: str | None = None, train: float | None = None
+) -> dict[str, Any]:
     worst = outcome.worst
     failing = worst.verdict is not Verdict.PASSED
     reason = str(worst.reason) if failing and worst.reason else None
@@ -72,6 +80,7 @@ def _entry(outcome: GroupOutcome, message: str | None = None) -> dict[str, Any]:
         "floorGBps": None if outcome.floor is None else round(outcome.floor, 3),
         "reason": reason,
         "message": (message if message is not None else said)[:1024],
+        "trainTokensPerSecondPerGpu": train,
     }
 
 
@@ -105,6 +114,7 @@ def _provisional(run: FabricState) -> list[dict[str, Any]]:
                 "floorGBps": None,
                 "reason": str(worst.reason) if failing and worst.reason else None,
                 "message": worst.message[:1024] if failing else "",
+                "trainTokensPerSecondPerGpu": _train_figure(run, group.name),
             }
         )
     return entries
@@ -185,14 +195,66 @@ def summary_line(run: FabricState, counts: dict[str, int] | None = None) -> str:
     paths = len(run.classification.paths)
     if paths:
         parts.append(f"{paths} slow {'path' if paths == 1 else 'paths'} between domains")
+    train = run.classification.train
+    if train is not None and train.slow:
+        parts.append(f"{len(train.slow)} slow training groups")
+    if train is not None and train.mismatched:
+        count = len(train.mismatched)
+        parts.append(f"training losses differ in {count} {'group' if count == 1 else 'groups'}")
     return ", ".join(parts) + worst
+
+
+def _rounded(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def train_status(found: TrainClassification) -> dict[str, Any]:
+    """`status.fabric.train`: the training phase's comparison, bounded."""
+    slow = sorted(found.slow, key=lambda g: g.figure or 0.0)
+    mismatched = sorted(found.mismatched, key=lambda g: g.name)
+    return {
+        "medianPairTokensPerSecondPerGpu": _rounded(found.median_pair),
+        "crossMedianPairTokensPerSecondPerGpu": _rounded(found.cross_median_pair),
+        "slowGroups": [
+            _clean(
+                {
+                    "group": g.name,
+                    "domain": g.domain or None,
+                    "nodes": len(g.nodes),
+                    "tokensPerSecondPerGpu": _rounded(g.figure),
+                    "stepSeconds": _rounded(g.step_seconds, 5),
+                    "floor": _rounded(g.floor),
+                    "message": (
+                        f"training below its floor {g.floor or 0:,.0f} tokens/s per GPU (groups "
+                        f"of {len(g.nodes)} nodes across the run); no node stands out, none is "
+                        "named"
+                    ),
+                }
+            )
+            for g in slow[:MAX_LISTED_GROUPS]
+        ],
+        "slowGroupsOmitted": max(0, len(slow) - MAX_LISTED_GROUPS),
+        "mismatchedGroups": [
+            {
+                "group": g.name,
+                "nodes": list(g.nodes),
+                "step": g.mismatch.step,
+                "message": mismatch_message(g.mismatch)[:1024],
+            }
+            for g in mismatched[:MAX_LISTED_GROUPS]
+            if g.mismatch is not None
+        ],
+        "mismatchedGroupsOmitted": max(0, len(mismatched) - MAX_LISTED_GROUPS),
+    }
 
 
 def build_fabric_status(run: FabricState) -> dict[str, Any]:
     """`status.fabric` of the GpuValidation for the run's fabric phase."""
     found = run.classification
     if found is not None:
-        listed = sorted((_entry(g) for g in found.groups), key=_order)
+        listed = sorted(
+            (_entry(g, train=_train_figure(run, g.name)) for g in found.groups), key=_order
+        )
         slow = [g for g in found.groups if g.slow]
         slow_entries = [
             _entry(
@@ -225,4 +287,5 @@ def build_fabric_status(run: FabricState) -> dict[str, Any]:
         "waitingOmitted": max(0, len(run.waits) - MAX_LISTED_GROUPS),
         "slowPaths": [_clean(e) for e in paths[:MAX_LISTED_GROUPS]],
         "slowPathsOmitted": max(0, len(paths) - MAX_LISTED_GROUPS),
+        "train": train_status(found.train) if found is not None and found.train else None,
     }

@@ -18,7 +18,7 @@ from typing import Any
 from gpuval_api.fabric import FabricPair
 from gpuval_api.kubernetes import TERMINAL_POD_PHASES
 from gpuval_api.result import Verdict
-from gpuval_operator.fabric.facts import FabricFacts
+from gpuval_operator.fabric.facts import FabricFacts, FabricTrainFacts
 from gpuval_operator.fabric.plan import GroupPlan
 from gpuval_operator.fabric.podfacts import FabricPodFacts
 from gpuval_operator.fabric.verdicts import Classification, FabricResult, Final
@@ -73,6 +73,7 @@ class FabricState:
     pods: dict[str, FabricPodFacts] = field(default_factory=dict)  # pod name -> its facts
     pairs: dict[str, tuple[FabricPair, ...]] = field(default_factory=dict)  # group -> pairs
     busbw: dict[str, float] = field(default_factory=dict)  # group -> busbw, GB/s
+    train: dict[str, FabricTrainFacts] = field(default_factory=dict)  # group -> its training
     groups: dict[str, Group] = field(default_factory=dict)  # in plan order
     groups_of: dict[str, list[str]] = field(default_factory=dict)  # node -> its groups
     planned: bool = False
@@ -108,6 +109,8 @@ class FabricState:
             self.pairs[reported.group] = reported.pairs
         if reported.busbw is not None:
             self.busbw.setdefault(reported.group, reported.busbw)
+        if reported.train is not None:
+            self.train.setdefault(reported.group, reported.train)
 
     def member(self, group: str, rank: int) -> Member | None:
         found = self.groups.get(group)

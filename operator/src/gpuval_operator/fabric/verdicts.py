@@ -22,7 +22,10 @@ may be slower than one inside a rack by design). It settles each node's fabric v
 - in a cross-domain group what the pairs name is a path between domains (fabric.paths): listed,
   no representative blamed;
 - a group below its floor that names no node and no path is a slow group: listed in the
-  validation status, no node blamed.
+  validation status, no node blamed;
+- with spec.fabric.train, the training phase is compared the same way (fabric.trainverdicts):
+  what its pairs name against the run's training floor fails a node the all-reduce did not
+  name; slow training groups and groups whose losses differ are listed, no node blamed.
 
 Nothing here calls the API (tests/unit/test_operator_fabric_verdicts.py).
 """
@@ -34,11 +37,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuval_api.fabric import FabricKey, FabricPair, FabricThresholds
-from gpuval_api.fabric.isolation import blame, reference_busbw, round_pairs
+from gpuval_api.fabric.isolation import Blame, blame, reference_busbw, round_pairs
+from gpuval_api.fabric.train import FabricTrain
 from gpuval_api.reasons import Reason, verdict_of
 from gpuval_api.result import Verdict
-from gpuval_operator.fabric.facts import MESSAGE_LIMIT, FabricFacts
+from gpuval_operator.fabric.facts import MESSAGE_LIMIT, FabricFacts, FabricTrainFacts
 from gpuval_operator.fabric.paths import PathFinding, cross_findings
+from gpuval_operator.fabric.trainverdicts import (
+    TrainClassification,
+    TrainGroup,
+    classify_train,
+    judge_train,
+    train_reference,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +81,7 @@ SLOWNESS = frozenset(
         Reason.FABRIC_SLOW_LINK,
         Reason.FABRIC_SLOW_PAIR,
         Reason.NCCL_LOW_BUSBW,
+        Reason.FABRIC_TRAIN_SLOW_NODE,
     }
 )
 _WORST = {Verdict.FAILED: 2, Verdict.NOT_RUN: 1, Verdict.PASSED: 0}
@@ -87,6 +99,12 @@ class GroupEvidence:
     # A cross-domain group's: each representative's domain, and those alone in their domain.
     domains: Mapping[str, str] | None = None
     lone: frozenset[str] = frozenset()
+    train: FabricTrainFacts | None = None  # its training phase (spec.fabric.train)
+
+    def training(self) -> TrainGroup | None:
+        if self.train is None:
+            return None
+        return TrainGroup(self.name, self.nodes, self.train, self.domain, self.cross)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +141,7 @@ class Classification:
     groups: tuple[GroupOutcome, ...]
     nodes: dict[str, Final]  # each node over its groups: the worst
     cross_median_pair: float | None = None  # the cross-domain groups' reference
+    train: TrainClassification | None = None  # spec.fabric.train's comparison
 
     @property
     def paths(self) -> list[PathFinding]:
@@ -248,16 +267,41 @@ def judge(group: GroupEvidence, pair_floor: float, *, alone: bool = False) -> Ju
     return Judged(named, notes, paths, alone)
 
 
+def with_training(judged: Judged, blames: Sequence[Blame]) -> Judged:
+    """What the group's training pairs name, added for the nodes the all-reduce did not name."""
+    named = dict(judged.named)
+    for found in blames:
+        if found.node not in named and found.node not in judged.notes:
+            named[found.node] = Final(verdict_of(found.reason), found.reason, found.message)
+    return Judged(named, judged.notes, judged.paths, judged.alone)
+
+
 def classify_group(
-    group: GroupEvidence, pair_floor: float, group_floor: float | None, *, alone: bool = False
+    group: GroupEvidence,
+    pair_floor: float,
+    group_floor: float | None,
+    *,
+    alone: bool = False,
+    training: Sequence[Blame] = (),
 ) -> GroupOutcome:
     finals = not_formed(group) or rank0_unreachable(group)
-    judged = Judged({}, {})
+    judged = bandwidth = Judged({}, {})
     if finals is None:
-        judged = judge(group, pair_floor, alone=alone)
+        bandwidth = judge(group, pair_floor, alone=alone)
+        judged = with_training(bandwidth, training)
         finals = [settle(group, rank, r, judged) for rank, r in enumerate(group.records)]
     low = group.busbw is not None and group_floor is not None and group.busbw < group_floor
-    slow = low and not judged.paths and not any(f.reason in SLOWNESS for f in finals)
+    # A slow group is the all-reduce's: a node named for its training alone does not explain it.
+    trained = set(judged.named) - set(bandwidth.named)
+    slow = (
+        low
+        and not judged.paths
+        and not any(
+            f.reason in SLOWNESS
+            for n, f in zip(group.nodes, finals, strict=True)
+            if n not in trained
+        )
+    )
     return GroupOutcome(
         group.name,
         group.domain,
@@ -276,19 +320,34 @@ def _worse(final: Final, known: Final | None) -> bool:
     return _WORST[final.verdict] == _WORST[known.verdict] and final.noted and not known.noted
 
 
-def classify(groups: Sequence[GroupEvidence], thresholds: FabricThresholds) -> Classification:
+def _training(groups: Sequence[GroupEvidence], train: FabricTrain | None) -> dict[str, list[Blame]]:
+    """What each group's training pairs name against the run's training floor."""
+    trained = [t for g in groups if (t := g.training()) is not None]
+    if train is None or not train.enabled or not trained:
+        return {}
+    floors = {cross: train.floor(train_reference(trained, cross)) for cross in (False, True)}
+    return {t.name: judge_train(t, floors[t.cross]) for t in trained}
+
+
+def classify(
+    groups: Sequence[GroupEvidence],
+    thresholds: FabricThresholds,
+    train: FabricTrain | None = None,
+) -> Classification:
     references: dict[bool, float | None] = {}
     counts: dict[bool, int] = {}
     for cross in (False, True):
         scoped = [p for g in groups if g.cross is cross for p in round_pairs(g.pairs)]
         references[cross], counts[cross] = reference_busbw(scoped), len(scoped)
     floors = _group_floors(groups, thresholds)
+    trained = _training(groups, train)
     outcomes = tuple(
         classify_group(
             g,
             thresholds.floor(references[g.cross]),
             floors.get((g.cross, len(g.nodes))),
             alone=len(g.nodes) == 2 and counts[g.cross] == 1,
+            training=trained.get(g.name, ()),
         )
         for g in groups
     )
@@ -297,12 +356,19 @@ def classify(groups: Sequence[GroupEvidence], thresholds: FabricThresholds) -> C
         for node, final in zip(outcome.nodes, outcome.finals, strict=True):
             if _worse(final, nodes.get(node)):
                 nodes[node] = final
+    compared = None
+    if train is not None and train.enabled:
+        named = {name: {b.node for b in blames} for name, blames in trained.items()}
+        compared = classify_train(
+            [t for g in groups if (t := g.training()) is not None], train, named
+        )
     return Classification(
         references[False],
         thresholds.floor(references[False]),
         outcomes,
         nodes,
         references[True],
+        compared,
     )
 
 

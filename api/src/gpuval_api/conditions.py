@@ -35,6 +35,8 @@ class ConditionReason(StrEnum):
     NO_NODES_SELECTED = "NoNodesSelected"
     WAITING_FOR_NODES = "WaitingForNodes"  # spec.gating, and no selected node has joined yet
     NOT_COMPARED = "NotCompared"
+    # Uniform Unknown after the run: no node recorded an environment, so nothing was compared.
+    NO_ENVIRONMENT = "NoEnvironment"
     NOT_UNIFORM = "NotUniform"
     UNIFORM = "Uniform"
     VALID = "Valid"

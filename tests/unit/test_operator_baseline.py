@@ -22,6 +22,7 @@ from gpuval_api.baselinemodel import (
     GpuBaselineSpec,
     HistoryEntry,
     HistorySettings,
+    SourceKind,
 )
 from gpuval_api.crd import GpuBaseline
 from gpuval_api.env import AgentEnv
@@ -149,7 +150,10 @@ def test_names_choose_and_order_the_baselines_and_a_missing_one_is_said() -> Non
     every = judge.start(BaselineSettings(), listed)
     named = judge.start(BaselineSettings(names=["z-a100", "gone", listed[1][0]]), listed)
 
-    assert [n for n, _ in every.candidates] == sorted(n for n, _ in listed)
+    # Learned ones first (by name), then shipped: measured on this fleet before elsewhere.
+    (shipped,) = [n for n, spec in listed if spec.source.kind == "Shipped"]
+    learned = sorted(n for n, spec in listed if spec.source.kind == "Learned")
+    assert [n for n, _ in every.candidates] == [*learned, shipped]
     assert [n for n, _ in named.candidates] == ["z-a100", listed[1][0]]
     assert named.missing == ("gone",) and "gone" in named.notes[0]
     assert len(named.existing) == 3
@@ -172,11 +176,71 @@ def test_an_agent_pod_gets_the_baselines_of_its_gpu_model_and_the_fraction() -> 
     )
     assert len(everything) == 3
     assert judge.agent_env(runs, "NVIDIA-H200") is h200  # made once per GPU model
-    assert judge.agent_env(runs, "Tesla-T4") == []
+    # No baseline of a T4: the agent still learns its label (to name GPUs of another model).
+    assert judge.agent_env(runs, "Tesla-T4") == [
+        {"name": AgentEnv.BASELINE_FRACTION, "value": "0.08"},
+        {"name": AgentEnv.NODE_GPU_PRODUCT, "value": "Tesla-T4"},
+    ]
+    assert AgentEnv.NODE_GPU_PRODUCT not in {e["name"] for e in unlabelled}
     off = judge.start(BaselineSettings(mode=BaselineMode.OFF), _listed())
     assert judge.agent_env(off, "") == []
     assert judge.product_matches("NVIDIA-H200-SHARED", given[0].spec)
     assert not judge.product_matches("NVIDIA-H200NVL", given[0].spec)
+    assert not judge.product_matches("NVIDIA-H200-NVL", given[0].spec)  # a PCIe card
+    assert judge.product_matches("NVIDIA-H200-MIG-1g.18gb-SHARED", given[0].spec)
+
+
+def test_where_a_learned_and_a_shipped_baseline_share_a_key_the_learned_judges_and_says_so() -> (
+    None
+):
+    (shipped,) = files.shipped()
+    mine = shipped.spec.model_copy(
+        update={"source": shipped.spec.source.model_copy(update={"kind": SourceKind.LEARNED})}
+    )
+    # The shipped one first by name: by name alone it would judge.
+    listed = [("a-shipped", shipped.spec), ("b-learned", mine)]
+
+    runs = judge.start(BaselineSettings(), listed)
+    named = judge.start(BaselineSettings(names=["a-shipped", "b-learned"]), listed)
+
+    assert [n for n, _ in runs.candidates] == ["b-learned", "a-shipped"]
+    (note,) = runs.notes
+    assert note.startswith(
+        "GpuBaselines b-learned and a-shipped share the key NVIDIA H200 x2, 700 W, PCIe gen5x16: "
+        "b-learned judges (Learned before Shipped: measured on this fleet"
+    )
+    assert "spec.baseline.names chooses another" in note
+    assert named.notes == [
+        "GpuBaselines a-shipped and b-learned share the key NVIDIA H200 x2, 700 W, PCIe "
+        "gen5x16: a-shipped judges (named first in spec.baseline.names); spec.baseline.names "
+        "chooses another"
+    ]
+    # The agent takes the first that matches: the one the note says.
+    (given, _) = [e["value"] for e in judge.agent_env(runs, "")]
+    assert files.from_yaml(given, "env")[0].metadata.name == "b-learned"
+    status = judge.run_status(runs, [])
+    assert "b-learned judges" in status.note
+
+
+def test_an_unlabelled_node_gets_its_own_stacks_baseline_first_within_the_budget() -> None:
+    name, spec = baseline()  # learned from 4-GPU H200 nodes
+    others = [
+        (
+            f"a-{i:02d}",
+            spec.model_copy(update={"key": spec.key.model_copy(update={"gpu_count": 8})}),
+        )
+        for i in range(60)
+    ]
+    runs = judge.start(BaselineSettings(), [*others, (f"z-{name}", spec)])
+
+    def given(**known: Any) -> list[str]:
+        env = {e["name"]: e["value"] for e in judge.agent_env(runs, "", **known)}
+        return [b.metadata.name for b in files.from_yaml(env[AgentEnv.BASELINE], "env")]
+
+    # Before: by name, the budget ran out long before the node's own (z-...) baseline.
+    assert f"z-{name}" not in given()
+    assert given(model="NVIDIA H200", gpus=4)[0] == f"z-{name}"
+    assert given(model="", gpus=4)[0] == "a-00"  # nothing known of the node's GPUs
 
 
 def test_the_agent_env_stays_under_its_size_limit_keeping_the_preferred_first() -> None:

@@ -106,11 +106,19 @@ class BaselineDriver:
             return found
 
     def pod_env(self, run: RunState, node: str) -> list[dict[str, str]]:
-        """GPUVAL_BASELINE and its fraction for the node's agent pod (its GPU model's baselines)."""
+        """GPUVAL_BASELINE and its fraction for the node's agent pod (its GPU model's baselines,
+        its own stack's first: the model its last report said, the GPUs it has) and its GPU
+        model label."""
         if run.baseline is None:
             return []
         facts = self.node_watch.nodes.get(node)
-        return judge.agent_env(run.baseline, facts.product if facts is not None else "")
+        latest = self.state.latest.get(node)
+        model = latest.environment.get("gpuProduct", "") if latest is not None else ""
+        gpus = 0
+        if facts is not None:
+            gpus = facts.sharing.physical if facts.sharing is not None else facts.gpus
+        label = facts.product if facts is not None else ""
+        return judge.agent_env(run.baseline, label, model=model, gpus=gpus)
 
     def history_of(self, run: RunState, node: str) -> list[dict[str, Any]]:
         """The history the node's report of this run carries: its last history.runs runs."""

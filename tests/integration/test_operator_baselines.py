@@ -280,6 +280,52 @@ def test_a_node_losing_three_percent_a_run_is_named_by_its_history_while_above_t
     assert round(ratio, 2) == round(0.97**5 / statistics.median(0.97**i for i in range(5)), 2)
 
 
+@pytest.mark.timeout(900)
+def test_a_node_whose_gpus_were_replaced_starts_a_new_history_and_does_not_drift(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Operator,
+    unique_name: Callable[[str], str],
+) -> None:
+    node = unique_name("swapped")
+    fleet.add_many({node: []})
+    name = unique_name("swap")
+    history = {"runs": 5, "driftFraction": 0.05, "action": "Fail"}
+    spec = {"checks": CHECKS, "baseline": {"mode": "Off", "history": history}}
+    runs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    try:
+        with operator():
+            for n in range(5):
+                if n == 3:
+                    # Its GPUs replaced (new UUIDs and serials) by ones 10 % slower: against the
+                    # old GPUs' figures that is DriftFromHistory, and with action Fail a failure.
+                    fleet.resimulate(node, slowed(0.9, EVERY_GPU), gpuSet=1)
+                if n == 0:
+                    apply(cluster, fleet.validation(name, **spec))
+                else:
+                    patch_spec(cluster, name, {"history": 10 + n})
+                status = completed_run(cluster, name, after=n)
+                (report,) = reports_of(cluster, name, status["run"]["id"])
+                runs.append((status, report))
+            events = events_of(cluster, name)
+    finally:
+        delete_validation(cluster, name)
+
+    assert [r["status"]["verdict"] for _, r in runs] == ["Passed"] * 5, [
+        (r["status"].get("reason"), r["status"].get("message")) for _, r in runs
+    ]
+    assert all(s["baseline"]["driftingNodes"] == [] for s, _ in runs)
+    ids = [s["run"]["id"] for s, _ in runs]
+    carried = [[e["run"] for e in r["spec"].get("history", [])] for _, r in runs]
+    # The swap run's report was made with the old GPUs' runs; the next one carries only the new.
+    assert carried[3] == ids[:3] and carried[4] == [ids[3]]
+    identities = {e["gpuIdentity"] for _, r in runs for e in r["spec"].get("history", [])}
+    assert len(identities) == 2
+    (said,) = [e["message"] for e in events if e["reason"] == "HistoryRestarted"]
+    assert said.startswith(f"{node}: its GPUs changed (GPU identity ")
+    assert "3 earlier runs set aside" in said
+
+
 @contextlib.contextmanager
 def _second_cluster(
     tmp_path: Path, nodes: dict[str, list[dict[str, Any]]], label: str

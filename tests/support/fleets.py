@@ -39,9 +39,16 @@ def simulated_result(
     config: ChecksConfig | None = None,
     gpus: int = 8,
     time_scale: float = 0.001,
+    **more: Any,
 ) -> AgentResult:
-    """The real agent's checks on a simulated H200 node (8 GPUs unless told)."""
-    simulation = {"gpus": gpus, "timeScale": time_scale, "faults": [dict(f) for f in faults]}
+    """The real agent's checks on a simulated H200 node (8 GPUs unless told; `more`: further
+    simulation settings)."""
+    simulation = {
+        "gpus": gpus,
+        "timeScale": time_scale,
+        "faults": [dict(f) for f in faults],
+        **more,
+    }
     backend = SimulatedBackend(SimulationConfig.parse(json.dumps(simulation)))
     display = Display(stream=io.StringIO(), quiet=True)
     try:

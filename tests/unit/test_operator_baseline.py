@@ -480,3 +480,29 @@ def test_learning_keeps_each_nodes_figures_in_a_few_kib_and_one_key_per_gpu_stac
     # 10,000 nodes held 129 MiB while learning.
     assert size / 500 < 1536, size / 500
     print(f"learning: {size / 500:.0f} bytes per 8-GPU node", file=sys.stderr)
+
+
+def test_a_node_whose_gpus_were_replaced_starts_its_history_again_and_says_so() -> None:
+    chain: list[dict[str, Any]] = []
+    for n in range(3):
+        chain = report_facts(measured("n1"), f"{n + 1}-beef", chain).history().carried(5)
+    old = chain[0]["gpuIdentity"]
+    assert [e["gpuIdentity"] for e in chain] == [old] * 3
+
+    # New GPUs, 10 % slower: against the old ones' figures, DriftFromHistory (Fail) would fail it.
+    facts = report_facts(measured("n1", slowed(0.9), gpuSet=1), "4-beef", chain)
+    history = facts.history()
+
+    assert history.runs == ("4-beef",) and history.gpus == facts.gpu_identity != old
+    assert history.restarted == (old, 3)
+    assert judge.drift(history, HistorySettings(action=DriftAction.FAIL)) == []
+    assert [e["run"] for e in history.carried(5)] == ["4-beef"]
+    assert judge.restart_message("n1", history.restarted, history.gpus) == (
+        f"n1: its GPUs changed (GPU identity {old} -> {history.gpus}: new UUIDs or serials): "
+        "its history starts again from this run, 3 earlier runs set aside; DriftFromHistory "
+        "compares it again once it has 3 runs on these GPUs"
+    )
+    # Before its verdict is in, the report's own run is not there: nothing is set aside yet.
+    pending = report_facts(measured("n1", gpuSet=1), "4-beef", chain)
+    pending.phase = "Running"
+    assert pending.history().runs == ("1-beef", "2-beef", "3-beef")

@@ -317,8 +317,13 @@ class BaselineSettings(_Model):
     )
 
 
+# A history entry's GPU identity: hex digits of a sha256 (gpuval_api.baseline.history).
+GPU_IDENTITY_DIGITS = 16
+
+
 class _HistoryEntry(_Model):
-    """One past run of a node: its key figures only (the worst GPU's, as in status.summary)."""
+    """One past run of a node: its key figures only (the worst GPU's, as in status.summary), and
+    which GPUs measured them."""
 
     run: str = Field(min_length=1, max_length=64, description="The run id.")
     completed_at: str | None = Field(
@@ -326,6 +331,15 @@ class _HistoryEntry(_Model):
         max_length=64,
         description="When the node's verdict was written (RFC 3339).",
         json_schema_extra={"format": "date-time"},
+    )
+    gpu_identity: str | None = Field(
+        default=None,
+        pattern=f"^[0-9a-f]{{{GPU_IDENTITY_DIGITS}}}$",
+        max_length=GPU_IDENTITY_DIGITS,
+        description=(
+            "The node's GPUs in that run: the first 16 hex digits of the sha256 of their sorted "
+            "UUIDs and serials. Another one is new GPUs, and a new history (absent: not known)."
+        ),
     )
 
 

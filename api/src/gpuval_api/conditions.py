@@ -91,3 +91,5 @@ class EventReason(StrEnum):
     BASELINE_MISSING = "BaselineMissing"  # a GpuBaseline spec.baseline.names names is not there
     SYSTEMIC = "SystemicBelowBaseline"  # most judged nodes below their baseline on a figure
     NODE_DRIFTING = "NodeDrifting"  # a node's figure fell against its own history
+    # A node's GPUs were replaced (another GPU identity): its history starts again.
+    HISTORY_RESTARTED = "HistoryRestarted"

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from gpuval_api import figures
 from gpuval_api.baseline import bands
 from gpuval_api.baseline.bands import BaselineView
+from gpuval_api.baseline.history import gpu_identity, since_gpus_changed
 from gpuval_api.baseline.history import value as history_value
 from gpuval_api.baselinemodel import BaselineSettings, GpuBaselineSpec
 from gpuval_api.crd import GpuNodeReport, GpuValidation
@@ -309,22 +310,27 @@ def node_unit(report: GpuNodeReport) -> UnitView:
         fabric=fabric_finding(status.fabric),
         state=state_lines(result, node),
         not_read=not_read(result),
-        history=_history(report, figures),
+        history=_history(report, figures, result),
     )
 
 
 def _history(
-    report: GpuNodeReport, current: dict[str, float]
+    report: GpuNodeReport, current: dict[str, float], result: AgentResult | None
 ) -> tuple[tuple[str, dict[str, float]], ...]:
-    """The runs the report's spec.history carries, then this run's figures; () without any."""
-    if not report.spec.history:
+    """The runs the report's spec.history carries on the GPUs this run measured (not those of
+    GPUs since replaced), then this run's figures; () without any."""
+    entries = report.spec.history
+    if result is not None:
+        gpus = gpu_identity((g.uuid, g.serial) for g in result.environment.gpus)
+        entries = entries[since_gpus_changed([e.gpu_identity for e in entries], gpus) :]
+    if not entries:
         return ()
     past = tuple(
         (
             entry.run,
             {f.key: v for f in FIGURES if (v := history_value(entry, f.key)) is not None},
         )
-        for entry in report.spec.history
+        for entry in entries
     )
     return (*past, (report.spec.run, current))
 

@@ -177,6 +177,17 @@ def drift(chain: History | None, settings: HistorySettings) -> list[Drift]:
     return sorted(history.drift(split[0], split[1], settings), key=lambda d: d.ratio)
 
 
+def restart_message(node: str, restarted: tuple[str, int], gpus: str) -> str:
+    """The HistoryRestarted Event of a node whose GPUs were replaced since its kept runs."""
+    before, aside = restarted
+    return (
+        f"{node}: its GPUs changed (GPU identity {before} -> {gpus}: new UUIDs or serials): its "
+        f"history starts again from this run, {aside} earlier run{'s' if aside != 1 else ''} "
+        f"set aside; DriftFromHistory compares it again once it has {history.MIN_RUNS} runs "
+        "on these GPUs"
+    )
+
+
 def drift_note(found: Sequence[Drift], failed: bool) -> DriftNote:
     worst = found[0]
     others = ", ".join(d.figure for d in found[1:])

@@ -36,6 +36,7 @@ from gpuval_api.lenient import read_model
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
 from gpuval_operator.baseline import judge
+from gpuval_operator.baseline.facts import History
 from gpuval_operator.baseline.state import RunBaselines
 from gpuval_operator.fabric.verdicts import Classification, Final
 from gpuval_operator.kube.client import ApiError, ResourceExpiredError
@@ -143,6 +144,7 @@ class BaselineDriver:
                 continue
             if chain is None or not chain.current or chain.run != run.run_id:
                 continue
+            await self._restarted(run, baselines, node, chain)
             found = judge.drift(chain, settings)
             if not found:
                 baselines.drifting.pop(node, None)
@@ -162,6 +164,21 @@ class BaselineDriver:
                 await self.effects.event(
                     EventReason.NODE_DRIFTING, f"{node}: {note.message}", warning=True
                 )
+
+    async def _restarted(
+        self, run: RunState, baselines: RunBaselines, node: str, chain: History
+    ) -> None:
+        """A node whose GPUs were replaced since its kept runs says so once: its history starts
+        again from this run (within GPUVAL_EVENTS_PER_RUN)."""
+        if chain.restarted is None or node in baselines.restarted:
+            return
+        baselines.restarted.add(node)
+        if run.events_posted >= self.effects.config.events_per_run:
+            return
+        run.events_posted += 1
+        await self.effects.event(
+            EventReason.HISTORY_RESTARTED, judge.restart_message(node, chain.restarted, chain.gpus)
+        )
 
     def judge_fabric(self, run: RunState, found: Classification) -> None:
         """A node the fabric passed whose best pair is below its baseline's `fabric.pair` fails

@@ -426,6 +426,22 @@ def test_baseline_learn_says_what_it_made_and_whom_it_left_out() -> None:
     assert "nothing to learn from" in baselines.render_learned([])
 
 
+def test_baseline_learn_and_status_say_a_stack_is_bimodal() -> None:
+    nodes = [node_figures(measured(f"slow-{i}", slowed(0.85))) for i in range(6)]
+    nodes += [node_figures(measured(f"fast-{i}")) for i in range(4)]
+    key = nodes[0].key
+    assert key is not None
+    outcome = learn(nodes, key, fraction=0.1, min_nodes=3)
+
+    text = baselines.render_learned([(outcome, "h200", "created")])
+    status = render.baseline_lines(BaselineRunStatus(bimodal=[outcome.bimodal]))
+
+    first, second = text.splitlines()[:2]
+    assert first.endswith("created GpuBaseline h200 from 4 of 10 passing nodes (3 rounds)")
+    assert second.startswith(f"  {key.describe()} is bimodal: 4 nodes at ")
+    assert f"  bimodal: {outcome.bimodal}" in status
+
+
 def test_a_learn_flag_out_of_bounds_is_refused_naming_it() -> None:
     args = cli.build_parser().parse_args(["baseline", "learn", "fleet", "--fraction", "0.9"])
     fleet_validation = GpuValidation.model_validate({"metadata": {"name": "fleet"}})

@@ -10,10 +10,11 @@ import json
 import sys
 import tracemalloc
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from gpuval_agent.baseline import judge as agent_judge
-from gpuval_api.baseline import files
+from gpuval_api.baseline import files, fleet
 from gpuval_api.baseline.history import KEY_FIGURES
 from gpuval_api.baselinemodel import (
     BaselineMode,
@@ -38,7 +39,7 @@ from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.run import rollup
 from gpuval_operator.run.facts import ReportFacts
 from gpuval_operator.run.state import RunState
-from tests.support.baselines import measured, slowed
+from tests.support.baselines import measured, node_figures, slowed
 from tests.support.fleets import learned_from, node_report
 
 SETTINGS = BaselineSettings(min_nodes=3)
@@ -506,3 +507,38 @@ def test_a_node_whose_gpus_were_replaced_starts_its_history_again_and_says_so() 
     pending = report_facts(measured("n1", gpuSet=1), "4-beef", chain)
     pending.phase = "Running"
     assert pending.history().runs == ("1-beef", "2-beef", "3-beef")
+
+
+def test_a_run_that_learned_from_a_bimodal_fleet_has_the_bimodal_condition() -> None:
+    nodes = [measured(f"slow-{i}", slowed(0.85)) for i in range(6)]
+    nodes += [measured(f"fast-{i}") for i in range(4)]
+    run = RunState("fleet", "1-beef", 1, 1, "created", 1000.0)
+    for result in nodes:
+        run.add(result.node or "", 4, f"report-{result.node}", f"pod-{result.node}")
+    run.baseline = judge.start(SETTINGS, [])
+    run.baseline.status = judge.run_status(run.baseline, [])
+    run.completed_at = 2000.0
+    plain = {
+        c["type"]
+        for c in rollup.build_run_status(run, previous_conditions=[], now=2.0)["conditions"]
+    }
+    (outcome,) = fleet.learn_nodes(
+        [node_figures(r) for r in nodes],
+        SETTINGS,
+        validation="fleet",
+        run="1-beef",
+        at=datetime(2026, 12, 1, tzinfo=UTC),
+    )
+    run.baseline.bimodal.append(outcome.bimodal)
+    run.baseline.status = judge.with_learning(run.baseline.status, run.baseline)
+
+    status = rollup.build_run_status(run, previous_conditions=[], now=3.0)
+
+    assert "Bimodal" not in plain
+    bimodal = {c["type"]: c for c in status["conditions"]}["Bimodal"]
+    assert (bimodal["status"], bimodal["reason"]) == ("True", "LearnedBetterMode")
+    assert bimodal["message"] == outcome.bimodal == status["baseline"]["bimodal"][0]
+    assert (
+        "is bimodal: 4 nodes at " in bimodal["message"] and "and 6 nodes at" in bimodal["message"]
+    )
+    assert outcome.spec is not None and len(outcome.kept) == 4

@@ -32,6 +32,7 @@ MAX_SAMPLES = 100_000 * 64 * 64
 MAX_EXCLUDED = 50
 MAX_HISTORY = 20
 MAX_NAMES = 16
+MAX_BIMODAL = 8
 MAX_LISTED = 50
 NAME_LENGTH = 253
 PRODUCT_LENGTH = 128
@@ -403,11 +404,19 @@ class BaselineRunStatus(_Model):
     drifting_nodes_omitted: int = Field(
         default=0, ge=0, le=MAX_NODES, description="Drifting nodes beyond the listed."
     )
+    bimodal: list[Annotated[str, Field(max_length=1024)]] = Field(
+        default_factory=list,
+        max_length=MAX_BIMODAL,
+        description=(
+            "GPU stacks whose passing nodes formed two groups (condition Bimodal): both modes' "
+            "nodes and figures, and what was learned (the better mode, or nothing); at most 8."
+        ),
+    )
     note: str = Field(
         default="",
         max_length=1024,
         description=(
             "What the run could not do with its baselines: named GpuBaselines missing, keys "
-            "not learned and why."
+            "not learned and why, which of two baselines of one key judges."
         ),
     )

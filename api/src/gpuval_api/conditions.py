@@ -21,6 +21,9 @@ class ConditionType(StrEnum):
     SYSTEMIC_FAILURE = "SystemicFailure"
     # With spec.baseline: False when the run is systemically below its baseline (the stack).
     WITHIN_BASELINE = "WithinBaseline"
+    # With spec.baseline mode Learn: True when a GPU stack's passing nodes formed two groups
+    # (learning took the better one, or nothing; status.baseline.bimodal says which).
+    BIMODAL = "Bimodal"
 
 
 class ConditionReason(StrEnum):
@@ -55,6 +58,9 @@ class ConditionReason(StrEnum):
     WITHIN_BASELINE = "WithinBaseline"  # no figure is below its baseline on most judged nodes
     SYSTEMIC_BELOW_BASELINE = "SystemicBelowBaseline"  # most judged nodes below on a figure
     NO_BASELINE = "NoBaseline"  # no node of the run had a baseline to be judged against
+    # Bimodal: learning took the better of two modes (its other nodes named), or learned nothing.
+    LEARNED_BETTER_MODE = "LearnedBetterMode"
+    NOT_LEARNED_BIMODAL = "NotLearnedBimodal"
 
 
 class ValidationPhase(StrEnum):

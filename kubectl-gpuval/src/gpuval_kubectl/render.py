@@ -278,6 +278,7 @@ def baseline_lines(status: BaselineRunStatus | None) -> list[str]:
     ]
     if status.learned:
         lines.append(f"  learned: {', '.join(status.learned)}")
+    lines += [f"  bimodal: {text}" for text in status.bimodal]
     if status.note:
         lines.append(f"  note: {status.note}")
     return lines

@@ -5,10 +5,20 @@ never used, and every node left out is named with the figure that broke the rule
 
 The centre is the median of every sample (GPU, GPU pair, node pair) of the nodes kept, and the
 spread 1.4826 x their median absolute deviation, both robust to the outliers being looked for.
+
+A fleet of two kinds: the nodes left out are learned the same way on their own, and where they
+agree (a second cluster of at least BIMODAL_SHARE of the nodes offered, two or more) the fleet is
+bimodal. Which mode is kept first follows the median, so with most nodes slow it is the slow one:
+learning then never chooses silently. It learns the better mode (better by more than the fraction
+on more judged figures than it is worse), leaves the other out (naming its nodes) and says so
+(`Learned.bimodal`); where neither mode is better, or the better one has fewer than minNodes
+nodes, it learns nothing and says why. A platform engineer never gets the slow mode as the
+baseline without a word.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 from array import array
@@ -34,6 +44,12 @@ from gpuval_api.figures import Scope
 
 MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution is 0.6745 sigma
 MAX_ROUNDS = 20
+# The nodes left out are a second mode, not a few slow nodes, when they agree among themselves and
+# are at least this share of the nodes offered: 3 slow nodes of 50 are outliers, 40 % is a kind.
+BIMODAL_SHARE = 0.25
+# Figures named per mode in what is said of a bimodal fleet.
+MODE_FIGURES = 3
+LEARNED_NOTHING = "learned nothing"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +133,18 @@ class NodeFigures:
 
 
 @dataclass(frozen=True, slots=True)
+class Mode:
+    """One of two groups of a bimodal fleet: its nodes and its judged figures' centres."""
+
+    nodes: tuple[str, ...]
+    centres: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
 class Learned:
     """The outcome for one key: the baseline (None when too few nodes agree, `problem` says
-    why), the nodes kept, the passing nodes left out and the failed nodes never used."""
+    why), the nodes kept, the passing nodes left out and the failed nodes never used; for a
+    bimodal fleet its two modes (the one learned, or the first kept, first) and what was said."""
 
     key: BaselineKey
     spec: GpuBaselineSpec | None
@@ -128,6 +153,8 @@ class Learned:
     failed: tuple[str, ...]
     problem: str = ""
     rounds: int = 0
+    modes: tuple[Mode, ...] = ()
+    bimodal: str = ""
 
 
 def robust(values: Sequence[float]) -> tuple[float, float]:
@@ -246,6 +273,116 @@ def _figures(pool: _Pool) -> list[FigureBaseline]:
     return sorted(out, key=lambda f: figures.baseline_order(f.figure))[:MAX_FIGURES]
 
 
+@dataclass
+class _Settled:
+    """A pool after the rounds: the nodes kept, those left out, the rounds, why it failed."""
+
+    pool: _Pool
+    excluded: list[ExcludedNode]
+    rounds: int
+    problem: str = ""
+
+    def centres(self, judged: bool = True) -> dict[str, float]:
+        """The centres of the nodes kept: of the judged figures (or of every one)."""
+        return {
+            figure: robust(values)[0]
+            for figure, (values, _) in self.pool.by_figure().items()
+            if figures.baseline_judged(figure) or not judged
+        }
+
+
+def _settle(pool: _Pool, fraction: float) -> _Settled:
+    """Leave out the nodes off a centre by more than `fraction`, round by round, until none is
+    (see the module doc)."""
+    excluded: list[ExcludedNode] = []
+    rounds = 0
+    for rounds in range(1, MAX_ROUNDS + 1):
+        centres = {fig: robust(values)[0] for fig, (values, _) in pool.by_figure().items()}
+        breaking = _breaking(pool, centres, fraction, rounds)
+        if not breaking:
+            return _Settled(pool, excluded, rounds)
+        if len(breaking) * 2 > len(pool.nodes):
+            problem = (
+                f"in round {rounds}, {len(breaking)} of {len(pool.nodes)} nodes were more than "
+                f"{fraction:g} off a centre: the nodes disagree too much for one baseline"
+            )
+            return _Settled(pool, excluded, rounds, problem)
+        excluded.extend(breaking)
+        pool = _Pool({n: f for n, f in pool.nodes.items() if n not in {e.node for e in breaking}})
+    return _Settled(
+        pool, excluded, rounds, f"the nodes left out did not settle in {MAX_ROUNDS} rounds"
+    )
+
+
+def _better(first: dict[str, float], second: dict[str, float], fraction: float) -> int:
+    """1 when `first` is better than `second` by more than `fraction` on more judged figures than
+    it is worse, -1 the other way round, 0 when neither is."""
+    score = 0
+    for name in first.keys() & second.keys():
+        ratio = figures.of_baseline(name).ratio(first[name], second[name])
+        score += (ratio > 1 + fraction) - (ratio < 1 - fraction)
+    return (score > 0) - (score < 0)
+
+
+def _modes_text(key: BaselineKey, first: Mode, second: Mode, chosen: bool) -> str:
+    """What is said of a bimodal fleet: both modes' nodes and the figures on which they differ
+    most, and what was learned (`chosen`: the first mode, the better)."""
+    names = sorted(
+        first.centres.keys() & second.centres.keys(),
+        key=lambda n: abs(math.log(second.centres[n] / first.centres[n])),
+        reverse=True,
+    )[:MODE_FIGURES]
+
+    def said(mode: Mode) -> str:
+        shown = ", ".join(
+            f"{n} {round(mode.centres[n], 1):g} {figures.baseline_unit(n)}" for n in names
+        )
+        return f"{len(mode.nodes)} nodes at {shown}"
+
+    learned = (
+        f"learned the better mode ({len(first.nodes)} nodes) and left the other's nodes out, "
+        "named in the GpuBaseline"
+        if chosen
+        else f"{LEARNED_NOTHING}: a person chooses (a GpuBaseline written by hand or imported, or "
+        "kubectl gpuval baseline learn with other settings)"
+    )
+    return f"{key.describe()} is bimodal: {said(first)} and {said(second)}; {learned}"
+
+
+def _second_mode(
+    settled: _Settled, everyone: dict[str, NodeFigures], fraction: float, offered: int
+) -> _Settled | None:
+    """The nodes left out learned on their own, when they form a second mode (see the module
+    doc); None when they are a few outliers, or disagree among themselves."""
+    left = {e.node for e in settled.excluded}
+    if settled.problem or len(left) < max(2, BIMODAL_SHARE * offered):
+        return None
+    second = _settle(_Pool({n: everyone[n] for n in left}), fraction)
+    if second.problem or len(second.pool.nodes) < max(2, BIMODAL_SHARE * offered):
+        return None
+    return second
+
+
+def _named_against(pool: _Pool, centres: dict[str, float], round_: int) -> list[ExcludedNode]:
+    """Each node of `pool` with its figure furthest off `centres` (the other mode's nodes, left
+    out of the mode learned)."""
+    found = []
+    for node in pool.nodes.values():
+        offs = _offs(pool, node, centres)
+        if offs:
+            _, figure, value = max(offs, key=lambda o: o[0])
+            found.append(
+                ExcludedNode(
+                    node=node.node,
+                    figure=figure,
+                    value=min(value, MAX_FIGURE),
+                    centre=centres[figure],
+                    round=round_,
+                )
+            )
+    return found
+
+
 def learn(
     nodes: Iterable[NodeFigures],
     key: BaselineKey,
@@ -258,26 +395,41 @@ def learn(
     """Learn `key`'s baseline from the nodes of that key that passed (see the module doc)."""
     mine = [n for n in nodes if n.key == key]
     failed = tuple(sorted(n.node for n in mine if not n.passed))
-    pool = _Pool({n.node: n for n in mine if n.passed})
-    offered = len(pool.nodes)
-    excluded: list[ExcludedNode] = []
-    problem = ""
-    rounds = 0
-    for rounds in range(1, MAX_ROUNDS + 1):
-        centres = {fig: robust(values)[0] for fig, (values, _) in pool.by_figure().items()}
-        breaking = _breaking(pool, centres, fraction, rounds)
-        if not breaking:
-            break
-        if len(breaking) * 2 > len(pool.nodes):
-            problem = (
-                f"in round {rounds}, {len(breaking)} of {len(pool.nodes)} nodes were more than "
-                f"{fraction:g} off a centre: the nodes disagree too much for one baseline"
+    everyone = {n.node: n for n in mine if n.passed}
+    offered = len(everyone)
+    settled = _settle(_Pool(dict(everyone)), fraction)
+    pool, excluded, rounds, problem = (
+        settled.pool,
+        settled.excluded,
+        settled.rounds,
+        settled.problem,
+    )
+    modes: tuple[Mode, ...] = ()
+    bimodal = ""
+    second = _second_mode(settled, everyone, fraction, offered)
+    if second is not None:
+        first_mode = Mode(tuple(sorted(pool.nodes)), settled.centres())
+        other = Mode(tuple(sorted(second.pool.nodes)), second.centres())
+        better = _better(other.centres, first_mode.centres, fraction)
+        if better > 0:
+            # The mode the median kept is the worse one: learn the other, name these.
+            rest = _Pool({n: everyone[n] for n in everyone if n not in second.pool.nodes})
+            excluded = (
+                _named_against(rest, second.centres(judged=False), rounds + 1) + second.excluded
             )
-            break
-        excluded.extend(breaking)
-        pool = _Pool({n: f for n, f in pool.nodes.items() if n not in {e.node for e in breaking}})
-    else:
-        problem = f"the nodes left out did not settle in {MAX_ROUNDS} rounds"
+            pool, rounds = second.pool, rounds + second.rounds
+            modes = (other, first_mode)
+        else:
+            modes = (first_mode, other)
+        if better == 0:
+            problem = "neither mode is better on most figures"
+        elif len(pool.nodes) < min_nodes:
+            problem = (
+                f"the better mode has {len(pool.nodes)} nodes; baseline.minNodes is {min_nodes}"
+            )
+        bimodal = _modes_text(key, modes[0], modes[1], chosen=not problem)
+        if problem:
+            problem = f"{bimodal} ({problem})"
     if not problem and len(pool.nodes) < min_nodes:
         problem = (
             f"{len(pool.nodes)} of {offered} passing nodes agree within {fraction:g} of the "
@@ -299,11 +451,13 @@ def learn(
         learned_figures = []
     if learned_figures:
         base = source or BaselineSource(kind=SourceKind.LEARNED)
+        description = base.description + (f"; {bimodal}" if bimodal else "")
         spec = GpuBaselineSpec(
             key=key,
             figures=learned_figures,
             source=base.model_copy(
                 update={
+                    "description": description[:1024],
                     "fraction": fraction,
                     "nodes_offered": offered,
                     "excluded": excluded[:MAX_EXCLUDED],
@@ -314,7 +468,7 @@ def learn(
         )
     elif not problem:
         problem = "the nodes measured no figure a baseline holds"
-    return Learned(key, spec, kept, tuple(excluded), failed, problem, rounds)
+    return Learned(key, spec, kept, tuple(excluded), failed, problem, rounds, modes, bimodal)
 
 
 def keys(nodes: Iterable[NodeFigures]) -> list[BaselineKey]:

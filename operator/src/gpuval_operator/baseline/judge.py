@@ -20,6 +20,7 @@ from gpuval_api.baseline import files, fleet, history, rules, samples
 from gpuval_api.baseline.history import Drift
 from gpuval_api.baseline.rules import Below, Candidate
 from gpuval_api.baselinemodel import (
+    MAX_BIMODAL,
     MAX_LISTED,
     MAX_NAMES,
     BaselineRunStatus,
@@ -242,7 +243,10 @@ def run_status(
 def with_learning(status: BaselineRunStatus, baselines: RunBaselines) -> BaselineRunStatus:
     """`status` with what learning (after the run's final status) added: names and notes."""
     note = "; ".join(baselines.notes)[:NOTE_LENGTH]
-    return status.model_copy(update={"learned": baselines.learned[:MAX_NAMES], "note": note})
+    bimodal = [text[:NOTE_LENGTH] for text in baselines.bimodal[:MAX_BIMODAL]]
+    return status.model_copy(
+        update={"learned": baselines.learned[:MAX_NAMES], "note": note, "bimodal": bimodal}
+    )
 
 
 def stack_versions(environments: Iterable[Mapping[str, str]]) -> StackVersions:

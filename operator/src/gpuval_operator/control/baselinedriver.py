@@ -269,6 +269,8 @@ class BaselineDriver:
     async def _learned(self, run: RunState, baselines: RunBaselines, outcome: Learned) -> None:
         key = outcome.key.describe()
         made = fleet.learned_object(outcome)
+        if outcome.bimodal:
+            baselines.bimodal.append(outcome.bimodal)
         if made is None:
             text = f"no baseline learned for {key}: {outcome.problem}"
             baselines.notes.append(text)
@@ -290,7 +292,11 @@ class BaselineDriver:
             return
         baselines.learned.append(name)
         baselines.existing.append((name, made.spec))
-        await self.effects.event(EventReason.BASELINE_LEARNED, _learned_text(name, outcome))
+        await self.effects.event(
+            EventReason.BASELINE_LEARNED,
+            _learned_text(name, outcome),
+            warning=bool(outcome.bimodal),
+        )
         log.info("%s: %s", run.validation, _learned_text(name, outcome))
 
 
@@ -336,4 +342,6 @@ def _learned_text(name: str, outcome: Learned) -> str:
         text += f" and {more} more" if more > 0 else ""
     if outcome.failed:
         text += f"; {len(outcome.failed)} failed nodes not used"
+    if outcome.bimodal:
+        text += f"; {outcome.bimodal}"
     return text

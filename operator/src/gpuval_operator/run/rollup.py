@@ -147,6 +147,9 @@ def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Co
     if run.baseline is not None:
         status, reason, message = run.baseline.condition(run.completed_at is not None)
         found.append(Cond(ConditionType.WITHIN_BASELINE, status, reason, message))
+        bimodal = run.baseline.bimodal_condition()
+        if bimodal is not None:
+            found.append(Cond(ConditionType.BIMODAL, *bimodal))
     return found
 
 

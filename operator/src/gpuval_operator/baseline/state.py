@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuval_api.baseline.learn import LEARNED_NOTHING
+from gpuval_api.baseline.modes import LEARNED_NOTHING
 from gpuval_api.baseline.rules import Candidate
 from gpuval_api.baselinemodel import BaselineMode, BaselineRunStatus, BaselineSettings
 from gpuval_api.conditions import ConditionReason

@@ -24,7 +24,7 @@ import pytest
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_report import write_page
 from tests.support.browser import look_at
-from tests.support.fleets import fabric_fleet, large_fleet, sample_fleet
+from tests.support.fleets import fabric_fleet, large_fleet, sample_fleet, varied_fleet
 
 pytestmark = pytest.mark.browser
 
@@ -205,3 +205,27 @@ def test_a_1000_node_report_groups_failures_per_node_and_keeps_its_labels_apart(
         in seen.plot("plot-burnTflops")["annotations"]
     )
     keep(tmp_path / "fleet-1000.png", "fleet-1000-report.png")
+
+
+def test_labels_of_outliers_with_different_values_and_long_names_never_overlap(
+    tmp_path: Path,
+) -> None:
+    # Ten nodes each slow by its own factor: each is a label of its own on every figure's plot,
+    # its point drawn at its own height in the row (the rows' points are spread up and down).
+    view, roles = varied_fleet(1000)
+    page = write_page(view, tmp_path / "fleet-varied.html")
+
+    seen = look_at(page, tmp_path / "fleet-varied.png", full_page=True)
+
+    assert seen.refused == [] and seen.errors == []
+    slow = roles["slow"]
+    for plot in seen.plots[:-1]:  # every figure's distribution (the NCCL sweep has no labels)
+        labels = plot["annotationBoxes"]
+        assert _overlapping(labels) == [], plot["id"]
+        for label in labels:
+            inside = plot["box"]
+            assert inside["left"] <= label["left"] and label["right"] <= inside["right"], label
+            assert inside["top"] <= label["top"] and label["bottom"] <= inside["bottom"], label
+        # The slowest nodes, each named on its own label with its own share of the median.
+        texts = plot["annotations"]
+        assert all(any(t.startswith(f"{node} (") for t in texts) for node in slow[:4]), texts

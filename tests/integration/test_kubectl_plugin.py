@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuval_api.baseline import files
+from gpuval_api.crd import GpuBaseline, ObjectMeta
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_devtools.controlplane import Cluster, free_port
 from gpuval_devtools.launch import (
@@ -150,3 +152,59 @@ def test_with_gpuvals_crds_a_missing_validation_is_not_found_not_missing_crds(
         assert objects.missing() == []
         with pytest.raises(PluginError, match="GpuValidation 'no-such-validation' not found"):
             show(objects, build_parser().parse_args(["status", "no-such-validation"]))
+
+
+def test_a_baseline_import_applies_whole_or_not_at_all_and_notes_an_unknown_gpu_model(
+    cluster: Cluster, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    shipped = files.shipped()[0]
+
+    def named(name: str, product: str | None = None) -> GpuBaseline:
+        spec = shipped.spec
+        if product is not None:
+            spec = spec.model_copy(
+                update={"key": spec.key.model_copy(update={"gpu_product": product})}
+            )
+        return GpuBaseline(metadata=ObjectMeta(name=name), spec=spec)
+
+    def write(name: str, *baselines: GpuBaseline) -> str:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(files.to_yaml(list(baselines)))
+        return str(path)
+
+    exists, first, second, other = (unique_name(n) for n in ("exists", "one", "two", "other"))
+    made = [exists, first, second, other]
+    try:
+        setup = kubectl_gpuval(cluster, "baseline", "import", write("setup", named(exists)))
+        assert setup.returncode == 0, setup.stderr
+        # Document 2 exists: nothing of the file is created (document 1 used to stay).
+        clash = kubectl_gpuval(
+            cluster, "baseline", "import", write("clash", named(first), named(exists))
+        )
+        # Document 2 is refused by the API server (a name it does not take): the same.
+        bad = kubectl_gpuval(
+            cluster, "baseline", "import", write("bad", named(second), named("Not_A_Name"))
+        )
+        # A GPU model gpuval has never seen is taken, with a note saying so.
+        unknown = kubectl_gpuval(
+            cluster, "baseline", "import", write("unknown", named(other, "NVIDIA B300"))
+        )
+        present = {n for n in made if get_json(cluster, "gpubaseline", n) is not None}
+    finally:
+        for name in made:
+            cluster.kubectl("delete", "gpubaseline", name, "--wait=false", check=False)
+
+    assert clash.returncode == 1
+    assert "nothing imported: document 2 (GpuBaseline " in clash.stderr
+    assert f"GpuBaseline {exists!r} exists; --replace" in clash.stderr
+    assert bad.returncode == 1
+    assert (
+        "nothing imported: document 2 (GpuBaseline 'Not_A_Name'): the API server refused: HTTP 422"
+        in bad.stderr
+    )
+    assert unknown.returncode == 0, unknown.stderr
+    assert (
+        f"GpuBaseline {other} created (note: GPU model 'NVIDIA B300' is not one gpuval knows"
+        in unknown.stdout
+    )
+    assert present == {exists, other}, "a refused file created nothing"

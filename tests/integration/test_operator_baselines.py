@@ -149,6 +149,42 @@ def test_a_baseline_learned_from_fifty_nodes_leaves_the_three_slow_ones_out_and_
     assert "1 failed nodes not used" in said[0]
 
 
+def test_a_fleet_sixty_percent_slow_is_named_bimodal_and_learns_its_fast_mode(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Operator,
+    unique_name: Callable[[str], str],
+    no_baseline: None,
+) -> None:
+    slow = [unique_name("slow") for _ in range(6)]
+    fast = [unique_name("fast") for _ in range(4)]
+    fleet.add_many({**{n: slowed(0.85, EVERY_GPU) for n in slow}, **{n: [] for n in fast}})
+    name = unique_name("bimodal")
+    spec = {"maxConcurrent": 10, "checks": CHECKS, "baseline": {"minNodes": 3}}
+    try:
+        with operator():
+            apply(cluster, fleet.validation(name, **spec))
+            status = _learned(cluster, name)
+            learned = get_json(cluster, "gpubaseline", LEARNED)
+            events = events_of(cluster, name)
+    finally:
+        delete_validation(cluster, name)
+
+    bimodal = conditions(status)["Bimodal"]
+    assert (bimodal["status"], bimodal["reason"]) == ("True", "LearnedBetterMode")
+    message = bimodal["message"]
+    assert message.startswith("NVIDIA H200 x8, 700 W, PCIe gen5x16 is bimodal: 4 nodes at ")
+    assert "and 6 nodes at " in message and "learned the better mode (4 nodes)" in message
+    assert status["baseline"]["bimodal"] == [message]
+    # Before, the median kept the slow six and they became the baseline without a word.
+    source = learned["spec"]["source"]
+    assert sorted(e["node"] for e in source["excluded"]) == sorted(slow)
+    assert all(round(e["value"] / e["centre"], 2) == 0.85 for e in source["excluded"])
+    assert {f["nodes"] for f in learned["spec"]["figures"]} == {4}
+    (said,) = [e for e in events if e["reason"] == "BaselineLearned"]
+    assert said["type"] == "Warning" and "is bimodal" in said["message"]
+
+
 def test_a_driver_regression_slowing_every_node_fails_each_below_baseline_and_is_systemic(
     cluster: Cluster,
     fleet: Fleet,
@@ -278,6 +314,52 @@ def test_a_node_losing_three_percent_a_run_is_named_by_its_history_while_above_t
         if line.startswith("gpuval_node_history_ratio{") and f'node="{decliner}"' in line
     ]
     assert round(ratio, 2) == round(0.97**5 / statistics.median(0.97**i for i in range(5)), 2)
+
+
+@pytest.mark.timeout(900)
+def test_a_node_whose_gpus_were_replaced_starts_a_new_history_and_does_not_drift(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Operator,
+    unique_name: Callable[[str], str],
+) -> None:
+    node = unique_name("swapped")
+    fleet.add_many({node: []})
+    name = unique_name("swap")
+    history = {"runs": 5, "driftFraction": 0.05, "action": "Fail"}
+    spec = {"checks": CHECKS, "baseline": {"mode": "Off", "history": history}}
+    runs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    try:
+        with operator():
+            for n in range(5):
+                if n == 3:
+                    # Its GPUs replaced (new UUIDs and serials) by ones 10 % slower: against the
+                    # old GPUs' figures that is DriftFromHistory, and with action Fail a failure.
+                    fleet.resimulate(node, slowed(0.9, EVERY_GPU), gpuSet=1)
+                if n == 0:
+                    apply(cluster, fleet.validation(name, **spec))
+                else:
+                    patch_spec(cluster, name, {"history": 10 + n})
+                status = completed_run(cluster, name, after=n)
+                (report,) = reports_of(cluster, name, status["run"]["id"])
+                runs.append((status, report))
+            events = events_of(cluster, name)
+    finally:
+        delete_validation(cluster, name)
+
+    assert [r["status"]["verdict"] for _, r in runs] == ["Passed"] * 5, [
+        (r["status"].get("reason"), r["status"].get("message")) for _, r in runs
+    ]
+    assert all(s["baseline"]["driftingNodes"] == [] for s, _ in runs)
+    ids = [s["run"]["id"] for s, _ in runs]
+    carried = [[e["run"] for e in r["spec"].get("history", [])] for _, r in runs]
+    # The swap run's report was made with the old GPUs' runs; the next one carries only the new.
+    assert carried[3] == ids[:3] and carried[4] == [ids[3]]
+    identities = {e["gpuIdentity"] for _, r in runs for e in r["spec"].get("history", [])}
+    assert len(identities) == 2
+    (said,) = [e["message"] for e in events if e["reason"] == "HistoryRestarted"]
+    assert said.startswith(f"{node}: its GPUs changed (GPU identity ")
+    assert "3 earlier runs set aside" in said
 
 
 @contextlib.contextmanager

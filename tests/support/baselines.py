@@ -20,11 +20,13 @@ def measured(
     faults: Sequence[Mapping[str, Any]] = (),
     gpus: int = GPUS,
     config: ChecksConfig | None = None,
+    **simulation: Any,
 ) -> AgentResult:
-    """The real agent's checks on a simulated H200 node of `gpus` GPUs, no simulated waits."""
+    """The real agent's checks on a simulated H200 node of `gpus` GPUs, no simulated waits (and
+    `simulation`'s further settings, e.g. gpuSet)."""
     from tests.support.fleets import simulated_result  # noqa: PLC0415 - fleets imports this module
 
-    return simulated_result(node, faults, config, gpus=gpus, time_scale=0)
+    return simulated_result(node, faults, config, gpus=gpus, time_scale=0, **simulation)
 
 
 def slowed(factor: float, gpus: Sequence[int] = range(GPUS)) -> list[dict[str, Any]]:

@@ -68,10 +68,11 @@ class Fleet:
         self.nodes += [n.name for n in nodes]
         return [n.name for n in nodes]
 
-    def resimulate(self, node: str, faults: Sequence[dict[str, Any]]) -> None:
-        """The node's agents from now on simulate `faults` (the pod runner reads the node's
-        simulation config each time it starts an agent)."""
-        config = simulated_node(node, faults).annotations[SIMULATE_ANNOTATION]
+    def resimulate(self, node: str, faults: Sequence[dict[str, Any]], **overrides: Any) -> None:
+        """The node's agents from now on simulate `faults` (and the config's `overrides`, e.g.
+        gpuSet: its GPUs replaced; the pod runner reads the node's simulation config each time
+        it starts an agent)."""
+        config = simulated_node(node, faults, **overrides).annotations[SIMULATE_ANNOTATION]
         self.cluster.kubectl(
             "annotate", "node", node, f"{SIMULATE_ANNOTATION}={config}", "--overwrite"
         )

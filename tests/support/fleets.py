@@ -39,9 +39,16 @@ def simulated_result(
     config: ChecksConfig | None = None,
     gpus: int = 8,
     time_scale: float = 0.001,
+    **more: Any,
 ) -> AgentResult:
-    """The real agent's checks on a simulated H200 node (8 GPUs unless told)."""
-    simulation = {"gpus": gpus, "timeScale": time_scale, "faults": [dict(f) for f in faults]}
+    """The real agent's checks on a simulated H200 node (8 GPUs unless told; `more`: further
+    simulation settings)."""
+    simulation = {
+        "gpus": gpus,
+        "timeScale": time_scale,
+        "faults": [dict(f) for f in faults],
+        **more,
+    }
     backend = SimulatedBackend(SimulationConfig.parse(json.dumps(simulation)))
     display = Display(stream=io.StringIO(), quiet=True)
     try:
@@ -191,6 +198,41 @@ def large_fleet(nodes: int = 1000) -> tuple[FleetView, dict[str, list[str]]]:
         for node in names
     ]
     failed = [n for kind in kinds for n in roles[kind]]
+    return fleet_view(validation(name, run, nodes, failed), reports), roles
+
+
+def varied_fleet(nodes: int = 1000) -> tuple[FleetView, dict[str, list[str]]]:
+    """A large fleet whose outliers differ, under long node names as a cloud gives them: ten
+    nodes each slowed by its own factor (one GPU at 0.53 to 0.89 of the rest: an outlier on every
+    figure's plot, each with a value, so a label, of its own), beside nodes alike (a bandwidth
+    fault on six, a wrong burn result on three) and untested ones. Returns the view and the kind
+    -> node names, the slow ones slowest first."""
+    name, run = "fleet", "fleet-1-v000"
+    names = [f"gpu-{i:04d}.rack-{i // 40:02d}.eu-central-1.compute.internal" for i in range(nodes)]
+    odd = iter(names[5::41])
+    factors = [0.53 + 0.04 * n for n in range(10)]
+    slow = {next(odd): factor for factor in factors}
+    roles = {"slow": list(slow)}
+    roles |= {kind: [next(odd) for _ in range(n)] for kind, n in (("bandwidth", 6), ("wrong", 3))}
+    roles["untested"] = [next(odd) for _ in range(5)]
+    faults: dict[str, list[Mapping[str, Any]]] = {
+        "bandwidth": [{"kind": "low-bandwidth", "gpu": 0}],
+        "wrong": [{"kind": WRONG, "gpu": 3}],
+    }
+    measured = {kind: simulated_result(kind, found) for kind, found in faults.items()}
+    measured["healthy"] = simulated_result("healthy")
+    for node, factor in slow.items():
+        measured[node] = simulated_result(node, [{"kind": "slow-gpu", "gpu": 2, "factor": factor}])
+    role_of = {node: kind for kind, members in roles.items() for node in members}
+    reports = []
+    for node in names:
+        kind = role_of.get(node, "healthy")
+        if kind == "untested":
+            reports.append(not_run_report(name, run, node))
+            continue
+        result = measured[node if kind == "slow" else kind]
+        reports.append(node_report(name, run, result.model_copy(update={"node": node})))
+    failed = [n for kind in ("slow", "bandwidth", "wrong") for n in roles[kind]]
     return fleet_view(validation(name, run, nodes, failed), reports), roles
 
 

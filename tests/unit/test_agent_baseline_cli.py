@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpuval_agent.baseline import from_env, judge
 from gpuval_agent.cli import main
 from gpuval_api.baseline.files import read_file, to_document, to_yaml
 from gpuval_api.baseline.learn import learn
 from gpuval_api.crd import GpuBaseline, ObjectMeta
+from gpuval_api.env import AgentEnv
 from gpuval_api.reasons import Reason
 from gpuval_api.result import AgentResult, Verdict
 from tests.support.baselines import measured, node_figures
@@ -134,3 +136,26 @@ def test_a_fraction_out_of_bounds_is_refused(capsys: pytest.CaptureFixture[str])
     assert "--baseline-fraction: '0.7': Input should be less than or equal to 0.5" in (
         capsys.readouterr().err
     )
+
+
+def test_a_node_labelled_another_gpu_model_than_its_gpus_are_is_named_not_passed() -> None:
+    # The operator gives the pod the baselines of the node's label and the label itself.
+    environ = {AgentEnv.NODE_GPU_PRODUCT: "NVIDIA-H100-80GB-HBM3"}
+    given = from_env(environ)
+    assert given is not None and given.candidates == [] and given.fraction == 0.1
+    result = measured("gpu-node-7", gpus=2).model_copy(update={"node": "gpu-node-7"})
+
+    judged = judge(result, *given)
+
+    driver = judged.check("driver")
+    assert driver is not None and driver.verdict is Verdict.FAILED
+    assert driver.reason is Reason.GPU_PRODUCT_MISMATCH
+    assert driver.message == (
+        "gpu-node-7: its nvidia.com/gpu.product label says 'NVIDIA-H100-80GB-HBM3', its GPUs "
+        "are NVIDIA H200: it was given the baselines of the label's model"
+    )
+    assert judged.verdict is Verdict.FAILED
+    assert judged.baseline is not None and judged.baseline.note.startswith("gpu-node-7: its")
+    # The label of its own GPUs, shared or as a MIG profile, names nothing.
+    for label in ("NVIDIA-H200", "NVIDIA-H200-SHARED", "nvidia-h200-MIG-1g.18gb"):
+        assert judge(result, [], 0.1, label).verdict is Verdict.PASSED, label

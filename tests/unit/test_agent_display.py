@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+from gpuval_agent import baseline as baselines
 from gpuval_agent.backends.simulated import SimulatedBackend, SimulationConfig
 from gpuval_agent.display import Display, render_table
 from gpuval_agent.runner import run_checks
@@ -71,3 +72,31 @@ def test_a_long_multi_line_message_is_one_line_in_the_table_and_whole_in_the_jso
     row = next(line for line in table.splitlines() if line.startswith("driver"))
     assert "traceback line traceback line" in row and len(row) < 300
     assert driver.message == long
+
+
+def test_a_gpu_the_burn_did_not_test_says_not_tested_and_no_empty_baseline_table() -> None:
+    config = '{"gpus": 1, "timeScale": 0.001, "faults": [{"kind": "foreign-compute", "gpu": 0}]}'
+    backend = SimulatedBackend(SimulationConfig.parse(config))
+    result = run_checks(ChecksConfig(), backend, Display(stream=io.StringIO(), quiet=True))
+    result = baselines.judge(result, baselines.candidates(baselines.SHIPPED), 0.1)
+    lines = render_table(result).splitlines()
+    row = lines[lines.index(next(line for line in lines if line.startswith("GPU "))) + 1]
+    assert row.startswith("0    not tested (GpuInUse)")
+    assert " 0 " not in row.split("not tested")[1]  # no figure was made up as 0
+    assert row.endswith("GPU-sim-vm-0")  # the UUID from the environment record
+    # The baseline matched, but there is nothing to compare: no header over no rows.
+    assert not any(line.startswith("FIGURE") for line in lines)
+    assert "nothing was measured to compare with it (no GPU was tested)" in lines
+
+
+def test_a_gpu_in_use_beside_a_tested_one_shows_no_figures_of_its_own() -> None:
+    config = '{"gpus": 2, "timeScale": 0.001, "faults": [{"kind": "foreign-compute", "gpu": 1}]}'
+    backend = SimulatedBackend(SimulationConfig.parse(config))
+    result = run_checks(ChecksConfig(), backend, Display(stream=io.StringIO(), quiet=True))
+    result = baselines.judge(result, baselines.candidates(baselines.SHIPPED), 0.1)
+    lines = render_table(result).splitlines()
+    gpu0 = next(line for line in lines if line.startswith("0    "))
+    gpu1 = next(line for line in lines if line.startswith("1    "))
+    assert gpu0.split()[1:] == ["776.0", "66", "690", "1980", "GPU-sim-vm-0"]
+    assert gpu1.split() == ["1", "not", "tested", "(GpuInUse)", "GPU-sim-vm-1"]
+    assert any(line.startswith("FIGURE") for line in lines)

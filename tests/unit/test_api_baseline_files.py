@@ -10,11 +10,13 @@ import pytest
 import yaml
 
 from gpuval_agent.baseline import judge
+from gpuval_agent.parts import PARTS
 from gpuval_api.baseline import files, shippedgen
 from gpuval_api.baseline.files import BaselineFileError, from_yaml, to_yaml
 from gpuval_api.baseline.learn import learn
 from gpuval_api.baselinemodel import BaselineKey, SourceKind
 from gpuval_api.crd import GpuBaseline, ObjectMeta
+from gpuval_api.parts import KNOWN_PRODUCTS, unknown_product_note
 from tests.support.baselines import GPUS, measured, node_figures, slowed
 
 KEY = BaselineKey(
@@ -105,6 +107,55 @@ def test_broken_yaml_names_line_and_column_and_an_empty_file_is_refused() -> Non
     twice = to_yaml([learned(), learned()])
     with pytest.raises(BaselineFileError, match=r"metadata\.name 'nvidia-h200-x4-700w-gen5x16'"):
         from_yaml(twice, "team.yaml")
+
+
+def test_a_nan_is_refused_as_not_a_number_and_a_huge_value_is_quoted_in_part() -> None:
+    document = files.to_document(learned())
+    document["spec"]["figures"][2]["centre"] = float("nan")
+    with pytest.raises(BaselineFileError) as nan:
+        from_yaml(yaml.safe_dump(document), "team.yaml")
+    assert str(nan.value).startswith(
+        "team.yaml: document 1 (nvidia-h200-x4-700w-gen5x16): spec.figures[2].centre = nan: "
+        "not a number"
+    )
+    document["spec"]["figures"][2]["centre"] = float("inf")
+    with pytest.raises(BaselineFileError, match=r"centre = inf: not a finite number"):
+        from_yaml(yaml.safe_dump(document), "team.yaml")
+
+    document = files.to_document(learned())
+    document["spec"]["key"]["gpuProduct"] = "x" * 400_000
+    document["metadata"]["name"] = "n" * 400_000
+    with pytest.raises(BaselineFileError) as huge:
+        from_yaml(json.dumps(document), "team.json")
+    said = str(huge.value)
+    assert len(said) < 1_000, said[:300]
+    assert "spec.key.gpuProduct = 'xxxx" in said and "(400,002 characters)" in said
+    assert "(400,000 characters)" in said  # the name, cut too
+
+
+def test_a_file_holds_at_most_64_documents_in_1_mib(tmp_path: Path) -> None:
+    one = learned()
+    many = [
+        GpuBaseline(metadata=ObjectMeta(name=f"b-{i:04d}"), spec=one.spec)
+        for i in range(files.MAX_DOCUMENTS + 1)
+    ]
+    with pytest.raises(BaselineFileError, match="more than 64 documents; a baseline file holds"):
+        from_yaml(to_yaml(many), "many.yaml")
+    assert len(from_yaml(to_yaml(many[: files.MAX_DOCUMENTS]), "64.yaml")) == 64
+    big = tmp_path / "big.yaml"
+    big.write_text(to_yaml([one]) + "# " + "x" * files.MAX_FILE_BYTES + "\n")
+    with pytest.raises(
+        BaselineFileError,
+        match=r"big.yaml: 1,0\d\d,\d{3} bytes, more than a baseline file holds \(1,048,576",
+    ):
+        files.read_file(big)
+
+
+def test_gpuvals_known_gpu_models_are_the_agents_parts_and_another_is_noted() -> None:
+    assert {part.product for part in PARTS} == set(KNOWN_PRODUCTS)
+    assert unknown_product_note("NVIDIA H200") is None
+    note = unknown_product_note("NVIDIA B300")
+    assert note is not None and note.startswith("GPU model 'NVIDIA B300' is not one gpuval knows")
 
 
 def test_a_json_file_reads_as_well() -> None:

@@ -104,3 +104,20 @@ def test_an_entry_holds_the_key_figures_only_and_stays_small() -> None:
     }
     # 10,000 nodes x 5 runs: about 11 MB spread over 10,000 reports, 1.2 KB each.
     assert len(document) <= 256, len(document)
+
+
+def test_new_gpus_start_a_new_history_and_are_not_judged_against_the_old_ones() -> None:
+    settings = HistorySettings(runs=5, drift_fraction=0.05, action=DriftAction.FAIL)
+    old = [entry_of_result(f"r{n}", measured("n1")) for n in range(3)]
+    # The node's GPUs replaced (new UUIDs and serials) by ones 10 % slower: no drift, a new chain.
+    swapped = entry_of_result("r3", measured("n1", slowed(0.9), gpuSet=1))
+    assert old[0].gpu_identity is not None and len(old[0].gpu_identity) == 16
+    assert swapped.gpu_identity not in (None, old[0].gpu_identity)
+
+    assert drift(old, swapped, settings) == []
+    history = next_history(old, swapped, settings.runs)
+    assert [h.run for h in history] == ["r3"]
+    # Entries written before gpuval kept an identity are not other GPUs.
+    unknown = [h.model_copy(update={"gpu_identity": None}) for h in old]
+    assert [d.figure for d in drift(unknown, swapped, settings)][:1] == ["burnTflops"]
+    assert [h.run for h in next_history(unknown, swapped, 5)] == ["r0", "r1", "r2", "r3"]

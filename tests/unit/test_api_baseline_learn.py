@@ -31,6 +31,7 @@ def test_fifty_nodes_of_which_three_are_slow_learn_without_the_three_and_name_th
     assert all(e.round == 1 and e.value / e.centre < 0.9 for e in learned.excluded)
     assert all(n.passed for n in nodes)  # slow, yet above every absolute threshold
     assert learned.rounds == 2  # round 2 found nothing more to leave out
+    assert learned.bimodal == "" and learned.modes == ()  # three slow nodes are no second kind
     healthy = measured("reference")
     bf16 = learned.spec.figure("burn.bf16")
     assert bf16 is not None and bf16.nodes == 47 and bf16.samples == 47 * GPUS
@@ -85,6 +86,52 @@ def test_a_fleet_split_in_two_has_no_baseline_and_says_why() -> None:
     assert all(n.passed for n in nodes)
     assert learned.spec is None and learned.excluded == ()
     assert "disagree too much for one baseline" in learned.problem
+
+
+def _two_kinds(slow: int, fast: int) -> list[NodeFigures]:
+    return [node_figures(measured(f"slow-{i}", slowed(0.85))) for i in range(slow)] + [
+        node_figures(measured(f"fast-{i}")) for i in range(fast)
+    ]
+
+
+def test_a_fleet_mostly_slow_learns_its_fast_mode_and_says_it_is_bimodal() -> None:
+    nodes = _two_kinds(slow=6, fast=4)
+
+    learned = learn(nodes, KEY, fraction=0.1, min_nodes=3)
+
+    # Before: the median kept the six slow nodes and learned them, without a word.
+    assert learned.problem == "" and learned.spec is not None
+    assert learned.kept == tuple(f"fast-{i}" for i in range(4))
+    assert sorted(e.node for e in learned.excluded) == [f"slow-{i}" for i in range(6)]
+    assert all(e.value / e.centre < 0.9 for e in learned.excluded)
+    bf16 = learned.spec.figure("burn.bf16")
+    assert bf16 is not None and bf16.centre == 776.0
+    fast, slow = learned.modes
+    assert (len(fast.nodes), len(slow.nodes)) == (4, 6)
+    assert round(slow.centres["burn.bf16"] / fast.centres["burn.bf16"], 2) == 0.85
+    assert learned.bimodal.startswith("NVIDIA H200 x4, 700 W, PCIe gen5x16 is bimodal: 4 nodes at ")
+    assert "and 6 nodes at " in learned.bimodal
+    assert learned.bimodal.endswith(
+        "learned the better mode (4 nodes) and left the other's nodes out, named in the GpuBaseline"
+    )
+    assert "is bimodal" in learned.spec.source.description
+
+
+def test_a_fleet_partly_slow_learns_its_fast_mode_too_and_says_so() -> None:
+    learned = learn(_two_kinds(slow=4, fast=6), KEY, fraction=0.1, min_nodes=3)
+
+    assert learned.spec is not None and len(learned.kept) == 6
+    assert {e.node for e in learned.excluded} == {f"slow-{i}" for i in range(4)}
+    assert learned.bimodal.startswith("NVIDIA H200 x4, 700 W, PCIe gen5x16 is bimodal: 6 nodes")
+
+
+def test_a_fast_mode_too_small_to_learn_learns_nothing_rather_than_the_slow_one() -> None:
+    learned = learn(_two_kinds(slow=6, fast=4), KEY, fraction=0.1, min_nodes=5)
+
+    assert learned.spec is None
+    assert learned.problem.startswith("NVIDIA H200 x4, 700 W, PCIe gen5x16 is bimodal: 4 nodes")
+    assert "learned nothing: a person chooses" in learned.problem
+    assert learned.problem.endswith("(the better mode has 4 nodes; baseline.minNodes is 5)")
 
 
 def test_too_few_agreeing_nodes_name_min_nodes() -> None:

@@ -26,7 +26,7 @@ from gpuval_api.baselinemodel import BaselineRunStatus, SystemicFigure
 from gpuval_api.crd import GpuBaseline, GpuValidation
 from gpuval_api.fabric.view import FabricFinding
 from gpuval_api.release import Release
-from gpuval_api.views import FailureView, FleetView, UnitView
+from gpuval_api.views import FailureView, FleetView, UnitView, fleet_of_units
 from gpuval_devtools import krew
 from gpuval_devtools.imagespecs import OPERATOR as OPERATOR_IMAGE
 from gpuval_kubectl import baselines, cli, cluster, render
@@ -74,8 +74,30 @@ def test_status_shows_the_fabric_summary_and_the_nodes_the_fabric_named() -> Non
     assert "n1  group" not in out
 
 
+def test_status_names_both_nodes_of_a_slow_pair_and_the_nodes_the_fabric_did_not_run() -> None:
+    def pair(other: str) -> FabricFinding:
+        text = f"the pair with {other} is slow (120.0 GB/s, floor 300.0): the link or either node"
+        return FabricFinding("g2", "NotRun", "FabricSlowPair", text)
+
+    gang = FabricFinding("g3", "NotRun", "FabricGangNotFormed", "the group did not form")
+    units = (
+        UnitView("n1", "Passed", fabric=FabricFinding("g1", "Passed", None, "", 361.0)),
+        UnitView("n3", "Passed", fabric=pair("n4")),
+        UnitView("n4", "Passed", fabric=pair("n3")),
+        *(UnitView(f"m{i:02d}", "Passed", fabric=gang) for i in range(render.MAX_LINES)),
+    )
+    view = FleetView(
+        "GpuValidation f", "fleet", "node", "Passed", units, fabric_summary="1/23 passed"
+    )
+    out = render.render_status(view, GpuValidation.model_validate({"metadata": {"name": "f"}}))
+    assert "  Not tested by the fabric (no evidence against them): 22" in out
+    assert "  n3  group g2  FabricSlowPair: the pair with n4 is slow" in out
+    assert "  n4  group g2  FabricSlowPair: the pair with n3 is slow" in out
+    assert out.count("FabricGangNotFormed") == render.MAX_LINES - 2
+    assert "  ... and 2 more (kubectl gpuval report NAME --html FILE lists all)" in out
+
+
 def test_status_shows_the_slow_paths_between_domains_the_fabric_found() -> None:
-    view = FleetView("GpuValidation f", "fleet", "node", "Passed", (), fabric_summary="8/8 passed")
     path = {
         "group": "x1",
         "domains": ["rack-1", "rack-2"],
@@ -85,8 +107,9 @@ def test_status_shows_the_slow_paths_between_domains_the_fabric_found() -> None:
     }
     fabric = {"summary": "8/8 passed", "slowPaths": [path], "slowPathsOmitted": 2}
     document = {"metadata": {"name": "f"}, "status": {"fabric": fabric}}
-    out = render.render_status(view, GpuValidation.model_validate(document))
-    assert "  path rack-1 - rack-2  FabricSlowPath: the network path between domains" in out
+    validation = GpuValidation.model_validate(document)
+    out = render.render_status(fleet_of_units(validation, ()), validation)
+    assert "  path rack-1 - rack-2 (through a, b)  FabricSlowPath: the network path between" in out
     assert "  ... and 2 more slow paths" in out
 
 
@@ -401,6 +424,22 @@ def test_baseline_learn_says_what_it_made_and_whom_it_left_out() -> None:
     )
     assert "left out slow: " in text
     assert "nothing to learn from" in baselines.render_learned([])
+
+
+def test_baseline_learn_and_status_say_a_stack_is_bimodal() -> None:
+    nodes = [node_figures(measured(f"slow-{i}", slowed(0.85))) for i in range(6)]
+    nodes += [node_figures(measured(f"fast-{i}")) for i in range(4)]
+    key = nodes[0].key
+    assert key is not None
+    outcome = learn(nodes, key, fraction=0.1, min_nodes=3)
+
+    text = baselines.render_learned([(outcome, "h200", "created")])
+    status = render.baseline_lines(BaselineRunStatus(bimodal=[outcome.bimodal]))
+
+    first, second = text.splitlines()[:2]
+    assert first.endswith("created GpuBaseline h200 from 4 of 10 passing nodes (3 rounds)")
+    assert second.startswith(f"  {key.describe()} is bimodal: 4 nodes at ")
+    assert f"  bimodal: {outcome.bimodal}" in status
 
 
 def test_a_learn_flag_out_of_bounds_is_refused_naming_it() -> None:

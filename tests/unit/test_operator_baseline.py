@@ -10,10 +10,11 @@ import json
 import sys
 import tracemalloc
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from gpuval_agent.baseline import judge as agent_judge
-from gpuval_api.baseline import files
+from gpuval_api.baseline import files, fleet
 from gpuval_api.baseline.history import KEY_FIGURES
 from gpuval_api.baselinemodel import (
     BaselineMode,
@@ -22,6 +23,7 @@ from gpuval_api.baselinemodel import (
     GpuBaselineSpec,
     HistoryEntry,
     HistorySettings,
+    SourceKind,
 )
 from gpuval_api.crd import GpuBaseline
 from gpuval_api.env import AgentEnv
@@ -37,7 +39,7 @@ from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.run import rollup
 from gpuval_operator.run.facts import ReportFacts
 from gpuval_operator.run.state import RunState
-from tests.support.baselines import measured, slowed
+from tests.support.baselines import measured, node_figures, slowed
 from tests.support.fleets import learned_from, node_report
 
 SETTINGS = BaselineSettings(min_nodes=3)
@@ -149,7 +151,10 @@ def test_names_choose_and_order_the_baselines_and_a_missing_one_is_said() -> Non
     every = judge.start(BaselineSettings(), listed)
     named = judge.start(BaselineSettings(names=["z-a100", "gone", listed[1][0]]), listed)
 
-    assert [n for n, _ in every.candidates] == sorted(n for n, _ in listed)
+    # Learned ones first (by name), then shipped: measured on this fleet before elsewhere.
+    (shipped,) = [n for n, spec in listed if spec.source.kind == "Shipped"]
+    learned = sorted(n for n, spec in listed if spec.source.kind == "Learned")
+    assert [n for n, _ in every.candidates] == [*learned, shipped]
     assert [n for n, _ in named.candidates] == ["z-a100", listed[1][0]]
     assert named.missing == ("gone",) and "gone" in named.notes[0]
     assert len(named.existing) == 3
@@ -172,11 +177,71 @@ def test_an_agent_pod_gets_the_baselines_of_its_gpu_model_and_the_fraction() -> 
     )
     assert len(everything) == 3
     assert judge.agent_env(runs, "NVIDIA-H200") is h200  # made once per GPU model
-    assert judge.agent_env(runs, "Tesla-T4") == []
+    # No baseline of a T4: the agent still learns its label (to name GPUs of another model).
+    assert judge.agent_env(runs, "Tesla-T4") == [
+        {"name": AgentEnv.BASELINE_FRACTION, "value": "0.08"},
+        {"name": AgentEnv.NODE_GPU_PRODUCT, "value": "Tesla-T4"},
+    ]
+    assert AgentEnv.NODE_GPU_PRODUCT not in {e["name"] for e in unlabelled}
     off = judge.start(BaselineSettings(mode=BaselineMode.OFF), _listed())
     assert judge.agent_env(off, "") == []
     assert judge.product_matches("NVIDIA-H200-SHARED", given[0].spec)
     assert not judge.product_matches("NVIDIA-H200NVL", given[0].spec)
+    assert not judge.product_matches("NVIDIA-H200-NVL", given[0].spec)  # a PCIe card
+    assert judge.product_matches("NVIDIA-H200-MIG-1g.18gb-SHARED", given[0].spec)
+
+
+def test_where_a_learned_and_a_shipped_baseline_share_a_key_the_learned_judges_and_says_so() -> (
+    None
+):
+    (shipped,) = files.shipped()
+    mine = shipped.spec.model_copy(
+        update={"source": shipped.spec.source.model_copy(update={"kind": SourceKind.LEARNED})}
+    )
+    # The shipped one first by name: by name alone it would judge.
+    listed = [("a-shipped", shipped.spec), ("b-learned", mine)]
+
+    runs = judge.start(BaselineSettings(), listed)
+    named = judge.start(BaselineSettings(names=["a-shipped", "b-learned"]), listed)
+
+    assert [n for n, _ in runs.candidates] == ["b-learned", "a-shipped"]
+    (note,) = runs.notes
+    assert note.startswith(
+        "GpuBaselines b-learned and a-shipped share the key NVIDIA H200 x2, 700 W, PCIe gen5x16: "
+        "b-learned judges (Learned before Shipped: measured on this fleet"
+    )
+    assert "spec.baseline.names chooses another" in note
+    assert named.notes == [
+        "GpuBaselines a-shipped and b-learned share the key NVIDIA H200 x2, 700 W, PCIe "
+        "gen5x16: a-shipped judges (named first in spec.baseline.names); spec.baseline.names "
+        "chooses another"
+    ]
+    # The agent takes the first that matches: the one the note says.
+    (given, _) = [e["value"] for e in judge.agent_env(runs, "")]
+    assert files.from_yaml(given, "env")[0].metadata.name == "b-learned"
+    status = judge.run_status(runs, [])
+    assert "b-learned judges" in status.note
+
+
+def test_an_unlabelled_node_gets_its_own_stacks_baseline_first_within_the_budget() -> None:
+    name, spec = baseline()  # learned from 4-GPU H200 nodes
+    others = [
+        (
+            f"a-{i:02d}",
+            spec.model_copy(update={"key": spec.key.model_copy(update={"gpu_count": 8})}),
+        )
+        for i in range(60)
+    ]
+    runs = judge.start(BaselineSettings(), [*others, (f"z-{name}", spec)])
+
+    def given(**known: Any) -> list[str]:
+        env = {e["name"]: e["value"] for e in judge.agent_env(runs, "", **known)}
+        return [b.metadata.name for b in files.from_yaml(env[AgentEnv.BASELINE], "env")]
+
+    # Before: by name, the budget ran out long before the node's own (z-...) baseline.
+    assert f"z-{name}" not in given()
+    assert given(model="NVIDIA H200", gpus=4)[0] == f"z-{name}"
+    assert given(model="", gpus=4)[0] == "a-00"  # nothing known of the node's GPUs
 
 
 def test_the_agent_env_stays_under_its_size_limit_keeping_the_preferred_first() -> None:
@@ -416,3 +481,64 @@ def test_learning_keeps_each_nodes_figures_in_a_few_kib_and_one_key_per_gpu_stac
     # 10,000 nodes held 129 MiB while learning.
     assert size / 500 < 1536, size / 500
     print(f"learning: {size / 500:.0f} bytes per 8-GPU node", file=sys.stderr)
+
+
+def test_a_node_whose_gpus_were_replaced_starts_its_history_again_and_says_so() -> None:
+    chain: list[dict[str, Any]] = []
+    for n in range(3):
+        chain = report_facts(measured("n1"), f"{n + 1}-beef", chain).history().carried(5)
+    old = chain[0]["gpuIdentity"]
+    assert [e["gpuIdentity"] for e in chain] == [old] * 3
+
+    # New GPUs, 10 % slower: against the old ones' figures, DriftFromHistory (Fail) would fail it.
+    facts = report_facts(measured("n1", slowed(0.9), gpuSet=1), "4-beef", chain)
+    history = facts.history()
+
+    assert history.runs == ("4-beef",) and history.gpus == facts.gpu_identity != old
+    assert history.restarted == (old, 3)
+    assert judge.drift(history, HistorySettings(action=DriftAction.FAIL)) == []
+    assert [e["run"] for e in history.carried(5)] == ["4-beef"]
+    assert judge.restart_message("n1", history.restarted, history.gpus) == (
+        f"n1: its GPUs changed (GPU identity {old} -> {history.gpus}: new UUIDs or serials): "
+        "its history starts again from this run, 3 earlier runs set aside; DriftFromHistory "
+        "compares it again once it has 3 runs on these GPUs"
+    )
+    # Before its verdict is in, the report's own run is not there: nothing is set aside yet.
+    pending = report_facts(measured("n1", gpuSet=1), "4-beef", chain)
+    pending.phase = "Running"
+    assert pending.history().runs == ("1-beef", "2-beef", "3-beef")
+
+
+def test_a_run_that_learned_from_a_bimodal_fleet_has_the_bimodal_condition() -> None:
+    nodes = [measured(f"slow-{i}", slowed(0.85)) for i in range(6)]
+    nodes += [measured(f"fast-{i}") for i in range(4)]
+    run = RunState("fleet", "1-beef", 1, 1, "created", 1000.0)
+    for result in nodes:
+        run.add(result.node or "", 4, f"report-{result.node}", f"pod-{result.node}")
+    run.baseline = judge.start(SETTINGS, [])
+    run.baseline.status = judge.run_status(run.baseline, [])
+    run.completed_at = 2000.0
+    plain = {
+        c["type"]
+        for c in rollup.build_run_status(run, previous_conditions=[], now=2.0)["conditions"]
+    }
+    (outcome,) = fleet.learn_nodes(
+        [node_figures(r) for r in nodes],
+        SETTINGS,
+        validation="fleet",
+        run="1-beef",
+        at=datetime(2026, 12, 1, tzinfo=UTC),
+    )
+    run.baseline.bimodal.append(outcome.bimodal)
+    run.baseline.status = judge.with_learning(run.baseline.status, run.baseline)
+
+    status = rollup.build_run_status(run, previous_conditions=[], now=3.0)
+
+    assert "Bimodal" not in plain
+    bimodal = {c["type"]: c for c in status["conditions"]}["Bimodal"]
+    assert (bimodal["status"], bimodal["reason"]) == ("True", "LearnedBetterMode")
+    assert bimodal["message"] == outcome.bimodal == status["baseline"]["bimodal"][0]
+    assert (
+        "is bimodal: 4 nodes at " in bimodal["message"] and "and 6 nodes at" in bimodal["message"]
+    )
+    assert outcome.spec is not None and len(outcome.kept) == 4

@@ -192,3 +192,24 @@ def test_run_completed_is_announced_once_per_run_however_often_it_closes() -> No
     status = rollup.build_run_status(run, previous_conditions=[], now=1002.0)
     again = rollup.read_run("v", status, fabric=False)
     assert again is not None and again.announced, "a restarted operator does not announce it again"
+
+
+def test_a_completed_run_without_any_environment_says_nothing_was_compared_not_later() -> None:
+    run = run_with(passed=0, failed=2)
+    run.completed_at, run.outliers = 3000.0, None  # no node recorded an environment
+    uniform = conditions(rollup.build_run_status(run, previous_conditions=[], now=3000.0))[
+        "Uniform"
+    ]
+    assert (uniform["status"], uniform["reason"]) == ("Unknown", "NoEnvironment")
+    assert "when the run completes" not in uniform["message"]
+    assert uniform["message"].startswith(
+        "not compared: none of the run's 2 nodes recorded an environment (0 passed, 2 failed, "
+        "0 not tested)"
+    )
+    running = run_with(passed=0, failed=1, running=1)
+    running.outliers = None
+    still = conditions(rollup.build_run_status(running, previous_conditions=[], now=2000.0))
+    assert (still["Uniform"]["reason"], still["Uniform"]["message"]) == (
+        "NotCompared",
+        "compared when the run completes",
+    )

@@ -3,8 +3,9 @@ thousands of pairs is cut to its slowest (tests/browser draws the same section i
 
 from __future__ import annotations
 
+from gpuval_api.crd import GpuValidation
 from gpuval_api.fabric.view import FabricFinding, FabricLink
-from gpuval_api.views import FleetView, UnitView
+from gpuval_api.views import FleetView, UnitView, fleet_of_units
 from gpuval_report.fabric import MAX_LINKS, fabric_section, pairs_figure, slow_links
 
 
@@ -52,3 +53,38 @@ def test_a_run_without_a_fabric_phase_has_no_section() -> None:
     )
     assert fabric_section(plain) == ""
     assert 'id="fabric"' in fabric_section(view_of([FabricLink("g", 1, "a", "b", 50.0)]))
+
+
+def test_the_section_shows_a_slow_domain_and_a_slow_path_from_the_status() -> None:
+    def path(domains: list[str], reason: str, busbw: float | None) -> dict[str, object]:
+        return {
+            "group": "fabric-1-x0",
+            "domains": domains,
+            "nodes": [f"rep-{d}" for d in domains],
+            "reason": reason,
+            "busbwGBps": busbw,
+            "floorGBps": 300.0,
+            "message": f"the network path {'-'.join(domains)} is slow",
+        }
+
+    fabric = {
+        "summary": "8/8 passed",
+        "slowPaths": [
+            path(["rack-1"], "FabricSlowDomain", 120.0),
+            path(["rack-2", "rack-3"], "FabricSlowPath", None),
+        ],
+        "slowPathsOmitted": 3,
+    }
+    validation = GpuValidation.model_validate(
+        {"metadata": {"name": "v"}, "status": {"fabric": fabric}}
+    )
+    finding = FabricFinding("fabric-1-x0", "Passed", links=(FabricLink("g", 1, "a", "b", 350.0),))
+    html = fabric_section(fleet_of_units(validation, [UnitView("a", "Passed", fabric=finding)]))
+
+    paths = html.split('id="fabric-paths"', 1)[1]
+    assert "Slow network paths between topology domains: 5" in html
+    assert "<td>out of rack-1</td><td>rep-rack-1</td><td><b>FabricSlowDomain</b></td>" in paths
+    assert "<td>120.0</td><td>300.0</td>" in paths
+    assert "<td>rack-2 ↔ rack-3</td><td>rep-rack-2, rep-rack-3</td>" in paths
+    assert "<td>failed</td>" in paths and "the network path rack-2-rack-3 is slow" in paths
+    assert "and 3 more slow paths beyond the 5 the status lists" in html

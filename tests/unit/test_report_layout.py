@@ -4,16 +4,21 @@ on different levels (tests/browser measures the drawn page)."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from gpuval_api.figures import BURN, H2D
 from gpuval_api.views import FailureView, FigureOutlier, UnitView
 from gpuval_report.failures import failures_html, gpu_ranges, group_failures
 from gpuval_report.figures import (
     CHAR_PX,
     LABEL_GAP_PX,
+    MAX_LABEL_CHARS,
     MAX_LABELS,
     PLOT_PX,
     Label,
+    Lane,
     label_levels,
+    label_text,
     plot_labels,
 )
 
@@ -94,9 +99,37 @@ def test_labels_that_would_touch_go_to_different_levels_and_far_ones_share_one()
 
     placed = label_levels([*near, far], 0.0, 100.0)
 
-    assert [level for level, _ in placed] == [0, 1, 2, 0]
-    assert [anchor for _, anchor in placed] == ["left", "left", "left", "right"]
+    # The rightmost of the near ones lowest, so the arrows of the higher ones pass left of it.
+    assert [p.level for p in placed] == [2, 1, 0, 0]
+    assert [p.anchor for p in placed] == ["left", "left", "left", "right"]
+    assert [p.tail for p in placed] == [10.0, 10.5, 11.0, 100.0]
     # The estimate leaves room: the two level-0 labels are apart by more than the gap.
-    right_of_first = 10.0 / 100.0 * PLOT_PX + CHAR_PX * 30
+    right_of_first = 11.0 / 100.0 * PLOT_PX + CHAR_PX * 30
     left_of_far = PLOT_PX - CHAR_PX * 30
     assert left_of_far - right_of_first > LABEL_GAP_PX
+
+
+def test_a_label_too_wide_for_either_side_slides_inside_the_plot() -> None:
+    wide = Label(50.0, 0.0, "x" * 100, "Failed", 0.5, 1)  # 700 px on a 1,000 px plot
+    (placed,) = label_levels([wide], 0.0, 100.0)
+    assert placed.anchor == "left"
+    assert placed.tail == (PLOT_PX - CHAR_PX * 100) / PLOT_PX * 100.0
+
+
+def test_a_label_names_fewer_nodes_or_cuts_a_name_to_stay_short() -> None:
+    long = [f"gpu-{i:04d}.rack-00.eu-central-1.compute.internal" for i in range(5)]
+    assert label_text(long, "60% of median") == (
+        "gpu-0000.rack-00.eu-central-1.compute.internal and 4 more (60% of median)"
+    )
+    text = label_text(["n" * 253], "BurnMismatch")
+    assert len(text) == MAX_LABEL_CHARS and text.endswith("… (BurnMismatch)")
+    assert label_text(["a", "b", "c"], "BurnMismatch") == "a, b and 1 more (BurnMismatch)"
+
+
+def test_every_level_of_labels_is_one_height_above_the_rows_whatever_its_points() -> None:
+    lane = Lane(rows=2, levels=3)
+    tops = [lane.level_y(level) for level in range(3)]
+    # Above the top row's highest jittered point (1.25), a level apart in pixels, inside the axis.
+    assert tops[0] > 1.25
+    assert [round((b - a) * lane.unit_px, 6) for a, b in pairwise(tops)] == [22.0, 22.0]
+    assert tops[-1] + 18 / lane.unit_px <= lane.top

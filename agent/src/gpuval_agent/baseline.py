@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import ValidationError
 
@@ -20,7 +21,9 @@ from gpuval_agent.runner import overall
 from gpuval_api.baseline import files, rules, samples
 from gpuval_api.baseline.rules import Below, Candidate
 from gpuval_api.baselinemodel import BaselineSettings
+from gpuval_api.checks import CheckName
 from gpuval_api.env import AgentEnv
+from gpuval_api.gfd import GPU_PRODUCT_LABEL, label_names_product
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_api.result import AgentResult, CheckResult, Finding, GpuCheckResult, Verdict
 
@@ -42,14 +45,25 @@ def candidates(choice: str | None) -> list[Candidate]:
     return [(b.metadata.name, b.spec) for b in mine] + shipped
 
 
-def from_env(environ: Mapping[str, str]) -> tuple[list[Candidate], float] | None:
+class Given(NamedTuple):
+    """What the operator gave the agent pod for the baseline rule: the baselines, the fraction,
+    and the GPU model the node's label names ("" without one)."""
+
+    candidates: list[Candidate]
+    fraction: float
+    labelled: str = ""
+
+
+def from_env(environ: Mapping[str, str]) -> Given | None:
     """The baselines and fraction the operator gave the agent pod (GPUVAL_BASELINE,
-    GPUVAL_BASELINE_FRACTION); None when it gave none. Raises ValueError naming the variable."""
+    GPUVAL_BASELINE_FRACTION) and the node's labelled GPU model (GPUVAL_NODE_GPU_PRODUCT); None
+    when it gave none of them. Raises ValueError naming the variable."""
     text = environ.get(AgentEnv.BASELINE)
-    if not text:
+    labelled = environ.get(AgentEnv.NODE_GPU_PRODUCT) or ""
+    if not text and not labelled:
         return None
     try:
-        found = files.from_yaml(text, AgentEnv.BASELINE)
+        found = files.from_yaml(text, AgentEnv.BASELINE) if text else []
     except files.BaselineFileError as error:
         raise ValueError(str(error)) from None
     fraction_text = environ.get(AgentEnv.BASELINE_FRACTION) or str(BaselineSettings().fraction)
@@ -59,7 +73,35 @@ def from_env(environ: Mapping[str, str]) -> tuple[list[Candidate], float] | None
         raise ValueError(
             f"{AgentEnv.BASELINE_FRACTION}={fraction_text!r}: {error.errors()[0]['msg']}"
         ) from None
-    return [(b.metadata.name, b.spec) for b in found], fraction
+    return Given([(b.metadata.name, b.spec) for b in found], fraction, labelled)
+
+
+def label_mismatch(result: AgentResult, labelled: str) -> Finding | None:
+    """A GpuProductMismatch finding when the node's GPU model label names another model than
+    its GPUs are (NVML's names); None when it names theirs, or there is no label."""
+    models = sorted({g.name for g in result.environment.gpus if g.name})
+    if not labelled or not models or all(label_names_product(labelled, m) for m in models):
+        return None
+    node = result.node or result.environment.hostname or "this node"
+    message = (
+        f"{node}: its {GPU_PRODUCT_LABEL} label says {labelled!r}, its GPUs are "
+        f"{', '.join(models)}: it was given the baselines of the label's model"
+    )
+    return Finding(
+        reason=Reason.GPU_PRODUCT_MISMATCH,
+        message=message,
+        hint=REASONS[Reason.GPU_PRODUCT_MISMATCH].hint,
+    )
+
+
+def _with_finding(check: CheckResult, finding: Finding) -> CheckResult:
+    """The check with one more failing finding (failed, naming it, if it passed)."""
+    judged = check.model_copy()
+    judged.findings = [*check.findings, finding]
+    if check.verdict is Verdict.PASSED:
+        judged.verdict, judged.reason = Verdict.FAILED, finding.reason
+        judged.hint, judged.message = finding.hint, finding.message
+    return judged
 
 
 def _blame(gpu: GpuCheckResult) -> GpuCheckResult:
@@ -96,18 +138,28 @@ def _with_findings(check: CheckResult, below: list[Below]) -> CheckResult:
     return judged
 
 
-def judge(result: AgentResult, baselines: list[Candidate], fraction: float) -> AgentResult:
-    """`result` with its comparison and BelowBaseline findings, verdict and message recomputed.
-    A stopped (partial) run gets the comparison but no findings: it is judged as stopped."""
+def judge(
+    result: AgentResult, baselines: list[Candidate], fraction: float, labelled: str = ""
+) -> AgentResult:
+    """`result` with its comparison and BelowBaseline findings, verdict and message recomputed;
+    with `labelled` (the node's GPU model label), a GpuProductMismatch on the driver check when
+    its GPUs are another model. A stopped (partial) run gets the comparison but no findings: it
+    is judged as stopped."""
     key, why = samples.node_key(result.environment)
     comparison, below = rules.compare(samples.result_samples(result), key, baselines, fraction, why)
     stopped = result.reason is Reason.AGENT_STOPPED
+    mismatch = None if stopped else label_mismatch(result, labelled)
     if stopped:
         below = []
     judged = result.model_copy()
     judged.checks = [
         _with_findings(c, [b for b in below if b.check == c.name]) for c in result.checks
     ]
+    if mismatch is not None:
+        judged.checks = [
+            _with_finding(c, mismatch) if c.name == CheckName.DRIVER else c for c in judged.checks
+        ]
+        comparison.note = f"{mismatch.message}; {comparison.note}".rstrip("; ")[:1024]
     judged.baseline = comparison
     judged.verdict, judged.reason, judged.message = overall(
         judged.checks, result.environment.gpu_count, stopped

@@ -37,7 +37,6 @@ from gpuval_agent.outcome import (
 )
 from gpuval_agent.record import RunRecord
 from gpuval_agent.runner import run_checks
-from gpuval_api.baseline.rules import Candidate
 from gpuval_api.checks import ChecksConfig, parse_checks
 from gpuval_api.env import AgentEnv
 from gpuval_api.evidence import evidence_status
@@ -151,7 +150,7 @@ class FindingsWriter:
 
 def _config(
     node: str | None, backend: str, writer: ReportWriter
-) -> tuple[ChecksConfig, int | None, tuple[list[Candidate], float] | None]:
+) -> tuple[ChecksConfig, int | None, baselines.Given | None]:
     try:
         checks = parse_checks(os.environ.get(AgentEnv.CHECKS) or "{}")
         return checks, _expected_gpus(os.environ), baselines.from_env(os.environ)

@@ -14,7 +14,7 @@ from gpuval_api.baselinecomparison import Match
 from gpuval_api.figures import BURN, MAX_TEMPERATURE, baseline_judged
 from gpuval_api.reasons import Reason, Severity, verdict_of
 from gpuval_api.report import one_line
-from gpuval_api.result import AgentResult, CheckResult, Verdict
+from gpuval_api.result import AgentResult, CheckResult, GpuCheckResult, Verdict
 
 _BAR = 24
 _VERDICT_LINE = {
@@ -175,15 +175,7 @@ def render_table(result: AgentResult) -> str:
     burn = result.check("burn")
     if burn is not None and burn.gpus:
         lines += ["", f"{'GPU':<4} {'TFLOP/s':>9} {'MAX C':>6} {'MAX W':>6} {'MIN MHz':>8}  UUID"]
-        for g in burn.gpus:
-            m = g.metrics
-            figures = [m.get(key, 0.0) for key in (BURN.metric, MAX_TEMPERATURE.metric)]
-            figures += [m.get(key, 0.0) for key in ("maxPowerWatts", "minSmClockMhz")]
-            tflops = f"{figures[0]:>9.1f}" if BURN.metric in m else f"{'-':>9}"  # not burned
-            lines.append(
-                f"{g.index:<4} {tflops} {figures[1]:>6.0f} {figures[2]:>6.0f} "
-                f"{figures[3]:>8.0f}  {g.uuid or ''}"
-            )
+        lines += [_gpu_row(g, burn, result) for g in burn.gpus]
     nccl = result.check("nccl")
     if nccl is not None and nccl.nccl_sizes:
         lines += ["", f"{'BYTES':>12} {'ALGBW GB/s':>11} {'BUSBW GB/s':>11}"]
@@ -211,6 +203,37 @@ def render_table(result: AgentResult) -> str:
     return "\n".join(lines)
 
 
+# The burn row's figures: result key, column width, format.
+_GPU_FIGURES: tuple[tuple[str, int, str], ...] = (
+    (BURN.metric, 9, ".1f"),
+    (MAX_TEMPERATURE.metric, 6, ".0f"),
+    ("maxPowerWatts", 6, ".0f"),
+    ("minSmClockMhz", 8, ".0f"),
+)
+_GPU_FIGURES_WIDTH = sum(width + 1 for _, width, _ in _GPU_FIGURES) - 1
+
+
+def _gpu_row(gpu: GpuCheckResult, burn: CheckResult, result: AgentResult) -> str:
+    """One GPU's burn row. A GPU the burn did not test (in use, or skipped: no burn figure
+    and no failure) says so instead of figures, since what a sensor read while another
+    process used it is not a burn figure; a figure that was not measured is '-', never 0."""
+    uuid = gpu.uuid or next(
+        (g.uuid or "" for g in result.environment.gpus if g.index == gpu.index), ""
+    )
+    untested = gpu.verdict is Verdict.NOT_RUN or (
+        gpu.verdict is not Verdict.FAILED and BURN.metric not in gpu.metrics
+    )
+    if untested:
+        reason = gpu.reason or next((f.reason for f in burn.findings if f.gpu == gpu.index), None)
+        why = f"not tested ({reason})" if reason else "not tested"
+        return f"{gpu.index:<4} {why:<{_GPU_FIGURES_WIDTH}}  {uuid}".rstrip()
+    cells = [
+        f"{gpu.metrics[key]:>{width}{spec}}" if key in gpu.metrics else f"{'-':>{width}}"
+        for key, width, spec in _GPU_FIGURES
+    ]
+    return f"{gpu.index:<4} {' '.join(cells)}  {uuid}".rstrip()
+
+
 def baseline_lines(result: AgentResult) -> list[str]:
     """The figures against the baseline: worst value, centre, ratio ('0.98 of the H200
     baseline'); NCCL below 1 GiB is left to the JSON (kept there, not judged)."""
@@ -222,15 +245,16 @@ def baseline_lines(result: AgentResult) -> list[str]:
     scope = " (per-GPU figures only)" if comparison.match is Match.GPU else ""
     of = comparison.key.describe() if comparison.key else ""
     mine = comparison.node_key.describe() if comparison.node_key else "?"
+    head = ["", f"BASELINE {comparison.name}: {of}; this machine: {mine}{scope}"]
+    judged = [entry for entry in comparison.figures if baseline_judged(entry.figure)]
+    if not judged:
+        return [*head, "nothing was measured to compare with it (no GPU was tested)"]
     lines = [
-        "",
-        f"BASELINE {comparison.name}: {of}; this machine: {mine}{scope}",
+        *head,
         f"BelowBaseline: a value below {1 - comparison.fraction:.2f} x the baseline's centre",
         f"{'FIGURE':<12} {'WORST':>9} {'BASELINE':>9}  RATIO",
     ]
-    for entry in comparison.figures:
-        if not baseline_judged(entry.figure):
-            continue
+    for entry in judged:
         centre = f"{entry.centre:.1f}" if entry.centre is not None else "-"
         if entry.ratio is None:
             said = entry.note

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuval_api.checks import Precision
+from gpuval_api.parts import H100_SXM, H200
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +53,7 @@ _HOPPER_TFLOPS = {
 
 PARTS: tuple[PartFigures, ...] = (
     PartFigures(
-        product="NVIDIA H200",
+        product=H200,
         tflops=_HOPPER_TFLOPS,
         h2d_gbps=55.0,
         d2h_gbps=55.2,
@@ -67,7 +68,7 @@ PARTS: tuple[PartFigures, ...] = (
         train_tokens_per_second={"large/b16": 79_000.0},
     ),
     PartFigures(
-        product="NVIDIA H100 80GB HBM3",
+        product=H100_SXM,
         tflops=_HOPPER_TFLOPS,
         default_power_limit_watts=700.0,
         nvlinks=18,
@@ -76,6 +77,7 @@ PARTS: tuple[PartFigures, ...] = (
 )
 
 UNKNOWN = PartFigures(product="")
+# gpuval_api.parts.KNOWN_PRODUCTS names exactly these (tests/unit/test_api_baseline_files.py).
 
 
 def figures_for(product: str | None) -> PartFigures:

@@ -32,6 +32,7 @@ MAX_SAMPLES = 100_000 * 64 * 64
 MAX_EXCLUDED = 50
 MAX_HISTORY = 20
 MAX_NAMES = 16
+MAX_BIMODAL = 8
 MAX_LISTED = 50
 NAME_LENGTH = 253
 PRODUCT_LENGTH = 128
@@ -319,8 +320,13 @@ class BaselineSettings(_Model):
     )
 
 
+# A history entry's GPU identity: hex digits of a sha256 (gpuval_api.baseline.history).
+GPU_IDENTITY_DIGITS = 16
+
+
 class _HistoryEntry(_Model):
-    """One past run of a node: its key figures only (the worst GPU's, as in status.summary)."""
+    """One past run of a node: its key figures only (the worst GPU's, as in status.summary), and
+    which GPUs measured them."""
 
     run: str = Field(min_length=1, max_length=64, description="The run id.")
     completed_at: str | None = Field(
@@ -328,6 +334,15 @@ class _HistoryEntry(_Model):
         max_length=64,
         description="When the node's verdict was written (RFC 3339).",
         json_schema_extra={"format": "date-time"},
+    )
+    gpu_identity: str | None = Field(
+        default=None,
+        pattern=f"^[0-9a-f]{{{GPU_IDENTITY_DIGITS}}}$",
+        max_length=GPU_IDENTITY_DIGITS,
+        description=(
+            "The node's GPUs in that run: the first 16 hex digits of the sha256 of their sorted "
+            "UUIDs and serials. Another one is new GPUs, and a new history (absent: not known)."
+        ),
     )
 
 
@@ -391,11 +406,19 @@ class BaselineRunStatus(_Model):
     drifting_nodes_omitted: int = Field(
         default=0, ge=0, le=MAX_NODES, description="Drifting nodes beyond the listed."
     )
+    bimodal: list[Annotated[str, Field(max_length=1024)]] = Field(
+        default_factory=list,
+        max_length=MAX_BIMODAL,
+        description=(
+            "GPU stacks whose passing nodes formed two groups (condition Bimodal): both modes' "
+            "nodes and figures, and what was learned (the better mode, or nothing); at most 8."
+        ),
+    )
     note: str = Field(
         default="",
         max_length=1024,
         description=(
             "What the run could not do with its baselines: named GpuBaselines missing, keys "
-            "not learned and why."
+            "not learned and why, which of two baselines of one key judges."
         ),
     )

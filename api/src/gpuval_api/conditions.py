@@ -21,6 +21,9 @@ class ConditionType(StrEnum):
     SYSTEMIC_FAILURE = "SystemicFailure"
     # With spec.baseline: False when the run is systemically below its baseline (the stack).
     WITHIN_BASELINE = "WithinBaseline"
+    # With spec.baseline mode Learn: True when a GPU stack's passing nodes formed two groups
+    # (learning took the better one, or nothing; status.baseline.bimodal says which).
+    BIMODAL = "Bimodal"
 
 
 class ConditionReason(StrEnum):
@@ -35,6 +38,8 @@ class ConditionReason(StrEnum):
     NO_NODES_SELECTED = "NoNodesSelected"
     WAITING_FOR_NODES = "WaitingForNodes"  # spec.gating, and no selected node has joined yet
     NOT_COMPARED = "NotCompared"
+    # Uniform Unknown after the run: no node recorded an environment, so nothing was compared.
+    NO_ENVIRONMENT = "NoEnvironment"
     NOT_UNIFORM = "NotUniform"
     UNIFORM = "Uniform"
     VALID = "Valid"
@@ -53,6 +58,9 @@ class ConditionReason(StrEnum):
     WITHIN_BASELINE = "WithinBaseline"  # no figure is below its baseline on most judged nodes
     SYSTEMIC_BELOW_BASELINE = "SystemicBelowBaseline"  # most judged nodes below on a figure
     NO_BASELINE = "NoBaseline"  # no node of the run had a baseline to be judged against
+    # Bimodal: learning took the better of two modes (its other nodes named), or learned nothing.
+    LEARNED_BETTER_MODE = "LearnedBetterMode"
+    NOT_LEARNED_BIMODAL = "NotLearnedBimodal"
 
 
 class ValidationPhase(StrEnum):
@@ -89,3 +97,5 @@ class EventReason(StrEnum):
     BASELINE_MISSING = "BaselineMissing"  # a GpuBaseline spec.baseline.names names is not there
     SYSTEMIC = "SystemicBelowBaseline"  # most judged nodes below their baseline on a figure
     NODE_DRIFTING = "NodeDrifting"  # a node's figure fell against its own history
+    # A node's GPUs were replaced (another GPU identity): its history starts again.
+    HISTORY_RESTARTED = "HistoryRestarted"

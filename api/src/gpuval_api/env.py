@@ -40,6 +40,10 @@ class AgentEnv(StrEnum):
     # them) and the fraction below which a figure is BelowBaseline (spec.baseline.fraction).
     BASELINE = "GPUVAL_BASELINE"
     BASELINE_FRACTION = "GPUVAL_BASELINE_FRACTION"
+    # The node's GPU model as its nvidia.com/gpu.product label says it (GPU feature discovery),
+    # with spec.baseline: which baselines the pod was given; a node whose GPUs are another model
+    # is named (GpuProductMismatch).
+    NODE_GPU_PRODUCT = "GPUVAL_NODE_GPU_PRODUCT"
     BACKEND = "GPUVAL_BACKEND"
     SIMULATE = "GPUVAL_SIMULATE"
     SERVICEACCOUNT_DIR = "GPUVAL_SERVICEACCOUNT_DIR"

@@ -13,6 +13,7 @@ such a node (docs/operator.md, "Shared GPUs").
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -24,6 +25,22 @@ GPU_REPLICAS_LABEL: Final = "nvidia.com/gpu.replicas"
 GPU_SHARING_LABEL: Final = "nvidia.com/gpu.sharing-strategy"
 # What GFD appends to the product label of a node with GPU replicas.
 SHARED_PRODUCT_SUFFIX: Final = "-SHARED"
+# After the model in the product label: a MIG profile (GFD's MIG strategy single, e.g.
+# NVIDIA-A100-SXM4-40GB-MIG-1g.5gb), then the shared suffix.
+_LABEL_TAIL = re.compile(r"(-mig-[0-9a-z.+]+)?(-shared)?")
+
+
+def product_label(product: str) -> str:
+    """NVML's product name as GFD writes it into GPU_PRODUCT_LABEL: spaces as dashes."""
+    return product.replace(" ", "-")
+
+
+def label_names_product(label: str, product: str) -> bool:
+    """Whether a node's GPU_PRODUCT_LABEL names the GPU model `product` (NVML's name): its label
+    form, then maybe a MIG profile and -SHARED, case aside. 'NVIDIA-H200-NVL' (a PCIe card) does
+    not name 'NVIDIA H200'."""
+    mine, label = product_label(product).lower(), label.lower()
+    return label.startswith(mine) and _LABEL_TAIL.fullmatch(label[len(mine) :]) is not None
 
 
 class SharingStrategy(StrEnum):

@@ -28,6 +28,7 @@ class Reason(StrEnum):
     CUDA_DRIVER_TOO_OLD = "CudaDriverTooOld"
     CUDA_INIT_FAILED = "CudaInitFailed"
     GPU_COUNT_MISMATCH = "GpuCountMismatch"
+    GPU_PRODUCT_MISMATCH = "GpuProductMismatch"
     # Hardware health (agent)
     ECC_UNCORRECTABLE = "EccUncorrectable"
     ROW_REMAP_PENDING = "RowRemapPending"
@@ -163,6 +164,14 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.GPU_COUNT_MISMATCH: ReasonInfo(
         "fewer or more GPUs are visible than the node advertises or the spec expects",
         "compare `nvidia-smi -L` with the node's nvidia.com/gpu capacity; look for XID 79 in dmesg",
+    ),
+    Reason.GPU_PRODUCT_MISMATCH: ReasonInfo(
+        "the node's nvidia.com/gpu.product label names another GPU model than its GPUs are: "
+        "workloads that select the label land on other GPUs, and the node was given the "
+        "baselines of the label's model",
+        "GPU feature discovery writes the label from NVML: a stale one (GPUs replaced, GFD not "
+        "run since) or one set by hand; restart GFD on the node or correct the label, then "
+        "validate again",
     ),
     Reason.ECC_UNCORRECTABLE: ReasonInfo(
         "the GPU reports uncorrectable ECC memory errors",

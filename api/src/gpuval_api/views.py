@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from gpuval_api import figures
 from gpuval_api.baseline import bands
 from gpuval_api.baseline.bands import BaselineView
+from gpuval_api.baseline.history import gpu_identity, since_gpus_changed
 from gpuval_api.baseline.history import value as history_value
 from gpuval_api.baselinemodel import BaselineSettings, GpuBaselineSpec
 from gpuval_api.crd import GpuNodeReport, GpuValidation
+from gpuval_api.fabric.summary import FabricPathEntry
 from gpuval_api.fabric.view import FabricFinding, FabricLink, fabric_bounds, fabric_finding
 from gpuval_api.figures import Figure
 from gpuval_api.reasons import REASONS, Reason
@@ -36,6 +38,7 @@ OUTLIER_RATIO = 0.9
 
 PASSED = str(Verdict.PASSED)
 FAILED = str(Verdict.FAILED)
+NOT_RUN = str(Verdict.NOT_RUN)
 # Verdict-like states of a unit that has no verdict yet (a report's phase).
 RUNNING = str(ReportPhase.RUNNING)
 PENDING = str(ReportPhase.PENDING)
@@ -149,6 +152,10 @@ class FleetView:
     # The run's median pair busbw and the floor below which a pair is slow (fabric_bounds).
     fabric_median_gbps: float | None = None
     fabric_floor_gbps: float | None = None
+    # The slow network paths between topology domains the fabric found (status.fabric.slowPaths:
+    # no node is blamed for them), and how many more the status counts.
+    fabric_paths: tuple[FabricPathEntry, ...] = ()
+    fabric_paths_omitted: int = 0
     # The state check's findings of every unit (a machine's host-wide ones included).
     state: tuple[StateLine, ...] = ()
     not_read: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -159,6 +166,12 @@ class FleetView:
     def fabric_named(self) -> list[UnitView]:
         """Nodes the fabric test named (its Failed verdicts), by name."""
         return [u for u in self.units if u.fabric is not None and u.fabric.verdict == FAILED]
+
+    @property
+    def fabric_not_run(self) -> list[UnitView]:
+        """Nodes the fabric did not test or could not tell from their partner (its NotRun
+        verdicts: a group that did not form, a FabricSlowPair), by name."""
+        return [u for u in self.units if u.fabric is not None and u.fabric.verdict == NOT_RUN]
 
     @property
     def fabric_links(self) -> list[FabricLink]:
@@ -297,22 +310,27 @@ def node_unit(report: GpuNodeReport) -> UnitView:
         fabric=fabric_finding(status.fabric),
         state=state_lines(result, node),
         not_read=not_read(result),
-        history=_history(report, figures),
+        history=_history(report, figures, result),
     )
 
 
 def _history(
-    report: GpuNodeReport, current: dict[str, float]
+    report: GpuNodeReport, current: dict[str, float], result: AgentResult | None
 ) -> tuple[tuple[str, dict[str, float]], ...]:
-    """The runs the report's spec.history carries, then this run's figures; () without any."""
-    if not report.spec.history:
+    """The runs the report's spec.history carries on the GPUs this run measured (not those of
+    GPUs since replaced), then this run's figures; () without any."""
+    entries = report.spec.history
+    if result is not None:
+        gpus = gpu_identity((g.uuid, g.serial) for g in result.environment.gpus)
+        entries = entries[since_gpus_changed([e.gpu_identity for e in entries], gpus) :]
+    if not entries:
         return ()
     past = tuple(
         (
             entry.run,
             {f.key: v for f in FIGURES if (v := history_value(entry, f.key)) is not None},
         )
-        for entry in report.spec.history
+        for entry in entries
     )
     return (*past, (report.spec.run, current))
 
@@ -380,6 +398,8 @@ def fleet_of_units(
         fabric_summary=(status.fabric.summary if status and status.fabric else ""),
         fabric_median_gbps=median,
         fabric_floor_gbps=floor,
+        fabric_paths=tuple(fabric_status.slow_paths) if fabric_status else (),
+        fabric_paths_omitted=fabric_status.slow_paths_omitted if fabric_status else 0,
         state=tuple(line for u in units for line in u.state),
         not_read=tuple(not_read_by_what((u.name, u.not_read) for u in units)),
         baseline=baseline_view(validation, *baseline) if baseline is not None else None,

@@ -140,6 +140,8 @@ def render_learned(learned: Sequence[tuple[Learned, str, str]]) -> str:
             f"{key}: {done} GpuBaseline {name} from {len(outcome.kept)} of "
             f"{outcome.spec.source.nodes_offered} passing nodes ({outcome.rounds} rounds)"
         )
+        if outcome.bimodal:
+            lines.append(f"  {outcome.bimodal}")
         for excluded in outcome.excluded[:MAX_LINES]:
             lines.append(
                 f"  left out {excluded.node}: {excluded.figure} {excluded.value:g} against "

@@ -25,7 +25,7 @@ from gpuval_api.baselinemodel import BaselineSettings, GpuBaselineSpec
 from gpuval_api.crd import GpuBaseline, GpuValidation, ObjectMeta
 from gpuval_api.evidence import EvidenceError, decode_evidence, evidence_gzip
 from gpuval_api.views import FleetView, fleet_of_units
-from gpuval_kubectl import baselines, evidence
+from gpuval_kubectl import baselines, evidence, imports
 from gpuval_kubectl.cluster import Cluster, PluginError, connect
 from gpuval_kubectl.render import render_list, render_release, render_status
 
@@ -103,7 +103,9 @@ def _baseline_parser(parser: argparse.ArgumentParser) -> None:
     export = sub.add_parser("export", help="GpuBaselines as one YAML file")
     export.add_argument("names", nargs="*", help="GpuBaselines (default: every one)")
     export.add_argument("-o", "--output", type=Path, metavar="FILE", help="default: stdout")
-    load = sub.add_parser("import", help="create the GpuBaselines of a YAML file")
+    load = sub.add_parser(
+        "import", help=f"create the GpuBaselines of a YAML file ({imports.LIMITS})"
+    )
     load.add_argument("file", type=Path, help="as `baseline export` writes it")
     load.add_argument("--replace", action="store_true", help="put them over ones of their names")
 
@@ -191,14 +193,6 @@ def export(cluster: Cluster, args: argparse.Namespace) -> str:
     return f"wrote {len(clean)} GpuBaselines to {args.output}"
 
 
-def import_file(cluster: Cluster, args: argparse.Namespace) -> str:
-    found = _read(args.file)
-    return "\n".join(
-        f"GpuBaseline {b.metadata.name} {cluster.put_baseline(b, replace=args.replace)}"
-        for b in found
-    )
-
-
 def baseline(cluster: Cluster, args: argparse.Namespace) -> str:
     """What `kubectl gpuval baseline ACTION` prints."""
     match args.action:
@@ -213,7 +207,7 @@ def baseline(cluster: Cluster, args: argparse.Namespace) -> str:
         case "export":
             return export(cluster, args)
         case _:
-            return import_file(cluster, args)
+            return imports.import_file(cluster, args.file, replace=args.replace)
 
 
 def write_evidence(cluster: Cluster, args: argparse.Namespace) -> str:

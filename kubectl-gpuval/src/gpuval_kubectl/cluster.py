@@ -268,15 +268,20 @@ class Cluster:
         missing = f"GpuBaseline {name!r} not found; `kubectl gpuval baseline show` lists them"
         return read_model(GpuBaseline, self._get(self.resources.baselines, name, missing))
 
-    def put_baseline(self, baseline: GpuBaseline, *, replace: bool) -> str:
+    def put_baseline(self, baseline: GpuBaseline, *, replace: bool, dry_run: bool = False) -> str:
         """Create the GpuBaseline, or with `replace` put it over the one of its name; what was
-        done ("created", "replaced"). One that exists without `replace` is refused by name."""
+        done ("created", "replaced"). One that exists without `replace` is refused by name.
+        With `dry_run` the API server validates and admits the write as it would (schema,
+        name, admission) and stores nothing (`dryRun=All`)."""
         r = self.resources
         body = to_document(baseline)
         name = baseline.metadata.name
+        dry = "All" if dry_run else None
         try:
             self._call(
-                lambda api: api.create_cluster_custom_object(r.group, r.version, r.baselines, body)
+                lambda api: api.create_cluster_custom_object(
+                    r.group, r.version, r.baselines, body, dry_run=dry
+                )
             )
             return "created"
         except ApiException as error:
@@ -295,12 +300,22 @@ class Cluster:
         try:
             self._call(
                 lambda api: api.replace_cluster_custom_object(
-                    r.group, r.version, r.baselines, name, body
+                    r.group, r.version, r.baselines, name, body, dry_run=dry
                 )
             )
         except ApiException as error:
             raise _refused(error) from None
         return "replaced"
+
+    def delete_baseline(self, name: str) -> None:
+        r = self.resources
+        try:
+            self._call(
+                lambda api: api.delete_cluster_custom_object(r.group, r.version, r.baselines, name)
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise _refused(error) from None
 
     def units(self, validation: GpuValidation) -> tuple[list[UnitView], Counter[str]]:
         """The node units of the validation's current run (none before its first run), and how

@@ -15,7 +15,7 @@ from gpuval_api.conditions import ConditionType, ValidationPhase
 from gpuval_api.crd import ConditionStatus, GpuValidation
 from gpuval_api.fabric.summary import FabricRankWait
 from gpuval_api.release import Release
-from gpuval_api.views import FAILED, FleetView
+from gpuval_api.views import FAILED, FleetView, UnitView
 
 # Lines of `status NAME` per section before the rest are counted, so 500 failing nodes stay
 # readable; the HTML report lists them all.
@@ -100,7 +100,7 @@ def render_status(view: FleetView, validation: GpuValidation, now: float | None 
         ]
         lines += _more(len(view.others))
     lines += _state_lines(view)
-    lines += _fabric_lines(view, validation)
+    lines += _fabric_lines(view)
     lines += _waiting_lines(validation, now)
     lines += baseline_lines(validation.status.baseline if validation.status else None)
     lines += _outlier_lines(view, validation)
@@ -158,24 +158,33 @@ def _state_lines(view: FleetView) -> list[str]:
     return lines + _more(len(found))
 
 
-def _fabric_lines(view: FleetView, validation: GpuValidation) -> list[str]:
-    """The fabric phase (spec.fabric): its summary, the nodes it named, the slow paths between
-    topology domains it found."""
+def _fabric_lines(view: FleetView) -> list[str]:
+    """The fabric phase (spec.fabric): its summary, the nodes it named, the nodes it did not test
+    or could not tell from their partner (a FabricSlowPair names both ends), the slow paths
+    between topology domains it found (with the nodes they were tested through)."""
     if not view.fabric_summary:
         return []
-    named = view.fabric_named
+    named, untested = view.fabric_named, view.fabric_not_run
     lines = [f"Fabric: {view.fabric_summary}"]
-    for unit in named[:MAX_LINES]:
-        found = unit.fabric
-        if found is not None:
-            lines.append(f"  {unit.name}  group {found.group}  {found.reason}: {found.message}")
-    lines += _more(len(named))
-    fabric = validation.status.fabric if validation.status is not None else None
-    for path in fabric.slow_paths if fabric is not None else []:
-        lines.append(f"  path {' - '.join(path.domains)}  {path.reason}: {path.message}")
-    if fabric is not None and fabric.slow_paths_omitted:
-        lines.append(f"  ... and {fabric.slow_paths_omitted} more slow paths")
+    lines += _fabric_units(named)
+    if untested:
+        lines.append(f"  Not tested by the fabric (no evidence against them): {len(untested)}")
+        lines += _fabric_units(untested)
+    for path in view.fabric_paths:
+        through = f" (through {', '.join(path.nodes)})" if path.nodes else ""
+        lines.append(f"  path {' - '.join(path.domains)}{through}  {path.reason}: {path.message}")
+    if view.fabric_paths_omitted:
+        lines.append(f"  ... and {view.fabric_paths_omitted} more slow paths")
     return lines
+
+
+def _fabric_units(units: Sequence[UnitView]) -> list[str]:
+    lines = [
+        f"  {unit.name}  group {unit.fabric.group}  {unit.fabric.reason}: {unit.fabric.message}"
+        for unit in units[:MAX_LINES]
+        if unit.fabric is not None
+    ]
+    return lines + _more(len(units))
 
 
 def _ranks(ranks: Sequence[FabricRankWait], with_state: bool) -> str:
@@ -269,6 +278,7 @@ def baseline_lines(status: BaselineRunStatus | None) -> list[str]:
     ]
     if status.learned:
         lines.append(f"  learned: {', '.join(status.learned)}")
+    lines += [f"  bimodal: {text}" for text in status.bimodal]
     if status.note:
         lines.append(f"  note: {status.note}")
     return lines

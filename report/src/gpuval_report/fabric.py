@@ -5,7 +5,8 @@ below the floor the operator judges pairs by (spec.fabric.thresholds against the
 pair, whose rounds set the median and whose confirmations are held to the same floor), so a slow
 node shows as the red bars that share it and a slow link as one red bar between two nodes whose
 other bars are green. Beside it the nodes the fabric named, with reason, transport and group
-busbw; every fabric node in a folded table.
+busbw; the slow network paths between topology domains it found (status.fabric.slowPaths: a slow
+domain, or a slow path between two, no node blamed); every fabric node in a folded table.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from html import escape
 
 import plotly.graph_objects as go
 
+from gpuval_api.fabric.summary import MAX_LISTED_GROUPS, FabricPathEntry
 from gpuval_api.fabric.view import FabricLink
 from gpuval_api.views import FAILED, PASSED, FleetView, UnitView
 from gpuval_report.figures import KNOWN_COLOURS, figure_html, layout
@@ -90,6 +92,45 @@ def _row(unit: UnitView) -> list[str]:
 HEADERS = ["node", "group", "fabric verdict", "reason", "transport", "group busbw GB/s", "message"]
 
 
+PATH_HEADERS = ["path", "tested through", "reason", "slowest pair GB/s", "floor GB/s", "message"]
+
+
+def _gbps(value: float | None) -> str:
+    return "failed" if value is None else f"{value:.1f}"
+
+
+def _path_row(path: FabricPathEntry) -> list[str]:
+    where = f"out of {path.domains[0]}" if len(path.domains) == 1 else " ↔ ".join(path.domains)
+    return [
+        escape(where),
+        escape(", ".join(path.nodes)),
+        f"<b>{escape(str(path.reason))}</b>",
+        _gbps(path.busbw_gbps),
+        "" if path.floor_gbps is None else f"{path.floor_gbps:.1f}",
+        escape(path.message),
+    ]
+
+
+def paths_html(view: FleetView) -> str:
+    """The slow network paths between topology domains, or "" when the fabric found none."""
+    if not view.fabric_paths:
+        return ""
+    rows = [_path_row(path) for path in view.fabric_paths]
+    more = view.fabric_paths_omitted
+    omitted = (
+        f'<p class="none">and {more} more slow paths beyond the {MAX_LISTED_GROUPS} the status '
+        "lists</p>"
+        if more
+        else ""
+    )
+    return (
+        f"<h3>Slow network paths between topology domains: "
+        f"{len(rows) + more}</h3>"
+        "<p>Found by the groups across domains, through the nodes named; no node is blamed.</p>"
+        f'<div id="fabric-paths">{table(PATH_HEADERS, rows, [True] * len(rows))}</div>{omitted}'
+    )
+
+
 def fabric_section(view: FleetView) -> str:
     """The section's HTML, or "" for a run without a fabric phase."""
     units = [u for u in view.units if u.fabric is not None]
@@ -107,6 +148,7 @@ def fabric_section(view: FleetView) -> str:
         parts.append(f'<div id="fabric-named">{table(HEADERS, rows, failed)}</div>')
     else:
         parts.append('<p class="none">The fabric named no node.</p>')
+    parts.append(paths_html(view))
     if units:
         parts.append(
             f"<details><summary>{len(units)} nodes in the fabric</summary>"

@@ -1,10 +1,10 @@
 """The report's plots, as plotly figures built from a FleetView.
 
 A distribution per figure (one point per unit, hover names it) with the outliers and failing units
-labelled on the plot (units sharing a value share one label; labels stacked so none covers
-another), so a person sees who is slow without hovering, and the baseline's band when the view was
-judged against one (from the BelowBaseline floor to the centre plus its spread, the centre a line);
-the NCCL sweep as busbw against message size (the fabric's pairs are drawn by
+labelled on the plot (units sharing a value share one label; the labels on levels above the rows,
+so none covers another), so a person sees who is slow without hovering, and the baseline's band
+when the view was judged against one (from the BelowBaseline floor to the centre plus its spread,
+the centre a line); the NCCL sweep as busbw against message size (the fabric's pairs are drawn by
 gpuval_report.fabric). Colours follow the verdict; a verdict this version does not know gets a
 colour of its own rather than being dropped.
 """
@@ -39,19 +39,27 @@ KNOWN_COLOURS = {
 }
 OTHER_COLOURS = ("#ef6c00", "#6a1b9a", "#00838f", "#ad1457", "#4e342e")
 BAND_COLOUR = "#00897b"  # the baseline's band and centre line
-# Labels on a distribution plot: at most this many (the worst), each naming this many units.
+# Labels on a distribution plot: at most this many (the worst), each naming this many units, and
+# at most this many characters (a name is cut to fit: a cloud's node names run to 50 and more).
 MAX_LABELS = 8
 NAMES_PER_LABEL = 2
+MAX_LABEL_CHARS = 80
 # Estimates for laying labels out without a browser (label_levels): the page's 12 px sans-serif
 # averages under 7 px a character; the plots are 1,100 px wide or more in a 1,280 px window.
 CHAR_PX = 7.0
 PLOT_PX = 1000.0
 LABEL_GAP_PX = 12.0
-LEVEL_PX = 20
-LABEL_RISE_PX = 26  # the lowest label's arrow
+# The plot's height is laid out here, not by plotly, so that a label's level is the same height
+# on the page whatever the height of the point it names: the rows of points, then above them a
+# lane of label levels. Margins are fixed (plotly's automatic margins would take the legend's
+# room out of the rows, by an amount this code cannot know).
+MARGIN = {"l": 70, "r": 30, "t": 50, "b": 100}
+ROW_PX = 70  # per verdict row (and 0.4 of a row of padding)
+MIN_ROWS_PX = 160
+LEVEL_PX = 22  # from one level of labels to the next; a 12 px label is 18 px high
+LABEL_RISE_PX = 12  # from the top of the rows to the lowest level
 LABEL_TEXT_PX = 18
-BASE_HEIGHT = 300
-PLOT_MARGIN_PX = 100  # layout(): top 50, bottom 50
+LEGEND_BELOW_PX = 58  # the legend's top below the plot area, under the x axis' ticks and title
 # Beyond this many sweeps the NCCL plot shows the median and the slowest ones, not every node.
 MAX_CURVES = 12
 
@@ -121,44 +129,122 @@ def plot_labels(
     labels = []
     for (verdict, _, reason), units in groups.items():
         names = sorted(u.name for u in units)
-        shown = ", ".join(names[:NAMES_PER_LABEL])
-        rest = len(names) - NAMES_PER_LABEL
-        text = f"{shown}{f' and {rest} more' if rest > 0 else ''} ({reason})"
         # Above the group's highest point, so the label clears every point it names.
         x = position[names[0]][0]
         y = max(position[n][1] for n in names)
+        text = label_text(names, reason)
         labels.append(Label(x, y, text, verdict, x / median if median else 0.0, len(names)))
     labels.sort(key=lambda label: (label.ratio, label.text))
     return labels[:MAX_LABELS], sum(label.units for label in labels[MAX_LABELS:])
 
 
-def label_levels(labels: Sequence[Label], lo: float, hi: float) -> list[tuple[int, str]]:
-    """Each label's level above its point (0 the lowest) and its anchor, so that no two labels
-    on one level share pixels: labels left of the middle grow rightwards from their point, the
-    others leftwards, and a label that would touch one already placed goes a level up.
+def label_text(names: Sequence[str], reason: str) -> str:
+    """'a, b and 4 more (60% of median)', naming fewer units, or cutting the one name, to stay
+    within MAX_LABEL_CHARS."""
+    for shown in range(min(NAMES_PER_LABEL, len(names)), 0, -1):
+        rest = len(names) - shown
+        tail = f"{f' and {rest} more' if rest > 0 else ''} ({reason})"
+        text = ", ".join(names[:shown]) + tail
+        if len(text) <= MAX_LABEL_CHARS:
+            return text
+    room = max(1, MAX_LABEL_CHARS - len(tail) - 1)
+    return names[0][:room] + "…" + tail
 
-    Widths are estimated (CHAR_PX per character) on a plot PLOT_PX wide, the narrowest the page
-    draws at the width it is read at; a wider plot only moves the points further apart.
+
+@dataclass(frozen=True)
+class Placed:
+    """Where a label is drawn: its level in the lane above the rows (0 the lowest), which side
+    of its box its arrow starts from, and the x of that end (in the figure's units; the point's
+    own x unless the box had to slide to stay inside the plot)."""
+
+    level: int
+    anchor: str  # "left": the box grows rightwards from `tail`; "right": leftwards
+    tail: float
+
+
+def label_levels(labels: Sequence[Label], lo: float, hi: float) -> list[Placed]:
+    """Each label's place, so that no two labels on one level share pixels. A label grows
+    rightwards from its point where it fits, else leftwards (sliding in where neither fits);
+    one that would touch a label already placed goes a level up. Those growing rightwards are
+    placed from the right (the rightmost lowest), the others from the left, so an arrow rising
+    to a higher level passes beside the labels below it, not through them.
+
+    Every level is one height on the page whatever the height of the point (`Lane` lays the
+    plot out). Widths are estimated (CHAR_PX per character) on a plot PLOT_PX wide, the
+    narrowest the page draws at the width it is read at: a wider plot moves the ends of the
+    boxes, which are in the figure's units, further apart, while the boxes keep their width.
     """
     span = (hi - lo) or 1.0
-    taken: list[list[tuple[float, float]]] = []
-    placed = []
+    boxes: list[tuple[float, float, str]] = []
     for label in labels:
         x = (label.x - lo) / span * PLOT_PX
-        width = CHAR_PX * len(label.text)
-        anchor = "left" if x <= PLOT_PX / 2 else "right"
-        box = (x, x + width) if anchor == "left" else (x - width, x)
+        width = min(CHAR_PX * len(label.text), PLOT_PX)
+        if x + width <= PLOT_PX or x < width:
+            start = min(x, PLOT_PX - width)
+            boxes.append((start, start + width, "left"))
+        else:
+            boxes.append((x - width, x, "right"))
+
+    def placing_order(i: int) -> tuple[bool, float]:
+        left, right, anchor = boxes[i]
+        return (anchor == "right", -left if anchor == "left" else right)
+
+    taken: list[list[tuple[float, float]]] = []
+    placed: dict[int, Placed] = {}
+    for i in sorted(range(len(labels)), key=placing_order):
+        left, right, anchor = boxes[i]
         level = 0
         while level < len(taken) and any(
-            box[0] < right + LABEL_GAP_PX and left < box[1] + LABEL_GAP_PX
-            for left, right in taken[level]
+            left < other_right + LABEL_GAP_PX and other_left < right + LABEL_GAP_PX
+            for other_left, other_right in taken[level]
         ):
             level += 1
         if level == len(taken):
             taken.append([])
-        taken[level].append(box)
-        placed.append((level, anchor))
-    return placed
+        taken[level].append((left, right))
+        tail = left if anchor == "left" else right
+        placed[i] = Placed(level, anchor, lo + tail / PLOT_PX * span)
+    return [placed[i] for i in range(len(labels))]
+
+
+@dataclass(frozen=True)
+class Lane:
+    """The plot's vertical layout: its rows of points, then the lane of label levels."""
+
+    rows: int
+    levels: int
+
+    @property
+    def rows_px(self) -> float:
+        return max(MIN_ROWS_PX, ROW_PX * (self.rows + 0.4))
+
+    @property
+    def unit_px(self) -> float:
+        """Pixels per row: the rows span -0.7 to rows - 0.3 on the y axis."""
+        return self.rows_px / (self.rows + 0.4)
+
+    @property
+    def lane_px(self) -> float:
+        if not self.levels:
+            return 0.0
+        return LABEL_RISE_PX + LEVEL_PX * (self.levels - 1) + LABEL_TEXT_PX + LABEL_GAP_PX / 2
+
+    @property
+    def area_px(self) -> float:
+        return self.rows_px + self.lane_px
+
+    @property
+    def height(self) -> int:
+        return round(self.area_px + MARGIN["t"] + MARGIN["b"])
+
+    @property
+    def top(self) -> float:
+        """The y axis' top (in rows)."""
+        return self.rows - 0.3 + self.lane_px / self.unit_px
+
+    def level_y(self, level: int) -> float:
+        """The y (in rows) of the bottom of a label on `level`."""
+        return self.rows - 0.3 + (LABEL_RISE_PX + LEVEL_PX * level) / self.unit_px
 
 
 def distribution(view: FleetView, figure: Figure, outliers: Sequence[FigureOutlier]) -> go.Figure:
@@ -192,7 +278,9 @@ def distribution(view: FleetView, figure: Figure, outliers: Sequence[FigureOutli
     if baseline is not None and band is not None:
         _band(fig, band, baseline.title)
         axis += f"; band: the {baseline.title}, its floor to its centre"
-    levels = 0
+    labels: list[Label] = []
+    placed: list[Placed] = []
+    unlabelled = 0
     if values:
         median = statistics.median(values)
         fig.add_vline(x=median, line={"color": "#90a4ae", "width": 1})
@@ -201,37 +289,50 @@ def distribution(view: FleetView, figure: Figure, outliers: Sequence[FigureOutli
         )
         labels, unlabelled = plot_labels(figure, measured, outliers, position)
         placed = label_levels(labels, lo, hi)
-        levels = max((level + 1 for level, _ in placed), default=0)
-        for label, (level, anchor) in zip(labels, placed, strict=True):
-            fig.add_annotation(
-                x=label.x,
-                y=label.y,
-                text=label.text,
-                showarrow=True,
-                arrowhead=2,
-                ax=0,
-                ay=-(LABEL_RISE_PX + LEVEL_PX * level),
-                xanchor=anchor,
-                font={"color": verdict_colour(label.verdict, verdicts)},
-            )
-        if unlabelled:
-            fig.add_annotation(
-                x=1,
-                y=1,
-                xref="paper",
-                yref="paper",
-                xanchor="right",
-                yanchor="bottom",
-                showarrow=False,
-                text=f"and {unlabelled} more named under Failures and Outliers",
-            )
-    height = BASE_HEIGHT + LEVEL_PX * levels
-    fig.update_layout(**layout(f"{figure.label} per {view.unit_label} ({figure.unit})", height))
+    lane = Lane(len(rows), max((p.level + 1 for p in placed), default=0))
+    for label, place in zip(labels, placed, strict=True):
+        # The arrow's tail in the axes' units: every label of a level at one height, whatever
+        # the height of its point.
+        fig.add_annotation(
+            x=label.x,
+            y=label.y,
+            text=label.text,
+            showarrow=True,
+            arrowhead=2,
+            axref="x",
+            ayref="y",
+            ax=place.tail,
+            ay=lane.level_y(place.level),
+            xanchor=place.anchor,
+            yanchor="bottom",
+            font={"color": verdict_colour(label.verdict, verdicts)},
+        )
+    area = lane.area_px
+    if unlabelled:
+        # Beside the legend, under the plot: the top margin holds the title and the baseline's
+        # name.
+        fig.add_annotation(
+            x=1,
+            y=-LEGEND_BELOW_PX / area,
+            xref="paper",
+            yref="paper",
+            xanchor="right",
+            yanchor="top",
+            showarrow=False,
+            text=f"and {unlabelled} more named under Failures and Outliers",
+        )
+    fig.update_layout(
+        **layout(f"{figure.label} per {view.unit_label} ({figure.unit})", lane.height)
+    )
+    fig.update_layout(
+        margin={**MARGIN, "autoexpand": False},
+        legend={"orientation": "h", "y": -LEGEND_BELOW_PX / area, "yanchor": "top"},
+    )
     fig.update_xaxes(title_text=axis + ")", range=[lo, hi])
     fig.update_yaxes(
         tickvals=list(range(len(rows))),
         ticktext=rows,
-        range=[-0.7, len(rows) - 0.3 + _headroom(len(rows), height, levels)],
+        range=[-0.7, lane.top],
         zeroline=False,
     )
     return fig
@@ -269,16 +370,6 @@ def _x_range(values: Sequence[float], band: Sequence[float] = ()) -> tuple[float
     hi = max([*values, *band])
     pad = 0.05 * ((hi - lo) or abs(hi) or 1.0)
     return lo - pad, hi + pad
-
-
-def _headroom(rows: int, height: int, levels: int) -> float:
-    """Rows of room above the top row, so the highest label stays inside the plot."""
-    if not levels:
-        return 0.0
-    need = LABEL_RISE_PX + LEVEL_PX * (levels - 1) + LABEL_TEXT_PX
-    area = height - PLOT_MARGIN_PX
-    span = rows + 0.4
-    return max(0.0, (need * span - 0.7 * area) / (area - need))
 
 
 def _median_curve(

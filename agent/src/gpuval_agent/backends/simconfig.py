@@ -190,6 +190,13 @@ class SimulationConfig(_Model):
         description="The node's topology domain (its value of spec.fabric.topologyKey), which "
         "the fabric-slow-path fault reads; the double's peers learn it from the node's hello.",
     )
+    gpu_set: int = Field(
+        default=0,
+        ge=0,
+        le=999,
+        description="Which GPUs the node holds: another number is its GPUs replaced (other "
+        "UUIDs and serials), as after a repair.",
+    )
     host_pid: bool = Field(
         default=True,
         description="Whether NVML's PIDs are the agent's own namespace's (bare metal, hostPID); "

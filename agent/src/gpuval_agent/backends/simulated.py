@@ -99,6 +99,8 @@ class SimulatedBackend(Backend):
         self._xid_lock = threading.Lock()
         self._pending_xids: list[XidEvent] = []
         self._node = os.environ.get(AgentEnv.NODE_NAME) or socket.gethostname()
+        # The GPUs' UUID and serial suffix: another set of GPUs for config.gpu_set > 0.
+        self._replaced = f"-set{config.gpu_set}" if config.gpu_set else ""
         self.foreign = ForeignProcesses(config)
         self._host = SimulatedHost(self._visible, config.product, self._faults)
 
@@ -131,8 +133,8 @@ class SimulatedBackend(Backend):
                 GpuInfo(
                     index=index,
                     name=self.config.product,
-                    uuid=f"GPU-sim-{self._node}-{index}",
-                    serial=f"SIM{index:04d}",
+                    uuid=f"GPU-sim-{self._node}-{index}" + self._replaced,
+                    serial=f"SIM{index:04d}" + self._replaced,
                     vbios="96.00.sim",
                     pci_bus_id=f"0000{gpu_address(index).upper()}",
                     memory_total_bytes=MEMORY_TOTAL,
@@ -183,8 +185,8 @@ class SimulatedBackend(Backend):
     def cuda_init(self, gpus: list[int]) -> dict[int, str | None]:
         return {
             gpu: (
-                f"GPU-sim-{self._node}-{gpu} is not among the devices CUDA sees (simulated "
-                "cuda-invisible fault)"
+                f"GPU-sim-{self._node}-{gpu}{self._replaced} is not among the devices CUDA "
+                "sees (simulated cuda-invisible fault)"
                 if self._fault(FaultKind.CUDA_INVISIBLE, gpu)
                 else None
             )

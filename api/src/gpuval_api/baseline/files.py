@@ -2,12 +2,15 @@
 it is), what `gpuval-agent run --baseline FILE` reads, and the baselines shipped in this package
 (`shipped/`, made by `make generate` from benchmarks/results: gpuval_api.baseline.shippedgen).
 
-A file holds one or more GpuBaseline documents (`---` between them). Reading one refuses anything
-it would have to guess about, naming the file, the document, the field and the value.
+A file holds one or more GpuBaseline documents (`---` between them), at most MAX_DOCUMENTS in
+MAX_FILE_BYTES. Reading one refuses anything it would have to guess about, naming the file, the
+document, the field and the value (quoted up to EXCERPT characters); a value that is not a number
+(`.nan`, `.inf`) is refused as such.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -20,6 +23,13 @@ from gpuval_api.crd import API_VERSION, BASELINE_KIND, GpuBaseline
 
 SHIPPED_DIR = "shipped"
 _FIX = "fix it, or export the baseline again (docs/agent.md, 'Baselines')"
+# What one file may hold. A fleet has a handful of baselines of 2-7 KiB each (one per GPU stack),
+# so these leave room for any real set and refuse a file that is not one (an import of 1,500
+# documents made 1,500 objects; a 10 MB value came back whole in the error).
+MAX_FILE_BYTES = 1 << 20
+MAX_DOCUMENTS = 64
+# An offending value is quoted up to this many characters in an error.
+EXCERPT = 80
 
 
 class BaselineFileError(ValueError):
@@ -44,6 +54,34 @@ def to_yaml(baselines: Sequence[GpuBaseline], header: str = "") -> str:
         [to_document(b) for b in baselines], sort_keys=False, width=100, allow_unicode=True
     )
     return comments + body
+
+
+def excerpt(value: object) -> str:
+    """The value as an error quotes it: its repr, cut to EXCERPT characters (saying how long it
+    was)."""
+    return cut(repr(value))
+
+
+def cut(text: str) -> str:
+    """`text` cut to EXCERPT characters, saying how long it was."""
+    if len(text) <= EXCERPT:
+        return text
+    return f"{text[: EXCERPT - 1]}… ({len(text):,} characters)"
+
+
+def _not_finite(raw: Any, loc: tuple[int | str, ...] = ()) -> tuple[tuple[int | str, ...], float]:
+    """The first value of a document that is a float but not a finite number (YAML's .nan,
+    .inf), and where; ((), 0.0) when there is none."""
+    if isinstance(raw, float) and not math.isfinite(raw):
+        return loc, raw
+    items: Any = (
+        raw.items() if isinstance(raw, dict) else enumerate(raw) if isinstance(raw, list) else ()
+    )
+    for part, value in items:
+        found = _not_finite(value, (*loc, part))
+        if found[0]:
+            return found
+    return (), 0.0
 
 
 def _where(loc: tuple[int | str, ...]) -> str:
@@ -75,27 +113,47 @@ def _document(raw: Any, source: str, index: int) -> GpuBaseline:
             f"{label}: apiVersion {version!r}, kind {kind!r}: a baseline file holds kind "
             f"{BASELINE_KIND}, apiVersion {API_VERSION}; {_FIX}"
         )
+    name = _value_at(raw, ("metadata", "name"))
+    named = f"{label} ({cut(str(name)) if name else 'no name'})"
+    where, value = _not_finite(raw)
+    if where:
+        said = "not a number" if math.isnan(value) else "not a finite number"
+        raise BaselineFileError(f"{named}: {_where(where)} = {value}: {said}; {_FIX}")
     try:
         return GpuBaseline.model_validate(raw)
     except ValidationError as error:
-        name = _value_at(raw, ("metadata", "name"))
         problems = "; ".join(
-            f"{_where(e['loc'])} = {_value_at(raw, e['loc'])!r}: {e['msg']}"
+            f"{_where(e['loc'])} = {excerpt(_value_at(raw, e['loc']))}: {e['msg']}"
             if e["type"] != "missing"
             else f"{_where(e['loc'])}: missing"
             for e in error.errors()[:5]
         )
-        raise BaselineFileError(f"{label} ({name or 'no name'}): {problems}; {_FIX}") from None
+        raise BaselineFileError(f"{named}: {problems}; {_FIX}") from None
 
 
 def from_yaml(text: str, source: str) -> list[GpuBaseline]:
     """Every GpuBaseline of a YAML (or JSON) text; `source` names it in errors."""
+    size = len(text.encode())
+    if size > MAX_FILE_BYTES:
+        raise BaselineFileError(
+            f"{source}: {size:,} bytes, more than a baseline file holds ({MAX_FILE_BYTES:,}: "
+            f"at most {MAX_DOCUMENTS} GpuBaselines of a few KiB each); split it"
+        )
+    raws: list[Any] = []
     try:
-        raws = [raw for raw in yaml.safe_load_all(text) if raw is not None]
+        for raw in yaml.safe_load_all(text):
+            if raw is None:
+                continue
+            raws.append(raw)
+            if len(raws) > MAX_DOCUMENTS:
+                raise BaselineFileError(
+                    f"{source}: more than {MAX_DOCUMENTS} documents; a baseline file holds at "
+                    f"most {MAX_DOCUMENTS} GpuBaselines (one per GPU stack): split it"
+                )
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error)
+        problem = str(getattr(error, "problem", None) or error)[:200]
         raise BaselineFileError(f"{source}: not YAML{where}: {problem}") from None
     if not raws:
         raise BaselineFileError(f"{source}: holds no GpuBaseline document")
@@ -104,13 +162,20 @@ def from_yaml(text: str, source: str) -> list[GpuBaseline]:
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise BaselineFileError(
-            f"{source}: metadata.name {twice[0]!r} is given to two documents; names are unique"
+            f"{source}: metadata.name {excerpt(twice[0])} is given to two documents; names are "
+            "unique"
         )
     return baselines
 
 
 def read_file(path: Path) -> list[GpuBaseline]:
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise BaselineFileError(
+                f"{path}: {size:,} bytes, more than a baseline file holds ({MAX_FILE_BYTES:,}: "
+                f"at most {MAX_DOCUMENTS} GpuBaselines of a few KiB each); split it"
+            )
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise BaselineFileError(f"{path}: cannot read it: {error}") from None

@@ -188,4 +188,5 @@ def history_entry(report: GpuNodeReport) -> HistoryEntry | None:
         else []
     )
     lowest = min((s.value for s in pairs), default=None)
-    return history.entry(report.spec.run, status.completed_at, summary, lowest)
+    gpus = history.result_gpu_identity(status.result)
+    return history.entry(report.spec.run, status.completed_at, summary, lowest, gpus)

@@ -7,16 +7,26 @@ summary, so carrying it forward costs no extra object and no extra write, and it
 pruning of old reports (each report holds the chain). A figure below (1 - driftFraction) x the
 median of the kept runs (at least MIN_RUNS of them) is a drift: a slow decline that stays near the
 fleet median is seen while it is still above it.
+
+A history is of the node's GPUs, not of its name: each entry carries their identity (a digest of
+their UUIDs and serials), and a run on other GPUs (replaced) starts the history again, so new GPUs
+are never judged against the figures of the ones they replaced (`since_gpus_changed`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuval_api import figures as registry
-from gpuval_api.baselinemodel import DriftAction, HistoryEntry, HistorySettings
+from gpuval_api.baselinemodel import (
+    GPU_IDENTITY_DIGITS,
+    DriftAction,
+    HistoryEntry,
+    HistorySettings,
+)
 from gpuval_api.reasons import Severity
 from gpuval_api.report import build_summary
 from gpuval_api.result import AgentResult
@@ -26,13 +36,50 @@ KEY_FIGURES: tuple[str, ...] = tuple(f.key for f in registry.history_figures())
 MIN_RUNS = 3
 
 
+def gpu_identity(gpus: Iterable[tuple[object, object]]) -> str | None:
+    """The identity of a node's GPUs from their (UUID, serial) pairs: the first
+    GPU_IDENTITY_DIGITS hex digits of the sha256 of the sorted pairs; None when no GPU has
+    either (nothing to tell GPUs apart by)."""
+    pairs = sorted(
+        f"{uuid if isinstance(uuid, str) else ''}/{serial if isinstance(serial, str) else ''}"
+        for uuid, serial in gpus
+        if uuid or serial
+    )
+    if not pairs:
+        return None
+    return hashlib.sha256("\n".join(pairs).encode()).hexdigest()[:GPU_IDENTITY_DIGITS]
+
+
+def result_gpu_identity(result: object) -> str | None:
+    """The GPU identity of an agent's result document (as JSON: a dict)."""
+    environment = result.get("environment") if isinstance(result, Mapping) else None
+    gpus = environment.get("gpus") if isinstance(environment, Mapping) else None
+    return gpu_identity(
+        (g.get("uuid"), g.get("serial")) for g in gpus or () if isinstance(g, Mapping)
+    )
+
+
+def since_gpus_changed(identities: Sequence[str | None], current: str | None) -> int:
+    """How many of a node's entries (oldest first, each with its GPUs' identity) came before its
+    GPUs changed to `current`: those are set aside. An entry without an identity (written before
+    gpuval recorded one) is not counted as other GPUs."""
+    if current is None:
+        return 0
+    return max(
+        (index + 1 for index, known in enumerate(identities) if known and known != current),
+        default=0,
+    )
+
+
 def entry(
     run: str,
     completed_at: str | None,
     summary: Mapping[str, object],
     fabric_pair_gbps: float | None = None,
+    gpu_identity: str | None = None,
 ) -> HistoryEntry:
-    """A run's key figures from a report's status.summary (and the node's lowest fabric pair)."""
+    """A run's key figures from a report's status.summary (and the node's lowest fabric pair),
+    and which GPUs measured them."""
     figures: dict[str, object] = {
         figure.key: round(float(value), figure.digits)
         for figure in registry.history_figures()
@@ -41,13 +88,15 @@ def entry(
     if fabric_pair_gbps is not None:
         # The node's lowest fabric pair: the one key figure a report's summary does not hold.
         figures[registry.FABRIC_PAIR.key] = round(fabric_pair_gbps, registry.FABRIC_PAIR.digits)
-    return HistoryEntry.model_validate({"run": run, "completedAt": completed_at, **figures})
+    stamp = {"run": run, "completedAt": completed_at, "gpuIdentity": gpu_identity}
+    return HistoryEntry.model_validate({**stamp, **figures})
 
 
 def entry_of_result(run: str, result: AgentResult) -> HistoryEntry:
     """A run's key figures from an agent's result document."""
     completed = result.completed_at.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return entry(run, completed, build_summary(result))
+    gpus = gpu_identity((g.uuid, g.serial) for g in result.environment.gpus)
+    return entry(run, completed, build_summary(result), gpu_identity=gpus)
 
 
 def value(record: HistoryEntry, figure: str) -> float | None:
@@ -58,9 +107,12 @@ def value(record: HistoryEntry, figure: str) -> float | None:
 def next_history(
     history: Sequence[HistoryEntry], latest: HistoryEntry, runs: int
 ) -> list[HistoryEntry]:
-    """The history the node's next report carries: the last `runs` runs, oldest first (a run
-    already in it is replaced, so a retried run counts once)."""
-    kept = [h for h in history if h.run != latest.run] + [latest]
+    """The history the node's next report carries: the last `runs` runs on its GPUs, oldest
+    first (a run already in it is replaced, so a retried run counts once; the runs before its
+    GPUs changed are set aside)."""
+    kept = [h for h in history if h.run != latest.run]
+    kept = kept[since_gpus_changed([h.gpu_identity for h in kept], latest.gpu_identity) :]
+    kept.append(latest)
     return kept[-runs:] if runs > 0 else []
 
 
@@ -96,11 +148,13 @@ def drift(
     history: Sequence[HistoryEntry], current: HistoryEntry, settings: HistorySettings
 ) -> list[Drift]:
     """The key figures of `current` below (1 - driftFraction) x their median over the last
-    `settings.runs` entries of `history` (runs before `current`; at least MIN_RUNS with the
-    figure). A warning, or an error when history.action is Fail."""
+    `settings.runs` entries of `history` (runs before `current` on the same GPUs; at least
+    MIN_RUNS with the figure). A warning, or an error when history.action is Fail."""
     if settings.runs <= 0:
         return []
-    past = [h for h in history if h.run != current.run][-settings.runs :]
+    past = [h for h in history if h.run != current.run]
+    past = past[since_gpus_changed([h.gpu_identity for h in past], current.gpu_identity) :]
+    past = past[-settings.runs :]
     severity = Severity.ERROR if settings.action is DriftAction.FAIL else Severity.WARNING
     found = []
     for figure in registry.history_figures():

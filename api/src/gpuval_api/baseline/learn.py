@@ -5,21 +5,29 @@ never used, and every node left out is named with the figure that broke the rule
 
 The centre is the median of every sample (GPU, GPU pair, node pair) of the nodes kept, and the
 spread 1.4826 x their median absolute deviation, both robust to the outliers being looked for.
+
+A fleet of two kinds: the nodes left out are learned the same way on their own, and where they
+agree (a second cluster of at least BIMODAL_SHARE of the nodes offered, two or more) the fleet is
+bimodal. Which mode is kept first follows the median, so with most nodes slow it is the slow one:
+learning then never chooses silently. It learns the better mode (better by more than the fraction
+on more judged figures than it is worse), leaves the other out (naming its nodes) and says so
+(`Learned.bimodal`); where neither mode is better, or the better one has fewer than minNodes
+nodes, it learns nothing and says why. A platform engineer never gets the slow mode as the
+baseline without a word.
+
+The rounds are gpuval_api.baseline.pool's, the two modes gpuval_api.baseline.modes'.
 """
 
 from __future__ import annotations
 
-import statistics
-import sys
-from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from gpuval_api import figures
-from gpuval_api.baseline.samples import Sample
+from gpuval_api.baseline.modes import LEARNED_NOTHING, Mode, choose, modes_text, second_mode
+from gpuval_api.baseline.pool import MAD_TO_SIGMA, NodeFigures, Pool, robust, settle
 from gpuval_api.baselinemodel import (
-    LARGEST,
     MAX_EXCLUDED,
     MAX_FIGURES,
     BaselineKey,
@@ -30,96 +38,25 @@ from gpuval_api.baselinemodel import (
     SourceKind,
     StackVersions,
 )
-from gpuval_api.figures import Scope
 
-MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution is 0.6745 sigma
-MAX_ROUNDS = 20
-
-
-@dataclass(frozen=True, slots=True)
-class FigureValues:
-    """One figure of one node in one setting: its values, and for a fabric figure each value's
-    other node."""
-
-    figure: str
-    measured_with: str
-    values: Sequence[float]
-    peers: tuple[str, ...] = ()  # a fabric figure's other node per value; () for the others
-
-
-# (figure, measured_with, how many values, whether a fabric figure) per figure of a node, in
-# order: nodes of one GPU stack share one (see NodeFigures).
-Layout = tuple[tuple[str, str, int, bool], ...]
-_LAYOUTS: dict[Layout, Layout] = {}
-MAX_LAYOUTS = 1024
-
-
-def _shared(layout: Layout) -> Layout:
-    if len(_LAYOUTS) >= MAX_LAYOUTS:
-        return layout
-    return _LAYOUTS.setdefault(layout, layout)
-
-
-class NodeFigures:
-    """What learning reads of one node: its key, whether it passed, its figures.
-
-    Learning holds one of these for every node of a run (10,000 at fleet scale), so a node keeps
-    its values in one float array and a layout (which figure, setting and count each stretch
-    of it is) that the nodes of a GPU stack share: about 1 KiB for an 8-GPU node's 101 values,
-    where a `Sample` each took 13 KiB (docs/operator.md, "Baselines and history"). Which GPU a
-    value came from is not kept: learning does not use it.
-    """
-
-    __slots__ = ("key", "layout", "node", "passed", "peers", "values")
-
-    def __init__(
-        self, node: str, key: BaselineKey | None, passed: bool, samples: Iterable[Sample]
-    ) -> None:
-        self.node, self.key, self.passed = node, key, passed
-        groups: dict[tuple[str, str, bool], tuple[list[float], list[str]]] = {}
-        for s in samples:
-            fabric = s.peer_node is not None
-            values, peers = groups.setdefault((s.figure, s.measured_with, fabric), ([], []))
-            values.append(s.value)
-            if s.peer_node is not None:
-                peers.append(s.peer_node)
-        self.values = array("d")
-        found: list[str] = []
-        layout = []
-        for (figure, setting, fabric), (values, peers) in groups.items():
-            layout.append((sys.intern(figure), sys.intern(setting), len(values), fabric))
-            self.values.extend(values)
-            found += peers
-        self.layout: Layout = _shared(tuple(layout))
-        self.peers = tuple(found)
-
-    @property
-    def figures(self) -> Iterator[FigureValues]:
-        """The node's figures, one per figure and setting."""
-        at = peer_at = 0
-        for figure, setting, count, fabric in self.layout:
-            peers = self.peers[peer_at : peer_at + count] if fabric else ()
-            yield FigureValues(figure, setting, self.values[at : at + count], peers)
-            at += count
-            peer_at += count if fabric else 0
-
-    @property
-    def samples(self) -> list[Sample]:
-        """The node's values as samples (without the GPU they came from)."""
-        return [
-            Sample(f.figure, v, f.measured_with, peer_node=f.peers[i] if f.peers else None)
-            for f in self.figures
-            for i, v in enumerate(f.values)
-        ]
-
-    def __repr__(self) -> str:
-        return f"NodeFigures({self.node!r}, passed={self.passed}, values={len(self.values)})"
+# What learning's callers read here: the node as learning holds it, the robust centre, the modes.
+__all__ = [
+    "LEARNED_NOTHING",
+    "MAD_TO_SIGMA",
+    "Learned",
+    "Mode",
+    "NodeFigures",
+    "keys",
+    "learn",
+    "robust",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class Learned:
     """The outcome for one key: the baseline (None when too few nodes agree, `problem` says
-    why), the nodes kept, the passing nodes left out and the failed nodes never used."""
+    why), the nodes kept, the passing nodes left out and the failed nodes never used; for a
+    bimodal fleet its two modes (the one learned, or the first kept, first) and what was said."""
 
     key: BaselineKey
     spec: GpuBaselineSpec | None
@@ -128,107 +65,11 @@ class Learned:
     failed: tuple[str, ...]
     problem: str = ""
     rounds: int = 0
+    modes: tuple[Mode, ...] = ()
+    bimodal: str = ""
 
 
-def robust(values: Sequence[float]) -> tuple[float, float]:
-    """(median, 1.4826 x median absolute deviation)."""
-    centre = statistics.median(values)
-    return centre, MAD_TO_SIGMA * statistics.median(abs(v - centre) for v in values)
-
-
-@dataclass
-class _Pool:
-    """The figures of the nodes still kept, each in the figure's commonest settings."""
-
-    nodes: dict[str, NodeFigures]
-    settings: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        counts: dict[str, Counter[str]] = {}
-        for node in self.nodes.values():
-            for f in node.figures:
-                counts.setdefault(f.figure, Counter())[f.measured_with] += len(f.values)
-        self.settings = {fig: c.most_common(1)[0][0] for fig, c in counts.items()}
-
-    def counted(self, node: NodeFigures) -> Iterator[tuple[str, Sequence[float], tuple[str, ...]]]:
-        """A node's values that count, per figure, with a fabric value's other node: the
-        figure's settings, and for a fabric pair a partner still kept (a slow partner must not
-        drag a good node out)."""
-        for f in node.figures:
-            if f.measured_with != self.settings.get(f.figure):
-                continue
-            if not f.peers:
-                yield f.figure, f.values, ()
-                continue
-            kept = [
-                (v, peer) for v, peer in zip(f.values, f.peers, strict=True) if peer in self.nodes
-            ]
-            if kept:
-                yield f.figure, [v for v, _ in kept], tuple(peer for _, peer in kept)
-
-    def by_figure(self) -> dict[str, tuple[array[float], set[str]]]:
-        """Figure -> (its values, the nodes they came from); a fabric pair, which both its
-        nodes report, counts once. The values are float arrays: with a float object each, learning
-        from 10,000 8-GPU nodes peaked at 69.8 MiB, with arrays at 46.1 MiB (tracemalloc)."""
-        found: dict[str, tuple[array[float], set[str]]] = {}
-        pairs: set[tuple[str, str]] = set()
-        for node in self.nodes.values():
-            for figure, values, peers in self.counted(node):
-                kept, names = found.setdefault(figure, (array("d"), set()))
-                names.add(node.node)
-                if not peers:
-                    kept.extend(values)
-                    continue
-                for value, peer in zip(values, peers, strict=True):
-                    pair = (min(node.node, peer), max(node.node, peer))
-                    if pair not in pairs:
-                        pairs.add(pair)
-                        kept.append(value)
-        return found
-
-
-def _offs(
-    pool: _Pool, node: NodeFigures, centres: dict[str, float]
-) -> list[tuple[float, str, float]]:
-    """How far off its centre each figure of the node is, as (off, figure, value): its furthest
-    value, but for a fabric pair its nearest one (a node slow in one pair and fine in another is
-    not the slow one; the fabric names slow links itself)."""
-    found: dict[str, tuple[float, str, float]] = {}
-    for figure, values, _ in pool.counted(node):
-        centre = centres.get(figure)
-        if not centre:
-            continue
-        nearest = figures.baseline_scope(figure) is Scope.FABRIC
-        for value in values:
-            off = abs(value / centre - 1)
-            have = found.get(figure)
-            if have is None or (off < have[0] if nearest else off > have[0]):
-                found[figure] = (off, figure, value)
-    return list(found.values())
-
-
-def _breaking(
-    pool: _Pool, centres: dict[str, float], fraction: float, round_: int
-) -> list[ExcludedNode]:
-    """Per node kept, its figure furthest off its centre when that is more than `fraction`."""
-    found = []
-    for node in pool.nodes.values():
-        offs = [o for o in _offs(pool, node, centres) if o[0] > fraction]
-        if offs:
-            _, figure, value = max(offs, key=lambda o: o[0])
-            found.append(
-                ExcludedNode(
-                    node=node.node,
-                    figure=figure,
-                    value=min(value, LARGEST),
-                    centre=centres[figure],
-                    round=round_,
-                )
-            )
-    return found
-
-
-def _figures(pool: _Pool) -> list[FigureBaseline]:
+def _figures(pool: Pool) -> list[FigureBaseline]:
     out = []
     for figure, (values, names) in pool.by_figure().items():
         centre, spread = robust(values)
@@ -258,33 +99,20 @@ def learn(
     """Learn `key`'s baseline from the nodes of that key that passed (see the module doc)."""
     mine = [n for n in nodes if n.key == key]
     failed = tuple(sorted(n.node for n in mine if not n.passed))
-    pool = _Pool({n.node: n for n in mine if n.passed})
-    offered = len(pool.nodes)
-    excluded: list[ExcludedNode] = []
-    problem = ""
-    rounds = 0
-    for rounds in range(1, MAX_ROUNDS + 1):
-        centres = {fig: robust(values)[0] for fig, (values, _) in pool.by_figure().items()}
-        breaking = _breaking(pool, centres, fraction, rounds)
-        if not breaking:
-            break
-        if len(breaking) * 2 > len(pool.nodes):
-            problem = (
-                f"in round {rounds}, {len(breaking)} of {len(pool.nodes)} nodes were more than "
-                f"{fraction:g} off a centre: the nodes disagree too much for one baseline"
-            )
-            break
-        excluded.extend(breaking)
-        pool = _Pool({n: f for n, f in pool.nodes.items() if n not in {e.node for e in breaking}})
-    else:
-        problem = f"the nodes left out did not settle in {MAX_ROUNDS} rounds"
+    everyone = {n.node: n for n in mine if n.passed}
+    offered = len(everyone)
+    settled = settle(Pool(dict(everyone)), fraction)
+    problem, modes = settled.problem, None
+    second = second_mode(settled, everyone, fraction, offered)
+    if second is not None:
+        choice = choose(settled, second, everyone, fraction, min_nodes)
+        settled, modes, problem = choice.settled, choice.modes, choice.problem
+    pool = settled.pool
     if not problem and len(pool.nodes) < min_nodes:
         problem = (
             f"{len(pool.nodes)} of {offered} passing nodes agree within {fraction:g} of the "
             f"centres; baseline.minNodes is {min_nodes}"
         )
-    kept = tuple(sorted(pool.nodes))
-    spec = None
     learned_figures = _figures(pool) if not problem else []
     wide = [
         f
@@ -297,24 +125,40 @@ def learn(
             f"more than {fraction:g} of its centre: the nodes disagree too much for one baseline"
         )
         learned_figures = []
+    bimodal = modes_text(key, *modes, chosen=bool(learned_figures)) if modes else ""
+    if bimodal and problem:
+        problem = f"{bimodal} ({problem})"
+    spec = None
     if learned_figures:
         base = source or BaselineSource(kind=SourceKind.LEARNED)
+        description = base.description + (f"; {bimodal}" if bimodal else "")
         spec = GpuBaselineSpec(
             key=key,
             figures=learned_figures,
             source=base.model_copy(
                 update={
+                    "description": description[:1024],
                     "fraction": fraction,
                     "nodes_offered": offered,
-                    "excluded": excluded[:MAX_EXCLUDED],
-                    "excluded_omitted": max(0, len(excluded) - MAX_EXCLUDED),
+                    "excluded": settled.excluded[:MAX_EXCLUDED],
+                    "excluded_omitted": max(0, len(settled.excluded) - MAX_EXCLUDED),
                 }
             ),
             learned_with=versions or StackVersions(),
         )
     elif not problem:
         problem = "the nodes measured no figure a baseline holds"
-    return Learned(key, spec, kept, tuple(excluded), failed, problem, rounds)
+    return Learned(
+        key,
+        spec,
+        kept=tuple(sorted(pool.nodes)),
+        excluded=tuple(settled.excluded),
+        failed=failed,
+        problem=problem,
+        rounds=settled.rounds,
+        modes=modes or (),
+        bimodal=bimodal,
+    )
 
 
 def keys(nodes: Iterable[NodeFigures]) -> list[BaselineKey]:

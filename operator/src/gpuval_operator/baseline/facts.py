@@ -7,7 +7,9 @@ arrays 7 MiB: docs/operator.md, "Baselines and history").
   figure's ratio to the centre and whether it was below the floor;
 - `History`: the node's key figures in its kept runs (its report's `spec.history`) and, once its
   verdict is in, in this run (`status.summary` and its lowest fabric pair), oldest first: what
-  the node's next report carries, what DriftFromHistory compares, what the metrics plot.
+  the node's next report carries, what DriftFromHistory compares, what the metrics plot. Runs on
+  GPUs the node no longer has (its GPUs replaced: another GPU identity) are set aside when its
+  verdict is in: new GPUs start a new history.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuval_api.baseline.history import KEY_FIGURES
+from gpuval_api.baseline.history import KEY_FIGURES, since_gpus_changed
 from gpuval_api.baseline.samples import fabric_samples
 from gpuval_api.baselinecomparison import Match
 from gpuval_api.baselinemodel import HistoryEntry
@@ -31,6 +33,7 @@ from gpuval_operator.timestamps import parse_time, rfc3339
 # The run id and completion time of a history entry, as HistoryEntry spells them.
 _RUN = HistoryEntry.model_fields["run"].alias or "run"
 _COMPLETED = HistoryEntry.model_fields["completed_at"].alias or "completed_at"
+_GPUS = HistoryEntry.model_fields["gpu_identity"].alias or "gpu_identity"
 NAN = math.nan
 
 # Identical tuples of figure names shared across nodes (a fleet has a handful of them).
@@ -131,6 +134,11 @@ class History:
     # The key figure furthest below the median of the earlier runs, and its ratio (with a
     # current run and at least one earlier one): what the metrics export at every scrape.
     worst: tuple[str, float] | None = None
+    # The identity of the GPUs its runs were measured on ("" where none is known).
+    gpus: str = ""
+    # When this run found other GPUs than its kept runs had: their identity and how many runs
+    # were set aside (the history starts again from this run).
+    restarted: tuple[str, int] | None = None
 
     @classmethod
     def of_report(
@@ -141,12 +149,15 @@ class History:
         completed_at: float | None,
         summary: Mapping[str, float] | None,
         fabric_pair: float | None = None,
+        gpus: str | None = None,
     ) -> History:
         """A report's chain: its `spec.history` (`carried`) and, with a `summary` (its verdict
-        is in), its own run as the last entry."""
+        is in, measured on the GPUs of identity `gpus`), its own run as the last entry; the
+        runs before its GPUs changed set aside."""
         runs: list[str] = []
         times = array("d")
         values = array("f")
+        identities: list[str | None] = []
         for raw in carried if isinstance(carried, list) else ():
             if not isinstance(raw, Mapping) or not isinstance(raw.get(_RUN), str):
                 continue
@@ -156,14 +167,33 @@ class History:
             stamp = raw.get(_COMPLETED)
             times.append(parse_time(stamp if isinstance(stamp, str) else None) or NAN)
             values.extend(_float(raw.get(key)) for key in KEY_FIGURES)
+            known = raw.get(_GPUS)
+            identities.append(known if isinstance(known, str) and known else None)
+        restarted = None
         if summary is not None:
+            aside = since_gpus_changed(identities, gpus)
+            if aside:
+                restarted = (identities[aside - 1] or "", aside)
+                del runs[:aside], times[:aside], values[: aside * len(KEY_FIGURES)]
+                del identities[:aside]
             runs.append(sys.intern(run))
             times.append(NAN if completed_at is None else completed_at)
             own = {**summary, FABRIC_PAIR.key: NAN if fabric_pair is None else fabric_pair}
             values.extend(_float(own.get(key)) for key in KEY_FIGURES)
+            identities.append(gpus)
         current = summary is not None
         worst = _worst(len(runs), values) if current else None
-        return cls(sys.intern(run), tuple(runs), times, values, current, worst)
+        identity = next((i for i in reversed(identities) if i), "")
+        return cls(
+            sys.intern(run),
+            tuple(runs),
+            times,
+            values,
+            current,
+            worst,
+            identity,
+            restarted,
+        )
 
     def value(self, entry: int, figure: int) -> float:
         return float(self.values[entry * len(KEY_FIGURES) + figure])
@@ -174,6 +204,7 @@ class History:
         found: dict[str, Any] = {
             _RUN: self.runs[index],
             _COMPLETED: None if math.isnan(stamp) else rfc3339(stamp),
+            _GPUS: self.gpus or None,  # the chain's runs are all of its GPUs (or unknown)
         }
         for position, key in enumerate(KEY_FIGURES):
             value = self.value(index, position)

@@ -2,8 +2,10 @@
 history"). Nothing here calls the API; gpuval_operator.control.baselinedriver reads, these decide,
 it writes.
 
-- `start`: what a run judges against (spec.baseline.names, or every GpuBaseline);
-- `agent_env`: the GpuBaselines an agent pod is given (GPUVAL_BASELINE), for its GPU product;
+- `start`: what a run judges against (spec.baseline.names, or every GpuBaseline, learned before
+  manual before shipped), and which judges where two share a key;
+- `agent_env`: the GpuBaselines an agent pod is given (GPUVAL_BASELINE), for its GPU product,
+  its own stack's first;
 - `drift`: a node's key figures against its own kept runs (DriftFromHistory);
 - `fabric_below`: a node's fabric pairs against its baseline's `fabric.pair` (BelowBaseline);
 - `run_status`: the bounded `status.baseline`, systemic figures included;
@@ -18,6 +20,7 @@ from gpuval_api.baseline import files, fleet, history, rules, samples
 from gpuval_api.baseline.history import Drift
 from gpuval_api.baseline.rules import Below, Candidate
 from gpuval_api.baselinemodel import (
+    MAX_BIMODAL,
     MAX_LISTED,
     MAX_NAMES,
     BaselineRunStatus,
@@ -25,12 +28,14 @@ from gpuval_api.baselinemodel import (
     DriftingNode,
     GpuBaselineSpec,
     HistorySettings,
+    SourceKind,
     StackVersions,
 )
 from gpuval_api.crd import GpuBaseline, ObjectMeta
 from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import FabricPair
 from gpuval_api.figures import history_figures
+from gpuval_api.gfd import label_names_product
 from gpuval_operator.baseline.facts import Comparison, History
 from gpuval_operator.baseline.state import DriftNote, RunBaselines
 
@@ -43,27 +48,64 @@ NOTE_LENGTH = 1024
 DRIFT_CHECKS: dict[str, str] = {f.key: f.check for f in history_figures()}
 
 
+# Which of two GpuBaselines of one key judges when spec.baseline.names does not say: the one
+# measured on this fleet, before one written by hand, before one shipped (measured elsewhere).
+PREFERENCE = (SourceKind.LEARNED, SourceKind.MANUAL, SourceKind.SHIPPED)
+
+
+def _preferred(candidate: Candidate) -> tuple[int, str]:
+    return PREFERENCE.index(candidate[1].source.kind), candidate[0]
+
+
 def start(settings: BaselineSettings, listed: Sequence[Candidate]) -> RunBaselines:
     """A run's baselines: the named ones in the order named (missing ones said), else every
-    GpuBaseline by name."""
+    GpuBaseline, learned ones first, then manual, then shipped, each kind by name. Where two
+    share a key the first judges (the agent takes the first that matches): the notes say which
+    and why."""
     by_name = dict(listed)
     if settings.names:
         chosen = [(n, by_name[n]) for n in settings.names if n in by_name]
         missing = tuple(n for n in settings.names if n not in by_name)
     else:
-        chosen, missing = sorted(listed, key=lambda c: c[0]), ()
+        chosen, missing = sorted(listed, key=_preferred), ()
     found = RunBaselines(settings, chosen, list(listed), missing)
     if missing:
         found.notes.append(f"spec.baseline.names: no GpuBaseline {', '.join(missing)}")
+    found.notes += shared_keys(chosen, named=bool(settings.names))
     return found
+
+
+def shared_keys(chosen: Sequence[Candidate], *, named: bool) -> list[str]:
+    """For each key two or more of `chosen` (in order of preference) share: which judges, and
+    why."""
+    by_key: dict[str, list[Candidate]] = {}
+    for candidate in chosen:
+        by_key.setdefault(candidate[1].key.model_dump_json(), []).append(candidate)
+    notes = []
+    for group in by_key.values():
+        if len(group) < 2:
+            continue
+        (first, spec), others = group[0], group[1:]
+        kinds = [str(other.source.kind) for _, other in others]
+        if named:
+            why = "named first in spec.baseline.names"
+        elif all(other.source.kind is spec.source.kind for _, other in others):
+            why = f"all {spec.source.kind}: the first by name"
+        else:
+            why = f"{spec.source.kind} before {', '.join(dict.fromkeys(kinds))}: measured on this "
+            why += "fleet before written by hand before shipped"
+        rest = ", ".join(name for name, _ in others)
+        notes.append(
+            f"GpuBaselines {first} and {rest} share the key {spec.key.describe()}: {first} "
+            f"judges ({why}); spec.baseline.names chooses another"
+        )
+    return notes
 
 
 def product_matches(label: str, spec: GpuBaselineSpec) -> bool:
     """A node's `nvidia.com/gpu.product` label (GPU feature discovery writes NVML's name with
     dashes, and may add -SHARED or a MIG profile) against a baseline's GPU model."""
-    mine = spec.key.gpu_product.replace(" ", "-").lower()
-    label = label.lower()
-    return label == mine or label.startswith(f"{mine}-")
+    return label_names_product(label, spec.key.gpu_product)
 
 
 def _for_agent(name: str, spec: GpuBaselineSpec) -> GpuBaseline:
@@ -73,18 +115,43 @@ def _for_agent(name: str, spec: GpuBaselineSpec) -> GpuBaseline:
     return GpuBaseline(metadata=ObjectMeta(name=name), spec=spec)
 
 
-def agent_env(baselines: RunBaselines, product: str) -> list[dict[str, str]]:
-    """GPUVAL_BASELINE and GPUVAL_BASELINE_FRACTION for a node of GPU `product` ("" when it has
-    no label: every baseline); none when mode Off or no baseline applies. Baselines that would
-    take the variable past MAX_ENV_BYTES are left out (the agent takes the first match)."""
+def _own_first(
+    candidates: Sequence[Candidate], label: str, model: str, gpus: int
+) -> list[Candidate]:
+    """`candidates` with the node's own stack first: its GPU model (as its last report said it,
+    else as its label names it) at its GPU count, then its model at any count, then the rest;
+    the order of preference kept within each."""
+
+    def mine(spec: GpuBaselineSpec) -> bool:
+        product = spec.key.gpu_product
+        return product == model if model else bool(label) and label_names_product(label, product)
+
+    def rank(candidate: Candidate) -> int:
+        spec = candidate[1]
+        if not mine(spec):
+            return 2
+        return 0 if spec.key.gpu_count == gpus else 1
+
+    return sorted(candidates, key=rank)
+
+
+def agent_env(
+    baselines: RunBaselines, product: str, *, model: str = "", gpus: int = 0
+) -> list[dict[str, str]]:
+    """GPUVAL_BASELINE, GPUVAL_BASELINE_FRACTION and GPUVAL_NODE_GPU_PRODUCT for a node whose GPU
+    model label is `product` ("" when it has none: every baseline), known to have `gpus` GPUs of
+    `model` (its last report's; "" when none is in); none when mode Off. The node's own stack's
+    baselines go first, so the MAX_ENV_BYTES budget (the rest are left out: the agent takes the
+    first match) never leaves an unlabelled node without its own."""
     if not baselines.judging:
         return []
-    cached = baselines.env.get(product)
+    cache = f"{product}\0{model}\0{gpus}"
+    cached = baselines.env.get(cache)
     if cached is not None:
         return cached
     chosen: list[GpuBaseline] = []
     text = ""
-    for name, spec in baselines.candidates:
+    for name, spec in _own_first(baselines.candidates, product, model, gpus):
         if product and not product_matches(product, spec):
             continue
         attempt = files.to_yaml([*chosen, _for_agent(name, spec)])
@@ -92,15 +159,13 @@ def agent_env(baselines: RunBaselines, product: str) -> list[dict[str, str]]:
             break
         chosen.append(_for_agent(name, spec))
         text = attempt
-    env = (
-        [
-            {"name": AgentEnv.BASELINE, "value": text},
-            {"name": AgentEnv.BASELINE_FRACTION, "value": str(baselines.settings.fraction)},
-        ]
-        if chosen
-        else []
-    )
-    baselines.env[product] = env
+    env = [{"name": AgentEnv.BASELINE, "value": text}] if chosen else []
+    if product:
+        env.append({"name": AgentEnv.NODE_GPU_PRODUCT, "value": product})
+    if env:
+        fraction = str(baselines.settings.fraction)
+        env.insert(1 if chosen else 0, {"name": AgentEnv.BASELINE_FRACTION, "value": fraction})
+    baselines.env[cache] = env
     return env
 
 
@@ -111,6 +176,17 @@ def drift(chain: History | None, settings: HistorySettings) -> list[Drift]:
     if split is None:
         return []
     return sorted(history.drift(split[0], split[1], settings), key=lambda d: d.ratio)
+
+
+def restart_message(node: str, restarted: tuple[str, int], gpus: str) -> str:
+    """The HistoryRestarted Event of a node whose GPUs were replaced since its kept runs."""
+    before, aside = restarted
+    return (
+        f"{node}: its GPUs changed (GPU identity {before} -> {gpus}: new UUIDs or serials): its "
+        f"history starts again from this run, {aside} earlier run{'s' if aside != 1 else ''} "
+        f"set aside; DriftFromHistory compares it again once it has {history.MIN_RUNS} runs "
+        "on these GPUs"
+    )
 
 
 def drift_note(found: Sequence[Drift], failed: bool) -> DriftNote:
@@ -167,7 +243,10 @@ def run_status(
 def with_learning(status: BaselineRunStatus, baselines: RunBaselines) -> BaselineRunStatus:
     """`status` with what learning (after the run's final status) added: names and notes."""
     note = "; ".join(baselines.notes)[:NOTE_LENGTH]
-    return status.model_copy(update={"learned": baselines.learned[:MAX_NAMES], "note": note})
+    bimodal = [text[:NOTE_LENGTH] for text in baselines.bimodal[:MAX_BIMODAL]]
+    return status.model_copy(
+        update={"learned": baselines.learned[:MAX_NAMES], "note": note, "bimodal": bimodal}
+    )
 
 
 def stack_versions(environments: Iterable[Mapping[str, str]]) -> StackVersions:

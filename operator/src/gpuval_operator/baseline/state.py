@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuval_api.baseline.modes import LEARNED_NOTHING
 from gpuval_api.baseline.rules import Candidate
 from gpuval_api.baselinemodel import BaselineMode, BaselineRunStatus, BaselineSettings
 from gpuval_api.conditions import ConditionReason
@@ -36,9 +37,13 @@ class RunBaselines:
     # The agents' environment per GPU product label ("" where a node has none), made once.
     env: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     drifting: dict[str, DriftNote] = field(default_factory=dict)
+    # Nodes whose history this run started again (their GPUs were replaced), said once each.
+    restarted: set[str] = field(default_factory=set)
     learned: list[str] = field(default_factory=list)
     # Why a key was not learned, a named baseline missing: status.baseline.note.
     notes: list[str] = field(default_factory=list)
+    # GPU stacks learning found in two modes, as said (status.baseline.bimodal).
+    bimodal: list[str] = field(default_factory=list)
     learning_done: bool = False
     # status.baseline, once the run completed (None while it goes on).
     status: BaselineRunStatus | None = None
@@ -50,6 +55,18 @@ class RunBaselines:
 
     def spec_of(self, name: str) -> Candidate | None:
         return next((c for c in self.candidates if c[0] == name), None)
+
+    def bimodal_condition(self) -> tuple[ConditionStatus, ConditionReason, str] | None:
+        """Bimodal: True when learning found a GPU stack in two modes (status.baseline.bimodal),
+        whether it learned the better one or nothing; absent otherwise."""
+        said = self.status.bimodal if self.status is not None else []
+        if not said:
+            return None
+        nothing = any(LEARNED_NOTHING in text for text in said)
+        reason = (
+            ConditionReason.NOT_LEARNED_BIMODAL if nothing else ConditionReason.LEARNED_BETTER_MODE
+        )
+        return ConditionStatus.TRUE, reason, "; ".join(said)
 
     def condition(self, completed: bool) -> tuple[ConditionStatus, ConditionReason, str]:
         """WithinBaseline: Unknown until the run completes or when no node was judged, False

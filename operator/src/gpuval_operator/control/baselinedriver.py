@@ -36,6 +36,7 @@ from gpuval_api.lenient import read_model
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
 from gpuval_operator.baseline import judge
+from gpuval_operator.baseline.facts import History
 from gpuval_operator.baseline.state import RunBaselines
 from gpuval_operator.fabric.verdicts import Classification, Final
 from gpuval_operator.kube.client import ApiError, ResourceExpiredError
@@ -106,11 +107,19 @@ class BaselineDriver:
             return found
 
     def pod_env(self, run: RunState, node: str) -> list[dict[str, str]]:
-        """GPUVAL_BASELINE and its fraction for the node's agent pod (its GPU model's baselines)."""
+        """GPUVAL_BASELINE and its fraction for the node's agent pod (its GPU model's baselines,
+        its own stack's first: the model its last report said, the GPUs it has) and its GPU
+        model label."""
         if run.baseline is None:
             return []
         facts = self.node_watch.nodes.get(node)
-        return judge.agent_env(run.baseline, facts.product if facts is not None else "")
+        latest = self.state.latest.get(node)
+        model = latest.environment.get("gpuProduct", "") if latest is not None else ""
+        gpus = 0
+        if facts is not None:
+            gpus = facts.sharing.physical if facts.sharing is not None else facts.gpus
+        label = facts.product if facts is not None else ""
+        return judge.agent_env(run.baseline, label, model=model, gpus=gpus)
 
     def history_of(self, run: RunState, node: str) -> list[dict[str, Any]]:
         """The history the node's report of this run carries: its last history.runs runs."""
@@ -135,6 +144,7 @@ class BaselineDriver:
                 continue
             if chain is None or not chain.current or chain.run != run.run_id:
                 continue
+            await self._restarted(run, baselines, node, chain)
             found = judge.drift(chain, settings)
             if not found:
                 baselines.drifting.pop(node, None)
@@ -154,6 +164,21 @@ class BaselineDriver:
                 await self.effects.event(
                     EventReason.NODE_DRIFTING, f"{node}: {note.message}", warning=True
                 )
+
+    async def _restarted(
+        self, run: RunState, baselines: RunBaselines, node: str, chain: History
+    ) -> None:
+        """A node whose GPUs were replaced since its kept runs says so once: its history starts
+        again from this run (within GPUVAL_EVENTS_PER_RUN)."""
+        if chain.restarted is None or node in baselines.restarted:
+            return
+        baselines.restarted.add(node)
+        if run.events_posted >= self.effects.config.events_per_run:
+            return
+        run.events_posted += 1
+        await self.effects.event(
+            EventReason.HISTORY_RESTARTED, judge.restart_message(node, chain.restarted, chain.gpus)
+        )
 
     def judge_fabric(self, run: RunState, found: Classification) -> None:
         """A node the fabric passed whose best pair is below its baseline's `fabric.pair` fails
@@ -244,6 +269,8 @@ class BaselineDriver:
     async def _learned(self, run: RunState, baselines: RunBaselines, outcome: Learned) -> None:
         key = outcome.key.describe()
         made = fleet.learned_object(outcome)
+        if outcome.bimodal:
+            baselines.bimodal.append(outcome.bimodal)
         if made is None:
             text = f"no baseline learned for {key}: {outcome.problem}"
             baselines.notes.append(text)
@@ -265,7 +292,11 @@ class BaselineDriver:
             return
         baselines.learned.append(name)
         baselines.existing.append((name, made.spec))
-        await self.effects.event(EventReason.BASELINE_LEARNED, _learned_text(name, outcome))
+        await self.effects.event(
+            EventReason.BASELINE_LEARNED,
+            _learned_text(name, outcome),
+            warning=bool(outcome.bimodal),
+        )
         log.info("%s: %s", run.validation, _learned_text(name, outcome))
 
 
@@ -311,4 +342,6 @@ def _learned_text(name: str, outcome: Learned) -> str:
         text += f" and {more} more" if more > 0 else ""
     if outcome.failed:
         text += f"; {len(outcome.failed)} failed nodes not used"
+    if outcome.bimodal:
+        text += f"; {outcome.bimodal}"
     return text

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuval_api import figures, keys
+from gpuval_api.baseline.history import result_gpu_identity
 from gpuval_api.checks import CheckName
 from gpuval_api.crd import OUTLIER_VALUE_LENGTH
 from gpuval_api.reasons import Reason
@@ -188,6 +189,8 @@ class ReportFacts:
     # (read into a History only for a validation that keeps one: `history()`).
     comparison: Comparison | None = None
     carried: list[Any] | None = None
+    # The identity of the GPUs it was measured on (gpuval_api.baseline.history.gpu_identity).
+    gpu_identity: str | None = None
 
     def history(self) -> History:
         """The node's key figures over its kept runs and, once its verdict is in, this one."""
@@ -199,6 +202,7 @@ class ReportFacts:
             completed_at=self.completed_at,
             summary=self.summary if tested else None,
             fabric_pair=pair,
+            gpus=self.gpu_identity,
         )
 
     @property
@@ -258,4 +262,5 @@ class ReportFacts:
             state=StateFacts.parse(result),
             comparison=Comparison.parse(result),
             carried=spec.get("history") or None,
+            gpu_identity=result_gpu_identity(result),
         )

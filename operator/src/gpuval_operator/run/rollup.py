@@ -72,9 +72,25 @@ def _names(nodes: Sequence[str], limit: int = 5) -> str:
     return shown + (f" and {len(nodes) - limit} more" if len(nodes) > limit else "")
 
 
-def uniform_condition(outliers: Sequence[Outlier] | None) -> Cond:
-    """Uniform: Unknown until compared, False naming the nodes that differ, True otherwise."""
-    if outliers is None:
+def uniform_condition(
+    outliers: Sequence[Outlier] | None, completed: Mapping[str, int] | None = None
+) -> Cond:
+    """Uniform: Unknown until compared, False naming the nodes that differ, True otherwise.
+    `completed` is the run's counts once it completed: a completed run without outliers had no
+    environment to compare, and says so and why, instead of promising a comparison."""
+    if outliers is None and completed is not None:
+        counts = ", ".join(
+            f"{completed.get(key, 0)} {said}"
+            for key, said in (("passed", "passed"), ("failed", "failed"), ("notRun", "not tested"))
+        )
+        uniform = Cond(
+            UNIFORM,
+            "Unknown",
+            R.NO_ENVIRONMENT,
+            f"not compared: none of the run's {completed.get('total', 0)} nodes recorded an "
+            f"environment ({counts}); the next run that reads one compares them",
+        )
+    elif outliers is None:
         uniform = Cond(UNIFORM, "Unknown", R.NOT_COMPARED, "compared when the run completes")
     elif outliers:
         nodes = sorted({o.node for o in outliers})
@@ -124,13 +140,16 @@ def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Co
     found = [
         _succeeded(run),
         _healthy(run),
-        uniform_condition(outliers),
+        uniform_condition(outliers, run.counts() if run.completed_at is not None else None),
         valid,
         *(Cond(*c) for c in holds),
     ]
     if run.baseline is not None:
         status, reason, message = run.baseline.condition(run.completed_at is not None)
         found.append(Cond(ConditionType.WITHIN_BASELINE, status, reason, message))
+        bimodal = run.baseline.bimodal_condition()
+        if bimodal is not None:
+            found.append(Cond(ConditionType.BIMODAL, *bimodal))
     return found
 
 

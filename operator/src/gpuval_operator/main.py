@@ -12,7 +12,7 @@ import logging
 import os
 import secrets
 import socket
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -163,4 +163,8 @@ def cli() -> None:
     peering).
     """
     kopf.configure(verbose=False)
-    kopf.run(clusterwide=True, standalone=True)
+    # kopf names itself `<user>@<host>` for peering (unused: standalone) unless told a name, and
+    # finds the user through getpass.getuser(), which raises KeyError under a UID without a passwd
+    # entry (OpenShift's arbitrary UIDs, any runAsUser the image does not list).
+    identity = cast(Any, f"gpuval-operator@{socket.gethostname()}")
+    kopf.run(clusterwide=True, standalone=True, identity=identity)

@@ -166,18 +166,34 @@ def test_a_failure_waits_while_the_nodes_left_could_make_its_reason_systemic() -
 
 def test_held_nodes_are_tried_again_while_slots_are_free_in_name_order() -> None:
     held = {"c": R.MAX_NODES_REACHED, "a": R.MAX_NODES_REACHED, "b": R.OPERATOR_MAX_NODES_REACHED}
-    retry, causes = to_retry(held, {}, set(), 2, R.MAX_NODES_REACHED)
+    retry, causes = to_retry(held, {}, set(), Limits(2, 5))
     assert retry == ["a", "b"]
     assert causes == {"c": R.MAX_NODES_REACHED}
+    retry, causes = to_retry(held, {}, set(), Limits(5, 1))
+    assert retry == ["a"]
+    assert causes == {"b": R.OPERATOR_MAX_NODES_REACHED, "c": R.OPERATOR_MAX_NODES_REACHED}
+
+
+def test_a_held_node_out_through_another_validation_takes_no_operator_slot() -> None:
+    """Issue 34 part 4: the retry was budgeted min(free slots of the validation, of the
+    operator) and spent it on a node another validation holds out of service (no operator-wide
+    slot), so the operator's last slot went unused."""
+    held = dict.fromkeys(["n3", "n4", "n5"], R.MAX_NODES_REACHED)
+    retry, causes = to_retry(held, {}, set(), Limits(2, 1), out={"n3"})
+    assert retry == ["n3", "n4"], "n3 costs the validation's slot only; n4 takes the operator's"
+    assert causes == {"n5": R.MAX_NODES_REACHED}
+    retry, causes = to_retry(held, {}, set(), Limits(3, 1), out={"n3"})
+    assert retry == ["n3", "n4"]
+    assert causes == {"n5": R.OPERATOR_MAX_NODES_REACHED}, "held by the limit that is full"
 
 
 def test_a_systemic_hold_stays_while_its_reason_is_systemic_and_moves_to_the_full_limit() -> None:
     held = {"a": R.SYSTEMIC, "b": R.SYSTEMIC}
     reasons = {"a": "LowThroughput", "b": "XidError"}
-    retry, causes = to_retry(held, reasons, {"LowThroughput"}, 0, R.OPERATOR_MAX_NODES_REACHED)
+    retry, causes = to_retry(held, reasons, {"LowThroughput"}, Limits(3, 0))
     assert retry == []
     assert causes == {"a": R.SYSTEMIC, "b": R.OPERATOR_MAX_NODES_REACHED}
-    retry, _ = to_retry(held, reasons, set(), 5, R.MAX_NODES_REACHED)
+    retry, _ = to_retry(held, reasons, set(), Limits(5, 5))
     assert retry == ["a", "b"], "released, or no longer systemic: tried again"
 
 

@@ -98,35 +98,32 @@ class HoldKeeper:
         await self._announce(run)
 
     async def _retry(self, run: RunState, spec: GpuValidationSpec) -> None:
+        """Held nodes tried again while the limits have room, until they are used or no held
+        node is left: a pass's plan counts the slots as last seen, and what its admissions found
+        (a node out of service through another validation takes no operator-wide slot; a slot
+        taken meanwhile) shapes the next pass. A pass that lets no node go ends it."""
         state = run.breaker
-        held = {n: c for n, c in state.held.items() if n in run.nodes}
-        if not held or not _acts(spec):
-            return
-        free_validation, free_operator = state.limit, 1 << 30
-        if self.ledger is not None:
-            free_validation, free_operator = self.ledger.free(
-                label_value(run.validation), state.approved_at, state.limit
-            )
-        blocked_by = (
-            ConditionReason.MAX_NODES_REACHED
-            if free_validation <= 0
-            else ConditionReason.OPERATOR_MAX_NODES_REACHED
-        )
-        reasons = {n: str(run.nodes[n].reason) for n in held}
-        retry, causes = breaker.to_retry(
-            held,
-            reasons,
-            state.systemic_reasons(),
-            max(0, min(free_validation, free_operator)),
-            blocked_by,
-        )
-        if causes != {n: c for n, c in held.items() if n not in retry}:
-            run.dirty = True
-        state.held.update(causes)
-        if retry:
+        for _ in range(len(state.held) + 1):  # each pass but the last lets one node go at least
+            held = {n: c for n, c in state.held.items() if n in run.nodes}
+            if not held or not _acts(spec):
+                return
+            free, out = breaker.Limits(state.limit, 1 << 30), set[str]()
+            if self.ledger is not None:
+                key = label_value(run.validation)
+                free = breaker.Limits(*self.ledger.free(key, state.approved_at, state.limit))
+                out = self.ledger.out(held)
+            reasons = {n: str(run.nodes[n].reason) for n in held}
+            retry, causes = breaker.to_retry(held, reasons, state.systemic_reasons(), free, out)
+            if causes != {n: c for n, c in held.items() if n not in retry}:
+                run.dirty = True
+            state.held.update(causes)
+            if not retry:
+                return
             run.dirty = True
             jobs = (self.actor.act(run, run.nodes[n], spec, announce=False) for n in retry)
             await self.effects.bounded(jobs)
+            if all(n in state.held for n in retry):
+                return  # held again, every one: the limits are used as far as the nodes show
 
     async def _announce(self, run: RunState) -> None:
         """Events: a release once, each hold cause and systemic reason once per run."""

@@ -174,6 +174,7 @@ def test_a_threshold_no_node_meets_cordons_at_most_the_limit_says_why_and_a_rele
     # Posted once, when the hold began (the run had not all its verdicts yet).
     assert event["type"] == "Warning" and "for MaxNodesReached" in event["message"]
     assert re.match(r"\d+ of \d+ failed nodes keep their label", event["message"])
+    assert re.search(r"\(at \d{4}-\d\d-\d\dT\S+Z[,)]", event["message"]), event["message"]
     series = _held(metrics, name)
     assert series == {"MaxNodesReached": 36.0}
     assert f'gpuval_validation_nodes_out_of_service{{validation="{name}"}} 4.0' in metrics
@@ -293,6 +294,8 @@ def test_a_majority_failing_with_one_reason_holds_the_actions_under_the_limit_un
     held = conditions(status)["NodeActionsHeld"]
     assert (held["status"], held["reason"]) == ("True", "Systemic")
     assert event["type"] == "Warning" and "BurnMismatch" in event["message"]
+    # Posted once, with the figures of its time, and says so (the condition follows the run).
+    assert re.search(r"\(at \d{4}-\d\d-\d\dT\S+Z[,)]", event["message"]), event["message"]
     assert _held(metrics, name) == {"Systemic": 4.0}
     assert (
         f'gpuval_validation_systemic_failure_ratio{{reason="BurnMismatch",validation="{name}"}}'

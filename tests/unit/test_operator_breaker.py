@@ -24,7 +24,14 @@ from gpuval_operator.nodes.breaker import (
     undecided,
 )
 from gpuval_operator.nodes.entries import NodeEntry, entry_key, next_entry
-from gpuval_operator.run.holds import BreakerState, Systemic, held_condition, systemic_condition
+from gpuval_operator.run.holds import (
+    BreakerState,
+    Systemic,
+    as_of,
+    held_condition,
+    systemic_condition,
+    systemic_event,
+)
 
 LIMITS = Limits(validation=2, operator=3)
 
@@ -250,3 +257,22 @@ def test_the_systemic_condition_names_the_reason_and_the_likely_cause() -> None:
     assert systemic_condition(state)[3].endswith("released by a person")
     assert state.systemic_reasons() == set()
     assert systemic_condition(BreakerState())[1:3] == ("False", R.NOT_SYSTEMIC)
+
+
+def test_the_systemic_event_says_its_time_and_that_its_figures_are_so_far() -> None:
+    """Issue 34 part 5: the once-per-run SystemicFailure Event said "3 of 5 tested nodes" where
+    the final condition said 6 of 10, without saying that it spoke of the run so far."""
+    found = Systemic("LowThroughput", 3, 5)
+    early = systemic_event(found, "1-abcd", 1_800_000_000.0, untested=5, total=10)
+    assert early == (
+        "3 of 5 nodes tested so far (60%) failed with LowThroughput in run 1-abcd: the spec or "
+        "the fleet's stack is the likely cause, not the nodes (at 2027-01-15T08:00:00Z, 5 of 10 "
+        "nodes still to test: figures so far; the SystemicFailure condition keeps them current)"
+    )
+    final = systemic_event(Systemic("LowThroughput", 6, 10), "1-abcd", 1_800_000_000.0, 0, 10)
+    assert final.startswith("6 of 10 tested nodes (60%) failed with LowThroughput in run 1-abcd")
+    assert final.endswith("not the nodes (at 2027-01-15T08:00:00Z)")
+    assert as_of(1_800_000_000.0, 2, 40, "NodeActionsHeld") == (
+        " (at 2027-01-15T08:00:00Z, 2 of 40 nodes still to test: figures so far; the "
+        "NodeActionsHeld condition keeps them current)"
+    )

@@ -450,9 +450,12 @@ class ValidationController:
         # Learning reads every report of the run again: after the final status, not before it.
         if await self.baseline.learn(run):
             await self._write_status(force=True)
-        if not rollup.announce_completion(run):
+        budget = self.config.events_per_run
+        if not rollup.announce_completion(run, budget):
             return
-        run.announced = True
+        run.announced, run.announcements = True, run.announcements + 1
+        if run.announcements == budget:
+            summary += "; later ends of this run are not announced (GPUVAL_EVENTS_PER_RUN)"
         await self.effects.event(
             EventReason.RUN_COMPLETED, summary, warning=bool(run.failed() or run.outliers)
         )

@@ -6,18 +6,20 @@ operator-wide limit), a person's release (annotation gpuval.dev/release) and the
 reasons. A failure's taint and cordon wait while the rest of the run could still make its reason
 systemic (`breaker.undecided`), and follow once it cannot; held nodes are tried again while
 slots are free or their systemic reason is gone or released; and the hold is said once per run
-and cause (Events NodeActionsHeld, SystemicFailure, NodeActionsReleased). The decisions are
+and cause (Events NodeActionsHeld, SystemicFailure, NodeActionsReleased), each saying the time
+and the figures it was posted with. The decisions are
 gpuval_operator.nodes.breaker's, the node patches gpuval_operator.nodes.actor's.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 
 from gpuval_api import keys
-from gpuval_api.conditions import ConditionReason, EventReason
+from gpuval_api.conditions import ConditionReason, ConditionType, EventReason
 from gpuval_api.crd import GpuValidationSpec
 from gpuval_api.labels import label_value
 from gpuval_api.release import Release
@@ -27,7 +29,7 @@ from gpuval_operator.nodes.actor import NodeActor
 from gpuval_operator.nodes.ledger import OutOfServiceLedger
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.run.effects import Effects
-from gpuval_operator.run.holds import held_condition
+from gpuval_operator.run.holds import as_of, held_condition, systemic_event
 from gpuval_operator.run.state import Phase, RunState
 
 log = logging.getLogger(__name__)
@@ -139,19 +141,19 @@ class HoldKeeper:
             )
             await self.effects.event(EventReason.NODE_ACTIONS_RELEASED, message)
             run.dirty = True
+        now, total = time.time(), len(run.nodes)
+        untested = sum(1 for r in run.nodes.values() if not r.done)
         for found in state.systemic:
             if f"systemic:{found.reason}" not in state.posted:
                 state.posted.add(f"systemic:{found.reason}")
-                message = (
-                    f"{found.message()} in run {run.run_id}: the spec or the fleet's stack is "
-                    "the likely cause, not the nodes"
-                )
+                message = systemic_event(found, run.run_id, now, untested, total)
                 await self.effects.event(EventReason.SYSTEMIC_FAILURE, message, warning=True)
         new = set(state.causes()) - state.posted
         if new:
             state.posted |= new
             failures = Counter(str(r.reason) for r in run.failed())
             _, _, _, message = held_condition(state, failures, run.validation)
+            message += as_of(now, untested, total, ConditionType.NODE_ACTIONS_HELD)
             await self.effects.event(EventReason.NODE_ACTIONS_HELD, message, warning=True)
             log.warning("%s: %s", run.validation, message)
 

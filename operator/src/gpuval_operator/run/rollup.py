@@ -210,10 +210,11 @@ def waiting_for_nodes(run: RunState) -> bool:
     return run.gating and not run.nodes
 
 
-def announce_completion(run: RunState) -> bool:
-    """RunCompleted is posted once per run: not again when arrivals or a revised verdict reopen
-    and close it, not for a gating run that has no node yet (it waits for them)."""
-    return not run.announced and not waiting_for_nodes(run)
+def announce_completion(run: RunState, budget: int) -> bool:
+    """RunCompleted is posted once per end of a run: its first, and again each time arrivals, a
+    retry or a revised verdict reopened it and it closed again, at most `budget` ends a run
+    (GPUVAL_EVENTS_PER_RUN); never for a gating run that has no node yet (it waits for them)."""
+    return not run.announced and not waiting_for_nodes(run) and run.announcements < max(budget, 1)
 
 
 def phase_of(run: RunState) -> str:
@@ -291,11 +292,14 @@ def build_invalid_status(
 
 
 def run_summary(run: RunState, outliers: Sequence[Outlier] | None) -> str:
-    """One line about a completed run, for its RunCompleted Event and the log."""
+    """One line about a completed run, for its RunCompleted Event and the log: the figures of
+    this end, saying when it was and whether the run had ended before (it reopened)."""
     counts = run.counts()
+    again = " again" if run.announcements else ""
+    when = f" at {rfc3339(run.completed_at)}" if run.completed_at is not None else ""
     summary = (
-        f"run {run.run_id} completed: {counts['passed']} passed, {counts['failed']} failed"
-        f", {counts['notRun']} not tested of {counts['total']}"
+        f"run {run.run_id} completed{again}{when}: {counts['passed']} passed, "
+        f"{counts['failed']} failed, {counts['notRun']} not tested of {counts['total']}"
     )
     if outliers:
         summary += f"; {len({o.node for o in outliers})} nodes not uniform"
@@ -322,6 +326,7 @@ def read_run(name: str, status: Mapping[str, Any], *, fabric: bool) -> RunState 
     # A run the status shows completed with nodes was announced (RunCompleted) by whoever closed
     # it; one with none (a gating run still waiting) announces its first real close.
     run.announced = run.completed_at is not None and bool((status.get("nodes") or {}).get("total"))
+    run.announcements = int(run.announced)
     if fabric and run.completed_at is None:
         run.expect_fabric(parse_time((status.get(StatusKey.FABRIC) or {}).get("startedAt")))
     return run

@@ -167,8 +167,11 @@ class RunState:
     dry_run: dict[str, str] = field(default_factory=dict)
     # spec.gating: an empty run waits for nodes to join (phase Pending), it is not a failure.
     gating: bool = False
-    # RunCompleted was posted: once per run, however often arrivals or a revision reopen it.
+    # RunCompleted was posted for the run's current end, and how many ends were announced: once
+    # per end (a reopening, by arrivals, a retry or a revised verdict, ends it again), at most
+    # GPUVAL_EVENTS_PER_RUN ends a run.
     announced: bool = False
+    announcements: int = 0
     # NodeQueued Events posted for this run (capped by GPUVAL_EVENTS_PER_RUN; the rest counted).
     queued_events: int = 0
     # Something the status shows changed since the status was last written.
@@ -301,8 +304,9 @@ class RunState:
 
     def reopen(self) -> None:
         """Nodes joined a completed run (gating, retry), or a node's verdict was written over: it
-        is running again, until it completes again."""
+        is running again, until it completes again (and says so again)."""
         self.completed_at = None
+        self.announced = False
 
     def apply_report(self, report: ReportFacts) -> bool:
         """Apply a report of this run; True when it gave its node a verdict."""

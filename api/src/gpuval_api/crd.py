@@ -31,7 +31,7 @@ from gpuval_api.fabric import FabricSpec, FabricStatus
 from gpuval_api.fabricsummary import FabricRunStatus
 from gpuval_api.kueue import queue_field
 from gpuval_api.reasons import Reason
-from gpuval_api.report import REPORT_VERDICTS, ReportPhase
+from gpuval_api.report import REPORT_VERDICTS, ReportPhase, Settler
 from gpuval_api.result import Verdict
 
 GROUP = "gpuval.dev"
@@ -789,6 +789,14 @@ class GpuNodeReportStatus(_Model):
         description=(
             "A failing node's evidence bundle (gzip+base64 JSON, at most 64 KiB; "
             "`kubectl gpuval evidence NODE` writes it to a file)."
+        ),
+    )
+    settled_by: Settler | None = Field(
+        default=None,
+        description=(
+            "operator: the operator wrote this verdict itself (the agent could not, or the run "
+            "overruled it); the agents' admission policy then refuses their writes to the "
+            "report. Cleared before a node's next attempt."
         ),
     )
 

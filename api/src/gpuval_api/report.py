@@ -61,6 +61,17 @@ class StatusKey(StrEnum):
     RESULT = "result"
     FABRIC = "fabric"
     EVIDENCE = "evidence"
+    SETTLED_BY = "settledBy"
+
+
+class Settler(StrEnum):
+    """`status.settledBy`: who settled the report's verdict. Only the operator sets it, when it
+    writes a verdict itself (the agent could not, or the run overruled it); the admission policy
+    then refuses the agent's writes to the report (a stalled agent's late write, made with a
+    token a kubelet keeps through the termination grace). The operator's reset before a node's
+    next attempt clears it."""
+
+    OPERATOR = "operator"
 
 
 class SummaryKey(StrEnum):
@@ -256,7 +267,8 @@ def build_operator_failure_status(
     check: str = AGENT_CHECK,
 ) -> dict[str, Any]:
     """The `status` the operator writes when the agent could not (pod failed, evicted...), or
-    when the run as a whole shows what one agent could not (`check` names where)."""
+    when the run as a whole shows what one agent could not (`check` names where): settled by the
+    operator (`settledBy`)."""
     failure = {
         FailureKey.CHECK: check,
         FailureKey.REASON: str(reason),
@@ -266,6 +278,7 @@ def build_operator_failure_status(
     verdict = REASONS[reason].verdict
     return _status(
         {
+            StatusKey.SETTLED_BY: str(Settler.OPERATOR),
             StatusKey.PHASE: str(ReportPhase.COMPLETED),
             StatusKey.VERDICT: str(verdict),
             StatusKey.REASON: str(reason),

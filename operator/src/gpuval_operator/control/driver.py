@@ -211,7 +211,7 @@ class RunDriver:
             return
         if outcome.status is not None:
             status = {**outcome.status, StatusKey.MESSAGE: message}
-            await self.effects.write_report_status(record, status)
+            await self.effects.settle_report(record, status)
         elif reason is not None:
             await self.effects.write_report_failure(record, reason, message)
 

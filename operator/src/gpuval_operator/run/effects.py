@@ -21,7 +21,7 @@ from gpuval_api.crd import API_VERSION, REPORT_PLURAL, VALIDATION_KIND, GpuValid
 from gpuval_api.gfd import GpuSharing
 from gpuval_api.labels import children_selector
 from gpuval_api.reasons import Reason
-from gpuval_api.report import AGENT_CHECK, build_operator_failure_status
+from gpuval_api.report import AGENT_CHECK, Settler, StatusKey, build_operator_failure_status
 from gpuval_operator import planning
 from gpuval_operator.config import OperatorConfig
 from gpuval_operator.kube import events
@@ -209,6 +209,14 @@ class Effects:
             log.warning("%s: could not write report %s: %s", self.name, record.report, exc)
             return False
         return True
+
+    async def settle_report(self, record: NodeRecord, status: dict[str, Any]) -> bool:
+        """Write a verdict the operator settled itself, marked so (`status.settledBy`): the
+        agents' admission policy refuses their writes to the report from then on (a stalled
+        agent's late write). False when refused."""
+        return await self.write_report_status(
+            record, {**status, StatusKey.SETTLED_BY: str(Settler.OPERATOR)}
+        )
 
     async def write_report_failure(
         self, record: NodeRecord, reason: Reason, message: str, check: str = AGENT_CHECK

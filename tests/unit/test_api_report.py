@@ -209,6 +209,7 @@ def test_a_node_gpuval_could_not_test_is_not_run_with_no_failure_listed() -> Non
 def test_every_reason_of_an_untested_node_is_not_run_and_evidence_is_failed() -> None:
     not_run = {r for r, info in REASONS.items() if info.verdict == "NotRun"}
     assert not_run == {
+        Reason.AGENT_POD_REFUSED,
         Reason.POD_UNSCHEDULABLE,
         Reason.POD_EVICTED,
         Reason.POD_DELETED,

@@ -21,6 +21,8 @@ class ConditionType(StrEnum):
     SYSTEMIC_FAILURE = "SystemicFailure"
     # With spec.baseline: False when the run is systemically below its baseline (the stack).
     WITHIN_BASELINE = "WithinBaseline"
+    # The API server refuses the run's agent pods (admission, quota): the cluster's configuration.
+    AGENT_PODS_REFUSED = "AgentPodsRefused"
 
 
 class ConditionReason(StrEnum):
@@ -53,6 +55,14 @@ class ConditionReason(StrEnum):
     WITHIN_BASELINE = "WithinBaseline"  # no figure is below its baseline on most judged nodes
     SYSTEMIC_BELOW_BASELINE = "SystemicBelowBaseline"  # most judged nodes below on a figure
     NO_BASELINE = "NoBaseline"  # no node of the run had a baseline to be judged against
+    # AgentPodsRefused: what refused the agent pods (True), or that none is refused (False).
+    POD_SECURITY = "PodSecurity"  # Pod Security admission (the namespace's enforce level)
+    ADMISSION_WEBHOOK = "AdmissionWebhook"  # a validating or mutating webhook denied it
+    ADMISSION_POLICY = "AdmissionPolicy"  # a ValidatingAdmissionPolicy denied it
+    QUOTA_EXCEEDED = "QuotaExceeded"  # a ResourceQuota of the namespace
+    WEBHOOK_UNAVAILABLE = "WebhookUnavailable"  # a webhook that fails closed could not be called
+    POD_REFUSED = "PodRefused"  # anything else (a missing namespace or ServiceAccount, RBAC...)
+    AGENT_PODS_ADMITTED = "AgentPodsAdmitted"
 
 
 class ValidationPhase(StrEnum):
@@ -89,3 +99,4 @@ class EventReason(StrEnum):
     BASELINE_MISSING = "BaselineMissing"  # a GpuBaseline spec.baseline.names names is not there
     SYSTEMIC = "SystemicBelowBaseline"  # most judged nodes below their baseline on a figure
     NODE_DRIFTING = "NodeDrifting"  # a node's figure fell against its own history
+    AGENT_PODS_REFUSED = "AgentPodsRefused"  # the API server refused agent pods (once per cause)

@@ -28,6 +28,7 @@ from gpuval_operator.kube import events
 from gpuval_operator.kube.client import ApiError, KubeClient, ResourceExpiredError, q
 from gpuval_operator.names import run_number
 from gpuval_operator.run.facts import ReportFacts
+from gpuval_operator.run.refusals import Refusal
 from gpuval_operator.run.state import NodeRecord, RunState
 
 log = logging.getLogger(__name__)
@@ -144,9 +145,9 @@ class Effects:
         spec: GpuValidationSpec,
         sharing: GpuSharing | None = None,
         baseline: Sequence[Mapping[str, str]] = (),
-    ) -> str | None:
-        """Create the node's agent pod (`sharing`: its GPUs are shared); the API server's refusal
-        as text, None when it exists."""
+    ) -> Refusal | None:
+        """Create the node's agent pod (`sharing`: its GPUs are shared); the API server's
+        refusal, None when made or it exists."""
         body = planning.build_pod(
             validation=self.name,
             uid=self.uid,
@@ -163,9 +164,12 @@ class Effects:
         try:
             await self.client.create(self.pods_path, body)
         except ApiError as exc:
-            # A pod the API server refuses (missing namespace or ServiceAccount, quota,
-            # admission) fails the node with the server's words instead of retrying forever.
-            return None if exc.status == 409 else f"could not create the agent pod: {exc}"
+            # Refused before any node saw it (admission, quota, a missing namespace or
+            # ServiceAccount): the cluster's configuration, never the node's (run.refusals).
+            if exc.status == 409:
+                return None
+            words = exc.body.get("message") if isinstance(exc.body, dict) else None
+            return Refusal.of(exc.status, str(words or exc))
         return None
 
     async def delete_pod(self, record: NodeRecord) -> None:

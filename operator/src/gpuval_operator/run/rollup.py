@@ -19,6 +19,7 @@ from gpuval_api.report import StatusKey
 from gpuval_operator.fabric.rollup import build_fabric_status
 from gpuval_operator.names import run_number
 from gpuval_operator.run.holds import held_condition, systemic_condition
+from gpuval_operator.run.refusals import refused_condition
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
 from gpuval_operator.run.uniformity import Outlier
 from gpuval_operator.timestamps import parse_time, rfc3339
@@ -92,8 +93,8 @@ def uniform_condition(outliers: Sequence[Outlier] | None) -> Cond:
 
 
 def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Cond]:
-    """Succeeded, NodesHealthy, Uniform, Invalid (False), NodeActionsHeld and SystemicFailure for
-    a valid spec's run.
+    """Succeeded, NodesHealthy, Uniform, Invalid (False), NodeActionsHeld, SystemicFailure and
+    AgentPodsRefused for a valid spec's run.
 
     `outliers` is None while the run goes on or when no node reported an environment: uniformity is
     then Unknown rather than a premature True.
@@ -121,12 +122,14 @@ def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Co
         ]
     failures = Counter(str(r.reason) for r in run.failed())
     holds = (held_condition(run.breaker, failures, run.validation), systemic_condition(run.breaker))
+    refused = refused_condition(run.refused, len(run.refused_nodes()))
     found = [
         _succeeded(run),
         _healthy(run),
         uniform_condition(outliers),
         valid,
         *(Cond(*c) for c in holds),
+        Cond(*refused),
     ]
     if run.baseline is not None:
         status, reason, message = run.baseline.condition(run.completed_at is not None)

@@ -29,6 +29,7 @@ from gpuval_operator.fabric.state import FabricState
 from gpuval_operator.planning import Candidate
 from gpuval_operator.run.facts import PodFacts, ReportFacts
 from gpuval_operator.run.holds import BreakerState
+from gpuval_operator.run.refusals import Refused
 from gpuval_operator.run.uniformity import Outlier
 
 
@@ -113,19 +114,36 @@ class NodeRecord:
         return self.phase >= Phase.PASSED
 
     @property
-    def settled(self) -> bool:
-        """Its verdict in this run is final: done, and not waiting for the fabric."""
-        return self.done and not self.held
+    def refused(self) -> bool:
+        """NotRun because the API server refused its agent pod: it waits for the cluster to
+        admit one (run.refusals), which no verdict of this run has settled."""
+        return self.phase is Phase.NOT_RUN and self.reason is Reason.AGENT_POD_REFUSED
 
-    def next_attempt(self, pod: str, not_before: float, trigger: NodeTrigger) -> None:
+    @property
+    def settled(self) -> bool:
+        """Its verdict in this run is final: done, not waiting for the fabric, nor for the
+        cluster to admit its agent pod."""
+        return self.done and not self.held and not self.refused
+
+    def next_attempt(self, pod: str, not_before: float, trigger: NodeTrigger | None) -> None:
         """Make the record wait for another attempt, under a new pod name, in the same report
         (which still shows the previous attempt until the operator resets it)."""
+        self._again(pod, self.attempt + 1, not_before, trigger)
+
+    def readmit(self) -> None:
+        """Its refused agent pod is to be created again: the same attempt and pod name (no pod
+        existed, so no attempt was spent), the report reset first."""
+        self._again(self.pod, self.attempt, 0.0, self.trigger)
+
+    def _again(
+        self, pod: str, attempt: int, not_before: float, trigger: NodeTrigger | None
+    ) -> None:
         fresh = NodeRecord(
             self.node,
             self.gpus,
             self.report,
             pod,
-            attempt=self.attempt + 1,
+            attempt=attempt,
             trigger=trigger,
             not_before=not_before,
             stale_report=True,
@@ -181,6 +199,10 @@ class RunState:
     # Node actions under way for verdicts that came at once: (applied, of), None when none are
     # (a fabric settles every node at its end; the status shows the progress).
     acting: tuple[int, int] | None = None
+    # The API server refuses the run's agent pods now (admission, quota), and the refusals an
+    # Event has said (once per run, cause and policy): gpuval_operator.run.refusals.
+    refused: Refused | None = None
+    refusals_said: set[str] = field(default_factory=set)
 
     def add(self, node: str, gpus: int, report: str, pod: str) -> NodeRecord:
         record = self.nodes.get(node)
@@ -287,6 +309,21 @@ class RunState:
             record.phase = Phase.of(verdict)
             record.reason, record.message = reason or Reason.CHECK_ERROR, message[:300]
         self.finished.append(node)
+
+    def refuse(self, node: str, message: str) -> bool:
+        """The API server refused the node's agent pod: NotRun (AgentPodRefused) until the
+        cluster admits one; no node action follows (it is not `finished`). False when the node
+        had a verdict already."""
+        record = self.nodes.get(node)
+        if record is None or record.done:
+            return False
+        record.phase, record.reason = Phase.NOT_RUN, Reason.AGENT_POD_REFUSED
+        record.message, record.termination = message[:300], None
+        self.dirty = True
+        return True
+
+    def refused_nodes(self) -> list[NodeRecord]:
+        return sorted((r for r in self.nodes.values() if r.refused), key=lambda r: r.node)
 
     def finish_for(self, node: str, reason: Reason, message: str) -> bool:
         """Record the verdict an operator-side reason gives (Failed or NotRun by its class)."""

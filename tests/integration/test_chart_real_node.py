@@ -420,13 +420,19 @@ def _new_leader(cluster: Cluster, release: chart.Release, old: str) -> dict[str,
     return leader if leader is not None and leader["metadata"]["name"] != old else None
 
 
+WITHOUT_HOME = (
+    "import os; os.environ.pop('HOME', None); os.execvp('gpuval-operator', ['gpuval-operator'])"
+)
+
+
 def test_the_operator_image_runs_under_a_uid_without_passwd_entry_and_no_home(
     real_node_cluster: Cluster, real_node: RealNode, release: chart.Release
 ) -> None:
     """OpenShift's arbitrary UIDs, or any runAsUser the image does not list: a UID without a
-    passwd entry, and no HOME (`env -u HOME`, as the image sets one). The operator starts, loads
-    its ServiceAccount and waits as a standby on the release's Lease (issue 34 part 3: before,
-    kopf's getpass.getuser() raised KeyError and the credentials expanded ~/.kube/config)."""
+    passwd entry, and no HOME (dropped before the exec: the image sets one). The operator
+    starts, loads its ServiceAccount and waits as a standby on the release's Lease (issue 34
+    part 3: before, kopf's getpass.getuser() raised KeyError and the credentials expanded
+    ~/.kube/config)."""
     cluster, name = real_node_cluster, f"anyuid-{uuid.uuid4().hex[:6]}"
     env = chart.operator_env(release)
     pod = {
@@ -449,7 +455,8 @@ def test_the_operator_image_runs_under_a_uid_without_passwd_entry_and_no_home(
                     "name": "operator",
                     "image": real.OPERATOR_IMAGE,
                     "imagePullPolicy": "Never",
-                    "command": ["env", "-u", "HOME", "gpuval-operator"],
+                    # The image sets HOME and has no `env`: python3 drops it, then execs.
+                    "command": ["python3", "-c", WITHOUT_HOME],
                     "env": [{"name": k, "value": v} for k, v in env.items()],
                     "securityContext": {
                         "allowPrivilegeEscalation": False,
@@ -463,9 +470,19 @@ def test_the_operator_image_runs_under_a_uid_without_passwd_entry_and_no_home(
         },
     }
     cluster.apply([pod])
+
+    def started() -> dict[str, Any] | None:
+        found = get_json(cluster, "pod", name, "-n", release.namespace) or {}
+        states = [
+            s.get("state") or {} for s in found.get("status", {}).get("containerStatuses", [])
+        ]
+        return found if any("running" in s or "terminated" in s for s in states) else None
+
     try:
-        container = real.running_container(cluster, release.namespace, name)
-        pid = real_node.container_pid(container)
+        seen = wait_for("the operator container to start", started, timeout=120)
+        (state,) = seen["status"]["containerStatuses"]
+        assert "running" in state["state"], (state, real.logs(cluster, release.namespace, name))
+        pid = real_node.container_pid(state["containerID"])
         uid = real.process_uid(pid)
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
 

@@ -100,7 +100,7 @@ def test_a_refused_node_is_not_run_with_no_node_action_and_keeps_the_run_open() 
         1,
         names.pod_name("v", "1-aaaa", "a"),
     ), "no pod existed: no attempt spent, the same pod name"
-    assert record.stale_report, "its report (the refusal) is reset before the pod is made"
+    assert record.stale_report and record.reset_due, "its report is reset before the pod is made"
     assert not run.refuse("c", "no such node")
 
 

@@ -254,9 +254,11 @@ def build_findings_status(checks: Sequence[CheckResult]) -> dict[str, Any] | Non
 
 
 def build_reset_status() -> dict[str, Any]:
-    """The `status` the operator writes before a node's next attempt in the same run: every
-    field of the previous attempt cleared, so its verdict is never read as the new one's."""
-    return _status({key: None for key in StatusKey} | {StatusKey.PHASE: str(ReportPhase.PENDING)})
+    """The `status` (a merge patch, nulls kept) the operator writes before a node's next attempt
+    in the same run: Pending, so the previous attempt's verdict is never read as the new one's
+    (its other fields stay until the new agent writes its own), and the operator's settled mark
+    removed, so the new agent may write the report."""
+    return _status({StatusKey.PHASE: str(ReportPhase.PENDING), StatusKey.SETTLED_BY: None})
 
 
 def build_operator_failure_status(

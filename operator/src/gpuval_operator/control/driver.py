@@ -23,7 +23,7 @@ from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, NodeTrigger
 from gpuval_api.gfd import GpuSharing
 from gpuval_api.reasons import Reason
-from gpuval_api.report import StatusKey, build_reset_status
+from gpuval_api.report import StatusKey
 from gpuval_operator import cron, names, planning
 from gpuval_operator.baseline.driver import BaselineDriver
 from gpuval_operator.control.holds import HoldKeeper
@@ -238,9 +238,10 @@ class RunDriver:
         run.dirty = True
 
         async def create(record: NodeRecord) -> None:
-            if record.stale_report:
-                # The previous attempt's verdict must not be read as this one's.
-                await self.effects.write_report_status(record, build_reset_status())
+            if record.reset_due:
+                # The previous attempt's verdict must not be read as this one's, and a verdict
+                # the operator settled must not keep this attempt's agent from writing.
+                record.reset_due = not await self.effects.reset_report(record)
             facts = self.node_watch.nodes.get(record.node)
             sharing = facts.sharing if facts is not None else None
             if sharing is not None and not sharing.exclusive_possible:

@@ -21,7 +21,13 @@ from gpuval_api.crd import API_VERSION, REPORT_PLURAL, VALIDATION_KIND, GpuValid
 from gpuval_api.gfd import GpuSharing
 from gpuval_api.labels import children_selector
 from gpuval_api.reasons import Reason
-from gpuval_api.report import AGENT_CHECK, Settler, StatusKey, build_operator_failure_status
+from gpuval_api.report import (
+    AGENT_CHECK,
+    Settler,
+    StatusKey,
+    build_operator_failure_status,
+    build_reset_status,
+)
 from gpuval_operator import planning
 from gpuval_operator.config import OperatorConfig
 from gpuval_operator.kube import events
@@ -211,6 +217,18 @@ class Effects:
             )
         except ApiError as exc:
             log.warning("%s: could not write report %s: %s", self.name, record.report, exc)
+            return False
+        return True
+
+    async def reset_report(self, record: NodeRecord) -> bool:
+        """Before a node's next attempt: its report Pending, the operator's settled mark removed
+        (a null in the merge patch), so that attempt's agent may write it. False when refused."""
+        try:
+            await self.client.merge_patch(
+                f"{REPORTS_PATH}/{q(record.report)}/status", {"status": build_reset_status()}
+            )
+        except ApiError as exc:
+            log.warning("%s: could not reset report %s: %s", self.name, record.report, exc)
             return False
         return True
 

@@ -70,6 +70,9 @@ class NodeRecord:
     # The report still shows the previous attempt: reset it before the next pod starts, and
     # read none of its completed statuses until the reset shows.
     stale_report: bool = False
+    # A next attempt, or a refused pod made again: the report is reset (Pending, the operator's
+    # settled mark removed) before its pod is made, whatever the report watch brought meanwhile.
+    reset_due: bool = False
     # Its report exists: only then may its pod start (the agent writes to that report).
     planned: bool = False
     pod_seen: bool = False
@@ -147,6 +150,7 @@ class NodeRecord:
             trigger=trigger,
             not_before=not_before,
             stale_report=True,
+            reset_due=True,
             planned=True,
         )
         for slot in NodeRecord.__slots__:

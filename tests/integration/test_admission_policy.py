@@ -15,6 +15,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ import pytest
 
 from gpuval_agent.errors import AgentError
 from gpuval_agent.kube import ApiServer, ReportWriter
+from gpuval_api.reasons import Reason
+from gpuval_api.report import build_operator_failure_status, build_reset_status
 from gpuval_devtools.controlplane import Cluster, GpuNode
 from tests.support import chart
 from tests.support.kube import get_json, wait_for
@@ -241,6 +244,51 @@ def test_policy_leaves_other_identities_alone_the_operator_writes_any_nodes_repo
     answer = writer.patch_status({"message": "operator wrote this"})
 
     assert answer["status"]["message"] == "operator wrote this"
+
+
+def test_a_late_write_by_the_agent_to_a_report_the_operator_settled_is_refused(
+    cluster: Cluster, agents: Agents
+) -> None:
+    """Issue 34 part 6: the operator settled node A's verdict itself (its agent hung: TimedOut);
+    the agent's late write, with the token its kubelet keeps through the termination grace, is
+    refused by the API server, while the operator still writes the report."""
+    operator_token = chart.token_for(cluster, agents.release.namespace, agents.release.operator_sa)
+    operator = agents.writer(
+        cluster, agents.token_file(operator_token, "settler"), agents.reports[0]
+    )
+    agent_token = chart.token_for(
+        cluster, agents.namespace, agents.release.agent_sa, pod=agents.pods[0]
+    )
+    agent = agents.writer(cluster, agents.token_file(agent_token, "late"), agents.reports[0])
+    settled = build_operator_failure_status(
+        Reason.TIMED_OUT, "agent pod did not finish within 600s", None, datetime.now(UTC)
+    )
+    operator.patch_status(settled)
+    try:
+        with pytest.raises(AgentError) as refused:
+            agent.patch_status({"phase": "Completed", "verdict": "Passed", "message": "late"})
+        after = status_of(cluster, agents.reports[0])
+        # The operator itself still writes it (here: the reset before a next attempt, which
+        # clears the mark), and the agent of that attempt may write again.
+        operator.patch_status(build_reset_status())
+        agent.patch_status({"phase": "Running", "message": "next attempt"})
+        again = status_of(cluster, agents.reports[0])
+    finally:
+        operator.patch_status(build_reset_status())
+
+    message = str(refused.value)
+    assert "HTTP 403" in message
+    assert f"ValidatingAdmissionPolicy '{agents.release.policy}'" in message
+    assert (
+        f"GpuNodeReport {agents.reports[0]} was settled by the gpuval operator (status.settledBy "
+        "operator, verdict Failed TimedOut): its agent may no longer write it"
+    ) in message
+    assert (after["verdict"], after["reason"], after["settledBy"]) == (
+        "Failed",
+        "TimedOut",
+        "operator",
+    )
+    assert again["message"] == "next attempt" and "settledBy" not in again
 
 
 def test_without_the_policy_rbac_alone_lets_an_agent_forge_another_nodes_report(

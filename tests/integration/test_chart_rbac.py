@@ -47,8 +47,8 @@ OPERATOR_CLUSTER_RIGHTS: set[Right] = {
 }
 OPERATOR_NAMESPACE_RIGHTS: set[Right] = {
     ("", "events", "create"),
-    # leader: the Lease through which one replica acts.
-    *{("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")},
+    # leader: the Lease through which one replica acts (watched by the standby).
+    *{("coordination.k8s.io", "leases", v) for v in ("get", "watch", "create", "update")},
 }
 # In the agents' own namespace: their pods, created, followed and collected.
 OPERATOR_AGENT_NAMESPACE_RIGHTS: set[Right] = {

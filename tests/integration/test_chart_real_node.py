@@ -418,3 +418,83 @@ def _agent_on(cluster: Cluster, release: chart.Release, validation: str, node: s
 def _new_leader(cluster: Cluster, release: chart.Release, old: str) -> dict[str, Any] | None:
     leader = real.leader_pod(cluster, release)
     return leader if leader is not None and leader["metadata"]["name"] != old else None
+
+
+WITHOUT_HOME = (
+    "import os; os.environ.pop('HOME', None); os.execvp('gpuval-operator', ['gpuval-operator'])"
+)
+
+
+def test_the_operator_image_runs_under_a_uid_without_passwd_entry_and_no_home(
+    real_node_cluster: Cluster, real_node: RealNode, release: chart.Release
+) -> None:
+    """OpenShift's arbitrary UIDs, or any runAsUser the image does not list: a UID without a
+    passwd entry, and no HOME (dropped before the exec: the image sets one). The operator
+    starts, loads its ServiceAccount and waits as a standby on the release's Lease (issue 34
+    part 3: before, kopf's getpass.getuser() raised KeyError and the credentials expanded
+    ~/.kube/config)."""
+    cluster, name = real_node_cluster, f"anyuid-{uuid.uuid4().hex[:6]}"
+    env = chart.operator_env(release)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": release.namespace},
+        "spec": {
+            "restartPolicy": "Never",
+            "serviceAccountName": release.operator_sa,
+            "enableServiceLinks": False,
+            **real.placed_on(real_node.name),
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 123456,
+                "runAsGroup": 123456,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "operator",
+                    "image": real.OPERATOR_IMAGE,
+                    "imagePullPolicy": "Never",
+                    # The image sets HOME and has no `env`: python3 drops it, then execs.
+                    "command": ["python3", "-c", WITHOUT_HOME],
+                    "env": [{"name": k, "value": v} for k, v in env.items()],
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "readOnlyRootFilesystem": True,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                    "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                }
+            ],
+            "volumes": [{"name": "tmp", "emptyDir": {}}],
+        },
+    }
+    cluster.apply([pod])
+
+    def started() -> dict[str, Any] | None:
+        found = get_json(cluster, "pod", name, "-n", release.namespace) or {}
+        states = [
+            s.get("state") or {} for s in found.get("status", {}).get("containerStatuses", [])
+        ]
+        return found if any("running" in s or "terminated" in s for s in states) else None
+
+    try:
+        seen = wait_for("the operator container to start", started, timeout=120)
+        (state,) = seen["status"]["containerStatuses"]
+        assert "running" in state["state"], (state, real.logs(cluster, release.namespace, name))
+        pid = real_node.container_pid(state["containerID"])
+        uid = real.process_uid(pid)
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+
+        def standby() -> str:
+            proc = cluster.kubectl("logs", name, "-n", release.namespace, check=False)
+            return proc.stdout if "is standby" in proc.stdout else ""
+
+        log = wait_for("the operator to wait as a standby", standby, timeout=120)
+        phase = real.pod_phase(cluster, release.namespace, name)
+    finally:
+        cluster.kubectl("delete", "pod", name, "-n", release.namespace, "--wait=false")
+    assert uid == 123456
+    assert not any(v.startswith(b"HOME=") for v in environ), environ
+    assert phase == "Running", log
+    assert "getpwuid" not in log and "home directory" not in log, log

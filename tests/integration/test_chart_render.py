@@ -276,6 +276,20 @@ def test_creating_the_release_namespace_as_the_agents_one_is_refused_with_the_fi
     assert "agent.namespace.create=false" in proc.stderr
 
 
+def test_a_restricted_agents_namespace_is_refused_with_what_admits_the_agents() -> None:
+    """Pod Security's `restricted` level admits no agent pod (issue 34 part 1): refused with the
+    levels that work, and what `baseline` asks of every GpuValidation."""
+    args = ["template", "r", str(chart.CHART), "--kube-version", chart.KUBE_VERSION]
+    values = {"agent.namespace.podSecurityLevel": "restricted"}
+    proc = chart.helm(*args, *chart.set_args(values), check=False)
+    assert proc.returncode != 0
+    assert "agent.namespace.podSecurityLevel=restricted admits no agent pod" in proc.stderr
+    assert "spec.agent.privileged: false and spec.agent.hostPID: false" in proc.stderr
+    baseline = chart.render(values={"agent.namespace.podSecurityLevel": "baseline"})
+    labels = chart.find(baseline, "Namespace")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+
+
 def test_two_operator_replicas_get_a_disruption_budget_and_spread_over_zones_and_nodes() -> None:
     objs = chart.render(release="prod")
     pod = chart.find(objs, "Deployment")["spec"]["template"]

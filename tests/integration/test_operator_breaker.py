@@ -174,6 +174,7 @@ def test_a_threshold_no_node_meets_cordons_at_most_the_limit_says_why_and_a_rele
     # Posted once, when the hold began (the run had not all its verdicts yet).
     assert event["type"] == "Warning" and "for MaxNodesReached" in event["message"]
     assert re.match(r"\d+ of \d+ failed nodes keep their label", event["message"])
+    assert re.search(r"\(at \d{4}-\d\d-\d\dT\S+Z[,)]", event["message"]), event["message"]
     series = _held(metrics, name)
     assert series == {"MaxNodesReached": 36.0}
     assert f'gpuval_validation_nodes_out_of_service{{validation="{name}"}} 4.0' in metrics
@@ -293,6 +294,8 @@ def test_a_majority_failing_with_one_reason_holds_the_actions_under_the_limit_un
     held = conditions(status)["NodeActionsHeld"]
     assert (held["status"], held["reason"]) == ("True", "Systemic")
     assert event["type"] == "Warning" and "BurnMismatch" in event["message"]
+    # Posted once, with the figures of its time, and says so (the condition follows the run).
+    assert re.search(r"\(at \d{4}-\d\d-\d\dT\S+Z[,)]", event["message"]), event["message"]
     assert _held(metrics, name) == {"Systemic": 4.0}
     assert (
         f'gpuval_validation_systemic_failure_ratio{{reason="BurnMismatch",validation="{name}"}}'
@@ -301,3 +304,74 @@ def test_a_majority_failing_with_one_reason_holds_the_actions_under_the_limit_un
     assert "Likely systemic (the spec or the stack, not the nodes): 4 of 6" in shown.stdout
     assert conditions(released)["SystemicFailure"]["message"].endswith("released by a person")
     assert seen.most_out == 4
+
+
+def test_a_release_uses_the_operator_wide_limit_when_a_held_node_is_out_through_another_validation(
+    cluster: Cluster,
+    fleet: Fleet,
+    limited: Limited,
+    unique_name: Callable[[str], str],
+) -> None:
+    """Issue 34 part 4: a release's retry was budgeted min(free of the validation, free of the
+    operator) and spent it on a node another validation already held out of service, which
+    takes no operator-wide slot: the limit stayed unused while failed nodes stayed held."""
+    wait_for(
+        "earlier tests' nodes out of service to be gone",
+        lambda: (
+            not (get_json(cluster, "nodes", "-l", keys.NODE_LABEL_OUT_OF_SERVICE) or {}).get(
+                "items", [True]
+            )
+        ),
+        timeout=120,
+    )
+    base = unique_name("rel")
+    nodes = [f"{base}-{i}" for i in range(1, 6)]  # name order is the order of every try
+    fleet.add_many({node: [] for node in nodes})
+    cluster.kubectl("label", "node", nodes[2], "shared=yes")
+    actions = {**CORDON, "taint": {"effect": "NoSchedule"}}
+    checks = {"burn": {"durationSeconds": 1, "minTflops": {"absolute": 5000}}}
+    first, second = unique_name("rela"), unique_name("relb")
+    ours = set(nodes)
+    with limited(4), watching(cluster) as seen:
+        # One node at a time, in name order: nodes 1 and 2 take `first`'s two slots, 3 to 5 wait.
+        body = fleet.validation(
+            first,
+            nodeActions={**actions, "maxNodes": 2},
+            checks=checks,
+            maxConcurrent=1,
+            nodeTimeoutSeconds=600,
+        )
+        apply(cluster, body)
+        completed_run(cluster, first, timeout=300)
+        _holding(cluster, first, "3 of 5")
+        # `second` covers node 3 alone and takes it out of service: 3 of the 4 slots are used.
+        body = fleet.validation(second, nodeActions={**actions, "maxNodes": 1}, checks=checks)
+        body["spec"]["nodeSelector"]["matchLabels"]["shared"] = "yes"
+        apply(cluster, body)
+        completed_run(cluster, second, timeout=300)
+        wait_for("node 3 out of service", lambda: seen.out({nodes[2]}) == 1, timeout=60)
+        before = seen.out(ours)
+        # The release frees `first`'s two slots; the operator has one: node 3 (out already,
+        # through `second`) and node 4 go, and both limits are used: node 5 stays held.
+        released = kubectl_gpuval(cluster, "release", first)
+        after = wait_for(
+            "the hold down to node 5",
+            lambda: (
+                (s := status_of(cluster, first))
+                and conditions(s)["NodeActionsHeld"]["message"].startswith("1 of 5")
+                and s
+            ),
+            timeout=60,
+        )
+        out_now = seen.out(ours)
+        most = seen.most_out
+        for name in (first, second):
+            delete_validation(cluster, name)
+
+    assert released.returncode == 0, released.stderr
+    assert before == 3
+    assert out_now == 4, "the operator-wide limit is used"
+    assert most <= 4
+    held = conditions(after)["NodeActionsHeld"]["message"]
+    assert "through this validation 4 (nodeActions.maxNodes 2)" in held, held  # 2 approved
+    assert "through gpuval 4 (operator limit 4)" in held, held

@@ -18,12 +18,16 @@ from tests.support.fleet import (
     apply,
     by_node,
     completed_run,
+    conditions,
     delete_validation,
+    events_of,
     pods_of,
     reports_of,
     scrape,
+    status_of,
 )
 from tests.support.kube import get_json, wait_for
+from tests.support.outofservice import watching
 
 pytestmark = pytest.mark.usefixtures("install_crds")
 
@@ -234,3 +238,68 @@ def test_a_node_whose_gpu_another_process_uses_is_not_run_naming_it_and_untouche
     }
     assert _untouched(state)
     assert state["metadata"]["labels"]["gpuval.dev/verdict"] == "not-run"
+
+
+PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
+
+
+def test_agent_pods_refused_by_pod_security_blame_no_node_and_the_run_goes_on_once_admitted(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    """Issue 34 part 1: with the agents' namespace under Pod Security `restricted`, the API
+    server refuses every agent pod. That is the cluster's configuration: no node is tainted or
+    cordoned (before, a healthy node of two was tainted PodFailed and cordoned), the run says so
+    in one condition naming the namespace and the policy, and once the namespace admits the
+    pods again the run goes on and every node gets its verdict."""
+    nodes = [fleet.add(unique_name("psa")) for _ in range(2)]
+    name = unique_name("psa")
+    spec = {"checks": {"burn": {"durationSeconds": 1}}, "nodeActions": ACTIONS}
+
+    def refused() -> dict[str, Any] | None:
+        found = status_of(cluster, name)
+        condition = conditions(found).get("AgentPodsRefused") or {}
+        waiting = (found.get("nodes") or {}).get("notRun") == 2
+        return found if condition.get("status") == "True" and waiting else None
+
+    label = f"{PSA_ENFORCE}=restricted"
+    cluster.kubectl("label", "namespace", AGENT_NAMESPACE, label, "--overwrite")
+    try:
+        with operator(), watching(cluster, f"gpuval-test={fleet.label}") as seen:
+            apply(cluster, fleet.validation(name, **spec))
+            during = wait_for("the refusal in the status", refused, timeout=90)
+            reports = by_node(reports_of(cluster, name))
+            nodes_then = [_node(cluster, n) for n in nodes]
+            cluster.kubectl("label", "namespace", AGENT_NAMESPACE, f"{PSA_ENFORCE}-")
+            final = completed_run(cluster, name, timeout=180)
+            final_reports = by_node(reports_of(cluster, name, final["run"]["id"]))
+            nodes_after = [_node(cluster, n) for n in nodes]
+            events = events_of(cluster, name)
+            most_out = seen.most_out
+            delete_validation(cluster, name)
+    finally:
+        cluster.kubectl("label", "namespace", AGENT_NAMESPACE, f"{PSA_ENFORCE}-", check=False)
+
+    condition = conditions(during)["AgentPodsRefused"]
+    assert condition["reason"] == "PodSecurity", condition
+    message = condition["message"]
+    assert f'in namespace {AGENT_NAMESPACE}: Pod Security "restricted:latest"' in message
+    assert "violates PodSecurity" in message, "the API server's own words"
+    assert "not the nodes" in message
+    assert {n["node"]: n["reason"] for n in during["notRunNodes"]} == dict.fromkeys(
+        nodes, "AgentPodRefused"
+    )
+    assert during["nodes"]["failed"] == 0
+    for node in nodes:
+        assert (reports[node]["verdict"], reports[node]["reason"]) == ("NotRun", "AgentPodRefused")
+    assert all(_untouched(n) for n in nodes_then)
+    assert most_out == 0, "no node was tainted or cordoned at any moment"
+    said = [e for e in events if e["reason"] == "AgentPodsRefused"]
+    assert len(said) == 1 and said[0]["type"] == "Warning", [e["message"] for e in said]
+    assert not any(e["reason"] in ("NodeFailed", "NodeNotRun") for e in events)
+    # The namespace admits them again: the same run goes on and every node gets its verdict.
+    assert final["run"]["id"] == during["run"]["id"]
+    assert final["nodes"]["passed"] == 2 and final["nodes"]["notRun"] == 0
+    assert {final_reports[n]["verdict"] for n in nodes} == {"Passed"}
+    assert conditions(final)["AgentPodsRefused"]["status"] == "False"
+    assert all(_untouched(n) for n in nodes_after)
+    assert {n["metadata"]["labels"]["gpuval.dev/verdict"] for n in nodes_after} == {"passed"}

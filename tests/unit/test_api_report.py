@@ -12,6 +12,7 @@ from gpuval_api.report import (
     MAX_FAILURES,
     build_operator_failure_status,
     build_report_status,
+    build_reset_status,
     build_running_status,
     build_termination_message,
     parse_termination_message,
@@ -185,6 +186,18 @@ def test_operator_failure_status_uses_the_catalogue_hint() -> None:
     assert status["failures"][0]["hint"] == REASONS[Reason.TIMED_OUT].hint
 
 
+def test_a_verdict_the_operator_writes_is_marked_settled_by_it_and_a_reset_clears_the_mark() -> (
+    None
+):
+    """The agents' admission policy refuses their writes to a report settledBy the operator
+    (issue 34 part 6); the reset before a node's next attempt lets its next agent write."""
+    assert build_operator_failure_status(Reason.TIMED_OUT, "hung", None, END)["settledBy"] == (
+        "operator"
+    )
+    assert build_reset_status() == {"phase": "Pending", "settledBy": None}  # a null removes it
+    assert "settledBy" not in build_report_status(_result(_passing_checks(), Verdict.PASSED))
+
+
 def test_a_node_gpuval_could_not_test_is_not_run_with_no_failure_listed() -> None:
     status = build_operator_failure_status(
         Reason.POD_EVICTED, "evicted: memory pressure", None, END
@@ -196,6 +209,7 @@ def test_a_node_gpuval_could_not_test_is_not_run_with_no_failure_listed() -> Non
 def test_every_reason_of_an_untested_node_is_not_run_and_evidence_is_failed() -> None:
     not_run = {r for r, info in REASONS.items() if info.verdict == "NotRun"}
     assert not_run == {
+        Reason.AGENT_POD_REFUSED,
         Reason.POD_UNSCHEDULABLE,
         Reason.POD_EVICTED,
         Reason.POD_DELETED,

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuval_api.report import Settler, StatusKey
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "gpuval"
 
@@ -181,3 +183,10 @@ def test_notes_and_the_install_guide_name_every_alert_the_prometheus_rule_define
     assert len(alerts) == 8, alerts
     assert sorted(set(alerts) - named) == [], f"alerts {document.name} does not name"
     assert sorted(named - set(alerts)) == [], f"{document.name} names alerts the rules lack"
+
+
+def test_the_admission_policy_reads_the_settled_mark_the_api_defines() -> None:
+    """The policy refuses an agent's write to a report the operator settled: it must spell the
+    key and the value as gpuval_api.report does (issue 34 part 6)."""
+    policy = (CHART / "templates" / "admission-policy.yaml").read_text()
+    assert f"oldObject.status.{StatusKey.SETTLED_BY} != '{Settler.OPERATOR}'" in policy

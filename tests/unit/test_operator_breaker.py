@@ -24,7 +24,14 @@ from gpuval_operator.nodes.breaker import (
     undecided,
 )
 from gpuval_operator.nodes.entries import NodeEntry, entry_key, next_entry
-from gpuval_operator.run.holds import BreakerState, Systemic, held_condition, systemic_condition
+from gpuval_operator.run.holds import (
+    BreakerState,
+    Systemic,
+    as_of,
+    held_condition,
+    systemic_condition,
+    systemic_event,
+)
 
 LIMITS = Limits(validation=2, operator=3)
 
@@ -166,18 +173,34 @@ def test_a_failure_waits_while_the_nodes_left_could_make_its_reason_systemic() -
 
 def test_held_nodes_are_tried_again_while_slots_are_free_in_name_order() -> None:
     held = {"c": R.MAX_NODES_REACHED, "a": R.MAX_NODES_REACHED, "b": R.OPERATOR_MAX_NODES_REACHED}
-    retry, causes = to_retry(held, {}, set(), 2, R.MAX_NODES_REACHED)
+    retry, causes = to_retry(held, {}, set(), Limits(2, 5))
     assert retry == ["a", "b"]
     assert causes == {"c": R.MAX_NODES_REACHED}
+    retry, causes = to_retry(held, {}, set(), Limits(5, 1))
+    assert retry == ["a"]
+    assert causes == {"b": R.OPERATOR_MAX_NODES_REACHED, "c": R.OPERATOR_MAX_NODES_REACHED}
+
+
+def test_a_held_node_out_through_another_validation_takes_no_operator_slot() -> None:
+    """Issue 34 part 4: the retry was budgeted min(free slots of the validation, of the
+    operator) and spent it on a node another validation holds out of service (no operator-wide
+    slot), so the operator's last slot went unused."""
+    held = dict.fromkeys(["n3", "n4", "n5"], R.MAX_NODES_REACHED)
+    retry, causes = to_retry(held, {}, set(), Limits(2, 1), out={"n3"})
+    assert retry == ["n3", "n4"], "n3 costs the validation's slot only; n4 takes the operator's"
+    assert causes == {"n5": R.MAX_NODES_REACHED}
+    retry, causes = to_retry(held, {}, set(), Limits(3, 1), out={"n3"})
+    assert retry == ["n3", "n4"]
+    assert causes == {"n5": R.OPERATOR_MAX_NODES_REACHED}, "held by the limit that is full"
 
 
 def test_a_systemic_hold_stays_while_its_reason_is_systemic_and_moves_to_the_full_limit() -> None:
     held = {"a": R.SYSTEMIC, "b": R.SYSTEMIC}
     reasons = {"a": "LowThroughput", "b": "XidError"}
-    retry, causes = to_retry(held, reasons, {"LowThroughput"}, 0, R.OPERATOR_MAX_NODES_REACHED)
+    retry, causes = to_retry(held, reasons, {"LowThroughput"}, Limits(3, 0))
     assert retry == []
     assert causes == {"a": R.SYSTEMIC, "b": R.OPERATOR_MAX_NODES_REACHED}
-    retry, _ = to_retry(held, reasons, set(), 5, R.MAX_NODES_REACHED)
+    retry, _ = to_retry(held, reasons, set(), Limits(5, 5))
     assert retry == ["a", "b"], "released, or no longer systemic: tried again"
 
 
@@ -234,3 +257,22 @@ def test_the_systemic_condition_names_the_reason_and_the_likely_cause() -> None:
     assert systemic_condition(state)[3].endswith("released by a person")
     assert state.systemic_reasons() == set()
     assert systemic_condition(BreakerState())[1:3] == ("False", R.NOT_SYSTEMIC)
+
+
+def test_the_systemic_event_says_its_time_and_that_its_figures_are_so_far() -> None:
+    """Issue 34 part 5: the once-per-run SystemicFailure Event said "3 of 5 tested nodes" where
+    the final condition said 6 of 10, without saying that it spoke of the run so far."""
+    found = Systemic("LowThroughput", 3, 5)
+    early = systemic_event(found, "1-abcd", 1_800_000_000.0, untested=5, total=10)
+    assert early == (
+        "3 of 5 nodes tested so far (60%) failed with LowThroughput in run 1-abcd: the spec or "
+        "the fleet's stack is the likely cause, not the nodes (at 2027-01-15T08:00:00Z, 5 of 10 "
+        "nodes still to test: figures so far; the SystemicFailure condition keeps them current)"
+    )
+    final = systemic_event(Systemic("LowThroughput", 6, 10), "1-abcd", 1_800_000_000.0, 0, 10)
+    assert final.startswith("6 of 10 tested nodes (60%) failed with LowThroughput in run 1-abcd")
+    assert final.endswith("not the nodes (at 2027-01-15T08:00:00Z)")
+    assert as_of(1_800_000_000.0, 2, 40, "NodeActionsHeld") == (
+        " (at 2027-01-15T08:00:00Z, 2 of 40 nodes still to test: figures so far; the "
+        "NodeActionsHeld condition keeps them current)"
+    )

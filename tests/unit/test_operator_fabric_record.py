@@ -81,5 +81,10 @@ def test_members_without_a_result_are_recorded_at_once() -> None:
     assert sorted(effects.written) == sorted(NODES)
     reasons = {status["fabric"]["reason"] for status in effects.written.values()}
     assert reasons == {str(Reason.FABRIC_GANG_NOT_FORMED)}
+    # A node whose own pod never started is NotRun itself: a verdict the operator settled, which
+    # the agents' admission policy keeps from being written over (issue 34 part 6). The others
+    # keep their local verdict, and a rank's own result written as it stops still counts.
+    settled = {node for node, status in effects.written.items() if status.get("settledBy")}
+    assert settled == set(NODES[4:])
     assert len(effects.deleted) == len(NODES)
     assert run.dirty

@@ -7,8 +7,9 @@ from typing import Any
 
 from gpuval_api.result import Verdict
 from gpuval_operator import names
+from gpuval_operator.planning import Candidate
 from gpuval_operator.run import rollup
-from gpuval_operator.run.state import RunState
+from gpuval_operator.run.state import Phase, RunState
 from gpuval_operator.run.uniformity import Outlier, find_outliers
 
 
@@ -176,22 +177,40 @@ def test_a_gating_validation_with_no_node_yet_waits_for_nodes_and_announces_noth
     assert found["Succeeded"]["status"] == "Unknown"
     assert found["Succeeded"]["reason"] == "WaitingForNodes"
     assert "spec.gating validates each node that joins" in found["Succeeded"]["message"]
-    assert not rollup.announce_completion(run)
+    assert not rollup.announce_completion(run, budget=50)
     run.gating = False  # without gating an empty selection is the spec's fault, as before
     assert rollup.build_run_status(run, previous_conditions=[], now=1001.0)["phase"] == "Failed"
 
 
-def test_run_completed_is_announced_once_per_run_however_often_it_closes() -> None:
+def test_run_completed_is_announced_at_each_end_of_a_run_within_the_budget() -> None:
+    """Issue 34 part 5: a run reopened by arrivals ended 50 of 50 without a word, its only
+    RunCompleted saying 25 of 25. Each end is announced, saying when, at most the budget's."""
     run = run_with(2, 0)
     run.completed_at = 1001.0
-    assert rollup.announce_completion(run)
-    run.announced = True
+    assert rollup.announce_completion(run, budget=2)
+    first = rollup.run_summary(run, None)
+    assert (
+        first
+        == "run 1-aaaa completed at 1970-01-01T00:16:41Z: 2 passed, 0 failed, 0 not tested of 2"
+    )
+    run.announced, run.announcements = True, 1
+    assert not rollup.announce_completion(run, budget=2), "once per end"
     run.reopen()
-    run.completed_at = 1002.0
-    assert not rollup.announce_completion(run)
-    status = rollup.build_run_status(run, previous_conditions=[], now=1002.0)
+    run.add_candidates([Candidate("node-new", 8)])
+    run.nodes["node-new"].phase = Phase.PASSED
+    run.completed_at = 1062.0
+    assert rollup.announce_completion(run, budget=2), "a reopened run's end is announced"
+    assert rollup.run_summary(run, None) == (
+        "run 1-aaaa completed again at 1970-01-01T00:17:42Z: 3 passed, 0 failed, 0 not tested of 3"
+    )
+    run.announced, run.announcements = True, 2
+    run.reopen()
+    run.completed_at = 1100.0
+    assert not rollup.announce_completion(run, budget=2), "the budget holds"
+    status = rollup.build_run_status(run, previous_conditions=[], now=1100.0)
     again = rollup.read_run("v", status, fabric=False)
     assert again is not None and again.announced, "a restarted operator does not announce it again"
+    assert again.announcements == 1
 
 
 def test_a_completed_run_without_any_environment_says_nothing_was_compared_not_later() -> None:

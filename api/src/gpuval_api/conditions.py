@@ -24,6 +24,8 @@ class ConditionType(StrEnum):
     # With spec.baseline mode Learn: True when a GPU stack's passing nodes formed two groups
     # (learning took the better one, or nothing; status.baseline.bimodal says which).
     BIMODAL = "Bimodal"
+    # The API server refuses the run's agent pods (admission, quota): the cluster's configuration.
+    AGENT_PODS_REFUSED = "AgentPodsRefused"
 
 
 class ConditionReason(StrEnum):
@@ -61,6 +63,14 @@ class ConditionReason(StrEnum):
     # Bimodal: learning took the better of two modes (its other nodes named), or learned nothing.
     LEARNED_BETTER_MODE = "LearnedBetterMode"
     NOT_LEARNED_BIMODAL = "NotLearnedBimodal"
+    # AgentPodsRefused: what refused the agent pods (True), or that none is refused (False).
+    POD_SECURITY = "PodSecurity"  # Pod Security admission (the namespace's enforce level)
+    ADMISSION_WEBHOOK = "AdmissionWebhook"  # a validating or mutating webhook denied it
+    ADMISSION_POLICY = "AdmissionPolicy"  # a ValidatingAdmissionPolicy denied it
+    QUOTA_EXCEEDED = "QuotaExceeded"  # a ResourceQuota of the namespace
+    WEBHOOK_UNAVAILABLE = "WebhookUnavailable"  # a webhook that fails closed could not be called
+    POD_REFUSED = "PodRefused"  # anything else (a missing namespace or ServiceAccount, RBAC...)
+    AGENT_PODS_ADMITTED = "AgentPodsAdmitted"
 
 
 class ValidationPhase(StrEnum):
@@ -99,3 +109,4 @@ class EventReason(StrEnum):
     NODE_DRIFTING = "NodeDrifting"  # a node's figure fell against its own history
     # A node's GPUs were replaced (another GPU identity): its history starts again.
     HISTORY_RESTARTED = "HistoryRestarted"
+    AGENT_PODS_REFUSED = "AgentPodsRefused"  # the API server refused agent pods (once per cause)

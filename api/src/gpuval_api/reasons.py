@@ -121,6 +121,7 @@ class Reason(StrEnum):
     POD_OOM_KILLED = "PodOomKilled"
     IMAGE_PULL_FAILED = "ImagePullFailed"
     AGENT_NOT_STARTED = "AgentNotStarted"
+    AGENT_POD_REFUSED = "AgentPodRefused"
     NODE_GONE = "NodeGone"
     NODE_GONE_UNTESTED = "NodeGoneUntested"
     NODE_NOT_READY = "NodeNotReady"
@@ -591,6 +592,16 @@ REASONS: dict[Reason, ReasonInfo] = {
         "the agent pod was scheduled but its container never started within the timeout: the node "
         "was not tested",
         "`kubectl describe pod` shows why (volume, sandbox, runtime); the validation tries again",
+        verdict=Verdict.NOT_RUN,
+    ),
+    Reason.AGENT_POD_REFUSED: ReasonInfo(
+        "the API server refused the agent pod (Pod Security admission, an admission webhook or "
+        "policy, a ResourceQuota): the cluster's configuration, not the node; it was not tested",
+        "read the GpuValidation's AgentPodsRefused condition (it names the namespace, the policy "
+        "and the API server's words); let the agents' namespace admit them (Pod Security "
+        "`privileged`, or `baseline` with spec.agent.privileged and hostPID false), raise the "
+        "quota or fix the webhook: the run tries again on its own and goes on once a pod is "
+        "admitted",
         verdict=Verdict.NOT_RUN,
     ),
     Reason.NODE_GONE: ReasonInfo(

@@ -60,6 +60,17 @@ class StatusKey(StrEnum):
     RESULT = "result"
     FABRIC = "fabric"
     EVIDENCE = "evidence"
+    SETTLED_BY = "settledBy"
+
+
+class Settler(StrEnum):
+    """`status.settledBy`: who settled the report's verdict. Only the operator sets it, when it
+    writes a verdict itself (the agent could not, or the run overruled it); the admission policy
+    then refuses the agent's writes to the report (a stalled agent's late write, made with a
+    token a kubelet keeps through the termination grace). The operator's reset before a node's
+    next attempt clears it."""
+
+    OPERATOR = "operator"
 
 
 class SummaryKey(StrEnum):
@@ -208,9 +219,11 @@ def build_findings_status(checks: Sequence[CheckResult]) -> dict[str, Any] | Non
 
 
 def build_reset_status() -> dict[str, Any]:
-    """The `status` the operator writes before a node's next attempt in the same run: every
-    field of the previous attempt cleared, so its verdict is never read as the new one's."""
-    return _status({key: None for key in StatusKey} | {StatusKey.PHASE: str(ReportPhase.PENDING)})
+    """The `status` (a merge patch, nulls kept) the operator writes before a node's next attempt
+    in the same run: Pending, so the previous attempt's verdict is never read as the new one's
+    (its other fields stay until the new agent writes its own), and the operator's settled mark
+    removed, so the new agent may write the report."""
+    return _status({StatusKey.PHASE: str(ReportPhase.PENDING), StatusKey.SETTLED_BY: None})
 
 
 def build_operator_failure_status(
@@ -221,7 +234,8 @@ def build_operator_failure_status(
     check: str = AGENT_CHECK,
 ) -> dict[str, Any]:
     """The `status` the operator writes when the agent could not (pod failed, evicted...), or
-    when the run as a whole shows what one agent could not (`check` names where)."""
+    when the run as a whole shows what one agent could not (`check` names where): settled by the
+    operator (`settledBy`)."""
     failure = {
         FailureKey.CHECK: check,
         FailureKey.REASON: str(reason),
@@ -231,6 +245,7 @@ def build_operator_failure_status(
     verdict = REASONS[reason].verdict
     return _status(
         {
+            StatusKey.SETTLED_BY: str(Settler.OPERATOR),
             StatusKey.PHASE: str(ReportPhase.COMPLETED),
             StatusKey.VERDICT: str(verdict),
             StatusKey.REASON: str(reason),

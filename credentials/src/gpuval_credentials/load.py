@@ -52,11 +52,30 @@ def load(
     """The identity to use now; CredentialsError names what is missing or refused."""
     env = os.environ if environ is None else environ
     listed = kubeconfig or env.get("KUBECONFIG")
-    home = Path(HOME_KUBECONFIG).expanduser()
-    if not listed and not home.is_file() and env.get("KUBERNETES_SERVICE_HOST"):
+    if listed:
+        # os.path, not pathlib: a `~` it cannot expand (no home) stays as written and is
+        # reported as a missing file, where pathlib would raise.
+        paths = [Path(os.path.expanduser(p)) for p in listed.split(os.pathsep) if p]
+        return from_kubeconfig(paths, context, env)
+    home = home_kubeconfig()
+    if (home is None or not home.is_file()) and env.get("KUBERNETES_SERVICE_HOST"):
         return in_cluster(service_account, env)
-    paths = [Path(p).expanduser() for p in (listed or str(home)).split(os.pathsep) if p]
-    return from_kubeconfig(paths, context, env)
+    if home is None:
+        raise CredentialsError(
+            f"no kubeconfig: KUBECONFIG is not set, this process has no home directory for "
+            f"{HOME_KUBECONFIG} (HOME is not set and UID {os.getuid()} has no passwd entry), and "
+            "KUBERNETES_SERVICE_HOST is not set (not in a pod): set KUBECONFIG or HOME"
+        )
+    return from_kubeconfig([home], context, env)
+
+
+def home_kubeconfig() -> Path | None:
+    """~/.kube/config; None when this process has no home directory: HOME unset under a UID
+    without a passwd entry (OpenShift's arbitrary UIDs, a runAsUser the image does not list)."""
+    try:
+        return Path(HOME_KUBECONFIG).expanduser()
+    except RuntimeError:  # pathlib: "Could not determine home directory."
+        return None
 
 
 def _bearer(value: str | None) -> str | None:

@@ -108,9 +108,10 @@ def render_status(view: FleetView, validation: GpuValidation, now: float | None 
 
 
 def _hold_lines(view: FleetView) -> list[str]:
-    """One line each when the run's failures look systemic and when node actions are held: the
-    likely cause, before the node-by-node detail."""
+    """One line each when the API server refuses the agent pods, when the run's failures look
+    systemic and when node actions are held: the likely cause, before the node-by-node detail."""
     said: dict[str, str] = {
+        ConditionType.AGENT_PODS_REFUSED: "Agent pods refused (the cluster, not the nodes)",
         ConditionType.SYSTEMIC_FAILURE: "Likely systemic (the spec or the stack, not the nodes)",
         ConditionType.NODE_ACTIONS_HELD: "Node actions held",
     }

@@ -12,15 +12,16 @@ import logging
 import os
 import secrets
 import socket
-from typing import Any
+from typing import Any, cast
 
+import aiohttp
 import kopf
 
 from gpuval_api import keys
 from gpuval_api.crd import GROUP, VALIDATION_PLURAL, VERSION, NodeSelector
 from gpuval_operator.config import ConfigError, OperatorConfig
 from gpuval_operator.control.controller import Context, ValidationController
-from gpuval_operator.kube.client import KubeClient
+from gpuval_operator.kube.client import ApiError, KubeClient
 from gpuval_operator.kube.credentials import (
     CredentialsError,
     Login,
@@ -104,10 +105,34 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             renew=config.lease_renew_seconds,
         )
         await elector.acquire()
+        memo.elector = elector
         memo.leader_task = asyncio.create_task(elector.keep(_lost_lease), name="leader")
     registry.leading = True
     # Start-up garbage (imported modules, settings) is never freed; keep the collector off it.
     gc.freeze()
+
+
+async def _step_down(memo: kopf.Memo) -> None:
+    """A clean stop (SIGTERM: a rolling update, `helm upgrade`): kopf runs this after it stopped
+    every validation's daemon, so nothing acts any more and the Lease is released for the
+    standby to lead at once, not after leaseDurationSeconds. A validation's loop that did not
+    stop (kopf leaves it orphaned past its cancellation timeout) keeps the Lease to run out."""
+    task: asyncio.Task[None] | None = getattr(memo, "leader_task", None)
+    elector: LeaderElector | None = getattr(memo, "elector", None)
+    if task is None or elector is None:
+        return  # a standby, or no leader election
+    task.cancel()  # no renewal after the release
+    await asyncio.gather(task, return_exceptions=True)
+    ctx: Context = memo.ctx
+    ctx.registry.leading = False
+    if ctx.running:
+        log.warning("leader: %s still running: the lease is left to run out", sorted(ctx.running))
+        return
+    try:
+        async with asyncio.timeout(elector.renew):
+            await elector.release()
+    except (ApiError, OSError, TimeoutError, aiohttp.ClientError) as exc:
+        log.warning("leader: could not release the lease (it runs out instead): %s", exc)
 
 
 def _lost_lease() -> None:
@@ -130,6 +155,7 @@ async def forget_nodes(*, name: str, spec: kopf.Spec, memo: kopf.Memo, **_: Any)
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    await _step_down(memo)
     runner = getattr(memo, "metrics_runner", None)
     if runner is not None:
         await runner.cleanup()
@@ -163,4 +189,8 @@ def cli() -> None:
     peering).
     """
     kopf.configure(verbose=False)
-    kopf.run(clusterwide=True, standalone=True)
+    # kopf names itself `<user>@<host>` for peering (unused: standalone) unless told a name, and
+    # finds the user through getpass.getuser(), which raises KeyError under a UID without a passwd
+    # entry (OpenShift's arbitrary UIDs, any runAsUser the image does not list).
+    identity = cast(Any, f"gpuval-operator@{socket.gethostname()}")
+    kopf.run(clusterwide=True, standalone=True, identity=identity)

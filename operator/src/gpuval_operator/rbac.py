@@ -51,7 +51,8 @@ EVENT_NAMESPACE = "default"
 # In the operator's namespace: the leader Lease (gpuval_operator.kube.leader), and kopf's Events.
 OWN_NAMESPACE_RULES = (
     Rule(("",), ("events",), ("create",)),
-    Rule(("coordination.k8s.io",), ("leases",), ("get", "create", "update")),
+    # watch: a standby sees the leader release the Lease at once (kube/leader.py).
+    Rule(("coordination.k8s.io",), ("leases",), ("get", "watch", "create", "update")),
 )
 # What an agent may do: patch GpuNodeReport status, nothing else. Which report is the admission
 # policy's business (RBAC cannot tie a request to the node it comes from).

@@ -14,7 +14,7 @@ from gpuval_api.evidence import EvidenceStatus
 from gpuval_api.fabric import FabricStatus
 from gpuval_api.figuremodel import with_figures
 from gpuval_api.reasons import Reason
-from gpuval_api.report import REPORT_VERDICTS, ReportPhase
+from gpuval_api.report import REPORT_VERDICTS, ReportPhase, Settler
 from gpuval_api.result import Verdict
 
 
@@ -109,6 +109,14 @@ class GpuNodeReportStatus(CrdModel):
         description=(
             "A failing node's evidence bundle (gzip+base64 JSON, at most 64 KiB; "
             "`kubectl gpuval evidence NODE` writes it to a file)."
+        ),
+    )
+    settled_by: Settler | None = Field(
+        default=None,
+        description=(
+            "operator: the operator wrote this verdict itself (the agent could not, or the run "
+            "overruled it); the agents' admission policy then refuses their writes to the "
+            "report. Cleared before a node's next attempt."
         ),
     )
 

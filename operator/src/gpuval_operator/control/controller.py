@@ -87,6 +87,9 @@ class Context:
     ports: PortPool = field(default_factory=PortPool)
     # The nodes gpuval holds out of service, against the operator-wide limit (None: no limit).
     ledger: OutOfServiceLedger | None = None
+    # The validations whose loop runs now: a stopping leader gives its Lease up only once none
+    # does (main.cleanup).
+    running: set[str] = field(default_factory=set)
 
 
 class SupersededError(Exception):
@@ -120,6 +123,7 @@ class ValidationController:
         )
         self.reports = ReportPlanner(self.effects, self.ingest.wake.set, self.baseline.history_of)
         self.ports = ctx.ports
+        self.running = ctx.running
         self.driver = RunDriver(
             state=self.state,
             effects=self.effects,
@@ -180,6 +184,13 @@ class ValidationController:
         return reports, pods
 
     async def run(self) -> None:
+        self.running.add(self.name)
+        try:
+            await self._run()
+        finally:
+            self.running.discard(self.name)
+
+    async def _run(self) -> None:
         spec, _ = parse_spec(self.body.get("spec"))
         # The reports listed at start carry each node's history: keep it from the first page.
         self.state.keeps_history = spec is not None and spec.baseline is not None
@@ -451,9 +462,12 @@ class ValidationController:
         # Learning reads every report of the run again: after the final status, not before it.
         if await self.baseline.learn(run):
             await self._write_status(force=True)
-        if not rollup.announce_completion(run):
+        budget = self.config.events_per_run
+        if not rollup.announce_completion(run, budget):
             return
-        run.announced = True
+        run.announced, run.announcements = True, run.announcements + 1
+        if run.announcements == budget:
+            summary += "; later ends of this run are not announced (GPUVAL_EVENTS_PER_RUN)"
         await self.effects.event(
             EventReason.RUN_COMPLETED, summary, warning=bool(run.failed() or run.outliers)
         )

@@ -23,7 +23,7 @@ from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, NodeTrigger
 from gpuval_api.gfd import GpuSharing
 from gpuval_api.reasons import Reason
-from gpuval_api.report import StatusKey, build_reset_status
+from gpuval_api.report import StatusKey
 from gpuval_operator import cron, names, planning
 from gpuval_operator.control.baselinedriver import BaselineDriver
 from gpuval_operator.control.fabricdriver import FabricDriver
@@ -38,6 +38,7 @@ from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.run import lifecycle
 from gpuval_operator.run.effects import Effects
 from gpuval_operator.run.fingerprints import fingerprint_outliers, training_mismatches
+from gpuval_operator.run.refusals import Refusal, Refused
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
 from gpuval_operator.run.uniformity import Outlier, run_outliers
 
@@ -167,9 +168,17 @@ class RunDriver:
 
     def _retry(self, run: RunState, spec: GpuValidationSpec) -> None:
         """Nodes gpuval could not test wait for their next attempt; their verdict is not final,
-        so no node action follows it."""
+        so no node action follows it. Nodes whose agent pod the API server refused go back to
+        their wave, attempt unspent, once no refusal stands (a pod was admitted; or after a
+        restart, which knows of none)."""
         retried = set()
+        if run.refused is None:
+            for record in run.refused_nodes():
+                record.readmit()
+                retried.add(record.node)
         for record in run.in_phase(Phase.NOT_RUN):
+            if record.refused:
+                continue  # the cluster's refusal: tried again one at a time (_probe)
             gone = record.reason is Reason.NODE_GONE_UNTESTED or (
                 self.node_watch.synced.is_set() and record.node not in self.node_watch.nodes
             )
@@ -211,35 +220,84 @@ class RunDriver:
             return
         if outcome.status is not None:
             status = {**outcome.status, StatusKey.MESSAGE: message}
-            await self.effects.write_report_status(record, status)
+            await self.effects.settle_report(record, status)
         elif reason is not None:
             await self.effects.write_report_failure(record, reason, message)
 
     async def _launch(self, run: RunState, spec: GpuValidationSpec) -> None:
-        limit = planning.concurrency_limit(spec.max_concurrent, len(run.nodes))
-        wave = lifecycle.next_wave(run, limit, time.time())
+        now = time.time()
+        if run.refused is not None:
+            wave = self._probe(run, now)
+        else:
+            limit = planning.concurrency_limit(spec.max_concurrent, len(run.nodes))
+            wave = lifecycle.next_wave(run, limit, now)
         if not wave:
             return
-        now = time.time()
         for record in wave:
             record.phase, record.pod_created = Phase.RUNNING, now
         run.dirty = True
 
         async def create(record: NodeRecord) -> None:
-            if record.stale_report:
-                # The previous attempt's verdict must not be read as this one's.
-                await self.effects.write_report_status(record, build_reset_status())
+            if record.reset_due:
+                # The previous attempt's verdict must not be read as this one's, and a verdict
+                # the operator settled must not keep this attempt's agent from writing.
+                record.reset_due = not await self.effects.reset_report(record)
             facts = self.node_watch.nodes.get(record.node)
             sharing = facts.sharing if facts is not None else None
             if sharing is not None and not sharing.exclusive_possible:
                 await self._untestable(run, record, sharing)
                 return
             env = self.baseline.pod_env(run, record.node)
-            refused = await self.effects.create_pod(run, record, spec, sharing, env)
-            if refused is not None and run.finish_for(record.node, Reason.POD_FAILED, refused):
-                await self.effects.write_report_failure(record, Reason.POD_FAILED, refused)
+            refusal = await self.effects.create_pod(run, record, spec, sharing, env)
+            if refusal is None:
+                self._admitted(run)
+            else:
+                await self._refused(run, record, refusal)
 
         await self.effects.bounded(create(r) for r in wave)
+
+    def _probe(self, run: RunState, now: float) -> list[NodeRecord]:
+        """While the API server refuses agent pods, one create at a time, when its pause is
+        over: a pending node's, else a refused node's (its report reset first)."""
+        refused = run.refused
+        if refused is None or not refused.due(now):
+            return []
+        probe = next(run.pending(now), None)
+        if probe is None:
+            waiting = run.refused_nodes()
+            if not waiting:
+                run.refused, run.dirty = None, True  # nothing waits for the cluster any more
+                return []
+            probe = waiting[0]
+            probe.readmit()
+        return [probe]
+
+    def _admitted(self, run: RunState) -> None:
+        if run.refused is not None:
+            log.info("%s: the API server admits agent pods again", run.validation)
+            run.refused, run.dirty = None, True
+
+    async def _refused(self, run: RunState, record: NodeRecord, refusal: Refusal) -> None:
+        """The API server refused the node's agent pod: the cluster's configuration, not the
+        node. NotRun (AgentPodRefused) with no node action, the run's AgentPodsRefused
+        condition, one Event per run and policy, and a create tried again later (_probe)."""
+        now, namespace = time.time(), self.config.agent_namespace
+        if run.refused is None:
+            run.refused = Refused.first(refusal, namespace, now)
+        else:
+            run.refused.again(refusal, now)
+        message = refusal.node_message(record.pod, namespace)
+        if run.refuse(record.node, message):
+            await self.effects.write_report_failure(record, Reason.AGENT_POD_REFUSED, message)
+        key = run.refused.key()
+        if key not in run.refusals_said:
+            run.refusals_said.add(key)
+            log.warning("%s: %s", run.validation, message)
+            text = (
+                f"{message}; every agent pod of run {run.run_id} waits for the cluster to admit "
+                "one: no node is tested, none is blamed (condition AgentPodsRefused)"
+            )
+            await self.effects.event(EventReason.AGENT_PODS_REFUSED, text, warning=True)
 
     async def _untestable(self, run: RunState, record: NodeRecord, sharing: GpuSharing) -> None:
         """A node whose GPU sharing lets no pod hold a GPU alone: NotRun, no pod made."""
@@ -336,6 +394,7 @@ class RunDriver:
         await self.acted()
         await self.after_verdicts(run, spec)
         run.completed_at = time.time()
+        run.refused = None  # every node has its verdict: none waits for the cluster
         environments = {
             node: result.environment
             for node, result in self.state.latest.items()

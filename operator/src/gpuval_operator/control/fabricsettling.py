@@ -219,5 +219,5 @@ class FabricSettling:
             )
         elif never:
             verdict = Verdict.NOT_RUN
-        await self.effects.write_report_status(record, status)
+        await self.effects.settle_report(record, status)
         (run.revise if again else run.release)(node, verdict, final.reason, final.message)

@@ -6,18 +6,20 @@ operator-wide limit), a person's release (annotation gpuval.dev/release) and the
 reasons. A failure's taint and cordon wait while the rest of the run could still make its reason
 systemic (`breaker.undecided`), and follow once it cannot; held nodes are tried again while
 slots are free or their systemic reason is gone or released; and the hold is said once per run
-and cause (Events NodeActionsHeld, SystemicFailure, NodeActionsReleased). The decisions are
+and cause (Events NodeActionsHeld, SystemicFailure, NodeActionsReleased), each saying the time
+and the figures it was posted with. The decisions are
 gpuval_operator.nodes.breaker's, the node patches gpuval_operator.nodes.actor's.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 
 from gpuval_api import keys
-from gpuval_api.conditions import ConditionReason, EventReason
+from gpuval_api.conditions import ConditionReason, ConditionType, EventReason
 from gpuval_api.crd import GpuValidationSpec
 from gpuval_api.labels import label_value
 from gpuval_api.release import Release
@@ -27,7 +29,7 @@ from gpuval_operator.nodes.actor import NodeActor
 from gpuval_operator.nodes.ledger import OutOfServiceLedger
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.run.effects import Effects
-from gpuval_operator.run.holds import held_condition
+from gpuval_operator.run.holds import as_of, held_condition, systemic_event
 from gpuval_operator.run.state import Phase, RunState
 
 log = logging.getLogger(__name__)
@@ -98,35 +100,32 @@ class HoldKeeper:
         await self._announce(run)
 
     async def _retry(self, run: RunState, spec: GpuValidationSpec) -> None:
+        """Held nodes tried again while the limits have room, until they are used or no held
+        node is left: a pass's plan counts the slots as last seen, and what its admissions found
+        (a node out of service through another validation takes no operator-wide slot; a slot
+        taken meanwhile) shapes the next pass. A pass that lets no node go ends it."""
         state = run.breaker
-        held = {n: c for n, c in state.held.items() if n in run.nodes}
-        if not held or not _acts(spec):
-            return
-        free_validation, free_operator = state.limit, 1 << 30
-        if self.ledger is not None:
-            free_validation, free_operator = self.ledger.free(
-                label_value(run.validation), state.approved_at, state.limit
-            )
-        blocked_by = (
-            ConditionReason.MAX_NODES_REACHED
-            if free_validation <= 0
-            else ConditionReason.OPERATOR_MAX_NODES_REACHED
-        )
-        reasons = {n: str(run.nodes[n].reason) for n in held}
-        retry, causes = breaker.to_retry(
-            held,
-            reasons,
-            state.systemic_reasons(),
-            max(0, min(free_validation, free_operator)),
-            blocked_by,
-        )
-        if causes != {n: c for n, c in held.items() if n not in retry}:
-            run.dirty = True
-        state.held.update(causes)
-        if retry:
+        for _ in range(len(state.held) + 1):  # each pass but the last lets one node go at least
+            held = {n: c for n, c in state.held.items() if n in run.nodes}
+            if not held or not _acts(spec):
+                return
+            free, out = breaker.Limits(state.limit, 1 << 30), set[str]()
+            if self.ledger is not None:
+                key = label_value(run.validation)
+                free = breaker.Limits(*self.ledger.free(key, state.approved_at, state.limit))
+                out = self.ledger.out(held)
+            reasons = {n: str(run.nodes[n].reason) for n in held}
+            retry, causes = breaker.to_retry(held, reasons, state.systemic_reasons(), free, out)
+            if causes != {n: c for n, c in held.items() if n not in retry}:
+                run.dirty = True
+            state.held.update(causes)
+            if not retry:
+                return
             run.dirty = True
             jobs = (self.actor.act(run, run.nodes[n], spec, announce=False) for n in retry)
             await self.effects.bounded(jobs)
+            if all(n in state.held for n in retry):
+                return  # held again, every one: the limits are used as far as the nodes show
 
     async def _announce(self, run: RunState) -> None:
         """Events: a release once, each hold cause and systemic reason once per run."""
@@ -142,19 +141,19 @@ class HoldKeeper:
             )
             await self.effects.event(EventReason.NODE_ACTIONS_RELEASED, message)
             run.dirty = True
+        now, total = time.time(), len(run.nodes)
+        untested = sum(1 for r in run.nodes.values() if not r.done)
         for found in state.systemic:
             if f"systemic:{found.reason}" not in state.posted:
                 state.posted.add(f"systemic:{found.reason}")
-                message = (
-                    f"{found.message()} in run {run.run_id}: the spec or the fleet's stack is "
-                    "the likely cause, not the nodes"
-                )
+                message = systemic_event(found, run.run_id, now, untested, total)
                 await self.effects.event(EventReason.SYSTEMIC_FAILURE, message, warning=True)
         new = set(state.causes()) - state.posted
         if new:
             state.posted |= new
             failures = Counter(str(r.reason) for r in run.failed())
             _, _, _, message = held_condition(state, failures, run.validation)
+            message += as_of(now, untested, total, ConditionType.NODE_ACTIONS_HELD)
             await self.effects.event(EventReason.NODE_ACTIONS_HELD, message, warning=True)
             log.warning("%s: %s", run.validation, message)
 

@@ -239,7 +239,7 @@ class KubeClient:
             return items, version
 
     async def watch(
-        self, path: str, resource_version: str, label_selector: str = ""
+        self, path: str, resource_version: str, label_selector: str = "", field_selector: str = ""
     ) -> AsyncIterator[dict[str, Any]]:
         """Watch events (ADDED/MODIFIED/DELETED/BOOKMARK) from `resource_version`; raises on 410.
 
@@ -255,6 +255,8 @@ class KubeClient:
         }
         if label_selector:
             params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
         timeout = aiohttp.ClientTimeout(
             total=self.watch_timeout + 30, sock_connect=10, sock_read=self.watch_timeout + 15
         )

@@ -9,7 +9,9 @@ new leader, and its pod restarts as a standby. However long an API call hangs: e
 bounded by the time left to the deadline, and a watchdog thread, which needs nothing from the
 event loop, ends the process half a renew interval after the deadline should the loop itself be
 stuck. A new leader continues the run from its status, reports and pods (deterministic names, the
-run id in the status), so a takeover duplicates no pod and loses no verdict.
+run id in the status), so a takeover duplicates no pod and loses no verdict. On a clean stop
+(SIGTERM: a rolling update, `helm upgrade`) the leader releases the Lease once it acts no more, and
+the standby, which watches the Lease, takes it at once.
 
 `next_move` is the pure decision; `LeaderElector` makes the calls.
 """
@@ -17,6 +19,7 @@ run id in the status), so a takeover duplicates no pod and loses no verdict.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -29,7 +32,7 @@ from typing import Any
 
 import aiohttp
 
-from gpuval_operator.kube.client import ApiError, KubeClient, q
+from gpuval_operator.kube.client import ApiError, KubeClient, ResourceExpiredError, q
 from gpuval_operator.timestamps import parse_time
 
 log = logging.getLogger(__name__)
@@ -103,6 +106,8 @@ class LeaderElector:
         # time.monotonic() when the renewTime of the last successful take or renewal was read
         # off the clock: the Lease runs out `duration` after that, whatever the call took.
         self.renewed_at: float | None = None
+        # The Lease as last read: a standby watches it from there.
+        self.seen = LeaseFacts(exists=False)
 
     def deadline(self) -> float:
         """The monotonic time by which this leader must have renewed or stopped acting."""
@@ -129,7 +134,7 @@ class LeaderElector:
     async def try_once(self) -> bool:
         """One attempt to take or renew the Lease; True when this replica holds it now."""
         started, now = time.monotonic(), time.time()
-        lease = LeaseFacts.parse(await self.client.get_or_none(f"{self.path}/{q(self.name)}"))
+        lease = self.seen = await self._read()
         move = next_move(lease, self.identity, now)
         if move is Move.WAIT:
             return False
@@ -149,8 +154,12 @@ class LeaderElector:
             log.info("leader: %s took lease %s/%s", self.identity, self.namespace, self.name)
         return True
 
+    async def _read(self) -> LeaseFacts:
+        return LeaseFacts.parse(await self.client.get_or_none(f"{self.path}/{q(self.name)}"))
+
     async def acquire(self) -> None:
-        """Wait, as a standby, until this replica holds the Lease."""
+        """Wait, as a standby, until this replica holds the Lease: tried again each time the
+        Lease changes (a renewal, a release) and at least every renew interval."""
         announced = False
         while True:
             try:
@@ -161,7 +170,58 @@ class LeaderElector:
             if not announced:
                 log.info("leader: %s is standby; another replica holds the lease", self.identity)
                 announced = True
-            await asyncio.sleep(self.renew)
+            await self._until_changed()
+
+    async def _until_changed(self) -> None:
+        """Until the Lease changes or a renew interval passes: a watch of the one Lease from the
+        version last read, so a leader's release is seen at once, not at the next poll (a sleep
+        where the Lease cannot be watched)."""
+        version = self.seen.resource_version
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.renew):
+                if version:
+                    try:
+                        async for event in self.client.watch(
+                            self.path, version, field_selector=f"metadata.name={self.name}"
+                        ):
+                            if event.get("type") != "BOOKMARK":
+                                return
+                    except (ApiError, ResourceExpiredError, OSError, aiohttp.ClientError) as exc:
+                        log.debug("leader: cannot watch the lease (%s); polling it", exc)
+                await asyncio.sleep(self.renew)
+
+    async def release(self) -> bool:
+        """Give the Lease up on a clean stop, as client-go's ReleaseOnCancel does: no holder and
+        a duration of one second, so the standby (which watches it) takes it at once instead
+        of after leaseDurationSeconds. Only while this replica still holds it, on the version
+        read (another replica that moved first keeps it); True when released."""
+        lease = await self._read()
+        if lease.holder != self.identity or lease.resource_version is None:
+            return False
+        now = time.time()
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "resourceVersion": lease.resource_version,
+            },
+            "spec": {  # no holderIdentity: held by no one
+                "leaseDurationSeconds": 1,
+                "acquireTime": micro_time(now),
+                "renewTime": micro_time(now),
+                "leaseTransitions": lease.transitions,
+            },
+        }
+        try:
+            await self.client.request("PUT", f"{self.path}/{q(self.name)}", body=body)
+        except ApiError as exc:
+            if exc.status == 409:
+                return False
+            raise
+        log.info("leader: %s released lease %s/%s", self.identity, self.namespace, self.name)
+        return True
 
     async def keep(self, lost: Callable[[], None]) -> None:
         """Renew every `renew` seconds; call `lost` once, as soon as another replica holds the

@@ -142,21 +142,31 @@ def to_retry(
     held: Mapping[str, str],
     reasons: Mapping[str, str],
     systemic_reasons: Collection[str],
-    free: int,
-    blocked_by: str,
+    free: Limits,
+    out: Collection[str] = (),
 ) -> tuple[list[str], dict[str, str]]:
     """Held nodes worth another admission now, in name order, and the causes of the others as
-    they stand: a limit's hold is tried again while `free` slots are left (the admission decides;
-    each try costs a read of the node), and a systemic hold whose reason is no longer systemic
-    (or was released) is tried the same way, else held by the limit that is full (`blocked_by`)."""
+    they stand. A limit's hold is tried again while slots are `free` (the admission decides; each
+    try costs a read of the node): every node takes one of the validation's, and one of the
+    operator's unless it is `out` of service already (through another validation), which takes
+    none. So a node another validation holds out does not use up the operator's slot for the
+    node after it. A systemic hold whose reason is no longer systemic (or was released) is tried
+    the same way. The others are held by the limit that stops them now."""
     retry: list[str] = []
     causes: dict[str, str] = {}
+    left_validation, left_operator = free.validation, free.operator
     for node in sorted(held):
         cause = held[node]
         if cause == R.SYSTEMIC and reasons.get(node) in systemic_reasons:
             causes[node] = cause
-        elif len(retry) < free:
+            continue
+        operator_slot = node not in out
+        if left_validation > 0 and (left_operator > 0 or not operator_slot):
             retry.append(node)
+            left_validation -= 1
+            left_operator -= operator_slot
+        elif left_validation <= 0:
+            causes[node] = R.MAX_NODES_REACHED
         else:
-            causes[node] = blocked_by if cause == R.SYSTEMIC else cause
+            causes[node] = R.OPERATOR_MAX_NODES_REACHED
     return retry, causes

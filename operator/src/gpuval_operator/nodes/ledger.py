@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,6 +117,10 @@ class OutOfServiceLedger:
             validation_limit - view.validation_count(validation, approved_at),
             self.limit - view.operator_count(),
         )
+
+    def out(self, nodes: Iterable[str]) -> set[str]:
+        """Those of `nodes` gpuval holds out of service (or has reserved), as last counted."""
+        return {n for n in nodes if self.view.out(n)}
 
     async def recount(self, older_than: float = RECOUNT_ANYWAY) -> None:
         """List the nodes again when the last list is older than `older_than` seconds."""

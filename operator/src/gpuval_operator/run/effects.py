@@ -21,13 +21,20 @@ from gpuval_api.crd import API_VERSION, REPORT_PLURAL, VALIDATION_KIND, GpuValid
 from gpuval_api.gfd import GpuSharing
 from gpuval_api.labels import children_selector
 from gpuval_api.reasons import Reason
-from gpuval_api.report import AGENT_CHECK, build_operator_failure_status
+from gpuval_api.report import (
+    AGENT_CHECK,
+    Settler,
+    StatusKey,
+    build_operator_failure_status,
+    build_reset_status,
+)
 from gpuval_operator import planning
 from gpuval_operator.config import OperatorConfig
 from gpuval_operator.kube import events
 from gpuval_operator.kube.client import ApiError, KubeClient, ResourceExpiredError, q
 from gpuval_operator.names import run_number
 from gpuval_operator.run.facts import ReportFacts
+from gpuval_operator.run.refusals import Refusal
 from gpuval_operator.run.state import NodeRecord, RunState
 
 log = logging.getLogger(__name__)
@@ -144,9 +151,9 @@ class Effects:
         spec: GpuValidationSpec,
         sharing: GpuSharing | None = None,
         baseline: Sequence[Mapping[str, str]] = (),
-    ) -> str | None:
-        """Create the node's agent pod (`sharing`: its GPUs are shared); the API server's refusal
-        as text, None when it exists."""
+    ) -> Refusal | None:
+        """Create the node's agent pod (`sharing`: its GPUs are shared); the API server's
+        refusal, None when made or it exists."""
         body = planning.build_pod(
             validation=self.name,
             uid=self.uid,
@@ -163,9 +170,12 @@ class Effects:
         try:
             await self.client.create(self.pods_path, body)
         except ApiError as exc:
-            # A pod the API server refuses (missing namespace or ServiceAccount, quota,
-            # admission) fails the node with the server's words instead of retrying forever.
-            return None if exc.status == 409 else f"could not create the agent pod: {exc}"
+            # Refused before any node saw it (admission, quota, a missing namespace or
+            # ServiceAccount): the cluster's configuration, never the node's (run.refusals).
+            if exc.status == 409:
+                return None
+            words = exc.body.get("message") if isinstance(exc.body, dict) else None
+            return Refusal.of(exc.status, str(words or exc))
         return None
 
     async def delete_pod(self, record: NodeRecord) -> None:
@@ -209,6 +219,26 @@ class Effects:
             log.warning("%s: could not write report %s: %s", self.name, record.report, exc)
             return False
         return True
+
+    async def reset_report(self, record: NodeRecord) -> bool:
+        """Before a node's next attempt: its report Pending, the operator's settled mark removed
+        (a null in the merge patch), so that attempt's agent may write it. False when refused."""
+        try:
+            await self.client.merge_patch(
+                f"{REPORTS_PATH}/{q(record.report)}/status", {"status": build_reset_status()}
+            )
+        except ApiError as exc:
+            log.warning("%s: could not reset report %s: %s", self.name, record.report, exc)
+            return False
+        return True
+
+    async def settle_report(self, record: NodeRecord, status: dict[str, Any]) -> bool:
+        """Write a verdict the operator settled itself, marked so (`status.settledBy`): the
+        agents' admission policy refuses their writes to the report from then on (a stalled
+        agent's late write). False when refused."""
+        return await self.write_report_status(
+            record, {**status, StatusKey.SETTLED_BY: str(Settler.OPERATOR)}
+        )
 
     async def write_report_failure(
         self, record: NodeRecord, reason: Reason, message: str, check: str = AGENT_CHECK

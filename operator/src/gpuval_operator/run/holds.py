@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from gpuval_api.conditions import ConditionReason as R
 from gpuval_api.conditions import ConditionType
+from gpuval_operator.timestamps import rfc3339
 
 # A held node's cause, most telling first (the condition's reason is the first one present).
 HOLD_CAUSES = (R.SYSTEMIC, R.MAX_NODES_REACHED, R.OPERATOR_MAX_NODES_REACHED)
@@ -28,11 +29,10 @@ class Systemic:
     failed: int
     tested: int
 
-    def message(self) -> str:
+    def message(self, so_far: bool = False) -> str:
         share = self.failed / self.tested if self.tested else 0.0
-        return (
-            f"{self.failed} of {self.tested} tested nodes ({share:.0%}) failed with {self.reason}"
-        )
+        tested = "nodes tested so far" if so_far else "tested nodes"
+        return f"{self.failed} of {self.tested} {tested} ({share:.0%}) failed with {self.reason}"
 
 
 @dataclass(slots=True)
@@ -69,6 +69,27 @@ class BreakerState:
 
     def causes(self) -> Counter[str]:
         return Counter(self.held.values())
+
+
+def as_of(now: float, untested: int, total: int, condition: str) -> str:
+    """What an Event's figures are: those of its time. An Event is posted once and never
+    updated, while the condition it echoes follows the run (a systemic share of 3 of 5 tested
+    nodes may end as 6 of 10)."""
+    if untested:
+        return (
+            f" (at {rfc3339(now)}, {untested} of {total} nodes still to test: figures so far; "
+            f"the {condition} condition keeps them current)"
+        )
+    return f" (at {rfc3339(now)})"
+
+
+def systemic_event(found: Systemic, run_id: str, now: float, untested: int, total: int) -> str:
+    """The SystemicFailure Event's message, with the time and share it was found at."""
+    return (
+        f"{found.message(so_far=untested > 0)} in run {run_id}: the spec or the fleet's stack is "
+        "the likely cause, not the nodes"
+        + as_of(now, untested, total, ConditionType.SYSTEMIC_FAILURE)
+    )
 
 
 def _count_text(counts: Mapping[str, int]) -> str:

@@ -19,6 +19,7 @@ from gpuval_api.report import StatusKey
 from gpuval_operator.fabric.rollup import build_fabric_status
 from gpuval_operator.names import run_number
 from gpuval_operator.run.holds import held_condition, systemic_condition
+from gpuval_operator.run.refusals import refused_condition
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
 from gpuval_operator.run.uniformity import Outlier
 from gpuval_operator.timestamps import parse_time, rfc3339
@@ -108,8 +109,8 @@ def uniform_condition(
 
 
 def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Cond]:
-    """Succeeded, NodesHealthy, Uniform, Invalid (False), NodeActionsHeld and SystemicFailure for
-    a valid spec's run.
+    """Succeeded, NodesHealthy, Uniform, Invalid (False), NodeActionsHeld, SystemicFailure and
+    AgentPodsRefused for a valid spec's run.
 
     `outliers` is None while the run goes on or when no node reported an environment: uniformity is
     then Unknown rather than a premature True.
@@ -137,12 +138,14 @@ def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Co
         ]
     failures = Counter(str(r.reason) for r in run.failed())
     holds = (held_condition(run.breaker, failures, run.validation), systemic_condition(run.breaker))
+    refused = refused_condition(run.refused, len(run.refused_nodes()))
     found = [
         _succeeded(run),
         _healthy(run),
         uniform_condition(outliers, run.counts() if run.completed_at is not None else None),
         valid,
         *(Cond(*c) for c in holds),
+        Cond(*refused),
     ]
     if run.baseline is not None:
         status, reason, message = run.baseline.condition(run.completed_at is not None)
@@ -229,10 +232,11 @@ def waiting_for_nodes(run: RunState) -> bool:
     return run.gating and not run.nodes
 
 
-def announce_completion(run: RunState) -> bool:
-    """RunCompleted is posted once per run: not again when arrivals or a revised verdict reopen
-    and close it, not for a gating run that has no node yet (it waits for them)."""
-    return not run.announced and not waiting_for_nodes(run)
+def announce_completion(run: RunState, budget: int) -> bool:
+    """RunCompleted is posted once per end of a run: its first, and again each time arrivals, a
+    retry or a revised verdict reopened it and it closed again, at most `budget` ends a run
+    (GPUVAL_EVENTS_PER_RUN); never for a gating run that has no node yet (it waits for them)."""
+    return not run.announced and not waiting_for_nodes(run) and run.announcements < max(budget, 1)
 
 
 def phase_of(run: RunState) -> str:
@@ -310,11 +314,14 @@ def build_invalid_status(
 
 
 def run_summary(run: RunState, outliers: Sequence[Outlier] | None) -> str:
-    """One line about a completed run, for its RunCompleted Event and the log."""
+    """One line about a completed run, for its RunCompleted Event and the log: the figures of
+    this end, saying when it was and whether the run had ended before (it reopened)."""
     counts = run.counts()
+    again = " again" if run.announcements else ""
+    when = f" at {rfc3339(run.completed_at)}" if run.completed_at is not None else ""
     summary = (
-        f"run {run.run_id} completed: {counts['passed']} passed, {counts['failed']} failed"
-        f", {counts['notRun']} not tested of {counts['total']}"
+        f"run {run.run_id} completed{again}{when}: {counts['passed']} passed, "
+        f"{counts['failed']} failed, {counts['notRun']} not tested of {counts['total']}"
     )
     if outliers:
         summary += f"; {len({o.node for o in outliers})} nodes not uniform"
@@ -341,6 +348,7 @@ def read_run(name: str, status: Mapping[str, Any], *, fabric: bool) -> RunState 
     # A run the status shows completed with nodes was announced (RunCompleted) by whoever closed
     # it; one with none (a gating run still waiting) announces its first real close.
     run.announced = run.completed_at is not None and bool((status.get("nodes") or {}).get("total"))
+    run.announcements = int(run.announced)
     if fabric and run.completed_at is None:
         run.expect_fabric(parse_time((status.get(StatusKey.FABRIC) or {}).get("startedAt")))
     return run

@@ -30,6 +30,7 @@ from gpuval_operator.planning import Candidate
 from gpuval_operator.podfacts import PodFacts
 from gpuval_operator.run.facts import ReportFacts
 from gpuval_operator.run.holds import BreakerState
+from gpuval_operator.run.refusals import Refused
 from gpuval_operator.run.uniformity import Outlier
 
 
@@ -70,6 +71,9 @@ class NodeRecord:
     # The report still shows the previous attempt: reset it before the next pod starts, and
     # read none of its completed statuses until the reset shows.
     stale_report: bool = False
+    # A next attempt, or a refused pod made again: the report is reset (Pending, the operator's
+    # settled mark removed) before its pod is made, whatever the report watch brought meanwhile.
+    reset_due: bool = False
     # Its report exists: only then may its pod start (the agent writes to that report).
     planned: bool = False
     pod_seen: bool = False
@@ -114,22 +118,40 @@ class NodeRecord:
         return self.phase >= Phase.PASSED
 
     @property
-    def settled(self) -> bool:
-        """Its verdict in this run is final: done, and not waiting for the fabric."""
-        return self.done and not self.held
+    def refused(self) -> bool:
+        """NotRun because the API server refused its agent pod: it waits for the cluster to
+        admit one (run.refusals), which no verdict of this run has settled."""
+        return self.phase is Phase.NOT_RUN and self.reason is Reason.AGENT_POD_REFUSED
 
-    def next_attempt(self, pod: str, not_before: float, trigger: NodeTrigger) -> None:
+    @property
+    def settled(self) -> bool:
+        """Its verdict in this run is final: done, not waiting for the fabric, nor for the
+        cluster to admit its agent pod."""
+        return self.done and not self.held and not self.refused
+
+    def next_attempt(self, pod: str, not_before: float, trigger: NodeTrigger | None) -> None:
         """Make the record wait for another attempt, under a new pod name, in the same report
         (which still shows the previous attempt until the operator resets it)."""
+        self._again(pod, self.attempt + 1, not_before, trigger)
+
+    def readmit(self) -> None:
+        """Its refused agent pod is to be created again: the same attempt and pod name (no pod
+        existed, so no attempt was spent), the report reset first."""
+        self._again(self.pod, self.attempt, 0.0, self.trigger)
+
+    def _again(
+        self, pod: str, attempt: int, not_before: float, trigger: NodeTrigger | None
+    ) -> None:
         fresh = NodeRecord(
             self.node,
             self.gpus,
             self.report,
             pod,
-            attempt=self.attempt + 1,
+            attempt=attempt,
             trigger=trigger,
             not_before=not_before,
             stale_report=True,
+            reset_due=True,
             planned=True,
         )
         for slot in NodeRecord.__slots__:
@@ -168,8 +190,11 @@ class RunState:
     dry_run: dict[str, str] = field(default_factory=dict)
     # spec.gating: an empty run waits for nodes to join (phase Pending), it is not a failure.
     gating: bool = False
-    # RunCompleted was posted: once per run, however often arrivals or a revision reopen it.
+    # RunCompleted was posted for the run's current end, and how many ends were announced: once
+    # per end (a reopening, by arrivals, a retry or a revised verdict, ends it again), at most
+    # GPUVAL_EVENTS_PER_RUN ends a run.
     announced: bool = False
+    announcements: int = 0
     # NodeQueued Events posted for this run (capped by GPUVAL_EVENTS_PER_RUN; the rest counted).
     queued_events: int = 0
     # Something the status shows changed since the status was last written.
@@ -179,6 +204,10 @@ class RunState:
     # Node actions under way for verdicts that came at once: (applied, of), None when none are
     # (a fabric settles every node at its end; the status shows the progress).
     acting: tuple[int, int] | None = None
+    # The API server refuses the run's agent pods now (admission, quota), and the refusals an
+    # Event has said (once per run, cause and policy): gpuval_operator.run.refusals.
+    refused: Refused | None = None
+    refusals_said: set[str] = field(default_factory=set)
 
     def add(self, node: str, gpus: int, report: str, pod: str) -> NodeRecord:
         record = self.nodes.get(node)
@@ -286,6 +315,21 @@ class RunState:
             record.reason, record.message = reason or Reason.CHECK_ERROR, message[:300]
         self.finished.append(node)
 
+    def refuse(self, node: str, message: str) -> bool:
+        """The API server refused the node's agent pod: NotRun (AgentPodRefused) until the
+        cluster admits one; no node action follows (it is not `finished`). False when the node
+        had a verdict already."""
+        record = self.nodes.get(node)
+        if record is None or record.done:
+            return False
+        record.phase, record.reason = Phase.NOT_RUN, Reason.AGENT_POD_REFUSED
+        record.message, record.termination = message[:300], None
+        self.dirty = True
+        return True
+
+    def refused_nodes(self) -> list[NodeRecord]:
+        return sorted((r for r in self.nodes.values() if r.refused), key=lambda r: r.node)
+
     def finish_for(self, node: str, reason: Reason, message: str) -> bool:
         """Record the verdict an operator-side reason gives (Failed or NotRun by its class)."""
         return self.finish_node(node, verdict_of(reason), reason, message)
@@ -302,8 +346,9 @@ class RunState:
 
     def reopen(self) -> None:
         """Nodes joined a completed run (gating, retry), or a node's verdict was written over: it
-        is running again, until it completes again."""
+        is running again, until it completes again (and says so again)."""
         self.completed_at = None
+        self.announced = False
 
     def apply_report(self, report: ReportFacts) -> bool:
         """Apply a report of this run; True when it gave its node a verdict."""

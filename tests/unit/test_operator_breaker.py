@@ -89,9 +89,17 @@ def test_reservations_of_patches_in_flight_count_like_nodes() -> None:
 
 def test_a_release_approves_what_was_out_of_service_before_it() -> None:
     before = view(out("a", v=10), out("b", v=11))
-    assert admit(before, "c", "v", 11.0, LIMITS) is None
-    assert before.validation_count("v", 11.0) == 0
-    assert before.validation_count("v", 10.0) == 1
+    assert admit(before, "c", "v", 12.0, LIMITS) is None
+    assert before.validation_count("v", 12.0) == 0
+    assert before.validation_count("v", 11.0) == 1
+
+
+def test_a_node_taken_out_in_the_releases_own_second_counts_against_the_limit() -> None:
+    # A release is stamped to the second: the passes right after it cordoned nodes in that same
+    # second, and approving those let each pass take the limit again, up to the operator's.
+    after = view(out("a", v=20), out("b", v=20))
+    assert after.validation_count("v", 20.0) == 2
+    assert admit(after, "c", "v", 20.0, LIMITS) == R.MAX_NODES_REACHED
 
 
 def test_the_operator_wide_limit_is_not_lifted_by_a_release() -> None:

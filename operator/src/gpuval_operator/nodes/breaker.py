@@ -66,10 +66,12 @@ class View:
 
     def counts_for(self, node: str, validation: str, approved_at: float) -> bool:
         """The node counts against `validation`'s own limit: held out of service through it since
-        after its last release, or reserved by it."""
+        its last release, or reserved by it. Both are stamped to the second, so a node taken out
+        in the release's own second counts: a pass right after a release fills the limit once
+        (were it approved, each pass of the same second would take the limit again)."""
         listed = self.nodes.get(node)
         since = listed.by.get(validation) if listed is not None else None
-        return (since is not None and since > approved_at) or validation in self.reserved.get(
+        return (since is not None and since >= approved_at) or validation in self.reserved.get(
             node, ()
         )
 

@@ -18,6 +18,8 @@ here: code outside the package imports `from gpuval_api.crd import X`.
 from gpuval_api.crd.agent import (
     DEFAULT_AGENT_IMAGE,
     AgentSettings,
+    DeviceSource,
+    DraSettings,
     EnvVar,
     Resources,
     Toleration,
@@ -115,6 +117,8 @@ __all__ = [
     "AgentSettings",
     "Condition",
     "ConditionStatus",
+    "DeviceSource",
+    "DraSettings",
     "DryRunAction",
     "EnvVar",
     "ExpectedEnvironment",

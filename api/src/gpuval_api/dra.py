@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-RESOURCE_API: Final = "resource.k8s.io/v1"
+RESOURCE_GROUP: Final = "resource.k8s.io"
+RESOURCE_API: Final = f"{RESOURCE_GROUP}/v1"
 RESOURCE_SLICES_PATH: Final = f"/apis/{RESOURCE_API}/resourceslices"
 RESOURCE_CLAIMS_PATH: Final = f"/apis/{RESOURCE_API}/resourceclaims"
 DEVICE_CLASSES_PATH: Final = f"/apis/{RESOURCE_API}/deviceclasses"

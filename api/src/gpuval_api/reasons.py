@@ -536,6 +536,7 @@ REASONS: dict[Reason, ReasonInfo] = {
         "provide, and DCGM's diagnostic, which does not run on MIG)",
         "nothing to do; validate the whole GPUs with MIG off (a maintenance window) to test them",
         Severity.WARNING,
+        verdict=Verdict.NOT_RUN,
     ),
     Reason.CHECK_SKIPPED: ReasonInfo(
         "the check was not run because an earlier failure made it meaningless",

@@ -56,6 +56,8 @@ from gpuval_api.crd.common import (
     ResourceName,
 )
 from gpuval_api.crd.report import (
+    MAX_DEVICE_HEALTH,
+    DeviceHealth,
     GpuNodeReport,
     GpuNodeReportSpec,
     GpuNodeReportStatus,
@@ -100,6 +102,7 @@ __all__ = [
     "DEFAULT_MAX_NODES_OUT_OF_SERVICE",
     "GPU_RESOURCE",
     "GROUP",
+    "MAX_DEVICE_HEALTH",
     "MAX_GPUS_PER_NODE",
     "MAX_ITEMS",
     "MAX_NODES",
@@ -117,6 +120,7 @@ __all__ = [
     "AgentSettings",
     "Condition",
     "ConditionStatus",
+    "DeviceHealth",
     "DeviceSource",
     "DraSettings",
     "DryRunAction",

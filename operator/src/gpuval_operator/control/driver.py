@@ -17,6 +17,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from gpuval_api.checks import CheckName
 from gpuval_api.conditions import EventReason
@@ -26,10 +27,12 @@ from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey, build_reset_status
 from gpuval_operator import cron, names, planning
 from gpuval_operator.control.baselinedriver import BaselineDriver
+from gpuval_operator.control.devicerequests import device_request
 from gpuval_operator.control.fabricdriver import FabricDriver
 from gpuval_operator.control.holds import HoldKeeper
 from gpuval_operator.control.reports import ReportPlanner
 from gpuval_operator.fabric.ports import PortPool
+from gpuval_operator.kube.client import ApiError
 from gpuval_operator.nodes.actor import NodeActor
 from gpuval_operator.nodes.gating import queued_events
 from gpuval_operator.nodes.ledger import OutOfServiceLedger
@@ -116,6 +119,8 @@ class RunDriver:
         )
         if outcomes:
             await self.effects.bounded(self._record(run, o) for o in outcomes)
+        if run.health_due:
+            await self._write_device_health(run)
         self._retry(run, spec)
         await self._launch(run, spec)
         await self.fabric.tick(run, spec)
@@ -142,10 +147,12 @@ class RunDriver:
             if node is None or (record is not None and not record.settled):
                 continue
             if record is None:
-                fresh.append(planning.Candidate(name, node.gpus))
+                gpus = self.node_watch.slices.devices(name).count if self.node_watch.dra else 0
+                gpus = gpus or node.gpus
+                fresh.append(planning.Candidate(name, gpus, node.resources))
                 run.add(
                     name,
-                    node.gpus,
+                    gpus,
                     names.report_name(run.validation, run.run_id, name),
                     names.pod_name(run.validation, run.run_id, name),
                 ).trigger = trigger
@@ -201,6 +208,8 @@ class RunDriver:
         if outcome.check_node and not await self.effects.node_exists(outcome.node):
             gone = lifecycle.node_gone(record, f"was deleted during the run ({message})")
             reason, message = gone.reason, gone.message
+        elif reason is Reason.DEVICES_CLAIMED:
+            message = await self._claimed_by(outcome.node, message)
         if outcome.delete_pod:
             await self.effects.delete_pod(record)
         if reason is not None and outcome.status is None:
@@ -235,11 +244,47 @@ class RunDriver:
                 await self._untestable(run, record, sharing)
                 return
             env = self.baseline.pod_env(run, record.node)
-            refused = await self.effects.create_pod(run, record, spec, sharing, env)
+            try:
+                request = await device_request(
+                    self.effects, self.node_watch, run, record.node, spec
+                )
+            except ApiError as exc:
+                refused: str | None = f"could not create the pod's ResourceClaimTemplate: {exc}"
+            else:
+                refused = await self.effects.create_pod(
+                    run, record, spec, sharing, env, request=request
+                )
             if refused is not None and run.finish_for(record.node, Reason.POD_FAILED, refused):
                 await self.effects.write_report_failure(record, Reason.POD_FAILED, refused)
 
         await self.effects.bounded(create(r) for r in wave)
+
+    async def _write_device_health(self, run: RunState) -> None:
+        """The kubelet's word on the devices of each changed pod's claims, into its report
+        (status.deviceHealth): evidence beside the agent's own."""
+        due, run.health_due = run.health_due, set()
+
+        async def write(record: NodeRecord) -> None:
+            health = record.device_health
+            if health == record.device_health_written:
+                return
+            status: dict[str, Any] = {StatusKey.DEVICE_HEALTH: [h.as_status() for h in health]}
+            if await self.effects.write_report_status(record, status):
+                record.device_health_written = health
+
+        await self.effects.bounded(write(run.nodes[n]) for n in sorted(due) if n in run.nodes)
+
+    async def _claimed_by(self, node: str, message: str) -> str:
+        """`message` with the ResourceClaims that hold the node's devices, where they can be
+        found (a claim the operator may not list, or one since released, is not named)."""
+        pools = self.node_watch.slices.devices(node).pools or (node,)
+        try:
+            holds = await self.effects.claims_holding(pools)
+        except ApiError as exc:
+            return f"{message}; the claims that hold its devices could not be listed: {exc}"
+        if not holds:
+            return f"{message}; no claim holds its devices now"
+        return f"{message}; held by ResourceClaim {', '.join(h.describe() for h in holds[:5])}"
 
     async def _untestable(self, run: RunState, record: NodeRecord, sharing: GpuSharing) -> None:
         """A node whose GPU sharing lets no pod hold a GPU alone: NotRun, no pod made."""

@@ -84,8 +84,9 @@ class MigDevice:
 def _attributes(
     values: Mapping[Attribute, str], versions: Mapping[Attribute, str]
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {name: {"string": value} for name, value in values.items()}
-    out.update({name: {"version": value} for name, value in versions.items()})
+    # Plain strings: the enums' own types do not survive a YAML dump (kubectl apply's input).
+    out: dict[str, Any] = {str(name): {"string": str(value)} for name, value in values.items()}
+    out.update({str(name): {"version": str(value)} for name, value in versions.items()})
     return out
 
 
@@ -109,7 +110,7 @@ def resource_slice(
             {
                 "name": f"gpu-{index}",
                 "attributes": _attributes(values, _VERSIONS),
-                "capacity": {Capacity.MEMORY: {"value": str(H200_MEMORY_BYTES)}},
+                "capacity": {str(Capacity.MEMORY): {"value": str(H200_MEMORY_BYTES)}},
             }
         )
     for device in mig:
@@ -123,9 +124,9 @@ def resource_slice(
         } | _STRINGS
         capacity: dict[str, Any] = {}
         if known is not None:
-            capacity[Capacity.MULTIPROCESSORS] = {"value": str(known.sms)}
+            capacity[str(Capacity.MULTIPROCESSORS)] = {"value": str(known.sms)}
             memory = H200_MEMORY_BYTES * known.memory_slices // 8
-            capacity[Capacity.MEMORY] = {"value": str(memory)}
+            capacity[str(Capacity.MEMORY)] = {"value": str(memory)}
         profile_id = _PROFILE_IDS.get(device.profile, 0)
         name = f"gpu-{device.gpu}-mig-{device.profile.replace('.', '')}-{profile_id}"
         devices.append(

@@ -11,8 +11,8 @@ from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.run.effects import Effects
 from gpuval_operator.run.state import RunState
 
-# With no device of the node in view any more (its slices deleted since it was selected), its pod
-# still asks for whole GPUs: it waits, and its node is not tested (DevicesClaimed), never shares.
+# With no device of the node in view (its slices deleted since it was selected, or not yet seen),
+# its pod still asks for whole GPUs, all of them: it never shares one.
 _FALLBACK_SHAPE = "gpu"
 
 
@@ -26,7 +26,10 @@ async def device_request(
         template = await effects.ensure_claim_template(
             run.run_id, devices.shape or _FALLBACK_SHAPE, spec.agent.dra
         )
-        return DeviceRequest.claim(template, devices)
+        request = DeviceRequest.claim(template, devices)
+        # Its devices out of view (a node listed before the slice watch had synced): the count
+        # it was selected with, and no UUIDs (the agent then tests every GPU it sees).
+        return request if request.count else DeviceRequest(count=gpus, template=template)
     facts = node_watch.nodes.get(node)
     resources = dict(facts.resources) if facts is not None and facts.resources else None
     return DeviceRequest.device_plugin(gpus, resources)

@@ -55,12 +55,14 @@ class NodeWatch:
         each node's value of `topology_key` (spec.fabric.topologyKey); with `dra`, the nodes'
         ResourceSlices too (spec.agent.devices dra)."""
         self.dra = dra
+        if (self.selector, self.topology_key) != (selector, topology_key) or not self._task:
+            self._restart(selector, topology_key)
         if dra:
             self.slices.follow()
         else:
             self.slices.stop()
-        if (self.selector, self.topology_key) == (selector, topology_key) and self._task:
-            return
+
+    def _restart(self, selector: str, topology_key: str | None) -> None:
         self.stop()
         self.selector, self.topology_key, self.nodes = selector, topology_key, {}
         self.synced = asyncio.Event()

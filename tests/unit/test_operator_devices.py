@@ -99,15 +99,18 @@ def test_a_slice_of_the_nvidia_driver_gives_the_nodes_gpus_and_mig_devices() -> 
 
 
 def test_the_slice_watch_keeps_each_nodes_devices_from_every_slice_that_names_it() -> None:
-    watch = SliceWatch(None, "v", lambda: None)  # type: ignore[arg-type]
+    changed: list[str] = []
+    watch = SliceWatch(None, "v", lambda: None, changed.append)  # type: ignore[arg-type]
     second = dra.resource_slice("n2", [dra.gpu_uuid("n2", 0)])
 
     watch._on_page([_slice(), second], True, True)
     assert (watch.devices("n1").count, watch.devices("n2").count) == (8, 1)
+    watch._on_event("MODIFIED", second)  # the same devices: nothing for gating to look at
+    assert changed == ["n1", "n2"]
     watch._on_event("DELETED", second)
     assert watch.devices("n2").count == 0 and "n2" not in watch.nodes
     watch._on_page([], True, True)  # every slice gone while the watch was down
-    assert watch.nodes == {}
+    assert watch.nodes == {} and changed == ["n1", "n2", "n2", "n1"]
 
 
 def test_a_mixed_strategy_mig_node_is_selected_and_its_pod_asks_for_every_mig_resource() -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from gpuval_api.checks import CheckName
 from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, NodeTrigger
+from gpuval_api.dra import DRIVER, ClaimHold
 from gpuval_api.gfd import GpuSharing
 from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey, build_reset_status
@@ -103,6 +104,8 @@ class RunDriver:
         self.config = effects.config
         # Node actions running behind the ticks while the fabric phase is under way (act_behind).
         self.acting: asyncio.Task[None] | None = None
+        # This tick's list of the cluster's ResourceClaims (DevicesClaimed), read once a tick.
+        self._claims: asyncio.Task[list[ClaimHold]] | None = None
 
     async def tick(self, run: RunState, spec: GpuValidationSpec) -> bool:
         """One pass over an active run; True once every node has its final verdict."""
@@ -118,6 +121,7 @@ class RunDriver:
             not_ready_grace=self.config.node_not_ready_seconds,
         )
         if outcomes:
+            self._claims = None
             await self.effects.bounded(self._record(run, o) for o in outcomes)
         if run.health_due:
             await self._write_device_health(run)
@@ -278,10 +282,13 @@ class RunDriver:
         """`message` with the ResourceClaims that hold the node's devices, where they can be
         found (a claim the operator may not list, or one since released, is not named)."""
         pools = self.node_watch.slices.devices(node).pools or (node,)
+        if self._claims is None:  # one list for every node of this tick's outcomes
+            self._claims = asyncio.ensure_future(self.effects.claims_holding(None))
         try:
-            holds = await self.effects.claims_holding(pools)
+            held = await asyncio.shield(self._claims)
         except ApiError as exc:
             return f"{message}; the claims that hold its devices could not be listed: {exc}"
+        holds = [h for h in held if h.pools & {(DRIVER, pool) for pool in pools}]
         if not holds:
             return f"{message}; no claim holds its devices now"
         return f"{message}; held by ResourceClaim {', '.join(h.describe() for h in holds[:5])}"

@@ -24,10 +24,18 @@ FIELD_SELECTOR = f"spec.driver={DRIVER}"
 
 
 class SliceWatch:
-    def __init__(self, client: KubeClient, validation: str, wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        validation: str,
+        wake: Callable[[], None],
+        changed: Callable[[str], None] = lambda _node: None,
+    ) -> None:
         self.client = client
         self.validation = validation
         self.wake = wake
+        # Told of each node whose devices changed (the node watch's gating looks again).
+        self.changed = changed
         self.slices: dict[str, PublishedSlice] = {}
         self.nodes: dict[str, NodeDevices] = {}
         self._by_node: dict[str, set[str]] = {}
@@ -118,8 +126,11 @@ class SliceWatch:
 
     def _recount(self, node: str) -> None:
         names = self._by_node.get(node) or set()
-        if not names:
+        old = self.nodes.get(node)
+        if names:
+            self.nodes[node] = NodeDevices.of(self.slices[n] for n in names)
+        else:
             self.nodes.pop(node, None)
             self._by_node.pop(node, None)
-            return
-        self.nodes[node] = NodeDevices.of(self.slices[n] for n in names)
+        if self.nodes.get(node) != old:
+            self.changed(node)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -45,7 +46,7 @@ class NodeWatch:
         self._follower: Follower | None = None
         self._listed: set[str] = set()
         # The nodes' devices from their ResourceSlices, followed while the spec asks for DRA.
-        self.slices = SliceWatch(client, validation, wake)
+        self.slices = SliceWatch(client, validation, wake, self._slices_changed)
         self.dra = False
 
     # -- following --
@@ -61,6 +62,11 @@ class NodeWatch:
             self.slices.follow()
         else:
             self.slices.stop()
+
+    def _slices_changed(self, node: str) -> None:
+        """A node's published devices changed: gating looks at it again (a DRA node joins when
+        its slice appears, not when the node object does)."""
+        self.changed.add(node)
 
     def _restart(self, selector: str, topology_key: str | None) -> None:
         self.stop()
@@ -208,6 +214,9 @@ class NodeWatch:
             if facts is None or name in self.queue:
                 continue
             record = run.nodes.get(name) if run is not None else None
+            if self.dra:
+                # With DRA its GPUs are its slices' devices, not its device plugin's.
+                facts = dataclasses.replace(facts, gpus=self.slices.devices(name).count)
             trigger = gating_trigger(facts, gating, record)
             if trigger is not None:
                 self.queue[name] = (trigger, now)

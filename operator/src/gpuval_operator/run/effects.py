@@ -247,14 +247,18 @@ class Effects:
             keys.LABEL_RUN: run_id,
         }
 
-    async def claims_holding(self, pools: Sequence[str]) -> list[ClaimHold]:
+    async def claims_holding(self, pools: Sequence[str] | None) -> list[ClaimHold]:
         """The ResourceClaims (any namespace) that hold devices of the NVIDIA driver's `pools`
-        (a node's): who keeps a DRA agent pod from being scheduled. One list of every claim: it
-        is asked only for nodes whose pod waited the whole node timeout."""
+        (a node's; None: any pool): who keeps a DRA agent pod from being scheduled. A list of
+        every claim, each cut to what it holds: it is read only when nodes' pods waited the
+        whole node timeout, once for all of them."""
         items, _ = await self.client.list_pages(RESOURCE_CLAIMS_PATH)
-        wanted = {(DRIVER, pool) for pool in pools}
         found = (claim_hold(obj) for obj in items)
-        return [hold for hold in found if hold is not None and hold.pools & wanted]
+        holds = [hold for hold in found if hold is not None]
+        if pools is None:
+            return holds
+        wanted = {(DRIVER, pool) for pool in pools}
+        return [hold for hold in holds if hold.pools & wanted]
 
     async def delete_pod(self, record: NodeRecord) -> None:
         record.deleted_by_us = True

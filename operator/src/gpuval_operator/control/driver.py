@@ -17,18 +17,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
 
 from gpuval_api.checks import CheckName
 from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, NodeTrigger
-from gpuval_api.dra import DRIVER, ClaimHold
 from gpuval_api.gfd import GpuSharing
 from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey, build_reset_status
 from gpuval_operator import cron, names, planning
 from gpuval_operator.control.baselinedriver import BaselineDriver
-from gpuval_operator.control.devicerequests import device_request
+from gpuval_operator.control.devices import ClaimsSeen, device_request, write_device_health
 from gpuval_operator.control.fabricdriver import FabricDriver
 from gpuval_operator.control.holds import HoldKeeper
 from gpuval_operator.control.reports import ReportPlanner
@@ -104,8 +102,8 @@ class RunDriver:
         self.config = effects.config
         # Node actions running behind the ticks while the fabric phase is under way (act_behind).
         self.acting: asyncio.Task[None] | None = None
-        # This tick's list of the cluster's ResourceClaims (DevicesClaimed), read once a tick.
-        self._claims: asyncio.Task[list[ClaimHold]] | None = None
+        # The claims that hold nodes' devices (DevicesClaimed), listed once a tick.
+        self.claims = ClaimsSeen(effects, node_watch)
 
     async def tick(self, run: RunState, spec: GpuValidationSpec) -> bool:
         """One pass over an active run; True once every node has its final verdict."""
@@ -121,10 +119,10 @@ class RunDriver:
             not_ready_grace=self.config.node_not_ready_seconds,
         )
         if outcomes:
-            self._claims = None
+            self.claims.forget()
             await self.effects.bounded(self._record(run, o) for o in outcomes)
         if run.health_due:
-            await self._write_device_health(run)
+            await write_device_health(self.effects, run)
         self._retry(run, spec)
         await self._launch(run, spec)
         await self.fabric.tick(run, spec)
@@ -213,7 +211,7 @@ class RunDriver:
             gone = lifecycle.node_gone(record, f"was deleted during the run ({message})")
             reason, message = gone.reason, gone.message
         elif reason is Reason.DEVICES_CLAIMED:
-            message = await self._claimed_by(outcome.node, message)
+            message = await self.claims.named_in(outcome.node, message)
         if outcome.delete_pod:
             await self.effects.delete_pod(record)
         if reason is not None and outcome.status is None:
@@ -243,7 +241,8 @@ class RunDriver:
                 # The previous attempt's verdict must not be read as this one's.
                 await self.effects.write_report_status(record, build_reset_status())
             facts = self.node_watch.nodes.get(record.node)
-            sharing = facts.sharing if facts is not None else None
+            # The device plugin's sharing (GFD's labels) says nothing of a claim's devices.
+            sharing = facts.sharing if facts is not None and not self.node_watch.dra else None
             if sharing is not None and not sharing.exclusive_possible:
                 await self._untestable(run, record, sharing)
                 return
@@ -262,36 +261,6 @@ class RunDriver:
                 await self.effects.write_report_failure(record, Reason.POD_FAILED, refused)
 
         await self.effects.bounded(create(r) for r in wave)
-
-    async def _write_device_health(self, run: RunState) -> None:
-        """The kubelet's word on the devices of each changed pod's claims, into its report
-        (status.deviceHealth): evidence beside the agent's own."""
-        due, run.health_due = run.health_due, set()
-
-        async def write(record: NodeRecord) -> None:
-            health = record.device_health
-            if health == record.device_health_written:
-                return
-            status: dict[str, Any] = {StatusKey.DEVICE_HEALTH: [h.as_status() for h in health]}
-            if await self.effects.write_report_status(record, status):
-                record.device_health_written = health
-
-        await self.effects.bounded(write(run.nodes[n]) for n in sorted(due) if n in run.nodes)
-
-    async def _claimed_by(self, node: str, message: str) -> str:
-        """`message` with the ResourceClaims that hold the node's devices, where they can be
-        found (a claim the operator may not list, or one since released, is not named)."""
-        pools = self.node_watch.slices.devices(node).pools or (node,)
-        if self._claims is None:  # one list for every node of this tick's outcomes
-            self._claims = asyncio.ensure_future(self.effects.claims_holding(None))
-        try:
-            held = await asyncio.shield(self._claims)
-        except ApiError as exc:
-            return f"{message}; the claims that hold its devices could not be listed: {exc}"
-        holds = [h for h in held if h.pools & {(DRIVER, pool) for pool in pools}]
-        if not holds:
-            return f"{message}; no claim holds its devices now"
-        return f"{message}; held by ResourceClaim {', '.join(h.describe() for h in holds[:5])}"
 
     async def _untestable(self, run: RunState, record: NodeRecord, sharing: GpuSharing) -> None:
         """A node whose GPU sharing lets no pod hold a GPU alone: NotRun, no pod made."""

@@ -28,7 +28,7 @@ from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey, build_operator_failure_status
 from gpuval_api.result import Verdict
 from gpuval_operator import names
-from gpuval_operator.control.devicerequests import device_request
+from gpuval_operator.control.devices import device_request
 from gpuval_operator.control.fabricsettling import FabricSettling
 from gpuval_operator.fabric import lifecycle
 from gpuval_operator.fabric.facts import FabricFacts

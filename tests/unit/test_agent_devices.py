@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import pytest
 
 from gpuval_agent.backends import nvml as nvml_backend
+from gpuval_agent.backends.cuda import cuda_spelling
 from gpuval_agent.backends.nvml_mig import mig_devices, parent_sm_count, profile_of
 from gpuval_agent.backends.simulated import SimulatedBackend, SimulationConfig
 from gpuval_agent.devices import keep_given, parse_uuids
@@ -283,3 +284,11 @@ def test_the_nvml_backend_makes_a_unit_of_each_mig_device_in_its_gpus_place(
     assert expected_for(figures_for("NVIDIA H200"), info).tflops[Precision.BF16] == pytest.approx(
         800 * 60 / 132
     )
+
+
+def test_a_mig_devices_nvml_uuid_is_looked_up_as_cuda_spells_it() -> None:
+    assert cuda_spelling("MIG-11111111-2222-3333-4444-555555555550") == (
+        "GPU-11111111-2222-3333-4444-555555555550"
+    )
+    assert cuda_spelling("GPU-abc") == "GPU-abc"
+    assert cuda_spelling("MIG-GPU-abc/1/0") == "MIG-GPU-abc/1/0"  # the pre-R470 form: unmapped

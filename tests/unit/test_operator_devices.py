@@ -4,6 +4,8 @@ ResourceSlices, a claim that holds them, and the kubelet's device health (pure p
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 from gpuval_api.crd import DraSettings, GpuValidationSpec
@@ -18,6 +20,7 @@ from gpuval_operator.devices import DeviceRequest, NodeDevices, claim_template
 from gpuval_operator.fabric.pods import build_fabric_pod
 from gpuval_operator.nodes.facts import NodeFacts
 from gpuval_operator.nodes.slices import SliceWatch
+from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.run.lifecycle import due_outcomes
 from tests.unit.test_operator_state import T0, make_run, pod
 
@@ -252,3 +255,26 @@ def test_the_kubelets_device_health_of_the_pods_claims_is_kept() -> None:
     ]
     assert record.device_health[1].as_status()["message"] == "XID 79"
     assert run.health_due == {"a"}
+
+
+class _Unreachable:
+    """A client whose lists never answer: the followers wait, and nothing else is asked."""
+
+    async def pages(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        await asyncio.Event().wait()
+        yield [], "", True  # never reached
+
+
+def test_the_node_watch_follows_the_slices_with_dra_and_keeps_them_across_its_own_restart() -> None:
+    async def scenario() -> tuple[bool, bool, bool]:
+        watch = NodeWatch(_Unreachable(), "v", lambda: None)  # type: ignore[arg-type]
+        watch.follow("a=b", None, dra=True)  # the first follow starts the node follower too
+        first = watch.slices.following
+        watch.follow("a=c", None, dra=True)  # a new selector restarts the node follower
+        second = watch.slices.following
+        watch.follow("a=c", None, dra=False)
+        third = watch.slices.following
+        watch.stop()
+        return first, second, third
+
+    assert asyncio.run(scenario()) == (True, True, False)

@@ -31,6 +31,11 @@ agent code, judged by the agent's own code against the GpuBaselines its pod was 
 first, so the first run is judged on per-GPU figures and learns the 8-GPU baseline after its
 final status; the figures add the time to learn and the object's size with the baseline.
 
+With `--devices dra` the nodes advertise no `nvidia.com/gpu`: each publishes its 8 GPUs in a
+ResourceSlice as NVIDIA's DRA driver does, the validation has spec.agent.devices dra, and the
+real kube-scheduler allocates each agent pod's ResourceClaim before kwok marks it Running (the
+operator learns the nodes' GPUs from the slices' list+watch).
+
 `--runs N` adds N - 1 runs, each started by a spec change (spec.history) once the one before is
 complete and, with `--baseline`, learned: judged against the learned baseline, each report
 carrying its node's history. Each later run's figures are printed as `runN.<figure>`, with the
@@ -43,6 +48,8 @@ stand-ins judged).
         --json out/scale-fabric.json
     python3 -m uv run python benchmarks/operator_scale.py --nodes 10000 --baseline --runs 2 \
         --json out/scale-baseline.json
+    python3 -m uv run python benchmarks/operator_scale.py --nodes 1000 --devices dra \
+        --json out/scale-dra.json
 
 Prints a live line while it runs and a table at the end; a benchmark, never a timed test.
 """
@@ -64,6 +71,7 @@ import scale_fabric
 from apiserver_profile import ApiserverProfiler
 from apiserver_requests import ApiSampler
 from gpuval_api.env import OperatorEnv
+from gpuval_devtools import dra
 from gpuval_devtools.controlplane import Cluster, GpuNode, free_port
 from gpuval_devtools.launch import AGENT_NAMESPACE, agent_rbac, install_crds, operator_process
 from gpuval_operator.kube import Follower, KubeClient, load_credentials
@@ -71,6 +79,7 @@ from proc_cpu import CpuSampler, cluster_pids
 from scale_figures import operator_writes, rss_kib, table, wait_for_metrics
 from scale_join import measure_join
 from scale_options import (
+    DRA,
     VALIDATION,
     Options,
     go_runtime_env,
@@ -271,6 +280,7 @@ async def measure(
     )
     follow = asyncio.ensure_future(follower.run())
     figures.update({"nodes": opts.nodes, "maxConcurrent": opts.max_concurrent})
+    figures["devices"] = opts.devices
     figures["baseline"] = opts.baseline
     # kwok's stretched heartbeats (scale_options.HEARTBEAT_FACTOR, see main) can lag at 10,000 nodes
     # on this 2-core machine, so nodes read NotReady though nothing is wrong: the operator's
@@ -311,6 +321,13 @@ async def measure(
         await client.close()
 
 
+def _published(name: str) -> dict[str, Any]:
+    """With --devices dra: a node that advertises no nvidia.com/gpu and publishes its 8 GPUs in a
+    ResourceSlice, as NVIDIA's DRA driver does (gpuval_devtools.dra)."""
+    uuids = [dra.gpu_uuid(name, i) for i in range(8)]
+    return {"gpus": 0, "slices": (dra.resource_slice(name, uuids),)}
+
+
 def add_fleet(cluster: Cluster, names: list[str], opts: Options) -> None:
     """The simulated GPU nodes, each in its rack with `--fabric`, until all are Ready."""
     labels = {"gpuval.dev/scale": "yes"}
@@ -323,6 +340,7 @@ def add_fleet(cluster: Cluster, names: list[str], opts: Options) -> None:
             }
             if opts.fabric
             else labels,
+            **(_published(name) if opts.devices == DRA else {}),
         )
         for i, name in enumerate(names)
     ]

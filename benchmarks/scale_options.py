@@ -17,6 +17,8 @@ import scale_fabric
 
 # kwokctl's --heartbeat-factor by default (--heartbeat-factor; operator_scale.main says why).
 HEARTBEAT_FACTOR = 15
+# spec.agent.devices: the device plugin's nvidia.com/gpu, or DRA ResourceClaims.
+DEVICE_PLUGIN, DRA = "devicePlugin", "dra"
 # kwok-controller's own: pods it marks Running at once, and node leases it renews at once, for all
 # its nodes (--kwok-pod-parallelism, --kwok-lease-parallelism; operator_scale.main says why).
 KWOK_PARALLELISM = 4
@@ -40,6 +42,7 @@ class Options:
     fabric_timeline: Path | None = None  # --fabric-timeline: each fabric pod's stage times
     go_gc: str | None = None  # --control-plane-gogc: GOGC of the control plane's processes
     go_memory_limit: str | None = None  # --control-plane-memory-limit: their GOMEMLIMIT
+    devices: str = DEVICE_PLUGIN  # --devices: spec.agent.devices (dra: GPUs in ResourceSlices)
 
     def first_wave(self) -> int:
         """Agent pods the first wave has (spec.maxConcurrent of the nodes)."""
@@ -66,6 +69,8 @@ def validation(opts: Options, run: int = 1) -> dict[str, Any]:
         spec["fabric"] = scale_fabric.FABRIC_SPEC
     if opts.baseline:
         spec["baseline"] = scale_baseline.BASELINE_SPEC
+    if opts.devices == DRA:
+        spec["agent"] = {"devices": DRA}
     return {
         "apiVersion": "gpuval.dev/v1alpha1",
         "kind": "GpuValidation",
@@ -136,6 +141,13 @@ def parse_options(
         help="with --fabric: each fabric pod's name and when it was made, bound, Running and "
         "ended (epoch seconds), as JSON",
     )
+    parser.add_argument(
+        "--devices",
+        choices=(DEVICE_PLUGIN, DRA),
+        default=DEVICE_PLUGIN,
+        help="spec.agent.devices: with dra the nodes advertise no nvidia.com/gpu, their GPUs are "
+        "published in ResourceSlices as NVIDIA's DRA driver does, and each agent pod claims them",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args(argv)
     if args.runs < 1:
@@ -174,6 +186,7 @@ def parse_options(
         args.fabric_timeline,
         args.control_plane_gogc,
         args.control_plane_memory_limit,
+        args.devices,
     )
     return opts, args.json
 

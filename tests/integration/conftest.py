@@ -222,6 +222,8 @@ def fleet(cluster: Cluster, unique_name: Callable[[str], str]) -> Iterator[Fleet
     yield own
     for node in own.nodes:
         cluster.kubectl("delete", "node", node, "--wait=false", check=False)
+    if own.slices:
+        cluster.kubectl("delete", "resourceslices", *own.slices, "--wait=false", check=False)
 
 
 @pytest.fixture(scope="session")

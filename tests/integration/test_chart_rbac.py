@@ -44,6 +44,10 @@ OPERATOR_CLUSTER_RIGHTS: set[Right] = {
     # taints, cordon (merge patch) and the GpuValidated condition (on the node's status).
     *{("", "nodes", v) for v in ("get", "list", "watch", "patch")},
     ("", "nodes/status", "patch"),
+    # nodes.slices: the NVIDIA DRA driver's ResourceSlices (list+watch); effects: the claims that
+    # hold a node's devices, named when its DRA agent pod was never scheduled.
+    *{("resource.k8s.io", "resourceslices", v) for v in ("list", "watch")},
+    ("resource.k8s.io", "resourceclaims", "list"),
 }
 OPERATOR_NAMESPACE_RIGHTS: set[Right] = {
     ("", "events", "create"),
@@ -53,6 +57,8 @@ OPERATOR_NAMESPACE_RIGHTS: set[Right] = {
 # In the agents' own namespace: their pods, created, followed and collected.
 OPERATOR_AGENT_NAMESPACE_RIGHTS: set[Right] = {
     *{("", "pods", v) for v in ("list", "watch", "create", "delete", "deletecollection")},
+    # effects: each DRA run's ResourceClaimTemplates, made and collected with its pods.
+    *{("resource.k8s.io", "resourceclaimtemplates", v) for v in ("create", "deletecollection")},
 }
 # Stands for the release's agent namespace in the parametrized calls (random per module).
 AGENTS = "<agents>"

@@ -29,6 +29,8 @@ class Fleet:
         self.cluster = cluster
         self.label = label
         self.nodes: list[str] = []
+        # The ResourceSlices that publish its nodes' GPUs (devices="dra"), deleted with them.
+        self.slices: list[str] = []
 
     def add(
         self,
@@ -43,12 +45,13 @@ class Fleet:
         """A simulated node of this fleet; `sharing` (strategy, replicas per GPU): its device
         plugin shares its GPUs, with the capacity and labels GPU feature discovery gives it."""
         node = simulated_node(name, faults, **simulate)
-        own = {**(labels or {}), "gpuval-test": self.label}
+        own = {**node.labels, **(labels or {}), "gpuval-test": self.label}
         labelled = dataclasses.replace(node, labels=own, taints=taints)
         if sharing is not None:
             labelled = dataclasses.replace(labelled, sharing=sharing[0], replicas=sharing[1])
         self.cluster.add_nodes([labelled])
         self.nodes.append(name)
+        self.slices += [str(s["metadata"]["name"]) for s in labelled.slices]
         return name
 
     def add_many(
@@ -56,16 +59,18 @@ class Fleet:
         faults: Mapping[str, Sequence[dict[str, Any]]],
         *,
         labels: Mapping[str, str] | None = None,
+        **simulate: Any,
     ) -> list[str]:
         """Nodes named by `faults`' keys, each with its faults, added in one apply (a fleet of
-        40 in seconds)."""
+        40 in seconds); `simulate`: simulated_node's settings for each (e.g. devices="dra")."""
         own = {**(labels or {}), "gpuval-test": self.label}
-        nodes = [
-            dataclasses.replace(simulated_node(name, node_faults), labels=own)
-            for name, node_faults in faults.items()
+        made = [
+            simulated_node(name, node_faults, **simulate) for name, node_faults in faults.items()
         ]
+        nodes = [dataclasses.replace(node, labels={**node.labels, **own}) for node in made]
         self.cluster.add_nodes(nodes)
         self.nodes += [n.name for n in nodes]
+        self.slices += [str(s["metadata"]["name"]) for n in nodes for s in n.slices]
         return [n.name for n in nodes]
 
     def resimulate(self, node: str, faults: Sequence[dict[str, Any]], **overrides: Any) -> None:

@@ -24,6 +24,7 @@ from gpuval_agent import __version__
 from gpuval_agent import baseline as baselines
 from gpuval_agent.backends import select_backend
 from gpuval_agent.backends.base import BurnProgress
+from gpuval_agent.devices import parse_uuids
 from gpuval_agent.display import Display, render_table
 from gpuval_agent.errors import AgentError
 from gpuval_agent.evidence import build_evidence, wanted
@@ -105,12 +106,14 @@ def leave_termination_message(status: dict[str, object], path: str | None = None
 def expected_gpus_source(environ: Mapping[str, str]) -> str:
     """Where GPUVAL_EXPECTED_GPUS came from, as the driver check's GpuCountMismatch names it."""
     replicas = environ.get(AgentEnv.GPU_REPLICAS)
+    if environ.get(AgentEnv.DEVICE_UUIDS):
+        return f"the devices the node's ResourceSlices publish ({AgentEnv.EXPECTED_GPUS})"
     if replicas:
         return (
             f"the node's physical GPUs ({AgentEnv.EXPECTED_GPUS}; its nvidia.com/gpu counts each "
             f"{replicas} times: shared replicas, all held by this agent)"
         )
-    return f"the node's nvidia.com/gpu ({AgentEnv.EXPECTED_GPUS})"
+    return f"the node's nvidia.com/gpu and nvidia.com/mig-* ({AgentEnv.EXPECTED_GPUS})"
 
 
 class FindingsWriter:
@@ -217,6 +220,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             stop=stop,
             record=record,
             on_reading=display.state_reading,
+            devices=parse_uuids(os.environ.get(AgentEnv.DEVICE_UUIDS)),
         )
     finally:
         display.close()

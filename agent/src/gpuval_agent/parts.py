@@ -12,10 +12,12 @@ out because nobody measured them here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuval_api.checks import Precision
+from gpuval_api.mig import MODELS, share_of
 from gpuval_api.parts import H100_SXM, H200
+from gpuval_api.result import GpuInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,8 @@ class PartFigures:
     # Training tokens per second per GPU of a healthy part, by the shape and batch measured
     # (gpuval_agent.training.TrainPlan.key, e.g. 'large/b16').
     train_tokens_per_second: dict[str, float] = field(default_factory=dict)
+    # Streaming multiprocessors of the whole part (what a MIG instance's SMs are a share of).
+    sms: int | None = None
 
 
 # H100 SXM and H200 (the same chip): NVIDIA's datasheet, dense (no sparsity) bf16 tensor core.
@@ -66,6 +70,7 @@ PARTS: tuple[PartFigures, ...] = (
         # The training check's default shape on one H200 (benchmarks/results/h200-train-bench.json:
         # 79,042 and 78,710 tokens/s, its plain-loop reference 79,023; the full profile's 78,770).
         train_tokens_per_second={"large/b16": 79_000.0},
+        sms=MODELS[H200].sms,
     ),
     PartFigures(
         product=H100_SXM,
@@ -73,6 +78,7 @@ PARTS: tuple[PartFigures, ...] = (
         default_power_limit_watts=700.0,
         nvlinks=18,
         dense_bf16_tflops=HOPPER_DENSE_BF16_TFLOPS,
+        sms=132,
     ),
 )
 
@@ -86,3 +92,39 @@ def figures_for(product: str | None) -> PartFigures:
     Exact match on purpose: 'NVIDIA H200 NVL' is a PCIe card with other copy figures.
     """
     return next((part for part in PARTS if part.product == product), UNKNOWN)
+
+
+def expected_for(part: PartFigures, gpu: GpuInfo) -> PartFigures:
+    """The figures `gpu` is expected to reach: the part's for a whole GPU; for a MIG instance its
+    share of them (gpuval_api.mig.share_of): compute (the burn) by its SMs' share, device-local
+    copies by its memory slices' share, and host copies by its compute share too, since every
+    instance of a GPU copies over the one PCIe link at once in the bandwidth check, each with its
+    own copy engines. Peer copies, NCCL and the training step do not apply to an instance: their
+    figures are left out (no fraction threshold)."""
+    mig = gpu.mig
+    if mig is None:
+        return part
+    share = share_of(
+        part.product or gpu.name,
+        mig.profile,
+        sms=mig.sm_count,
+        parent_sms=mig.parent_sm_count or part.sms,
+        memory_bytes=gpu.memory_total_bytes,
+        parent_memory_bytes=mig.parent_memory_total_bytes,
+    )
+
+    def scaled(value: float | None, by: float) -> float | None:
+        return None if value is None else value * by
+
+    return replace(
+        part,
+        tflops={p: v * share.compute for p, v in part.tflops.items()},
+        h2d_gbps=scaled(part.h2d_gbps, share.compute),
+        d2h_gbps=scaled(part.d2h_gbps, share.compute),
+        device_copy_gbps=scaled(part.device_copy_gbps, share.memory),
+        p2p_gbps=None,
+        nccl_busbw_gbps=None,
+        dense_bf16_tflops=scaled(part.dense_bf16_tflops, share.compute),
+        train_tokens_per_second={},
+        sms=mig.sm_count,
+    )

@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from gpuval_agent import __version__
@@ -16,7 +16,13 @@ from gpuval_agent.backends.base import Backend, TelemetrySample
 from gpuval_agent.checks import state
 from gpuval_agent.checks.bandwidth import run_bandwidth
 from gpuval_agent.checks.burn import run_burn
-from gpuval_agent.checks.common import CheckBuilder, CheckContext, Reporter, skipped
+from gpuval_agent.checks.common import (
+    CheckBuilder,
+    CheckContext,
+    Reporter,
+    not_applicable,
+    skipped,
+)
 from gpuval_agent.checks.dcgm import run_dcgm
 from gpuval_agent.checks.driver import run_driver
 from gpuval_agent.checks.health import run_health
@@ -24,6 +30,7 @@ from gpuval_agent.checks.memory import run_memory
 from gpuval_agent.checks.nccl import run_nccl, sweep_sizes
 from gpuval_agent.checks.sharing import settle_in_use, settle_shared_init
 from gpuval_agent.checks.train import run_train
+from gpuval_agent.devices import keep_given
 from gpuval_agent.errors import AgentError, NoDriverError
 from gpuval_agent.parts import figures_for
 from gpuval_agent.record import RunRecord
@@ -60,6 +67,15 @@ _WATCHED = _CUDA_CHECKS | {CheckName.DRIVER}
 # Checks that leave the hardware at rest; after any other, the state is read again (its error
 # counters compared with the reading before).
 _AT_REST = {CheckName.STATE, CheckName.DRIVER, CheckName.HEALTH}
+# Checks that do not apply to MIG instances, and why (NVIDIA's MIG user guide: no CUDA IPC or
+# NVLink between instances; AWS ParallelCluster skips DCGM's diagnostic on MIG).
+_NOT_ON_MIG = {
+    CheckName.NCCL: "NCCL all-reduce needs GPU-to-GPU communication, which MIG instances do not "
+    "have (no CUDA IPC or NVLink between them)",
+    CheckName.TRAIN: "the training step is data-parallel over NCCL, which MIG instances do not "
+    "support between them",
+    CheckName.DCGM: "DCGM's diagnostic does not run on GPUs in MIG mode",
+}
 _LOG_TAIL_CHARS = 4000
 
 
@@ -90,10 +106,12 @@ def run_checks(
     record: RunRecord | None = None,
     on_reading: Callable[[Reading], None] | None = None,
     inuse_poll: float | None = POLL_SECONDS,
+    devices: Sequence[str] = (),
 ) -> AgentResult:
     """Every enabled check, in order. `record` receives what the run keeps beyond its result
     (the state readings, for the evidence bundle); `on_reading` hears of every state reading;
-    `inuse_poll` is the watch's period while a check runs (None: no poll, for its benchmark)."""
+    `inuse_poll` is the watch's period while a check runs (None: no poll, for its benchmark);
+    `devices`: the UUIDs the pod was given, the units tested (empty: every unit NVML shows)."""
     started_at = datetime.now(UTC)
     enabled = config.enabled()
     first = enabled[0] if enabled else CheckName.DRIVER
@@ -119,6 +137,9 @@ def run_checks(
     recorded = {"environmentSeconds": round(time.monotonic() - recording, 3)}
     if environment.hostname is None:
         environment.hostname = socket.gethostname()
+    missing = keep_given(environment, devices)
+    if expected_gpus is None and devices:
+        expected_gpus, expected_gpus_source = len(devices), "the devices given to the agent"
     if expected_gpus is None and (advertised := backend.advertised_gpu_count()) is not None:
         expected_gpus = advertised
         expected_gpus_source = f"the GPUs the {backend.name} backend's node advertises"
@@ -129,7 +150,11 @@ def run_checks(
     if watch.unreadable:
         environment.unsupported.append("gpuProcesses (no GPU is judged in use)")
     _prepare_nccl(
-        backend, config, enabled, [g.index for g in environment.gpus if g.index not in busy]
+        backend,
+        config,
+        enabled,
+        environment,
+        [g.index for g in environment.gpus if g.index not in busy],
     )
     sampler = Sampler(backend, sample_interval, on_samples)
     sampler.start()
@@ -146,6 +171,7 @@ def run_checks(
         watch=watch,
         record=record if record is not None else RunRecord(),
         on_reading=on_reading,
+        missing_devices=missing,
     )
     try:
         checks = _run_enabled(context, enabled, recorded | dict(backend.environment_split))
@@ -168,11 +194,17 @@ def run_checks(
 
 
 def _prepare_nccl(
-    backend: Backend, config: ChecksConfig, enabled: list[CheckName], gpus: list[int]
+    backend: Backend,
+    config: ChecksConfig,
+    enabled: list[CheckName],
+    environment: Environment,
+    gpus: list[int],
 ) -> None:
     """Start the NCCL ranks now, so their communicators form while the other checks run; not
     when the memory test runs, which takes nearly all free memory the ranks would race it for."""
     if CheckName.NCCL in enabled and CheckName.MEMORY not in enabled and len(gpus) > 1:
+        if any(g.mig is not None for g in environment.gpus):
+            return  # not applicable on MIG (_NOT_ON_MIG)
         nccl = config.nccl
         sizes = sweep_sizes(nccl.min_bytes, nccl.max_bytes)
         backend.prepare_all_reduce(gpus, sizes, nccl.iterations, nccl.timeout_seconds)
@@ -203,7 +235,9 @@ def _run_enabled(
             continue
         if position > 0:
             context.reporter.check_started(name.value, _expected_seconds(context.config, name))
-        if name in _CUDA_CHECKS and context.environment.gpus and not context.usable_gpus:
+        if name in _NOT_ON_MIG and context.on_mig:
+            result = not_applicable(name.value, f"on MIG instances: {_NOT_ON_MIG[name]}")
+        elif name in _CUDA_CHECKS and context.environment.gpus and not context.usable_gpus:
             result = skipped(name.value, "CUDA did not initialise on any GPU")
         else:
             result = _run_one(name, context)

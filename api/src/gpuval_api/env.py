@@ -20,6 +20,10 @@ class AgentEnv(StrEnum):
     # On a node whose device plugin shares its GPUs (time-slicing): the replicas it advertises of
     # each GPU; GPUVAL_EXPECTED_GPUS is then the physical count (nvidia.com/gpu.count).
     GPU_REPLICAS = "GPUVAL_GPU_REPLICAS"
+    # The UUIDs of the devices the node published and the pod was given (comma-separated; with
+    # spec.agent.devices dra, from the node's ResourceSlices: whole GPUs, or MIG devices): the
+    # agent tests these, by UUID, and names each it cannot see (GpuMissing).
+    DEVICE_UUIDS = "GPUVAL_DEVICE_UUIDS"
     METRICS_PORT = "GPUVAL_METRICS_PORT"
     # Absolute deadline (Unix seconds) of the agent's work: past it the operator times the node
     # out, so the agent keeps retrying its report write until then and no longer.

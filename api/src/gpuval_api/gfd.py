@@ -19,6 +19,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+# The device plugin's MIG strategies (GFD label nvidia.com/mig.strategy): `single` advertises a
+# node's MIG devices (all of one profile) as nvidia.com/gpu; `mixed` as one resource per profile,
+# nvidia.com/mig-<profile> (e.g. nvidia.com/mig-1g.18gb), beside nvidia.com/gpu for GPUs without
+# MIG.
+MIG_RESOURCE_PREFIX: Final = "nvidia.com/mig-"
+MIG_STRATEGY_LABEL: Final = "nvidia.com/mig.strategy"
 GPU_COUNT_LABEL: Final = "nvidia.com/gpu.count"
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 GPU_REPLICAS_LABEL: Final = "nvidia.com/gpu.replicas"
@@ -90,6 +97,40 @@ def sharing_of(labels: Mapping[str, str], advertised: int) -> GpuSharing | None:
         strategy = SharingStrategy.TIME_SLICING  # replicas without a strategy: an older GFD
     physical = _positive(labels.get(GPU_COUNT_LABEL)) or max(1, advertised // replicas)
     return GpuSharing(strategy, replicas, physical)
+
+
+class MigStrategy(StrEnum):
+    """Values of MIG_STRATEGY_LABEL."""
+
+    NONE = "none"
+    SINGLE = "single"
+    MIXED = "mixed"
+
+
+def _count(text: object) -> int:
+    try:
+        return max(int(str(text)), 0)
+    except ValueError:
+        return 0
+
+
+def device_resources(resources: Mapping[str, object]) -> dict[str, int]:
+    """The device plugin's GPU resources a node advertises (nvidia.com/gpu, and one
+    nvidia.com/mig-<profile> per MIG profile under the mixed strategy) with a count above 0, in
+    name order: what an agent pod asks for, all of it."""
+    found = {
+        name: _count(value)
+        for name, value in resources.items()
+        if name == GPU_RESOURCE or name.startswith(MIG_RESOURCE_PREFIX)
+    }
+    return {name: count for name, count in sorted(found.items()) if count > 0}
+
+
+def mig_profile_of(resource: str) -> str | None:
+    """'nvidia.com/mig-1g.18gb' -> '1g.18gb'; None for another resource."""
+    if resource.startswith(MIG_RESOURCE_PREFIX):
+        return resource[len(MIG_RESOURCE_PREFIX) :]
+    return None
 
 
 def shared_labels(

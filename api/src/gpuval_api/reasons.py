@@ -29,6 +29,7 @@ class Reason(StrEnum):
     CUDA_INIT_FAILED = "CudaInitFailed"
     GPU_COUNT_MISMATCH = "GpuCountMismatch"
     GPU_PRODUCT_MISMATCH = "GpuProductMismatch"
+    GPU_MISSING = "GpuMissing"
     # Hardware health (agent)
     ECC_UNCORRECTABLE = "EccUncorrectable"
     ROW_REMAP_PENDING = "RowRemapPending"
@@ -111,6 +112,7 @@ class Reason(StrEnum):
     # The agent itself
     CHECK_ERROR = "CheckError"
     CHECK_SKIPPED = "CheckSkipped"
+    NOT_APPLICABLE = "NotApplicable"
     INVALID_CONFIG = "InvalidConfig"
     AGENT_STOPPED = "AgentStopped"
     # Operator side
@@ -129,6 +131,7 @@ class Reason(StrEnum):
     AGENT_PREEMPTED = "AgentPreempted"
     GPU_REPLICAS_HELD = "GpuReplicasHeld"
     GPU_SHARING_UNSUPPORTED = "GpuSharingUnsupported"
+    DEVICES_CLAIMED = "DevicesClaimed"
     TIMED_OUT = "TimedOut"
     NOT_UNIFORM = "NotUniform"
 
@@ -173,6 +176,12 @@ REASONS: dict[Reason, ReasonInfo] = {
         "GPU feature discovery writes the label from NVML: a stale one (GPUs replaced, GFD not "
         "run since) or one set by hand; restart GFD on the node or correct the label, then "
         "validate again",
+    ),
+    Reason.GPU_MISSING: ReasonInfo(
+        "a device the node published and the agent pod was given (a GPU or MIG device UUID of "
+        "its ResourceSlices, GPUVAL_DEVICE_UUIDS) is not visible to NVML on the node",
+        "run `nvidia-smi -L` on the node and look for the UUID; look for XID 79 (fallen off the "
+        "bus) in dmesg; a DRA driver that publishes a GPU the host lost is stale: restart it",
     ),
     Reason.ECC_UNCORRECTABLE: ReasonInfo(
         "the GPU reports uncorrectable ECC memory errors",
@@ -540,6 +549,14 @@ REASONS: dict[Reason, ReasonInfo] = {
         "the check itself could not run",
         "read the check's message; re-run `gpuval-agent run` on the node to reproduce",
     ),
+    Reason.NOT_APPLICABLE: ReasonInfo(
+        "the check does not apply to the devices the agent was given (on MIG instances: NCCL, "
+        "peer copies and the training step, which need GPU-to-GPU communication MIG does not "
+        "provide, and DCGM's diagnostic, which does not run on MIG)",
+        "nothing to do; validate the whole GPUs with MIG off (a maintenance window) to test them",
+        Severity.WARNING,
+        verdict=Verdict.NOT_RUN,
+    ),
     Reason.CHECK_SKIPPED: ReasonInfo(
         "the check was not run because an earlier failure made it meaningless",
         "fix the earlier failure first",
@@ -644,6 +661,15 @@ REASONS: dict[Reason, ReasonInfo] = {
         "the whole timeout: workloads held replicas, and the node was not tested",
         "nothing, if the workloads should run; the validation tries again (spec.retry) and in "
         "its next run, or drain the pods that hold nvidia.com/gpu on the node",
+        verdict=Verdict.NOT_RUN,
+    ),
+    Reason.DEVICES_CLAIMED: ReasonInfo(
+        "the agent pod asks, through a ResourceClaim (spec.agent.devices dra), for every device "
+        "the node publishes, and the scheduler could not allocate them for the whole timeout: "
+        "workloads' ResourceClaims held some (the message names them), and the node was not "
+        "tested",
+        "nothing, if the workloads should run; the validation tries again (spec.retry) and in "
+        "its next run, or end the workloads whose claims the message names",
         verdict=Verdict.NOT_RUN,
     ),
     Reason.GPU_SHARING_UNSUPPORTED: ReasonInfo(

@@ -60,6 +60,9 @@ class StatusKey(StrEnum):
     RESULT = "result"
     FABRIC = "fabric"
     EVIDENCE = "evidence"
+    # The health the kubelet reported for the devices of the agent pod's claims (KEP-4680,
+    # containerStatuses[].allocatedResourcesStatus), written by the operator as it sees it.
+    DEVICE_HEALTH = "deviceHealth"
     SETTLED_BY = "settledBy"
 
 

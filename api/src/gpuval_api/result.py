@@ -81,8 +81,25 @@ class PcieLink(_Model):
     max_width: int | None = None
 
 
+class MigInstance(_Model):
+    """A MIG device the agent tested as one unit: its profile and its parent GPU. The unit's
+    `uuid` is the MIG device's; its other fields (ECC, PCIe, power...) are its parent's."""
+
+    profile: str = Field(description="The MIG profile, e.g. 1g.18gb.")
+    parent_index: int = Field(description="NVML index of the parent GPU.")
+    parent_uuid: str | None = None
+    sm_count: int | None = Field(default=None, description="Its streaming multiprocessors.")
+    parent_sm_count: int | None = Field(
+        default=None, description="The parent GPU's streaming multiprocessors when whole."
+    )
+    parent_memory_total_bytes: int | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
 class GpuInfo(_Model):
-    """One GPU's inventory and state; an unsupported query is None and named in `unsupported`."""
+    """One GPU's inventory and state; an unsupported query is None and named in `unsupported`.
+    On a node with MIG mode on, one per MIG device given to the agent (`mig`)."""
 
     index: int
     name: str | None = None
@@ -110,6 +127,9 @@ class GpuInfo(_Model):
     shutdown_temperature_celsius: float | None = None
     max_operating_temperature_celsius: float | None = None
     throttle_reasons: list[str] = Field(default_factory=list)
+    mig: MigInstance | None = Field(
+        default=None, description="This unit is a MIG device (None: a whole GPU)."
+    )
     unsupported: list[str] = Field(
         default_factory=list, description="Queries this GPU/driver does not support."
     )

@@ -27,6 +27,7 @@ from gpuval_api.crd import GpuNodeReport, GpuValidation
 from gpuval_api.fabric.summary import FabricPathEntry
 from gpuval_api.fabric.view import FabricFinding, FabricLink, fabric_bounds, fabric_finding
 from gpuval_api.figures import Figure
+from gpuval_api.mig import mig_layout
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_api.report import ReportPhase
 from gpuval_api.result import AgentResult, CheckResult, Verdict, parse_result
@@ -60,6 +61,7 @@ ENVIRONMENT_FIELDS: tuple[str, ...] = (
     "kernel",
     "eccEnabled",
     "migMode",
+    "migLayout",
     "persistenceMode",
 )
 GPU_ENVIRONMENT_FIELDS: tuple[str, ...] = (
@@ -273,6 +275,7 @@ def _node_environment(result: AgentResult) -> dict[str, str]:
         "kernel": env.kernel,
         "eccEnabled": distinct(g.ecc_enabled for g in env.gpus),
         "migMode": distinct(g.mig_mode for g in env.gpus),
+        "migLayout": mig_layout(g.mig.profile for g in env.gpus if g.mig is not None) or None,
         "persistenceMode": distinct(g.persistence_mode for g in env.gpus),
     }
     return {k: str(v) for k, v in raw.items() if v is not None}

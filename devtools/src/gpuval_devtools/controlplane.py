@@ -47,6 +47,7 @@ from gpuval_devtools.buildsteps import (
     tree_digest,
 )
 from gpuval_devtools.buildsteps import stderr_log as _stderr_log
+from gpuval_devtools.dra import device_classes
 from gpuval_devtools.kueue import Kueue
 from gpuval_devtools.kwoknodes import (
     API_SERVICE_IP,
@@ -240,6 +241,12 @@ class Cluster:
     def add_nodes(self, nodes: Sequence[GpuNode], *, wait_ready: bool = True) -> None:
         for start in range(0, len(nodes), 500):
             self.apply([n.manifest() for n in nodes[start : start + 500]])
+        slices = [dict(s) for n in nodes for s in n.slices]
+        if slices:
+            # The DRA driver's DeviceClasses first: the scheduler reads them for every claim.
+            self.apply(device_classes())
+            for start in range(0, len(slices), 500):
+                self.apply(slices[start : start + 500])
         if wait_ready:
             self.wait_nodes_ready([n.name for n in nodes])
 

@@ -137,6 +137,11 @@ class GpuNode:
     boot_id: str = "boot-1"
     # spec.podCIDR: kwok takes its pods' IPs from it (unset: kwok's own range, 10.0.0.0/24).
     pod_cidr: str | None = None
+    # More device-plugin resources, e.g. nvidia.com/mig-1g.18gb under the mixed MIG strategy.
+    resources: Mapping[str, str] = field(default_factory=dict)
+    # ResourceSlices that publish its GPUs as a DRA driver would (gpuval_devtools.dra), applied
+    # with the node.
+    slices: Sequence[Mapping[str, Any]] = ()
 
     def manifest(self) -> dict[str, Any]:
         labels = {
@@ -162,6 +167,7 @@ class GpuNode:
             "pods": "110",
             "ephemeral-storage": "1Ti",
             GPU_RESOURCE: str(self.gpus * self.replicas),
+            **self.resources,
         }
         return {
             "apiVersion": "v1",

@@ -13,8 +13,8 @@ drives its run and the run's phases (its fabric and baseline drivers live in it)
 6. `fabric` and `baseline`, which import nothing of each other: each phase's state, facts and
    pure decisions;
 7. `planning`, `kube`, `spec`, `podfacts` (an agent pod's facts, read by the run and the fabric);
-8. the ground: `config`, `names`, `timestamps`, `cron`, and `rbac`, the one source of the rights
-   the code needs.
+8. the ground: `config`, `names`, `timestamps`, `cron`, `rbac`, the one source of the rights
+   the code needs, and `devices`, a node's GPUs and how a pod asks for them.
 
 A wing uses what stands below it and never what stands above: state types sit below the code that
 uses them, drivers where `control` drives them. `make lint` keeps this order (import-linter's

@@ -56,3 +56,9 @@ def run_number(run_id: str) -> int:
     """The number in a run id `<number>-<suffix>`; 0 for an id of another form."""
     head = run_id.split("-", 1)[0]
     return int(head) if head.isdigit() else 0
+
+
+def claim_template_name(validation: str, run: str, shape: str) -> str:
+    """The ResourceClaimTemplate the agent and fabric pods of run `run` with devices of `shape`
+    ('gpu', 'mig' or 'gpu-mig') claim their node's devices from (spec.agent.devices dra)."""
+    return bounded_name("gpuval", validation, run, shape)

@@ -20,20 +20,23 @@ from gpuval_api.crd import (
     GpuValidationSpec,
 )
 from gpuval_api.env import AgentEnv
-from gpuval_api.gfd import GpuSharing
+from gpuval_api.gfd import GpuSharing, device_resources
 from gpuval_api.kubernetes import READY
 from gpuval_api.kueue import QUEUE_NAME_LABEL
 from gpuval_api.labels import label_value
 from gpuval_operator import names
 from gpuval_operator.config import OperatorConfig
+from gpuval_operator.devices import DeviceRequest
 
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """A node chosen for a run, with the GPUs its agent pod asks for."""
+    """A node chosen for a run, with the GPUs its agent pod asks for (`resources`: the device
+    plugin's, by name, where the node advertises MIG devices; empty: `gpus` nvidia.com/gpu)."""
 
     name: str
     gpus: int
+    resources: tuple[tuple[str, int], ...] = ()
 
 
 def concurrency_limit(max_concurrent: int | str, total: int) -> int:
@@ -46,15 +49,24 @@ def concurrency_limit(max_concurrent: int | str, total: int) -> int:
     return max(1, limit)
 
 
-def node_gpus(node: Mapping[str, Any]) -> int:
+def node_resources(node: Mapping[str, Any]) -> dict[str, int]:
+    """The device plugin's GPU resources the node offers (nvidia.com/gpu, and nvidia.com/mig-*
+    under the mixed MIG strategy), from its allocatable, else its capacity."""
     status = node.get("status") or {}
-    raw = (status.get("allocatable") or {}).get(GPU_RESOURCE) or (status.get("capacity") or {}).get(
-        GPU_RESOURCE
-    )
-    try:
-        return int(str(raw)) if raw is not None else 0
-    except ValueError:
-        return 0
+    return device_resources(status.get("allocatable") or status.get("capacity") or {})
+
+
+def node_gpus(node: Mapping[str, Any]) -> int:
+    """The devices the node's device plugin offers: its GPUs, or its MIG devices."""
+    return sum(node_resources(node).values())
+
+
+def mig_resources(resources: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+    """What a Candidate keeps of a node's resources: all of them where any is a MIG profile's
+    (mixed strategy), none otherwise (`gpus` says it: plain nvidia.com/gpu)."""
+    if set(resources) <= {GPU_RESOURCE}:
+        return ()
+    return tuple(sorted(resources.items()))
 
 
 def node_ready(node: Mapping[str, Any]) -> bool:
@@ -69,20 +81,26 @@ def cordoned_by_us(node: Mapping[str, Any]) -> bool:
     return keys.NODE_ANNOTATION_CORDONED_BY in annotations
 
 
-def select_nodes(nodes: Iterable[Mapping[str, Any]]) -> list[Candidate]:
-    """Ready nodes with GPUs that take work, in name order.
+def select_nodes(
+    nodes: Iterable[Mapping[str, Any]], published: Mapping[str, int] | None = None
+) -> list[Candidate]:
+    """Ready nodes with GPUs that take work, in name order; with `published` (DRA), a node's GPUs
+    are the devices its ResourceSlices publish, not what its device plugin advertises.
 
     A node cordoned by someone else is left alone (it is in maintenance); one gpuval cordoned itself
     is validated again, or it could never pass and be uncordoned.
     """
     chosen = []
     for node in nodes:
-        gpus = node_gpus(node)
+        resources = node_resources(node)
+        gpus = sum(resources.values())
+        if published is not None:
+            resources, gpus = {}, published.get(node["metadata"]["name"], 0)
         if gpus <= 0 or not node_ready(node):
             continue
         if (node.get("spec") or {}).get("unschedulable") and not cordoned_by_us(node):
             continue
-        chosen.append(Candidate(node["metadata"]["name"], gpus))
+        chosen.append(Candidate(node["metadata"]["name"], gpus, mig_resources(resources)))
     return sorted(chosen, key=lambda c: c.name)
 
 
@@ -172,10 +190,12 @@ def agent_env(
     deadline: float | None,
     sharing: GpuSharing | None = None,
     baseline: Sequence[Mapping[str, str]] = (),
+    uuids: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """The agent container's environment: what to write where, what to check, until when; on a
     node with shared GPUs, the physical count the agent should see and the replicas of each; the
-    GpuBaselines to judge against (`baseline`: gpuval_operator.baseline.judge.agent_env)."""
+    UUIDs of the devices the node published (DRA) for the agent to test; the GpuBaselines to
+    judge against (`baseline`: gpuval_operator.baseline.judge.agent_env)."""
     checks = json.dumps(spec.checks.model_dump(mode="json", by_alias=True), separators=(",", ":"))
     env = common_env(report=report, deadline=deadline)
     env += [
@@ -184,33 +204,42 @@ def agent_env(
     ]
     if sharing is not None:
         env.append({"name": AgentEnv.GPU_REPLICAS, "value": str(sharing.replicas)})
+    if uuids:
+        env.append(device_uuids_env(uuids))
     if spec.agent.metrics_port is not None:
         env.append({"name": AgentEnv.METRICS_PORT, "value": str(spec.agent.metrics_port)})
     return env + [dict(e) for e in baseline] + spec_env(spec)
 
 
+def device_uuids_env(uuids: Sequence[str]) -> dict[str, str]:
+    return {"name": AgentEnv.DEVICE_UUIDS, "value": ",".join(uuids)}
+
+
 def agent_container(
     spec: GpuValidationSpec,
-    gpus: int,
+    request: DeviceRequest,
     command: list[str],
     env: list[dict[str, Any]],
     *,
     metrics: bool = True,
 ) -> dict[str, Any]:
     """The agent container: all the node's GPUs (every replica of each, where the device plugin
-    shares them), the spec's image, resources and privilege (and the live metrics port, unless
-    `metrics` is off: a fabric agent serves none)."""
+    shares them; every MIG device; or the pod's ResourceClaim), the spec's image, resources and
+    privilege (and the live metrics port, unless `metrics` is off: a fabric agent serves none)."""
     agent = spec.agent
+    resources: dict[str, Any] = {
+        "requests": {**agent.resources.requests, **request.limits()},
+        "limits": {**agent.resources.limits, **request.limits()},
+    }
+    if request.template is not None:
+        resources["claims"] = request.container_claims()
     container: dict[str, Any] = {
         "name": "agent",
         "image": agent.image,
         "imagePullPolicy": agent.image_pull_policy,
         "command": command,
         "env": env,
-        "resources": {
-            "requests": {**agent.resources.requests, GPU_RESOURCE: str(gpus)},
-            "limits": {**agent.resources.limits, GPU_RESOURCE: str(gpus)},
-        },
+        "resources": resources,
         "securityContext": {"privileged": agent.privileged},
     }
     if metrics and agent.metrics_port is not None:
@@ -229,9 +258,10 @@ def node_pod(
     container: dict[str, Any],
     annotations: Mapping[str, str] | None = None,
     host_network: bool = False,
+    claims: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, Any]:
     """A pod tied to `node` by affinity, never restarted, under the agents' ServiceAccount (on
-    the node's network with `host_network`).
+    the node's network with `host_network`; with its ResourceClaims, `claims`).
 
     A manifest literal: long by nature, nothing in it decides anything.
     """
@@ -274,6 +304,7 @@ def node_pod(
                 }
             },
             "tolerations": _tolerations(spec),
+            **({"resourceClaims": [dict(c) for c in claims]} if claims else {}),
             "containers": [container],
         },
     }
@@ -292,21 +323,25 @@ def build_pod(
     attempt: int = 1,
     sharing: GpuSharing | None = None,
     baseline: Sequence[Mapping[str, str]] = (),
+    request: DeviceRequest | None = None,
 ) -> dict[str, Any]:
     """The agent pod of `node` for its local checks (its `attempt`-th in this run). `deadline`
     (Unix seconds) is when the operator times the node out: the agent keeps retrying its report
-    write until then. `sharing`: the node's GPUs are shared (`gpus` is then every replica). With
+    write until then. `sharing`: the node's GPUs are shared (`gpus` is then every replica).
+    `request`: how it asks for the node's devices (default: `gpus` nvidia.com/gpu). With
     `spec.agent.queue` it carries Kueue's queue label, and waits for Kueue's admission within that
     same deadline.
     """
     report = names.report_name(validation, run, node)
+    request = request or DeviceRequest.device_plugin(gpus)
     env = agent_env(
         report=report,
-        gpus=gpus,
+        gpus=request.count,
         spec=spec,
         deadline=deadline,
         sharing=sharing,
         baseline=baseline,
+        uuids=request.uuids,
     )
     labels = {**child_labels(validation, run, node), keys.LABEL_ATTEMPT: str(attempt)}
     annotations = {keys.ANNOTATION_GPU_SHARING: sharing.annotation()} if sharing else None
@@ -320,6 +355,7 @@ def build_pod(
         owner=owner_reference(validation, uid),
         spec=spec,
         config=config,
-        container=agent_container(spec, gpus, ["gpuval-agent", "cluster"], env),
+        container=agent_container(spec, request, ["gpuval-agent", "cluster"], env),
         annotations=annotations,
+        claims=request.pod_claims(),
     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuval_api import keys
+from gpuval_api.crd import MAX_DEVICE_HEALTH
 from gpuval_api.kubernetes import (
     CONTAINER_REASON_OOM_KILLED,
     DISRUPTION_TARGET,
@@ -26,6 +27,46 @@ from gpuval_api.kubernetes import (
 from gpuval_api.kueue import ADMISSION_GATE, QUEUE_NAME_LABEL
 from gpuval_api.report import parse_termination_message
 from gpuval_operator.timestamps import parse_time
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceHealthFact:
+    """One device of the pod's claims as the kubelet reports its health (KEP-4680)."""
+
+    claim: str  # "claim:<claim>/<request>"
+    resource_id: str  # "<driver>/<pool>/<device>"
+    health: str
+    message: str | None = None
+
+    def as_status(self) -> dict[str, str]:
+        return {
+            "claim": self.claim[:320],
+            "resourceId": self.resource_id[:512],
+            "health": self.health[:16],
+            **({"message": self.message[:1024]} if self.message else {}),
+        }
+
+
+def device_health(container_statuses: list[Any]) -> tuple[DeviceHealthFact, ...]:
+    """The claims' devices of every container status (`allocatedResourcesStatus`), in the order
+    given; the device plugin's resources (a name without 'claim:') are left out."""
+    found = []
+    for cs in container_statuses:
+        for status in cs.get("allocatedResourcesStatus") or []:
+            name = str(status.get("name") or "")
+            if not name.startswith("claim:"):
+                continue
+            for resource in status.get("resources") or []:
+                message = resource.get("message")
+                found.append(
+                    DeviceHealthFact(
+                        claim=name,
+                        resource_id=str(resource.get("resourceID") or ""),
+                        health=str(resource.get("health") or "Unknown"),
+                        message=str(message) if message else None,
+                    )
+                )
+    return tuple(found[:MAX_DEVICE_HEALTH])
 
 
 @dataclass(slots=True)
@@ -54,6 +95,9 @@ class PodFacts:
     sharing: str | None = None
     # Waiting for Kueue's admission (its scheduling gate is on): it holds no GPU yet.
     gated: bool = False
+    # It asks for the node's devices through a ResourceClaim (spec.agent.devices dra).
+    claimed: bool = False
+    device_health: tuple[DeviceHealthFact, ...] = ()
 
     @classmethod
     def parse(cls, pod: Mapping[str, Any]) -> PodFacts:
@@ -106,6 +150,8 @@ class PodFacts:
             reason=status.get("reason") or None,
             sharing=annotations.get(keys.ANNOTATION_GPU_SHARING) or None,
             gated=gated,
+            claimed=bool(spec.get("resourceClaims")),
+            device_health=device_health(status.get("containerStatuses") or []),
         )
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuval_api.crd import GROUP
+from gpuval_api.dra import RESOURCE_GROUP
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +40,17 @@ CLUSTER_RULES = (
     Rule(("",), ("nodes",), ("get", "list", "watch", "patch")),
     # The GpuValidated condition (strategic merge patch on the node's status).
     Rule(("",), ("nodes/status",), ("patch",)),
+    # spec.agent.devices dra: the nodes' GPUs from the NVIDIA driver's ResourceSlices, and the
+    # claims that hold a node's devices, named when its agent pod could not be scheduled.
+    Rule((RESOURCE_GROUP,), ("resourceslices",), ("list", "watch")),
+    Rule((RESOURCE_GROUP,), ("resourceclaims",), ("list",)),
 )
 # In the agent namespace (GPUVAL_AGENT_NAMESPACE): the agent pods.
 AGENT_NAMESPACE_RULES = (
     Rule(("",), ("pods",), ("list", "watch", "create", "delete", "deletecollection")),
+    # spec.agent.devices dra: each run's ResourceClaimTemplates, deleted with its pods (the claims
+    # made from them are kube-controller-manager's, owned by the pods).
+    Rule((RESOURCE_GROUP,), ("resourceclaimtemplates",), ("create", "deletecollection")),
 )
 # Events about GpuValidations and nodes: Kubernetes keeps Events about cluster-scoped objects in
 # `default` (gpuval_operator.kube.events), and kopf posts its own in the operator's namespace.

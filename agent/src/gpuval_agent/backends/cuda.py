@@ -186,7 +186,11 @@ class CudaBackend(Backend):
         results: dict[int, str | None] = {}
         for gpu in gpus:
             uuid = self._uuids.get(gpu)
-            ordinal = ordinals.get(uuid) if uuid else (gpu if gpu < len(ordinals) else None)
+            ordinal = (
+                ordinals.get(cuda_spelling(uuid))
+                if uuid
+                else (gpu if gpu < len(ordinals) else None)
+            )
             if ordinal is None:
                 visible = os.environ.get("CUDA_VISIBLE_DEVICES")
                 results[gpu] = (
@@ -468,6 +472,15 @@ def _uuid_text(raw: bytes) -> str:
     """CUDA's 16 UUID bytes in NVML's spelling: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx."""
     h = bytes(raw).hex()
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def cuda_spelling(uuid: str) -> str:
+    """An NVML UUID as `_uuid_text` spells CUDA's: a MIG device's 'MIG-<hex groups>' (R470 and
+    later) is CUDA's 'GPU-<same groups>', which cuDeviceGetUuid_v2 returns for a MIG device.
+    Unverified on MIG hardware here (the H200 machine's MIG mode stays off)."""
+    if uuid.startswith("MIG-") and not uuid.startswith("MIG-GPU-"):
+        return "GPU-" + uuid[len("MIG-") :]
+    return uuid
 
 
 def cuda_ordinals_by_uuid(driver: Any) -> dict[str, int]:

@@ -12,11 +12,12 @@ from typing import Any, TypeVar
 import pynvml  # type: ignore[import-untyped,unused-ignore]
 
 from gpuval_agent.backends.base import GpuProcess, GpuUse, TelemetrySample, Throttle, XidEvent
+from gpuval_agent.backends.nvml_mig import MigDevice, mig_devices, parent_sm_count
 from gpuval_agent.backends.nvml_state import clock_event_bits, read_gpu_state
 from gpuval_agent.errors import NoDriverError
 from gpuval_agent.state.model import GpuState
 from gpuval_api.env import AgentEnv
-from gpuval_api.result import Environment, GpuInfo, PcieLink
+from gpuval_api.result import Environment, GpuInfo, MigInstance, PcieLink
 
 T = TypeVar("T")
 
@@ -55,8 +56,30 @@ def _cuda_version(encoded: int) -> str:
     return f"{encoded // 1000}.{encoded % 1000 // 10}"
 
 
+class Unit:
+    """What the agent tests as one GPU: a whole GPU, or a MIG device of a GPU with MIG mode on.
+    Its telemetry is its parent GPU's (NVML reads clocks, power and temperature per GPU)."""
+
+    __slots__ = ("handle", "index", "mig", "parent", "parent_index")
+
+    def __init__(self, index: int, parent: Any, parent_index: int, mig: MigDevice | None) -> None:
+        self.index, self.parent, self.parent_index, self.mig = index, parent, parent_index, mig
+        self.handle = mig.handle if mig is not None else parent
+
+
+def units_of(handles: list[Any]) -> list[Unit]:
+    """The units of the GPUs: each GPU, or in its place each of its MIG devices."""
+    units: list[Unit] = []
+    for parent_index, handle in enumerate(handles):
+        migs: list[MigDevice | None] = [*mig_devices(pynvml, parent_index, handle)]
+        for mig in migs or [None]:
+            units.append(Unit(len(units), handle, parent_index, mig))
+    return units
+
+
 class Nvml:
-    """An initialised NVML session; queries that the GPU does not support come back as None."""
+    """An initialised NVML session; queries that the GPU does not support come back as None.
+    `handles` are the physical GPUs; `units` what the checks test (MIG devices on MIG)."""
 
     def __init__(self) -> None:
         try:
@@ -72,6 +95,8 @@ class Nvml:
         if self.count == 0:
             raise NoDriverError("NVML found 0 GPUs")
         self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(self.count)]
+        self.units = units_of(self.handles)
+        self.count = len(self.units)
         self._events: Any = None
         self._register_xid_events()
 
@@ -120,12 +145,29 @@ class Nvml:
             cuda_driver_version=_cuda_version(cuda) if cuda else None,
             nvml_version=_text(q(unsupported, "nvmlVersion", pynvml.nvmlSystemGetNVMLVersion)),
             gpu_count=self.count,
-            gpus=[self._gpu(i, handle) for i, handle in enumerate(self.handles)],
+            gpus=self._unit_infos(),
             unsupported=unsupported,
         )
         if self._events is None:
             environment.unsupported.append("xidEvents")
         return environment
+
+    def _unit_infos(self) -> list[GpuInfo]:
+        """Each unit's record: a whole GPU's own; a MIG device's its parent's, with its own
+        index, UUID, memory and MIG description."""
+        parents: dict[int, GpuInfo] = {}
+        infos = []
+        for unit in self.units:
+            if unit.mig is None:
+                infos.append(self._gpu(unit.index, unit.handle))
+                continue
+            parent = parents.get(unit.parent_index)
+            if parent is None:
+                parent = parents[unit.parent_index] = self._gpu(unit.parent_index, unit.parent)
+            infos.append(
+                mig_unit_info(parent, unit.index, unit.mig, parent_sm_count(pynvml, unit.parent))
+            )
+        return infos
 
     def _gpu(self, index: int, handle: Any) -> GpuInfo:
         missing: list[str] = []
@@ -220,7 +262,7 @@ class Nvml:
 
     def telemetry(self) -> list[TelemetrySample]:
         samples = []
-        for index, handle in enumerate(self.handles):
+        for index, handle in ((u.index, u.parent) for u in self.units):
             temperature = _try(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
             power = _try(pynvml.nvmlDeviceGetPowerUsage, handle)
             clock = _try(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM)
@@ -243,7 +285,7 @@ class Nvml:
         when NVML cannot list processes here."""
         since = int((time.time() - _PROCESS_SAMPLE_SECONDS) * 1e6)  # NVML's microseconds
         uses = []
-        for index, handle in enumerate(self.handles):
+        for index, handle in ((u.index, u.handle) for u in self.units):
             try:
                 listed = list(pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
             except pynvml.NVMLError:
@@ -277,8 +319,12 @@ class Nvml:
         if self._events is None:
             return []
         found: list[XidEvent] = []
-        index_of = {id(h): i for i, h in enumerate(self.handles)}
-        uuids = {self.uuid(h): i for i, h in enumerate(self.handles)}
+        # An XID is its GPU's: on MIG, it is told as its first unit's.
+        index_of: dict[int, int] = {}
+        uuids: dict[str, int] = {}
+        for unit in reversed(self.units):
+            index_of[id(unit.parent)] = unit.index
+            uuids[self.uuid(unit.parent)] = unit.index
         while True:
             try:
                 data = pynvml.nvmlEventSetWait_v2(self._events, 0)
@@ -295,6 +341,27 @@ class Nvml:
             return _text(pynvml.nvmlDeviceGetUUID(handle))
         except pynvml.NVMLError:
             return ""
+
+
+def mig_unit_info(parent: GpuInfo, index: int, mig: MigDevice, parent_sms: int | None) -> GpuInfo:
+    """A MIG device's record: its parent GPU's, with the device's index, UUID and memory."""
+    return parent.model_copy(
+        update={
+            "index": index,
+            "uuid": mig.uuid,
+            "memory_total_bytes": mig.memory_total_bytes,
+            "mig": MigInstance(
+                profile=mig.profile,
+                parent_index=mig.parent_index,
+                parent_uuid=parent.uuid,
+                sm_count=mig.sm_count,
+                parent_sm_count=parent_sms,
+                parent_memory_total_bytes=parent.memory_total_bytes,
+                gpu_instance_id=mig.gpu_instance_id,
+                compute_instance_id=mig.compute_instance_id,
+            ),
+        }
+    )
 
 
 def _try(call: Callable[..., Any], *args: Any) -> Any:

@@ -14,6 +14,8 @@ from gpuval_agent.errors import AgentError
 from gpuval_api.checks import CheckName, MemoryPattern, camel
 from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import FABRIC_SUBCOMMAND
+from gpuval_api.mig import COMPUTE_SLICES, compute_slices_of
+from gpuval_api.parts import H200
 
 
 class FaultKind(StrEnum):
@@ -176,9 +178,39 @@ class Fault(_Model):
         return self
 
 
+class MigGpu(_Model):
+    """One GPU of the double with MIG mode on, and the MIG devices made on it."""
+
+    gpu: int = Field(ge=0, description="The physical GPU (its index).")
+    profiles: list[str] = Field(
+        min_length=1,
+        max_length=COMPUTE_SLICES,
+        description="Its MIG devices' profiles, e.g. ['1g.18gb'] * 7 or ['7g.141gb'].",
+    )
+    uuids: list[str] | None = Field(
+        default=None,
+        description="Their UUIDs, in the same order (default MIG-sim-<node>-<gpu>-<k>).",
+    )
+
+    @model_validator(mode="after")
+    def _fits(self) -> MigGpu:
+        slices = [compute_slices_of(p) for p in self.profiles]
+        if None in slices:
+            bad = next(p for p, n in zip(self.profiles, slices, strict=True) if n is None)
+            raise ValueError(f"MIG profile {bad!r} is not <slices>g.<memory>gb, e.g. 1g.18gb")
+        if sum(n or 0 for n in slices) > COMPUTE_SLICES:
+            raise ValueError(
+                f"the MIG devices {self.profiles} of GPU {self.gpu} take more than its "
+                f"{COMPUTE_SLICES} compute slices"
+            )
+        if self.uuids is not None and len(self.uuids) != len(self.profiles):
+            raise ValueError(f"GPU {self.gpu}: one UUID per MIG device, got {len(self.uuids)}")
+        return self
+
+
 class SimulationConfig(_Model):
     gpus: int = Field(default=8, ge=0, le=64)
-    product: str = "NVIDIA H200"
+    product: str = H200
     driver: str = "580.159.04"
     cuda: str = "13.0"
     cuda_runtime: str | None = None
@@ -197,11 +229,30 @@ class SimulationConfig(_Model):
         description="Which GPUs the node holds: another number is its GPUs replaced (other "
         "UUIDs and serials), as after a repair.",
     )
+    uuids: list[str] | None = Field(
+        default=None,
+        description="The GPUs' UUIDs by index (default GPU-sim-<node>-<index>): what a test "
+        "publishes in the node's ResourceSlices gives the double the same.",
+    )
+    mig: list[MigGpu] = Field(
+        default_factory=list,
+        description="GPUs with MIG mode on and their MIG devices; the double then tests each "
+        "MIG device as a unit, as the agent does on a real MIG node.",
+    )
     host_pid: bool = Field(
         default=True,
         description="Whether NVML's PIDs are the agent's own namespace's (bare metal, hostPID); "
         "false: a pod without hostPID, where the agent's own processes show under other PIDs.",
     )
+
+    @model_validator(mode="after")
+    def _devices_exist(self) -> SimulationConfig:
+        if self.uuids is not None and len(self.uuids) != self.gpus:
+            raise ValueError(f"uuids names {len(self.uuids)} GPUs, the node has {self.gpus}")
+        for entry in self.mig:
+            if entry.gpu >= self.gpus:
+                raise ValueError(f"mig names GPU {entry.gpu}, the node has {self.gpus}")
+        return self
 
     @classmethod
     def parse(cls, text: str) -> Self:

@@ -46,6 +46,7 @@ from gpuval_agent.backends.simforeign import (
 from gpuval_agent.backends.simmemory import CONTEXT_BYTES, SimulatedMemory, simulated_memtest
 from gpuval_agent.backends.simstate import SimulatedHost, gpu_address
 from gpuval_agent.backends.simtrain import simulated_train
+from gpuval_agent.backends.simunits import SimUnit, build_units, gpu_uuid
 from gpuval_agent.errors import NoDriverError
 from gpuval_agent.memtest import (
     MemoryFlip,
@@ -103,6 +104,18 @@ class SimulatedBackend(Backend):
         self._replaced = f"-set{config.gpu_set}" if config.gpu_set else ""
         self.foreign = ForeignProcesses(config)
         self._host = SimulatedHost(self._visible, config.product, self._faults)
+        # What the agent tests: the GPUs, or on a GPU with MIG mode on each of its MIG devices.
+        # Faults name a unit by its index, as the agent's findings do.
+        self._units = build_units(config, self._visible, self._node, MEMORY_TOTAL)
+
+    def _unit(self, gpu: int) -> SimUnit:
+        if 0 <= gpu < len(self._units):
+            return self._units[gpu]
+        return SimUnit(gpu, gpu, gpu_uuid(self.config, self._node, gpu), MEMORY_TOTAL)
+
+    @property
+    def _indices(self) -> list[int]:
+        return [unit.index for unit in self._units]
 
     def _fault(self, kind: FaultKind, gpu: int | None = None) -> Fault | None:
         for fault in self._faults.get(kind, []):
@@ -126,18 +139,19 @@ class SimulatedBackend(Backend):
         if self._fault(FaultKind.NO_DRIVER):
             raise NoDriverError("NVML Shared Library Not Found (simulated no-driver fault)")
         gpus = []
-        for index in range(self._visible):
+        for unit in self._units:
+            index = unit.index
             degraded = self._fault(FaultKind.PCIE_DEGRADED, index) is not None
             capped = self._fault(FaultKind.POWER_CAPPED, index) is not None
             gpus.append(
                 GpuInfo(
                     index=index,
                     name=self.config.product,
-                    uuid=f"GPU-sim-{self._node}-{index}" + self._replaced,
-                    serial=f"SIM{index:04d}" + self._replaced,
+                    uuid=unit.uuid,
+                    serial=f"SIM{unit.parent:04d}" + self._replaced,
                     vbios="96.00.sim",
-                    pci_bus_id=f"0000{gpu_address(index).upper()}",
-                    memory_total_bytes=MEMORY_TOTAL,
+                    pci_bus_id=f"0000{gpu_address(unit.parent).upper()}",
+                    memory_total_bytes=unit.memory_bytes,
                     pcie=PcieLink(
                         current_gen=1, max_gen=5, current_width=8 if degraded else 16, max_width=16
                     ),
@@ -152,7 +166,7 @@ class SimulatedBackend(Backend):
                     is not None,
                     remapped_rows_failed=False,
                     persistence_mode=True,
-                    mig_mode=False,
+                    mig_mode=unit.mig is not None,
                     power_limit_watts=350.0 if capped else 700.0,
                     default_power_limit_watts=700.0,
                     max_sm_clock_mhz=1980,
@@ -161,6 +175,7 @@ class SimulatedBackend(Backend):
                     slowdown_temperature_celsius=90.0,
                     shutdown_temperature_celsius=95.0,
                     max_operating_temperature_celsius=87.0,
+                    mig=unit.mig,
                 )
             )
         return Environment(
@@ -172,7 +187,7 @@ class SimulatedBackend(Backend):
             torch_version=None,
             nccl_version=self.config.nccl,
             nvml_version="simulated",
-            gpu_count=self._visible,
+            gpu_count=len(gpus),
             gpus=gpus,
         )
 
@@ -180,13 +195,15 @@ class SimulatedBackend(Backend):
         return None  # the simulated record is complete from the start
 
     def advertised_gpu_count(self) -> int | None:
-        return self.config.gpus
+        """The node's devices: its GPUs, each with MIG mode on counted as its MIG devices."""
+        mig = {entry.gpu: len(entry.profiles) for entry in self.config.mig}
+        return sum(mig.get(gpu, 1) for gpu in range(self.config.gpus))
 
     def cuda_init(self, gpus: list[int]) -> dict[int, str | None]:
         return {
             gpu: (
-                f"GPU-sim-{self._node}-{gpu}{self._replaced} is not among the devices CUDA "
-                "sees (simulated cuda-invisible fault)"
+                f"{self._unit(gpu).uuid} is not among the devices CUDA sees (simulated "
+                "cuda-invisible fault)"
                 if self._fault(FaultKind.CUDA_INVISIBLE, gpu)
                 else None
             )
@@ -196,7 +213,7 @@ class SimulatedBackend(Backend):
     def telemetry(self) -> list[TelemetrySample]:
         busy = self._burning.is_set()
         samples = []
-        for gpu in range(self._visible):
+        for gpu in self._indices:
             throttles: set[Throttle] = set() if busy else {Throttle.GPU_IDLE}
             temperature = 66.0 if busy else 35.0
             power = 690.0 if busy else 75.0
@@ -301,7 +318,7 @@ class SimulatedBackend(Backend):
                         result[3, 5] = value
             counts.append(count_bad_elements(result, reference))
         tflops = self._part.tflops.get(precision, _FALLBACK_TFLOPS[precision]) * _HEALTHY
-        tflops *= self._speed(gpu)
+        tflops *= self._speed(gpu) * self._unit(gpu).share.compute
         if self._fault(FaultKind.THERMAL_SLOWDOWN, gpu):
             tflops *= 0.6
         if self._fault(FaultKind.POWER_CAPPED, gpu):
@@ -328,13 +345,13 @@ class SimulatedBackend(Backend):
         self._host.close()
 
     def gpu_use(self) -> list[GpuUse] | None:
-        return self.foreign.use(list(range(self._visible)))
+        return self.foreign.use(self._indices)
 
     def host_pid_namespace(self) -> bool:
         return self.foreign.host_pid_namespace()
 
     def agent_gpu_processes(self) -> dict[int, int]:
-        return dict.fromkeys(range(self._visible), 1)
+        return dict.fromkeys(self._indices, 1)
 
     def _foreign_pid(self, gpu: int) -> int:
         return next(
@@ -364,11 +381,12 @@ class SimulatedBackend(Backend):
         gbps = (self._part.device_copy_gbps or 1000.0) * _HEALTHY
         measurements = []
         for gpu in gpus:
+            unit = self._unit(gpu)
             held = self._fault(FaultKind.MEMORY_HELD, gpu)
             share_held = (held.factor or 0.5) if held else 0.0
             if self.foreign.on(gpu, FaultKind.FOREIGN_MEMORY):
-                share_held = max(share_held, FOREIGN_MEMORY_BYTES / MEMORY_TOTAL)
-            middle = plan.target_bytes(MEMORY_TOTAL - CONTEXT_BYTES) // 2
+                share_held = max(share_held, min(FOREIGN_MEMORY_BYTES / unit.memory_bytes, 0.95))
+            middle = plan.target_bytes(unit.memory_bytes - CONTEXT_BYTES) // 2
             flips = [
                 MemoryFlip(
                     gpu=gpu,
@@ -380,10 +398,15 @@ class SimulatedBackend(Backend):
                 for fault in self._faults.get(FaultKind.MEMORY_FLIP, [])
                 if fault.gpu == gpu
             ]
-            memory = SimulatedMemory(gpu, MEMORY_TOTAL, share_held, flips)
+            memory = SimulatedMemory(gpu, unit.memory_bytes, share_held, flips)
             measurements.append(
                 simulated_memtest(
-                    memory, plan, gbps, on_progress=on_progress, stop=stop, sleep=self._sleep
+                    memory,
+                    plan,
+                    gbps * unit.share.memory,
+                    on_progress=on_progress,
+                    stop=stop,
+                    sleep=self._sleep,
                 )
             )
         return measurements
@@ -397,9 +420,11 @@ class SimulatedBackend(Backend):
         expected = (self._part.h2d_gbps if direction == "h2d" else self._part.d2h_gbps) or 25.0
         figures = {}
         for gpu in gpus:
-            gbps = expected * _HEALTHY * self._speed(gpu)
+            # A MIG device copies over its GPU's one link beside its siblings: its share.
+            scaled = expected * self._unit(gpu).share.compute
+            gbps = scaled * _HEALTHY * self._speed(gpu)
             if self._fault(FaultKind.PCIE_DEGRADED, gpu):
-                gbps = expected * 0.24
+                gbps = scaled * 0.24
             if self._fault(FaultKind.LOW_BANDWIDTH, gpu):
                 gbps *= 0.5
             figures[gpu] = gbps * share[gpu]
@@ -409,6 +434,7 @@ class SimulatedBackend(Backend):
         share = self._share(LoadCheck.BANDWIDTH, [gpu])[gpu]
         self._sleep(0.1)
         gbps = (self._part.device_copy_gbps or 1000.0) * _HEALTHY * share * self._speed(gpu)
+        gbps *= self._unit(gpu).share.memory
         return gbps * (0.5 if self._fault(FaultKind.LOW_BANDWIDTH, gpu) else 1.0)
 
     def peer_access(self, src: int, dst: int) -> bool:

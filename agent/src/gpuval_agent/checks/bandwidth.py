@@ -62,7 +62,7 @@ class _Steps:
         config = context.config.bandwidth
         self.reporter, self.done = context.reporter, 0
         self.total = len(gpus) * 3 + (2 if config.concurrent and len(gpus) > 1 else 0)
-        self.total += len(gpus) * (len(gpus) - 1) if config.peer else 0
+        self.total += len(gpus) * (len(gpus) - 1) if config.peer and not context.on_mig else 0
 
     def __call__(self, detail: str) -> None:
         self.reporter.check_progress("bandwidth", self.done / max(self.total, 1), detail)
@@ -79,7 +79,14 @@ def run_bandwidth(context: CheckContext) -> CheckResult:
         _one_gpu(context, builder, gpu, step)
     if config.concurrent and len(gpus) > 1:
         _all_at_once(context, builder, gpus, step)
-    if config.peer:
+    if config.peer and context.on_mig and len(gpus) > 1:
+        # MIG gives an instance no peer access to another (no CUDA IPC, no NVLink between them).
+        builder.add(
+            Reason.NOT_APPLICABLE,
+            f"peer copies not applicable: the {len(gpus)} units are MIG instances, which have no "
+            "peer access to each other",
+        )
+    elif config.peer:
         _peers(context, builder, gpus, step)
     if builder.failed:
         return builder.finish()
@@ -97,7 +104,7 @@ def run_bandwidth(context: CheckContext) -> CheckResult:
 
 def _one_gpu(context: CheckContext, builder: CheckBuilder, gpu: int, step: _Steps) -> None:
     """Host->device, device->host and device-local copy of one GPU alone, and its PCIe link."""
-    config, part, backend = context.config.bandwidth, context.part, context.backend
+    config, part, backend = context.config.bandwidth, context.part_for(gpu), context.backend
     nbytes = config.transfer_mib * _MIB
     step(f"GPU {gpu} host->device")
     with context.sampler.window() as window, _polling(context):
@@ -161,16 +168,17 @@ def _all_at_once(
     context: CheckContext, builder: CheckBuilder, gpus: list[int], step: _Steps
 ) -> None:
     """Host<->device with every GPU copying at once: a shared PCIe switch or root port shows."""
-    config, part = context.config.bandwidth, context.part
-    for direction, field, threshold, expected in (
-        ("h2d", "minH2dGBps", config.min_h2d_gbps, part.h2d_gbps),
-        ("d2h", "minD2hGBps", config.min_d2h_gbps, part.d2h_gbps),
+    config = context.config.bandwidth
+    for direction, field, threshold in (
+        ("h2d", "minH2dGBps", config.min_h2d_gbps),
+        ("d2h", "minD2hGBps", config.min_d2h_gbps),
     ):
         step(f"all GPUs {direction}")
         figures = context.backend.host_device_bandwidth(
             direction, gpus, config.transfer_mib * _MIB, config.iterations
         )
         for gpu, gbps in figures.items():
+            part = context.part_for(gpu)
             builder.gpu_metric(gpu, f"{direction}GBpsConcurrent", gbps)
             _below(
                 builder,
@@ -178,7 +186,7 @@ def _all_at_once(
                 field=field,
                 gbps=gbps,
                 threshold=threshold,
-                expected=expected,
+                expected=part.h2d_gbps if direction == "h2d" else part.d2h_gbps,
                 gpu=gpu,
             )
         builder.metrics[f"{direction}GBpsConcurrentTotal"] = round(sum(figures.values()), 3)

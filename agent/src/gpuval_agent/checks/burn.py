@@ -33,8 +33,10 @@ def run_burn(context: CheckContext) -> CheckResult:
                 on_progress=context.reporter.burn_progress,
                 stop=context.stop,
             )
-            minimum = config.min_tflops.minimum(context.part.tflops.get(precision))
             for measurement in measurements:
+                # A MIG instance is held to its share of the part's figure.
+                expected = context.part_for(measurement.gpu).tflops.get(precision)
+                minimum = config.min_tflops.minimum(expected)
                 _judge_measurement(builder, measurement, str(precision), minimum)
                 if measurement.fingerprint is not None:
                     builder.fingerprints.append(

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from gpuval_agent.backends.base import Backend, BurnProgress
 from gpuval_agent.inuse import Busy
-from gpuval_agent.parts import PartFigures
+from gpuval_agent.parts import PartFigures, expected_for
 from gpuval_agent.record import RunRecord
 from gpuval_agent.state.model import Reading
 from gpuval_agent.telemetry import Sampler
@@ -65,6 +65,8 @@ class CheckContext:
     # who hears of each state reading (the live metrics).
     record: RunRecord = field(default_factory=RunRecord)
     on_reading: Callable[[Reading], None] | None = None
+    # The UUIDs the node published and the pod was given that NVML does not show (GpuMissing).
+    missing_devices: list[str] = field(default_factory=list)
 
     @property
     def gpus(self) -> list[int]:
@@ -84,6 +86,16 @@ class CheckContext:
 
     def uuid(self, gpu: int) -> str | None:
         return next((g.uuid for g in self.environment.gpus if g.index == gpu), None)
+
+    @property
+    def on_mig(self) -> bool:
+        """The units under test are MIG instances (MIG mode on, the agent given MIG devices)."""
+        return any(g.mig is not None for g in self.environment.gpus)
+
+    def part_for(self, gpu: int) -> PartFigures:
+        """The figures `gpu` should reach: the part's, or a MIG instance's share of them."""
+        info = next((g for g in self.environment.gpus if g.index == gpu), None)
+        return self.part if info is None else expected_for(self.part, info)
 
 
 class CheckBuilder:
@@ -193,6 +205,18 @@ def skipped(name: str, why: str) -> CheckResult:
     builder = CheckBuilder(name)
     builder.add(Reason.CHECK_SKIPPED, why)
     return builder.finish(message=f"skipped: {why}", verdict=Verdict.SKIPPED)
+
+
+def not_applicable(name: str, why: str) -> CheckResult:
+    """A check that does not apply to the units the agent was given (e.g. NCCL between MIG
+    instances): skipped, saying why by name (NotApplicable)."""
+    builder = CheckBuilder(name)
+    builder.add(Reason.NOT_APPLICABLE, why)
+    result = builder.finish(message=f"not applicable: {why}", verdict=Verdict.SKIPPED)
+    # Said by name on the result too, not only in its findings: a reader of the check's line
+    # sees why it did not run.
+    result.reason, result.hint = Reason.NOT_APPLICABLE, REASONS[Reason.NOT_APPLICABLE].hint
+    return result
 
 
 def version_tuple(text: str) -> tuple[int, ...]:

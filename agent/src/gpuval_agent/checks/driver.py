@@ -17,9 +17,15 @@ def run_driver(context: CheckContext) -> CheckResult:
     expected, source = context.expected_gpus, context.expected_gpus_source
     if config.expected_gpus is not None:
         expected, source = config.expected_gpus, "spec.checks.driver.expectedGpus"
+    for uuid in context.missing_devices:
+        builder.add(
+            Reason.GPU_MISSING,
+            f"{uuid}, published by the node and given to this pod, is not visible to NVML",
+        )
     if expected is not None:
         builder.metrics["expectedGpus"] = expected
-        if environment.gpu_count != expected:
+        # A missing device named by its UUID says more than the count it leaves short.
+        if environment.gpu_count != expected and not context.missing_devices:
             builder.add(
                 Reason.GPU_COUNT_MISMATCH,
                 f"NVML shows {environment.gpu_count} GPUs, expected {expected} ({source})",
@@ -55,6 +61,6 @@ def run_driver(context: CheckContext) -> CheckResult:
     return builder.finish(
         message=""
         if builder.failed
-        else f"{environment.gpu_count} GPUs, driver "
+        else f"{environment.gpu_count} {'MIG instances' if context.on_mig else 'GPUs'}, driver "
         f"{environment.driver_version}, CUDA {driver_cuda}"
     )

@@ -85,7 +85,8 @@ def node_key(environment: Environment) -> tuple[BaselineKey | None, str]:
     gpus = environment.gpus
     if not gpus:
         return None, "no GPU was found"
-    product = _one(g.name for g in gpus)
+    # A MIG instance's figures are its profile's, never a whole GPU's: the key names it.
+    product = _one(f"{g.name} MIG {g.mig.profile}" if g.mig is not None else g.name for g in gpus)
     if not isinstance(product, str) or not product:
         return None, "its GPUs are of different models (or unnamed)"
     power = _one(round(g.power_limit_watts) for g in gpus if g.power_limit_watts is not None)

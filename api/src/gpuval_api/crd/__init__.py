@@ -18,6 +18,8 @@ here: code outside the package imports `from gpuval_api.crd import X`.
 from gpuval_api.crd.agent import (
     DEFAULT_AGENT_IMAGE,
     AgentSettings,
+    DeviceSource,
+    DraSettings,
     EnvVar,
     Resources,
     Toleration,
@@ -54,6 +56,8 @@ from gpuval_api.crd.common import (
     ResourceName,
 )
 from gpuval_api.crd.report import (
+    MAX_DEVICE_HEALTH,
+    DeviceHealth,
     GpuNodeReport,
     GpuNodeReportSpec,
     GpuNodeReportStatus,
@@ -98,6 +102,7 @@ __all__ = [
     "DEFAULT_MAX_NODES_OUT_OF_SERVICE",
     "GPU_RESOURCE",
     "GROUP",
+    "MAX_DEVICE_HEALTH",
     "MAX_GPUS_PER_NODE",
     "MAX_ITEMS",
     "MAX_NODES",
@@ -115,6 +120,9 @@ __all__ = [
     "AgentSettings",
     "Condition",
     "ConditionStatus",
+    "DeviceHealth",
+    "DeviceSource",
+    "DraSettings",
     "DryRunAction",
     "EnvVar",
     "ExpectedEnvironment",

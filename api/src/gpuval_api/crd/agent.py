@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from pydantic import Field
 
 from gpuval_api.crd.common import (
@@ -14,6 +16,7 @@ from gpuval_api.crd.common import (
     ResourceName,
     map_bounds,
 )
+from gpuval_api.dra import GPU_DEVICE_CLASS, MIG_DEVICE_CLASS
 from gpuval_api.kueue import queue_field
 
 
@@ -69,6 +72,39 @@ class Resources(CrdModel):
 
 
 DEFAULT_AGENT_IMAGE = "ghcr.io/gpuval/gpuval-agent:0.1.0"
+
+# A DeviceClass name (a DNS subdomain).
+_DEVICE_CLASS = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class DeviceSource(StrEnum):
+    """How an agent pod gets its node's GPUs."""
+
+    DEVICE_PLUGIN = "devicePlugin"
+    DRA = "dra"
+
+
+class DraSettings(CrdModel):
+    """The DeviceClasses an agent pod's ResourceClaim asks for (spec.agent.devices dra)."""
+
+    device_class_name: str = Field(
+        default=GPU_DEVICE_CLASS,
+        max_length=253,
+        pattern=_DEVICE_CLASS,
+        description=(
+            "DeviceClass of the node's whole GPUs (NVIDIA's DRA driver: gpu.nvidia.com). The claim "
+            "asks for every device of it on the node (allocationMode All)."
+        ),
+    )
+    mig_device_class_name: str = Field(
+        default=MIG_DEVICE_CLASS,
+        max_length=253,
+        pattern=_DEVICE_CLASS,
+        description=(
+            "DeviceClass of the node's MIG devices (NVIDIA's DRA driver: mig.nvidia.com), asked "
+            "for, all of them, on a node whose ResourceSlices publish MIG devices."
+        ),
+    )
 
 
 class AgentSettings(CrdModel):
@@ -134,3 +170,17 @@ class AgentSettings(CrdModel):
         description="Port of the agent's live metrics; unset: none.",
     )
     queue: str | None = queue_field("the agent pods, each its own workload")
+    devices: DeviceSource = Field(
+        default=DeviceSource.DEVICE_PLUGIN,
+        description=(
+            "How the agent pods (and the fabric pods) get the node's GPUs: devicePlugin asks for "
+            "every nvidia.com/gpu (and nvidia.com/mig-<profile> under the mixed MIG strategy) the "
+            "node advertises; dra gives each pod a ResourceClaim, from a ResourceClaimTemplate, "
+            "for every device of the node's ResourceSlices (driver gpu.nvidia.com) of the "
+            "DeviceClasses in `dra`, and the node's GPUs are learned from those slices."
+        ),
+    )
+    dra: DraSettings = Field(
+        default_factory=DraSettings,
+        description="The DeviceClasses asked for with devices dra.",
+    )

@@ -8,6 +8,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from gpuval_api import gfd
+
 GROUP = "gpuval.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -26,7 +28,8 @@ REPORT_SHORT_NAME = "gpureport"
 BASELINE_SHORT_NAME = "gpubaseline"
 CATEGORY = "gpuval-all"
 
-GPU_RESOURCE = "nvidia.com/gpu"
+# The device plugin's resource, spelled in gpuval_api.gfd with the other names of NVIDIA's.
+GPU_RESOURCE = gfd.GPU_RESOURCE
 
 
 class CrdModel(BaseModel):

@@ -63,6 +63,21 @@ class ReportFailure(CrdModel):
     message: str = Field(default="", description="One line about the failure.")
 
 
+# NVIDIA's DRA driver publishes up to 8 GPUs, or 56 MIG devices (7 on each of 8 GPUs), per node.
+MAX_DEVICE_HEALTH = 64
+
+
+class DeviceHealth(CrdModel):
+    """The kubelet's word on one device of the agent pod's claims (KEP-4680)."""
+
+    resource_id: str = Field(
+        max_length=512, description="The device as <driver>/<pool>/<device> (its ResourceSlice's)."
+    )
+    health: str = Field(max_length=16, description="Healthy, Unhealthy or Unknown.")
+    claim: str = Field(default="", max_length=320, description="The pod's claim and request.")
+    message: str | None = Field(default=None, max_length=1024, description="Why, when said.")
+
+
 class GpuNodeReportStatus(CrdModel):
     """Written by the node's agent (docs/contracts.md), or by the operator when it could not."""
 
@@ -117,6 +132,15 @@ class GpuNodeReportStatus(CrdModel):
             "operator: the operator wrote this verdict itself (the agent could not, or the run "
             "overruled it); the agents' admission policy then refuses their writes to the "
             "report. Cleared before a node's next attempt."
+        ),
+    )
+    device_health: list[DeviceHealth] | None = Field(
+        default=None,
+        max_length=MAX_DEVICE_HEALTH,
+        description=(
+            "The health the kubelet reported for the devices of the agent pod's ResourceClaims "
+            "(its containerStatuses' allocatedResourcesStatus, KEP-4680), as the operator saw it; "
+            "absent where the cluster reports none."
         ),
     )
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuval_api.conditions import EventReason
-from gpuval_api.crd import GpuValidationSpec, RunTrigger
+from gpuval_api.crd import DeviceSource, GpuValidationSpec, RunTrigger
 from gpuval_api.labels import children_selector
 from gpuval_operator import cron, planning
 from gpuval_operator.config import OperatorConfig
@@ -278,6 +278,7 @@ class ValidationController:
         self.node_watch.follow(
             spec.node_selector.to_query() if spec.node_selector else "",
             spec.fabric.topology_key if spec.fabric is not None else None,
+            dra=spec.agent.devices is DeviceSource.DRA,
         )
 
     async def _step(self) -> None:
@@ -375,7 +376,7 @@ class ValidationController:
             # hold back the first wave by tens of seconds on a busy API server.
             candidates = await self.node_watch.candidates(CANDIDATES_WAIT_SECONDS)
             if candidates is None:
-                candidates = await self.effects.list_candidates(spec)
+                candidates = await self.effects.list_candidates(spec, self.node_watch.dra)
         except ApiError as exc:
             if exc.status != 400:
                 raise
@@ -419,7 +420,7 @@ class ValidationController:
         """Earlier runs' pods, and their reports beyond `history`; what fails now is pruned by
         the next run (it deletes every earlier run's children, not only the last one's)."""
         try:
-            await self.effects.prune(run, history, self.state.run_ids)
+            await self.effects.prune(run, history, self.state.run_ids, claims=self.node_watch.dra)
         except ApiError as exc:
             log.warning("%s: earlier runs not pruned: %s", self.name, exc)
 

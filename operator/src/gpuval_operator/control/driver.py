@@ -26,10 +26,12 @@ from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey
 from gpuval_operator import cron, names, planning
 from gpuval_operator.control.baselinedriver import BaselineDriver
+from gpuval_operator.control.devices import ClaimsSeen, device_request, write_device_health
 from gpuval_operator.control.fabricdriver import FabricDriver
 from gpuval_operator.control.holds import HoldKeeper
 from gpuval_operator.control.reports import ReportPlanner
 from gpuval_operator.fabric.ports import PortPool
+from gpuval_operator.kube.client import ApiError
 from gpuval_operator.nodes.actor import NodeActor
 from gpuval_operator.nodes.gating import queued_events
 from gpuval_operator.nodes.ledger import OutOfServiceLedger
@@ -101,6 +103,8 @@ class RunDriver:
         self.config = effects.config
         # Node actions running behind the ticks while the fabric phase is under way (act_behind).
         self.acting: asyncio.Task[None] | None = None
+        # The claims that hold nodes' devices (DevicesClaimed), listed once a tick.
+        self.claims = ClaimsSeen(effects, node_watch)
 
     async def tick(self, run: RunState, spec: GpuValidationSpec) -> bool:
         """One pass over an active run; True once every node has its final verdict."""
@@ -116,7 +120,10 @@ class RunDriver:
             not_ready_grace=self.config.node_not_ready_seconds,
         )
         if outcomes:
+            self.claims.forget()
             await self.effects.bounded(self._record(run, o) for o in outcomes)
+        if run.health_due:
+            await write_device_health(self.effects, run)
         self._retry(run, spec)
         await self._launch(run, spec)
         await self.fabric.tick(run, spec)
@@ -143,10 +150,12 @@ class RunDriver:
             if node is None or (record is not None and not record.settled):
                 continue
             if record is None:
-                fresh.append(planning.Candidate(name, node.gpus))
+                gpus = self.node_watch.slices.devices(name).count if self.node_watch.dra else 0
+                gpus = gpus or node.gpus
+                fresh.append(planning.Candidate(name, gpus, node.resources))
                 run.add(
                     name,
-                    node.gpus,
+                    gpus,
                     names.report_name(run.validation, run.run_id, name),
                     names.pod_name(run.validation, run.run_id, name),
                 ).trigger = trigger
@@ -210,6 +219,8 @@ class RunDriver:
         if outcome.check_node and not await self.effects.node_exists(outcome.node):
             gone = lifecycle.node_gone(record, f"was deleted during the run ({message})")
             reason, message = gone.reason, gone.message
+        elif reason is Reason.DEVICES_CLAIMED:
+            message = await self.claims.named_in(outcome.node, message)
         if outcome.delete_pod:
             await self.effects.delete_pod(record)
         if reason is not None and outcome.status is None:
@@ -243,12 +254,26 @@ class RunDriver:
                 # the operator settled must not keep this attempt's agent from writing.
                 record.reset_due = not await self.effects.reset_report(record)
             facts = self.node_watch.nodes.get(record.node)
-            sharing = facts.sharing if facts is not None else None
+            # The device plugin's sharing (GFD's labels) says nothing of a claim's devices.
+            sharing = facts.sharing if facts is not None and not self.node_watch.dra else None
             if sharing is not None and not sharing.exclusive_possible:
                 await self._untestable(run, record, sharing)
                 return
             env = self.baseline.pod_env(run, record.node)
-            refusal = await self.effects.create_pod(run, record, spec, sharing, env)
+            try:
+                request = await device_request(
+                    self.effects, self.node_watch, run, record.node, spec
+                )
+            except ApiError as exc:
+                # The claim template refused (RBAC, no DRA API): the cluster's, as a pod's refusal.
+                words = exc.body.get("message") if isinstance(exc.body, dict) else None
+                refusal: Refusal | None = Refusal.of(
+                    exc.status, f"the agent pods' ResourceClaimTemplate: {words or exc}"
+                )
+            else:
+                refusal = await self.effects.create_pod(
+                    run, record, spec, sharing, env, request=request
+                )
             if refusal is None:
                 self._admitted(run)
             else:

@@ -28,6 +28,7 @@ from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey, build_operator_failure_status
 from gpuval_api.result import Verdict
 from gpuval_operator import names
+from gpuval_operator.control.devices import device_request
 from gpuval_operator.control.fabricsettling import FabricSettling
 from gpuval_operator.fabric import lifecycle
 from gpuval_operator.fabric.facts import FabricFacts
@@ -245,11 +246,12 @@ class FabricDriver:
             member.deleted_at = time.monotonic()
             await self.effects.delete_pod_named(member.pod)
 
-    def _pod(
+    async def _pod(
         self, run: RunState, spec: GpuValidationSpec, group: Group, rank: int
     ) -> dict[str, Any]:
         assert group.port is not None and group.opened_at is not None
         node = group.plan.nodes[rank]
+        request = await device_request(self.effects, self.node_watch, run, node, spec)
         return build_fabric_pod(
             validation=self.effects.name,
             uid=self.effects.uid,
@@ -259,6 +261,7 @@ class FabricDriver:
             rank=rank,
             gpus=run.nodes[node].gpus,
             port=group.port,
+            request=request,
             spec=spec,
             config=self.effects.config,
             deadline=pod_deadline(fabric_config(spec), group.opened_at, group.size),
@@ -268,7 +271,9 @@ class FabricDriver:
         self, run: RunState, spec: GpuValidationSpec, group: Group, member: Member
     ) -> None:
         member.requested = True
-        refused = await self.effects.create_fabric_pod(self._pod(run, spec, group, member.rank))
+        refused = await self.effects.create_fabric_pod(
+            await self._pod(run, spec, group, member.rank)
+        )
         if refused is not None:
             member.refused = refused
             log.warning("%s: %s", run.validation, refused)

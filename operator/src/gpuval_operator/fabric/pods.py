@@ -27,6 +27,7 @@ from gpuval_api.fabric import FABRIC_POD_COMMAND, FabricConfig
 from gpuval_api.kueue import PodGroup
 from gpuval_operator import names, planning
 from gpuval_operator.config import OperatorConfig
+from gpuval_operator.devices import DeviceRequest
 
 LOOPBACK = "127.0.0.1"
 
@@ -66,12 +67,15 @@ def build_fabric_pod(
     rank: int,
     gpus: int,
     port: int,
+    request: DeviceRequest | None = None,
     deadline: float,
     spec: GpuValidationSpec,
     config: OperatorConfig,
 ) -> dict[str, Any]:
-    """The fabric pod of `nodes[rank]` in `group`."""
+    """The fabric pod of `nodes[rank]` in `group`; `request`: how it asks for the node's devices
+    (as its agent pod does; default `gpus` nvidia.com/gpu)."""
     node = nodes[rank]
+    request = request or DeviceRequest.device_plugin(gpus)
     report = names.report_name(validation, run, node)
     settings = fabric_config(spec).model_dump_json(by_alias=True)
     kueue = pod_group(spec, validation, run, group, len(nodes))
@@ -82,6 +86,7 @@ def build_fabric_pod(
         _rendezvous(validation, run, group, rank=rank, port=port),
         {"name": AgentEnv.FABRIC_GROUP, "value": group},
         {"name": AgentEnv.FABRIC_CONFIG, "value": settings},
+        *([planning.device_uuids_env(request.uuids)] if request.uuids else []),
     ]
     labels = {
         **planning.child_labels(validation, run, node),
@@ -101,8 +106,9 @@ def build_fabric_pod(
         spec=spec,
         config=config,
         container=planning.agent_container(
-            spec, gpus, list(FABRIC_POD_COMMAND), env + planning.spec_env(spec), metrics=False
+            spec, request, list(FABRIC_POD_COMMAND), env + planning.spec_env(spec), metrics=False
         ),
         annotations=annotations,
         host_network=spec.fabric is not None and spec.fabric.host_network,
+        claims=request.pod_claims(),
     )

@@ -198,7 +198,7 @@ class KubeClient:
             raise
 
     async def pages(
-        self, path: str, label_selector: str = "", page_size: int = 500
+        self, path: str, label_selector: str = "", page_size: int = 500, field_selector: str = ""
     ) -> AsyncIterator[tuple[list[dict[str, Any]], str, bool]]:
         """A list one page at a time: (items, the list's resourceVersion, whether it is the last).
 
@@ -209,6 +209,8 @@ class KubeClient:
         params: dict[str, str | int] = {"limit": page_size}
         if label_selector:
             params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
         while True:
             try:
                 page = await self.request("GET", path, params=params)
@@ -224,14 +226,16 @@ class KubeClient:
             params["continue"] = token
 
     async def list_pages(
-        self, path: str, label_selector: str = "", page_size: int = 500
+        self, path: str, label_selector: str = "", page_size: int = 500, field_selector: str = ""
     ) -> tuple[list[dict[str, Any]], str]:
         """Every item of a list (fetched `page_size` at a time) and the list's resourceVersion."""
         while True:
             items: list[dict[str, Any]] = []
             version = ""
             try:
-                async for page, page_version, _ in self.pages(path, label_selector, page_size):
+                async for page, page_version, _ in self.pages(
+                    path, label_selector, page_size, field_selector
+                ):
                     items.extend(page)
                     version = page_version
             except ResourceExpiredError:

@@ -27,7 +27,7 @@ OnEvent = Callable[[str, dict[str, Any]], None]
 
 
 class Follower:
-    """Follows the objects at `path` matching `label_selector`.
+    """Follows the objects at `path` matching `label_selector` (and `field_selector`).
 
     `on_page` gets every (re)list page by page, told which page is the first and which the last,
     so the caller can notice objects deleted while the watch was down without holding the whole
@@ -43,10 +43,12 @@ class Follower:
         on_event: OnEvent,
         *,
         name: str = "",
+        field_selector: str = "",
     ) -> None:
         self.client = client
         self.path = path
         self.label_selector = label_selector
+        self.field_selector = field_selector
         self.on_page = on_page
         self.on_event = on_event
         self.name = name or path
@@ -58,7 +60,9 @@ class Follower:
 
     async def _relist(self) -> None:
         first = True
-        async for items, version, last in self.client.pages(self.path, self.label_selector):
+        async for items, version, last in self.client.pages(
+            self.path, self.label_selector, field_selector=self.field_selector
+        ):
             self.on_page(items, first, last)
             first = False
             self.resource_version = version
@@ -75,7 +79,7 @@ class Follower:
                     await self._relist()
                     need_list = False
                 async for event in self.client.watch(
-                    self.path, self.resource_version, self.label_selector
+                    self.path, self.resource_version, self.label_selector, self.field_selector
                 ):
                     obj = event.get("object") or {}
                     rv = (obj.get("metadata") or {}).get("resourceVersion")

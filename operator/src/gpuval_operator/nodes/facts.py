@@ -16,7 +16,13 @@ from gpuval_api import gfd
 from gpuval_api.gfd import GpuSharing, sharing_of
 from gpuval_api.kubernetes import READY
 from gpuval_operator.nodes.entries import NodeEntry, entry_key
-from gpuval_operator.planning import cordoned_by_us, node_gpus, node_ready
+from gpuval_operator.planning import (
+    cordoned_by_us,
+    mig_resources,
+    node_gpus,
+    node_ready,
+    node_resources,
+)
 from gpuval_operator.timestamps import parse_time
 
 # Node labels of NVIDIA GPU feature discovery that name the GPU stack, and the capacity: a change
@@ -73,6 +79,9 @@ class NodeFacts:
     # Its GPU model as GPU feature discovery labels it ("" without the label): which
     # GpuBaselines its agent is given.
     product: str = ""
+    # The device plugin's resources by name where it advertises MIG devices (mixed strategy);
+    # empty: `gpus` nvidia.com/gpu.
+    resources: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def parse(
@@ -83,7 +92,8 @@ class NodeFacts:
         labels = meta.get("labels") or {}
         info = (node.get("status") or {}).get("nodeInfo") or {}
         unschedulable = bool((node.get("spec") or {}).get("unschedulable"))
-        gpus = node_gpus(node)
+        resources = node_resources(node)
+        gpus = sum(resources.values())
         return cls(
             name=sys.intern(meta.get("name", "")),
             gpus=gpus,
@@ -96,8 +106,15 @@ class NodeFacts:
             sharing=sharing_of(labels, gpus),
             not_ready=not_ready_of(node),
             product=sys.intern(str(labels.get(GPU_PRODUCT_LABEL, ""))[:128]),
+            resources=mig_resources(resources),
         )
 
     @property
+    def available(self) -> bool:
+        """Ready and taking work (or cordoned by gpuval), whatever its GPUs."""
+        return self.ready and self.schedulable
+
+    @property
     def selectable(self) -> bool:
-        return self.gpus > 0 and self.ready and self.schedulable
+        """Available with GPUs the device plugin offers (with DRA: the node's slices say)."""
+        return self.gpus > 0 and self.available

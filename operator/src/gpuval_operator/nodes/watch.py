@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -20,6 +21,7 @@ from gpuval_operator.kube.client import KubeClient
 from gpuval_operator.kube.follower import Follower
 from gpuval_operator.nodes.facts import NodeFacts
 from gpuval_operator.nodes.gating import gating_trigger
+from gpuval_operator.nodes.slices import SliceWatch
 from gpuval_operator.planning import Candidate
 from gpuval_operator.run.effects import NODES_PATH
 from gpuval_operator.run.state import Phase, RunState
@@ -43,14 +45,30 @@ class NodeWatch:
         self._task: asyncio.Task[None] | None = None
         self._follower: Follower | None = None
         self._listed: set[str] = set()
+        # The nodes' devices from their ResourceSlices, followed while the spec asks for DRA.
+        self.slices = SliceWatch(client, validation, wake, self._slices_changed)
+        self.dra = False
 
     # -- following --
 
-    def follow(self, selector: str, topology_key: str | None = None) -> None:
+    def follow(self, selector: str, topology_key: str | None = None, dra: bool = False) -> None:
         """(Re)start the list+watch for `selector` (the spec's nodeSelector as a query), keeping
-        each node's value of `topology_key` (spec.fabric.topologyKey)."""
-        if (self.selector, self.topology_key) == (selector, topology_key) and self._task:
-            return
+        each node's value of `topology_key` (spec.fabric.topologyKey); with `dra`, the nodes'
+        ResourceSlices too (spec.agent.devices dra)."""
+        self.dra = dra
+        if (self.selector, self.topology_key) != (selector, topology_key) or not self._task:
+            self._restart(selector, topology_key)
+        if dra:
+            self.slices.follow()
+        else:
+            self.slices.stop()
+
+    def _slices_changed(self, node: str) -> None:
+        """A node's published devices changed: gating looks at it again (a DRA node joins when
+        its slice appears, not when the node object does)."""
+        self.changed.add(node)
+
+    def _restart(self, selector: str, topology_key: str | None) -> None:
         self.stop()
         self.selector, self.topology_key, self.nodes = selector, topology_key, {}
         self.synced = asyncio.Event()
@@ -73,7 +91,8 @@ class NodeWatch:
     async def candidates(self, wait: float) -> list[Candidate] | None:
         """The selectable nodes in name order, from the watch's facts once it has listed them all
         (waiting up to `wait` seconds); None when it has not, or the API server refused the
-        selector: the caller lists the nodes itself and learns why."""
+        selector: the caller lists the nodes itself and learns why. With DRA, a node's GPUs are
+        its ResourceSlices' devices, not what its device plugin advertises."""
         deadline = time.monotonic() + wait
         while not self.synced.is_set() and time.monotonic() < deadline:
             if self._follower_refused():
@@ -82,13 +101,23 @@ class NodeWatch:
                 await asyncio.wait_for(self.synced.wait(), 0.2)
         if not self.synced.is_set():
             return None
-        chosen = (Candidate(v.name, v.gpus) for v in self.nodes.values() if v.selectable)
+        if self.dra:
+            slices = self.slices
+            if not await slices.wait_synced(max(deadline - time.monotonic(), 0.0)):
+                return None
+            found = ((v, slices.devices(v.name).count) for v in self.nodes.values())
+            chosen = (Candidate(v.name, n) for v, n in found if v.available and n > 0)
+        else:
+            chosen = (
+                Candidate(v.name, v.gpus, v.resources) for v in self.nodes.values() if v.selectable
+            )
         return sorted(chosen, key=lambda c: c.name)
 
     def _follower_refused(self) -> bool:
         return self._follower is not None and self._follower.refused is not None
 
     def stop(self) -> None:
+        self.slices.stop()
         if self._task is not None:
             self._task.cancel()
             self._task = None
@@ -185,6 +214,9 @@ class NodeWatch:
             if facts is None or name in self.queue:
                 continue
             record = run.nodes.get(name) if run is not None else None
+            if self.dra:
+                # With DRA its GPUs are its slices' devices, not its device plugin's.
+                facts = dataclasses.replace(facts, gpus=self.slices.devices(name).count)
             trigger = gating_trigger(facts, gating, record)
             if trigger is not None:
                 self.queue[name] = (trigger, now)

@@ -17,9 +17,24 @@ from typing import Any
 
 from gpuval_api import keys
 from gpuval_api.conditions import EventReason
-from gpuval_api.crd import API_VERSION, REPORT_PLURAL, VALIDATION_KIND, GpuValidationSpec
+from gpuval_api.crd import (
+    API_VERSION,
+    REPORT_PLURAL,
+    VALIDATION_KIND,
+    DraSettings,
+    GpuValidationSpec,
+)
+from gpuval_api.dra import (
+    DRIVER,
+    RESOURCE_API,
+    RESOURCE_CLAIMS_PATH,
+    RESOURCE_SLICES_PATH,
+    ClaimHold,
+    claim_hold,
+    parse_slice,
+)
 from gpuval_api.gfd import GpuSharing
-from gpuval_api.labels import children_selector
+from gpuval_api.labels import children_selector, label_value
 from gpuval_api.reasons import Reason
 from gpuval_api.report import (
     AGENT_CHECK,
@@ -28,8 +43,9 @@ from gpuval_api.report import (
     build_operator_failure_status,
     build_reset_status,
 )
-from gpuval_operator import planning
+from gpuval_operator import names, planning
 from gpuval_operator.config import OperatorConfig
+from gpuval_operator.devices import DeviceRequest, claim_template
 from gpuval_operator.kube import events
 from gpuval_operator.kube.client import ApiError, KubeClient, ResourceExpiredError, q
 from gpuval_operator.names import run_number
@@ -42,6 +58,8 @@ log = logging.getLogger(__name__)
 VALIDATIONS_PATH = f"/apis/{API_VERSION}/gpuvalidations"
 REPORTS_PATH = f"/apis/{API_VERSION}/{REPORT_PLURAL}"
 NODES_PATH = "/api/v1/nodes"
+# The NVIDIA DRA driver's ResourceSlices (a field selector the API server applies).
+SLICES_OF = f"spec.driver={DRIVER}"
 
 
 class Effects:
@@ -51,10 +69,19 @@ class Effects:
         self.name = name
         self.uid = uid
         self.selector = children_selector(name)
+        # ResourceClaimTemplates known to exist (spec.agent.devices dra), made once per run/shape.
+        self._templates: set[str] = set()
+        self._template_runs: set[str] = set()
+        self._templates_lock = asyncio.Lock()
 
     @property
     def pods_path(self) -> str:
         return f"/api/v1/namespaces/{q(self.config.agent_namespace)}/pods"
+
+    @property
+    def templates_path(self) -> str:
+        namespace = q(self.config.agent_namespace)
+        return f"/apis/{RESOURCE_API}/namespaces/{namespace}/resourceclaimtemplates"
 
     def owner(self) -> dict[str, Any]:
         return {
@@ -106,17 +133,32 @@ class Effects:
             return False
         return True
 
-    async def list_candidates(self, spec: GpuValidationSpec) -> list[planning.Candidate]:
+    async def list_candidates(
+        self, spec: GpuValidationSpec, dra: bool = False
+    ) -> list[planning.Candidate]:
+        """The selected nodes, listed (the node watch could not say); with `dra`, each node's
+        GPUs counted from its ResourceSlices."""
         query = spec.node_selector.to_query() if spec.node_selector else ""
+        published = await self.published_devices() if dra else None
         candidates: list[planning.Candidate] = []
         while True:
             try:
                 async for nodes, _, _ in self.client.pages(NODES_PATH, query):
-                    candidates.extend(planning.select_nodes(nodes))
+                    candidates.extend(planning.select_nodes(nodes, published))
             except ResourceExpiredError:
                 candidates.clear()
                 continue
             return sorted(candidates, key=lambda c: c.name)
+
+    async def published_devices(self) -> dict[str, int]:
+        """Each node's devices in the NVIDIA DRA driver's ResourceSlices, counted."""
+        items, _ = await self.client.list_pages(RESOURCE_SLICES_PATH, field_selector=SLICES_OF)
+        counts: dict[str, int] = {}
+        for obj in items:
+            found = parse_slice(obj)
+            if found is not None:
+                counts[found.node] = counts.get(found.node, 0) + len(found.devices)
+        return counts
 
     # -- children --
 
@@ -151,9 +193,11 @@ class Effects:
         spec: GpuValidationSpec,
         sharing: GpuSharing | None = None,
         baseline: Sequence[Mapping[str, str]] = (),
+        *,
+        request: DeviceRequest | None = None,
     ) -> Refusal | None:
-        """Create the node's agent pod (`sharing`: its GPUs are shared); the API server's
-        refusal, None when made or it exists."""
+        """Create the node's agent pod (`sharing`: its GPUs are shared; `request`: how it asks
+        for them); the API server's refusal, None when made or it exists."""
         body = planning.build_pod(
             validation=self.name,
             uid=self.uid,
@@ -166,6 +210,7 @@ class Effects:
             attempt=record.attempt,
             sharing=sharing,
             baseline=baseline,
+            request=request,
         )
         try:
             await self.client.create(self.pods_path, body)
@@ -177,6 +222,53 @@ class Effects:
             words = exc.body.get("message") if isinstance(exc.body, dict) else None
             return Refusal.of(exc.status, str(words or exc))
         return None
+
+    async def ensure_claim_template(self, run_id: str, shape: str, settings: DraSettings) -> str:
+        """The run's ResourceClaimTemplate for nodes with devices of `shape`, created the first
+        time a pod needs it (409: it exists, e.g. made before a restart); its name. A refusal
+        (no resource.k8s.io/v1, no right) is raised: the pod made from it could never start."""
+        name = names.claim_template_name(self.name, run_id, shape)
+        if name in self._templates:
+            return name
+        async with self._templates_lock:
+            if name not in self._templates:
+                body = claim_template(
+                    name=name,
+                    namespace=self.config.agent_namespace,
+                    labels=self._run_labels(run_id),
+                    owner=planning.owner_reference(self.name, self.uid),
+                    shape=shape,
+                    settings=settings,
+                )
+                try:
+                    await self.client.create(self.templates_path, body)
+                except ApiError as exc:
+                    if exc.status != 409:
+                        raise
+                self._templates.add(name)
+                self._template_runs.add(run_id)
+        return name
+
+    def _run_labels(self, run_id: str) -> dict[str, str]:
+        return {
+            keys.LABEL_NAME: "gpuval",
+            keys.LABEL_MANAGED_BY: "gpuval-operator",
+            keys.LABEL_VALIDATION: label_value(self.name),
+            keys.LABEL_RUN: run_id,
+        }
+
+    async def claims_holding(self, pools: Sequence[str] | None) -> list[ClaimHold]:
+        """The ResourceClaims (any namespace) that hold devices of the NVIDIA driver's `pools`
+        (a node's; None: any pool): who keeps a DRA agent pod from being scheduled. A list of
+        every claim, each cut to what it holds: it is read only when nodes' pods waited the
+        whole node timeout, once for all of them."""
+        items, _ = await self.client.list_pages(RESOURCE_CLAIMS_PATH)
+        found = (claim_hold(obj) for obj in items)
+        holds = [hold for hold in found if hold is not None]
+        if pools is None:
+            return holds
+        wanted = {(DRIVER, pool) for pool in pools}
+        return [hold for hold in holds if hold.pools & wanted]
 
     async def delete_pod(self, record: NodeRecord) -> None:
         record.deleted_by_us = True
@@ -246,12 +338,15 @@ class Effects:
         status = build_operator_failure_status(reason, message, None, datetime.now(UTC), check)
         await self.write_report_status(record, status)
 
-    async def prune(self, run: RunState, history: int, run_ids: set[str]) -> None:
-        """Delete pods of earlier runs, and reports of runs beyond the history to keep."""
-        await self.client.delete(
-            self.pods_path,
-            labelSelector=f"{self.selector},{keys.LABEL_RUN} notin ({run.run_id})",
-        )
+    async def prune(
+        self, run: RunState, history: int, run_ids: set[str], claims: bool = False
+    ) -> None:
+        """Delete pods of earlier runs (and, with `claims`, their ResourceClaimTemplates), and
+        reports of runs beyond the history to keep."""
+        earlier = f"{self.selector},{keys.LABEL_RUN} notin ({run.run_id})"
+        await self.client.delete(self.pods_path, labelSelector=earlier)
+        if claims:
+            await self.client.delete(self.templates_path, labelSelector=earlier)
         older = sorted((r for r in run_ids if r != run.run_id), key=run_number)
         drop = older[: max(0, len(older) - (history - 1))]
         if drop:
@@ -262,7 +357,11 @@ class Effects:
             run_ids.difference_update(drop)
 
     async def delete_run(self, run: RunState) -> None:
-        """Delete a superseded run's pods and reports."""
+        """Delete a superseded run's pods and reports (and its ResourceClaimTemplates, where it
+        made any)."""
         sel = children_selector(self.name, run.run_id)
         await self.client.delete(self.pods_path, labelSelector=sel)
         await self.client.delete(REPORTS_PATH, labelSelector=sel)
+        if run.run_id in self._template_runs:
+            await self.client.delete(self.templates_path, labelSelector=sel)
+            self._template_runs.discard(run.run_id)

@@ -22,6 +22,7 @@ from gpuval_api import figures, keys
 from gpuval_api.baseline.history import result_gpu_identity
 from gpuval_api.checks import CheckName
 from gpuval_api.crd import OUTLIER_VALUE_LENGTH
+from gpuval_api.mig import mig_layout
 from gpuval_api.reasons import Reason
 from gpuval_api.report import (
     FailureKey,
@@ -66,6 +67,17 @@ def _distinct(values: list[Any]) -> str | None:
     return ",".join(present) if present else None
 
 
+def _mig_layout(gpus: list[Any]) -> str | None:
+    """The node's MIG devices as one string ('7x1g.18gb'); None where the agent tested no MIG
+    device (a fleet without MIG compares nothing more than before)."""
+    profiles = [
+        str((g.get("mig") or {}).get("profile"))
+        for g in gpus
+        if isinstance(g, Mapping) and (g.get("mig") or {}).get("profile")
+    ]
+    return mig_layout(profiles) if profiles else None
+
+
 def environment_fingerprint(result: Mapping[str, Any] | None) -> dict[str, str]:
     """The uniformity fields of an agent result document (docs/contracts.md), absent ones left
     out.
@@ -88,6 +100,7 @@ def environment_fingerprint(result: Mapping[str, Any] | None) -> dict[str, str]:
         "kernel": env.get("kernel"),
         "eccEnabled": _distinct([g.get("eccEnabled") for g in gpus]),
         "migMode": _distinct([g.get("migMode") for g in gpus]),
+        "migLayout": _mig_layout(gpus),
         "persistenceMode": _distinct([g.get("persistenceMode") for g in gpus]),
     }
     return {k: _capped(v) for k, v in raw.items() if v is not None}

@@ -133,6 +133,12 @@ def _timed_out(r: NodeRecord, timeout: float) -> Outcome:
     if not r.scheduled:
         why = f": {r.unschedulable}" if r.unschedulable else ""
         message = f"agent pod {r.pod} was not scheduled within {timeout:.0f}s{why}"
+        if r.claimed:
+            message = (
+                f"{message}; it asks, through a ResourceClaim, for every device the node "
+                "publishes, so that no workload shares one while it is tested"
+            )
+            return Outcome.of(r.node, Reason.DEVICES_CLAIMED, message, **kwargs)
         if r.sharing is not None:
             message = (
                 f"{message}; the node's GPUs are shared ({r.sharing}) and the agent asks for "

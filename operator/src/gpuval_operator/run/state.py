@@ -27,7 +27,7 @@ from gpuval_operator.baseline.state import RunBaselines
 from gpuval_operator.fabric.podfacts import FabricPodFacts
 from gpuval_operator.fabric.state import FabricState
 from gpuval_operator.planning import Candidate
-from gpuval_operator.podfacts import PodFacts
+from gpuval_operator.podfacts import DeviceHealthFact, PodFacts
 from gpuval_operator.run.facts import ReportFacts
 from gpuval_operator.run.holds import BreakerState
 from gpuval_operator.run.refusals import Refused
@@ -96,6 +96,12 @@ class NodeRecord:
     pod_reason: str | None = None
     # The node's GPU sharing its pod was made for (keys.ANNOTATION_GPU_SHARING); None: none.
     sharing: str | None = None
+    # Its pod asks for the node's devices through a ResourceClaim (spec.agent.devices dra).
+    claimed: bool = False
+    # The kubelet's word on the devices of its pod's claims (KEP-4680), and what the report
+    # shows of it (written by the driver when they differ).
+    device_health: tuple[DeviceHealthFact, ...] = ()
+    device_health_written: tuple[DeviceHealthFact, ...] = ()
     # What the agent found failing before it ended (its Running report's first failure): the
     # evidence a death without a verdict is judged on.
     found: tuple[Reason, str] | None = None
@@ -208,6 +214,8 @@ class RunState:
     # Event has said (once per run, cause and policy): gpuval_operator.run.refusals.
     refused: Refused | None = None
     refusals_said: set[str] = field(default_factory=set)
+    # Nodes whose pod's device health changed since their report last showed it.
+    health_due: set[str] = field(default_factory=set)
 
     def add(self, node: str, gpus: int, report: str, pod: str) -> NodeRecord:
         record = self.nodes.get(node)
@@ -409,6 +417,10 @@ class RunState:
         record.preempted = record.preempted or pod.preempted
         record.pod_reason = pod.reason
         record.sharing = pod.sharing or record.sharing
+        record.claimed = record.claimed or pod.claimed
+        if pod.device_health and pod.device_health != record.device_health:
+            record.device_health = pod.device_health
+            self.health_due.add(record.node)
         record.started = record.started or pod.started
         record.waiting_reason = pod.waiting_reason
         record.exit_code = pod.exit_code

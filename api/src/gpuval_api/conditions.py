@@ -89,3 +89,12 @@ class EventReason(StrEnum):
     BASELINE_MISSING = "BaselineMissing"  # a GpuBaseline spec.baseline.names names is not there
     SYSTEMIC = "SystemicBelowBaseline"  # most judged nodes below their baseline on a figure
     NODE_DRIFTING = "NodeDrifting"  # a node's figure fell against its own history
+    # spec.remediation, on the GpuValidation and the node: a repair asked of the engine, its end
+    # seen (the object done, a reboot, the timeout), the node back in service after it, or
+    # NeedsRepair (Warning: repair did not help, no further request); a remediation object the
+    # API server refused (Warning: the chart's remediation.rbac, the template).
+    REPAIR_REQUESTED = "RepairRequested"
+    REPAIR_ENDED = "RepairEnded"
+    NODE_REPAIRED = "NodeRepaired"
+    NODE_NEEDS_REPAIR = "NodeNeedsRepair"
+    REPAIR_NOT_REQUESTED = "RepairNotRequested"

@@ -50,6 +50,9 @@ class RepairEnd(StrEnum):
 # state the node moved on to (RepairState); GpuNeedsRepair is True with NEEDS_REPAIR and False with
 # REPAIRED once the node passes again.
 NEEDS_REPAIR_REASON: Final = RepairState.NEEDS_REPAIR.value
+# Either condition False when no validation keeps a repair record for the node (withdrawn: the
+# validation was deleted or its spec.remediation removed).
+NOT_REQUESTED_REASON: Final = "NotRequested"
 
 
 class Placeholder(StrEnum):
@@ -69,3 +72,24 @@ class Placeholder(StrEnum):
 
 
 LIST_PLACEHOLDERS: Final = frozenset({Placeholder.GPU_UUIDS, Placeholder.GPU_PCI_BUS_IDS})
+
+
+class EngineCondition(StrEnum):
+    """The condition types the engines' remediation objects use to say a repair ended (read by
+    gpuval_operator.remediation.objects): Medik8s' (medik8s/common: Processing, Succeeded),
+    NVIDIA NVSentinel janitor's (RebootNode's NodeReady; Completed, its fault remediation's
+    completion type for GPUReset), and Job-like ones."""
+
+    SUCCEEDED = "Succeeded"
+    PROCESSING = "Processing"
+    NODE_READY = "NodeReady"
+    READY = "Ready"
+    COMPLETED = "Completed"
+    COMPLETE = "Complete"
+    DONE = "Done"
+    FAILED = "Failed"
+
+
+# An object's status.phase that says its repair ended, done or failed (Job-like kinds).
+ENGINE_DONE_PHASES: Final = frozenset({"Succeeded", "Completed", "Complete", "Done"})
+ENGINE_FAILED_PHASES: Final = frozenset({"Failed", "Error"})

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuval_api import gfd
+from gpuval_api import gfd, keys
 from gpuval_api.gfd import GpuSharing, sharing_of
 from gpuval_api.kubernetes import READY
 from gpuval_operator.nodes.entries import NodeEntry, entry_key
@@ -73,6 +73,8 @@ class NodeFacts:
     # Its GPU model as GPU feature discovery labels it ("" without the label): which
     # GpuBaselines its agent is given.
     product: str = ""
+    # It carries gpuval.dev/needs-repair (spec.remediation: a person removes it once repaired).
+    needs_repair_label: bool = False
 
     @classmethod
     def parse(
@@ -96,6 +98,7 @@ class NodeFacts:
             sharing=sharing_of(labels, gpus),
             not_ready=not_ready_of(node),
             product=sys.intern(str(labels.get(GPU_PRODUCT_LABEL, ""))[:128]),
+            needs_repair_label=keys.NODE_LABEL_NEEDS_REPAIR in labels,
         )
 
     @property

@@ -159,6 +159,7 @@ class Effects:
             attempt=record.attempt,
             sharing=sharing,
             baseline=baseline,
+            checks=record.checks,
         )
         try:
             await self.client.create(self.pods_path, body)

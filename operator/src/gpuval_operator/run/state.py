@@ -108,6 +108,9 @@ class NodeRecord:
     # Passed its local checks and waits for its fabric verdict (spec.fabric): no node action yet,
     # counted as running.
     held: bool = False
+    # The checks of this attempt when not the spec's (CheckName values): a re-validation after a
+    # repair runs the checks that failed, with the state check (spec.remediation).
+    checks: tuple[str, ...] | None = None
 
     @property
     def done(self) -> bool:
@@ -131,6 +134,8 @@ class NodeRecord:
             not_before=not_before,
             stale_report=True,
             planned=True,
+            # A retry tries the same checks again (a re-validation's stay a re-validation's).
+            checks=self.checks if trigger is NodeTrigger.RETRY else None,
         )
         for slot in NodeRecord.__slots__:
             setattr(self, slot, getattr(fresh, slot))
@@ -179,6 +184,9 @@ class RunState:
     # Node actions under way for verdicts that came at once: (applied, of), None when none are
     # (a fabric settles every node at its end; the status shows the progress).
     acting: tuple[int, int] | None = None
+    # status.remediation as the repair loop last built it (spec.remediation; it spans runs, so a
+    # new run starts with the last one's); None: no repair loop.
+    remediation: dict[str, Any] | None = None
 
     def add(self, node: str, gpus: int, report: str, pod: str) -> NodeRecord:
         record = self.nodes.get(node)

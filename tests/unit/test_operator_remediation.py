@@ -99,6 +99,13 @@ def test_a_request_going_on_waits() -> None:
     assert machine.decide(view, SETTINGS, now=T0 + 599).do is Do.NOTHING
 
 
+def test_a_request_through_an_object_ends_when_the_object_says_so_not_at_the_reboot() -> None:
+    view = failed(repair=asked(failed(), obj="gpuval-n1"), boot_id="boot-2")
+    assert machine.decide(view, SETTINGS, now=T0 + 5).do is Do.NOTHING
+    step = machine.decide(view, SETTINGS, now=T0 + 6, object_end=RepairEnd.DONE)
+    assert (step.do, step.end) == (Do.END, RepairEnd.DONE)
+
+
 def test_an_ended_repair_is_validated_again_once_ready_and_not_twice_within_the_timeout() -> None:
     record = machine.ended(asked(failed()), RepairEnd.REBOOTED, T0 + 10)
     assert record.state == RepairState.REVALIDATING and record.ended_by == RepairEnd.REBOOTED

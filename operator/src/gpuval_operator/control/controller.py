@@ -305,6 +305,7 @@ class ValidationController:
             await self._repair_pass(run, spec)
             if run.completed_at is None:
                 return  # repaired nodes joined the finished run: it executes from the next step
+            await self.status.soon(run)  # status.remediation, once per status interval at most
         match decision.step:
             case Step.EXECUTE if run is not None:
                 await self._execute(run, spec)

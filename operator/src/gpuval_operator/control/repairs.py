@@ -18,17 +18,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
-from typing import Any
 
 from gpuval_api import keys
 from gpuval_api.checks import CheckName
 from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, NodeTrigger, RemediationMode
 from gpuval_api.labels import label_value
-from gpuval_api.remediation import RepairEnd, RepairState
+from gpuval_api.remediation import RepairState
 from gpuval_api.result import Verdict
 from gpuval_operator import names, planning
+from gpuval_operator.control.repairobjects import RepairObjects
 from gpuval_operator.kube import events
 from gpuval_operator.nodes.actor import NodeActor
 from gpuval_operator.nodes.entries import NodeEntry
@@ -37,12 +36,10 @@ from gpuval_operator.nodes.ledger import OutOfServiceLedger
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.remediation import machine
-from gpuval_operator.remediation.effects import NotServedError, RemediationEffects
 from gpuval_operator.remediation.machine import Do, NodeView, Settings, Step
-from gpuval_operator.remediation.objects import failing_gpus, object_end
+from gpuval_operator.remediation.objects import failing_gpus
 from gpuval_operator.remediation.record import RepairRecord
 from gpuval_operator.remediation.rollup import remediation_status
-from gpuval_operator.remediation.template import Request, reference, render
 from gpuval_operator.run.effects import Effects
 from gpuval_operator.run.state import RunState
 
@@ -60,10 +57,6 @@ LOAD_CHECKS = tuple(
         CheckName.DCGM,
     )
 )
-# The remediation objects are listed at most this often while a request is out (seconds), and
-# this often anyway (leftovers of a restart).
-LIST_EVERY = 2.0
-LIST_ANYWAY = 30.0
 # A request the breaker held is tried again after this (seconds).
 HELD_RETRY = 10.0
 
@@ -81,15 +74,13 @@ class RepairKeeper:
         self.effects, self.actor, self.node_watch = effects, actor, node_watch
         self.state, self.ledger = state, ledger
         self.validation = effects.name
-        self.objects = RemediationEffects(effects.client, effects.name)
+        self.objects = RepairObjects(effects.client, effects.name, effects.uid, self._refused)
         # When each node was last handed to a run for its re-validation (epoch seconds).
         self.joined: dict[str, float] = {}
         # Each node's record as last seen, to count the outcomes once (the metrics).
         self.seen: dict[str, RepairRecord | None] = {}
         # Events already posted: (node, request number, what).
         self.said: set[tuple[str, str, str]] = set()
-        self.listed_at = float("-inf")
-        self.listed: dict[str, dict[str, Any]] | None = None
         # Nodes the breaker held at their request: not tried again before this (epoch seconds).
         self.held_until: dict[str, float] = {}
         self.node_uids: dict[str, str] = {}
@@ -112,7 +103,13 @@ class RepairKeeper:
         ):
             self._publish(run, None, now)
             return {}, {}
-        await self._list_objects(spec, candidates, now)
+        asked = any(
+            f.entry is not None
+            and f.entry.repair is not None
+            and f.entry.repair.state == RepairState.REQUESTED
+            for f in candidates.values()
+        )
+        await self.objects.list(spec, asked, now)
         systemic = run.breaker.systemic_reasons() | run.breaker.undecided
         batch: dict[str, NodeTrigger] = {}
         checks: dict[str, tuple[str, ...]] = {}
@@ -126,7 +123,7 @@ class RepairKeeper:
                     view,
                     settings,
                     now=now,
-                    object_end=self._object_end(view.repair, spec),
+                    object_end=self.objects.end_of(view.repair),
                     systemic=systemic,
                     joined_at=self.joined.get(name),
                 )
@@ -141,7 +138,7 @@ class RepairKeeper:
                     break
                 if not await self._carry_out(step, view, run, spec, settings=settings, now=now):
                     break
-        await self._clean_leftovers(spec)
+        await self.objects.clean(spec, self.node_watch.nodes)
         self._publish(run, settings, now)
         return batch, checks
 
@@ -158,8 +155,7 @@ class RepairKeeper:
             if (
                 record is not None
                 and record.state == RepairState.REQUESTED
-                and settings.mode is RemediationMode.TEMPLATE
-                and now - self.listed_at >= LIST_EVERY
+                and self.objects.due(spec, now)
             ):
                 return True
             view = self._view(facts, None)
@@ -220,7 +216,7 @@ class RepairKeeper:
             log.info("%s: %s: repair withdrawn (no spec.remediation)", self.validation, view.name)
             written = await self._write(view.name, None)
             if written and record.obj:
-                await self._delete_object(spec, record.obj)
+                await self.objects.delete(spec, record.obj)
             return False
         if settings is None:
             return False
@@ -243,7 +239,7 @@ class RepairKeeper:
             if not await self._write(view.name, new):
                 return False
             if record.obj:
-                await self._delete_object(spec, record.obj)
+                await self.objects.delete(spec, record.obj)
             self.joined.pop(view.name, None)
             await self._say(
                 view.name,
@@ -302,7 +298,14 @@ class RepairKeeper:
         obj = ""
         try:
             if settings.mode is RemediationMode.TEMPLATE:
-                found = await self._make_object(view, spec, str(count), step, gpus)
+                found = await self.objects.make(
+                    spec,
+                    node=view.name,
+                    repair_id=str(count),
+                    reason=str(view.reason),
+                    action=str(step.action),
+                    gpus=gpus,
+                )
                 if found is None:
                     self._release(view.name)
                     return False
@@ -323,133 +326,6 @@ class RepairKeeper:
             f"{view.name}: {view.reason} asks for {step.action}: repair {count} asked{where}",
         )
         return False
-
-    async def _make_object(
-        self, view: NodeView, spec: GpuValidationSpec, repair_id: str, step: Step, gpus: Any
-    ) -> str | None:
-        """The request's object made (or found made before a restart): its namespace/name; None
-        when it cannot be made now (said in an Event once)."""
-        remediation = spec.remediation
-        template = remediation.template if remediation is not None else None
-        if template is None:
-            return None
-        request = Request(
-            validation=self.validation,
-            uid=self.effects.uid,
-            node=view.name,
-            repair_id=repair_id,
-            reason=str(view.reason),
-            action=str(step.action),
-            gpu_uuids=gpus.uuids,
-            gpu_pci_bus_ids=gpus.pci_bus_ids,
-        )
-        body = render(template, request)
-        meta = body["metadata"]
-        ref = reference(meta.get("namespace"), meta["name"])
-        try:
-            refused = await self.objects.create(template, body)
-        except NotServedError as exc:
-            refused = str(exc)
-        if refused == "exists":
-            existing = await self.objects.get(template, ref)
-            labels = ((existing or {}).get("metadata") or {}).get("labels") or {}
-            if (
-                existing is not None
-                and labels.get(keys.LABEL_REPAIR) == repair_id
-                and labels.get(keys.LABEL_VALIDATION) == label_value(self.validation)
-            ):
-                return ref  # made before a restart: the same request
-            if existing is not None and not existing["metadata"].get("deletionTimestamp"):
-                await self.objects.delete(template, ref)  # an earlier request's, left over
-            return None
-        if refused is not None:
-            await self._say(
-                view.name,
-                None,
-                f"refused:{repair_id}",
-                EventReason.REPAIR_NOT_REQUESTED,
-                f"could not make {template.kind} {ref} for {view.name}: {refused}; "
-                "grant the operator its kind (the chart's remediation.rbac) and check "
-                "spec.remediation.template",
-                warning=True,
-            )
-            return None
-        return ref
-
-    # -- objects --
-
-    def _object_end(self, record: RepairRecord | None, spec: GpuValidationSpec) -> RepairEnd | None:
-        """How a Requested record's object ended, as last listed (None: going on, or not listed)."""
-        if record is None or record.state != RepairState.REQUESTED or not record.obj:
-            return None
-        if self.listed is None:
-            return None
-        obj = self.listed.get(record.obj)
-        labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
-        if obj is None or labels.get(keys.LABEL_REPAIR) != record.repair_id:
-            return RepairEnd.GONE
-        if obj["metadata"].get("deletionTimestamp"):
-            return RepairEnd.GONE
-        return object_end(obj)
-
-    async def _list_objects(
-        self, spec: GpuValidationSpec, candidates: Mapping[str, NodeFacts], now: float
-    ) -> None:
-        remediation = spec.remediation
-        template = remediation.template if remediation is not None else None
-        self.listed = None
-        if (
-            template is None
-            or remediation is None
-            or remediation.mode is not RemediationMode.TEMPLATE
-        ):
-            return
-        asked = any(
-            f.entry is not None
-            and f.entry.repair is not None
-            and f.entry.repair.state == RepairState.REQUESTED
-            for f in candidates.values()
-        )
-        since = now - self.listed_at
-        if not (asked and since >= LIST_EVERY) and since < LIST_ANYWAY:
-            return
-        try:
-            self.listed = await self.objects.objects(template)
-        except NotServedError as exc:
-            log.warning("%s: remediation objects not listed: %s", self.validation, exc)
-            return
-        self.listed_at = now
-
-    async def _clean_leftovers(self, spec: GpuValidationSpec) -> None:
-        """Delete this validation's objects whose node no longer has their request out (its end
-        was written, then the operator stopped before the delete)."""
-        remediation = spec.remediation
-        template = remediation.template if remediation is not None else None
-        if self.listed is None or template is None:
-            return
-        by_label = {label_value(n): f for n, f in self.node_watch.nodes.items()}
-        for ref, obj in self.listed.items():
-            meta = obj.get("metadata") or {}
-            labels = meta.get("labels") or {}
-            facts = by_label.get(str(labels.get(keys.LABEL_NODE)))
-            record = facts.entry.repair if facts is not None and facts.entry is not None else None
-            out = (
-                record is not None
-                and record.state == RepairState.REQUESTED
-                and record.obj == ref
-                and record.repair_id == labels.get(keys.LABEL_REPAIR)
-            )
-            if not out and facts is not None and not meta.get("deletionTimestamp"):
-                await self.objects.delete(template, ref)
-
-    async def _delete_object(self, spec: GpuValidationSpec, ref: str) -> None:
-        remediation = spec.remediation
-        template = remediation.template if remediation is not None else None
-        if template is not None:
-            try:
-                await self.objects.delete(template, ref)
-            except NotServedError as exc:
-                log.warning("%s: %s not deleted: %s", self.validation, ref, exc)
 
     # -- writes --
 
@@ -473,6 +349,9 @@ class RepairKeeper:
         self.node_watch.refresh(patched)
         self.node_uids[node] = str((patched.get("metadata") or {}).get("uid", ""))
         return True
+
+    async def _refused(self, node: str, what: str, message: str) -> None:
+        await self._say(node, None, what, EventReason.REPAIR_NOT_REQUESTED, message, warning=True)
 
     def _release(self, node: str) -> None:
         """End a reservation of the ledger: the node now counts as it was written."""

@@ -6,7 +6,8 @@ what it knows of the node in, and carries out the step that comes back; the node
     failed (in force, a ResetGpu or Reboot failure, not systemic)
       │ fewer than maxRepairs within windowSeconds          maxRepairs reached
       ▼                                                           │
-    Requested ── object done / failed / gone, boot ID changed,    │
+    Requested ── its object done / failed / gone (mode Template),  │
+      │          its boot ID changed (mode Condition),             │
       │          timeoutSeconds passed ──▶ Revalidating           │
       │                                      │ re-validated under load (the failed checks and the
       │                                      │ state check; a load check always)
@@ -130,10 +131,15 @@ def _requested(
     now: float,
     object_end: RepairEnd | None,
 ) -> Step:
-    if view.boot_id and record.boot and view.boot_id != record.boot:
-        return Step(Do.END, end=RepairEnd.REBOOTED)
     if object_end is not None:
         return Step(Do.END, end=object_end)
+    # A reboot ends a repair asked through the condition; one asked through an object ends when
+    # the object says so: the engine checks the node after its reboot (NVSentinel's janitor waits
+    # for it to be Ready) before it marks the object done, and gpuval deletes an object it
+    # considers ended.
+    rebooted = view.boot_id and record.boot and view.boot_id != record.boot
+    if rebooted and not record.obj:
+        return Step(Do.END, end=RepairEnd.REBOOTED)
     if now - record.asked >= settings.timeout:
         return Step(Do.END, end=RepairEnd.TIMED_OUT)
     return NOTHING

@@ -91,6 +91,13 @@ def _checks_of(pod: dict[str, Any]) -> list[str]:
     )
 
 
+def _repairs_listed(cluster: Cluster, name: str) -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = (status_of(cluster, name).get("remediation") or {}).get(
+        "nodes"
+    ) or []
+    return listed
+
+
 def _object_named(seen: ObjectsSeen, index: int) -> str:
     return list(seen.uids.values())[index]
 
@@ -143,6 +150,11 @@ def test_a_reboot_class_failure_is_repaired_once_proven_under_load_and_stopped_a
                 timeout=120,
             )
             back = _node(cluster, node)
+            wait_for(
+                "the status to show the node back",
+                lambda: [n.get("state") for n in _repairs_listed(cluster, name)] == ["Repaired"],
+                timeout=30,
+            )
             revalidation = [
                 p for p in pods_of(cluster, name) if p["metadata"]["name"].endswith("-a2")
             ]
@@ -197,7 +209,9 @@ def test_a_reboot_class_failure_is_repaired_once_proven_under_load_and_stopped_a
     assert record["ended_by"] in ("Done", "Rebooted"), record
     assert gone_after_end, "the object is deleted once its repair ended"
     assert shown.returncode == 0, shown.stderr
-    path = next(line for line in shown.stdout.splitlines() if node in line and "Repaired" in line)
+    lines = [line for line in shown.stdout.splitlines() if node in line and "Repaired" in line]
+    assert len(lines) == 1, shown.stdout
+    path = lines[0]
     for step in (
         "failed 20",
         "Reboot asked 20",

@@ -90,6 +90,8 @@ class ObjectsSeen:
     def apply(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
         uid = str(meta.get("uid", ""))
+        if kind not in ("ADDED", "MODIFIED", "DELETED") or not uid:
+            return  # a bookmark, or the watch's own error (a Status)
         with self._lock:
             self.uids.setdefault(uid, str(meta.get("name", "")))
             if kind == "DELETED":

@@ -230,3 +230,10 @@ def test_a_re_validation_runs_what_failed_with_the_state_check_and_always_a_load
 def test_settings_carry_the_spec_defaults() -> None:
     settings = Settings.of(Remediation())
     assert settings == Settings(RemediationMode.CONDITION, 2, 86400, 3600)
+
+
+def test_an_outcome_seen_only_once_the_node_needs_repair_counts_as_failed() -> None:
+    revalidating = machine.ended(asked(failed()), RepairEnd.REBOOTED, T0)
+    needs = machine.needs_repair(failed(repair=revalidating), RepairAction.REBOOT, SETTINGS, T0 + 5)
+    assert machine.outcome_of(revalidating, needs) == machine.Outcome("Reboot", "failed")
+    assert machine.outcome_of(needs, needs) is None

@@ -97,6 +97,7 @@ class RepairKeeper:
             return {}, {}
         settings = Settings.of(spec.remediation) if spec.remediation is not None else None
         now = time.time()
+        self._observe(self._records())
         candidates = self._candidates()
         if settings is None and not any(
             f.entry is not None and f.entry.repairing for f in candidates.values()
@@ -391,17 +392,20 @@ class RepairKeeper:
 
     # -- what the status and the metrics say --
 
-    def _publish(self, run: RunState, settings: Settings | None, now: float) -> None:
-        records = {
+    def _records(self) -> dict[str, RepairRecord]:
+        return {
             name: facts.entry.repair
             for name, facts in self.node_watch.nodes.items()
             if facts.entry is not None and facts.entry.repair is not None
         }
+
+    def _observe(self, records: dict[str, RepairRecord]) -> None:
+        """Count each request's outcome once, as the records move (at the start of a pass, on
+        what its decisions see, and at its end, on what it wrote)."""
         figures = self.state.repairs
         for name, record in records.items():
-            before = self.seen.get(name)
             if name in self.seen:
-                outcome = machine.outcome_of(before, record)
+                outcome = machine.outcome_of(self.seen[name], record)
                 if outcome is not None:
                     figures.outcomes[outcome.action, outcome.outcome] += 1
                     if outcome.seconds is not None:
@@ -409,6 +413,11 @@ class RepairKeeper:
                     if outcome.outcome == "passed" and record.back is not None:
                         self._announce_back(name, record)
             self.seen[name] = record
+
+    def _publish(self, run: RunState, settings: Settings | None, now: float) -> None:
+        records = self._records()
+        self._observe(records)
+        figures = self.state.repairs
         figures.in_progress.clear()
         figures.in_progress.update(r.action for r in records.values() if r.active)
         figures.needs_repair = {

@@ -270,7 +270,12 @@ def outcome_of(before: RepairRecord | None, after: RepairRecord | None) -> Outco
     if after.state == RepairState.REPAIRED and (before is None or before.active):
         seconds = (after.back - after.failed) if after.back is not None else None
         return Outcome(after.action, "passed", float(seconds) if seconds is not None else None)
-    if after.state == RepairState.FAILED_AGAIN:
+    # Failed again; or seen only once it needs repair (the keeper decided in the same pass).
+    if after.state == RepairState.FAILED_AGAIN or (
+        after.state == RepairState.NEEDS_REPAIR
+        and before is not None
+        and before.state == RepairState.REVALIDATING
+    ):
         return Outcome(after.action, "failed")
     return None
 

@@ -73,6 +73,10 @@ def test_the_request_records_action_boot_checks_object_and_its_number() -> None:
     assert (record.boot, record.count, record.repair_id) == ("boot-1", 1, "1")
     assert record.history == (int(T0),) and record.failed == int(T0)
     assert record.checks == ("state", "burn") and record.obj == "ns/gpuval-n1"
+    held = machine.requested(
+        failed(), RepairAction.REBOOT, SETTINGS, now=T0 + 60, failed_at=T0 - 30
+    )
+    assert held.failed == int(T0 - 30), "a node the breaker held failed before it was asked"
     assert RepairRecord.from_json(record.to_json()) == record
 
 

@@ -56,6 +56,7 @@ def test_an_objects_end_is_read_from_its_status_as_each_engine_writes_it(
 
 REPORT: dict[str, Any] = {
     "status": {
+        "completedAt": "2026-01-01T00:00:10Z",
         "failures": [
             {"check": "state", "gpu": 2, "reason": "KernelXidReboot"},
             {"check": "agent", "reason": "PodFailed"},
@@ -76,6 +77,7 @@ def test_the_failing_gpus_and_checks_come_from_the_report() -> None:
     found = failing_gpus(REPORT)
     assert found.uuids == ("GPU-2",) and found.pci_bus_ids == ("0000:14:00.0",)
     assert found.checks == ("state",), "agent is not a check the agent can run again"
+    assert found.failed_at == 1767225610.0
     assert pci_bus_id("00000000:14:00.0") == "0000:14:00.0"
     assert failing_gpus(None).uuids == ()
 

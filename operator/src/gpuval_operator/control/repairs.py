@@ -311,7 +311,15 @@ class RepairKeeper:
                     self._release(view.name)
                     return False
                 obj = found
-            new = machine.requested(view, step.action, settings, now=now, checks=checks, obj=obj)
+            new = machine.requested(
+                view,
+                step.action,
+                settings,
+                now=now,
+                checks=checks,
+                obj=obj,
+                failed_at=gpus.failed_at,
+            )
             patched = await self._write(view.name, new, settle=True)
         except BaseException:
             self._release(view.name)

@@ -168,8 +168,10 @@ def requested(
     now: float,
     checks: tuple[str, ...] = (),
     obj: str = "",
+    failed_at: float | None = None,
 ) -> RepairRecord:
-    """The record once a repair is asked."""
+    """The record once a repair is asked; `failed_at`: when the failure's verdict came (the
+    report's completion; else the entry's time)."""
     previous = view.repair
     stamp = int(now)
     episode = previous is not None and previous.state == RepairState.FAILED_AGAIN
@@ -178,7 +180,11 @@ def requested(
         state=RepairState.REQUESTED,
         action=str(action),
         reason=view.reason,
-        failed=previous.failed if episode and previous is not None else view.at or stamp,
+        failed=(
+            previous.failed
+            if episode and previous is not None
+            else int(failed_at or view.at or stamp)
+        ),
         asked=stamp,
         boot=view.boot_id,
         count=next_count(previous),

@@ -26,6 +26,7 @@ from gpuval_api.remediation import (
 )
 from gpuval_api.report import FailureKey, StatusKey
 from gpuval_operator.remediation.record import FailingGpus
+from gpuval_operator.timestamps import parse_time
 
 _C = EngineCondition
 DONE_CONDITIONS = (_C.COMPLETED, _C.COMPLETE, _C.DONE)
@@ -98,4 +99,5 @@ def failing_gpus(report: Mapping[str, Any] | None) -> FailingGpus:
     ]
     uuids = tuple(str(g["uuid"]) for g in gpus if g.get("uuid"))
     pcis = tuple(pci_bus_id(str(g["pciBusId"])) for g in gpus if g.get("pciBusId"))
-    return FailingGpus(uuids=uuids, pci_bus_ids=pcis, checks=checks)
+    failed_at = parse_time(status.get(StatusKey.COMPLETED_AT))
+    return FailingGpus(uuids=uuids, pci_bus_ids=pcis, checks=checks, failed_at=failed_at)

@@ -87,3 +87,6 @@ class FailingGpus:
     uuids: tuple[str, ...] = ()
     pci_bus_ids: tuple[str, ...] = ()
     checks: tuple[str, ...] = field(default_factory=tuple)
+    # When the report's verdict came (epoch seconds): the failure, for failure → back in service
+    # (a node the breaker held is asked for its repair later than it failed).
+    failed_at: float | None = None

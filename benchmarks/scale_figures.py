@@ -62,6 +62,7 @@ TARGETS = {
     # operator-wide limit of 10 here, below the validation's 10 %), one request per failure.
     "repairMostInRepairAtOnce": ("<= the breaker (10)", 10),
     "repairMostOutOfServiceAtOnce": ("<= the breaker (10)", 10),
+    "repairMostObjectsAtOnce": ("<= the breaker (10)", 10),
     "repairRequestsPerFailingNodeMax": ("one request per failure (each repair helps here)", 1),
     "operatorPeakRssDuringRepairsMiB": ("<= 300 MiB at 10,000 nodes", 300),
 }

@@ -86,6 +86,7 @@ class StandInJanitor:
         self.most_live = 0
         self.tasks: set[asyncio.Task[None]] = set()
         self.boots = 0
+        self._listing: set[str] = set()
 
     def fails(self, node: str) -> bool:
         return node in self.broken and node not in self.healed
@@ -106,9 +107,15 @@ class StandInJanitor:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    def on_page(self, items: list[dict[str, Any]], _first: bool, _last: bool) -> None:
+    def on_page(self, items: list[dict[str, Any]], first: bool, last: bool) -> None:
+        """A (re)list: objects deleted while the watch was down are gone from `live`."""
+        if first:
+            self._listing = set()
         for obj in items:
+            self._listing.add(str((obj.get("metadata") or {}).get("uid")))
             self.on_object("ADDED", obj)
+        if last:
+            self.live &= self._listing
 
     async def reboot(self, name: str, node: str) -> None:
         await asyncio.sleep(REBOOT_SECONDS)
@@ -189,13 +196,15 @@ async def measure_repairs(
 ) -> dict[str, Any]:
     """Until every failing node is back in service after its repair: the figures."""
     started = time.monotonic()
-    peak, most_out, most_asked = 0, 0, 0
+    peak, most_out, most_asked, most_objects = 0, 0, 0, 0
     records: dict[str, dict[str, Any]] = {}
     while time.monotonic() - started < give_up_after:
         await asyncio.sleep(0.25)
         peak = max(peak, rss_kib(op_pid))
         out, asked = await _nodes_out(client)
         most_out, most_asked = max(most_out, out), max(most_asked, asked)
+        listed = (await client.get(REBOOT_NODES)).get("items") or []
+        most_objects = max(most_objects, len(listed))
         if int(time.monotonic() - started) % 5 == 0:
             records = await _records(client, janitor.broken)
             back = sum(1 for r in records.values() if r.get("state") == "Repaired")
@@ -225,7 +234,9 @@ async def measure_repairs(
         "repairRequestsPerFailingNodeMax": max(per_node.values(), default=0),
         "repairMostInRepairAtOnce": most_asked,
         "repairMostOutOfServiceAtOnce": most_out,
-        "repairMostObjectsAtOnce": janitor.most_live,
+        # Polled (a list every 0.25 s), and as the janitor's watch saw them.
+        "repairMostObjectsAtOnce": most_objects,
+        "repairMostObjectsAtOnceWatched": janitor.most_live,
         "repairBackInService": len(seconds),
         "repairBackInServiceSecondsMedian": round(statistics.median(seconds), 1)
         if seconds

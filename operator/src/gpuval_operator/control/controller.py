@@ -480,6 +480,10 @@ class ValidationController:
     async def _repair_pass(self, run: RunState, spec: GpuValidationSpec) -> None:
         """spec.remediation: one pass of the repair loop; the nodes whose repair ended join the
         run at once, to be validated again under load with the checks that failed."""
+        if spec.remediation is not None:
+            # The systemic reasons as they stand (after a restart they are known only once the
+            # breaker has looked at the run): a systemic failure asks for no repair.
+            self.driver.holds.prepare(run, spec)
         batch, checks = await self.repairs.reconcile(run, spec)
         if batch:
             await self.driver.join(run, spec, batch, checks)

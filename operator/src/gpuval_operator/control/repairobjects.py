@@ -45,6 +45,9 @@ class RepairObjects:
         self.validation, self.uid = validation, uid
         self.refused = refused
         self.listed_at = float("-inf")
+        # The last template seen: a request withdrawn once spec.remediation is gone still has
+        # its object deleted.
+        self.last_template: RemediationTemplate | None = None
         # This validation's objects as last listed (namespace/name -> object); None: not listed
         # in this pass.
         self.listed: dict[str, dict[str, Any]] | None = None
@@ -122,6 +125,7 @@ class RepairObjects:
         """List the objects when a request is out (at most every LIST_EVERY seconds) or every
         LIST_ANYWAY seconds; `listed` is None when not listed in this pass."""
         template = _template(spec)
+        self.last_template = template or self.last_template
         self.listed = None
         if template is None:
             return
@@ -157,7 +161,7 @@ class RepairObjects:
                 await self.effects.delete(template, ref)
 
     async def delete(self, spec: GpuValidationSpec, ref: str) -> None:
-        template = _template(spec)
+        template = _template(spec) or self.last_template
         if template is not None:
             try:
                 await self.effects.delete(template, ref)

@@ -304,7 +304,13 @@ def test_thirty_failing_nodes_under_a_breaker_of_three_and_a_systemic_failure_as
                 break
             time.sleep(1)
         metrics = scrape(port)
-        final = status_of(cluster, name)
+        final = wait_for(
+            "the status to show no node in repair",
+            lambda: (
+                (s := status_of(cluster, name)).get("remediation", {}).get("inRepair") == 0 and s
+            ),
+            timeout=30,
+        )
         delete_validation(cluster, name)
 
     assert held["nodes"]["failed"] == 4
@@ -315,7 +321,7 @@ def test_thirty_failing_nodes_under_a_breaker_of_three_and_a_systemic_failure_as
     assert seen.most_requested == 3, "the breaker's slots were used"
     assert rebooted == flaky, f"{len(flaky - rebooted)} nodes never repaired"
     assert set(reasons.values()) == {"Reboot"}, "the condition's reason is the action"
-    assert final["remediation"]["inRepair"] == 0
+    assert final["remediation"]["needsRepair"] == 0
     assert (
         f'gpuval_repair_requests_total{{action="Reboot",outcome="passed",validation="{name}"}} 30.0'
         in metrics

@@ -43,6 +43,12 @@ sizes of one of its reports, one of its pods and the learned GpuBaseline when `-
 The modes combine (`--fabric --baseline`: the fabric's stand-ins as above, the local checks'
 stand-ins judged).
 
+With `--remediation FRACTION` that share of the nodes fails with a reboot-class XID, the validation
+hands failed nodes to a stand-in of NVSentinel's janitor through RebootNode objects
+(spec.remediation mode Template), and the figures add the repair loop's: requests, the most nodes
+in repair and out of service at once against the breaker, failure → back in service (median, max),
+memory and writes per node (benchmarks/scale_repairs.py).
+
     python3 -m uv run python benchmarks/operator_scale.py --nodes 10000 --json out/scale.json
     python3 -m uv run python benchmarks/operator_scale.py --nodes 10000 --fabric --join 0 \
         --json out/scale-fabric.json
@@ -50,6 +56,8 @@ stand-ins judged).
         --json out/scale-baseline.json
     python3 -m uv run python benchmarks/operator_scale.py --nodes 1000 --devices dra \
         --json out/scale-dra.json
+    python3 -m uv run python benchmarks/operator_scale.py --nodes 1000 --remediation 0.05 \
+        --join 0 --json out/scale-remediation.json
 
 Prints a live line while it runs and a table at the end; a benchmark, never a timed test.
 """
@@ -68,6 +76,7 @@ from typing import Any
 
 import scale_baseline
 import scale_fabric
+import scale_repairs
 from apiserver_profile import ApiserverProfiler
 from apiserver_requests import ApiSampler
 from gpuval_api.env import OperatorEnv
@@ -90,6 +99,9 @@ from scale_options import (
 from scale_standins import StandInAgents, acting_message, all_verdicts_in
 
 NOT_READY_SECONDS = 3600
+# The operator-wide limit on nodes out of service (GPUVAL_MAX_NODES_OUT_OF_SERVICE, the chart's
+# default): with --remediation it bounds the nodes in repair at once.
+OPERATOR_LIMIT = 10
 
 
 @dataclass
@@ -270,7 +282,13 @@ async def measure(
         }
         fabric = scale_fabric.StandInFabric(client, sims)
     judged = scale_baseline.Judged(scale_baseline.measured_kinds()) if opts.baseline else None
-    agents = StandInAgents(client, fabric, judged)
+    janitor = None
+    if opts.remediation:
+        scale_repairs.install(cluster)
+        janitor = scale_repairs.StandInJanitor(
+            client, scale_repairs.failing(names, opts.remediation)
+        )
+    agents = StandInAgents(client, fabric, judged, janitor)
     follower = Follower(
         client,
         f"/api/v1/namespaces/{AGENT_NAMESPACE}/pods",
@@ -279,6 +297,9 @@ async def measure(
         agents.on_pod,
     )
     follow = asyncio.ensure_future(follower.run())
+    janitor_follow = (
+        asyncio.ensure_future(scale_repairs.follow(client, janitor).run()) if janitor else None
+    )
     figures.update({"nodes": opts.nodes, "maxConcurrent": opts.max_concurrent})
     figures["devices"] = opts.devices
     figures["baseline"] = opts.baseline
@@ -293,7 +314,10 @@ async def measure(
     figures["kwokLeaseParallelism"] = opts.kwok_leases
     figures["controlPlaneGoGc"] = opts.go_gc
     figures["controlPlaneGoMemoryLimit"] = opts.go_memory_limit
-    env = {str(OperatorEnv.NODE_NOT_READY_SECONDS): str(NOT_READY_SECONDS)}
+    env = {
+        str(OperatorEnv.NODE_NOT_READY_SECONDS): str(NOT_READY_SECONDS),
+        str(OperatorEnv.MAX_NODES_OUT_OF_SERVICE): str(OPERATOR_LIMIT),
+    }
     try:
         with operator_process(
             cluster.kubeconfig, metrics_port=port, log_file=log_file, extra_env=env
@@ -311,11 +335,25 @@ async def measure(
                 cluster, client, agents, opts, op.pid, port, CpuSampler(pids), api, profiler
             )
             await all_runs(bench, names, injected, log_file, figures)
+            if janitor is not None:
+                figures.update(
+                    await scale_repairs.measure_repairs(
+                        client,
+                        janitor,
+                        port=port,
+                        op_pid=op.pid,
+                        nodes=opts.nodes,
+                        limit=min(-(-opts.nodes // 10), OPERATOR_LIMIT),
+                        writes_before=0,
+                    )
+                )
             if opts.join:
                 figures["gatingBatchSeconds"] = opts.batch_seconds
                 figures.update(await measure_join(cluster, opts.join, op.pid))
     finally:
         follow.cancel()
+        if janitor_follow is not None:
+            janitor_follow.cancel()
         if fabric is not None:
             fabric.close()
         await client.close()

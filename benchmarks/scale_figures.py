@@ -58,6 +58,13 @@ TARGETS = {
     "operatorPeakRssWhileLearningMiB": ("<= 300 MiB at 10,000 nodes", 300),
     "objectBytesWithBaseline": ("<= 262144 (256 KiB)", 262_144),
     "reportBytes": ("<= 262144 (256 KiB)", 262_144),
+    # The repair hand-over (--remediation): never more nodes in repair than the breaker allows (the
+    # operator-wide limit of 10 here, below the validation's 10 %), one request per failure.
+    "repairMostInRepairAtOnce": ("<= the breaker (10)", 10),
+    "repairMostOutOfServiceAtOnce": ("<= the breaker (10)", 10),
+    "repairMostObjectsAtOnce": ("<= the breaker (10)", 10),
+    "repairRequestsPerFailingNodeMax": ("one request per failure (each repair helps here)", 1),
+    "operatorPeakRssDuringRepairsMiB": ("<= 300 MiB at 10,000 nodes", 300),
 }
 # The targets past 10,000 nodes, up to 25,000 (../shared/targets.md, "25,000 nodes").
 AT_25K = {"firstWaveSeconds": 120, "operatorPeakRssMiB": 500}

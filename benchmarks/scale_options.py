@@ -14,6 +14,7 @@ from typing import Any
 
 import scale_baseline
 import scale_fabric
+import scale_repairs
 
 # kwokctl's --heartbeat-factor by default (--heartbeat-factor; operator_scale.main says why).
 HEARTBEAT_FACTOR = 15
@@ -43,6 +44,8 @@ class Options:
     go_gc: str | None = None  # --control-plane-gogc: GOGC of the control plane's processes
     go_memory_limit: str | None = None  # --control-plane-memory-limit: their GOMEMLIMIT
     devices: str = DEVICE_PLUGIN  # --devices: spec.agent.devices (dra: GPUs in ResourceSlices)
+    # --remediation: the share of nodes failing with a reboot-class XID until repaired.
+    remediation: float = 0.0
 
     def first_wave(self) -> int:
         """Agent pods the first wave has (spec.maxConcurrent of the nodes)."""
@@ -71,6 +74,9 @@ def validation(opts: Options, run: int = 1) -> dict[str, Any]:
         spec["baseline"] = scale_baseline.BASELINE_SPEC
     if opts.devices == DRA:
         spec["agent"] = {"devices": DRA}
+    if opts.remediation:
+        spec["nodeActions"] = scale_repairs.NODE_ACTIONS
+        spec["remediation"] = scale_repairs.REMEDIATION_SPEC
     return {
         "apiVersion": "gpuval.dev/v1alpha1",
         "kind": "GpuValidation",
@@ -148,6 +154,15 @@ def parse_options(
         help="spec.agent.devices: with dra the nodes advertise no nvidia.com/gpu, their GPUs are "
         "published in ResourceSlices as NVIDIA's DRA driver does, and each agent pod claims them",
     )
+    parser.add_argument(
+        "--remediation",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="spec.remediation on (mode Template, NVSentinel's RebootNode): this share of the "
+        "nodes fails with a reboot-class XID until a stand-in janitor reboots it "
+        "(benchmarks/scale_repairs.py)",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args(argv)
     if args.runs < 1:
@@ -161,6 +176,8 @@ def parse_options(
     limit = args.control_plane_memory_limit
     if limit is not None and not re.fullmatch(r"[0-9]+([KMGT]iB|B)?", limit):
         parser.error(f"--control-plane-memory-limit {limit}: give bytes, or a size like 6GiB")
+    if not 0 <= args.remediation <= 0.5:
+        parser.error(f"--remediation {args.remediation}: give a share of the nodes from 0 to 0.5")
     if args.heartbeat_factor < 1:
         parser.error(f"--heartbeat-factor {args.heartbeat_factor}: give 1 (kwok's own) or more")
     if args.fabric_timeline is not None and not args.fabric:
@@ -187,6 +204,7 @@ def parse_options(
         args.control_plane_gogc,
         args.control_plane_memory_limit,
         args.devices,
+        args.remediation,
     )
     return opts, args.json
 

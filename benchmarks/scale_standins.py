@@ -11,6 +11,7 @@ from typing import Any
 
 import scale_baseline
 import scale_fabric
+import scale_repairs
 from gpuval_api.conditions import ConditionReason, ConditionType
 from gpuval_api.figures import BURN, H2D
 from gpuval_devtools.launch import AGENT_NAMESPACE
@@ -26,10 +27,12 @@ class StandInAgents:
         client: KubeClient,
         fabric: scale_fabric.StandInFabric | None,
         judged: scale_baseline.Judged | None,
+        janitor: scale_repairs.StandInJanitor | None = None,
     ) -> None:
         self.client = client
         self.fabric = fabric
         self.judged = judged
+        self.janitor = janitor
         self.pods_of_run: dict[str, set[str]] = {}  # run id -> its (non-fabric) agent pods
         self.done: set[str] = set()
         self.last_report = 0.0
@@ -40,6 +43,9 @@ class StandInAgents:
 
     def report_status(self, env: dict[str, str | None], pod: dict[str, Any]) -> dict[str, Any]:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        node = pod["metadata"]["annotations"]["gpuval.dev/node"]
+        if self.janitor is not None and self.janitor.fails(node):
+            return {**scale_repairs.failed_status(node), "completedAt": now, "startedAt": now}
         if self.judged is not None:
             node = pod["metadata"]["annotations"]["gpuval.dev/node"]
             return {**self.judged.status(env, node), "completedAt": now, "startedAt": now}

@@ -20,6 +20,7 @@ ALERTS = (
     "GpuvalNodeFailed",
     "GpuvalNodeFabricFailed",
     "GpuvalNodeActionsHeld",
+    "GpuvalNodeNeedsRepair",
     "GpuvalFleetNotUniform",
     "GpuvalValidationStale",
     "GpuvalAgentPodsUnschedulable",
@@ -471,6 +472,65 @@ def _actions_held() -> list[dict[str, Any]]:
     ]
 
 
+def needs_repair_alert(validation: str, node: str, reason: str) -> dict[str, Any]:
+    """GpuvalNodeNeedsRepair as it fires for `node` (also read by the repair loop's cluster
+    test, with the series the operator exported)."""
+    return {
+        "exp_labels": {
+            "severity": "warning",
+            "validation": validation,
+            "node": node,
+            "reason": reason,
+        },
+        "exp_annotations": {
+            "summary": f"GPU node {node} needs repair by a person ({reason})",
+            "description": (
+                f"Node {node} failed GpuValidation {validation} again ({reason}) after the "
+                "repairs its spec.remediation allows within its window: no further repair is "
+                "asked of the cluster's engine, and the node stays out of service. kubectl gpuval "
+                f"status {validation} shows its repairs with their times. Once it is repaired by "
+                "hand, remove its label gpuval.dev/needs-repair: gpuval validates it again under "
+                "load and returns it to service when it passes."
+            ),
+        },
+    }
+
+
+def _needs_repair() -> list[dict[str, Any]]:
+    series = 'gpuval_node_needs_repair{{validation="fleet",node="{}",reason="KernelXidReboot"}}'
+    return [
+        {
+            "interval": "1m",
+            "input_series": [
+                {"series": series.format("gpu-7"), "values": "1x10"},
+                # Repaired by hand: the series is gone (stale), the alert with it.
+                {"series": series.format("gpu-8"), "values": "1 1 stale"},
+                # A node in repair, or failing, is no node that needs a person.
+                {
+                    "series": 'gpuval_repairs_in_progress{validation="fleet",action="Reboot"}',
+                    "values": "3x10",
+                },
+                {"series": 'gpuval_node_passed{validation="fleet",node="gpu-9"}', "values": "0x10"},
+            ],
+            "alert_rule_test": [
+                {
+                    "eval_time": "0m",
+                    "alertname": "GpuvalNodeNeedsRepair",
+                    "exp_alerts": [
+                        needs_repair_alert("fleet", "gpu-7", "KernelXidReboot"),
+                        needs_repair_alert("fleet", "gpu-8", "KernelXidReboot"),
+                    ],
+                },
+                {
+                    "eval_time": "5m",
+                    "alertname": "GpuvalNodeNeedsRepair",
+                    "exp_alerts": [needs_repair_alert("fleet", "gpu-7", "KernelXidReboot")],
+                },
+            ],
+        }
+    ]
+
+
 def _untested() -> list[dict[str, Any]]:
     alert = {
         "exp_labels": {
@@ -507,6 +567,7 @@ def _not_run_never_fails() -> list[dict[str, Any]]:
         "GpuvalNodeFailed",
         "GpuvalNodeFabricFailed",
         "GpuvalNodeActionsHeld",
+        "GpuvalNodeNeedsRepair",
         "GpuvalFleetNotUniform",
     )
     return [
@@ -526,6 +587,7 @@ CASES = {
     "GpuvalNodeFailed": _node_failed,
     "GpuvalNodeFabricFailed": _fabric_failed,
     "GpuvalNodeActionsHeld": _actions_held,
+    "GpuvalNodeNeedsRepair": _needs_repair,
     "GpuvalFleetNotUniform": _not_uniform,
     "GpuvalValidationStale": _stale,
     "GpuvalAgentPodsUnschedulable": _unschedulable,

@@ -54,3 +54,15 @@ def test_agents_read_pods_in_their_own_namespace_and_nothing_else_of_the_core_gr
     assert _rules(role) == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
     binding = chart.find(objs, "RoleBinding", "prod-gpuval-agent-pods")
     assert binding["subjects"][0]["name"] == "prod-gpuval-agent"
+
+
+def test_remediation_rbac_values_add_the_engines_resources_with_the_repair_loops_verbs() -> None:
+    grants = [
+        {"apiGroups": ["janitor.dgxc.nvidia.com"], "resources": ["rebootnodes", "gpuresets"]},
+        {"apiGroups": ["self-node-remediation.medik8s.io"], "resources": ["selfnoderemediations"]},
+    ]
+    objs = chart.render(release="prod", values={"remediation.rbac": grants})
+    role = chart.find(objs, "ClusterRole", "prod-gpuval-operator")
+    expected = [*rbac.CLUSTER_RULES, *rbac.remediation_rules(grants)]
+    assert _rules(role) == [r.as_dict() for r in expected]
+    assert _rules(role)[-1]["verbs"] == ["get", "list", "create", "delete"]

@@ -150,6 +150,7 @@ def test_monitoring_objects_are_absent_by_default_and_present_when_toggled() -> 
         "GpuvalNodeFailedBurn",
         "GpuvalNodeFailed",
         "GpuvalNodeFabricFailed",
+        "GpuvalNodeNeedsRepair",
         "GpuvalNodeActionsHeld",
         "GpuvalFleetNotUniform",
         "GpuvalValidationStale",

@@ -26,6 +26,7 @@ scale_options = importlib.import_module("scale_options")
         (["--heartbeat-factor", "0"], "--heartbeat-factor 0"),
         (["--fabric-timeline", "t.json"], "--fabric-timeline t.json"),
         (["--apiserver-profile", "prof"], "--apiserver-profile prof"),
+        (["--remediation", "0.9"], "--remediation 0.9"),
     ],
 )
 def test_a_bad_value_is_refused_with_its_flag_and_value(
@@ -66,3 +67,15 @@ def test_options_given_reach_kwok_the_go_runtime_and_the_spec(tmp_path: Path) ->
     assert first["spec"]["maxConcurrent"] == "300"
     # Each later run is a spec change: its history differs.
     assert (first["spec"]["history"], second["spec"]["history"]) == (3, 5)
+
+
+def test_remediation_fails_a_share_of_the_nodes_and_hands_them_to_rebootnodes() -> None:
+    opts, _ = scale_options.parse_options(["--nodes", "1000", "--remediation", "0.05"])
+    spec = scale_options.validation(opts)["spec"]
+    assert spec["remediation"]["mode"] == "Template"
+    assert spec["remediation"]["template"]["kind"] == "RebootNode"
+    assert spec["nodeActions"]["taint"] == {"effect": "NoSchedule"}, "a node in repair is out"
+    scale_repairs = importlib.import_module("scale_repairs")
+    names = [f"scale-{i:05d}" for i in range(1000)]
+    assert len(scale_repairs.failing(names, 0.05)) == 50
+    assert "remediation" not in scale_options.validation(scale_options.parse_options([])[0])["spec"]

@@ -23,7 +23,7 @@ import yaml
 from gpuval_api.baseline import files, fleet
 from gpuval_api.baseline.learn import Learned, learn
 from gpuval_api.baselinemodel import BaselineRunStatus, SystemicFigure
-from gpuval_api.crd import GpuBaseline, GpuValidation
+from gpuval_api.crd import GpuBaseline, GpuValidation, RemediationStatus
 from gpuval_api.fabric.view import FabricFinding
 from gpuval_api.release import Release
 from gpuval_api.views import FailureView, FleetView, UnitView, fleet_of_units
@@ -467,3 +467,53 @@ def test_status_says_the_run_against_its_baselines() -> None:
     assert lines[0] == "Baseline: 6 nodes judged, 6 below, 0 drifting from their history"
     assert "  systemic burn.bf16: 6 of 6 below" in lines
     assert render.baseline_lines(None) == []
+
+
+def test_status_shows_each_nodes_way_through_the_repair_loop_with_times() -> None:
+    status = RemediationStatus.model_validate(
+        {
+            "inRepair": 0,
+            "needsRepair": 1,
+            "nodes": [
+                {
+                    "node": "gpu-7",
+                    "state": "NeedsRepair",
+                    "reason": "KernelXidReboot",
+                    "action": "Reboot",
+                    "repairs": 2,
+                    "failedAt": "2026-12-04T18:10:02Z",
+                    "requestedAt": "2026-12-04T18:10:40Z",
+                    "object": "gpuval-gpu-7-1c2e9a",
+                    "endedAt": "2026-12-04T18:11:02Z",
+                    "endedBy": "Done",
+                    "revalidatedAt": "2026-12-04T18:11:20Z",
+                },
+                {
+                    "node": "gpu-3",
+                    "state": "Repaired",
+                    "reason": "KernelXidReboot",
+                    "action": "Reboot",
+                    "repairs": 1,
+                    "failedAt": "2026-12-04T18:01:10Z",
+                    "requestedAt": "2026-12-04T18:01:12Z",
+                    "endedAt": "2026-12-04T18:02:05Z",
+                    "endedBy": "Rebooted",
+                    "revalidatedAt": "2026-12-04T18:02:31Z",
+                    "backInServiceAt": "2026-12-04T18:02:31Z",
+                },
+            ],
+        }
+    )
+    lines = render.repair_lines(status)
+    assert lines[0] == "Repairs: 0 in repair, 1 need repair by a person"
+    assert lines[1] == (
+        "  gpu-7  NeedsRepair  KernelXidReboot: failed 2026-12-04T18:10:02Z -> Reboot asked "
+        "2026-12-04T18:10:40Z (gpuval-gpu-7-1c2e9a), repair 2 -> ended 2026-12-04T18:11:02Z (Done) "
+        "-> re-validated 2026-12-04T18:11:20Z: failed -> not back: needs repair by a person after "
+        "2 repairs within the window"
+    )
+    assert lines[2].endswith(
+        "re-validated 2026-12-04T18:02:31Z: passed -> back in service 2026-12-04T18:02:31Z (81s "
+        "after it failed)"
+    )
+    assert render.repair_lines(None) == []

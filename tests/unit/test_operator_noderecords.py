@@ -62,7 +62,7 @@ def test_a_failing_node_is_labelled_tainted_cordoned_and_its_condition_false() -
     assert json.loads(meta["annotations"][entry_key("v1")])["verdict"] == "Failed"
     assert plan.condition is not None
     assert (plan.condition["type"], plan.condition["status"]) == (keys.NODE_CONDITION, "False")
-    assert "failed by v1 (XidError)" in plan.condition["message"]
+    assert "failed by v1 (XidError; NVIDIA's action: Reboot)" in plan.condition["message"]
 
 
 def test_one_validation_passing_does_not_undo_anothers_failure() -> None:

@@ -110,3 +110,12 @@ class EventReason(StrEnum):
     # A node's GPUs were replaced (another GPU identity): its history starts again.
     HISTORY_RESTARTED = "HistoryRestarted"
     AGENT_PODS_REFUSED = "AgentPodsRefused"  # the API server refused agent pods (once per cause)
+    # spec.remediation, on the GpuValidation and the node: a repair asked of the engine, its end
+    # seen (the object done, a reboot, the timeout), the node back in service after it, or
+    # NeedsRepair (Warning: repair did not help, no further request); a remediation object the
+    # API server refused (Warning: the chart's remediation.rbac, the template).
+    REPAIR_REQUESTED = "RepairRequested"
+    REPAIR_ENDED = "RepairEnded"
+    NODE_REPAIRED = "NodeRepaired"
+    NODE_NEEDS_REPAIR = "NodeNeedsRepair"
+    REPAIR_NOT_REQUESTED = "RepairNotRequested"

@@ -42,11 +42,14 @@ def _cell(text: str) -> str:
 
 
 def reasons_table() -> str:
-    lines = ["| reason | severity | node verdict | meaning | what to do |", "|---|---|---|---|---|"]
+    lines = [
+        "| reason | severity | node verdict | repair action | meaning | what to do |",
+        "|---|---|---|---|---|---|",
+    ]
     for reason, entry in REASONS.items():
         lines.append(
-            f"| `{reason}` | {entry.severity} | {entry.verdict} | {_cell(entry.summary)} | "
-            f"{_cell(entry.hint)} |"
+            f"| `{reason}` | {entry.severity} | {entry.verdict} | {entry.action} | "
+            f"{_cell(entry.summary)} | {_cell(entry.hint)} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -32,6 +32,11 @@ ANNOTATION_FABRIC_PORT: Final = f"{PREFIX}/fabric-port"
 # "<strategy>/<replicas per GPU>" (gpuval_operator.nodes.sharing), read back after a restart.
 ANNOTATION_GPU_SHARING: Final = f"{PREFIX}/gpu-sharing"
 
+# On the remediation objects gpuval makes from spec.remediation.template (with LABEL_VALIDATION and
+# LABEL_NODE): the request's identity, one per node and failure, so a restarted operator finds
+# the object again and never makes a second one for the same failure.
+LABEL_REPAIR: Final = f"{PREFIX}/repair"
+
 # On GpuValidations.
 ANNOTATION_PLANNED_RUN: Final = f"{PREFIX}/planned-run"
 # Every member of the run's fabric plan has its group in its report's status.fabric: the run's id
@@ -61,6 +66,16 @@ NODE_VERDICT_ANNOTATION_PREFIX: Final = f"verdict.{PREFIX}/"
 # The node condition the operator sets (kubernetes-sigs/node-readiness-controller can gate on it).
 NODE_CONDITION: Final = "GpuValidated"
 TAINT_KEY: Final = f"{PREFIX}/unhealthy"
+# spec.remediation: a node condition True while gpuval asks the cluster's repair engine to repair
+# the node (its reason the action, ResetGpu or Reboot): what a NodeHealthCheck or
+# MachineHealthCheck `unhealthyConditions` entry matches. It turns True within the circuit
+# breaker only, never for a systemic failure, and never again once the node needs repair.
+NODE_CONDITION_REPAIR_REQUESTED: Final = "GpuRepairRequested"
+# A node that failed again after spec.remediation.maxRepairs repairs within its window: the
+# condition (True) and the label (value "true"); no further repair is asked. A person removes the
+# label once the node is repaired by hand: gpuval then validates it again under load.
+NODE_CONDITION_NEEDS_REPAIR: Final = "GpuNeedsRepair"
+NODE_LABEL_NEEDS_REPAIR: Final = f"{PREFIX}/needs-repair"
 # Kubernetes' own: the taint a cordon puts on a node.
 UNSCHEDULABLE_TAINT_KEY: Final = "node.kubernetes.io/unschedulable"
 

@@ -19,6 +19,27 @@ class Severity(StrEnum):
     WARNING = "Warning"
 
 
+class RepairAction(StrEnum):
+    """What a failure asks of the node, after NVIDIA's documented actions: the XID catalogue's
+    resolution buckets (RESTART_APP, RESET_GPU, RESTART_BM, CONTACT_SUPPORT: "Analyzing Xid
+    Errors with the Xid Catalog") and NVIDIA Health Validation's recommended actions (reset the
+    GPU, restart the node, open a service request). A node's action is its failure's (the reason
+    its GpuValidated condition names); spec.remediation hands a ResetGpu or Reboot to the
+    cluster's repair engine, the others are a person's (docs/operator.md, "Remediation")."""
+
+    # Nothing on the node to repair: the spec, the stack or a workload, or no documented action.
+    NONE = "None"
+    RESTART_APP = "RestartApplication"  # the application's fault (e.g. XID 13, 31, 43)
+    RESET_GPU = "ResetGpu"  # e.g. XID 48, 62, 95, 119; pending row remaps, NVLink down
+    REBOOT = "Reboot"  # e.g. XID 79 (fallen off the bus); pending page retirements
+    # Service or RMA: a person (e.g. CONTACT_SUPPORT XIDs, wrong results, a link that degraded).
+    REPLACE = "Replace"
+
+
+# The actions a repair engine carries out (a reboot also resets every GPU of the node).
+REPAIRABLE_ACTIONS = frozenset({RepairAction.RESET_GPU, RepairAction.REBOOT})
+
+
 class Reason(StrEnum):
     """CamelCase names of every diagnosis (Kubernetes condition-reason style)."""
 
@@ -139,13 +160,17 @@ class Reason(StrEnum):
 @dataclass(frozen=True, slots=True)
 class ReasonInfo:
     """What a reason means (summary), what to do about it (hint), whether it fails the check
-    (severity), and the node verdict it gives: Failed (evidence against the node) or NotRun
-    (gpuval could not test the node; no node action, no failure alert)."""
+    (severity), the node verdict it gives: Failed (evidence against the node) or NotRun
+    (gpuval could not test the node; no node action, no failure alert), and the repair it asks
+    for (action)."""
 
     summary: str
     hint: str
     severity: Severity = Severity.ERROR
     verdict: Verdict = Verdict.FAILED
+    # NVIDIA's documented action for it (RepairAction); NONE for most: only hardware state whose
+    # catalogue entry names a reset, a reboot or a service asks for one.
+    action: RepairAction = RepairAction.NONE
 
 
 REASONS: dict[Reason, ReasonInfo] = {
@@ -156,6 +181,7 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.NVML_ERROR: ReasonInfo(
         "an NVML query failed unexpectedly",
         "run `nvidia-smi -q`; a GPU NVML cannot read needs a reset or has fallen off the bus",
+        action=RepairAction.RESET_GPU,
     ),
     Reason.CUDA_DRIVER_TOO_OLD: ReasonInfo(
         "the driver's highest CUDA version is older than the CUDA runtime the workloads use",
@@ -168,6 +194,7 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.GPU_COUNT_MISMATCH: ReasonInfo(
         "fewer or more GPUs are visible than the node advertises or the spec expects",
         "compare `nvidia-smi -L` with the node's nvidia.com/gpu capacity; look for XID 79 in dmesg",
+        action=RepairAction.REBOOT,
     ),
     Reason.GPU_PRODUCT_MISMATCH: ReasonInfo(
         "the node's nvidia.com/gpu.product label names another GPU model than its GPUs are: "
@@ -186,18 +213,22 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.ECC_UNCORRECTABLE: ReasonInfo(
         "the GPU reports uncorrectable ECC memory errors",
         "take the node out of service; reset the GPU and re-test, RMA if errors return",
+        action=RepairAction.RESET_GPU,
     ),
     Reason.ROW_REMAP_PENDING: ReasonInfo(
         "a memory row remap is pending and takes effect only after a GPU reset",
         "drain the node and reset the GPU (`nvidia-smi -r`) or reboot, then re-validate",
+        action=RepairAction.RESET_GPU,
     ),
     Reason.ROW_REMAP_FAILED: ReasonInfo(
         "the GPU could not remap a failing memory row",
         "take the node out of service and RMA the GPU",
+        action=RepairAction.REPLACE,
     ),
     Reason.XID_ERROR: ReasonInfo(
         "the driver reported a critical XID error during the run",
         "read `dmesg | grep -i xid`; XID 79/48/63/64/94/95 are hardware faults: drain and RMA",
+        action=RepairAction.REBOOT,
     ),
     Reason.PERSISTENCE_MODE_OFF: ReasonInfo(
         "persistence mode is off, so every job pays the driver initialisation",
@@ -207,6 +238,7 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.PCIE_LINK_DEGRADED: ReasonInfo(
         "the PCIe link runs below its maximum generation or width under load",
         "reseat the card or riser, check the slot and BIOS PCIe settings",
+        action=RepairAction.REPLACE,
     ),
     Reason.ECC_AGGREGATE_UNCORRECTABLE: ReasonInfo(
         "the GPU's lifetime (aggregate) counters hold uncorrectable ECC errors from before its "
@@ -227,15 +259,18 @@ REASONS: dict[Reason, ReasonInfo] = {
         "the next failing row in such a bank cannot be remapped: plan to replace the GPU "
         "(`nvidia-smi -q -d ROW_REMAPPER` shows the histogram)",
         Severity.WARNING,
+        action=RepairAction.REPLACE,
     ),
     Reason.RETIRED_PAGES_PENDING: ReasonInfo(
         "memory pages are marked for retirement and take effect only after a driver reload",
         "drain the node and reboot or reload the driver, then re-validate",
+        action=RepairAction.REBOOT,
     ),
     Reason.RETIRED_PAGES_HIGH: ReasonInfo(
         "the GPU has retired more memory pages than the configured maximum (NVIDIA's RMA "
         "threshold is 60 double-bit pages)",
         "take the node out of service and RMA the GPU",
+        action=RepairAction.REPLACE,
     ),
     Reason.KERNEL_XID_RESTART_APP: ReasonInfo(
         "the kernel log since boot holds an XID whose documented action is to restart the "
@@ -243,23 +278,27 @@ REASONS: dict[Reason, ReasonInfo] = {
         "read the XID's lines in the report or `dmesg | grep -i xid`; if it repeats without an "
         "application fault, drain the node and contact support",
         Severity.WARNING,
+        action=RepairAction.RESTART_APP,
     ),
     Reason.KERNEL_XID_RESET_GPU: ReasonInfo(
         "the kernel log since boot holds an XID whose documented action is to reset the GPU",
         "drain the node, reset the GPU (`nvidia-smi -r`) or reboot, then re-validate; RMA if the "
         "XID returns",
+        action=RepairAction.RESET_GPU,
     ),
     Reason.KERNEL_XID_REBOOT: ReasonInfo(
         "the kernel log since boot holds an XID whose documented action is to reboot the machine "
         "(e.g. XID 79, the GPU fell off the bus)",
         "drain the node and reboot it (a cold boot where possible); check the PCIe slot, riser "
         "and power; RMA if the XID returns",
+        action=RepairAction.REBOOT,
     ),
     Reason.KERNEL_XID_CONTACT_SUPPORT: ReasonInfo(
         "the kernel log since boot holds an XID whose documented action is to contact NVIDIA "
         "support (or that this agent's catalogue does not know)",
         "drain the node and collect `nvidia-bug-report.sh` for your vendor; the message names the "
         "XID and its mnemonic",
+        action=RepairAction.REPLACE,
     ),
     Reason.KERNEL_LOG_UNREADABLE: ReasonInfo(
         "the kernel log could not be read, so XIDs since boot were not checked",
@@ -271,11 +310,13 @@ REASONS: dict[Reason, ReasonInfo] = {
         "an NVLink of the GPU is not active although the model and topology have it",
         "check `nvidia-smi nvlink -s`, the fabric manager and the baseboard; reset the GPU, RMA "
         "the board if the link stays down",
+        action=RepairAction.RESET_GPU,
     ),
     Reason.NVLINK_SPEED_LOW: ReasonInfo(
         "an NVLink runs slower than the GPU's other links",
         "check `nvidia-smi nvlink -s`; reset the GPU and re-validate, RMA the board if it stays "
         "slow",
+        action=RepairAction.RESET_GPU,
     ),
     Reason.NVLINK_ERRORS: ReasonInfo(
         "an NVLink's error counters (CRC, replay, recovery) are above the configured maximum",
@@ -287,10 +328,12 @@ REASONS: dict[Reason, ReasonInfo] = {
         "the PCIe link trained below its maximum width (or generation while busy)",
         "reseat the card or riser, check the slot and the BIOS PCIe settings (`lspci -vv`: "
         "LnkSta against LnkCap)",
+        action=RepairAction.REPLACE,
     ),
     Reason.PCIE_AER_UNCORRECTABLE: ReasonInfo(
         "the PCIe device reported fatal or non-fatal uncorrectable errors (AER)",
         "drain the node; check the slot, riser and cabling, and the kernel log for AER lines",
+        action=RepairAction.REPLACE,
     ),
     Reason.PCIE_AER_CORRECTABLE: ReasonInfo(
         "the PCIe device reported more correctable errors (AER) than the configured maximum",
@@ -301,6 +344,7 @@ REASONS: dict[Reason, ReasonInfo] = {
         "the GPU reports a hardware slowdown, thermal or power-brake reason while idle",
         "check `nvidia-smi -q -d PERFORMANCE`: a hardware slowdown at idle points to the power "
         "supply, an external power-brake signal or cooling",
+        action=RepairAction.REPLACE,
     ),
     Reason.POWER_LIMIT_BELOW_DEFAULT: ReasonInfo(
         "the enforced power limit is below the configured fraction of the part's default limit",
@@ -312,6 +356,7 @@ REASONS: dict[Reason, ReasonInfo] = {
         "on an NVSwitch system the GPU's fabric registration is not complete or failed",
         "check the nvidia-fabricmanager service and `nvidia-smi -q | grep -A3 Fabric`; restart "
         "the fabric manager, then reset the GPUs",
+        action=RepairAction.REBOOT,
     ),
     Reason.FABRIC_MANAGER_NOT_RUNNING: ReasonInfo(
         "the node has NVSwitches but no nvidia-fabricmanager process runs",
@@ -320,15 +365,18 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.IB_PORT_DOWN: ReasonInfo(
         "an InfiniBand/RoCE port is not ACTIVE or its physical link is not up",
         "check the cable and the switch port (`ibstat`), and the subnet manager for InfiniBand",
+        action=RepairAction.REPLACE,
     ),
     Reason.IB_PORT_RATE_LOW: ReasonInfo(
         "an InfiniBand/RoCE port runs below the expected rate",
         "check the cable and transceiver type and the switch port's speed and width (`ibstat`)",
+        action=RepairAction.REPLACE,
     ),
     Reason.IB_LINK_FLAPPING: ReasonInfo(
         "an InfiniBand/RoCE port lost its link more often than the configured maximum "
         "(link_downed)",
         "replace or reseat the cable or transceiver; check the switch port's error counters",
+        action=RepairAction.REPLACE,
     ),
     Reason.IB_PORT_ERRORS: ReasonInfo(
         "an InfiniBand/RoCE port's error counters (symbol, receive, link recovery) are above the "
@@ -346,6 +394,7 @@ REASONS: dict[Reason, ReasonInfo] = {
         "a hardware error counter (ECC, NVLink, PCIe, InfiniBand) grew while a load check ran",
         "the named link or memory fails under load: drain the node and look at that part first "
         "(the message names the counter, its growth and the check)",
+        action=RepairAction.REPLACE,
     ),
     Reason.DCGM_NOT_AVAILABLE: ReasonInfo(
         "DCGM diagnostics were asked for but DCGM is not installed or its host engine is not "
@@ -358,15 +407,18 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.DCGM_MEMORY_ERROR: ReasonInfo(
         "DCGM diagnostics found a GPU memory fault",
         "drain the node; reset the GPU and re-run the diagnostic; RMA if it fails again",
+        action=RepairAction.RESET_GPU,
     ),
     Reason.DCGM_INTERCONNECT_ERROR: ReasonInfo(
         "DCGM diagnostics found an NVLink, NVSwitch or PCIe fault",
         "check `nvidia-smi nvlink -s`, the fabric manager and the PCIe link; reseat, then RMA",
+        action=RepairAction.REPLACE,
     ),
     Reason.DCGM_THERMAL_POWER_ERROR: ReasonInfo(
         "DCGM diagnostics found a thermal or power fault",
         "check fans, airflow, inlet temperature and the power supply; the node should not take "
         "work",
+        action=RepairAction.REPLACE,
     ),
     Reason.DCGM_PERFORMANCE_ERROR: ReasonInfo(
         "DCGM diagnostics measured a GPU below its performance threshold or violating a limit",
@@ -385,6 +437,7 @@ REASONS: dict[Reason, ReasonInfo] = {
         "drain the node; read the ECC and row-remap counters (`nvidia-smi -q -d "
         "ECC,ROW_REMAPPER`), reset the GPU and re-run `gpuval-agent run --checks memory`; RMA "
         "it if words still differ",
+        action=RepairAction.RESET_GPU,
     ),
     Reason.MEMORY_PARTLY_COVERED: ReasonInfo(
         "the memory test could allocate less of the GPU's memory than configured: what was not "
@@ -396,10 +449,12 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.BURN_MISMATCH: ReasonInfo(
         "a burn result differed from the verified reference",
         "the GPU computes wrong results: drain the node, check ECC counters and temperatures, RMA",
+        action=RepairAction.REPLACE,
     ),
     Reason.BURN_NAN: ReasonInfo(
         "a burn result contained NaN or Inf",
         "the GPU computes wrong results: drain the node, check ECC counters and temperatures, RMA",
+        action=RepairAction.REPLACE,
     ),
     Reason.BURN_FINGERPRINT_MISMATCH: ReasonInfo(
         "the GPU's burn reference result differs from its peers' with the same GPU model, matrix "
@@ -407,14 +462,17 @@ REASONS: dict[Reason, ReasonInfo] = {
         "(silent data corruption suspect)",
         "drain the node; re-run the burn and compare its fingerprint with a healthy node's; RMA "
         "the GPU if it still differs",
+        action=RepairAction.REPLACE,
     ),
     Reason.THERMAL_SLOWDOWN: ReasonInfo(
         "the GPU throttled its clocks for temperature during the burn",
         "check fans, airflow and the inlet temperature; the node should not take work",
+        action=RepairAction.REPLACE,
     ),
     Reason.OVER_TEMPERATURE: ReasonInfo(
         "the GPU exceeded the configured maximum temperature during the burn",
         "check fans, airflow and the inlet temperature; the node should not take work",
+        action=RepairAction.REPLACE,
     ),
     Reason.POWER_CAPPED: ReasonInfo(
         "the GPU throttled for its power limit well below the part's default limit",
@@ -436,6 +494,7 @@ REASONS: dict[Reason, ReasonInfo] = {
         "train finitely on a healthy node",
         "the GPU computes wrong results: drain the node, run the burn and the memory test, check "
         "ECC counters and temperatures, RMA if it repeats",
+        action=RepairAction.REPLACE,
     ),
     Reason.TRAINING_MISMATCH: ReasonInfo(
         "the node's training loss differs from its peers' at some step, with the same model, "
@@ -444,6 +503,7 @@ REASONS: dict[Reason, ReasonInfo] = {
         "drain the node; re-run the training check and compare its losses with a healthy "
         "node's (the message names the first step that differs); run the burn and the memory "
         "test; RMA a GPU that keeps differing",
+        action=RepairAction.REPLACE,
     ),
     Reason.LOW_BANDWIDTH: ReasonInfo(
         "a measured bandwidth was below the configured threshold",
@@ -684,6 +744,7 @@ REASONS: dict[Reason, ReasonInfo] = {
     Reason.TIMED_OUT: ReasonInfo(
         "the node's agent did not finish within the run's timeout",
         "read the agent pod's logs; a hang in NCCL or a wedged GPU are the usual causes",
+        action=RepairAction.RESET_GPU,
     ),
     Reason.NOT_UNIFORM: ReasonInfo(
         "the node's environment differs from the rest of its pool or from the expected values",
@@ -700,6 +761,14 @@ def verdict_of(reason: Reason) -> Verdict:
 def info(reason: Reason) -> ReasonInfo:
     """The catalogue entry of a reason."""
     return REASONS[reason]
+
+
+def action_of(reason: Reason | str | None) -> RepairAction:
+    """NVIDIA's documented action for a reason (None, or one outside the catalogue: NONE)."""
+    try:
+        return REASONS[Reason(reason)].action if reason is not None else RepairAction.NONE
+    except ValueError:
+        return RepairAction.NONE
 
 
 def hint(reason: Reason) -> str:

@@ -315,6 +315,41 @@ def baseline_panels() -> list[Builder[models.Panel]]:
     return [baseline, history, over_time]
 
 
+def repair_panels() -> list[Builder[models.Panel]]:
+    """spec.remediation: the nodes in the cluster's repair engine's hands and those that need a
+    person, repair requests by action and outcome, the time from failure to back in service
+    (median and slowest), and which nodes need repair."""
+    in_repair = stat_panel(
+        91, "Nodes in repair", f"sum(gpuval_repairs_in_progress{{{VALIDATION}}}) or vector(0)"
+    )
+    needing = stat_panel(
+        92,
+        "Nodes needing repair by a person",
+        f"sum(gpuval_validation_nodes_needing_repair{{{VALIDATION}}}) or vector(0)",
+    ).thresholds(_thresholds((None, "green"), (1, "red")))
+    requests = count_panel(
+        93,
+        "Repair requests ended, by action and outcome (per hour)",
+        f"sum by (action, outcome) (increase(gpuval_repair_requests_total{{{VALIDATION}}}[1h]))",
+        "{{action}} {{outcome}}",
+    )
+    buckets = f"gpuval_repair_back_in_service_seconds_bucket{{{VALIDATION}}}"
+    back = (
+        _timeseries(94, "Failure to back in service after a repair", "s")
+        .min(0)
+        .with_target(
+            query(f"histogram_quantile(0.5, sum by (le) (increase({buckets}[1d])))", "median")
+        )
+        .with_target(
+            query(f"histogram_quantile(0.99, sum by (le) (increase({buckets}[1d])))", "p99")
+        )
+    )
+    needs = table_panel(
+        95, "Nodes needing repair: reason", f"gpuval_node_needs_repair{{{SELECT}}} == 1", span=24
+    )
+    return [in_repair, needing, requests, back, needs]
+
+
 def _ratio_to_median(metric: str) -> str:
     series = f"{metric}{{{SELECT}}}"
     return (
@@ -464,6 +499,7 @@ def build() -> dashboard.Dashboard:
     _add(board, "Hardware state (the state check, before and after the load)", state_panels(), 70)
     _add(board, "Fabric: NCCL across nodes (spec.fabric)", fabric_panels(), 60)
     _add(board, "Baselines and history (spec.baseline)", baseline_panels(), 80)
+    _add(board, "Repairs (spec.remediation)", repair_panels(), 90)
     _add(board, "Distributions (worst GPU per node)", distribution_row(100), 10)
     _add(board, "Figures over time (worst GPU per node)", trend_row(200), 20)
     _add(board, "Per GPU (operator.metricsPerGpu)", per_gpu_row(400), 40)

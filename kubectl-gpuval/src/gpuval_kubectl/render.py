@@ -12,9 +12,10 @@ from datetime import datetime
 from gpuval_api.baselinemodel import BaselineRunStatus
 from gpuval_api.checks import CheckName
 from gpuval_api.conditions import ConditionType, ValidationPhase
-from gpuval_api.crd import ConditionStatus, GpuValidation
+from gpuval_api.crd import ConditionStatus, GpuValidation, RemediationStatus, RepairNode
 from gpuval_api.fabric.summary import FabricRankWait
 from gpuval_api.release import Release
+from gpuval_api.remediation import RepairState
 from gpuval_api.views import FAILED, FleetView, UnitView
 
 # Lines of `status NAME` per section before the rest are counted, so 500 failing nodes stay
@@ -103,8 +104,61 @@ def render_status(view: FleetView, validation: GpuValidation, now: float | None 
     lines += _fabric_lines(view)
     lines += _waiting_lines(validation, now)
     lines += baseline_lines(validation.status.baseline if validation.status else None)
+    lines += repair_lines(validation.status.remediation if validation.status else None)
     lines += _outlier_lines(view, validation)
     return "\n".join(lines)
+
+
+def _seconds_between(start: str | None, end: str | None) -> str:
+    try:
+        first = datetime.fromisoformat((start or "").replace("Z", "+00:00"))
+        last = datetime.fromisoformat((end or "").replace("Z", "+00:00"))
+    except ValueError:
+        return ""
+    return f" ({(last - first).total_seconds():.0f}s after it failed)"
+
+
+def repair_path(node: RepairNode) -> str:
+    """One node's way through the repair loop: failed → repair asked (which, when) → ended (how)
+    → re-validated → back in service, or not."""
+    steps = [f"failed {node.failed_at}" if node.failed_at else "failed"]
+    if node.requested_at:
+        what = f" ({node.object})" if node.object else ""
+        steps.append(f"{node.action} asked {node.requested_at}{what}, repair {node.repairs}")
+    if node.ended_at:
+        steps.append(f"ended {node.ended_at} ({node.ended_by})")
+    if node.revalidated_at:
+        passed = node.state == RepairState.REPAIRED
+        steps.append(f"re-validated {node.revalidated_at}: {'passed' if passed else 'failed'}")
+    if node.state == RepairState.REPAIRED and node.back_in_service_at:
+        steps.append(
+            f"back in service {node.back_in_service_at}"
+            + _seconds_between(node.failed_at, node.back_in_service_at)
+        )
+    elif node.state == RepairState.NEEDS_REPAIR:
+        steps.append(
+            f"not back: needs repair by a person after {node.repairs} repairs within the window"
+        )
+    elif node.state == RepairState.REVALIDATING:
+        steps.append("being validated again under load")
+    elif node.state == RepairState.REQUESTED:
+        steps.append("waiting for the engine")
+    return " -> ".join(steps)
+
+
+def repair_lines(status: RemediationStatus | None) -> list[str]:
+    """spec.remediation: each node in the repair loop, its path with times."""
+    if status is None:
+        return []
+    lines = [
+        f"Repairs: {status.in_repair} in repair, {status.needs_repair} need repair by a person"
+    ]
+    for node in status.nodes[:MAX_LINES]:
+        lines.append(f"  {node.node}  {node.state}  {node.reason}: {repair_path(node)}")
+    hidden = max(0, len(status.nodes) - MAX_LINES) + status.nodes_omitted
+    if hidden:
+        lines.append(f"  ... and {hidden} more")
+    return lines
 
 
 def _hold_lines(view: FleetView) -> list[str]:

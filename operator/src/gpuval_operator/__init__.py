@@ -8,12 +8,14 @@ drives its run and the run's phases (its fabric and baseline drivers live in it)
 2. `control`: the controller, the run's driver, and the phase drivers it drives;
 3. `readmodel`: what /metrics reads of every validation;
 4. `nodes`: the selected nodes, their entries and the actions on them;
-5. `run`: one run's state (`RunState`, which holds the fabric's and the baselines' states), the
+5. `remediation`: the repair loop's record, state machine, templates and the calls on the
+   engine's objects (spec.remediation; its keeper is in `control`);
+6. `run`: one run's state (`RunState`, which holds the fabric's and the baselines' states), the
    facts of its reports, its pure decisions and its API calls (`Effects`);
-6. `fabric` and `baseline`, which import nothing of each other: each phase's state, facts and
+7. `fabric` and `baseline`, which import nothing of each other: each phase's state, facts and
    pure decisions;
-7. `planning`, `kube`, `spec`, `podfacts` (an agent pod's facts, read by the run and the fabric);
-8. the ground: `config`, `names`, `timestamps`, `cron`, `rbac`, the one source of the rights
+8. `planning`, `kube`, `spec`, `podfacts` (an agent pod's facts, read by the run and the fabric);
+9. the ground: `config`, `names`, `timestamps`, `cron`, `rbac`, the one source of the rights
    the code needs, and `devices`, a node's GPUs and how a pod asks for them.
 
 A wing uses what stands below it and never what stands above: state types sit below the code that

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuval_api import keys
+from gpuval_api.checks import CheckName
 from gpuval_api.crd import (
     API_VERSION,
     GPU_RESOURCE,
@@ -324,8 +325,10 @@ def build_pod(
     sharing: GpuSharing | None = None,
     baseline: Sequence[Mapping[str, str]] = (),
     request: DeviceRequest | None = None,
+    checks: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """The agent pod of `node` for its local checks (its `attempt`-th in this run). `deadline`
+    """The agent pod of `node` for its local checks (its `attempt`-th in this run; `checks`: only
+    these, each with the spec's settings, a re-validation after a repair). `deadline`
     (Unix seconds) is when the operator times the node out: the agent keeps retrying its report
     write until then. `sharing`: the node's GPUs are shared (`gpus` is then every replica).
     `request`: how it asks for the node's devices (default: `gpus` nvidia.com/gpu). With
@@ -334,6 +337,9 @@ def build_pod(
     """
     report = names.report_name(validation, run, node)
     request = request or DeviceRequest.device_plugin(gpus)
+    if checks:
+        only = [CheckName(c) for c in checks if c in {n.value for n in CheckName}]
+        spec = spec.model_copy(update={"checks": spec.checks.only(only)})
     env = agent_env(
         report=report,
         gpus=request.count,

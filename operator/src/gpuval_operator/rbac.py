@@ -7,6 +7,7 @@ the agent's), checked against the rendered chart. kopf's part: list/watch/patch 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +70,21 @@ AGENT_RULES = (Rule((GROUP,), ("gpunodereports/status",), ("patch",)),)
 # address, so each other rank reads rank 0's pod (by name: get, never list or watch) for its IP.
 # An admission policy cannot narrow a read; the namespace holds only gpuval's agent pods.
 AGENT_POD_RULES = (Rule(("",), ("pods",), ("get",)),)
+
+
+# spec.remediation mode Template: the objects gpuval makes from a template, of the engine's kinds
+# (NVSentinel's rebootnodes and gpuresets, Medik8s' selfnoderemediations): listed by label (its
+# requests found again after a restart), made, read back on 409 and deleted once the repair ended.
+# The chart adds one rule with these verbs for each entry of its `remediation.rbac` values.
+REMEDIATION_VERBS = ("get", "list", "create", "delete")
+
+
+def remediation_rules(grants: Iterable[Mapping[str, Any]]) -> tuple[Rule, ...]:
+    """The rules for the engine's resources (each `{apiGroups, resources}` of the chart's
+    `remediation.rbac`), with exactly the verbs the repair loop calls."""
+    return tuple(
+        Rule(tuple(g["apiGroups"]), tuple(g["resources"]), REMEDIATION_VERBS) for g in grants
+    )
 
 
 def cluster_role(name: str, rules: tuple[Rule, ...] = CLUSTER_RULES) -> dict[str, Any]:

@@ -7,19 +7,27 @@ exception reaches kopf.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
-from gpuval_api.crd import GpuValidationSpec
+from gpuval_api import keys
+from gpuval_api.crd import GpuValidationSpec, RemediationMode
 from gpuval_api.fabric import ExpectedTransport, FabricSpec
+from gpuval_api.labels import MAX_LABEL_VALUE
+from gpuval_api.remediation import Placeholder
 from gpuval_operator import cron
 
 # A qualified label key: an optional DNS-subdomain prefix and '/', then a name of at most 63.
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_PLACEHOLDER = re.compile(r"\$\([A-Z_]+\)")
+# A remediation template bigger than this as JSON is refused (the CRD keeps its spec free-form).
+MAX_TEMPLATE_BYTES = 8192
 # NCCL_NET values that contradict an expected transport.
 _NET_OF = {ExpectedTransport.IB: "socket", ExpectedTransport.SOCKET: "ib"}
 
@@ -67,6 +75,8 @@ def check_spec(spec: GpuValidationSpec) -> list[str]:
             )
     if spec.fabric is not None:
         errors += check_fabric(spec.fabric)
+    if spec.remediation is not None:
+        errors += check_remediation(spec)
     expected_gpus = spec.checks.driver.expected_gpus
     if (
         expected_gpus is not None
@@ -131,4 +141,54 @@ def check_fabric(fabric: FabricSpec) -> list[str]:
             f"spec.fabric.ncclEnv NCCL_NET={net!r}, which forces the other transport; drop "
             "NCCL_NET or set expectedTransport to match it"
         )
+    return errors
+
+
+def check_remediation(spec: GpuValidationSpec) -> list[str]:
+    """What the schema cannot check about spec.remediation: a node in repair must be out of
+    service (the breaker counts it, and only a pass returns it), and a template must make an
+    object the API server can take."""
+    remediation, actions = spec.remediation, spec.node_actions
+    if remediation is None:
+        return []
+    errors: list[str] = []
+    if actions.taint is None and not actions.cordon:
+        errors.append(
+            f"spec.remediation.mode={remediation.mode}: needs nodeActions.taint or "
+            "nodeActions.cordon (both unset): a node in repair is out of service, counted by the "
+            "circuit breaker, and returns to work only once it passes; set "
+            "nodeActions.taint: {effect: NoSchedule}"
+        )
+    template = remediation.template
+    if remediation.mode is not RemediationMode.TEMPLATE or template is None:
+        return errors
+    field = "spec.remediation.template"
+    dumped = template.model_dump(mode="json", by_alias=True)
+    size = len(json.dumps(dumped))
+    if size > MAX_TEMPLATE_BYTES:
+        errors.append(
+            f"{field}={size} bytes as JSON: more than {MAX_TEMPLATE_BYTES}; keep the template to "
+            "the fields the engine needs"
+        )
+    known = {p.value for p in Placeholder}
+    unknown = sorted(set(_PLACEHOLDER.findall(json.dumps(dumped))) - known)
+    if unknown:
+        errors.append(
+            f"{field}={', '.join(unknown)}: unknown placeholders; use {', '.join(sorted(known))}"
+        )
+    name, namespace = template.metadata.name, template.metadata.namespace
+    if name is not None and not _DNS_SUBDOMAIN.match(_PLACEHOLDER.sub("x", name)):
+        errors.append(
+            f"{field}.metadata.name={name!r}: not a DNS subdomain (lowercase letters, digits, "
+            "'-' and '.') once its placeholders are filled in"
+        )
+    if namespace is not None and not _DNS_LABEL.match(_PLACEHOLDER.sub("x", namespace)):
+        errors.append(f"{field}.metadata.namespace={namespace!r}: not a namespace name")
+    for key, value in sorted(template.metadata.labels.items()):
+        if Placeholder.NODE_NAME in value or len(value) > MAX_LABEL_VALUE:
+            errors.append(
+                f"{field}.metadata.labels.{key}={value!r}: a node name can be longer than a label "
+                f"value ({MAX_LABEL_VALUE}); gpuval labels the object with {keys.LABEL_NODE} "
+                "itself"
+            )
     return errors

@@ -26,6 +26,7 @@ from gpuval_api.crd.common import (
     cel_rules_and,
     map_bounds,
 )
+from gpuval_api.crd.remediation import Remediation
 from gpuval_api.crd.validationstatus import GpuValidationStatus
 from gpuval_api.fabric import FabricSpec
 
@@ -321,6 +322,15 @@ class GpuValidationSpec(CrdModel):
     gating: Gating | None = Field(
         default=None,
         description="Validate nodes that join, reboot or change their GPU stack. Unset: off.",
+    )
+    remediation: Remediation | None = Field(
+        default=None,
+        description=(
+            "Hand a node whose failure asks for a GPU reset or a reboot to the cluster's repair "
+            "engine (a node condition, or an object from a template), validate it again under "
+            "load once the repair ended, and stop after maxRepairs. Needs nodeActions.taint or "
+            "nodeActions.cordon. Unset: off."
+        ),
     )
     history: int = Field(
         default=3,

@@ -10,6 +10,7 @@ from pydantic import Field
 from gpuval_api.baselinemodel import BaselineRunStatus
 from gpuval_api.conditions import ConditionType
 from gpuval_api.crd.common import OUTLIER_VALUE_LENGTH, CrdModel
+from gpuval_api.crd.remediation import RemediationStatus
 from gpuval_api.fabric.summary import FabricRunStatus
 from gpuval_api.reasons import Reason
 
@@ -102,6 +103,7 @@ class NodeTrigger(StrEnum):
     REBOOTED = "rebooted"
     STACK_CHANGED = "stack-changed"
     RETRY = "retry"
+    REPAIRED = "repaired"  # spec.remediation: its repair ended, proven again under load
 
 
 class RunInfo(CrdModel):
@@ -167,6 +169,12 @@ class GpuValidationStatus(CrdModel):
     baseline: BaselineRunStatus | None = Field(
         default=None,
         description="The run against its baselines (spec.baseline): judged, below, systemic.",
+    )
+    remediation: RemediationStatus | None = Field(
+        default=None,
+        description=(
+            "spec.remediation: the nodes in the repair loop, with their times (across runs)."
+        ),
     )
     conditions: list[Condition] = Field(
         default_factory=list,

@@ -35,6 +35,7 @@ from gpuval_operator.config import OperatorConfig
 from gpuval_operator.control.baselinedriver import BaselineDriver
 from gpuval_operator.control.driver import RunDriver
 from gpuval_operator.control.ingest import ChildIngest
+from gpuval_operator.control.repairs import RepairKeeper
 from gpuval_operator.control.reports import ReportPlanner
 from gpuval_operator.control.statuswriter import StatusWriter
 from gpuval_operator.fabric.ports import PortPool
@@ -134,6 +135,13 @@ class ValidationController:
             ledger=ctx.ledger,
             baseline=self.baseline,
             progress=self._write_status,
+        )
+        self.repairs = RepairKeeper(
+            effects=self.effects,
+            actor=self.driver.actor,
+            node_watch=self.node_watch,
+            state=self.state,
+            ledger=ctx.ledger,
         )
 
     def _status(self) -> dict[str, Any]:
@@ -305,6 +313,11 @@ class ValidationController:
         if run is not None and run.baseline is None and spec.baseline is not None:
             # Resumed after a restart: what it judges against, and its recorded status.baseline.
             await self.baseline.prepare(run, spec.baseline, self._status().get("baseline"))
+        if run is not None and run.completed_at is not None and decision.step is Step.WAIT:
+            await self._repair_pass(run, spec)
+            if run.completed_at is None:
+                return  # repaired nodes joined the finished run: it executes from the next step
+            await self.status.soon(run)  # status.remediation, once per status interval at most
         match decision.step:
             case Step.EXECUTE if run is not None:
                 await self._execute(run, spec)
@@ -346,6 +359,7 @@ class ValidationController:
                         or arrived()
                         or reopened()
                         or released()
+                        or self.repairs.due(spec)
                         or (until is not None and time.time() >= until)
                     )
                 )
@@ -396,6 +410,8 @@ class ValidationController:
         )
         run.add_candidates(candidates)
         run.gating = spec.gating is not None
+        # The repair loop spans runs: its status stays until its next pass.
+        run.remediation = previous.remediation if previous is not None else None
         if spec.fabric is not None:
             run.expect_fabric()
         self.state.begin(run)
@@ -448,6 +464,7 @@ class ValidationController:
             self.ingest.wake.clear()  # what changes from here on wakes the next tick
             if spec.gating is not None:
                 self.node_watch.look_for_arrivals(run, spec.gating, time.time())
+            await self._repair_pass(run, spec)
             if await self.driver.tick(run, spec):
                 await self.driver.complete(run, spec)
                 await self._completed(run)
@@ -472,6 +489,20 @@ class ValidationController:
         await self.effects.event(
             EventReason.RUN_COMPLETED, summary, warning=bool(run.failed() or run.outliers)
         )
+
+    # -- the repair loop --
+
+    async def _repair_pass(self, run: RunState, spec: GpuValidationSpec) -> None:
+        """spec.remediation: one pass of the repair loop; the nodes whose repair ended join the
+        run at once, to be validated again under load with the checks that failed."""
+        if spec.remediation is not None:
+            # The systemic reasons as they stand (after a restart they are known only once the
+            # breaker has looked at the run): a systemic failure asks for no repair.
+            self.driver.holds.prepare(run, spec)
+        batch, checks = await self.repairs.reconcile(run, spec)
+        if batch:
+            await self.driver.join(run, spec, batch, checks)
+        await self.repairs.announce()
 
     # -- status --
 

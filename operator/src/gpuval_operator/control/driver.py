@@ -137,9 +137,14 @@ class RunDriver:
         return run.all_done()
 
     async def join(
-        self, run: RunState, spec: GpuValidationSpec, batch: dict[str, NodeTrigger]
+        self,
+        run: RunState,
+        spec: GpuValidationSpec,
+        batch: dict[str, NodeTrigger],
+        checks: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
-        """Nodes that joined, rebooted or changed their stack enter the run (reopening it)."""
+        """Nodes that joined, rebooted or changed their stack enter the run (reopening it); a
+        node repaired (spec.remediation) with only the `checks` given for it."""
         if not batch:
             return
         fresh: list[planning.Candidate] = []
@@ -162,6 +167,7 @@ class RunDriver:
             else:
                 pod = names.pod_name(run.validation, run.run_id, name, record.attempt + 1)
                 record.next_attempt(pod, 0.0, trigger)
+            run.nodes[name].checks = (checks or {}).get(name) or None
             joined.append((name, trigger))
         if not joined:
             return

@@ -5,6 +5,7 @@ lastTransitionTime carried from one write to the next (gpuval_operator.run.rollu
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -39,6 +40,17 @@ class StatusWriter:
             raise
         self.last_write = mono
         return True
+
+    async def soon(self, run: RunState) -> bool:
+        """Write the status of a run that is behind once the interval has passed (waiting out its
+        rest): for a finished run nothing else writes it (spec.remediation's passes change it
+        between runs); True when written."""
+        if not run.dirty:
+            return False
+        rest = self.interval - (time.monotonic() - self.last_write)
+        if rest > 0:
+            await asyncio.sleep(rest)
+        return await self.run(run)
 
     async def invalid(self, errors: list[str], generation: int) -> None:
         status = rollup.build_invalid_status(

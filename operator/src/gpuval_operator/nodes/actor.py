@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ from gpuval_operator.nodes.entries import (
 )
 from gpuval_operator.nodes.facts import stack_of
 from gpuval_operator.nodes.ledger import OutOfServiceLedger
+from gpuval_operator.remediation.machine import after_verdict
 from gpuval_operator.run.effects import NODES_PATH, Effects
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
 from gpuval_operator.timestamps import rfc3339
@@ -169,11 +171,13 @@ class NodeActor:
         verdict = {Phase.PASSED: Verdict.PASSED, Phase.NOT_RUN: Verdict.NOT_RUN}.get(
             record.phase, Verdict.FAILED
         )
+        now = time.time()
+        repair = after_verdict(previous.repair if previous else None, verdict, now)
         entry = next_entry(
             previous,
             verdict,
             reason=None if record.reason is None else str(record.reason),
-            at=int(time.time()),
+            at=int(now),
             run=run.run_id,
             boot=record.tested_boot or "",
             stack=record.tested_stack,
@@ -183,8 +187,9 @@ class NodeActor:
             startup_taint=gating.startup_taint.key if gating and gating.startup_taint else None,
             hold=gate.hold,
             since=gate.since,
+            repair=repair,
         )
-        plan = plan_node(node, run.validation, entry, rfc3339(time.time()))
+        plan = plan_node(node, run.validation, entry, rfc3339(now))
         return plan, already_said(previous, entry)
 
     async def _apply(self, name: str, plan: NodePlan) -> dict[str, Any] | None:
@@ -196,14 +201,15 @@ class NodeActor:
         the patch still carries the resourceVersion it was planned on. A fabric settles every
         node at once, so this halves the writes, and the watch events each write sends to every
         node watcher, at its end. Taints and cordon are spec: the node itself, then the status."""
-        patch, condition = plan.patch, plan.condition
-        if patch is not None and condition is not None and set(patch) == {"metadata"}:
-            return await self._patch_status(name, {**patch, "status": {"conditions": [condition]}})
+        patch, conditions = plan.patch, plan.conditions
+        if patch is not None and conditions and set(patch) == {"metadata"}:
+            return await self._patch_status(name, {**patch, "status": {"conditions": conditions}})
         patched: dict[str, Any] | None = None
         if patch is not None:
             patched = await self.client.merge_patch(f"{NODES_PATH}/{q(name)}", patch)
-        if condition is not None:
-            await self._patch_status(name, {"status": {"conditions": [condition]}})
+        if conditions:
+            status = await self._patch_status(name, {"status": {"conditions": conditions}})
+            patched = status if patched is not None else patched
         return patched
 
     async def _patch_status(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -239,6 +245,35 @@ class NodeActor:
             run.events_posted += 1
             await events.post(self.client, involved, EventReason.NODE_NOT_RUN, message)
             await effects.event(EventReason.NODE_NOT_RUN, f"{record.node}: {message}")
+
+    async def rewrite(
+        self, validation: str, name: str, change: Callable[[NodeEntry], NodeEntry | None]
+    ) -> dict[str, Any] | None:
+        """Write `change` of the validation's entry on node `name` (the repair loop moving a
+        node on), planned on the node as read and again on 409; the node as written (None: it
+        has no entry, is gone, or nothing changed)."""
+        for _ in range(3):
+            node: dict[str, Any] | None = await self.client.get_or_none(f"{NODES_PATH}/{q(name)}")
+            if node is None:
+                return None
+            annotations = (node.get("metadata") or {}).get("annotations") or {}
+            previous = NodeEntry.decode(annotations.get(entry_key(validation)))
+            if previous is None:
+                return None
+            entry = change(previous)
+            if entry is None or entry == previous:
+                return node
+            plan = plan_node(node, validation, entry, rfc3339(time.time()))
+            try:
+                patched = await self._apply(name, plan)
+            except ApiError as exc:
+                if exc.status == 409:
+                    continue
+                raise
+            if self.ledger is not None:
+                self.ledger.observe(patched or node)
+            return patched or node
+        return None
 
     async def forget(self, validation: str, selector: str) -> int:
         """Remove a deleted validation's record from every node that has one, and what it alone

@@ -43,7 +43,8 @@ class OutOfServiceNode:
         if keys.NODE_LABEL_OUT_OF_SERVICE not in (meta.get("labels") or {}):
             return None
         found = entries(meta.get("annotations") or {})
-        by = {v: e.since or e.at for v, e in found.items() if e.in_force}
+        # A node in repair counts through its validation even when it never entered service.
+        by = {v: e.since or e.at for v, e in found.items() if e.in_force or e.repairing}
         return cls(str(meta.get("name", "")), by)
 
 

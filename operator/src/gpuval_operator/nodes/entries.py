@@ -28,10 +28,16 @@ from typing import Any
 from gpuval_api import keys
 from gpuval_api.crd import TaintEffect
 from gpuval_api.labels import label_value
+from gpuval_api.reasons import RepairAction, action_of
+from gpuval_api.remediation import NEEDS_REPAIR_REASON, NOT_REQUESTED_REASON, RepairState
 from gpuval_api.result import Verdict
+from gpuval_operator.remediation.record import RepairRecord
+from gpuval_operator.timestamps import rfc3339
 
-# The value of keys.NODE_LABEL_OUT_OF_SERVICE (its presence is what counts).
+# The value of keys.NODE_LABEL_OUT_OF_SERVICE (its presence is what counts), and of
+# keys.NODE_LABEL_NEEDS_REPAIR.
 OUT_OF_SERVICE = "true"
+NEEDS_REPAIR = "true"
 # A stronger effect wins when several failing validations ask for a taint.
 _EFFECT_RANK = {
     TaintEffect.PREFER_NO_SCHEDULE: 1,
@@ -60,13 +66,22 @@ class NodeEntry:
     # Since when (Unix seconds) its taint or cordon is in force: a release at or after it
     # approves the node, which then no longer counts against the validation's maxNodes.
     since: int | None = None
+    # Where the node stands in the validation's repair loop (spec.remediation).
+    repair: RepairRecord | None = None
 
     def encode(self) -> str:
         data = asdict(self)
-        for optional in ("hold", "since"):  # absent, not null: entries stay as short as before
+        for optional in ("hold", "since", "repair"):  # absent, not null: entries stay short
             if data[optional] is None:
                 del data[optional]
+        if self.repair is not None:
+            data["repair"] = self.repair.to_json()
         return json.dumps(data, separators=(",", ":"), sort_keys=True)
+
+    @property
+    def repairing(self) -> bool:
+        """Its node is in the engine's hands or being proven again after a repair."""
+        return self.repair is not None and self.repair.active
 
     @property
     def in_force(self) -> bool:
@@ -81,8 +96,10 @@ class NodeEntry:
     def decode(cls, text: str | None) -> NodeEntry | None:
         try:
             data = json.loads(text or "")
-            return cls(**{k: data[k] for k in cls.__slots__ if k in data})
-        except (ValueError, TypeError, KeyError):
+            fields = {k: data[k] for k in cls.__slots__ if k in data}
+            fields["repair"] = RepairRecord.from_json(data.get("repair"))
+            return cls(**fields)
+        except (ValueError, TypeError, KeyError, AttributeError):
             return None
 
 
@@ -139,6 +156,19 @@ class Aggregate:
     cordon: bool = False
     label: bool = False
     startup_taints: set[str] = field(default_factory=set)
+    # NVIDIA's documented action for `reason`.
+    action: RepairAction = RepairAction.NONE
+    # Each validation's repair record on the node (spec.remediation), by validation key.
+    repairs: dict[str, RepairRecord] = field(default_factory=dict)
+
+    @property
+    def repairing(self) -> bool:
+        """Some validation has the node in repair: it is out of service (the breaker counts it)."""
+        return any(r.active for r in self.repairs.values())
+
+    @property
+    def needs_repair(self) -> list[str]:
+        return sorted(v for v, r in self.repairs.items() if r.state == RepairState.NEEDS_REPAIR)
 
 
 def aggregate(found: Mapping[str, NodeEntry]) -> Aggregate:
@@ -165,6 +195,8 @@ def aggregate(found: Mapping[str, NodeEntry]) -> Aggregate:
     )
     result.cordon = any(e.cordon for e in asks)
     result.startup_taints = {e.startup_taint for e in found.values() if e.startup_taint}
+    result.action = action_of(result.reason) if failed else RepairAction.NONE
+    result.repairs = {n: e.repair for n, e in sorted(found.items()) if e.repair is not None}
     return result
 
 
@@ -174,14 +206,21 @@ class NodePlan:
     set on its status, and the same in words (for a dry run and the Events)."""
 
     patch: dict[str, Any] | None = None
-    condition: dict[str, Any] | None = None
+    # Node conditions to set on its status (GpuValidated; with spec.remediation the repair's).
+    conditions: list[dict[str, Any]] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)
+
+    @property
+    def condition(self) -> dict[str, Any] | None:
+        """The GpuValidated condition to set, if it changes."""
+        return next((c for c in self.conditions if c["type"] == keys.NODE_CONDITION), None)
 
 
 def _condition(agg: Aggregate, current: Mapping[str, Any] | None, now: str) -> dict[str, Any]:
     if agg.state == keys.NODE_VERDICT_FAILED:
         status, reason = "False", str(Verdict.FAILED)
-        message = f"failed by {', '.join(agg.failed_by)} ({agg.reason})"
+        action = f"; NVIDIA's action: {agg.action}" if agg.action is not RepairAction.NONE else ""
+        message = f"failed by {', '.join(agg.failed_by)} ({agg.reason}{action})"
         if agg.held:
             held = ", ".join(f"{n}: {cause}" for n, cause in sorted(agg.held.items()))
             message += f"; taint and cordon held ({held})"
@@ -190,6 +229,18 @@ def _condition(agg: Aggregate, current: Mapping[str, Any] | None, now: str) -> d
         message = f"not tested yet by {', '.join(agg.untested_by)} ({agg.reason})"
     else:
         status, reason, message = "True", str(Verdict.PASSED), "passed every validation covering it"
+    return _node_condition(keys.NODE_CONDITION, status, reason, message, current=current, now=now)
+
+
+def _node_condition(
+    kind: str,
+    status: str,
+    reason: str,
+    message: str,
+    *,
+    current: Mapping[str, Any] | None,
+    now: str,
+) -> dict[str, Any]:
     since = now
     if (
         current is not None
@@ -198,13 +249,98 @@ def _condition(agg: Aggregate, current: Mapping[str, Any] | None, now: str) -> d
     ):
         since = current["lastTransitionTime"]
     return {
-        "type": keys.NODE_CONDITION,
+        "type": kind,
         "status": status,
         "reason": reason,
         "message": message[:1024],
         "lastTransitionTime": since,
         "lastHeartbeatTime": now,
     }
+
+
+# A node's repair records, most telling first: the one a False GpuRepairRequested names.
+_STATE_RANK = {
+    RepairState.NEEDS_REPAIR: 0,
+    RepairState.FAILED_AGAIN: 1,
+    RepairState.REVALIDATING: 2,
+    RepairState.REPAIRED: 3,
+}
+
+
+def _repair_asked(validation: str, record: RepairRecord) -> str:
+    where = f" ({record.obj})" if record.obj else ""
+    return (
+        f"{validation}: {record.reason} asks for {record.action}: repair {record.count} asked at "
+        f"{rfc3339(record.asked)}{where}; gpuval validates the node again under load once the "
+        "repair ended"
+    )
+
+
+def _repair_conditions(
+    agg: Aggregate, current: Mapping[str, Mapping[str, Any]], now: str
+) -> list[dict[str, Any]]:
+    """GpuRepairRequested (True while a repair is asked: what a NodeHealthCheck or a
+    MachineHealthCheck acts on) and GpuNeedsRepair (True once repair did not help); neither is
+    written for a node that never was in the repair loop."""
+    asked = [(v, r) for v, r in agg.repairs.items() if r.state == RepairState.REQUESTED]
+    wanted: list[dict[str, Any]] = []
+    requested = current.get(keys.NODE_CONDITION_REPAIR_REQUESTED)
+    if asked:
+        validation, record = asked[0]
+        status, reason, message = "True", record.action, _repair_asked(validation, record)
+    elif agg.repairs:
+        validation, record = min(
+            agg.repairs.items(), key=lambda i: _STATE_RANK.get(RepairState(i[1].state), 9)
+        )
+        status, reason = "False", record.state
+        message = f"{validation}: {record.state} after {record.count} repairs ({record.reason})"
+    else:
+        status, reason = "False", NOT_REQUESTED_REASON
+        message = "no validation asks for a repair of this node"
+    if asked or agg.repairs or requested is not None:
+        wanted.append(
+            _node_condition(
+                keys.NODE_CONDITION_REPAIR_REQUESTED,
+                status,
+                reason,
+                message,
+                current=requested,
+                now=now,
+            )
+        )
+    needs = current.get(keys.NODE_CONDITION_NEEDS_REPAIR)
+    if agg.needs_repair:
+        validation = agg.needs_repair[0]
+        record = agg.repairs[validation]
+        message = (
+            f"{validation}: failed again ({record.reason}) after {len(record.history)} repairs "
+            f"within the window: no further repair is asked; a person or a hardware ticket takes "
+            f"over, then removes the label {keys.NODE_LABEL_NEEDS_REPAIR} to have it validated "
+            "again"
+        )
+        wanted.append(
+            _node_condition(
+                keys.NODE_CONDITION_NEEDS_REPAIR,
+                "True",
+                NEEDS_REPAIR_REASON,
+                message,
+                current=needs,
+                now=now,
+            )
+        )
+    elif needs is not None:
+        reason = (
+            RepairState.REPAIRED
+            if any(r.state == RepairState.REPAIRED for r in agg.repairs.values())
+            else NOT_REQUESTED_REASON
+        )
+        message = "no validation finds that this node needs a repair by hand"
+        wanted.append(
+            _node_condition(
+                keys.NODE_CONDITION_NEEDS_REPAIR, "False", reason, message, current=needs, now=now
+            )
+        )
+    return wanted
 
 
 def _taints(spec: Mapping[str, Any], agg: Aggregate) -> tuple[list[dict[str, Any]], list[str]]:
@@ -269,7 +405,9 @@ def plan_node(
         plan.changes.append("uncordon")
         ours = False
     never_in_service = any(t.get("key") in agg.startup_taints for t in wanted)
-    out = (agg.taint_effect is not None or ours) and not never_in_service
+    # A node in repair counts as out of service even when it never entered service: the breaker
+    # bounds the nodes in the engine's hands as it bounds the tainted ones.
+    out = ((agg.taint_effect is not None or ours) and not never_in_service) or agg.repairing
     if out != (keys.NODE_LABEL_OUT_OF_SERVICE in labels):
         label_patch[keys.NODE_LABEL_OUT_OF_SERVICE] = OUT_OF_SERVICE if out else None
     annotation_patch = {k: v for k, v in annotation_patch.items() if annotations.get(k) != v}
@@ -280,7 +418,7 @@ def plan_node(
         if annotation_patch:
             body["annotations"] = annotation_patch
         plan.patch = {"metadata": body, **({"spec": spec_patch} if spec_patch else {})}
-    plan.condition = _wanted_condition(node, agg, stamp, plan.changes)
+    plan.conditions = _wanted_conditions(node, agg, stamp, plan.changes)
     return plan
 
 
@@ -296,23 +434,35 @@ def _labels(
             else None
         ),
     }
+    wanted[keys.NODE_LABEL_NEEDS_REPAIR] = NEEDS_REPAIR if agg.needs_repair else None
     patch = {k: v for k, v in wanted.items() if labels.get(k) != v}
+    if keys.NODE_LABEL_NEEDS_REPAIR in patch:
+        changes.append(
+            f"label {keys.NODE_LABEL_NEEDS_REPAIR}={patch[keys.NODE_LABEL_NEEDS_REPAIR]}"
+        )
     if keys.NODE_LABEL_VERDICT in patch:
         changes.append(f"label {keys.NODE_LABEL_VERDICT}={patch[keys.NODE_LABEL_VERDICT]}")
     return patch
 
 
-def _wanted_condition(
+def _wanted_conditions(
     node: Mapping[str, Any], agg: Aggregate, stamp: str, changes: list[str]
-) -> dict[str, Any] | None:
-    if not agg.label:
-        return None
+) -> list[dict[str, Any]]:
+    """The node conditions that differ from what the node shows (status, reason or message)."""
     conditions: Sequence[Mapping[str, Any]] = (node.get("status") or {}).get("conditions") or []
-    current = next((c for c in conditions if c.get("type") == keys.NODE_CONDITION), None)
-    wanted = _condition(agg, current, stamp)
-    if current is not None and all(
-        current.get(k) == wanted[k] for k in ("status", "reason", "message")
-    ):
-        return None
-    changes.append(f"condition {keys.NODE_CONDITION}={wanted['status']} ({wanted['message']})")
-    return wanted
+    current = {str(c.get("type")): c for c in conditions}
+    wanted = _repair_conditions(agg, current, stamp)
+    if agg.label:
+        wanted.insert(0, _condition(agg, current.get(keys.NODE_CONDITION), stamp))
+    changed = []
+    for condition in wanted:
+        now = current.get(condition["type"])
+        if now is not None and all(
+            now.get(k) == condition[k] for k in ("status", "reason", "message")
+        ):
+            continue
+        changes.append(
+            f"condition {condition['type']}={condition['status']} ({condition['message']})"
+        )
+        changed.append(condition)
+    return changed

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuval_api import gfd
+from gpuval_api import gfd, keys
 from gpuval_api.gfd import GpuSharing, sharing_of
 from gpuval_api.kubernetes import READY
 from gpuval_operator.nodes.entries import NodeEntry, entry_key
@@ -82,6 +82,8 @@ class NodeFacts:
     # The device plugin's resources by name where it advertises MIG devices (mixed strategy);
     # empty: `gpus` nvidia.com/gpu.
     resources: tuple[tuple[str, int], ...] = ()
+    # It carries gpuval.dev/needs-repair (spec.remediation: a person removes it once repaired).
+    needs_repair_label: bool = False
 
     @classmethod
     def parse(
@@ -107,6 +109,7 @@ class NodeFacts:
             not_ready=not_ready_of(node),
             product=sys.intern(str(labels.get(GPU_PRODUCT_LABEL, ""))[:128]),
             resources=mig_resources(resources),
+            needs_repair_label=keys.NODE_LABEL_NEEDS_REPAIR in labels,
         )
 
     @property

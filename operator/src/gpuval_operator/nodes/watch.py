@@ -140,6 +140,12 @@ class NodeWatch:
         elif self._update(node):
             self.wake()  # not for a heartbeat: what is kept of the node is the same
 
+    def refresh(self, node: dict[str, Any]) -> None:
+        """A node as this operator just wrote it: kept at once, before its watch event comes (the
+        repair loop decides on what it wrote, not on what the watch has not brought yet)."""
+        if self.synced.is_set() and self.selector is not None:
+            self._update(node)
+
     def _update(self, node: dict[str, Any]) -> bool:
         """Keeps the node's facts; whether they differ from what was kept."""
         facts = NodeFacts.parse(node, self.validation, self.topology_key)

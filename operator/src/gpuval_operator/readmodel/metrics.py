@@ -6,6 +6,7 @@ busbw, the node actions held and the nodes out of service through it (and, opera
 gpuval). Per node: the verdict and worst-GPU figures of its latest completed report, its state
 check's findings, links down and counters grown, its latest settled fabric verdict, its worst ratio
 to its baseline and to its own history (spec.baseline: one series each, labelled with the figure).
+The repair loop's (spec.remediation): gpuval_operator.readmodel.repairmetrics.
 Per GPU only with GPUVAL_METRICS_PER_GPU, because 80,000 series cost the scrape most of a second of
 GIL; per-GPU detail always lives in the reports and the agent's live exporter. Names follow
 Prometheus' conventions: base units in the name, one unit per metric.
@@ -28,6 +29,7 @@ from gpuval_api.result import Verdict
 from gpuval_operator.kube.client import KubeClient
 from gpuval_operator.nodes.ledger import OutOfService
 from gpuval_operator.readmodel.registry import Registry
+from gpuval_operator.readmodel.repairmetrics import RepairFamilies
 from gpuval_operator.readmodel.validation import NodeResult, ValidationState
 from gpuval_operator.run.facts import SUMMARY_FIGURES
 from gpuval_operator.run.holds import HOLD_CAUSES
@@ -100,6 +102,7 @@ class _Families:
         self._state_families(v, n)
         self._fabric_families(v, n)
         self._hold_families(v)
+        self.repairs = RepairFamilies()
 
     def _hold_families(self, v: str) -> None:
         self.held = _gauge(
@@ -341,6 +344,7 @@ class _Families:
             self.untested.add_metric([name, node, untested.reason], 1.0)
             self.untested_since.add_metric([name, node], untested.since)
         self.add_fabric(name, state)
+        self.repairs.add(name, state.repairs)
 
     def add_node(self, name: str, node: str, result: NodeResult) -> None:
         self.passed.add_metric([name, node], 1.0 if result.passed else 0.0)
@@ -385,6 +389,7 @@ class _Families:
         yield from (self.fabric_group, self.fabric_slow, self.fabric_paths)
         yield from (self.fabric_passed, self.fabric_failure)
         yield from (self.held, self.out_of_service, self.actions_limit, self.systemic)
+        yield from self.repairs.all()
 
 
 def _operator_out_of_service(figures: OutOfService) -> Iterator[Metric]:

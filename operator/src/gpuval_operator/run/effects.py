@@ -211,6 +211,7 @@ class Effects:
             sharing=sharing,
             baseline=baseline,
             request=request,
+            checks=record.checks,
         )
         try:
             await self.client.create(self.pods_path, body)

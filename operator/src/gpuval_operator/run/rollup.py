@@ -291,6 +291,7 @@ def build_run_status(
     status["baseline"] = (
         baseline.model_dump(mode="json", by_alias=True) if baseline is not None else None
     )
+    status["remediation"] = run.remediation
     if run.completed_at is not None:
         status["lastCompletedRun"] = run_info(run)
     return status

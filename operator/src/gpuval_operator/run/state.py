@@ -118,6 +118,9 @@ class NodeRecord:
     # Passed its local checks and waits for its fabric verdict (spec.fabric): no node action yet,
     # counted as running.
     held: bool = False
+    # The checks of this attempt when not the spec's (CheckName values): a re-validation after a
+    # repair runs the checks that failed, with the state check (spec.remediation).
+    checks: tuple[str, ...] | None = None
 
     @property
     def done(self) -> bool:
@@ -159,6 +162,8 @@ class NodeRecord:
             stale_report=True,
             reset_due=True,
             planned=True,
+            # A retry tries the same checks again (a re-validation's stay a re-validation's).
+            checks=self.checks if trigger is NodeTrigger.RETRY else None,
         )
         for slot in NodeRecord.__slots__:
             setattr(self, slot, getattr(fresh, slot))
@@ -216,6 +221,9 @@ class RunState:
     refusals_said: set[str] = field(default_factory=set)
     # Nodes whose pod's device health changed since their report last showed it.
     health_due: set[str] = field(default_factory=set)
+    # status.remediation as the repair loop last built it (spec.remediation; it spans runs, so a
+    # new run starts with the last one's); None: no repair loop.
+    remediation: dict[str, Any] | None = None
 
     def add(self, node: str, gpus: int, report: str, pod: str) -> NodeRecord:
         record = self.nodes.get(node)

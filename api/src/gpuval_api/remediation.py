@@ -1,0 +1,95 @@
+"""Names of the repair loop (spec.remediation): where a failed node stands in it, how gpuval learned
+that a repair ended, and the placeholders of a remediation template. Defined once here: the
+operator writes them (node entries, node conditions, status.remediation, Events), `kubectl gpuval
+status` and the docs read them. The action a failure asks for is the reason catalogue's
+(`gpuval_api.reasons.RepairAction`)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+
+class RepairState(StrEnum):
+    """Where a failed node stands in the repair loop (docs/operator.md, "Remediation")."""
+
+    # Asked of the cluster's repair engine (the GpuRepairRequested condition, or an object made
+    # from spec.remediation.template); the node is out of service and holds a breaker slot.
+    REQUESTED = "Requested"
+    # The repair ended (the object is done, the node rebooted, or the timeout passed): the node
+    # is validated again under load, its taint and cordon kept until it passes.
+    REVALIDATING = "Revalidating"
+    # It failed that validation: the next request follows, or NeedsRepair.
+    FAILED_AGAIN = "FailedAgain"
+    # It passed after the repair: back in service.
+    REPAIRED = "Repaired"
+    # It failed again after spec.remediation.maxRepairs repairs within windowSeconds: no further
+    # request; a person or a hardware ticket takes over.
+    NEEDS_REPAIR = "NeedsRepair"
+
+
+# The states in which a node is in the engine's hands or being proven again: it counts against
+# the circuit breaker as out of service.
+ACTIVE_STATES: Final = frozenset({RepairState.REQUESTED, RepairState.REVALIDATING})
+
+
+class RepairEnd(StrEnum):
+    """How gpuval learned that a repair ended."""
+
+    DONE = "Done"  # the remediation object reports it succeeded
+    FAILED = "Failed"  # the remediation object reports it ended without success
+    REBOOTED = "Rebooted"  # the node's status.nodeInfo.bootID changed
+    GONE = "Gone"  # the remediation object was deleted by someone else
+    TIMED_OUT = "TimedOut"  # none of these within spec.remediation.timeoutSeconds
+    # A person removed the label gpuval.dev/needs-repair: the node was repaired by hand.
+    PERSON = "Person"
+
+
+# Condition reasons of the node conditions gpuval sets for the loop (gpuval_api.keys): a True
+# GpuRepairRequested gives the action asked for as its reason (RepairAction), a False one the
+# state the node moved on to (RepairState); GpuNeedsRepair is True with NEEDS_REPAIR and False with
+# REPAIRED once the node passes again.
+NEEDS_REPAIR_REASON: Final = RepairState.NEEDS_REPAIR.value
+# Either condition False when no validation keeps a repair record for the node (withdrawn: the
+# validation was deleted or its spec.remediation removed).
+NOT_REQUESTED_REASON: Final = "NotRequested"
+
+
+class Placeholder(StrEnum):
+    """What a remediation template may leave for gpuval to fill in, in any string of its
+    metadata or spec. A string that is exactly a list placeholder becomes a list; inside other
+    text its items are joined with commas."""
+
+    NODE_NAME = "$(NODE_NAME)"
+    GPU_UUIDS = "$(GPU_UUIDS)"  # the failing GPUs' UUIDs (every GPU's when none is named)
+    # The failing GPUs' PCI bus IDs, domain:bus:device.function with a 4-digit domain (NVML
+    # gives 8), as NVSentinel's GPUReset and `nvidia-smi -r -i` take them.
+    GPU_PCI_BUS_IDS = "$(GPU_PCI_BUS_IDS)"
+    REASON = "$(REASON)"  # the failure's reason (a gpuval Reason)
+    ACTION = "$(ACTION)"  # the action asked for (RepairAction: ResetGpu or Reboot)
+    VALIDATION = "$(VALIDATION)"  # the GpuValidation's name
+    REPAIR_ID = "$(REPAIR_ID)"  # the request's identity, unique per node and failure
+
+
+LIST_PLACEHOLDERS: Final = frozenset({Placeholder.GPU_UUIDS, Placeholder.GPU_PCI_BUS_IDS})
+
+
+class EngineCondition(StrEnum):
+    """The condition types the engines' remediation objects use to say a repair ended (read by
+    gpuval_operator.remediation.objects): Medik8s' (medik8s/common: Processing, Succeeded),
+    NVIDIA NVSentinel janitor's (RebootNode's NodeReady; Completed, its fault remediation's
+    completion type for GPUReset), and Job-like ones."""
+
+    SUCCEEDED = "Succeeded"
+    PROCESSING = "Processing"
+    NODE_READY = "NodeReady"
+    READY = "Ready"
+    COMPLETED = "Completed"
+    COMPLETE = "Complete"
+    DONE = "Done"
+    FAILED = "Failed"
+
+
+# An object's status.phase that says its repair ended, done or failed (Job-like kinds).
+ENGINE_DONE_PHASES: Final = frozenset({"Succeeded", "Completed", "Complete", "Done"})
+ENGINE_FAILED_PHASES: Final = frozenset({"Failed", "Error"})

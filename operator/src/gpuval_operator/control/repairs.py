@@ -1,0 +1,456 @@
+"""`RepairKeeper`: one validation's repair loop (spec.remediation) carried out each pass.
+
+It reads each selected node's record from the node watch (the validation's entry on the node),
+asks `remediation.machine.decide` for the node's next step and carries it out: a request (the
+breaker's ledger admits the node first; in mode Template the object is made from the template,
+labelled and owned, before the node's record says Requested, so a restart finds it and a repeated
+create gets 409), the end of a repair (the record first, then the object deleted), NeedsRepair,
+a person's repair, a withdrawal; and it hands the nodes to validate again to the run
+(`RunDriver.join`, with the checks that failed). Every node write goes through the node actions
+(`NodeActor.rewrite`: the node's resourceVersion as precondition); the node as written is kept
+in the watch's facts at once, so the next pass decides on it. It keeps status.remediation and the
+loop's metrics. The decisions are `remediation.machine`'s; the calls on the engine's objects
+`remediation.effects`'.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+from gpuval_api import keys
+from gpuval_api.checks import CheckName
+from gpuval_api.conditions import EventReason
+from gpuval_api.crd import GpuValidationSpec, NodeTrigger, RemediationMode
+from gpuval_api.labels import label_value
+from gpuval_api.remediation import RepairState
+from gpuval_api.result import Verdict
+from gpuval_operator import names, planning
+from gpuval_operator.control.repairobjects import RepairObjects
+from gpuval_operator.kube import events
+from gpuval_operator.nodes.actor import NodeActor
+from gpuval_operator.nodes.entries import NodeEntry
+from gpuval_operator.nodes.facts import NodeFacts
+from gpuval_operator.nodes.ledger import OutOfServiceLedger
+from gpuval_operator.nodes.watch import NodeWatch
+from gpuval_operator.readmodel.validation import ValidationState
+from gpuval_operator.remediation import machine
+from gpuval_operator.remediation.machine import Do, NodeView, Settings, Step
+from gpuval_operator.remediation.objects import failing_gpus
+from gpuval_operator.remediation.record import RepairRecord
+from gpuval_operator.remediation.rollup import remediation_status
+from gpuval_operator.run.effects import Effects
+from gpuval_operator.run.state import RunState
+
+log = logging.getLogger(__name__)
+
+# The load checks, the burn first: a re-validation whose failed checks load no GPU gets the burn.
+LOAD_CHECKS = tuple(
+    c.value
+    for c in (
+        CheckName.BURN,
+        CheckName.MEMORY,
+        CheckName.BANDWIDTH,
+        CheckName.NCCL,
+        CheckName.TRAIN,
+        CheckName.DCGM,
+    )
+)
+# A request the breaker held is tried again after this (seconds).
+HELD_RETRY = 10.0
+
+
+class RepairKeeper:
+    def __init__(
+        self,
+        *,
+        effects: Effects,
+        actor: NodeActor,
+        node_watch: NodeWatch,
+        state: ValidationState,
+        ledger: OutOfServiceLedger | None,
+    ) -> None:
+        self.effects, self.actor, self.node_watch = effects, actor, node_watch
+        self.state, self.ledger = state, ledger
+        self.validation = effects.name
+        self.objects = RepairObjects(effects.client, effects.name, effects.uid, self._refused)
+        # When each node was last handed to a run for its re-validation (epoch seconds).
+        self.joined: dict[str, float] = {}
+        # Each node's record as last seen, to count the outcomes once (the metrics).
+        self.seen: dict[str, RepairRecord | None] = {}
+        # Events already posted: (node, request number, what).
+        self.said: set[tuple[str, str, str]] = set()
+        # Nodes the breaker held at their request: not tried again before this (epoch seconds).
+        self.held_until: dict[str, float] = {}
+        self.node_uids: dict[str, str] = {}
+        # Nodes back in service after a repair, to announce (NodeRepaired).
+        self.back_in_service: list[tuple[str, RepairRecord]] = []
+
+    # -- a pass --
+
+    async def reconcile(
+        self, run: RunState, spec: GpuValidationSpec
+    ) -> tuple[dict[str, NodeTrigger], dict[str, tuple[str, ...]]]:
+        """One pass over the loop; the nodes to validate again now and their checks."""
+        if spec.node_actions.dry_run or not self.node_watch.synced.is_set():
+            return {}, {}
+        settings = Settings.of(spec.remediation) if spec.remediation is not None else None
+        now = time.time()
+        self._observe(self._records())
+        candidates = self._candidates()
+        if settings is None and not any(
+            f.entry is not None and f.entry.repairing for f in candidates.values()
+        ):
+            self._publish(run, None, now)
+            return {}, {}
+        asked = any(
+            f.entry is not None
+            and f.entry.repair is not None
+            and f.entry.repair.state == RepairState.REQUESTED
+            for f in candidates.values()
+        )
+        await self.objects.list(spec, asked, now)
+        systemic = run.breaker.systemic_reasons() | run.breaker.undecided
+        batch: dict[str, NodeTrigger] = {}
+        checks: dict[str, tuple[str, ...]] = {}
+        for name in sorted(candidates):
+            for _ in range(2):  # a repair that ended is validated again in the same pass
+                facts = self.node_watch.nodes.get(name)
+                view = self._view(facts, run) if facts is not None else None
+                if view is None:
+                    break
+                step = machine.decide(
+                    view,
+                    settings,
+                    now=now,
+                    object_end=self.objects.end_of(view.repair),
+                    systemic=systemic,
+                    joined_at=self.joined.get(name),
+                )
+                if step.do is Do.REVALIDATE and view.repair is not None:
+                    batch[name] = NodeTrigger.REPAIRED
+                    checks[name] = view.repair.checks
+                    self.joined[name] = now
+                    break
+                if step.do is Do.NOTHING or (settings is None and step.do is not Do.WITHDRAW):
+                    break
+                if step.do is Do.REQUEST and self.held_until.get(name, 0.0) > now:
+                    break
+                if not await self._carry_out(step, view, run, spec, settings=settings, now=now):
+                    break
+        await self.objects.clean(spec, self.node_watch.nodes)
+        self._publish(run, settings, now)
+        return batch, checks
+
+    def due(self, spec: GpuValidationSpec) -> bool:
+        """Whether a pass has something to do now (the idle wait of a finished run): a step
+        decided from the nodes as the watch keeps them, or a request whose object to look at."""
+        if spec.remediation is None or spec.node_actions.dry_run:
+            return False
+        if not self.node_watch.synced.is_set():
+            return False
+        settings, now = Settings.of(spec.remediation), time.time()
+        for facts in self._candidates().values():
+            record = facts.entry.repair if facts.entry is not None else None
+            if (
+                record is not None
+                and record.state == RepairState.REQUESTED
+                and self.objects.due(spec, now)
+            ):
+                return True
+            view = self._view(facts, None)
+            if view is not None:
+                step = machine.decide(
+                    view, settings, now=now, joined_at=self.joined.get(facts.name)
+                )
+                held = step.do is Do.REQUEST and self.held_until.get(facts.name, 0.0) > now
+                if step.do is not Do.NOTHING and not held:
+                    return True
+        return False
+
+    def _candidates(self) -> dict[str, NodeFacts]:
+        """The nodes the loop may act on: failed, or with a record."""
+        return {
+            name: facts
+            for name, facts in self.node_watch.nodes.items()
+            if facts.entry is not None
+            and (facts.entry.repair is not None or facts.entry.tested == Verdict.FAILED)
+        }
+
+    def _view(self, facts: NodeFacts, run: RunState | None) -> NodeView | None:
+        entry = facts.entry
+        if entry is None:
+            return None
+        record = run.nodes.get(facts.name) if run is not None else None
+        busy = run is not None and (
+            (record is not None and not record.settled) or facts.name in run.finished
+        )
+        return NodeView(
+            name=facts.name,
+            tested=entry.tested,
+            reason=entry.reason,
+            at=entry.at,
+            in_force=entry.in_force,
+            repair=entry.repair,
+            boot_id=facts.boot_id,
+            ready=facts.ready,
+            needs_repair_label=facts.needs_repair_label,
+            busy=busy,
+        )
+
+    # -- the steps --
+
+    async def _carry_out(
+        self,
+        step: Step,
+        view: NodeView,
+        run: RunState,
+        spec: GpuValidationSpec,
+        *,
+        settings: Settings | None,
+        now: float,
+    ) -> bool:
+        """Carry `step` out; True when the node's record changed (decide again)."""
+        record = view.repair
+        if step.do is Do.WITHDRAW and record is not None:
+            log.info("%s: %s: repair withdrawn (no spec.remediation)", self.validation, view.name)
+            written = await self._write(view.name, None)
+            if written and record.obj:
+                await self.objects.delete(spec, record.obj)
+            return False
+        if settings is None:
+            return False
+        if step.do is Do.REQUEST and step.action is not None:
+            return await self._request(step, view, run, spec, settings=settings, now=now)
+        if step.do is Do.NEEDS_REPAIR and step.action is not None:
+            new = machine.needs_repair(view, step.action, settings, now)
+            if await self._write(view.name, new):
+                await self._say(
+                    view.name,
+                    new,
+                    "needs-repair",
+                    EventReason.NODE_NEEDS_REPAIR,
+                    self._needs_repair_text(new, settings),
+                    warning=True,
+                )
+            return False
+        if step.do is Do.END and record is not None and step.end is not None:
+            new = machine.ended(record, step.end, now)
+            if not await self._write(view.name, new):
+                return False
+            if record.obj:
+                await self.objects.delete(spec, record.obj)
+            self.joined.pop(view.name, None)
+            await self._say(
+                view.name,
+                new,
+                "ended",
+                EventReason.REPAIR_ENDED,
+                f"repair {new.count} ({new.action}) of {view.name} ended "
+                f"({step.end}): validated again under load",
+            )
+            return True
+        if step.do is Do.BY_PERSON and record is not None:
+            new = machine.by_person(record, now)
+            self.joined.pop(view.name, None)
+            if await self._write(view.name, new):
+                await self._say(
+                    view.name,
+                    new,
+                    "person",
+                    EventReason.REPAIR_ENDED,
+                    f"{keys.NODE_LABEL_NEEDS_REPAIR} was removed from {view.name}: "
+                    "repaired by hand, validated again under load",
+                )
+                return True
+        return False
+
+    async def _request(
+        self,
+        step: Step,
+        view: NodeView,
+        run: RunState,
+        spec: GpuValidationSpec,
+        *,
+        settings: Settings,
+        now: float,
+    ) -> bool:
+        """Ask the engine for a repair of `view`'s node (False: nothing more to decide now)."""
+        assert step.action is not None
+        count = machine.next_count(view.repair)
+        entry = self._entry(view.name)
+        report = (
+            await self.objects.report(names.report_name(self.validation, entry.run, view.name))
+            if entry is not None
+            else None
+        )
+        gpus = failing_gpus(report)
+        checks = machine.repair_checks(gpus.checks, LOAD_CHECKS, CheckName.STATE.value)
+        key = label_value(self.validation)
+        if self.ledger is not None:
+            limit = planning.concurrency_limit(spec.node_actions.max_nodes, len(run.nodes))
+            cause = await self.ledger.admit(view.name, key, run.breaker.approved_at, limit)
+            if cause is not None:
+                # Held by the breaker (a node that never entered service: an admitted failure's
+                # slot is its taint's): asked once a slot is free.
+                self.held_until[view.name] = now + HELD_RETRY
+                return False
+        obj = ""
+        try:
+            if settings.mode is RemediationMode.TEMPLATE:
+                found = await self.objects.make(
+                    spec,
+                    node=view.name,
+                    repair_id=str(count),
+                    reason=str(view.reason),
+                    action=str(step.action),
+                    gpus=gpus,
+                )
+                if found is None:
+                    self._release(view.name)
+                    return False
+                obj = found
+            new = machine.requested(
+                view,
+                step.action,
+                settings,
+                now=now,
+                checks=checks,
+                obj=obj,
+                failed_at=gpus.failed_at,
+            )
+            patched = await self._write(view.name, new, settle=True)
+        except BaseException:
+            self._release(view.name)
+            raise
+        if not patched:
+            return False
+        where = f" ({obj})" if obj else f" (condition {keys.NODE_CONDITION_REPAIR_REQUESTED})"
+        await self._say(
+            view.name,
+            new,
+            "requested",
+            EventReason.REPAIR_REQUESTED,
+            f"{view.name}: {view.reason} asks for {step.action}: repair {count} asked{where}",
+        )
+        return False
+
+    # -- writes --
+
+    def _entry(self, node: str) -> NodeEntry | None:
+        facts = self.node_watch.nodes.get(node)
+        return facts.entry if facts is not None else None
+
+    async def _write(self, node: str, record: RepairRecord | None, *, settle: bool = False) -> bool:
+        """The node's record written into its entry; the node as written kept in the facts."""
+
+        def change(entry: NodeEntry) -> NodeEntry:
+            return dataclasses.replace(entry, repair=record)
+
+        try:
+            patched = await self.actor.rewrite(self.validation, node, change)
+        finally:
+            if settle:
+                self._release(node)
+        if patched is None:
+            return False
+        self.node_watch.refresh(patched)
+        self.node_uids[node] = str((patched.get("metadata") or {}).get("uid", ""))
+        return True
+
+    async def _refused(self, node: str, what: str, message: str) -> None:
+        await self._say(node, None, what, EventReason.REPAIR_NOT_REQUESTED, message, warning=True)
+
+    def _release(self, node: str) -> None:
+        """End a reservation of the ledger: the node now counts as it was written."""
+        if self.ledger is not None:
+            self.ledger.release(node, label_value(self.validation))
+
+    async def _say(
+        self,
+        node: str,
+        record: RepairRecord | None,
+        what: str,
+        reason: EventReason,
+        message: str,
+        *,
+        warning: bool = False,
+    ) -> None:
+        """An Event on the validation and the node, once per node, request and step."""
+        key = (node, record.repair_id if record is not None else "", what)
+        if key in self.said:
+            return
+        self.said.add(key)
+        await self.effects.event(reason, message, warning=warning)
+        involved = {"apiVersion": "v1", "kind": "Node", "name": node}
+        uid = self.node_uids.get(node)
+        if uid:
+            involved["uid"] = uid
+        await events.post(self.effects.client, involved, reason, message, warning=warning)
+
+    def _needs_repair_text(self, record: RepairRecord, settings: Settings) -> str:
+        return (
+            f"failed again ({record.reason}) after {len(record.history)} repairs within "
+            f"{settings.window}s (spec.remediation.maxRepairs {settings.max_repairs}): no further "
+            "repair is asked; a person or a hardware ticket takes over; remove the label "
+            f"{keys.NODE_LABEL_NEEDS_REPAIR} once repaired to validate it again, or `kubectl "
+            f"gpuval release {self.validation}` to let its breaker slot go"
+        )
+
+    # -- what the status and the metrics say --
+
+    def _records(self) -> dict[str, RepairRecord]:
+        return {
+            name: facts.entry.repair
+            for name, facts in self.node_watch.nodes.items()
+            if facts.entry is not None and facts.entry.repair is not None
+        }
+
+    def _observe(self, records: dict[str, RepairRecord]) -> None:
+        """Count each request's outcome once, as the records move (at the start of a pass, on
+        what its decisions see, and at its end, on what it wrote)."""
+        figures = self.state.repairs
+        for name, record in records.items():
+            if name in self.seen:
+                outcome = machine.outcome_of(self.seen[name], record)
+                if outcome is not None:
+                    figures.outcomes[outcome.action, outcome.outcome] += 1
+                    if outcome.seconds is not None:
+                        figures.observe_back(outcome.seconds)
+                    if outcome.outcome == "passed" and record.back is not None:
+                        self._announce_back(name, record)
+            self.seen[name] = record
+
+    def _publish(self, run: RunState, settings: Settings | None, now: float) -> None:
+        records = self._records()
+        self._observe(records)
+        figures = self.state.repairs
+        figures.in_progress.clear()
+        figures.in_progress.update(r.action for r in records.values() if r.active)
+        figures.needs_repair = {
+            n: str(r.reason) for n, r in records.items() if r.state == RepairState.NEEDS_REPAIR
+        }
+        status = remediation_status(records, now, settings.window) if settings is not None else None
+        if status != run.remediation:
+            run.remediation, run.dirty = status, True
+
+    def _announce_back(self, node: str, record: RepairRecord) -> None:
+        key = (node, record.repair_id, "back")
+        if key not in self.said:
+            self.said.add(key)
+            self.back_in_service.append((node, record))
+
+    async def announce(self) -> None:
+        """Events for nodes back in service after a repair (seen by `_publish`)."""
+        pending, self.back_in_service = self.back_in_service, []
+        for node, record in pending:
+            seconds = (record.back or 0) - record.failed
+            message = (
+                f"{node} passed its validation under load after repair {record.count} "
+                f"({record.action}, ended: {record.ended_by}) and is back in service, "
+                f"{seconds}s after it failed"
+            )
+            await self.effects.event(EventReason.NODE_REPAIRED, message)
+            involved = {"apiVersion": "v1", "kind": "Node", "name": node}
+            await events.post(self.effects.client, involved, EventReason.NODE_REPAIRED, message)

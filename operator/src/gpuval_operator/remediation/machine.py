@@ -1,0 +1,290 @@
+"""Pure: the repair loop of one validation (spec.remediation), one node at a time. Nothing here
+calls the API or reads a clock: the keeper (gpuval_operator.control.repairs) passes the time and
+what it knows of the node in, and carries out the step that comes back; the node actions
+(gpuval_operator.nodes.actor) move a record on when a verdict comes (`after_verdict`).
+
+    failed (in force, a ResetGpu or Reboot failure, not systemic)
+      │ fewer than maxRepairs within windowSeconds          maxRepairs reached
+      ▼                                                           │
+    Requested ── its object done / failed / gone (mode Template),  │
+      │          its boot ID changed (mode Condition),             │
+      │          timeoutSeconds passed ──▶ Revalidating           │
+      │                                      │ re-validated under load (the failed checks and the
+      │                                      │ state check; a load check always)
+      │                       passed ◀───────┴──────▶ failed: FailedAgain ──▶ Requested again,
+      ▼                          │                                  or NeedsRepair ◀──────┘
+    (a pass at any time)      Repaired: back in service       NeedsRepair: no further request;
+                                                               a person removes the label ──▶
+                                                               Revalidating (history cleared)
+
+A node is asked for a repair only when its failure's taint or cordon is in force (the circuit
+breaker admitted it, so the nodes in repair never exceed its limits), its reason is neither
+systemic nor still undecided (a failure most of the run shares asks for nothing), and NVIDIA's
+documented action for its reason is a GPU reset or a reboot (the reason catalogue).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum, auto
+
+from gpuval_api.crd import Remediation, RemediationMode
+from gpuval_api.reasons import REPAIRABLE_ACTIONS, RepairAction, action_of
+from gpuval_api.remediation import RepairEnd, RepairState
+from gpuval_api.result import Verdict
+from gpuval_operator.remediation.record import RepairRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """spec.remediation as the loop uses it."""
+
+    mode: RemediationMode
+    max_repairs: int
+    window: int
+    timeout: int
+
+    @classmethod
+    def of(cls, spec: Remediation) -> Settings:
+        return cls(spec.mode, spec.max_repairs, spec.window_seconds, spec.timeout_seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """What the loop reads of a node: its validation's entry (verdict, reason, when, whether its
+    taint or cordon is in force, its repair record) and the node's own state."""
+
+    name: str
+    tested: str | None = None  # the latest verdict with evidence: Passed, Failed or None
+    reason: str | None = None
+    at: int = 0  # when the entry was written (Unix seconds)
+    in_force: bool = False  # Failed, and its taint or cordon applied (not held)
+    repair: RepairRecord | None = None
+    boot_id: str = ""
+    ready: bool = True
+    needs_repair_label: bool = False  # the label gpuval.dev/needs-repair is on the node
+    busy: bool = False  # the current run is testing it, or acting on its verdict
+
+
+class Do(Enum):
+    NOTHING = auto()
+    REQUEST = auto()  # ask the engine for `action`
+    NEEDS_REPAIR = auto()  # repair did not help: no further request
+    END = auto()  # the repair ended (`end` says how): validate the node again
+    REVALIDATE = auto()  # add it to the run, with the checks that failed
+    BY_PERSON = auto()  # a person removed the needs-repair label: validate it again
+    WITHDRAW = auto()  # spec.remediation was removed: drop the record, delete the object
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    do: Do
+    action: RepairAction | None = None
+    end: RepairEnd | None = None
+
+
+NOTHING = Step(Do.NOTHING)
+
+
+def decide(
+    view: NodeView,
+    settings: Settings | None,
+    *,
+    now: float,
+    object_end: RepairEnd | None = None,
+    systemic: Iterable[str] = (),
+    joined_at: float | None = None,
+) -> Step:
+    """The node's next step. `object_end`: how its request's object ended (mode Template; None
+    while it runs); `systemic`: the reasons the run holds as systemic or still undecided;
+    `joined_at`: when the keeper last added the node to a run for its re-validation."""
+    record = view.repair
+    if settings is None:
+        return Step(Do.WITHDRAW) if record is not None and record.active else NOTHING
+    if record is not None and record.state == RepairState.REQUESTED:
+        return _requested(view, record, settings, now, object_end)
+    if record is not None and record.state == RepairState.REVALIDATING:
+        if view.busy or not view.ready:
+            return NOTHING
+        if joined_at is None or now - joined_at >= settings.timeout:
+            return Step(Do.REVALIDATE)
+        return NOTHING
+    if record is not None and record.state == RepairState.NEEDS_REPAIR:
+        return NOTHING if view.needs_repair_label else Step(Do.BY_PERSON)
+    if not _failure_to_act_on(view, record) or view.reason in set(systemic):
+        return NOTHING
+    action = action_of(view.reason)
+    failed_again = record is not None and record.state == RepairState.FAILED_AGAIN
+    if action not in REPAIRABLE_ACTIONS:
+        # Repaired, and now failing with what no engine repairs: a person's.
+        return Step(Do.NEEDS_REPAIR, action) if failed_again else NOTHING
+    if record is not None and len(record.within(now, settings.window)) >= settings.max_repairs:
+        return Step(Do.NEEDS_REPAIR, action)
+    return Step(Do.REQUEST, action)
+
+
+def _requested(
+    view: NodeView,
+    record: RepairRecord,
+    settings: Settings,
+    now: float,
+    object_end: RepairEnd | None,
+) -> Step:
+    if object_end is not None:
+        return Step(Do.END, end=object_end)
+    # A reboot ends a repair asked through the condition; one asked through an object ends when
+    # the object says so: the engine checks the node after its reboot (NVSentinel's janitor waits
+    # for it to be Ready) before it marks the object done, and gpuval deletes an object it
+    # considers ended.
+    rebooted = view.boot_id and record.boot and view.boot_id != record.boot
+    if rebooted and not record.obj:
+        return Step(Do.END, end=RepairEnd.REBOOTED)
+    if now - record.asked >= settings.timeout:
+        return Step(Do.END, end=RepairEnd.TIMED_OUT)
+    return NOTHING
+
+
+def _failure_to_act_on(view: NodeView, record: RepairRecord | None) -> bool:
+    """A failure with its taint or cordon in force that the loop has not answered yet: the first,
+    one after a failed re-validation, or a new one after the node was back in service."""
+    if view.tested != Verdict.FAILED or not view.in_force or view.busy:
+        return False
+    if record is None or record.state == RepairState.FAILED_AGAIN:
+        return True
+    return record.state == RepairState.REPAIRED and view.at >= (record.back or 0)
+
+
+def next_count(record: RepairRecord | None) -> int:
+    """The number of the next request (its identity, $(REPAIR_ID))."""
+    return (record.count if record is not None else 0) + 1
+
+
+def requested(
+    view: NodeView,
+    action: RepairAction,
+    settings: Settings,
+    *,
+    now: float,
+    checks: tuple[str, ...] = (),
+    obj: str = "",
+    failed_at: float | None = None,
+) -> RepairRecord:
+    """The record once a repair is asked; `failed_at`: when the failure's verdict came (the
+    report's completion; else the entry's time)."""
+    previous = view.repair
+    stamp = int(now)
+    episode = previous is not None and previous.state == RepairState.FAILED_AGAIN
+    history = previous.within(now, settings.window) if previous is not None else ()
+    return RepairRecord(
+        state=RepairState.REQUESTED,
+        action=str(action),
+        reason=view.reason,
+        failed=(
+            previous.failed
+            if episode and previous is not None
+            else int(failed_at or view.at or stamp)
+        ),
+        asked=stamp,
+        boot=view.boot_id,
+        count=next_count(previous),
+        history=(*history, stamp),
+        checks=checks,
+        obj=obj,
+    )
+
+
+def needs_repair(
+    view: NodeView, action: RepairAction, settings: Settings, now: float
+) -> RepairRecord:
+    """The record once repair did not help."""
+    previous = view.repair
+    if previous is None:  # maxRepairs is at least 1: only a record's history reaches it
+        return RepairRecord(
+            RepairState.NEEDS_REPAIR, str(action), view.reason, view.at, int(now), view.boot_id, 0
+        )
+    failed = previous.failed if previous.state == RepairState.FAILED_AGAIN else view.at
+    return previous.moved(
+        RepairState.NEEDS_REPAIR,
+        reason=view.reason,
+        failed=failed,
+        history=previous.within(now, settings.window),
+    )
+
+
+def ended(record: RepairRecord, how: RepairEnd, now: float) -> RepairRecord:
+    """The record once its repair ended: the node is validated again."""
+    return record.moved(RepairState.REVALIDATING, ended=int(now), ended_by=str(how))
+
+
+def by_person(record: RepairRecord, now: float) -> RepairRecord:
+    """A person repaired the node by hand (removed the needs-repair label): validated again, its
+    repairs forgotten (what failed before is the old hardware's)."""
+    return record.moved(
+        RepairState.REVALIDATING, ended=int(now), ended_by=str(RepairEnd.PERSON), history=()
+    )
+
+
+def after_verdict(record: RepairRecord | None, verdict: Verdict, now: float) -> RepairRecord | None:
+    """The record once the node has a new verdict: a pass returns it to service whatever the
+    loop was waiting for; a failure of its re-validation is FailedAgain (the keeper asks again or
+    gives up); NotRun tells nothing."""
+    if record is None or verdict is Verdict.NOT_RUN:
+        return record
+    stamp = int(now)
+    if verdict is Verdict.PASSED:
+        if record.state == RepairState.REPAIRED:
+            return record
+        return record.moved(RepairState.REPAIRED, revalidated=stamp, back=stamp)
+    if record.state == RepairState.REVALIDATING:
+        return record.moved(RepairState.FAILED_AGAIN, revalidated=stamp)
+    return record
+
+
+def repair_checks(failed: Iterable[str], load_checks: Iterable[str], state: str) -> tuple[str, ...]:
+    """The checks of a re-validation: those that failed, the state check, and a load check when
+    none of the failed ones loads the GPUs (a node is proven under load, not at rest: NVSentinel
+    #1427). Empty: the spec's whole list (nothing known of what failed)."""
+    chosen = list(failed)
+    if not chosen:
+        return ()
+    loads = list(load_checks)
+    if state not in chosen:
+        chosen.insert(0, state)
+    if not any(c in loads for c in chosen) and loads:
+        chosen.append(loads[0])
+    return tuple(dict.fromkeys(chosen))
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A request whose outcome became known (for the metrics): the re-validation passed or
+    failed; `seconds`: failure → back in service."""
+
+    action: str
+    outcome: str  # "passed" or "failed"
+    seconds: float | None = None
+
+
+def outcome_of(before: RepairRecord | None, after: RepairRecord | None) -> Outcome | None:
+    """What a record's change says about its request, once per change."""
+    if after is None or before == after:
+        return None
+    moved = before is None or before.state != after.state
+    if not moved:
+        return None
+    if after.state == RepairState.REPAIRED and (before is None or before.active):
+        seconds = (after.back - after.failed) if after.back is not None else None
+        return Outcome(after.action, "passed", float(seconds) if seconds is not None else None)
+    # Failed again; or seen only once it needs repair (the keeper decided in the same pass).
+    if after.state == RepairState.FAILED_AGAIN or (
+        after.state == RepairState.NEEDS_REPAIR
+        and before is not None
+        and before.state == RepairState.REVALIDATING
+    ):
+        return Outcome(after.action, "failed")
+    return None
+
+
+def in_repair(records: Mapping[str, RepairRecord]) -> int:
+    return sum(1 for r in records.values() if r.active)

@@ -1,0 +1,424 @@
+"""The repair loop (spec.remediation) on the real control plane, with real agents (simulated
+backend) on kwok nodes: a failed node handed to the cluster's repair engine, proven under load
+after the repair, returned to service; repair that does not help stopped; never more nodes in
+repair than the breaker allows; nothing asked for a systemic failure.
+
+Where an engine cannot run here (docs/operator.md, "Remediation", says which were tried), the tests
+create its resource kinds from its published CRDs (tests/fixtures/remediation) and play its part, as
+NVSentinel's janitor would act on a RebootNode (the node reboots: a new boot ID; the object is
+marked done). Medik8s' NodeHealthCheck controller runs for real (gpuval_devtools.nhc, built from
+a checkout of its repository); its Self Node Remediation needs an agent on the node, so the test
+plays its reboot."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gpuval_api import keys
+from gpuval_devtools import nhc
+from gpuval_devtools.buildsteps import quiet
+from gpuval_devtools.controlplane import Cluster
+from gpuval_devtools.launch import kubectl_gpuval
+from tests.support.fleet import (
+    Fleet,
+    Operator,
+    apply,
+    completed_run,
+    conditions,
+    delete_validation,
+    events_of,
+    patch_spec,
+    pods_of,
+    scrape,
+    status_of,
+)
+from tests.support.kube import get_json, wait_for
+from tests.support.outofservice import watch
+from tests.support.repairs import (
+    REBOOT_NODE,
+    ObjectsSeen,
+    RepairsSeen,
+    conditions_of,
+    in_repair,
+    install_engine_crds,
+    mark_rebooted,
+    reboot,
+    repair_of,
+)
+
+pytestmark = pytest.mark.usefixtures("install_crds")
+
+# An XID whose documented action is a reboot (79: fallen off the bus), in the kernel log since boot:
+# the state check fails the node with KernelXidReboot before the load checks.
+XID_79 = {"kind": "kernel-xid", "xid": 79, "gpu": 2}
+QUICK = {"burn": {"durationSeconds": 1}}
+ACTIONS = {"taint": {"effect": "NoSchedule"}, "cordon": True, "maxNodes": "100%"}
+# How long the tests look for a request that must not come (several passes of the loop).
+LOOK = 8.0
+
+
+@pytest.fixture(scope="module")
+def engine_crds(cluster: Cluster) -> None:
+    install_engine_crds(cluster)
+
+
+def _node(cluster: Cluster, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = get_json(cluster, "node", name)
+    return found
+
+
+def _state(cluster: Cluster, node: str, validation: str) -> str:
+    return str(repair_of(_node(cluster, node), validation).get("state", ""))
+
+
+def _out_of_service(node: dict[str, Any]) -> bool:
+    taints = {t["key"] for t in node["spec"].get("taints") or []}
+    return keys.TAINT_KEY in taints or bool(node["spec"].get("unschedulable"))
+
+
+def _checks_of(pod: dict[str, Any]) -> list[str]:
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    checks = json.loads(env["GPUVAL_CHECKS"])
+    return sorted(
+        name
+        for name, section in checks.items()
+        if isinstance(section, dict) and section.get("enabled")
+    )
+
+
+def _repairs_listed(cluster: Cluster, name: str) -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = (status_of(cluster, name).get("remediation") or {}).get(
+        "nodes"
+    ) or []
+    return listed
+
+
+def _object_named(seen: ObjectsSeen, index: int) -> str:
+    return list(seen.uids.values())[index]
+
+
+def test_a_reboot_class_failure_is_repaired_once_proven_under_load_and_stopped_after_two_repairs(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Operator,
+    unique_name: Callable[[str], str],
+    engine_crds: None,
+) -> None:
+    node = fleet.add(unique_name("xid"), [XID_79])
+    name = unique_name("repair")
+    remediation = {
+        "mode": "Template",
+        "maxRepairs": 2,
+        "template": {
+            **REBOOT_NODE,
+            "spec": {"nodeName": "$(NODE_NAME)", "force": False},
+        },
+    }
+    spec = {"nodeActions": ACTIONS, "checks": QUICK, "remediation": remediation}
+    objects = ObjectsSeen()
+    with watch(cluster, ["rebootnodes"], objects):
+        with operator():
+            apply(cluster, fleet.validation(name, **spec))
+            first = completed_run(cluster, name)
+            wait_for("the RebootNode of the failure", lambda: objects.live, timeout=60)
+        # The operator restarts with the request out: it finds its object again.
+        with operator() as port:
+            wait_for(
+                "the restarted operator's status of the repair",
+                lambda: (status_of(cluster, name).get("remediation") or {}).get("inRepair") == 1,
+                timeout=60,
+            )
+            time.sleep(LOOK)
+            after_restart = dict(objects.uids)
+            requested = _node(cluster, node)
+            rebootnode = get_json(cluster, "rebootnode", _object_named(objects, 0))
+            # NVSentinel's janitor reboots the node (the XID is gone with the boot) and says so.
+            fleet.resimulate(node, [])
+            reboot(cluster, node, "boot-2")
+            mark_rebooted(cluster, _object_named(objects, 0))
+            wait_for(
+                "the node back in service",
+                lambda: (
+                    _state(cluster, node, name) == "Repaired"
+                    and not _out_of_service(_node(cluster, node))
+                ),
+                timeout=120,
+            )
+            back = _node(cluster, node)
+            wait_for(
+                "the status to show the node back",
+                lambda: [n.get("state") for n in _repairs_listed(cluster, name)] == ["Repaired"],
+                timeout=30,
+            )
+            revalidation = [
+                p for p in pods_of(cluster, name) if p["metadata"]["name"].endswith("-a2")
+            ]
+            shown = kubectl_gpuval(cluster, "status", name)
+            gone_after_end = not objects.live
+
+            # It fails again in the next run; a second repair does not help: NeedsRepair.
+            fleet.resimulate(node, [XID_79])
+            patch_spec(cluster, name, {"nodeTimeoutSeconds": 121})
+            wait_for("a second RebootNode", lambda: len(objects.uids) == 2, timeout=120)
+            reboot(cluster, node, "boot-3")
+            mark_rebooted(cluster, _object_named(objects, 1))
+            wait_for(
+                "NeedsRepair", lambda: _state(cluster, node, name) == "NeedsRepair", timeout=120
+            )
+            time.sleep(LOOK)
+            needs = _node(cluster, node)
+            metrics = scrape(port)
+            needs_status = status_of(cluster, name)
+            node_events = events_of(cluster, node)
+
+            # A person repairs the node by hand and removes the label: validated again, back.
+            fleet.resimulate(node, [])
+            cluster.kubectl("label", "node", node, f"{keys.NODE_LABEL_NEEDS_REPAIR}-")
+            wait_for(
+                "the node back after a repair by hand",
+                lambda: (
+                    _state(cluster, node, name) == "Repaired"
+                    and not _out_of_service(_node(cluster, node))
+                ),
+                timeout=120,
+            )
+            by_hand = _node(cluster, node)
+            delete_validation(cluster, name)
+
+    # The failure, its one object, found again after the restart.
+    assert [f["reason"] for f in first["failingNodes"]] == ["KernelXidReboot"]
+    assert len(after_restart) == 1, f"one object per failure, none after a restart: {after_restart}"
+    assert rebootnode["spec"] == {"nodeName": node, "force": False}
+    labels = rebootnode["metadata"]["labels"]
+    assert labels[keys.LABEL_VALIDATION] == name and labels[keys.LABEL_REPAIR] == "1"
+    assert rebootnode["metadata"]["ownerReferences"][0]["name"] == name
+    assert _out_of_service(requested) and in_repair(requested)
+    asked = conditions_of(requested)[keys.NODE_CONDITION_REPAIR_REQUESTED]
+    assert asked["reason"] == "Reboot" and "KernelXidReboot asks for Reboot" in asked["message"]
+    # Proven under load with what failed, then back in service.
+    assert len(revalidation) == 1 and _checks_of(revalidation[0]) == ["burn", "state"]
+    assert (
+        not _out_of_service(back) and conditions_of(back)[keys.NODE_CONDITION]["status"] == "True"
+    )
+    record = repair_of(back, name)
+    assert record["ended_by"] in ("Done", "Rebooted"), record
+    assert gone_after_end, "the object is deleted once its repair ended"
+    assert shown.returncode == 0, shown.stderr
+    lines = [line for line in shown.stdout.splitlines() if node in line and "Repaired" in line]
+    assert len(lines) == 1, shown.stdout
+    path = lines[0]
+    for step in (
+        "failed 20",
+        "Reboot asked 20",
+        "ended 20",
+        "re-validated 20",
+        "back in service 20",
+    ):
+        assert step in path, path
+    # Two repairs, then no third request.
+    assert len(objects.uids) == 2, objects.uids
+    assert needs["metadata"]["labels"][keys.NODE_LABEL_NEEDS_REPAIR] == "true"
+    needs_condition = conditions_of(needs)[keys.NODE_CONDITION_NEEDS_REPAIR]
+    assert (needs_condition["status"], needs_condition["reason"]) == ("True", "NeedsRepair")
+    assert conditions_of(needs)[keys.NODE_CONDITION_REPAIR_REQUESTED]["status"] == "False"
+    assert _out_of_service(needs), "a node that needs repair stays out of service"
+    assert any(e["reason"] == "NodeNeedsRepair" and e["type"] == "Warning" for e in node_events)
+    assert needs_status["remediation"]["needsRepair"] == 1
+    needs_series = f'node="{node}",reason="KernelXidReboot",validation="{name}"'
+    assert f"gpuval_node_needs_repair{{{needs_series}}} 1.0" in metrics
+    assert (
+        f'gpuval_repair_requests_total{{action="Reboot",outcome="passed",validation="{name}"}} 1.0'
+        in metrics
+    )
+    assert (
+        f'gpuval_repair_requests_total{{action="Reboot",outcome="failed",validation="{name}"}} 1.0'
+        in metrics
+    )
+    assert f'gpuval_repair_back_in_service_seconds_count{{validation="{name}"}} 1.0' in metrics
+    # Repaired by hand: the label removed, the node proven and back.
+    assert keys.NODE_LABEL_NEEDS_REPAIR not in by_hand["metadata"]["labels"]
+    assert conditions_of(by_hand)[keys.NODE_CONDITION_NEEDS_REPAIR]["status"] == "False"
+    assert len(objects.uids) == 2, "a repair by hand asks the engine for nothing"
+
+
+def test_thirty_failing_nodes_under_a_breaker_of_three_and_a_systemic_failure_asks_nothing(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Operator,
+    unique_name: Callable[[str], str],
+) -> None:
+    # A systemic failure first: 4 of 6 nodes fail alike, so no repair is asked of anyone.
+    label = unique_name("sys")
+    bad = set(
+        fleet.add_many({unique_name("s"): [XID_79] for _ in range(4)}, labels={"half": label})
+    )
+    fleet.add_many({unique_name("ok"): [] for _ in range(2)}, labels={"half": label})
+    systemic = unique_name("systemic")
+    flaky = set(
+        fleet.add_many({unique_name("f"): [XID_79] for _ in range(30)}, labels={"half": "b"})
+    )
+    name = unique_name("breaker")
+    seen = RepairsSeen()
+    condition = {
+        "checks": QUICK,
+        "remediation": {},
+        "maxConcurrent": "100%",
+        "nodeTimeoutSeconds": 900,
+    }
+    with watch(cluster, ["nodes", "-l", f"gpuval-test={fleet.label}"], seen), operator() as port:
+        body = fleet.validation(systemic, nodeActions={**ACTIONS}, **condition)
+        body["spec"]["nodeSelector"]["matchLabels"]["half"] = label
+        apply(cluster, body)
+        held = completed_run(cluster, systemic, timeout=300)
+        time.sleep(LOOK)
+        asked_for_systemic = seen.ever_requested & bad
+        delete_validation(cluster, systemic)
+
+        # Thirty nodes failing with a reboot-class XID, a breaker of 3: the engine (the test)
+        # reboots each node it is asked to repair, and every repaired node passes.
+        actions = {**ACTIONS, "maxNodes": 3, "systemicFraction": 1}
+        body = fleet.validation(name, nodeActions=actions, **condition)
+        body["spec"]["nodeSelector"]["matchLabels"]["half"] = "b"
+        apply(cluster, body)
+        rebooted: set[str] = set()
+        reasons: dict[str, str] = {}
+        deadline = time.monotonic() + 540
+        while time.monotonic() < deadline:
+            nodes = (get_json(cluster, "nodes", "-l", "half=b") or {}).get("items", [])
+            for obj in nodes:
+                node = obj["metadata"]["name"]
+                if in_repair(obj) and node not in rebooted:
+                    reasons[node] = conditions_of(obj)[keys.NODE_CONDITION_REPAIR_REQUESTED][
+                        "reason"
+                    ]
+                    fleet.resimulate(node, [])
+                    reboot(cluster, node, "boot-2")
+                    rebooted.add(node)
+            back = [o for o in nodes if repair_of(o, name).get("state") == "Repaired"]
+            if len(back) == len(flaky):
+                break
+            time.sleep(1)
+        metrics = scrape(port)
+        final = wait_for(
+            "the status to show no node in repair",
+            lambda: (
+                (s := status_of(cluster, name)).get("remediation", {}).get("inRepair") == 0 and s
+            ),
+            timeout=30,
+        )
+        delete_validation(cluster, name)
+
+    assert held["nodes"]["failed"] == 4
+    assert conditions(held)["SystemicFailure"]["status"] == "True"
+    assert asked_for_systemic == set(), "a systemic failure asks for no repair"
+    assert seen.most_requested <= 3, f"{seen.most_requested} nodes in repair at once, breaker 3"
+    assert seen.most_out <= 3, f"{seen.most_out} nodes out of service at once, breaker 3"
+    assert seen.most_requested == 3, "the breaker's slots were used"
+    assert rebooted == flaky, f"{len(flaky - rebooted)} nodes never repaired"
+    assert set(reasons.values()) == {"Reboot"}, "the condition's reason is the action"
+    assert final["remediation"]["needsRepair"] == 0
+    assert (
+        f'gpuval_repair_requests_total{{action="Reboot",outcome="passed",validation="{name}"}} 30.0'
+        in metrics
+    )
+
+
+@pytest.fixture
+def node_health_check(cluster: Cluster, engine_crds: None) -> Any:
+    """Medik8s' NodeHealthCheck controller running against the cluster (skipped without a
+    checkout to build it from: gpuval_devtools.nhc)."""
+    try:
+        nhc.build(log=quiet)
+    except nhc.NotAvailableError as exc:
+        pytest.skip(str(exc))
+    cluster.kubectl("create", "namespace", nhc.NAMESPACE, check=False)
+    controller = nhc.NodeHealthCheckController.start(cluster.kubeconfig, log=quiet)
+    try:
+        yield controller
+    finally:
+        controller.stop()
+
+
+def test_a_node_health_check_acts_on_the_condition_and_gpuval_proves_the_node_before_it_works(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Operator,
+    unique_name: Callable[[str], str],
+    node_health_check: Any,
+) -> None:
+    node = fleet.add(unique_name("nhc"), [XID_79])
+    fleet.add_many({unique_name("fine"): [] for _ in range(2)})
+    name, check = unique_name("condition"), unique_name("nhc")
+    template = {
+        "apiVersion": "self-node-remediation.medik8s.io/v1alpha1",
+        "kind": "SelfNodeRemediationTemplate",
+        "metadata": {"name": check, "namespace": nhc.NAMESPACE},
+        "spec": {"template": {"spec": {"remediationStrategy": "Automatic"}}},
+    }
+    health_check = {
+        "apiVersion": "remediation.medik8s.io/v1alpha1",
+        "kind": "NodeHealthCheck",
+        "metadata": {"name": check},
+        "spec": {
+            "selector": {"matchLabels": {"gpuval-test": fleet.label}},
+            "minHealthy": "51%",
+            "remediationTemplate": {
+                "apiVersion": template["apiVersion"],
+                "kind": template["kind"],
+                "name": check,
+                "namespace": nhc.NAMESPACE,
+            },
+            "unhealthyConditions": [
+                {"type": keys.NODE_CONDITION_REPAIR_REQUESTED, "status": "True", "duration": "0s"}
+            ],
+        },
+    }
+    snr = ["selfnoderemediations", "-n", nhc.NAMESPACE]
+    cluster.apply([template, health_check])
+    try:
+        with operator():
+            apply(
+                cluster, fleet.validation(name, nodeActions=ACTIONS, checks=QUICK, remediation={})
+            )
+            made = wait_for(
+                "the NodeHealthCheck's SelfNodeRemediation",
+                lambda: get_json(cluster, *snr[:1], node, *snr[1:]),
+                timeout=120,
+            )
+            asked = _node(cluster, node)
+            # Self Node Remediation reboots the node (the XID gone with the boot).
+            fleet.resimulate(node, [])
+            reboot(cluster, node, "boot-2")
+            wait_for(
+                "the node proven and back in service",
+                lambda: (
+                    _state(cluster, node, name) == "Repaired"
+                    and not _out_of_service(_node(cluster, node))
+                ),
+                timeout=120,
+            )
+            wait_for(
+                "the NodeHealthCheck to end its remediation",
+                lambda: not (get_json(cluster, *snr) or {}).get("items"),
+                timeout=60,
+            )
+            back = _node(cluster, node)
+            delete_validation(cluster, name)
+    finally:
+        cluster.kubectl("delete", "nodehealthcheck", check, "--wait=false", check=False)
+
+    requested = conditions_of(asked)[keys.NODE_CONDITION_REPAIR_REQUESTED]
+    assert (requested["status"], requested["reason"]) == ("True", "Reboot")
+    validated = conditions_of(asked)[keys.NODE_CONDITION]
+    assert validated["status"] == "False"
+    assert f"failed by {name} (KernelXidReboot; NVIDIA's action: Reboot)" in validated["message"]
+    assert made["metadata"]["ownerReferences"][0]["kind"] == "NodeHealthCheck"
+    assert _out_of_service(asked), "the node stays out of service while the engine repairs it"
+    after = conditions_of(back)[keys.NODE_CONDITION_REPAIR_REQUESTED]
+    assert (after["status"], after["reason"]) == ("False", "Repaired")
+    assert conditions_of(back)[keys.NODE_CONDITION]["status"] == "True"

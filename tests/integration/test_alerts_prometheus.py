@@ -3,7 +3,8 @@ operator's /metrics (the operator running with the chart's ServiceAccount and co
 simulated node fails its burn, evaluates the chart's rules, and the alert reaches `firing` in
 Prometheus' HTTP API. In the same setting every Grafana dashboard query is run against what
 Prometheus scraped from the operator, and must return series (a validation with spec.baseline
-learns its pool's baseline, then runs again against it, for the baseline panels').
+learns its pool's baseline, then runs again against it, for the baseline panels'); the repairs
+row's, which only a repair loop makes, test_operator_remediation runs the same way.
 
 Scrape and evaluation intervals are one second; every wait is bounded.
 """
@@ -12,23 +13,24 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import re
-import subprocess
-import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from gpuval_devtools.controlplane import Cluster, debian_binary
+from gpuval_devtools.controlplane import Cluster
 from tests.integration.test_grafana_alert import burn_expr, rendered
 from tests.support import chart
 from tests.support.kube import get_json, wait_for
+from tests.support.prometheus import (
+    REPAIR_ROW,
+    dashboard_queries,
+    firing,
+    prometheus,
+)
 
 MISCOMPARE = [{"kind": "miscompare", "gpu": 3}]
 # Hardware-state findings the healthy pool's validation only warns about: the node passes, and the
@@ -50,7 +52,6 @@ FABRIC = {
     "iterations": 2,
     "timeouts": {"gangSeconds": 30, "initSeconds": 20, "phaseSeconds": 20},
 }
-DASHBOARD = chart.CHART / "files" / "dashboard.json"
 # The simulated nodes' GPU stack names the baseline a validation learns (cluster-scoped).
 LEARNED = "nvidia-h200-x8-700w-gen5x16"
 METRIC_NAME = re.compile(r"\bgpuval_[a-z0-9_]+\b")
@@ -62,87 +63,6 @@ def release(cluster: Cluster, install_crds: list[str]) -> Iterator[chart.Release
         yield installed
 
 
-class Prometheus:
-    def __init__(self, port: int) -> None:
-        self.base = f"http://127.0.0.1:{port}"
-
-    def get(self, path: str, **params: str) -> Any:
-        query = f"?{urllib.parse.urlencode(params)}" if params else ""
-        with urllib.request.urlopen(self.base + path + query, timeout=10) as answer:
-            return json.loads(answer.read())
-
-    def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.base + "/-/ready", timeout=2) as answer:
-                return bool(answer.status == 200)
-        except OSError:
-            return False
-
-    def query(self, expr: str) -> list[dict[str, Any]]:
-        answer = self.get("/api/v1/query", query=expr)
-        assert answer["status"] == "success", answer
-        result: list[dict[str, Any]] = answer["data"]["result"]
-        return result
-
-    def alerts(self) -> list[dict[str, Any]]:
-        alerts: list[dict[str, Any]] = self.get("/api/v1/alerts")["data"]["alerts"]
-        return alerts
-
-    def target_health(self) -> list[str]:
-        targets = self.get("/api/v1/targets")["data"]["activeTargets"]
-        return [t["health"] for t in targets]
-
-
-@contextlib.contextmanager
-def prometheus(metrics_port: int, workdir: Path) -> Iterator[Prometheus]:
-    """Debian's prometheus on loopback, scraping the operator every second and evaluating the
-    chart's rules (every `for` at 0 so the test waits seconds, not minutes) every second."""
-    binary = debian_binary("prometheus", ["prometheus"], log=lambda _m: None)["prometheus"]
-    objs = chart.render(
-        values={
-            "prometheusRule.enabled": True,
-            "prometheusRule.nodeFailed.for": "0m",
-        }
-    )
-    rules = workdir / "gpuval-rules.yaml"
-    rules.write_text(yaml.safe_dump(chart.find(objs, "PrometheusRule")["spec"]))
-    config = workdir / "prometheus.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                "rule_files": [str(rules)],
-                "scrape_configs": [
-                    {
-                        "job_name": "gpuval-operator",
-                        "static_configs": [{"targets": [f"127.0.0.1:{metrics_port}"]}],
-                    }
-                ],
-            }
-        )
-    )
-    port = chart.free_port()
-    argv = [
-        str(binary),
-        f"--config.file={config}",
-        f"--storage.tsdb.path={workdir / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-    ]
-    with (workdir / "prometheus.log").open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            server = Prometheus(port)
-            wait_for("prometheus to be ready", server.ready, timeout=60)
-            yield server
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
 def _completed(cluster: Cluster, name: str) -> bool:
     status = (get_json(cluster, "gpuvalidation", name) or {}).get("status") or {}
     return bool((status.get("run") or {}).get("completedAt"))
@@ -150,35 +70,6 @@ def _completed(cluster: Cluster, name: str) -> bool:
 
 def _gone(cluster: Cluster, name: str) -> bool:
     return get_json(cluster, "gpuvalidation", name) is None
-
-
-def _firing(server: Prometheus, alertname: str, node: str) -> dict[str, Any] | None:
-    for alert in server.alerts():
-        labels = alert["labels"]
-        if (labels["alertname"], labels.get("node"), alert["state"]) == (alertname, node, "firing"):
-            return alert
-    return None
-
-
-def dashboard_queries() -> list[tuple[str, str]]:
-    """(panel title, PromQL) of every dashboard query, the template variables set to match all."""
-    dashboard = json.loads(DASHBOARD.read_text())
-    queries = [
-        (panel["title"], target["expr"])
-        for panel in dashboard["panels"]
-        for target in panel.get("targets", [])
-    ]
-    for variable in dashboard["templating"]["list"]:
-        if variable["type"] == "query":
-            query = variable["query"]
-            # label_values(expr, label) is Grafana's, not PromQL: its series selector is.
-            selector = re.fullmatch(r"label_values\((.+), *\w+\)", query)
-            assert selector, query
-            queries.append((f"variable {variable['name']}", selector.group(1)))
-    return [
-        (title, expr.replace('"$validation"', '".*"').replace('"$node"', '".*"'))
-        for title, expr in queries
-    ]
 
 
 def holding_gpus(node: str, name: str) -> dict[str, Any]:
@@ -282,19 +173,19 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
             second_run(cluster, f"alerts-{baseline_pool}")
             burn = wait_for(
                 f"GpuvalNodeFailedBurn for {bad} to reach firing in Prometheus",
-                lambda: _firing(server, "GpuvalNodeFailedBurn", bad),
+                lambda: firing(server, "GpuvalNodeFailedBurn", bad),
                 timeout=60,
                 interval=1,
             )
             failed = wait_for(
                 f"GpuvalNodeFailed for {bad} to reach firing in Prometheus",
-                lambda: _firing(server, "GpuvalNodeFailed", bad),
+                lambda: firing(server, "GpuvalNodeFailed", bad),
                 timeout=60,
                 interval=1,
             )
             fabric = wait_for(
                 f"GpuvalNodeFabricFailed for {slow} to reach firing in Prometheus",
-                lambda: _firing(server, "GpuvalNodeFabricFailed", slow),
+                lambda: firing(server, "GpuvalNodeFabricFailed", slow),
                 timeout=60,
                 interval=1,
             )
@@ -316,7 +207,12 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
             alerts = server.alerts()
             assert server.target_health() == ["up"]
             scraped = chart.scrape(port)
-            empty = [(title, expr) for title, expr in dashboard_queries() if not server.query(expr)]
+            # The repair row's series come from a repair loop: test_operator_remediation.
+            empty = [
+                (title, expr)
+                for title, expr in dashboard_queries(without={REPAIR_ROW})
+                if not server.query(expr)
+            ]
             warned = server.query(f'gpuval_node_state_finding_info{{node="{healthy}"}}')
             grown = server.query(f'gpuval_node_state_counters_grown{{node="{healthy}"}}')
             ports_down = server.query(f'gpuval_node_ib_ports_down{{node="{healthy}"}}')
@@ -367,8 +263,14 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
     assert {r["metric"]["check"]: r["value"][1] for r in grown}["burn"] == "1"
     assert [r["value"][1] for r in ports_down] == ["1"]
     exported = set(re.findall(r"^(gpuval_[a-z0-9_]+)", scraped, flags=re.MULTILINE))
-    dashboard_names = set(METRIC_NAME.findall(DASHBOARD.read_text()))
+    queried = " ".join(expr for _title, expr in dashboard_queries(without={REPAIR_ROW}))
+    dashboard_names = set(METRIC_NAME.findall(queried))
+    assert len(dashboard_names) >= 20, dashboard_names
     assert dashboard_names <= exported, sorted(dashboard_names - exported)
     rule_names = set(METRIC_NAME.findall((tmp_path / "gpuval-rules.yaml").read_text()))
     assert len(rule_names) >= 6
-    assert rule_names <= exported, sorted(rule_names - exported)
+    # The needs-repair rule's series comes from a repair loop: test_operator_remediation.
+    repair_names = set(
+        METRIC_NAME.findall(" ".join(e for _t, e in dashboard_queries(only={REPAIR_ROW})))
+    )
+    assert rule_names - repair_names <= exported, sorted(rule_names - repair_names - exported)

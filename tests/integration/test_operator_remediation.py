@@ -13,8 +13,10 @@ plays its reboot."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,6 +41,7 @@ from tests.support.fleet import (
 )
 from tests.support.kube import get_json, wait_for
 from tests.support.outofservice import watch
+from tests.support.prometheus import REPAIR_ROW, dashboard_queries, firing, prometheus
 from tests.support.repairs import (
     REBOOT_NODE,
     ObjectsSeen,
@@ -98,16 +101,23 @@ def _repairs_listed(cluster: Cluster, name: str) -> list[dict[str, Any]]:
     return listed
 
 
+def _scraped_with(port: int, series: str) -> str | None:
+    """The operator's metrics once they hold `series`."""
+    text = scrape(port)
+    return text if series in text else None
+
+
 def _object_named(seen: ObjectsSeen, index: int) -> str:
     return list(seen.uids.values())[index]
 
 
+@pytest.mark.usefixtures("engine_crds")
 def test_a_reboot_class_failure_is_repaired_once_proven_under_load_and_stopped_after_two_repairs(
     cluster: Cluster,
     fleet: Fleet,
     operator: Operator,
     unique_name: Callable[[str], str],
-    engine_crds: None,
+    tmp_path: Path,
 ) -> None:
     node = fleet.add(unique_name("xid"), [XID_79])
     name = unique_name("repair")
@@ -126,12 +136,21 @@ def test_a_reboot_class_failure_is_repaired_once_proven_under_load_and_stopped_a
             apply(cluster, fleet.validation(name, **spec))
             first = completed_run(cluster, name)
             wait_for("the RebootNode of the failure", lambda: objects.live, timeout=60)
-        # The operator restarts with the request out: it finds its object again.
-        with operator() as port:
+        # The operator restarts with the request out: it finds its object again. Prometheus scrapes
+        # it from here on, for the dashboard's repair row.
+        with operator() as port, prometheus(port, tmp_path) as server:
             wait_for(
                 "the restarted operator's status of the repair",
                 lambda: (status_of(cluster, name).get("remediation") or {}).get("inRepair") == 1,
                 timeout=60,
+            )
+            in_repair_series = (
+                f'gpuval_repairs_in_progress{{action="Reboot",validation="{name}"}} 1.0'
+            )
+            in_repair_metrics = wait_for(
+                "the node in repair in the metrics",
+                lambda: _scraped_with(port, in_repair_series),
+                timeout=30,
             )
             time.sleep(LOOK)
             after_restart = dict(objects.uids)
@@ -173,6 +192,20 @@ def test_a_reboot_class_failure_is_repaired_once_proven_under_load_and_stopped_a
             time.sleep(LOOK)
             needs = _node(cluster, node)
             metrics = scrape(port)
+            repair_panels = dashboard_queries(only={REPAIR_ROW})
+            wait_for(
+                "Prometheus to find series for every query of the dashboard's repair row",
+                lambda: all(server.query(expr) for _title, expr in repair_panels),
+                timeout=30,
+                interval=1,
+            )
+            no_series = [(title, expr) for title, expr in repair_panels if not server.query(expr)]
+            needs_alert = wait_for(
+                "GpuvalNodeNeedsRepair to reach firing in Prometheus",
+                lambda: firing(server, "GpuvalNodeNeedsRepair", node),
+                timeout=30,
+                interval=1,
+            )
             needs_status = status_of(cluster, name)
             node_events = events_of(cluster, node)
 
@@ -240,6 +273,21 @@ def test_a_reboot_class_failure_is_repaired_once_proven_under_load_and_stopped_a
         in metrics
     )
     assert f'gpuval_repair_back_in_service_seconds_count{{validation="{name}"}} 1.0' in metrics
+    # Every panel of the dashboard's repair row finds series in what Prometheus scraped.
+    assert len(repair_panels) >= 5, repair_panels
+    assert not no_series, f"repair panels with no series from the operator: {no_series}"
+    # The node in repair was a series while its repair was out (none once it ended).
+    exported = set(
+        re.findall(r"^(gpuval_[a-z0-9_]+)", metrics + in_repair_metrics, flags=re.MULTILINE)
+    )
+    queried = set(re.findall(r"\bgpuval_[a-z0-9_]+\b", " ".join(e for _t, e in repair_panels)))
+    assert len(queried) == 5 and queried <= exported, sorted(queried - exported)
+    # The chart's rule on it fires, naming the node, its validation and its reason.
+    labels = needs_alert["labels"]
+    assert (labels["validation"], labels["reason"]) == (name, "KernelXidReboot"), labels
+    assert needs_alert["annotations"]["summary"] == (
+        f"GPU node {node} needs repair by a person (KernelXidReboot)"
+    )
     # Repaired by hand: the label removed, the node proven and back.
     assert keys.NODE_LABEL_NEEDS_REPAIR not in by_hand["metadata"]["labels"]
     assert conditions_of(by_hand)[keys.NODE_CONDITION_NEEDS_REPAIR]["status"] == "False"

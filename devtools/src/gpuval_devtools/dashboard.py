@@ -453,7 +453,8 @@ def per_gpu_row(first_id: int) -> list[Builder[models.Panel]]:
     return [
         series_panel(
             first_id + index,
-            f"{figure.label} per GPU",
+            # A rate that is already a GPU's ("Training throughput per GPU") says it once.
+            figure.label if figure.label.endswith(" per GPU") else f"{figure.label} per GPU",
             [(f"gpuval_gpu_{figure.prometheus}", "")],
             _grafana_unit(figure),
         )

@@ -1,6 +1,6 @@
 """The circuit breaker on node actions and the systemic hold (gpuval_operator.nodes.breaker,
-run.holds, gpuval_api.release): which failing node may be taken out of service, counted from the
-nodes, and what the validation's conditions say about the rest."""
+run.breakerstate, gpuval_api.release): which failing node may be taken out of service, counted
+from the nodes, and what the validation's conditions say about the rest."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from gpuval_operator.nodes.breaker import (
     undecided,
 )
 from gpuval_operator.nodes.entries import NodeEntry, entry_key, next_entry
-from gpuval_operator.run.holds import (
+from gpuval_operator.run.breakerstate import (
     BreakerState,
     Systemic,
     as_of,

@@ -14,7 +14,7 @@ from gpuval_operator.control.ingest import ChildIngest
 from gpuval_operator.readmodel.metrics import make_registry
 from gpuval_operator.readmodel.registry import Registry
 from gpuval_operator.readmodel.validation import NodeResult, ValidationState
-from gpuval_operator.run.holds import Systemic
+from gpuval_operator.run.breakerstate import Systemic
 from gpuval_operator.run.state import RunState
 
 

@@ -2,7 +2,7 @@
 
 It reads each selected node's record from the node watch (the validation's entry on the node),
 asks `remediation.machine.decide` for the node's next step and carries it out: a request (the
-breaker's ledger admits the node first; in mode Template the object is made from the template,
+operator-wide breaker admits the node first; in mode Template the object is made from the template,
 labelled and owned, before the node's record says Requested, so a restart finds it and a repeated
 create gets 409), the end of a repair (the record first, then the object deleted), NeedsRepair,
 a person's repair, a withdrawal; and it hands the nodes to validate again to the run
@@ -32,7 +32,7 @@ from gpuval_operator.kube import events
 from gpuval_operator.nodes.actor import NodeActor
 from gpuval_operator.nodes.entries import NodeEntry
 from gpuval_operator.nodes.facts import NodeFacts
-from gpuval_operator.nodes.ledger import OutOfServiceLedger
+from gpuval_operator.nodes.operatorbreaker import OperatorBreaker
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.remediation import machine
@@ -69,10 +69,10 @@ class RepairKeeper:
         actor: NodeActor,
         node_watch: NodeWatch,
         state: ValidationState,
-        ledger: OutOfServiceLedger | None,
+        operator_breaker: OperatorBreaker | None,
     ) -> None:
         self.effects, self.actor, self.node_watch = effects, actor, node_watch
-        self.state, self.ledger = state, ledger
+        self.state, self.operator_breaker = state, operator_breaker
         self.validation = effects.name
         self.objects = RepairObjects(effects.client, effects.name, effects.uid, self._refused)
         # When each node was last handed to a run for its re-validation (epoch seconds).
@@ -288,9 +288,11 @@ class RepairKeeper:
         gpus = failing_gpus(report)
         checks = machine.repair_checks(gpus.checks, LOAD_CHECKS, CheckName.STATE.value)
         key = label_value(self.validation)
-        if self.ledger is not None:
+        if self.operator_breaker is not None:
             limit = planning.concurrency_limit(spec.node_actions.max_nodes, len(run.nodes))
-            cause = await self.ledger.admit(view.name, key, run.breaker.approved_at, limit)
+            cause = await self.operator_breaker.admit(
+                view.name, key, run.breaker.approved_at, limit
+            )
             if cause is not None:
                 # Held by the breaker (a node that never entered service: an admitted failure's
                 # slot is its taint's): asked once a slot is free.
@@ -363,9 +365,9 @@ class RepairKeeper:
         await self._say(node, None, what, EventReason.REPAIR_NOT_REQUESTED, message, warning=True)
 
     def _release(self, node: str) -> None:
-        """End a reservation of the ledger: the node now counts as it was written."""
-        if self.ledger is not None:
-            self.ledger.release(node, label_value(self.validation))
+        """End a reservation of the operator-wide breaker: the node now counts as it was written."""
+        if self.operator_breaker is not None:
+            self.operator_breaker.unreserve(node, label_value(self.validation))
 
     async def _say(
         self,

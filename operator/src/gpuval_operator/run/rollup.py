@@ -18,7 +18,7 @@ from gpuval_api.crd import RunTrigger
 from gpuval_api.report import StatusKey
 from gpuval_operator.fabric.rollup import build_fabric_status
 from gpuval_operator.names import run_number
-from gpuval_operator.run.holds import held_condition, systemic_condition
+from gpuval_operator.run.breakerstate import held_condition, systemic_condition
 from gpuval_operator.run.refusals import refused_condition
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
 from gpuval_operator.run.uniformity import Outlier

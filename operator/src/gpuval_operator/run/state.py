@@ -28,8 +28,8 @@ from gpuval_operator.fabric.podfacts import FabricPodFacts
 from gpuval_operator.fabric.state import FabricState
 from gpuval_operator.planning import Candidate
 from gpuval_operator.podfacts import DeviceHealthFact, PodFacts
+from gpuval_operator.run.breakerstate import BreakerState
 from gpuval_operator.run.facts import ReportFacts
-from gpuval_operator.run.holds import BreakerState
 from gpuval_operator.run.refusals import Refused
 from gpuval_operator.run.uniformity import Outlier
 
@@ -210,7 +210,7 @@ class RunState:
     queued_events: int = 0
     # Something the status shows changed since the status was last written.
     dirty: bool = False
-    # Node actions held by the circuit breaker or the systemic hold (gpuval_operator.run.holds).
+    # The run's breaker: node actions held for a limit or the systemic hold (run.breakerstate).
     breaker: BreakerState = field(default_factory=BreakerState)
     # Node actions under way for verdicts that came at once: (applied, of), None when none are
     # (a fabric settles every node at its end; the status shows the progress).

@@ -1,6 +1,6 @@
-"""The operator-wide ledger of nodes gpuval holds out of service: counted from the nodes, reserved
-before a patch, so concurrent node patches of every validation this operator runs cannot race
-past the limits.
+"""The operator-wide breaker: the nodes gpuval holds out of service, counted from the nodes and
+reserved before a patch, so concurrent node patches of every validation this operator runs
+cannot race past the limits (the decisions are gpuval_operator.nodes.breaker's).
 
 The nodes are the truth: one label-selected list (gpuval.dev/out-of-service, a handful of nodes)
 gives every node gpuval holds out of service and, from each validation's entry on it, through
@@ -9,7 +9,7 @@ operator, or the standby that takes the Lease, lists the same nodes and counts t
 the operator, an admission and its reservation happen under one lock, and a reservation stands
 until the node as the patch left it is known (the API server's answer, or the next list), so two
 patches in flight never both take the last slot. One replica acts at a time (the leader Lease):
-the ledger does not guard against two operators acting at once.
+the breaker does not guard against two operators acting at once.
 
 Listing is lazy: a grant may use the last list (only this operator adds nodes, and its own are
 reserved), a hold lists again first when the last list is older than a second (a node may have
@@ -34,27 +34,29 @@ log = logging.getLogger(__name__)
 
 # A hold lists the nodes again when the last list is older than this (seconds).
 RECOUNT_BEFORE_HOLD = 1.0
-# Any admission lists them again past this (seconds), so the figures stay near the truth.
+# Any admission lists them again past this (seconds), so the counts stay near the truth.
 RECOUNT_ANYWAY = 30.0
 
 
 @dataclass(slots=True)
-class OutOfService:
-    """The nodes gpuval holds out of service as the ledger last counted them from the nodes: in
-    all, by validation key, and the operator-wide limit."""
+class OutOfServiceCounts:
+    """The nodes gpuval holds out of service as the breaker last counted them from the nodes: in
+    all, by validation key, and the operator-wide limit (what the metrics export)."""
 
     limit: int = 0
     total: int = 0
     by_validation: dict[str, int] = field(default_factory=dict)
 
 
-class OutOfServiceLedger:
-    def __init__(self, client: KubeClient, limit: int, figures: OutOfService | None = None) -> None:
+class OperatorBreaker:
+    def __init__(
+        self, client: KubeClient, limit: int, counts: OutOfServiceCounts | None = None
+    ) -> None:
         self.client = client
         self.limit = limit
         self.view = View()
-        self.figures = figures or OutOfService()
-        self.figures.limit = limit
+        self.counts = counts or OutOfServiceCounts()
+        self.counts.limit = limit
         self._lock = asyncio.Lock()
         self._listed_at = float("-inf")
         # Reserved nodes whose patch ended without telling how it left the node: kept reserved
@@ -88,9 +90,9 @@ class OutOfServiceLedger:
                 self._unknown[node, validation] = time.monotonic()
             return
         self.observe(patched)
-        self.release(node, validation)
+        self.unreserve(node, validation)
 
-    def release(self, node: str, validation: str) -> None:
+    def unreserve(self, node: str, validation: str) -> None:
         """Drop `validation`'s reservation of `node` (unused: the patch was refused before it
         changed anything, or its outcome is now known)."""
         held = self.view.reserved.get(node)
@@ -149,10 +151,10 @@ class OutOfServiceLedger:
         for (name, validation), ended in list(self._unknown.items()):
             if ended < began:
                 del self._unknown[name, validation]
-                self.release(name, validation)
+                self.unreserve(name, validation)
         self._listed_at = began
         self._publish()
 
     def _publish(self) -> None:
-        self.figures.total = self.view.operator_count()
-        self.figures.by_validation = dict(self.view.by_validation())
+        self.counts.total = self.view.operator_count()
+        self.counts.by_validation = dict(self.view.by_validation())

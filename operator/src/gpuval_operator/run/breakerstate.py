@@ -1,4 +1,5 @@
-"""Pure: what a run remembers of its held node actions, and the two conditions that say so.
+"""Pure: what a run remembers of its breaker (its held node actions), and the two conditions that
+say so.
 
 A failing node's taint and cordon are held when the validation already holds `nodeActions.maxNodes`
 nodes out of service (MaxNodesReached), when gpuval as a whole holds its operator-wide limit

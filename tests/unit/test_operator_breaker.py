@@ -16,7 +16,7 @@ from gpuval_api.result import Verdict
 from gpuval_operator.nodes.breaker import (
     Limits,
     OutOfServiceNode,
-    View,
+    Tally,
     admit,
     never_in_service,
     systemic,
@@ -40,8 +40,8 @@ def out(name: str, **by: int) -> OutOfServiceNode:
     return OutOfServiceNode(name, by)
 
 
-def view(*nodes: OutOfServiceNode, reserved: dict[str, set[str]] | None = None) -> View:
-    return View({n.name: n for n in nodes}, reserved or {})
+def tally(*nodes: OutOfServiceNode, reserved: dict[str, set[str]] | None = None) -> Tally:
+    return Tally({n.name: n for n in nodes}, reserved or {})
 
 
 def failed(**kw: Any) -> NodeEntry:
@@ -56,39 +56,39 @@ def listed(name: str, entries: dict[str, NodeEntry], label: bool = True) -> dict
 
 
 def test_a_node_may_go_out_of_service_while_both_limits_have_room() -> None:
-    assert admit(view(out("a", v=10)), "b", "v", 0.0, LIMITS) is None
+    assert admit(tally(out("a", v=10)), "b", "v", 0.0, LIMITS) is None
 
 
 def test_the_validations_own_limit_holds_its_next_node() -> None:
-    full = view(out("a", v=10), out("b", v=11))
+    full = tally(out("a", v=10), out("b", v=11))
     assert admit(full, "c", "v", 0.0, LIMITS) == R.MAX_NODES_REACHED
 
 
 def test_other_validations_nodes_do_not_count_against_its_own_limit() -> None:
-    others = view(out("a", w=10), out("b", w=11))
+    others = tally(out("a", w=10), out("b", w=11))
     assert admit(others, "c", "v", 0.0, LIMITS) is None
 
 
 def test_the_operator_wide_limit_counts_every_validations_nodes() -> None:
-    full = view(out("a", w=10), out("b", x=11), out("c", v=12))
+    full = tally(out("a", w=10), out("b", x=11), out("c", v=12))
     assert admit(full, "d", "v", 0.0, LIMITS) == R.OPERATOR_MAX_NODES_REACHED
 
 
 def test_a_node_already_out_of_service_costs_no_operator_slot() -> None:
-    full = view(out("a", w=10), out("b", x=11), out("c", x=12))
+    full = tally(out("a", w=10), out("b", x=11), out("c", x=12))
     assert admit(full, "a", "v", 0.0, LIMITS) is None
 
 
 def test_reservations_of_patches_in_flight_count_like_nodes() -> None:
     # Two patches in flight for v fill its limit before either shows on a node.
-    reserved = view(reserved={"a": {"v"}, "b": {"v"}})
+    reserved = tally(reserved={"a": {"v"}, "b": {"v"}})
     assert admit(reserved, "c", "v", 0.0, LIMITS) == R.MAX_NODES_REACHED
     assert admit(reserved, "a", "v", 0.0, LIMITS) is None, "its own reservation is no new slot"
     assert reserved.operator_count() == 2
 
 
 def test_a_release_approves_what_was_out_of_service_before_it() -> None:
-    before = view(out("a", v=10), out("b", v=11))
+    before = tally(out("a", v=10), out("b", v=11))
     assert admit(before, "c", "v", 12.0, LIMITS) is None
     assert before.validation_count("v", 12.0) == 0
     assert before.validation_count("v", 11.0) == 1
@@ -97,13 +97,13 @@ def test_a_release_approves_what_was_out_of_service_before_it() -> None:
 def test_a_node_taken_out_in_the_releases_own_second_counts_against_the_limit() -> None:
     # A release is stamped to the second: the passes right after it cordoned nodes in that same
     # second, and approving those let each pass take the limit again, up to the operator's.
-    after = view(out("a", v=20), out("b", v=20))
+    after = tally(out("a", v=20), out("b", v=20))
     assert after.validation_count("v", 20.0) == 2
     assert admit(after, "c", "v", 20.0, LIMITS) == R.MAX_NODES_REACHED
 
 
 def test_the_operator_wide_limit_is_not_lifted_by_a_release() -> None:
-    full = view(out("a", v=10), out("b", v=11), out("c", v=12))
+    full = tally(out("a", v=10), out("b", v=11), out("c", v=12))
     assert admit(full, "d", "v", 99.0, LIMITS) == R.OPERATOR_MAX_NODES_REACHED
 
 
@@ -125,7 +125,7 @@ def test_nodes_out_of_service_are_read_from_their_label_and_each_validations_ent
 
 
 def test_counts_by_validation_include_approved_nodes_and_reservations() -> None:
-    counts = view(out("a", v=1, w=2), out("b", v=3), reserved={"c": {"w"}}).by_validation()
+    counts = tally(out("a", v=1, w=2), out("b", v=3), reserved={"c": {"w"}}).by_validation()
     assert counts == {"v": 2, "w": 2}
 
 

@@ -394,7 +394,7 @@ def test_a_node_that_passed_locally_waits_for_the_fabric_counted_running() -> No
     assert run.local_settled() is False, "c has no local verdict yet"
 
 
-def test_a_reports_fabric_view_keeps_the_agents_verdict_beside_the_settled_one() -> None:
+def test_a_reports_fabric_facts_keep_the_agents_verdict_beside_the_settled_one() -> None:
     status = {
         **build_planned_fabric_status("g1", ["a", "b"], "b"),
         FabricKey.VERDICT: "Passed",

@@ -269,7 +269,7 @@ def test_counts_follow_phases() -> None:
     assert [r.node for r in run.failed()] == ["c"]
 
 
-def test_report_view_keeps_summary_and_environment_but_not_the_document() -> None:
+def test_report_facts_keep_summary_and_environment_but_not_the_document() -> None:
     view = ReportFacts.parse(
         {
             "metadata": {"name": "r", "annotations": {"gpuval.dev/gpus": "8"}},

@@ -55,7 +55,7 @@ class Limits:
 
 
 @dataclass(slots=True)
-class View:
+class Tally:
     """What gpuval holds out of service: the listed nodes, and the reservations of patches in
     flight (node -> the validations that reserved it)."""
 
@@ -92,13 +92,15 @@ class View:
         return counts
 
 
-def admit(view: View, node: str, validation: str, approved_at: float, limits: Limits) -> str | None:
+def admit(
+    tally: Tally, node: str, validation: str, approved_at: float, limits: Limits
+) -> str | None:
     """None: `validation` may take `node` out of service now (the caller reserves it first); else
     the cause its taint and cordon are held for."""
-    mine = view.counts_for(node, validation, approved_at)
-    if not mine and view.validation_count(validation, approved_at) >= limits.validation:
+    mine = tally.counts_for(node, validation, approved_at)
+    if not mine and tally.validation_count(validation, approved_at) >= limits.validation:
         return R.MAX_NODES_REACHED
-    if not view.out(node) and view.operator_count() >= limits.operator:
+    if not tally.out(node) and tally.operator_count() >= limits.operator:
         return R.OPERATOR_MAX_NODES_REACHED
     return None
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from gpuval_api import keys
 from gpuval_operator.kube.client import KubeClient, ResourceExpiredError
-from gpuval_operator.nodes.breaker import Limits, OutOfServiceNode, View, admit
+from gpuval_operator.nodes.breaker import Limits, OutOfServiceNode, Tally, admit
 from gpuval_operator.run.effects import NODES_PATH
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class OperatorBreaker:
     ) -> None:
         self.client = client
         self.limit = limit
-        self.view = View()
+        self.tally = Tally()
         self.counts = counts or OutOfServiceCounts()
         self.counts.limit = limit
         self._lock = asyncio.Lock()
@@ -72,12 +72,12 @@ class OperatorBreaker:
         async with self._lock:
             if time.monotonic() - self._listed_at > RECOUNT_ANYWAY:
                 await self._recount()
-            cause = admit(self.view, node, validation, approved_at, limits)
+            cause = admit(self.tally, node, validation, approved_at, limits)
             if cause is not None and time.monotonic() - self._listed_at > RECOUNT_BEFORE_HOLD:
                 await self._recount()
-                cause = admit(self.view, node, validation, approved_at, limits)
+                cause = admit(self.tally, node, validation, approved_at, limits)
             if cause is None:
-                self.view.reserved.setdefault(node, set()).add(validation)
+                self.tally.reserved.setdefault(node, set()).add(validation)
                 self._publish()
             return cause
 
@@ -86,7 +86,7 @@ class OperatorBreaker:
         returned it, None when the outcome is unknown (the reservation then stands until a list
         shows the node)."""
         if patched is None:
-            if validation in self.view.reserved.get(node, ()):
+            if validation in self.tally.reserved.get(node, ()):
                 self._unknown[node, validation] = time.monotonic()
             return
         self.observe(patched)
@@ -95,11 +95,11 @@ class OperatorBreaker:
     def unreserve(self, node: str, validation: str) -> None:
         """Drop `validation`'s reservation of `node` (unused: the patch was refused before it
         changed anything, or its outcome is now known)."""
-        held = self.view.reserved.get(node)
+        held = self.tally.reserved.get(node)
         if held is not None:
             held.discard(validation)
             if not held:
-                del self.view.reserved[node]
+                del self.tally.reserved[node]
         self._publish()
 
     def observe(self, node: Mapping[str, Any]) -> None:
@@ -107,22 +107,22 @@ class OperatorBreaker:
         found = OutOfServiceNode.parse(node)
         name = str((node.get("metadata") or {}).get("name", ""))
         if found is None:
-            self.view.nodes.pop(name, None)
+            self.tally.nodes.pop(name, None)
         else:
-            self.view.nodes[name] = found
+            self.tally.nodes[name] = found
         self._publish()
 
     def free(self, validation: str, approved_at: float, validation_limit: int) -> tuple[int, int]:
         """Slots left (the validation's, the operator's) as last counted."""
-        view = self.view
+        tally = self.tally
         return (
-            validation_limit - view.validation_count(validation, approved_at),
-            self.limit - view.operator_count(),
+            validation_limit - tally.validation_count(validation, approved_at),
+            self.limit - tally.operator_count(),
         )
 
     def out(self, nodes: Iterable[str]) -> set[str]:
         """Those of `nodes` gpuval holds out of service (or has reserved), as last counted."""
-        return {n for n in nodes if self.view.out(n)}
+        return {n for n in nodes if self.tally.out(n)}
 
     async def recount(self, older_than: float = RECOUNT_ANYWAY) -> None:
         """List the nodes again when the last list is older than `older_than` seconds."""
@@ -147,7 +147,7 @@ class OperatorBreaker:
             except ResourceExpiredError:
                 continue
             break
-        self.view.nodes = listed
+        self.tally.nodes = listed
         for (name, validation), ended in list(self._unknown.items()):
             if ended < began:
                 del self._unknown[name, validation]
@@ -156,5 +156,5 @@ class OperatorBreaker:
         self._publish()
 
     def _publish(self) -> None:
-        self.counts.total = self.view.operator_count()
-        self.counts.by_validation = dict(self.view.by_validation())
+        self.counts.total = self.tally.operator_count()
+        self.counts.by_validation = dict(self.tally.by_validation())

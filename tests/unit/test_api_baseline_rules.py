@@ -56,7 +56,9 @@ def test_a_uniform_fifteen_percent_slowdown_fails_every_node_below_baseline_and_
         "GPU 0: burn.bf16 659.6 TFLOP/s is 0.85 of the H200 baseline 776.0 "
         "(below 0.90 of it: fraction 0.1)",
     ) in named
-    found = rules.systemic(((r.node or "", r.baseline) for r in judged), systemic_fraction=0.5)
+    found = rules.systemic_below(
+        ((r.node or "", r.baseline) for r in judged), systemic_fraction=0.5
+    )
     assert "burn.bf16" in [s.figure for s in found]
     burn = next(s for s in found if s.figure == "burn.bf16")
     assert burn.below == tuple(f"gpu-node-{i}" for i in range(8)) and burn.judged == 8
@@ -75,7 +77,7 @@ def test_one_slow_node_is_below_its_baseline_but_not_systemic() -> None:
     burn = slow.check("burn")
     assert burn is not None and burn.verdict is Verdict.FAILED
     assert [g.index for g in burn.gpus if g.verdict is Verdict.FAILED] == [2]
-    assert rules.systemic(((r.node or "", r.baseline) for r in judged), 0.5) == []
+    assert rules.systemic_below(((r.node or "", r.baseline) for r in judged), 0.5) == []
 
 
 def test_a_node_of_another_gpu_count_is_judged_on_per_gpu_figures_only() -> None:

@@ -26,7 +26,7 @@ from gpuval_operator.nodes.breaker import (
 from gpuval_operator.nodes.entries import NodeEntry, entry_key, next_entry
 from gpuval_operator.run.breakerstate import (
     BreakerState,
-    Systemic,
+    SystemicFailure,
     as_of,
     held_condition,
     systemic_condition,
@@ -138,7 +138,7 @@ def test_a_node_with_a_startup_taint_never_entered_service() -> None:
 
 def test_a_reason_shared_by_most_tested_nodes_is_systemic() -> None:
     found = systemic(["LowThroughput"] * 6 + ["BurnMismatch"], 10, 0.5, 3)
-    assert found == [Systemic("LowThroughput", 6, 10)]
+    assert found == [SystemicFailure("LowThroughput", 6, 10)]
     assert found[0].message() == "6 of 10 tested nodes (60%) failed with LowThroughput"
 
 
@@ -251,7 +251,7 @@ def test_nothing_held_is_a_false_condition() -> None:
 
 
 def test_the_systemic_condition_names_the_reason_and_the_likely_cause() -> None:
-    state = BreakerState(systemic=[Systemic("BelowBaseline", 38, 40)])
+    state = BreakerState(systemic=[SystemicFailure("BelowBaseline", 38, 40)])
     kind, status, reason, message = systemic_condition(state)
     assert (kind, status, reason) == (
         ConditionType.SYSTEMIC_FAILURE,
@@ -270,14 +270,16 @@ def test_the_systemic_condition_names_the_reason_and_the_likely_cause() -> None:
 def test_the_systemic_event_says_its_time_and_that_its_figures_are_so_far() -> None:
     """Issue 34 part 5: the once-per-run SystemicFailure Event said "3 of 5 tested nodes" where
     the final condition said 6 of 10, without saying that it spoke of the run so far."""
-    found = Systemic("LowThroughput", 3, 5)
+    found = SystemicFailure("LowThroughput", 3, 5)
     early = systemic_event(found, "1-abcd", 1_800_000_000.0, untested=5, total=10)
     assert early == (
         "3 of 5 nodes tested so far (60%) failed with LowThroughput in run 1-abcd: the spec or "
         "the fleet's stack is the likely cause, not the nodes (at 2027-01-15T08:00:00Z, 5 of 10 "
         "nodes still to test: figures so far; the SystemicFailure condition keeps them current)"
     )
-    final = systemic_event(Systemic("LowThroughput", 6, 10), "1-abcd", 1_800_000_000.0, 0, 10)
+    final = systemic_event(
+        SystemicFailure("LowThroughput", 6, 10), "1-abcd", 1_800_000_000.0, 0, 10
+    )
     assert final.startswith("6 of 10 tested nodes (60%) failed with LowThroughput in run 1-abcd")
     assert final.endswith("not the nodes (at 2027-01-15T08:00:00Z)")
     assert as_of(1_800_000_000.0, 2, 40, "NodeActionsHeld") == (

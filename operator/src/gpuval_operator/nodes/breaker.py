@@ -26,7 +26,7 @@ from typing import Any
 from gpuval_api import keys
 from gpuval_api.conditions import ConditionReason as R
 from gpuval_operator.nodes.entries import entries
-from gpuval_operator.run.breakerstate import Systemic
+from gpuval_operator.run.breakerstate import SystemicFailure
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +114,12 @@ def never_in_service(node: Mapping[str, Any], startup_keys: Collection[str]) -> 
 
 def systemic(
     reasons: Iterable[str], tested: int, fraction: float, min_nodes: int
-) -> list[Systemic]:
+) -> list[SystemicFailure]:
     """The reasons of the run's failed nodes (`reasons`, one per node) shared by more than
     `fraction` of its `tested` nodes (Passed or Failed) and by at least `min_nodes`, most
     common first."""
     found = [
-        Systemic(reason, n, tested)
+        SystemicFailure(reason, n, tested)
         for reason, n in Counter(reasons).items()
         if n >= min_nodes and n > fraction * tested
     ]

@@ -233,7 +233,7 @@ class FabricDriver:
         member = fabric.groups[outcome.group].members[outcome.rank]
         if await written_meanwhile(self.effects, run, outcome.group, member):
             return
-        member.recorded = outcome.record
+        member.recorded = outcome.result
         member.never_started = member.never_started or outcome.never_started
         status: dict[str, Any] = {StatusKey.FABRIC: outcome.status}
         if outcome.never_started:

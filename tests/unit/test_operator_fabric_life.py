@@ -386,9 +386,9 @@ def test_a_node_that_passed_locally_waits_for_the_fabric_counted_running() -> No
     run.finish_node("a", Verdict.PASSED, None, "ok")
     run.finish_node("b", Verdict.FAILED, Reason.BURN_MISMATCH, "gpu 3")
     assert run.finished == ["b"], "a failed node's actions need no fabric"
-    assert run.nodes["a"].held and run.counts()["running"] == 1
+    assert run.nodes["a"].awaiting_fabric and run.counts()["running"] == 1
     assert not run.all_done()
-    run.release("a", Verdict.FAILED, Reason.FABRIC_SLOW_NODE, "slow in every pair")
+    run.settle_fabric("a", Verdict.FAILED, Reason.FABRIC_SLOW_NODE, "slow in every pair")
     assert run.nodes["a"].phase is Phase.FAILED and run.nodes["a"].reason is Reason.FABRIC_SLOW_NODE
     assert run.finished == ["b", "a"]
     assert run.local_settled() is False, "c has no local verdict yet"

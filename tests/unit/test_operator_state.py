@@ -97,9 +97,9 @@ def test_a_node_held_for_its_fabric_verdict_is_the_fabrics_to_settle() -> None:
     run = make_run("a")
     run.expect_fabric()
     run.apply_report(report("a"))
-    assert run.nodes["a"].held
+    assert run.nodes["a"].awaiting_fabric
     assert not run.apply_report(report("a", verdict="Failed", reason="FabricSlowNode"))
-    assert run.nodes["a"].phase is Phase.PASSED and run.nodes["a"].held
+    assert run.nodes["a"].phase is Phase.PASSED and run.nodes["a"].awaiting_fabric
 
 
 def test_a_running_report_or_another_runs_report_gives_no_verdict() -> None:

@@ -367,8 +367,8 @@ class RunDriver:
     def act_behind(self, run: RunState, spec: GpuValidationSpec) -> None:
         """Node actions for new verdicts in a task of their own, the tick going on meanwhile (a
         failure of theirs is raised by the next `acted`). While the fabric is under way its
-        verdicts settle in thousands (fabric.early): acted on inside a tick, 4,964 of them held
-        the tick 50 s at 10,000 nodes, and no group opened meanwhile; in slices of 500 a tick,
+        verdicts settle in thousands (fabric.early): acted on inside a tick, 4,964 of them kept
+        the tick busy 50 s at 10,000 nodes, and no group opened meanwhile; in slices of 500 a tick,
         groups opened, but the last results waited 10 to 13 s for the tick acting on the
         backlog once the last groups were open (docs/operator.md, "How the fabric scales")."""
         task = self.acting

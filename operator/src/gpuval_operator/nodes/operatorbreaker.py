@@ -95,10 +95,10 @@ class OperatorBreaker:
     def unreserve(self, node: str, validation: str) -> None:
         """Drop `validation`'s reservation of `node` (unused: the patch was refused before it
         changed anything, or its outcome is now known)."""
-        held = self.tally.reserved.get(node)
-        if held is not None:
-            held.discard(validation)
-            if not held:
+        reservers = self.tally.reserved.get(node)
+        if reservers is not None:
+            reservers.discard(validation)
+            if not reservers:
                 del self.tally.reserved[node]
         self._publish()
 

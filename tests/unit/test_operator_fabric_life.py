@@ -391,7 +391,7 @@ def test_a_node_that_passed_locally_waits_for_the_fabric_counted_running() -> No
     run.settle_fabric("a", Verdict.FAILED, Reason.FABRIC_SLOW_NODE, "slow in every pair")
     assert run.nodes["a"].phase is Phase.FAILED and run.nodes["a"].reason is Reason.FABRIC_SLOW_NODE
     assert run.finished == ["b", "a"]
-    assert run.local_settled() is False, "c has no local verdict yet"
+    assert run.local_verdicts_in() is False, "c has no local verdict yet"
 
 
 def test_a_reports_fabric_facts_keep_the_agents_verdict_beside_the_settled_one() -> None:

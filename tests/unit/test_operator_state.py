@@ -93,7 +93,7 @@ def test_the_same_verdict_in_other_words_changes_nothing() -> None:
     assert run.finished == []
 
 
-def test_a_node_held_for_its_fabric_verdict_is_the_fabrics_to_settle() -> None:
+def test_a_node_awaiting_its_fabric_verdict_is_the_fabrics_to_settle() -> None:
     run = make_run("a")
     run.expect_fabric()
     run.apply_report(report("a"))

@@ -49,8 +49,8 @@ class Actor:
                 run.finish_node(node, Verdict.FAILED, Reason.BURN_MISMATCH, "miscompare")
 
 
-class Holds(RunBreaker):
-    async def settle(self, run: RunState, spec: GpuValidationSpec) -> None:
+class Breaker(RunBreaker):
+    async def revisit(self, run: RunState, spec: GpuValidationSpec) -> None:
         return None
 
 
@@ -63,7 +63,7 @@ def _driver(run: RunState) -> tuple[RunDriver, Actor]:
     driver = RunDriver.__new__(RunDriver)
     actor = Actor(run)
     driver.actor, driver.effects, driver.baseline = actor, Effects(), Baseline()  # type: ignore[assignment]
-    driver.breaker = Holds(
+    driver.breaker = Breaker(
         effects=driver.effects,  # type: ignore[arg-type]
         actor=actor,  # type: ignore[arg-type]
         operator_breaker=None,

@@ -501,7 +501,7 @@ def cuda_ordinals_by_uuid(driver: Any) -> dict[str, int]:
 
 
 _CHECK, _SWEEP = 1, 2  # the rank worker's command ids: the checked sum, the sweep
-_SETTLE_SECONDS = 2.0  # for a rank that reported its error to exit before it is described
+_EXIT_SECONDS = 2.0  # for a rank that reported its error to exit before it is described
 
 
 def _free_port() -> int:
@@ -588,7 +588,7 @@ class PreparedAllReduce:
                 return AllReduceOutcome(timed_out=True, log_tail=self.group.run(True).log_tail)
             if isinstance(swept, str) or _errors(swept):
                 # A rank that reports its error exits at once: let it, then say who died how.
-                run = self.group.wait(_SETTLE_SECONDS, grace_seconds=0.5)
+                run = self.group.wait(_EXIT_SECONDS, grace_seconds=0.5)
                 return AllReduceOutcome(
                     error=run.describe_failure(self.group.labels), log_tail=run.log_tail or None
                 )

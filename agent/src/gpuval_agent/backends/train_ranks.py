@@ -35,7 +35,7 @@ DETERMINISTIC_ENV = {
 }
 PROGRESS_ID = -1  # torch_train.PROGRESS_ID: rank 0's progress event, overwritten each time
 _TRAIN_ID = 1
-_SETTLE_SECONDS = 2.0
+_EXIT_SECONDS = 2.0
 
 
 def _free_port() -> int:
@@ -123,7 +123,7 @@ class TrainingRanks:
                 return TrainOutcome(timed_out=True, log_tail=self.group.run(True).log_tail)
             if isinstance(answered, str) or _errors(answered):
                 # A rank that reports its error exits at once: let it, then say who died how.
-                run = self.group.wait(_SETTLE_SECONDS, grace_seconds=0.5)
+                run = self.group.wait(_EXIT_SECONDS, grace_seconds=0.5)
                 error = answered if isinstance(answered, str) else None
                 return TrainOutcome(
                     error=error or run.describe_failure(self.group.labels),

@@ -347,7 +347,7 @@ class RunDriver:
         # Verdicts that arrive while the nodes are being patched are picked up by the next pass,
         # each pass under the systemic counts that include them: a failure that came in while
         # the last pass's patches were in flight must not be gated by counts that never saw it
-        # (settle takes the counts itself).
+        # (revisit takes the counts itself).
         while run.finished:
             await self.baseline.on_verdicts(run)  # DriftFromHistory may fail a node first
             self.breaker.prepare(run, spec)
@@ -362,7 +362,7 @@ class RunDriver:
                 # (entries.already_said) and no second slot of the breaker (an action in force).
                 run.finished[:0] = finished
                 raise
-        await self.breaker.settle(run, spec)
+        await self.breaker.revisit(run, spec)
 
     def act_behind(self, run: RunState, spec: GpuValidationSpec) -> None:
         """Node actions for new verdicts in a task of their own, the tick going on meanwhile (a

@@ -161,7 +161,7 @@ class FabricDriver:
             self._rebuild(run, fabric, wanted, mark)
             return True
         keyed = wanted.topology_key is not None
-        if not run.local_settled() or (keyed and not self.node_watch.synced.is_set()):
+        if not run.local_verdicts_in() or (keyed and not self.node_watch.synced.is_set()):
             return False
         members = sorted(r.node for r in run.nodes.values() if r.awaiting_fabric)
         domains = self.node_watch.domains(members) if keyed else None

@@ -322,7 +322,7 @@ class RepairKeeper:
                 obj=obj,
                 failed_at=gpus.failed_at,
             )
-            patched = await self._write(node.name, new, settle=True)
+            patched = await self._write(node.name, new, unreserve=True)
         except BaseException:
             self._unreserve(node.name)
             raise
@@ -344,7 +344,9 @@ class RepairKeeper:
         facts = self.node_watch.nodes.get(node)
         return facts.entry if facts is not None else None
 
-    async def _write(self, node: str, record: RepairRecord | None, *, settle: bool = False) -> bool:
+    async def _write(
+        self, node: str, record: RepairRecord | None, *, unreserve: bool = False
+    ) -> bool:
         """The node's record written into its entry; the node as written kept in the facts."""
 
         def change(entry: NodeEntry) -> NodeEntry:
@@ -353,7 +355,7 @@ class RepairKeeper:
         try:
             patched = await self.actor.rewrite(self.validation, node, change)
         finally:
-            if settle:
+            if unreserve:
                 self._unreserve(node)
         if patched is None:
             return False

@@ -79,7 +79,7 @@ class RunBreaker:
             state.operator_limit, state.operator_out_of_service = counts.limit, counts.total
             state.out_of_service = counts.by_validation.get(label_value(run.validation), 0)
 
-    async def settle(self, run: RunState, spec: GpuValidationSpec) -> None:
+    async def revisit(self, run: RunState, spec: GpuValidationSpec) -> None:
         """Act on the failures that waited for the run once it can tell, try the held nodes
         again where the hold may have lifted, and say what is held."""
         if self.operator_breaker is not None:

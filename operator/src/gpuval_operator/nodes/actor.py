@@ -111,10 +111,10 @@ class NodeActor:
             return True
         except BaseException:
             if self.operator_breaker is not None and gate.reserved:
-                self.operator_breaker.settle(name, key, None)  # the outcome is unknown
+                self.operator_breaker.patch_ended(name, key, None)  # the outcome is unknown
             raise
         if self.operator_breaker is not None:
-            self.operator_breaker.settle(name, key, patched or node)
+            self.operator_breaker.patch_ended(name, key, patched or node)
         return True
 
     async def _gate(

@@ -67,7 +67,7 @@ class OperatorBreaker:
         self, node: str, validation: str, approved_at: float, validation_limit: int
     ) -> str | None:
         """None: `validation` may take `node` out of service, and it is reserved until
-        `settle`; else the cause its taint and cordon are held for."""
+        `patch_ended`; else the cause its taint and cordon are held for."""
         limits = Limits(validation_limit, self.limit)
         async with self._lock:
             if time.monotonic() - self._listed_at > RECOUNT_ANYWAY:
@@ -81,7 +81,7 @@ class OperatorBreaker:
                 self._publish()
             return cause
 
-    def settle(self, node: str, validation: str, patched: Mapping[str, Any] | None) -> None:
+    def patch_ended(self, node: str, validation: str, patched: Mapping[str, Any] | None) -> None:
         """The patch of `node` for `validation` ended: `patched` is the node as the API server
         returned it, None when the outcome is unknown (the reservation then stands until a list
         shows the node)."""

@@ -268,7 +268,7 @@ class RunState:
     def all_done(self) -> bool:
         return all(r.settled for r in self.nodes.values())
 
-    def local_settled(self) -> bool:
+    def local_verdicts_in(self) -> bool:
         """Every node has its local verdict, or waits for a retry's backoff: the fabric phase
         may begin."""
         return all(

@@ -1,4 +1,4 @@
-"""The training check's rank processes: the agent's one rank worker (backends/rank_worker.py), one
+"""The training check's rank processes: the agent's one rank process (backends/rank_process.py), one
 per GPU, through the one rank-process manager (backends/ranks.py), with the settings that make
 the losses deterministic in their environment. Kept free of torch.
 """
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuval_agent.backends.ranks import SAFE_NCCL_ENV, RankGroup, worker_command
+from gpuval_agent.backends.ranks import SAFE_NCCL_ENV, RankGroup, rank_command
 from gpuval_agent.training import (
     RankTraining,
     TrainOutcome,
@@ -81,7 +81,7 @@ class TrainingRanks:
         ]
         env = rank_environment()
         self.group = RankGroup(
-            [worker_command(f"train-{os.getpid()}", spec) for spec in specs],
+            [rank_command(f"train-{os.getpid()}", spec) for spec in specs],
             [env] * len(devices),
             gated=True,
             logs=logs,

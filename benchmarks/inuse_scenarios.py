@@ -110,7 +110,7 @@ def _finish(process: subprocess.Popen[str], out: Path, name: str, log: list[str]
         "checks": {
             c["name"]: {
                 "verdict": c["verdict"],
-                "seconds": c["durationSeconds"],
+                "seconds": c["elapsedSeconds"],
                 "message": c["message"],
                 "occupants": c.get("occupants") or [],
                 "gpus": [{"index": g["index"], **g["metrics"]} for g in c["gpus"]],

@@ -7,11 +7,11 @@ from __future__ import annotations
 from gpuval_agent.baseline import judge
 from gpuval_api.baseline import rules, samples
 from gpuval_api.baseline.learn import learn
-from gpuval_api.baseline.samples import FABRIC_PAIR_NAME, Sample
+from gpuval_api.baseline.samples import Sample
 from gpuval_api.baselinecomparison import Match
 from gpuval_api.baselinemodel import BaselineKey, FigureBaseline, GpuBaselineSpec
 from gpuval_api.checks import ChecksConfig
-from gpuval_api.figures import Unit
+from gpuval_api.figures import FABRIC_PAIR, Unit
 from gpuval_api.reasons import Reason
 from gpuval_api.result import AgentResult, Verdict
 from tests.support.baselines import GPUS, measured, node_figures, slowed
@@ -158,7 +158,7 @@ def test_a_node_is_below_the_fabric_baseline_only_when_its_best_pair_is() -> Non
     spec = learned_baseline()
     measured_with = "pairBytes=1073741824,transport=IB/GDRDMA"
     fabric = FigureBaseline(
-        figure=FABRIC_PAIR_NAME,
+        figure=FABRIC_PAIR.baseline,
         unit=Unit.GBPS,
         centre=380.0,
         spread=2.0,
@@ -170,7 +170,7 @@ def test_a_node_is_below_the_fabric_baseline_only_when_its_best_pair_is() -> Non
 
     def pairs(*values: float) -> list[Sample]:
         return [
-            Sample(FABRIC_PAIR_NAME, v, measured_with, peer_node=f"p{i}")
+            Sample(FABRIC_PAIR.baseline, v, measured_with, peer_node=f"p{i}")
             for i, v in enumerate(values)
         ]
 
@@ -181,5 +181,7 @@ def test_a_node_is_below_the_fabric_baseline_only_when_its_best_pair_is() -> Non
         "with p0: fabric.pair 300.0 GB/s is 0.79 of the H200 baseline 380.0 "
         "(below 0.90 of it: fraction 0.1)"
     )
-    other = [Sample(FABRIC_PAIR_NAME, 9.0, "pairBytes=1073741824,transport=Socket", peer_node="p")]
+    other = [
+        Sample(FABRIC_PAIR.baseline, 9.0, "pairBytes=1073741824,transport=Socket", peer_node="p")
+    ]
     assert rules.fabric_below(other, spec, 0.1) is None

@@ -10,10 +10,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpuval_api import figures
-from gpuval_api.baseline.samples import FABRIC_PAIR_NAME, Sample
+from gpuval_api.baseline.samples import Sample
 from gpuval_api.baselinecomparison import BaselineComparison, FigureRatio, Match
 from gpuval_api.baselinemodel import BaselineKey, GpuBaselineSpec
-from gpuval_api.figures import Scope
+from gpuval_api.figures import FABRIC_PAIR, Scope
 
 # A named baseline: (GpuBaseline name, spec).
 Candidate = tuple[str, GpuBaselineSpec]
@@ -201,11 +201,11 @@ def fabric_below(samples: Sequence[Sample], spec: GpuBaselineSpec, fraction: flo
     """A node's fabric pairs against the baseline's `fabric.pair`: below only when its best pair
     is (one slow pair is a link, which the fabric phase names; a slow node is slow with every
     partner). Pairs measured otherwise (size, transport) do not compare."""
-    base = spec.figure(FABRIC_PAIR_NAME)
+    base = spec.figure(FABRIC_PAIR.baseline)
     mine = [
         s
         for s in samples
-        if s.figure == FABRIC_PAIR_NAME
+        if s.figure == FABRIC_PAIR.baseline
         and base is not None
         and s.measured_with == base.measured_with
     ]
@@ -214,4 +214,4 @@ def fabric_below(samples: Sequence[Sample], spec: GpuBaselineSpec, fraction: flo
     best = max(mine, key=lambda s: s.value)
     if best.value >= (1 - fraction) * base.centre:
         return None
-    return Below(FABRIC_PAIR_NAME, best.value, base.centre, fraction, spec.key.label, best)
+    return Below(FABRIC_PAIR.baseline, best.value, base.centre, fraction, spec.key.label, best)

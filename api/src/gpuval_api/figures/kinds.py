@@ -175,6 +175,11 @@ class Figure:
         return self.id + SPELLINGS[self.unit].key
 
     @property
+    def threshold(self) -> str:
+        """The name its check gives a minimum of it, where the check has one: minH2dGBps."""
+        return "min" + self.key[:1].upper() + self.key[1:]
+
+    @property
     def metric(self) -> str:
         """Its key in the result document's metrics, where it is read from there."""
         read = self.read

@@ -136,6 +136,35 @@ print(min(rows, key=lambda r: r["stepSeconds"])["attention"] if rows else "math"
   grep -A14 "^check tokens/s" "$OUT/train_bench.log" >>"$OUT/summary.log"
   cat "$OUT/summary.log"
   exit 0
+elif [ "$MODE" = final12 ]; then
+  # The session's last call on one H200, MIG off (never changed): the default run's wall time and
+  # figures (the environment record's MIG fields stay off), the verified bf16 burn beside plain
+  # torch matmul, the full profile (training step included), and every GPU test.
+  budget() { local left=$((${FINAL_BUDGET:-560} - SECONDS)); [ "$left" -lt "$1" ] && echo "$((left > 5 ? left : 5))" || echo "$1"; }
+  began=$(now)
+  step run_default "$(budget 110)" python3 -m gpuval_agent.cli run --json "$OUT/run_default.json"
+  echo "run_default wall $(since "$began") s" >>"$OUT/summary.log"
+  step bench "$(budget 70)" python3 benchmarks/agent_bench.py --seconds 8 --precisions bf16 \
+    --skip bandwidth,nccl,startup --out "$OUT/bench.json"
+  began=$(now)
+  step run_full "$(budget 150)" python3 -m gpuval_agent.cli run --profile full --json "$OUT/run_full.json"
+  echo "run_full wall $(since "$began") s" >>"$OUT/summary.log"
+  step pytest "$(budget 330)" python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA \
+    --timeout 200
+  grep -E "passed|failed|skipped" "$OUT/pytest.log" | tail -3 >>"$OUT/summary.log"
+  cat "$OUT/summary.log"
+  exit 0
+elif [ "$MODE" = full12 ]; then
+  # The full profile again with the training ranks started as the burn starts, and the training
+  # step's GPU tests.
+  began=$(now)
+  step run_full 170 python3 -m gpuval_agent.cli run --profile full --json "$OUT/run_full.json"
+  echo "run_full wall $(since "$began") s" >>"$OUT/summary.log"
+  step pytest_train 170 python3 -m pytest -m gpu tests/gpu/test_gpu_train.py -q \
+    -p no:cacheprovider -rA --timeout 150
+  grep -E "passed|failed" "$OUT/pytest_train.log" | tail -2 >>"$OUT/summary.log"
+  cat "$OUT/summary.log"
+  exit 0
 elif [ "$MODE" = smoke ]; then
   step pytest 300 python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA
   step bench 240 python3 benchmarks/agent_bench.py --seconds 4 --out "$OUT/bench.json"

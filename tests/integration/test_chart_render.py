@@ -107,7 +107,7 @@ def test_agent_role_grants_only_the_patch_of_report_status() -> None:
     ]
 
 
-def test_operator_touches_pods_in_the_agent_namespace_and_posts_events_where_they_show() -> None:
+def test_operator_touches_agent_pods_and_claim_templates_and_posts_events_where_they_show() -> None:
     objs = chart.render(release="prod", namespace="gpu-ops")
     cluster_resources = {
         resource
@@ -122,7 +122,8 @@ def test_operator_touches_pods_in_the_agent_namespace_and_posts_events_where_the
 
     assert not cluster_resources & {"pods", "events", "secrets", "configmaps"}
     assert pods["metadata"]["namespace"] == "gpu-ops-agents"
-    assert [r["resources"] for r in pods["rules"]] == [["pods"]]
+    # The agent pods, and with spec.agent.devices dra the ResourceClaimTemplates they claim from.
+    assert [r["resources"] for r in pods["rules"]] == [["pods"], ["resourceclaimtemplates"]]
     # Events about cluster-scoped objects are shown only from `default`; kopf's go home.
     assert events["metadata"]["namespace"] == "default"
     assert own["metadata"]["namespace"] == "gpu-ops"

@@ -29,7 +29,7 @@ from gpuval_agent.checks.health import run_health
 from gpuval_agent.checks.memory import run_memory
 from gpuval_agent.checks.nccl import run_nccl, sweep_sizes
 from gpuval_agent.checks.sharing import mark_in_use, mark_shared_init
-from gpuval_agent.checks.train import run_train
+from gpuval_agent.checks.train import prepare_train, run_train
 from gpuval_agent.devices import keep_given
 from gpuval_agent.errors import AgentError, NoDriverError
 from gpuval_agent.parts import figures_for
@@ -235,6 +235,10 @@ def _run_enabled(
             continue
         if position > 0:
             context.reporter.check_started(name.value, _expected_seconds(context.config, name))
+        if name is CheckName.BURN and CheckName.TRAIN in enabled and not context.on_mig:
+            # The training ranks start as the burn does (the memory test, which takes nearly
+            # all free memory, is over): their start-up is hidden behind the burn.
+            prepare_train(context)
         if name in _NOT_ON_MIG and context.on_mig:
             result = not_applicable(name.value, f"on MIG instances: {_NOT_ON_MIG[name]}")
         elif name in _CUDA_CHECKS and context.environment.gpus and not context.usable_gpus:

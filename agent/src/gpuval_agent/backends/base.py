@@ -229,6 +229,11 @@ class Backend(ABC):
     ) -> AllReduceOutcome:
         """NCCL all-reduce between `gpus`, one process per GPU, over `sizes` (bytes)."""
 
+    def prepare_train(self, gpus: list[int], plan: TrainPlan) -> None:  # noqa: B027
+        """Called before the checks that precede the training step, so a backend can start its
+        rank processes (their interpreter, torch's import, a CUDA context) while those run; train
+        must work without it too. Nothing by default."""
+
     @abstractmethod
     def train(
         self,

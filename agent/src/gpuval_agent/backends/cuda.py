@@ -345,25 +345,43 @@ class CudaBackend(Backend):
         on_progress: TrainProgressCallback,
         stop: threading.Event,
     ) -> TrainOutcome:
-        step, rank = _train_perturbation()
-        plan = replace(plan, perturb_step=step, perturb_rank=rank)
+        plan = _perturbed(plan)
         if self._torch is not None:
             self._copy.release()  # the ranks need the memory the copies and the burn held
         if self._prepared is not None:  # the NCCL check's ranks, if it never ran
             self._prepared.cancel()
             self._prepared = None
-        ranks = importlib.import_module("gpuval_agent.backends.train_ranks")
-        self._training = ranks.TrainingRanks(self._cuda(gpus), plan)
+        devices = self._cuda(gpus)
+        started = self._training
+        if started is None or started.devices != devices or started.plan != plan:
+            if started is not None:  # started for other GPUs or another shape: not these
+                started.group.cancel()
+            ranks = importlib.import_module("gpuval_agent.backends.train_ranks")
+            self._training = ranks.TrainingRanks(devices, plan)
+        training = self._training
+        assert training is not None
         try:
-            outcome: TrainOutcome = self._training.run(gpus, on_progress, stop)
+            outcome: TrainOutcome = training.run(gpus, on_progress, stop)
         finally:
             self._training = None
         return outcome
+
+    def prepare_train(self, gpus: list[int], plan: TrainPlan) -> None:
+        """Start the training ranks now (while the burn runs): their interpreter, torch's import
+        and CUDA context are ready when the check needs them. They hold no model until told to
+        train, and the in-use watch counts them as the agent's (agent_gpu_processes)."""
+        if self._training is not None or not gpus:
+            return
+        ranks = importlib.import_module("gpuval_agent.backends.train_ranks")
+        self._training = ranks.TrainingRanks(self._cuda(gpus), _perturbed(plan))
 
     def close(self) -> None:
         if self._prepared is not None:
             self._prepared.cancel()
             self._prepared = None
+        if self._training is not None:  # started for a training step that never ran
+            self._training.group.cancel()
+            self._training = None
         if self._nvml is not None:
             self._nvml.close()
 
@@ -383,6 +401,12 @@ def _burn_slowdown() -> float | None:
             "(e.g. 0.8), or unset it"
         )
     return factor
+
+
+def _perturbed(plan: TrainPlan) -> TrainPlan:
+    """`plan` with the test hook's perturbation, if one is asked for."""
+    step, rank = _train_perturbation()
+    return replace(plan, perturb_step=step, perturb_rank=rank)
 
 
 def _train_perturbation() -> tuple[int | None, int]:

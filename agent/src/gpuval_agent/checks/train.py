@@ -41,6 +41,15 @@ def memory_of(environment: Environment, gpus: list[int]) -> int | None:
     return min(sizes) if sizes else None
 
 
+def prepare_train(context: CheckContext) -> None:
+    """Let the backend start the training step's ranks now, for the GPUs usable now (a check in
+    between that changes them makes the step start its own)."""
+    gpus = context.usable_gpus
+    if gpus:
+        plan = TrainPlan.of(context.config.train, memory_of(context.environment, gpus))
+        context.backend.prepare_train(gpus, plan)
+
+
 def run_train(context: CheckContext) -> CheckResult:
     builder = CheckBuilder(CHECK, context)
     config = context.config.train

@@ -101,7 +101,7 @@ class StandInAgents:
 
 def all_verdicts_in(gv: dict[str, Any]) -> bool:
     """Whether the validation's status counts every node with a verdict (none pending or
-    running; a node held for the fabric counts as running)."""
+    running; a node awaiting the fabric counts as running)."""
     counts = (gv.get("status") or {}).get("nodes") or {}
     return bool(counts.get("total")) and not counts.get("pending") and not counts.get("running")
 

@@ -129,7 +129,7 @@ def main() -> int:
                 {
                     "run": index,
                     "wallSeconds": round(wall, 4),
-                    "stateCheckSeconds": state.duration_seconds,
+                    "stateCheckSeconds": state.elapsed_seconds,
                     "readSeconds": state.metrics.get("readSeconds"),
                 }
             )

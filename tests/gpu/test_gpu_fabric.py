@@ -1,7 +1,7 @@
 """`gpuval-agent fabric` on real GPUs: two agents, one GPU each, act as two nodes.
 
 Each test starts the real command twice (CUDA_VISIBLE_DEVICES=0 and =1) meeting over loopback,
-then checks the verdicts, and that no worker process of the group is left behind.
+then checks the verdicts, and that no rank process of the group is left behind.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ SMALL = {"maxBytes": 64 << 20, "pairBytes": 64 << 20, "iterations": 5}
 
 
 def _ports() -> int:
-    """A port with the five after it free (the coordinator and the workers' stores)."""
+    """A port with the five after it free (the coordinator and the rank processes' stores)."""
     for _ in range(100):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
@@ -45,14 +45,14 @@ def _ports() -> int:
     raise RuntimeError("no run of six free ports")
 
 
-def _leftover_workers(group: str) -> list[str]:
+def _leftover_ranks(group: str) -> list[str]:
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "gpuval_agent.backends.rank_worker" in text and f"--group {group} " in text:
+        if "gpuval_agent.backends.rank_process" in text and f"--group {group} " in text:
             found.append(text[:200])
     return found
 
@@ -119,7 +119,7 @@ def test_two_nodes_over_sockets_pass_and_say_socket(tmp_path: Path) -> None:
     assert first.busbw_gbps is not None and first.busbw_gbps > 0
     [pair] = first.pairs
     assert (pair.a, pair.b, pair.round) == ("gpu0", "gpu1", 1) and pair.busbw_gbps
-    assert _leftover_workers(group) == []
+    assert _leftover_ranks(group) == []
 
 
 @pytest.mark.skipif(GPUS < 2, reason="needs 2 GPUs")
@@ -141,7 +141,7 @@ def test_nccl_net_ib_without_ib_is_a_transport_fallback_not_a_crash_or_a_pass(
             Reason.FABRIC_TRANSPORT_FALLBACK,
         ), (result.message, result.log_tail)
         assert "network IB" in result.message
-    assert _leftover_workers(group) == []
+    assert _leftover_ranks(group) == []
 
 
 @pytest.mark.skipif(GPUS < 2, reason="needs 2 GPUs")
@@ -154,4 +154,4 @@ def test_a_rank_that_never_joins_is_a_timeout_and_every_process_exits(tmp_path: 
         )
         assert "no result within 30 s (fabric.timeouts.initSeconds)" in result.message
     assert results[0].log_tail is not None and "NCCL INFO" in results[0].log_tail
-    assert _leftover_workers(group) == []
+    assert _leftover_ranks(group) == []

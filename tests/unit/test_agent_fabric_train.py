@@ -1,5 +1,5 @@
-"""The fabric's training phase in the agent (fabric.train): the group's figures and loss record
-from every node's report, the training pairs, this node's verdict from them, the real workers'
+"""The fabric's training phase in the agent (fabric.train): the group's figures and loss record from
+every node's report, the training pairs, this node's verdict from them, the real rank processes'
 events read without torch, the double's model, and `gpuval-agent fabric --train` by hand on four
 simulated machines meeting over TCP."""
 
@@ -16,6 +16,7 @@ from gpuval_agent.fabric.analysis import Conclusion
 from gpuval_agent.fabric.frontend import plan_from_args
 from gpuval_agent.fabric.simtraining import simulated_figures, train_info
 from gpuval_agent.fabric.steps import StepReport, StepStatus, TrainFigures
+from gpuval_agent.fabric.torchfabric import train_report
 from gpuval_agent.fabric.trainanalysis import (
     TrainPhase,
     group_train_record,
@@ -23,7 +24,6 @@ from gpuval_agent.fabric.trainanalysis import (
     train_plan,
     with_training,
 )
-from gpuval_agent.fabric.workers import train_report
 from gpuval_api.checks import TrainModel
 from gpuval_api.fabric import pair_rounds
 from gpuval_api.fabric.train import FabricTrain
@@ -133,7 +133,7 @@ def test_the_group_trains_the_shape_its_smallest_gpu_memory_holds() -> None:
     assert train_plan(auto, [{"gpus": 8}]).shape.model is TrainModel.TINY
 
 
-def test_the_real_workers_training_events_become_this_nodes_figures() -> None:
+def test_the_real_ranks_training_events_become_this_nodes_figures() -> None:
     events = [
         {"id": 3, "pair": [0, 2], "losses": ["40000000"], "stepSeconds": [0.1, 0.3], "tokens": 10},
         {"id": 3, "pair": [0, 2], "losses": ["40400000"], "stepSeconds": [0.2, 0.2], "tokens": 10},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuval_agent.fabric.ncclenv import nccl_variables, worker_environment
+from gpuval_agent.fabric.ncclenv import fabric_rank_environment, nccl_variables
 from gpuval_agent.fabric.transport import fell_back, read_transport
 from gpuval_api.fabric import ExpectedTransport, FabricConfig, NcclVar, Transport
 
@@ -97,8 +97,10 @@ def test_sockets_fail_a_node_only_where_ib_is_expected(
     assert (fell_back(expected, read_transport(lines)) is not None) is fallback
 
 
-def test_workers_run_ring_with_info_and_multicast_off_unless_the_spec_sets_the_algorithm() -> None:
-    env = worker_environment({"PATH": "/bin", "NCCL_NVLS_ENABLE": "1"}, FabricConfig())
+def test_fabric_ranks_run_ring_with_info_and_multicast_off_unless_the_spec_sets_the_algorithm() -> (
+    None
+):
+    env = fabric_rank_environment({"PATH": "/bin", "NCCL_NVLS_ENABLE": "1"}, FabricConfig())
     assert env["NCCL_ALGO"] == "Ring" and env["NCCL_DEBUG"] == "INFO"
     assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
     assert env["PATH"] == "/bin"
@@ -109,15 +111,15 @@ def test_workers_run_ring_with_info_and_multicast_off_unless_the_spec_sets_the_a
             NcclVar(name="NCCL_SOCKET_IFNAME", value="eth1"),
         ]
     )
-    env = worker_environment({"NCCL_ALGO": "CollNet"}, spec)
+    env = fabric_rank_environment({"NCCL_ALGO": "CollNet"}, spec)
     assert env["NCCL_ALGO"] == "Tree" and env["NCCL_SOCKET_IFNAME"] == "eth1"
     assert env["NCCL_DEBUG"] == "INFO", "the transport is read from INFO lines: never turned off"
-    assert worker_environment({"NCCL_ALGO": "Tree"}, FabricConfig())["NCCL_ALGO"] == "Tree"
+    assert fabric_rank_environment({"NCCL_ALGO": "Tree"}, FabricConfig())["NCCL_ALGO"] == "Tree"
 
 
 def test_graph_mixing_support_is_off_for_the_timed_replays_unless_the_person_sets_it() -> None:
-    assert worker_environment({}, FabricConfig())["NCCL_GRAPH_MIXING_SUPPORT"] == "0"
-    kept = worker_environment({"NCCL_GRAPH_MIXING_SUPPORT": "1"}, FabricConfig())
+    assert fabric_rank_environment({}, FabricConfig())["NCCL_GRAPH_MIXING_SUPPORT"] == "0"
+    kept = fabric_rank_environment({"NCCL_GRAPH_MIXING_SUPPORT": "1"}, FabricConfig())
     assert kept["NCCL_GRAPH_MIXING_SUPPORT"] == "1"
 
 

@@ -9,7 +9,7 @@ import sys
 
 from gpuval_agent.backends.base import GpuProcess, GpuUse
 from gpuval_agent.checks.common import CheckBuilder
-from gpuval_agent.checks.sharing import settle_in_use
+from gpuval_agent.checks.sharing import mark_in_use
 from gpuval_agent.inuse import Busy, Ownership, describe, foreign_use, is_out_of_memory
 from gpuval_agent.watch import InUseWatch, descends_from
 from gpuval_api.reasons import Reason
@@ -119,41 +119,41 @@ BUSY1 = Busy(gpu=1, processes=(TRAIN,), memory_used_bytes=4 * GIB, memory_total_
 def test_a_gpu_busy_during_a_check_is_not_run_and_its_low_figure_is_set_aside() -> None:
     result = _burn_result((Reason.LOW_THROUGHPUT, 1)).finish()
     assert result.verdict is Verdict.FAILED
-    settled = settle_in_use(result, before={}, during={1: BUSY1})
-    assert (settled.verdict, settled.reason) == (Verdict.NOT_RUN, Reason.GPU_IN_USE)
-    assert [f.reason for f in settled.findings] == [Reason.GPU_IN_USE]
-    assert "PID 531" in settled.message and "set aside: LowThroughput" in settled.message
-    assert {g.index: g.verdict for g in settled.gpus} == {0: Verdict.PASSED, 1: Verdict.NOT_RUN}
-    assert [(o.gpu, o.pid, o.when) for o in settled.occupants] == [(1, 531, InUseWhen.DURING)]
+    marked = mark_in_use(result, before={}, during={1: BUSY1})
+    assert (marked.verdict, marked.reason) == (Verdict.NOT_RUN, Reason.GPU_IN_USE)
+    assert [f.reason for f in marked.findings] == [Reason.GPU_IN_USE]
+    assert "PID 531" in marked.message and "set aside: LowThroughput" in marked.message
+    assert {g.index: g.verdict for g in marked.gpus} == {0: Verdict.PASSED, 1: Verdict.NOT_RUN}
+    assert [(o.gpu, o.pid, o.when) for o in marked.occupants] == [(1, 531, InUseWhen.DURING)]
 
 
 def test_evidence_another_process_cannot_cause_still_fails_the_gpu() -> None:
     result = _burn_result((Reason.BURN_MISMATCH, 1), (Reason.LOW_THROUGHPUT, 1)).finish()
-    settled = settle_in_use(result, before={}, during={1: BUSY1})
-    assert (settled.verdict, settled.reason) == (Verdict.FAILED, Reason.BURN_MISMATCH)
-    assert {f.reason for f in settled.findings} == {Reason.GPU_IN_USE, Reason.BURN_MISMATCH}
+    marked = mark_in_use(result, before={}, during={1: BUSY1})
+    assert (marked.verdict, marked.reason) == (Verdict.FAILED, Reason.BURN_MISMATCH)
+    assert {f.reason for f in marked.findings} == {Reason.GPU_IN_USE, Reason.BURN_MISMATCH}
 
 
 def test_a_gpu_busy_before_a_check_is_named_as_left_out_and_the_others_keep_their_verdict() -> None:
     builder = CheckBuilder("bandwidth")
     builder.gpu_metric(0, "h2dGBps", 55.0)
-    settled = settle_in_use(builder.finish(message="worst GB/s ..."), before={1: BUSY1}, during={})
-    assert settled.verdict is Verdict.NOT_RUN
-    assert settled.findings[0].gpu == 1
-    assert settled.findings[0].message.endswith("the bandwidth check left it out")
-    assert {g.index: g.verdict for g in settled.gpus} == {0: Verdict.PASSED, 1: Verdict.NOT_RUN}
+    marked = mark_in_use(builder.finish(message="worst GB/s ..."), before={1: BUSY1}, during={})
+    assert marked.verdict is Verdict.NOT_RUN
+    assert marked.findings[0].gpu == 1
+    assert marked.findings[0].message.endswith("the bandwidth check left it out")
+    assert {g.index: g.verdict for g in marked.gpus} == {0: Verdict.PASSED, 1: Verdict.NOT_RUN}
 
 
 def test_a_node_wide_nccl_failure_with_a_shared_gpu_is_set_aside() -> None:
     builder = CheckBuilder("nccl")
     builder.add(Reason.NCCL_LOW_BUSBW, "all-reduce busbw 120.0 GB/s ... below the minimum")
-    settled = settle_in_use(builder.finish(), before={}, during={1: BUSY1})
-    assert (settled.verdict, settled.reason) == (Verdict.NOT_RUN, Reason.GPU_IN_USE)
+    marked = mark_in_use(builder.finish(), before={}, during={1: BUSY1})
+    assert (marked.verdict, marked.reason) == (Verdict.NOT_RUN, Reason.GPU_IN_USE)
 
 
 def test_a_check_with_no_gpu_in_use_is_left_as_it_was() -> None:
     result = _burn_result((Reason.LOW_THROUGHPUT, 1)).finish()
-    assert settle_in_use(result, before={}, during={}) is result
+    assert mark_in_use(result, before={}, during={}) is result
 
 
 class _Readings:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gpuval_agent.backends.base import GpuProcess, GpuUse
 from gpuval_agent.checks.common import CheckBuilder
-from gpuval_agent.checks.sharing import settle_shared_init
+from gpuval_agent.checks.sharing import mark_shared_init
 from gpuval_agent.cli import main
 from gpuval_agent.inuse import Busy
 from gpuval_agent.outcome import EXIT_NOT_RUN
@@ -100,20 +100,20 @@ def _driver_result() -> CheckBuilder:
 
 def test_a_gpu_another_process_used_during_the_drivers_cuda_init_is_shared_and_not_run() -> None:
     busy = Busy(gpu=1, processes=(OTHER_AGENT,), memory_used_bytes=GIB, memory_total_bytes=GIB)
-    settled = settle_shared_init(_driver_result().finish(), baseline={}, seen={1: busy})
-    assert (settled.verdict, settled.reason) == (Verdict.NOT_RUN, Reason.GPU_IN_USE)
-    assert [f.reason for f in settled.findings] == [Reason.GPU_IN_USE]  # its OOM set aside
-    message = settled.findings[0].message
+    marked = mark_shared_init(_driver_result().finish(), baseline={}, seen={1: busy})
+    assert (marked.verdict, marked.reason) == (Verdict.NOT_RUN, Reason.GPU_IN_USE)
+    assert [f.reason for f in marked.findings] == [Reason.GPU_IN_USE]  # its OOM set aside
+    message = marked.findings[0].message
     assert message.startswith("GPU 1 was used by PID 552 (gpuval-agent, 0.5 GiB")
     assert "while the driver check initialised CUDA on it: the GPU is shared" in message
-    assert [(o.gpu, o.pid, o.when) for o in settled.occupants] == [(1, 552, InUseWhen.DURING)]
-    assert {g.index: g.verdict for g in settled.gpus} == {0: Verdict.PASSED, 1: Verdict.NOT_RUN}
+    assert [(o.gpu, o.pid, o.when) for o in marked.occupants] == [(1, 552, InUseWhen.DURING)]
+    assert {g.index: g.verdict for g in marked.gpus} == {0: Verdict.PASSED, 1: Verdict.NOT_RUN}
 
 
 def test_a_gpu_the_snapshot_found_busy_is_left_to_the_load_checks() -> None:
     busy = Busy(gpu=1, processes=(OTHER_AGENT,))
     result = _driver_result().finish()
-    assert settle_shared_init(result, baseline={1: busy}, seen={1: busy}) is result
+    assert mark_shared_init(result, baseline={1: busy}, seen={1: busy}) is result
 
 
 def test_a_process_on_the_gpu_for_a_moment_mid_burn_is_named_and_the_gpu_not_tested(

@@ -83,7 +83,9 @@ def test_a_failed_run_names_the_rank_that_died_how_and_its_last_words() -> None:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed")
-def test_the_nccl_checks_ranks_are_the_rank_workers_and_a_rank_that_cannot_start_is_named() -> None:
+def test_the_nccl_checks_ranks_are_the_rank_processes_and_a_rank_that_cannot_start_is_named() -> (
+    None
+):
     outcome = all_reduce_processes([0, 1], [1 << 20], 5, 60)
     assert not outcome.timed_out
     assert outcome.error is not None
@@ -91,5 +93,5 @@ def test_the_nccl_checks_ranks_are_the_rank_workers_and_a_rank_that_cannot_start
         "rank 0 (CUDA device 0) died with exit code 1: ModuleNotFoundError: No module named 'torch'"
     )
     assert (
-        outcome.log_tail is not None and "gpuval_agent/backends/rank_worker.py" in outcome.log_tail
+        outcome.log_tail is not None and "gpuval_agent/backends/rank_process.py" in outcome.log_tail
     )

@@ -7,8 +7,9 @@ from __future__ import annotations
 import random
 
 from gpuval_api.baseline.learn import MAD_TO_SIGMA, NodeFigures, keys, learn, robust
-from gpuval_api.baseline.samples import FABRIC_PAIR_NAME, Sample
+from gpuval_api.baseline.samples import Sample
 from gpuval_api.baselinemodel import BaselineKey, SourceKind
+from gpuval_api.figures import FABRIC_PAIR
 from tests.support.baselines import GPUS, measured, node_figures, slowed
 
 KEY = BaselineKey(
@@ -152,7 +153,7 @@ def test_a_slow_fabric_partner_does_not_drag_good_nodes_out() -> None:
     for node in range(8):
         samples = tuple(
             Sample(
-                FABRIC_PAIR_NAME,
+                FABRIC_PAIR.baseline,
                 pair(a, b),
                 "pairBytes=1073741824,transport=IB/GDRDMA",
                 peer_node=f"n{b if a == node else a}",
@@ -165,7 +166,7 @@ def test_a_slow_fabric_partner_does_not_drag_good_nodes_out() -> None:
     learned = learn(nodes, KEY, fraction=0.1, min_nodes=5)
 
     assert [e.node for e in learned.excluded] == ["n3"]
-    entry = learned.spec.figure(FABRIC_PAIR_NAME) if learned.spec else None
+    entry = learned.spec.figure(FABRIC_PAIR.baseline) if learned.spec else None
     # n2 and n4 stay (each has a good pair); their pairs with n3 no longer count once it is out:
     # the 6 other pairs of the ring, each counted once, from the 7 nodes kept.
     assert set(learned.kept) == {f"n{i}" for i in range(8)} - {"n3"}

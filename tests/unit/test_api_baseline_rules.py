@@ -7,11 +7,11 @@ from __future__ import annotations
 from gpuval_agent.baseline import judge
 from gpuval_api.baseline import rules, samples
 from gpuval_api.baseline.learn import learn
-from gpuval_api.baseline.samples import FABRIC_PAIR_NAME, Sample
+from gpuval_api.baseline.samples import Sample
 from gpuval_api.baselinecomparison import Match
 from gpuval_api.baselinemodel import BaselineKey, FigureBaseline, GpuBaselineSpec
 from gpuval_api.checks import ChecksConfig
-from gpuval_api.figures import Unit
+from gpuval_api.figures import FABRIC_PAIR, Unit
 from gpuval_api.reasons import Reason
 from gpuval_api.result import AgentResult, Verdict
 from tests.support.baselines import GPUS, measured, node_figures, slowed
@@ -56,7 +56,9 @@ def test_a_uniform_fifteen_percent_slowdown_fails_every_node_below_baseline_and_
         "GPU 0: burn.bf16 659.6 TFLOP/s is 0.85 of the H200 baseline 776.0 "
         "(below 0.90 of it: fraction 0.1)",
     ) in named
-    found = rules.systemic(((r.node or "", r.baseline) for r in judged), systemic_fraction=0.5)
+    found = rules.systemic_below(
+        ((r.node or "", r.baseline) for r in judged), systemic_fraction=0.5
+    )
     assert "burn.bf16" in [s.figure for s in found]
     burn = next(s for s in found if s.figure == "burn.bf16")
     assert burn.below == tuple(f"gpu-node-{i}" for i in range(8)) and burn.judged == 8
@@ -75,7 +77,7 @@ def test_one_slow_node_is_below_its_baseline_but_not_systemic() -> None:
     burn = slow.check("burn")
     assert burn is not None and burn.verdict is Verdict.FAILED
     assert [g.index for g in burn.gpus if g.verdict is Verdict.FAILED] == [2]
-    assert rules.systemic(((r.node or "", r.baseline) for r in judged), 0.5) == []
+    assert rules.systemic_below(((r.node or "", r.baseline) for r in judged), 0.5) == []
 
 
 def test_a_node_of_another_gpu_count_is_judged_on_per_gpu_figures_only() -> None:
@@ -156,7 +158,7 @@ def test_a_node_is_below_the_fabric_baseline_only_when_its_best_pair_is() -> Non
     spec = learned_baseline()
     measured_with = "pairBytes=1073741824,transport=IB/GDRDMA"
     fabric = FigureBaseline(
-        figure=FABRIC_PAIR_NAME,
+        figure=FABRIC_PAIR.baseline,
         unit=Unit.GBPS,
         centre=380.0,
         spread=2.0,
@@ -168,7 +170,7 @@ def test_a_node_is_below_the_fabric_baseline_only_when_its_best_pair_is() -> Non
 
     def pairs(*values: float) -> list[Sample]:
         return [
-            Sample(FABRIC_PAIR_NAME, v, measured_with, peer_node=f"p{i}")
+            Sample(FABRIC_PAIR.baseline, v, measured_with, peer_node=f"p{i}")
             for i, v in enumerate(values)
         ]
 
@@ -179,5 +181,7 @@ def test_a_node_is_below_the_fabric_baseline_only_when_its_best_pair_is() -> Non
         "with p0: fabric.pair 300.0 GB/s is 0.79 of the H200 baseline 380.0 "
         "(below 0.90 of it: fraction 0.1)"
     )
-    other = [Sample(FABRIC_PAIR_NAME, 9.0, "pairBytes=1073741824,transport=Socket", peer_node="p")]
+    other = [
+        Sample(FABRIC_PAIR.baseline, 9.0, "pairBytes=1073741824,transport=Socket", peer_node="p")
+    ]
     assert rules.fabric_below(other, spec, 0.1) is None

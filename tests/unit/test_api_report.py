@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from gpuval_api.checks import ChecksConfig
+from gpuval_api.lenient import read_model
 from gpuval_api.reasons import REASONS, Reason, Severity
 from gpuval_api.report import (
     MAX_FAILURES,
@@ -272,3 +273,17 @@ def test_a_termination_message_fits_the_kubelets_limit_and_reads_back() -> None:
 )
 def test_anything_but_a_completed_verdict_is_no_termination_verdict(text: str | None) -> None:
     assert parse_termination_message(text) is None
+
+
+def test_a_checks_elapsed_time_written_under_its_old_name_is_read_and_written_under_the_new() -> (
+    None
+):
+    """Results before the names were unified said `durationSeconds` for a check's elapsed time
+    (now the burn's configured duration's name alone); a reader takes it as `elapsedSeconds`."""
+    old = {"name": "burn", "verdict": "Passed", "durationSeconds": 61.5}
+    check = read_model(CheckResult, old)
+    assert check.elapsed_seconds == 61.5
+    assert check.model_dump(by_alias=True)["elapsedSeconds"] == 61.5
+    assert "durationSeconds" not in check.model_dump(by_alias=True)
+    both = CheckResult.model_validate({**old, "elapsedSeconds": 2.0})
+    assert both.elapsed_seconds == 2.0, "the new name wins where a document has both"

@@ -17,7 +17,7 @@ from gpuval_api.reasons import Reason
 PREFIX = "gpu-a:4242:4242 [0] NCCL INFO"
 
 
-def _worker_log(channels: int = 400) -> list[str]:
+def _rank_log(channels: int = 400) -> list[str]:
     lines = [
         f"{PREFIX} NCCL version 2.28.9+cuda13.0",
         f"{PREFIX} Bootstrap: Using eth0:10.0.0.1<0>",
@@ -33,7 +33,7 @@ def _worker_log(channels: int = 400) -> list[str]:
 
 
 def test_a_clean_run_keeps_the_set_up_lines_and_one_line_per_transport() -> None:
-    kept = excerpt([("rank0", _worker_log())], troubled=False)
+    kept = excerpt([("rank0", _rank_log())], troubled=False)
     assert kept is not None and len(kept) <= CLEAN_CHARS
     assert "NCCL version 2.28.9" in kept and "Using network IB" in kept
     assert "NET/IB : Using [0]mlx5_0:1/IB" in kept and "Init COMPLETE" in kept
@@ -42,7 +42,7 @@ def test_a_clean_run_keeps_the_set_up_lines_and_one_line_per_transport() -> None
 
 
 def test_a_failure_keeps_each_warning_with_the_lines_around_it_within_its_bound() -> None:
-    lines = _worker_log()
+    lines = _rank_log()
     lines[200:200] = [
         f"{PREFIX} before the failure",
         "gpu-a:4242:4242 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2 with error 12",

@@ -15,7 +15,7 @@ import pytest
 
 from gpuval_api import figures
 from gpuval_api.baselinemodel import FIGURE_PATTERN
-from gpuval_api.checks import CheckName
+from gpuval_api.checks import BandwidthCheck, CheckName
 from gpuval_api.figures import Figure, PerGpu, RegistryError, Shown, Unit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,6 +203,15 @@ def test_the_spellings_follow_from_the_id_and_the_unit() -> None:
     assert figures.baseline_pattern() == FIGURE_PATTERN
     with pytest.raises(ValueError, match="no figure a baseline holds"):
         figures.of_baseline("maxTemperature")
+
+
+def test_the_bandwidth_checks_minimums_are_named_as_the_registry_spells_them() -> None:
+    """The check names the setting a figure fell below (bandwidth.minH2dGBps) from the figure,
+    never from a hand-written string: the name must be the setting's own."""
+    settings = {f.alias for f in BandwidthCheck.model_fields.values()}
+    for figure in (figures.H2D, figures.D2H, figures.DEVICE_COPY, figures.P2P):
+        assert figure.threshold in settings, figure.threshold
+    assert figures.H2D.threshold == "minH2dGBps"
 
 
 def test_a_lower_is_better_figure_is_worse_above_its_reference() -> None:

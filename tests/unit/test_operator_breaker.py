@@ -1,6 +1,6 @@
 """The circuit breaker on node actions and the systemic hold (gpuval_operator.nodes.breaker,
-run.holds, gpuval_api.release): which failing node may be taken out of service, counted from the
-nodes, and what the validation's conditions say about the rest."""
+run.breakerstate, gpuval_api.release): which failing node may be taken out of service, counted
+from the nodes, and what the validation's conditions say about the rest."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from gpuval_api.result import Verdict
 from gpuval_operator.nodes.breaker import (
     Limits,
     OutOfServiceNode,
-    View,
+    Tally,
     admit,
     never_in_service,
     systemic,
@@ -24,9 +24,9 @@ from gpuval_operator.nodes.breaker import (
     undecided,
 )
 from gpuval_operator.nodes.entries import NodeEntry, entry_key, next_entry
-from gpuval_operator.run.holds import (
+from gpuval_operator.run.breakerstate import (
     BreakerState,
-    Systemic,
+    SystemicFailure,
     as_of,
     held_condition,
     systemic_condition,
@@ -40,8 +40,8 @@ def out(name: str, **by: int) -> OutOfServiceNode:
     return OutOfServiceNode(name, by)
 
 
-def view(*nodes: OutOfServiceNode, reserved: dict[str, set[str]] | None = None) -> View:
-    return View({n.name: n for n in nodes}, reserved or {})
+def tally(*nodes: OutOfServiceNode, reserved: dict[str, set[str]] | None = None) -> Tally:
+    return Tally({n.name: n for n in nodes}, reserved or {})
 
 
 def failed(**kw: Any) -> NodeEntry:
@@ -56,39 +56,39 @@ def listed(name: str, entries: dict[str, NodeEntry], label: bool = True) -> dict
 
 
 def test_a_node_may_go_out_of_service_while_both_limits_have_room() -> None:
-    assert admit(view(out("a", v=10)), "b", "v", 0.0, LIMITS) is None
+    assert admit(tally(out("a", v=10)), "b", "v", 0.0, LIMITS) is None
 
 
 def test_the_validations_own_limit_holds_its_next_node() -> None:
-    full = view(out("a", v=10), out("b", v=11))
+    full = tally(out("a", v=10), out("b", v=11))
     assert admit(full, "c", "v", 0.0, LIMITS) == R.MAX_NODES_REACHED
 
 
 def test_other_validations_nodes_do_not_count_against_its_own_limit() -> None:
-    others = view(out("a", w=10), out("b", w=11))
+    others = tally(out("a", w=10), out("b", w=11))
     assert admit(others, "c", "v", 0.0, LIMITS) is None
 
 
 def test_the_operator_wide_limit_counts_every_validations_nodes() -> None:
-    full = view(out("a", w=10), out("b", x=11), out("c", v=12))
+    full = tally(out("a", w=10), out("b", x=11), out("c", v=12))
     assert admit(full, "d", "v", 0.0, LIMITS) == R.OPERATOR_MAX_NODES_REACHED
 
 
 def test_a_node_already_out_of_service_costs_no_operator_slot() -> None:
-    full = view(out("a", w=10), out("b", x=11), out("c", x=12))
+    full = tally(out("a", w=10), out("b", x=11), out("c", x=12))
     assert admit(full, "a", "v", 0.0, LIMITS) is None
 
 
 def test_reservations_of_patches_in_flight_count_like_nodes() -> None:
     # Two patches in flight for v fill its limit before either shows on a node.
-    reserved = view(reserved={"a": {"v"}, "b": {"v"}})
+    reserved = tally(reserved={"a": {"v"}, "b": {"v"}})
     assert admit(reserved, "c", "v", 0.0, LIMITS) == R.MAX_NODES_REACHED
     assert admit(reserved, "a", "v", 0.0, LIMITS) is None, "its own reservation is no new slot"
     assert reserved.operator_count() == 2
 
 
 def test_a_release_approves_what_was_out_of_service_before_it() -> None:
-    before = view(out("a", v=10), out("b", v=11))
+    before = tally(out("a", v=10), out("b", v=11))
     assert admit(before, "c", "v", 12.0, LIMITS) is None
     assert before.validation_count("v", 12.0) == 0
     assert before.validation_count("v", 11.0) == 1
@@ -97,13 +97,13 @@ def test_a_release_approves_what_was_out_of_service_before_it() -> None:
 def test_a_node_taken_out_in_the_releases_own_second_counts_against_the_limit() -> None:
     # A release is stamped to the second: the passes right after it cordoned nodes in that same
     # second, and approving those let each pass take the limit again, up to the operator's.
-    after = view(out("a", v=20), out("b", v=20))
+    after = tally(out("a", v=20), out("b", v=20))
     assert after.validation_count("v", 20.0) == 2
     assert admit(after, "c", "v", 20.0, LIMITS) == R.MAX_NODES_REACHED
 
 
 def test_the_operator_wide_limit_is_not_lifted_by_a_release() -> None:
-    full = view(out("a", v=10), out("b", v=11), out("c", v=12))
+    full = tally(out("a", v=10), out("b", v=11), out("c", v=12))
     assert admit(full, "d", "v", 99.0, LIMITS) == R.OPERATOR_MAX_NODES_REACHED
 
 
@@ -125,7 +125,7 @@ def test_nodes_out_of_service_are_read_from_their_label_and_each_validations_ent
 
 
 def test_counts_by_validation_include_approved_nodes_and_reservations() -> None:
-    counts = view(out("a", v=1, w=2), out("b", v=3), reserved={"c": {"w"}}).by_validation()
+    counts = tally(out("a", v=1, w=2), out("b", v=3), reserved={"c": {"w"}}).by_validation()
     assert counts == {"v": 2, "w": 2}
 
 
@@ -138,7 +138,7 @@ def test_a_node_with_a_startup_taint_never_entered_service() -> None:
 
 def test_a_reason_shared_by_most_tested_nodes_is_systemic() -> None:
     found = systemic(["LowThroughput"] * 6 + ["BurnMismatch"], 10, 0.5, 3)
-    assert found == [Systemic("LowThroughput", 6, 10)]
+    assert found == [SystemicFailure("LowThroughput", 6, 10)]
     assert found[0].message() == "6 of 10 tested nodes (60%) failed with LowThroughput"
 
 
@@ -251,7 +251,7 @@ def test_nothing_held_is_a_false_condition() -> None:
 
 
 def test_the_systemic_condition_names_the_reason_and_the_likely_cause() -> None:
-    state = BreakerState(systemic=[Systemic("BelowBaseline", 38, 40)])
+    state = BreakerState(systemic=[SystemicFailure("BelowBaseline", 38, 40)])
     kind, status, reason, message = systemic_condition(state)
     assert (kind, status, reason) == (
         ConditionType.SYSTEMIC_FAILURE,
@@ -270,14 +270,16 @@ def test_the_systemic_condition_names_the_reason_and_the_likely_cause() -> None:
 def test_the_systemic_event_says_its_time_and_that_its_figures_are_so_far() -> None:
     """Issue 34 part 5: the once-per-run SystemicFailure Event said "3 of 5 tested nodes" where
     the final condition said 6 of 10, without saying that it spoke of the run so far."""
-    found = Systemic("LowThroughput", 3, 5)
+    found = SystemicFailure("LowThroughput", 3, 5)
     early = systemic_event(found, "1-abcd", 1_800_000_000.0, untested=5, total=10)
     assert early == (
         "3 of 5 nodes tested so far (60%) failed with LowThroughput in run 1-abcd: the spec or "
         "the fleet's stack is the likely cause, not the nodes (at 2027-01-15T08:00:00Z, 5 of 10 "
         "nodes still to test: figures so far; the SystemicFailure condition keeps them current)"
     )
-    final = systemic_event(Systemic("LowThroughput", 6, 10), "1-abcd", 1_800_000_000.0, 0, 10)
+    final = systemic_event(
+        SystemicFailure("LowThroughput", 6, 10), "1-abcd", 1_800_000_000.0, 0, 10
+    )
     assert final.startswith("6 of 10 tested nodes (60%) failed with LowThroughput in run 1-abcd")
     assert final.endswith("not the nodes (at 2027-01-15T08:00:00Z)")
     assert as_of(1_800_000_000.0, 2, 40, "NodeActionsHeld") == (

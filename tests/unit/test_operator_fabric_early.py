@@ -22,10 +22,10 @@ from gpuval_operator.fabric.plan import (
     possible_representatives,
     representatives,
 )
-from gpuval_operator.fabric.verdicts import FabricResult, Final, GroupEvidence, classify
+from gpuval_operator.fabric.verdicts import Final, GroupEvidence, MemberResult, classify
 from tests.support.fabricmodel import GIB, Fabric
 
-PASS = FabricResult(Verdict.PASSED, None, "the agent's own words", by_agent=True)
+PASS = MemberResult(Verdict.PASSED, None, "the agent's own words", by_agent=True)
 THRESHOLDS = FabricThresholds()
 
 
@@ -49,8 +49,8 @@ def evidence(plan: GroupPlan, fabric: Fabric, domains: Mapping[str, str]) -> Gro
     pairs = fabric.rounds(plan.nodes)
     floor = THRESHOLDS.floor(reference_busbw(pairs))
     named = {b.node: b for b in blame(pairs, floor)}
-    records = tuple(
-        FabricResult(Verdict.FAILED, named[n].reason, named[n].message, by_agent=True)
+    results = tuple(
+        MemberResult(Verdict.FAILED, named[n].reason, named[n].message, by_agent=True)
         if n in named
         else PASS
         for n in plan.nodes
@@ -58,7 +58,7 @@ def evidence(plan: GroupPlan, fabric: Fabric, domains: Mapping[str, str]) -> Gro
     return GroupEvidence(
         plan.name,
         plan.nodes,
-        records,
+        results,
         fabric.group_busbw(plan.nodes),
         pairs,
         plan.domain,
@@ -86,14 +86,14 @@ def play(
         done.append(measured[plan.name])
         passed: dict[str, bool | None] = {n: None for n in nodes}
         for group in done:
-            for n, r in zip(group.nodes, group.records, strict=True):
+            for n, r in zip(group.nodes, group.results, strict=True):
                 passed[n] = r.verdict is Verdict.PASSED
         pending = sum(len(p.nodes) for p in inside) - sum(len(g.nodes) for g in done)
         found = early_finals(done, pending, THRESHOLDS, possible_representatives(inside, passed))
         for node, final in found.items():
             assert early.setdefault(node, final) == final, node  # never settled two ways
     winners = {
-        n for g in measured.values() for n, r in zip(g.nodes, g.records, strict=True) if r is PASS
+        n for g in measured.values() for n, r in zip(g.nodes, g.results, strict=True) if r is PASS
     }
     across = cross_groups(representatives(inside, winners), 8)
     everything = list(measured.values()) + [evidence(p, fabric, domains) for p in across]
@@ -157,7 +157,7 @@ def test_a_node_only_its_own_group_calls_slow_is_settled_as_the_run_settles_it()
             "g2",
             tuple(slowish),
             (PASS,) * 3
-            + (FabricResult(Verdict.FAILED, Reason.FABRIC_SLOW_NODE, "slow", by_agent=True),)
+            + (MemberResult(Verdict.FAILED, Reason.FABRIC_SLOW_NODE, "slow", by_agent=True),)
             + (PASS,) * 4,
             360.0,
             tuple(pair(a, b, 350.0 if "c3" in (a, b) else 390.0) for a, b in _ring(slowish)),
@@ -204,19 +204,19 @@ def test_the_ceiling_is_the_floor_with_every_waiting_node_above_every_figure() -
 def test_what_classify_decides_with_the_whole_run_in_view_waits(change: str) -> None:
     nodes = tuple(f"a{i}" for i in range(8))
     pairs = _pairs(list(nodes), 380.0)
-    records: tuple[FabricResult, ...] = (PASS,) * 8
+    results: tuple[MemberResult, ...] = (PASS,) * 8
     cross, excluded = False, ()
     if change == "failed pair":
         pairs = (*pairs[:-1], pair(pairs[-1].a, pairs[-1].b, None))
     elif change == "hang":
-        records = (FabricResult(Verdict.FAILED, Reason.NCCL_TIMEOUT, "hung", True), *records[1:])
+        results = (MemberResult(Verdict.FAILED, Reason.NCCL_TIMEOUT, "hung", True), *results[1:])
     elif change == "two nodes":
-        nodes, records, pairs = nodes[:2], records[:2], (pair("a0", "a1", 380.0),)
+        nodes, results, pairs = nodes[:2], results[:2], (pair("a0", "a1", 380.0),)
     elif change == "cross":
         cross = True
     else:
         excluded = ("a0",)
-    group = GroupEvidence("g1", nodes, records, 380.0, pairs, cross=cross)
+    group = GroupEvidence("g1", nodes, results, 380.0, pairs, cross=cross)
     other = GroupEvidence(
         "g2",
         tuple(f"b{i}" for i in range(8)),

@@ -175,7 +175,7 @@ def test_a_group_that_has_results_is_never_made_again() -> None:
     run = fabric_run(G1)
     group = run.groups["g1"]
     group.opened_at = T0
-    group.members[0].recorded = lifecycle.gang_outcomes(run, group, CONFIG)[0].record
+    group.members[0].recorded = lifecycle.gang_outcomes(run, group, CONFIG)[0].result
     assert lifecycle.groups_to_launch(run) == []
 
 
@@ -188,12 +188,12 @@ def test_a_group_kueue_did_not_admit_in_time_is_not_run_saying_no_member_held_a_
         run.apply_pod(fabric_pod("g1", member.rank, member.node, gated=True), 1.0, T0)
     assert lifecycle.due_outcomes(run, CONFIG, now=T0 + 59, monotonic=59, grace=3) == []
     outcomes = lifecycle.due_outcomes(run, CONFIG, now=T0 + 60, monotonic=60, grace=3)
-    assert [(o.rank, o.record.reason, o.delete_pod) for o in outcomes] == [
+    assert [(o.rank, o.result.reason, o.delete_pod) for o in outcomes] == [
         (0, Reason.FABRIC_GANG_NOT_FORMED, True),
         (1, Reason.FABRIC_GANG_NOT_FORMED, True),
         (2, Reason.FABRIC_GANG_NOT_FORMED, True),
     ]
-    assert {o.record.verdict for o in outcomes} == {Verdict.NOT_RUN}
+    assert {o.result.verdict for o in outcomes} == {Verdict.NOT_RUN}
     message = str(outcomes[0].status[FabricKey.MESSAGE])
     assert "Kueue did not admit its pod group within 60s" in message
     assert "none of its pods held a GPU" in message
@@ -218,7 +218,7 @@ def test_a_member_someone_marked_for_deletion_is_gone_though_its_pod_is_still_th
     run.apply_pod(fabric_pod("g1", 2, "n2", deleting=True), 2.0, T0)
     assert [m.gone for m in group.members] == [False, True, False]
     [outcome] = lifecycle.due_outcomes(run, CONFIG, now=T0 + 10, monotonic=9, grace=3)
-    assert (outcome.rank, outcome.record.reason) == (1, Reason.POD_DELETED)
+    assert (outcome.rank, outcome.result.reason) == (1, Reason.POD_DELETED)
 
 
 def test_an_agent_pod_someone_marked_for_deletion_is_gone_at_once() -> None:

@@ -21,7 +21,7 @@ from gpuval_operator.fabric import lifecycle
 from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.fabric.plan import GroupPlan
 from gpuval_operator.fabric.podfacts import FabricPodFacts
-from gpuval_operator.fabric.rollup import build_fabric_status, group_waits, summary_line
+from gpuval_operator.fabric.rollup import build_fabric_run_status, group_waits, summary_line
 from gpuval_operator.fabric.state import FabricState
 from gpuval_operator.fabric.verdicts import Classification, Final, GroupOutcome
 from gpuval_operator.run.state import Phase, RunState
@@ -158,12 +158,12 @@ def test_a_group_whose_pods_do_not_all_start_in_time_did_not_form_blaming_no_one
     assert lifecycle.due_outcomes(run, CONFIG, now=T0 + 10, monotonic=10, grace=3) == []
     # Rank 0 started at 00:00:05 and waits 40 s: the group is given up 10 s before (T0 + 35).
     outcomes = lifecycle.due_outcomes(run, CONFIG, now=T0 + 36, monotonic=36, grace=3)
-    assert [(o.rank, o.record.reason, o.never_started, o.delete_pod) for o in outcomes] == [
+    assert [(o.rank, o.result.reason, o.never_started, o.delete_pod) for o in outcomes] == [
         (0, Reason.FABRIC_GANG_NOT_FORMED, False, True),
         (1, Reason.FABRIC_GANG_NOT_FORMED, False, True),
         (2, Reason.FABRIC_GANG_NOT_FORMED, True, True),
     ]
-    assert {o.record.verdict for o in outcomes} == {Verdict.NOT_RUN}
+    assert {o.result.verdict for o in outcomes} == {Verdict.NOT_RUN}
     assert "the fabric pods of c did not start" in str(outcomes[0].status[FabricKey.MESSAGE])
 
 
@@ -174,7 +174,7 @@ def test_the_pods_of_a_given_up_group_are_let_end_before_the_groups_are_compared
     _launched(run, "g1", started={0, 2})
     for outcome in lifecycle.due_outcomes(run, CONFIG, now=T0 + 36, monotonic=36, grace=3):
         member = run.groups["g1"].members[outcome.rank]
-        member.recorded = outcome.record
+        member.recorded = outcome.result
         if outcome.delete_pod:
             member.deleted_at = 36.0
     assert run.all_done()
@@ -214,8 +214,8 @@ def test_a_member_that_ended_without_a_report_gets_its_termination_message_after
     )
     assert lifecycle.due_outcomes(run, CONFIG, now=T0 + 6, monotonic=6, grace=3) == []
     [outcome] = lifecycle.due_outcomes(run, CONFIG, now=T0 + 8, monotonic=8, grace=3)
-    assert outcome.rank == 1 and outcome.record.reason is Reason.FABRIC_TRANSPORT_FALLBACK
-    assert outcome.record.by_agent and outcome.status[FabricKey.NODES] == ["d", "e"]
+    assert outcome.rank == 1 and outcome.result.reason is Reason.FABRIC_TRANSPORT_FALLBACK
+    assert outcome.result.by_agent and outcome.status[FabricKey.NODES] == ["d", "e"]
     assert "termination message" in str(outcome.status[FabricKey.MESSAGE])
 
 
@@ -224,17 +224,17 @@ def test_a_member_without_a_message_failed_and_one_past_its_deadline_timed_out()
     _launched(run, "g2", started={0, 1})
     run.apply_pod(pod("g2", 1, "e", phase="Failed"), 5.0, T0)
     [ended] = lifecycle.due_outcomes(run, CONFIG, now=T0 + 10, monotonic=9, grace=3)
-    assert (ended.rank, ended.record.reason, ended.record.verdict) == (
+    assert (ended.rank, ended.result.reason, ended.result.verdict) == (
         1,
         Reason.POD_FAILED,
         Verdict.FAILED,
     )
-    run.groups["g2"].members[1].recorded = ended.record
+    run.groups["g2"].members[1].recorded = ended.result
     # The deadline: the gang timeout and every phase of a 2-node group, from the group's opening.
     late = lifecycle.due_outcomes(
         run, CONFIG, now=T0 + 60 + 40 * 4 + 20 * 3 + 60, monotonic=9, grace=3
     )
-    assert [(o.rank, o.record.reason, o.delete_pod) for o in late] == [
+    assert [(o.rank, o.result.reason, o.delete_pod) for o in late] == [
         (0, Reason.NCCL_TIMEOUT, True)
     ]
 
@@ -256,15 +256,15 @@ def test_a_member_whose_pod_ended_then_was_deleted_is_judged_on_its_end() -> Non
         assert not member.gone
         assert lifecycle.due_outcomes(run, CONFIG, now=T0 + 6, monotonic=6.0, grace=3) == []
     [expected] = lifecycle.due_outcomes(stayed, CONFIG, now=T0 + 9, monotonic=9.0, grace=3)
-    assert expected.record.reason is not Reason.POD_DELETED
+    assert expected.result.reason is not Reason.POD_DELETED
     for run in (seen_ending, deleted_ended):
         [found] = lifecycle.due_outcomes(run, CONFIG, now=T0 + 9, monotonic=9.0, grace=3)
-        assert (found.rank, found.record.reason, found.record.verdict) == (
+        assert (found.rank, found.result.reason, found.result.verdict) == (
             expected.rank,
-            expected.record.reason,
-            expected.record.verdict,
+            expected.result.reason,
+            expected.result.verdict,
         )
-        assert found.record.message == expected.record.message
+        assert found.result.message == expected.result.message
 
 
 def test_a_member_whose_pod_someone_deleted_is_not_run_and_one_whose_node_went_is_failed() -> None:
@@ -274,11 +274,11 @@ def test_a_member_whose_pod_someone_deleted_is_not_run_and_one_whose_node_went_i
     outcomes = lifecycle.due_outcomes(
         run, CONFIG, now=T0 + 10, monotonic=9, grace=3, gone={"i": None}
     )
-    assert [(o.rank, o.record.reason, o.record.verdict) for o in outcomes] == [
+    assert [(o.rank, o.result.reason, o.result.verdict) for o in outcomes] == [
         (2, Reason.POD_DELETED, Verdict.NOT_RUN),
         (3, Reason.NODE_GONE, Verdict.FAILED),
     ]
-    assert "node i was deleted while its fabric pod ran" in outcomes[1].record.message
+    assert "node i was deleted while its fabric pod ran" in outcomes[1].result.message
 
 
 def test_a_member_whose_node_stayed_not_ready_is_not_run_naming_how_long_and_why() -> None:
@@ -286,9 +286,9 @@ def test_a_member_whose_node_stayed_not_ready_is_not_run_naming_how_long_and_why
     _launched(run, "g3", started={0, 1, 2, 3})
     gone = {"i": (T0 - 200, "NodeStatusUnknown: Kubelet stopped posting node status.")}
     outcomes = lifecycle.due_outcomes(run, CONFIG, now=T0 + 10, monotonic=9, grace=3, gone=gone)
-    [(rank, record)] = [(o.rank, o.record) for o in outcomes]
-    assert (rank, record.reason, record.verdict) == (3, Reason.NODE_NOT_READY, Verdict.NOT_RUN)
-    assert "was NotReady for 210s (NodeStatusUnknown" in record.message
+    [(rank, result)] = [(o.rank, o.result) for o in outcomes]
+    assert (rank, result.reason, result.verdict) == (3, Reason.NODE_NOT_READY, Verdict.NOT_RUN)
+    assert "was NotReady for 210s (NodeStatusUnknown" in result.message
 
 
 def test_a_member_killed_from_outside_without_a_verdict_is_not_run() -> None:
@@ -297,8 +297,8 @@ def test_a_member_killed_from_outside_without_a_verdict_is_not_run() -> None:
     killed = [{"name": "agent", "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}]
     run.apply_pod(pod("g3", 1, "g", phase="Failed", containerStatuses=killed), 1.0, T0 + 5)
     [outcome] = lifecycle.due_outcomes(run, CONFIG, now=T0 + 10, monotonic=9, grace=3)
-    assert (outcome.rank, outcome.record.reason) == (1, Reason.AGENT_KILLED)
-    assert outcome.record.verdict is Verdict.NOT_RUN
+    assert (outcome.rank, outcome.result.reason) == (1, Reason.AGENT_KILLED)
+    assert outcome.result.verdict is Verdict.NOT_RUN
 
 
 def test_a_restarted_operator_rebuilds_the_groups_from_the_reports_and_the_pods() -> None:
@@ -342,7 +342,7 @@ def test_the_status_lists_counts_the_worst_groups_and_the_slow_ones() -> None:
     for node in G1.nodes:
         run.apply_report(node, agent_status(G1, node))
     assert summary_line(run) == "1/2 groups done; worst 361.0 GB/s"
-    provisional = build_fabric_status(run)
+    provisional = build_fabric_run_status(run)
     assert provisional["nodes"] == {"total": 5, "pending": 2, "passed": 3, "failed": 0, "notRun": 0}
     run.classification = Classification(
         median_pair=360.0,
@@ -370,7 +370,7 @@ def test_the_status_lists_counts_the_worst_groups_and_the_slow_ones() -> None:
             "e": Final(Verdict.PASSED, None, ""),
         },
     )
-    status = build_fabric_status(run)
+    status = build_fabric_run_status(run)
     assert status["nodes"] == {"total": 5, "pending": 0, "passed": 4, "failed": 1, "notRun": 0}
     assert [g["group"] for g in status["worstGroups"]] == ["g1", "g2"]
     assert status["worstGroups"][0]["reason"] == "FabricSlowNode"
@@ -386,15 +386,15 @@ def test_a_node_that_passed_locally_waits_for_the_fabric_counted_running() -> No
     run.finish_node("a", Verdict.PASSED, None, "ok")
     run.finish_node("b", Verdict.FAILED, Reason.BURN_MISMATCH, "gpu 3")
     assert run.finished == ["b"], "a failed node's actions need no fabric"
-    assert run.nodes["a"].held and run.counts()["running"] == 1
+    assert run.nodes["a"].awaiting_fabric and run.counts()["running"] == 1
     assert not run.all_done()
-    run.release("a", Verdict.FAILED, Reason.FABRIC_SLOW_NODE, "slow in every pair")
+    run.settle_fabric("a", Verdict.FAILED, Reason.FABRIC_SLOW_NODE, "slow in every pair")
     assert run.nodes["a"].phase is Phase.FAILED and run.nodes["a"].reason is Reason.FABRIC_SLOW_NODE
     assert run.finished == ["b", "a"]
-    assert run.local_settled() is False, "c has no local verdict yet"
+    assert run.local_verdicts_in() is False, "c has no local verdict yet"
 
 
-def test_a_reports_fabric_view_keeps_the_agents_verdict_beside_the_settled_one() -> None:
+def test_a_reports_fabric_facts_keep_the_agents_verdict_beside_the_settled_one() -> None:
     status = {
         **build_planned_fabric_status("g1", ["a", "b"], "b"),
         FabricKey.VERDICT: "Passed",

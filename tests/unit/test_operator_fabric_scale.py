@@ -13,11 +13,11 @@ from gpuval_api.fabric.isolation import blame, reference_busbw
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
 from gpuval_operator.fabric.plan import GroupPlan, cross_groups, domain_groups, representatives
-from gpuval_operator.fabric.verdicts import Classification, FabricResult, GroupEvidence, classify
+from gpuval_operator.fabric.verdicts import Classification, GroupEvidence, MemberResult, classify
 from tests.support.fabricmodel import Fabric
 
 RACKS, PER_RACK, SIZE = 40, 250, 8
-PASS = FabricResult(Verdict.PASSED, None, "fine", by_agent=True)
+PASS = MemberResult(Verdict.PASSED, None, "fine", by_agent=True)
 
 
 def node(rack: int, index: int) -> str:

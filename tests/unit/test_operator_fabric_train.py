@@ -20,13 +20,13 @@ from gpuval_operator.fabric.early import early_finals
 from gpuval_operator.fabric.facts import FabricFacts, FabricTrainFacts
 from gpuval_operator.fabric.plan import agent_seconds
 from gpuval_operator.fabric.rollup import train_status
-from gpuval_operator.fabric.verdicts import FabricResult, Final, GroupEvidence, classify
+from gpuval_operator.fabric.verdicts import Final, GroupEvidence, MemberResult, classify
 from tests.unit.test_operator_fabric_verdicts import group, names, pairs_of
 
 TRAIN = FabricTrain(enabled=True)
 HEALTHY = 50_000.0  # tokens/s per GPU
 GPUS = 8  # per node
-PASS = FabricResult(Verdict.PASSED, None, "fine", by_agent=True)
+PASS = MemberResult(Verdict.PASSED, None, "fine", by_agent=True)
 MODEL = "tiny d256 L4 H2 V8192 S256 B4"
 
 
@@ -86,15 +86,15 @@ def train_result(
 def trained(
     name: str,
     nodes: Sequence[str],
-    records: Sequence[FabricResult] | None = None,
+    results: Sequence[MemberResult] | None = None,
     *,
     speed: Mapping[str, float] | None = None,
     offset: float = 0.0,
     figure: float = HEALTHY,
 ) -> GroupEvidence:
-    base = group(name, nodes, records=records)
+    base = group(name, nodes, results=results)
     facts = FabricTrainFacts.of(train_result(nodes, speed, offset, figure))
-    return GroupEvidence(base.name, base.nodes, base.records, base.busbw, base.pairs, train=facts)
+    return GroupEvidence(base.name, base.nodes, base.results, base.busbw, base.pairs, train=facts)
 
 
 def failed(found: Mapping[str, Final]) -> dict[str, Reason | None]:
@@ -127,9 +127,9 @@ def test_without_the_training_phase_asked_for_its_figures_judge_no_one() -> None
 
 def test_a_node_its_agent_named_for_training_passes_when_the_run_does_not_name_it() -> None:
     nodes = names("a")
-    said = FabricResult(Verdict.FAILED, Reason.FABRIC_TRAIN_SLOW_NODE, "slow in its group", True)
-    records = [said if n == "a3" else PASS for n in nodes]
-    found = classify([trained("g1", nodes, records=records)], FabricThresholds(), TRAIN)
+    said = MemberResult(Verdict.FAILED, Reason.FABRIC_TRAIN_SLOW_NODE, "slow in its group", True)
+    results = [said if n == "a3" else PASS for n in nodes]
+    found = classify([trained("g1", nodes, results=results)], FabricThresholds(), TRAIN)
     assert failed(found.nodes) == {}
     assert "its agent said: FabricTrainSlowNode" in found.nodes["a3"].message
 
@@ -138,7 +138,7 @@ def test_what_the_all_reduce_named_against_a_node_comes_before_its_training() ->
     nodes = names("a")
     base = group("g1", nodes, pairs=pairs_of(nodes, {"a3": 0.7}))
     facts = FabricTrainFacts.of(train_result(nodes, speed={"a3": 0.7}))
-    evidence = GroupEvidence("g1", base.nodes, base.records, base.busbw, base.pairs, train=facts)
+    evidence = GroupEvidence("g1", base.nodes, base.results, base.busbw, base.pairs, train=facts)
     found = classify([evidence, trained("g2", names("b"))], FabricThresholds(), TRAIN)
     assert failed(found.nodes) == {"a3": Reason.FABRIC_SLOW_NODE}
 

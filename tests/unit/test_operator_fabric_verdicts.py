@@ -12,15 +12,15 @@ from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
 from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.fabric.verdicts import (
-    FabricResult,
     Final,
     GroupEvidence,
+    MemberResult,
     as_reported,
     classify,
 )
 from tests.support.fabricmodel import BASE, Fabric
 
-PASS = FabricResult(Verdict.PASSED, None, "fine", by_agent=True)
+PASS = MemberResult(Verdict.PASSED, None, "fine", by_agent=True)
 
 
 def pairs_of(
@@ -47,12 +47,12 @@ def group(
     name: str,
     nodes: Sequence[str],
     busbw: float | None = BASE,
-    records: Sequence[FabricResult] | None = None,
+    results: Sequence[MemberResult] | None = None,
     pairs: tuple[FabricPair, ...] | None = None,
 ) -> GroupEvidence:
-    records = records or [PASS] * len(nodes)
+    results = results or [PASS] * len(nodes)
     found = pairs_of(nodes) if pairs is None else pairs
-    return GroupEvidence(name, tuple(nodes), tuple(records), busbw, found, None)
+    return GroupEvidence(name, tuple(nodes), tuple(results), busbw, found, None)
 
 
 def names(prefix: str, count: int = 8) -> list[str]:
@@ -83,9 +83,9 @@ def test_a_node_its_agent_named_slow_against_its_group_alone_passes_when_the_run
     # Group g1's agents compared a1 with their own slow median; the run's pairs are faster still,
     # but a1 is only 5 % below them: within the 0.9 threshold.
     nodes = names("a")
-    agent_said = FabricResult(Verdict.FAILED, Reason.FABRIC_SLOW_NODE, "slow in every pair", True)
-    records = [PASS, agent_said, *[PASS] * 6]
-    g1 = group("g1", nodes, records=records, pairs=pairs_of(nodes, {"a1": 0.95}))
+    agent_said = MemberResult(Verdict.FAILED, Reason.FABRIC_SLOW_NODE, "slow in every pair", True)
+    results = [PASS, agent_said, *[PASS] * 6]
+    g1 = group("g1", nodes, results=results, pairs=pairs_of(nodes, {"a1": 0.95}))
     found = classify([g1, group("g2", names("b"))], FabricThresholds())
     assert found.nodes["a1"].verdict is Verdict.PASSED
     assert "FabricSlowNode" in found.nodes["a1"].message
@@ -117,12 +117,12 @@ def test_groups_are_compared_with_groups_of_their_own_size_only() -> None:
 
 def test_an_absolute_floor_marks_a_group_slow_without_blaming_its_nodes() -> None:
     nodes = names("a", 4)
-    below = FabricResult(Verdict.FAILED, Reason.NCCL_LOW_BUSBW, "below the absolute floor", True)
+    below = MemberResult(Verdict.FAILED, Reason.NCCL_LOW_BUSBW, "below the absolute floor", True)
     g1 = group(
         "g1",
         nodes,
         busbw=300.0,
-        records=[below] * 4,
+        results=[below] * 4,
         pairs=pairs_of(nodes, dict.fromkeys(nodes, 300 / BASE)),
     )
     found = classify([g1], FabricThresholds(absolute_busbw_gbps=350.0))
@@ -132,14 +132,14 @@ def test_an_absolute_floor_marks_a_group_slow_without_blaming_its_nodes() -> Non
 
 def test_when_every_other_rank_cannot_reach_rank_0_rank_0_is_named_and_they_are_not() -> None:
     nodes = names("a", 4)
-    came = FabricResult(
+    came = MemberResult(
         Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE, "a1, a2, a3 never reached", True
     )
-    lost = FabricResult(
+    lost = MemberResult(
         Verdict.FAILED, Reason.FABRIC_UNREACHABLE, "could not reach 10.0.0.1:20000", True
     )
     found = classify(
-        [group("g1", nodes, busbw=None, records=[came, lost, lost, lost], pairs=())],
+        [group("g1", nodes, busbw=None, results=[came, lost, lost, lost], pairs=())],
         FabricThresholds(),
     )
     assert (found.nodes["a0"].verdict, found.nodes["a0"].reason) == (
@@ -152,10 +152,10 @@ def test_when_every_other_rank_cannot_reach_rank_0_rank_0_is_named_and_they_are_
 
 def test_one_rank_that_cannot_reach_rank_0_is_named_alone() -> None:
     nodes = names("a", 4)
-    came = FabricResult(Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE, "a2 never reached", True)
-    lost = FabricResult(Verdict.FAILED, Reason.FABRIC_UNREACHABLE, "could not reach", True)
+    came = MemberResult(Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE, "a2 never reached", True)
+    lost = MemberResult(Verdict.FAILED, Reason.FABRIC_UNREACHABLE, "could not reach", True)
     found = classify(
-        [group("g1", nodes, busbw=None, records=[came, came, lost, came], pairs=())],
+        [group("g1", nodes, busbw=None, results=[came, came, lost, came], pairs=())],
         FabricThresholds(),
     )
     assert found.nodes["a2"].verdict is Verdict.FAILED
@@ -163,22 +163,22 @@ def test_one_rank_that_cannot_reach_rank_0_is_named_alone() -> None:
 
 
 def test_in_a_group_of_two_an_unreachable_rank_names_neither_side() -> None:
-    came = FabricResult(Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE, "a1 never reached", True)
-    lost = FabricResult(Verdict.FAILED, Reason.FABRIC_UNREACHABLE, "could not reach", True)
+    came = MemberResult(Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE, "a1 never reached", True)
+    lost = MemberResult(Verdict.FAILED, Reason.FABRIC_UNREACHABLE, "could not reach", True)
     found = classify(
-        [group("g1", ["a0", "a1"], busbw=None, records=[came, lost], pairs=())], FabricThresholds()
+        [group("g1", ["a0", "a1"], busbw=None, results=[came, lost], pairs=())], FabricThresholds()
     )
     assert {f.verdict for f in found.nodes.values()} == {Verdict.NOT_RUN}
 
 
 def test_what_is_not_slowness_stands_and_a_node_in_two_groups_gets_the_worse() -> None:
-    fell_back = FabricResult(Verdict.FAILED, Reason.FABRIC_TRANSPORT_FALLBACK, "sockets", True)
+    fell_back = MemberResult(Verdict.FAILED, Reason.FABRIC_TRANSPORT_FALLBACK, "sockets", True)
     nodes = names("a", 4)
-    g1 = group("g1", nodes, records=[PASS, PASS, fell_back, PASS])
+    g1 = group("g1", nodes, results=[PASS, PASS, fell_back, PASS])
     x1 = group(
         "x1",
         ["a0", "b0", "c0"],
-        records=[FabricResult(Verdict.FAILED, Reason.NCCL_TIMEOUT, "hung", True), PASS, PASS],
+        results=[MemberResult(Verdict.FAILED, Reason.NCCL_TIMEOUT, "hung", True), PASS, PASS],
     )
     found = classify([g1, x1], FabricThresholds())
     assert found.nodes["a2"].reason is Reason.FABRIC_TRANSPORT_FALLBACK
@@ -186,9 +186,9 @@ def test_what_is_not_slowness_stands_and_a_node_in_two_groups_gets_the_worse() -
 
 
 def test_a_group_that_did_not_form_is_not_run_as_recorded() -> None:
-    gang = FabricResult(Verdict.NOT_RUN, Reason.FABRIC_GANG_NOT_FORMED, "did not form")
+    gang = MemberResult(Verdict.NOT_RUN, Reason.FABRIC_GANG_NOT_FORMED, "did not form")
     found = classify(
-        [group("g1", names("a", 3), busbw=None, records=[gang] * 3, pairs=())], FabricThresholds()
+        [group("g1", names("a", 3), busbw=None, results=[gang] * 3, pairs=())], FabricThresholds()
     )
     assert {(f.verdict, f.reason) for f in found.nodes.values()} == {
         (Verdict.NOT_RUN, Reason.FABRIC_GANG_NOT_FORMED)
@@ -197,10 +197,10 @@ def test_a_group_that_did_not_form_is_not_run_as_recorded() -> None:
 
 
 def test_what_an_agent_wrote_as_its_group_was_given_up_does_not_count() -> None:
-    gang = FabricResult(Verdict.NOT_RUN, Reason.FABRIC_GANG_NOT_FORMED, "b's pod never started")
-    lost = FabricResult(Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE, "lost the coordinator", True)
+    gang = MemberResult(Verdict.NOT_RUN, Reason.FABRIC_GANG_NOT_FORMED, "b's pod never started")
+    lost = MemberResult(Verdict.NOT_RUN, Reason.FABRIC_UNREACHABLE, "lost the coordinator", True)
     found = classify(
-        [group("g1", ["a", "b", "c"], busbw=None, records=[gang, gang, lost], pairs=())],
+        [group("g1", ["a", "b", "c"], busbw=None, results=[gang, gang, lost], pairs=())],
         FabricThresholds(),
     )
     assert found.nodes["c"] == found.nodes["a"]
@@ -396,8 +396,8 @@ def test_a_slow_pair_its_agents_named_against_their_own_floor_passes_when_the_ru
     None
 ):
     pair = ["a0", "a1"]
-    said = FabricResult(Verdict.NOT_RUN, Reason.FABRIC_SLOW_PAIR, "the link or either node", True)
-    two = group("g1", pair, records=[said, said], pairs=pairs_of(pair, {"a0": 0.95}))
+    said = MemberResult(Verdict.NOT_RUN, Reason.FABRIC_SLOW_PAIR, "the link or either node", True)
+    two = group("g1", pair, results=[said, said], pairs=pairs_of(pair, {"a0": 0.95}))
     found = classify([two, group("g2", names("b"))], FabricThresholds())
     assert {found.nodes[n].verdict for n in pair} == {Verdict.PASSED}
     assert "FabricSlowPair" in found.nodes["a0"].message

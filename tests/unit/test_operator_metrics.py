@@ -14,7 +14,7 @@ from gpuval_operator.control.ingest import ChildIngest
 from gpuval_operator.readmodel.metrics import make_registry
 from gpuval_operator.readmodel.registry import Registry
 from gpuval_operator.readmodel.validation import NodeResult, ValidationState
-from gpuval_operator.run.holds import Systemic
+from gpuval_operator.run.breakerstate import SystemicFailure
 from gpuval_operator.run.state import RunState
 
 
@@ -157,7 +157,7 @@ def test_held_node_actions_and_nodes_out_of_service_are_series() -> None:
     assert run is not None
     run.breaker.held = {"b": ConditionReason.MAX_NODES_REACHED, "c": ConditionReason.SYSTEMIC}
     run.breaker.limit = 4
-    run.breaker.systemic = [Systemic("BurnMismatch", 3, 4)]
+    run.breaker.systemic = [SystemicFailure("BurnMismatch", 3, 4)]
     registry.out_of_service.limit, registry.out_of_service.total = 10, 7
     registry.out_of_service.by_validation = {"fleet": 4}
     text = generate_latest(make_registry(registry)).decode()

@@ -13,22 +13,22 @@ from gpuval_api.reasons import RepairAction
 from gpuval_api.remediation import RepairEnd, RepairState
 from gpuval_api.result import Verdict
 from gpuval_operator.remediation import machine
-from gpuval_operator.remediation.machine import Do, NodeView, Settings
+from gpuval_operator.remediation.machine import Do, RepairFacts, Settings
 from gpuval_operator.remediation.record import RepairRecord
 
 SETTINGS = Settings.of(Remediation(max_repairs=2, window_seconds=3600, timeout_seconds=600))
 T0 = 1_000_000.0
 
 
-def failed(reason: str = "KernelXidReboot", **changes: object) -> NodeView:
-    base = NodeView(
+def failed(reason: str = "KernelXidReboot", **changes: object) -> RepairFacts:
+    base = RepairFacts(
         name="n1", tested="Failed", reason=reason, at=int(T0), in_force=True, boot_id="boot-1"
     )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
-def asked(view: NodeView, now: float = T0, **kw: object) -> RepairRecord:
-    record = machine.requested(view, RepairAction.REBOOT, SETTINGS, now=now, **kw)  # type: ignore[arg-type]
+def asked(facts: RepairFacts, now: float = T0, **kw: object) -> RepairRecord:
+    record = machine.requested(facts, RepairAction.REBOOT, SETTINGS, now=now, **kw)  # type: ignore[arg-type]
     return record
 
 
@@ -40,7 +40,7 @@ def test_a_reboot_class_failure_in_force_asks_for_a_reboot() -> None:
 
 
 @pytest.mark.parametrize(
-    "view",
+    "facts",
     [
         failed("BurnMismatch"),  # Replace: a person's
         failed("KernelXidRestartApp"),  # the application's
@@ -51,9 +51,9 @@ def test_a_reboot_class_failure_in_force_asks_for_a_reboot() -> None:
     ],
 )
 def test_no_repair_is_asked_for_what_no_engine_repairs_or_the_breaker_holds(
-    view: NodeView,
+    facts: RepairFacts,
 ) -> None:
-    assert machine.decide(view, SETTINGS, now=T0).do is Do.NOTHING
+    assert machine.decide(facts, SETTINGS, now=T0).do is Do.NOTHING
 
 
 def test_a_systemic_or_still_undecided_reason_asks_for_no_repair() -> None:
@@ -63,8 +63,8 @@ def test_a_systemic_or_still_undecided_reason_asks_for_no_repair() -> None:
 
 def test_without_spec_remediation_nothing_is_asked_and_an_open_request_is_withdrawn() -> None:
     assert machine.decide(failed(), None, now=T0).do is Do.NOTHING
-    view = failed(repair=asked(failed()))
-    assert machine.decide(view, None, now=T0).do is Do.WITHDRAW
+    facts = failed(repair=asked(failed()))
+    assert machine.decide(facts, None, now=T0).do is Do.WITHDRAW
 
 
 def test_the_request_records_action_boot_checks_object_and_its_number() -> None:
@@ -93,32 +93,34 @@ def test_the_request_records_action_boot_checks_object_and_its_number() -> None:
 def test_a_request_ends_on_a_new_boot_its_object_or_the_timeout(
     changes: dict[str, object], object_end: RepairEnd | None, now: float, end: RepairEnd
 ) -> None:
-    view = failed(repair=asked(failed()), **changes)
-    step = machine.decide(view, SETTINGS, now=now, object_end=object_end)
+    facts = failed(repair=asked(failed()), **changes)
+    step = machine.decide(facts, SETTINGS, now=now, object_end=object_end)
     assert (step.do, step.end) == (Do.END, end)
 
 
 def test_a_request_going_on_waits() -> None:
-    view = failed(repair=asked(failed()))
-    assert machine.decide(view, SETTINGS, now=T0 + 599).do is Do.NOTHING
+    facts = failed(repair=asked(failed()))
+    assert machine.decide(facts, SETTINGS, now=T0 + 599).do is Do.NOTHING
 
 
 def test_a_request_through_an_object_ends_when_the_object_says_so_not_at_the_reboot() -> None:
-    view = failed(repair=asked(failed(), obj="gpuval-n1"), boot_id="boot-2")
-    assert machine.decide(view, SETTINGS, now=T0 + 5).do is Do.NOTHING
-    step = machine.decide(view, SETTINGS, now=T0 + 6, object_end=RepairEnd.DONE)
+    facts = failed(repair=asked(failed(), obj="gpuval-n1"), boot_id="boot-2")
+    assert machine.decide(facts, SETTINGS, now=T0 + 5).do is Do.NOTHING
+    step = machine.decide(facts, SETTINGS, now=T0 + 6, object_end=RepairEnd.DONE)
     assert (step.do, step.end) == (Do.END, RepairEnd.DONE)
 
 
 def test_an_ended_repair_is_validated_again_once_ready_and_not_twice_within_the_timeout() -> None:
     record = machine.ended(asked(failed()), RepairEnd.REBOOTED, T0 + 10)
     assert record.state == RepairState.REVALIDATING and record.ended_by == RepairEnd.REBOOTED
-    view = failed(repair=record)
-    assert machine.decide(view, SETTINGS, now=T0 + 10).do is Do.REVALIDATE
-    assert machine.decide(dataclasses.replace(view, ready=False), SETTINGS, now=T0).do is Do.NOTHING
-    joined = machine.decide(view, SETTINGS, now=T0 + 20, joined_at=T0 + 10)
+    facts = failed(repair=record)
+    assert machine.decide(facts, SETTINGS, now=T0 + 10).do is Do.REVALIDATE
+    assert (
+        machine.decide(dataclasses.replace(facts, ready=False), SETTINGS, now=T0).do is Do.NOTHING
+    )
+    joined = machine.decide(facts, SETTINGS, now=T0 + 20, joined_at=T0 + 10)
     assert joined.do is Do.NOTHING
-    again = machine.decide(view, SETTINGS, now=T0 + 700, joined_at=T0 + 10)
+    again = machine.decide(facts, SETTINGS, now=T0 + 700, joined_at=T0 + 10)
     assert again.do is Do.REVALIDATE, "a re-validation that never gave a verdict is tried again"
 
 
@@ -152,10 +154,10 @@ def test_failing_again_after_max_repairs_within_the_window_needs_repair_and_asks
     failed_twice = machine.after_verdict(
         machine.ended(second, RepairEnd.REBOOTED, T0 + 40), Verdict.FAILED, T0 + 50
     )
-    view = failed(repair=failed_twice)
-    step = machine.decide(view, SETTINGS, now=T0 + 60)
+    facts = failed(repair=failed_twice)
+    step = machine.decide(facts, SETTINGS, now=T0 + 60)
     assert (step.do, step.action) == (Do.NEEDS_REPAIR, RepairAction.REBOOT)
-    needs = machine.needs_repair(view, RepairAction.REBOOT, SETTINGS, T0 + 60)
+    needs = machine.needs_repair(facts, RepairAction.REBOOT, SETTINGS, T0 + 60)
     assert needs.state == RepairState.NEEDS_REPAIR and needs.count == 2
     assert machine.decide(failed(repair=needs, needs_repair_label=True), SETTINGS, now=T0).do is (
         Do.NOTHING

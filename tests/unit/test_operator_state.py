@@ -93,13 +93,13 @@ def test_the_same_verdict_in_other_words_changes_nothing() -> None:
     assert run.finished == []
 
 
-def test_a_node_held_for_its_fabric_verdict_is_the_fabrics_to_settle() -> None:
+def test_a_node_awaiting_its_fabric_verdict_is_the_fabrics_to_settle() -> None:
     run = make_run("a")
     run.expect_fabric()
     run.apply_report(report("a"))
-    assert run.nodes["a"].held
+    assert run.nodes["a"].awaiting_fabric
     assert not run.apply_report(report("a", verdict="Failed", reason="FabricSlowNode"))
-    assert run.nodes["a"].phase is Phase.PASSED and run.nodes["a"].held
+    assert run.nodes["a"].phase is Phase.PASSED and run.nodes["a"].awaiting_fabric
 
 
 def test_a_running_report_or_another_runs_report_gives_no_verdict() -> None:
@@ -269,7 +269,7 @@ def test_counts_follow_phases() -> None:
     assert [r.node for r in run.failed()] == ["c"]
 
 
-def test_report_view_keeps_summary_and_environment_but_not_the_document() -> None:
+def test_report_facts_keep_summary_and_environment_but_not_the_document() -> None:
     view = ReportFacts.parse(
         {
             "metadata": {"name": "r", "annotations": {"gpuval.dev/gpus": "8"}},

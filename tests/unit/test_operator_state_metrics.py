@@ -84,7 +84,7 @@ def test_a_nodes_state_findings_links_down_and_counters_grown_are_series() -> No
     assert "gpu=" not in text  # per-GPU detail stays in the report
 
 
-def test_a_report_without_a_state_check_has_no_state_series_and_alike_nodes_share_one_view() -> (
+def test_a_report_without_a_state_check_has_no_state_series_and_alike_nodes_share_one_object() -> (
     None
 ):
     assert StateFacts.parse({"checks": [{"name": "burn"}]}) is None

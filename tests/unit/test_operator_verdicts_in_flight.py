@@ -17,7 +17,7 @@ from gpuval_api.crd import GpuValidationSpec
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
 from gpuval_operator.control.driver import RunDriver
-from gpuval_operator.control.holds import HoldKeeper
+from gpuval_operator.control.runbreaker import RunBreaker
 from gpuval_operator.run.state import RunState
 
 NODES = ("bad-0", "bad-1", "bad-2", "bad-3", "ok-0", "ok-1")
@@ -49,8 +49,8 @@ class Actor:
                 run.finish_node(node, Verdict.FAILED, Reason.BURN_MISMATCH, "miscompare")
 
 
-class Holds(HoldKeeper):
-    async def settle(self, run: RunState, spec: GpuValidationSpec) -> None:
+class Breaker(RunBreaker):
+    async def revisit(self, run: RunState, spec: GpuValidationSpec) -> None:
         return None
 
 
@@ -63,10 +63,10 @@ def _driver(run: RunState) -> tuple[RunDriver, Actor]:
     driver = RunDriver.__new__(RunDriver)
     actor = Actor(run)
     driver.actor, driver.effects, driver.baseline = actor, Effects(), Baseline()  # type: ignore[assignment]
-    driver.holds = Holds(
+    driver.breaker = Breaker(
         effects=driver.effects,  # type: ignore[arg-type]
         actor=actor,  # type: ignore[arg-type]
-        ledger=None,
+        operator_breaker=None,
         node_watch=None,  # type: ignore[arg-type]
         annotations=dict,
     )

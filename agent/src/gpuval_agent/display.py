@@ -150,7 +150,7 @@ class Display:
             self._check = None
         self._plain(
             f"gpuval: {result.name} {result.verdict.value.lower()} in "
-            f"{result.duration_seconds:.1f}s: {result.message}"
+            f"{result.elapsed_seconds:.1f}s: {result.message}"
         )
 
 
@@ -169,7 +169,7 @@ def render_table(result: AgentResult) -> str:
     ]
     for check in result.checks:
         lines.append(
-            f"{check.name:<10} {check.verdict.value:<8} {check.duration_seconds:>8.1f}  "
+            f"{check.name:<10} {check.verdict.value:<8} {check.elapsed_seconds:>8.1f}  "
             f"{one_line(check.message, TABLE_TEXT)}"
         )
     burn = result.check("burn")

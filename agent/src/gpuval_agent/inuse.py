@@ -116,8 +116,8 @@ def merge(first: Busy | None, later: Busy) -> Busy:
         return later
     processes = {p.pid: p for p in first.processes}
     for process in later.processes:
-        held = processes.get(process.pid)
-        if held is None or (process.used_memory_bytes or 0) > (held.used_memory_bytes or 0):
+        seen = processes.get(process.pid)
+        if seen is None or (process.used_memory_bytes or 0) > (seen.used_memory_bytes or 0):
             processes[process.pid] = process
     return replace(
         first,

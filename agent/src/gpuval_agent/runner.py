@@ -28,7 +28,7 @@ from gpuval_agent.checks.driver import run_driver
 from gpuval_agent.checks.health import run_health
 from gpuval_agent.checks.memory import run_memory
 from gpuval_agent.checks.nccl import run_nccl, sweep_sizes
-from gpuval_agent.checks.sharing import settle_in_use, settle_shared_init
+from gpuval_agent.checks.sharing import mark_in_use, mark_shared_init
 from gpuval_agent.checks.train import prepare_train, run_train
 from gpuval_agent.devices import keep_given
 from gpuval_agent.errors import AgentError, NoDriverError
@@ -289,7 +289,7 @@ def _run_one(name: CheckName, context: CheckContext) -> CheckResult:
     if name is CheckName.DRIVER:
         with watch.during() as seen:
             result = _call(name, context)
-        settled = settle_shared_init(result, watch.baseline, seen.before | seen.during)
+        marked = mark_shared_init(result, watch.baseline, seen.before | seen.during)
     else:
         with watch.during() as seen:
             context.busy = seen.before
@@ -300,9 +300,9 @@ def _run_one(name: CheckName, context: CheckContext) -> CheckResult:
                     result = CheckBuilder(name.value, context).finish(verdict=Verdict.SKIPPED)
             finally:
                 context.busy = {}
-        settled = settle_in_use(result, seen.before, seen.during)
-    settled.metrics["inUseReadings"] = float(seen.readings)
-    return settled
+        marked = mark_in_use(result, seen.before, seen.during)
+    marked.metrics["inUseReadings"] = float(seen.readings)
+    return marked
 
 
 def _call(name: CheckName, context: CheckContext) -> CheckResult:

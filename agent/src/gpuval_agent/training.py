@@ -134,7 +134,7 @@ class TrainPlan:
         )
 
     def to_command(self, command_id: int) -> dict[str, Any]:
-        """The rank worker's `train` command."""
+        """The rank process's `train` command."""
         return {
             "op": "train",
             "id": command_id,

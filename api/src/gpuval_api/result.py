@@ -17,7 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpuval_api.baselinecomparison import BaselineComparison
 from gpuval_api.checks import ChecksConfig, camel
@@ -249,6 +249,11 @@ class GpuOccupant(_Model):
     )
 
 
+# A check's elapsed time as results before 0.1.0's names were unified call it; read through 0.1.x
+# (agents and kept results of a development build), never written.
+OLD_ELAPSED_KEY = "durationSeconds"
+
+
 class CheckResult(_Model):
     name: str
     verdict: Verdict
@@ -256,7 +261,7 @@ class CheckResult(_Model):
     hint: str | None = None
     message: str = ""
     started_at: datetime | None = None
-    duration_seconds: float = 0.0
+    elapsed_seconds: float = Field(default=0.0, description="How long the check took, in seconds.")
     metrics: dict[str, float] = Field(default_factory=dict)
     gpus: list[GpuCheckResult] = Field(default_factory=list)
     pairs: list[PairResult] = Field(default_factory=list)
@@ -282,6 +287,17 @@ class CheckResult(_Model):
         default=None,
         description="Kept diagnostic output (e.g. NCCL_DEBUG=INFO of a hang), truncated.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _elapsed_was_duration(cls, data: Any) -> Any:
+        """`durationSeconds` (OLD_ELAPSED_KEY) read as `elapsedSeconds`: the name is the burn's
+        configured duration's alone now."""
+        if isinstance(data, dict) and OLD_ELAPSED_KEY in data:
+            data = dict(data)
+            old = data.pop(OLD_ELAPSED_KEY)
+            data.setdefault("elapsedSeconds", old)
+        return data
 
 
 def untested_gpus(check: CheckResult) -> set[int]:

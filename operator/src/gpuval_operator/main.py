@@ -30,7 +30,7 @@ from gpuval_operator.kube.credentials import (
 )
 from gpuval_operator.kube.leader import LeaderElector
 from gpuval_operator.nodes.actor import NodeActor
-from gpuval_operator.nodes.ledger import OutOfServiceLedger
+from gpuval_operator.nodes.operatorbreaker import OperatorBreaker
 from gpuval_operator.readmodel.metrics import make_registry, start_server
 from gpuval_operator.readmodel.registry import Registry
 from gpuval_operator.run.effects import Effects
@@ -88,8 +88,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     except CredentialsError as error:
         raise kopf.PermanentError(str(error)) from error
     registry = Registry()
-    ledger = OutOfServiceLedger(client, config.max_nodes_out_of_service, registry.out_of_service)
-    memo.ctx = Context(client=client, config=config, registry=registry, ledger=ledger)
+    breaker = OperatorBreaker(client, config.max_nodes_out_of_service, registry.out_of_service)
+    memo.ctx = Context(client=client, config=config, registry=registry, operator_breaker=breaker)
     prom = make_registry(registry, per_gpu=config.metrics_per_gpu, client=client)
     memo.metrics_runner = (
         await start_server(prom, config.metrics_port) if config.metrics_port else None
@@ -148,7 +148,7 @@ async def forget_nodes(*, name: str, spec: kopf.Spec, memo: kopf.Memo, **_: Any)
     ctx: Context = memo.ctx
     selector = spec.get("nodeSelector")
     query = NodeSelector.model_validate(selector).to_query() if selector else ""
-    actor = NodeActor(Effects(ctx.client, ctx.config, name=name, uid=""), ctx.ledger)
+    actor = NodeActor(Effects(ctx.client, ctx.config, name=name, uid=""), ctx.operator_breaker)
     touched = await actor.forget(name, query)
     log.info("%s: deleted; its record left %d nodes", name, touched)
 

@@ -201,7 +201,8 @@ class Backend(ABC):
     def host_device_bandwidth(
         self, direction: str, gpus: list[int], nbytes: int, iterations: int
     ) -> dict[int, float]:
-        """GB/s per GPU of pinned host<->device copies ('h2d' or 'd2h'), all `gpus` at once."""
+        """GB/s per GPU of pinned host<->device copies (`direction`: H2D.id or D2H.id
+        of gpuval_api.figures), all `gpus` at once."""
 
     @abstractmethod
     def device_copy_bandwidth(self, gpu: int, nbytes: int, iterations: int) -> float:

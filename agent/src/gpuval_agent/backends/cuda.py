@@ -38,7 +38,7 @@ from gpuval_agent.backends.ranks import (
     SAFE_NCCL_ENV,
     TIMING_NCCL_ENV,
     RankGroup,
-    worker_command,
+    rank_command,
 )
 from gpuval_agent.errors import AgentError, BackendUnavailableError
 from gpuval_agent.memtest import (
@@ -524,8 +524,8 @@ def cuda_ordinals_by_uuid(driver: Any) -> dict[str, int]:
     return found
 
 
-_CHECK, _SWEEP = 1, 2  # the rank worker's command ids: the checked sum, the sweep
-_SETTLE_SECONDS = 2.0  # for a rank that reported its error to exit before it is described
+_CHECK, _SWEEP = 1, 2  # the rank process's command ids: the checked sum, the sweep
+_EXIT_SECONDS = 2.0  # for a rank that reported its error to exit before it is described
 
 
 def _free_port() -> int:
@@ -536,7 +536,7 @@ def _free_port() -> int:
 
 
 class PreparedAllReduce:
-    """The NCCL check's rank processes (backends/rank_worker.py), one per GPU. Started early
+    """The NCCL check's rank processes (backends/rank_process.py), one per GPU. Started early
     (at the start of the run), they meet and check one all-reduce's sum while the other checks
     run; the sweep starts the moment the check needs it.
 
@@ -581,7 +581,7 @@ class PreparedAllReduce:
             for rank, (gpu, log) in enumerate(zip(gpus, logs, strict=True))
         ]
         self.group = RankGroup(
-            [worker_command(f"nccl-{os.getpid()}", spec) for spec in specs],
+            [rank_command(f"nccl-{os.getpid()}", spec) for spec in specs],
             [env] * len(gpus),
             gated=True,
             logs=logs,
@@ -612,7 +612,7 @@ class PreparedAllReduce:
                 return AllReduceOutcome(timed_out=True, log_tail=self.group.run(True).log_tail)
             if isinstance(swept, str) or _errors(swept):
                 # A rank that reports its error exits at once: let it, then say who died how.
-                run = self.group.wait(_SETTLE_SECONDS, grace_seconds=0.5)
+                run = self.group.wait(_EXIT_SECONDS, grace_seconds=0.5)
                 return AllReduceOutcome(
                     error=run.describe_failure(self.group.labels), log_tail=run.log_tail or None
                 )

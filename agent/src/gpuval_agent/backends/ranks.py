@@ -1,4 +1,4 @@
-"""The agent's one rank-process manager: one process per rank (gpuval_agent.backends.rank_worker
+"""The agent's one rank-process manager: one process per rank (gpuval_agent.backends.rank_process
 for the NCCL check and the fabric), each in its own process group, told what to do on stdin and
 answering in its own events file, waited for with a deadline, and killed with everything it
 started (only the processes this agent started are ever signalled).
@@ -104,7 +104,7 @@ class RankGroup:
     """One process per rank, each in its own process group (a hung rank and whatever it started
     are killed together).
 
-    `gated`: stdin is a pipe the ranks read their commands from (the rank worker's JSON lines, or
+    `gated`: stdin is a pipe the ranks read their commands from (the rank process's JSON lines, or
     `go`); otherwise it is closed. `logs`: where each rank's output goes (its events file beside
     it, `.events`); by default a temporary directory the group removes when it ends. `labels`
     name the ranks in a failure ('rank 1 (CUDA device 1)')."""
@@ -251,12 +251,12 @@ class RankGroup:
         self.cleanup()
 
 
-def worker_command(group: str, spec: dict[str, Any]) -> list[str]:
-    """The command line of one rank_worker process; `group` names its group for ps."""
+def rank_command(group: str, spec: dict[str, Any]) -> list[str]:
+    """The command line of one rank process; `group` names its group for ps."""
     return [
         sys.executable,
         "-m",
-        "gpuval_agent.backends.rank_worker",
+        "gpuval_agent.backends.rank_process",
         "--group",
         group,
         "--spec",

@@ -60,6 +60,7 @@ from gpuval_agent.training import TrainOutcome, TrainPlan, TrainProgressCallback
 from gpuval_agent.verify import count_bad_elements, scan_counts
 from gpuval_api.checks import Precision
 from gpuval_api.env import AgentEnv
+from gpuval_api.figures import H2D
 from gpuval_api.result import Environment, GpuInfo, PcieLink
 
 _SMALL = 16  # side of the small matrices each simulated iteration really multiplies
@@ -417,7 +418,7 @@ class SimulatedBackend(Backend):
         self._burning.clear()
         share = self._share(LoadCheck.BANDWIDTH, gpus)
         self._sleep(0.2)
-        expected = (self._part.h2d_gbps if direction == "h2d" else self._part.d2h_gbps) or 25.0
+        expected = (self._part.h2d_gbps if direction == H2D.id else self._part.d2h_gbps) or 25.0
         figures = {}
         for gpu in gpus:
             # A MIG device copies over its GPU's one link beside its siblings: its share.

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch  # type: ignore[import-not-found,unused-ignore]
 
+from gpuval_api.figures import H2D
+
 _host_buffers: dict[tuple[int, int], torch.Tensor] = {}
 
 
@@ -32,7 +34,7 @@ def host_device(direction: str, gpus: list[int], nbytes: int, iterations: int) -
         stream = torch.cuda.Stream(device)
         host = _pinned(gpu, nbytes)
         dev = torch.empty(nbytes, dtype=torch.uint8, device=device)
-        src, dst = (host, dev) if direction == "h2d" else (dev, host)
+        src, dst = (host, dev) if direction == H2D.id else (dev, host)
         with torch.cuda.stream(stream):
             dst.copy_(src, non_blocking=True)
         plan.append((gpu, stream, src, dst))

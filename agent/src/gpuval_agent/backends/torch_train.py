@@ -182,7 +182,7 @@ def perturb(model: nn.Module) -> None:
 
 
 def run(rank: Rank, command: dict[str, Any]) -> None:
-    """The `train` command of the rank worker: every step, then one event with this rank's
+    """The `train` command of the rank process: every step, then one event with this rank's
     losses and figures."""
     deterministic()
     device = rank.device

@@ -1,4 +1,4 @@
-"""The training check's rank processes: the agent's one rank worker (backends/rank_worker.py), one
+"""The training check's rank processes: the agent's one rank process (backends/rank_process.py), one
 per GPU, through the one rank-process manager (backends/ranks.py), with the settings that make
 the losses deterministic in their environment. Kept free of torch.
 """
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuval_agent.backends.ranks import SAFE_NCCL_ENV, RankGroup, worker_command
+from gpuval_agent.backends.ranks import SAFE_NCCL_ENV, RankGroup, rank_command
 from gpuval_agent.training import (
     RankTraining,
     TrainOutcome,
@@ -35,7 +35,7 @@ DETERMINISTIC_ENV = {
 }
 PROGRESS_ID = -1  # torch_train.PROGRESS_ID: rank 0's progress event, overwritten each time
 _TRAIN_ID = 1
-_SETTLE_SECONDS = 2.0
+_EXIT_SECONDS = 2.0
 
 
 def _free_port() -> int:
@@ -81,7 +81,7 @@ class TrainingRanks:
         ]
         env = rank_environment()
         self.group = RankGroup(
-            [worker_command(f"train-{os.getpid()}", spec) for spec in specs],
+            [rank_command(f"train-{os.getpid()}", spec) for spec in specs],
             [env] * len(devices),
             gated=True,
             logs=logs,
@@ -123,7 +123,7 @@ class TrainingRanks:
                 return TrainOutcome(timed_out=True, log_tail=self.group.run(True).log_tail)
             if isinstance(answered, str) or _errors(answered):
                 # A rank that reports its error exits at once: let it, then say who died how.
-                run = self.group.wait(_SETTLE_SECONDS, grace_seconds=0.5)
+                run = self.group.wait(_EXIT_SECONDS, grace_seconds=0.5)
                 error = answered if isinstance(answered, str) else None
                 return TrainOutcome(
                     error=error or run.describe_failure(self.group.labels),

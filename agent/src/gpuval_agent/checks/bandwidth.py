@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from gpuval_agent.checks.common import CheckBuilder, CheckContext
 from gpuval_agent.telemetry import GpuWindow
 from gpuval_api.checks import Threshold
-from gpuval_api.figures import D2H, DEVICE_COPY, H2D
+from gpuval_api.figures import D2H, DEVICE_COPY, H2D, P2P
 from gpuval_api.reasons import Reason
 from gpuval_api.result import CheckResult, PairResult, PcieLink
 
@@ -96,8 +96,8 @@ def run_bandwidth(context: CheckContext) -> CheckResult:
     }
     p2p = [p.gbps for p in builder.pairs if p.gbps is not None]
     message = (
-        f"worst GB/s: h2d {worst[H2D.metric]:.1f}, d2h {worst[D2H.metric]:.1f}, device "
-        f"{worst[DEVICE_COPY.metric]:.0f}" + (f", p2p {min(p2p):.1f}" if p2p else "")
+        f"worst GB/s: {H2D.id} {worst[H2D.metric]:.1f}, {D2H.id} {worst[D2H.metric]:.1f}, device "
+        f"{worst[DEVICE_COPY.metric]:.0f}" + (f", {P2P.id} {min(p2p):.1f}" if p2p else "")
     )
     return builder.finish(message=message)
 
@@ -108,9 +108,9 @@ def _one_gpu(context: CheckContext, builder: CheckBuilder, gpu: int, step: _Step
     nbytes = config.transfer_mib * _MIB
     step(f"GPU {gpu} host->device")
     with context.sampler.window() as window, _polling(context):
-        h2d = backend.host_device_bandwidth("h2d", [gpu], nbytes, config.iterations)[gpu]
+        h2d = backend.host_device_bandwidth(H2D.id, [gpu], nbytes, config.iterations)[gpu]
     step(f"GPU {gpu} device->host")
-    d2h = backend.host_device_bandwidth("d2h", [gpu], nbytes, config.iterations)[gpu]
+    d2h = backend.host_device_bandwidth(D2H.id, [gpu], nbytes, config.iterations)[gpu]
     step(f"GPU {gpu} device copy")
     local = backend.device_copy_bandwidth(gpu, nbytes, config.iterations)
     builder.gpu_metric(gpu, H2D.metric, h2d)
@@ -119,7 +119,7 @@ def _one_gpu(context: CheckContext, builder: CheckBuilder, gpu: int, step: _Step
     _below(
         builder,
         what=f"GPU {gpu} host->device",
-        field="minH2dGBps",
+        field=H2D.threshold,
         gbps=h2d,
         threshold=config.min_h2d_gbps,
         expected=part.h2d_gbps,
@@ -128,7 +128,7 @@ def _one_gpu(context: CheckContext, builder: CheckBuilder, gpu: int, step: _Step
     _below(
         builder,
         what=f"GPU {gpu} device->host",
-        field="minD2hGBps",
+        field=D2H.threshold,
         gbps=d2h,
         threshold=config.min_d2h_gbps,
         expected=part.d2h_gbps,
@@ -137,7 +137,7 @@ def _one_gpu(context: CheckContext, builder: CheckBuilder, gpu: int, step: _Step
     _below(
         builder,
         what=f"GPU {gpu} device-local copy",
-        field="minDeviceCopyGBps",
+        field=DEVICE_COPY.threshold,
         gbps=local,
         threshold=config.min_device_copy_gbps,
         expected=part.device_copy_gbps,
@@ -169,27 +169,24 @@ def _all_at_once(
 ) -> None:
     """Host<->device with every GPU copying at once: a shared PCIe switch or root port shows."""
     config = context.config.bandwidth
-    for direction, field, threshold in (
-        ("h2d", "minH2dGBps", config.min_h2d_gbps),
-        ("d2h", "minD2hGBps", config.min_d2h_gbps),
-    ):
-        step(f"all GPUs {direction}")
+    for figure, threshold in ((H2D, config.min_h2d_gbps), (D2H, config.min_d2h_gbps)):
+        step(f"all GPUs {figure.id}")
         figures = context.backend.host_device_bandwidth(
-            direction, gpus, config.transfer_mib * _MIB, config.iterations
+            figure.id, gpus, config.transfer_mib * _MIB, config.iterations
         )
         for gpu, gbps in figures.items():
             part = context.part_for(gpu)
-            builder.gpu_metric(gpu, f"{direction}GBpsConcurrent", gbps)
+            builder.gpu_metric(gpu, f"{figure.key}Concurrent", gbps)
             _below(
                 builder,
-                what=f"GPU {gpu} {direction} with all GPUs copying at once",
-                field=field,
+                what=f"GPU {gpu} {figure.id} with all GPUs copying at once",
+                field=figure.threshold,
                 gbps=gbps,
                 threshold=threshold,
-                expected=part.h2d_gbps if direction == "h2d" else part.d2h_gbps,
+                expected=part.h2d_gbps if figure is H2D else part.d2h_gbps,
                 gpu=gpu,
             )
-        builder.metrics[f"{direction}GBpsConcurrentTotal"] = round(sum(figures.values()), 3)
+        builder.metrics[f"{figure.key}ConcurrentTotal"] = round(sum(figures.values()), 3)
 
 
 def _peers(context: CheckContext, builder: CheckBuilder, gpus: list[int], step: _Steps) -> None:
@@ -211,7 +208,7 @@ def _peers(context: CheckContext, builder: CheckBuilder, gpus: list[int], step: 
         _below(
             builder,
             what=f"GPU {src} -> GPU {dst}",
-            field="minP2pGBps",
+            field=P2P.threshold,
             gbps=gbps,
             threshold=config.min_p2p_gbps,
             expected=context.part.p2p_gbps,

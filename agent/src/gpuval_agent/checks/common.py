@@ -174,7 +174,7 @@ class CheckBuilder:
             hint=first.hint if first else None,
             message=message,
             started_at=self.started_at,
-            duration_seconds=round(time.monotonic() - self._start, 3),
+            elapsed_seconds=round(time.monotonic() - self._start, 3),
             metrics=self.metrics,
             gpus=gpus,
             pairs=self.pairs,

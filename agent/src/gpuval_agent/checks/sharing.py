@@ -6,7 +6,7 @@ LowBandwidth, NCCL's, CheckError: its figures, and an out-of-memory that the oth
 memory caused) set aside. Both get GpuInUse (class NotRun) naming the process, whatever the
 figures say. Evidence that another process cannot produce stands: wrong results, temperatures,
 XIDs, the PCIe link. The driver check's CUDA initialisation is watched too: a GPU another process
-used while it ran is shared, and the run did not have it alone (`settle_shared_init`).
+used while it ran is shared, and the run did not have it alone (`mark_shared_init`).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def _disturbed(finding: Finding, during: Mapping[int, Busy]) -> bool:
     return finding.gpu in during or finding.peer in during
 
 
-def settle_in_use(
+def mark_in_use(
     result: CheckResult, before: Mapping[int, Busy], during: Mapping[int, Busy]
 ) -> CheckResult:
     """`result` with the busy GPUs' GpuInUse (module docstring); unchanged when none was."""
@@ -97,10 +97,10 @@ def settle_in_use(
     ]
     seen = [o for gpu in sorted(before) for o in occupants(before[gpu], InUseWhen.BEFORE)]
     seen += [o for gpu in sorted(during) for o in occupants(during[gpu], InUseWhen.DURING)]
-    return _settled(result, added, during, seen)
+    return _marked(result, added, during, seen)
 
 
-def settle_shared_init(
+def mark_shared_init(
     result: CheckResult, baseline: Mapping[int, Busy], seen: Mapping[int, Busy]
 ) -> CheckResult:
     """The driver check's result with GpuInUse for each GPU another process used while it
@@ -120,10 +120,10 @@ def settle_shared_init(
         for gpu, busy in sorted(shared.items())
     ]
     found = [o for gpu in sorted(shared) for o in occupants(shared[gpu], InUseWhen.DURING)]
-    return _settled(result, added, shared, found)
+    return _marked(result, added, shared, found)
 
 
-def _settled(
+def _marked(
     result: CheckResult,
     added: list[Finding],
     during: Mapping[int, Busy],
@@ -142,15 +142,15 @@ def _settled(
         for gpu in untested
         if gpu not in known
     ]
-    settled = result.model_copy(deep=True)
-    settled.verdict = verdict
-    settled.reason = first.reason if first else None
-    settled.hint = first.hint if first else None
-    settled.message = first.message if first else result.message
-    settled.findings = findings
-    settled.gpus = sorted(gpus, key=lambda g: g.index)
-    settled.occupants += seen
-    return settled
+    marked = result.model_copy(deep=True)
+    marked.verdict = verdict
+    marked.reason = first.reason if first else None
+    marked.hint = first.hint if first else None
+    marked.message = first.message if first else result.message
+    marked.findings = findings
+    marked.gpus = sorted(gpus, key=lambda g: g.index)
+    marked.occupants += seen
+    return marked
 
 
 def _regpu(gpu: GpuCheckResult, findings: list[Finding]) -> GpuCheckResult:

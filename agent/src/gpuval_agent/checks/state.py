@@ -178,7 +178,7 @@ def amend(result: CheckResult, context: CheckContext) -> CheckResult:
     amended.reason = errors[0].reason if errors else None
     amended.hint = errors[0].hint if errors else None
     amended.message = errors[0].message if errors else result.message
-    amended.duration_seconds = round(result.duration_seconds + sum(after), 3)
+    amended.elapsed_seconds = round(result.elapsed_seconds + sum(after), 3)
     return amended
 
 

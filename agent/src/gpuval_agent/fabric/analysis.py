@@ -6,7 +6,7 @@ it with the run's other groups of the same size is the operator's part.
 
 Order of the reasons for a node: its transport fell back (FabricTransportFallback); the pairs
 name it (slow: FabricSlowNode/FabricSlowLink; its pairs hung: NcclTimeout; crashed or summed
-wrong: NcclError; its workers never reached their store: FabricUnreachable); the group failed
+wrong: NcclError; its rank processes never reached their store: FabricUnreachable); the group failed
 and no pair named anyone (everyone fails with the group's reason); the group is below the
 absolute threshold (NcclLowBusbw); else Passed, even when the pairs name other nodes.
 """

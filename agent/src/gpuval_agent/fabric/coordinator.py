@@ -4,7 +4,7 @@ Plain TCP and JSON lines, standard library only, so the real and the simulated b
 the same way and the CPU tests exercise the real code. It carries little: each node's hello
 (name, GPU count), then one all-gather per phase (each node's report of the phase), so every
 node sees the group's whole evidence and takes the same next step. It is not on NCCL's path:
-the torch workers meet at their own store (PORT+1 and up), which a hung NCCL phase may take
+the rank processes meet at their own store (PORT+1 and up), which a hung NCCL phase may take
 down with it; this channel outlives a phase that hangs.
 
 Messages: hello {rank, world, group, node, info} -> waiting {wait} (every few seconds while the

@@ -1,12 +1,12 @@
 """The phases, the same on every node and whatever measures them.
 
-1. Meet at rank 0's coordinator (init timeout). 2. Start the workers and check one all-reduce's
-sum across the world (init timeout), then the group's sweep (phase timeout). 3. The pair rounds
-of `pair_rounds(world)`, each pair its own communicator (phase timeout each). 4. One
-confirmation round (round 0) chosen from the gathered pairs by `confirmation_pairs`, computed
-alike on every node. After each phase every node's report is gathered to every node; a phase
-that failed anywhere is followed by fresh workers everywhere (a new world on the next store
-port), so the pair rounds still run after a hung group and a hung pair does not hang the rest.
+1. Meet at rank 0's coordinator (init timeout). 2. Start the rank processes and check one
+all-reduce's sum across the world (init timeout), then the group's sweep (phase timeout). 3. The
+pair rounds of `pair_rounds(world)`, each pair its own communicator (phase timeout each). 4. One
+confirmation round (round 0) chosen from the gathered pairs by `confirmation_pairs`, computed alike
+on every node. After each phase every node's report is gathered to every node; a phase that failed
+anywhere is followed by fresh rank processes everywhere (a new world on the next store port), so the
+pair rounds still run after a hung group and a hung pair does not hang the rest.
 5. With fabric.train on, the training phase (trainphase.py): the group's data-parallel training
 run, then its pair rounds and their confirmation round, in the same way.
 """
@@ -141,13 +141,13 @@ class Session:
     def one_round(
         self, number: int, pairs: list[tuple[int, int]], restart: bool
     ) -> tuple[list[PairRecord[FabricPair]], bool]:
-        """The round's pairs, and whether any node failed in it (fresh workers next)."""
+        """The round's pairs, and whether any node failed in it (fresh rank processes next)."""
         config = self.plan.config
 
         def steps() -> StepReport:
             report = StepReport()
             if restart:
-                self.executor.stop_workers()
+                self.executor.stop_ranks()
                 self.generation += 1
                 report = self.executor.start(self.generation, time.monotonic() + self.init)
             if report.ok:
@@ -329,7 +329,7 @@ def run_fabric(
     except coordinator.RendezvousError as error:
         return _result(plan, executor, _not_met(plan, error), roster.nodes, own_gpus)
     finally:
-        executor.stop_workers()
+        executor.stop_ranks()
         link.close()
     reading = read_transport(executor.nccl_lines())
     conclusion = conclude(me, plan.config, group, pairs, reading)
@@ -350,7 +350,7 @@ def run_fabric(
     )
     failed = troubled or conclusion.verdict is not Verdict.PASSED
     # Kept on every run: the operator may still fail this node against the run's other groups.
-    result.nccl_log = excerpt(executor.worker_logs(), failed)
+    result.nccl_log = excerpt(executor.rank_logs(), failed)
     if failed:
         result.log_tail = executor.log_tail()
     return result

@@ -1,7 +1,7 @@
 """`gpuval-agent fabric`: by hand on every machine, or `--cluster` in the fabric pod.
 
 By hand (no cluster): the same command on every machine, each with its own --rank; rank 0's
-machine listens on the --master port (and the torch workers' store on the next ports, PORT+1 up
+machine listens on the --master port (and the rank processes' store on the next ports, PORT+1 up
 to PORT+5), the others dial it. While the group forms, each prints every few seconds which ranks
 joined and which it still waits for, with the time left (gpuval_api.fabric.FabricWait).
 
@@ -106,7 +106,7 @@ def add_fabric_parser(
     fabric.add_argument("--json", dest="json_path", help="write the result here ('-': stdout)")
     fabric.add_argument("--backend", choices=BACKENDS, help="GPU backend (default cuda)")
     fabric.add_argument("--simulate", help="simulated backend's configuration JSON (test double)")
-    # Fault injection for the GPU tests: this machine's workers never join that step.
+    # Fault injection for the GPU tests: this machine's rank processes never join that step.
     fabric.add_argument("--test-hang", choices=_HANG_STEPS, help=argparse.SUPPRESS)
 
 
@@ -222,7 +222,7 @@ def make_executor(args: argparse.Namespace, plan: FabricPlan, stop: threading.Ev
         return SimulatedFabric(simulation, plan.config, plan.node, stop)
     if chosen != "cuda":
         raise AgentError(f"backend {chosen!r} is not known; use one of {', '.join(BACKENDS)}")
-    from gpuval_agent.fabric.workers import TorchFabric  # noqa: PLC0415 - the real stack
+    from gpuval_agent.fabric.torchfabric import TorchFabric  # noqa: PLC0415 - the real stack
 
     return TorchFabric(
         plan.config, plan.master, plan.group, stop, gpus=args.gpus, test_hang=args.test_hang

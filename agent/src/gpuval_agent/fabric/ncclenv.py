@@ -21,8 +21,8 @@ from gpuval_api.fabric import FabricConfig
 RING = "Ring"
 
 
-def worker_environment(base: Mapping[str, str], config: FabricConfig) -> dict[str, str]:
-    """The whole environment of a fabric worker process."""
+def fabric_rank_environment(base: Mapping[str, str], config: FabricConfig) -> dict[str, str]:
+    """The whole environment of a fabric rank process."""
     env = TIMING_NCCL_ENV | dict(base)
     env.setdefault("NCCL_ALGO", RING)
     env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")

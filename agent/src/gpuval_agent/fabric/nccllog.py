@@ -1,9 +1,9 @@
-"""The NCCL log a fabric result keeps as evidence: a bounded excerpt of the workers' output. Pure.
+"""The NCCL log a fabric result keeps as evidence: a bounded excerpt of the ranks' output. Pure.
 
-A fabric run's workers print thousands of NCCL_DEBUG=INFO lines (one per channel and peer of every
-communicator). What a person needs of them, and what a fabric-failed node's evidence bundle holds
-(the operator builds it, gpuval_api.fabric.evidence, and may fail a node its agent passed, so the
-excerpt is kept on every run):
+A fabric run's rank processes print thousands of NCCL_DEBUG=INFO lines (one per channel and peer of
+every communicator). What a person needs of them, and what a fabric-failed node's evidence bundle
+holds (the operator builds it, gpuval_api.fabric.evidence, and may fail a node its agent passed, so
+the excerpt is kept on every run):
 
 - every warning or error line (`NCCL WARN`, an error, a failure, a timeout, a traceback) with
   CONTEXT lines before and after it: what NCCL said around the failure;
@@ -12,8 +12,8 @@ excerpt is kept on every run):
 
 Bounded: each line cut to LINE_CHARS; the whole at most CLEAN_CHARS when every phase went well,
 TROUBLED_CHARS when one did not; warnings and errors first, then their context, then the set-up
-lines, each log in turn, the rest counted in a `[... N lines left out]` marker. The workers' very
-last words stay in the result's `logTail` (only when a phase failed).
+lines, each log in turn, the rest counted in a `[... N lines left out]` marker. The rank processes'
+very last words stay in the result's `logTail` (only when a phase failed).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _tiers(lines: Sequence[str]) -> dict[int, int]:
 
 
 def excerpt(logs: Sequence[tuple[str, Sequence[str]]], troubled: bool) -> str | None:
-    """The kept lines of the workers' logs (`(name, lines)` each), or None when none is kept."""
+    """The kept lines of the ranks' logs (`(name, lines)` each), or None when none is kept."""
     limit = TROUBLED_CHARS if troubled else CLEAN_CHARS
     tiers = [_tiers(lines) for _, lines in logs]
     kept: list[set[int]] = [set() for _ in logs]

@@ -3,7 +3,7 @@
 Chosen only explicitly (`--backend simulated` / GPUVAL_BACKEND=simulated), like the per-node
 double, and every result says `backend: simulated`. What is real: the agents meet over TCP at
 rank 0's coordinator and gather every phase's reports exactly as the real backend does (the
-double only replaces the torch workers), the analysis is the same code, the NCCL lines it writes
+double only replaces the rank processes), the analysis is the same code, the NCCL lines it writes
 go through the same transport reading, `fabric-unreachable` dials a closed port and fails with
 the real connection error, and `fabric-hang` blocks until the real phase timeout.
 
@@ -29,7 +29,7 @@ from gpuval_agent.backends.base import GpuUse
 from gpuval_agent.backends.simconfig import FaultKind, LoadCheck, SimulationConfig
 from gpuval_agent.backends.simforeign import ForeignProcesses
 from gpuval_agent.fabric.coordinator import Roster
-from gpuval_agent.fabric.ncclenv import nccl_variables, worker_environment
+from gpuval_agent.fabric.ncclenv import fabric_rank_environment, nccl_variables
 from gpuval_agent.fabric.simtraining import simulated_figures, train_info
 from gpuval_agent.fabric.steps import Executor, PairFigure, StepReport, StepStatus, failed
 from gpuval_agent.training import TrainPlan
@@ -64,7 +64,7 @@ class SimulatedFabric(Executor):
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.simulation, self.config, self.node, self.stop = simulation, config, node, stop
-        self._env = worker_environment(os.environ if environ is None else environ, config)
+        self._env = fabric_rank_environment(os.environ if environ is None else environ, config)
         self._faults = {f.kind: f for f in simulation.faults}
         self._links = {
             f.peer: f.factor or SLOW_LINK
@@ -288,7 +288,7 @@ class SimulatedFabric(Executor):
         trouble = self._collective(list(mine), deadline, limit)
         return trouble or self._trained(list(mine), plan, mine)
 
-    def stop_workers(self) -> None:
+    def stop_ranks(self) -> None:
         return None  # no processes: the double computes
 
     def nccl_lines(self) -> list[str]:

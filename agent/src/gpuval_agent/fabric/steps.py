@@ -1,7 +1,7 @@
 """What a node reports of one phase, and what measures it (the executor interface).
 
 A StepReport travels between the agents as JSON (coordinator.py); an Executor is the real
-backend (workers.py: torch processes, one per GPU) or the test double (simulated.py).
+backend (torchfabric.py: rank processes, one per GPU) or the test double (simulated.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class StepStatus(StrEnum):
     TIMEOUT = "timeout"  # no result within the phase's limit: a hang
     ERROR = "error"  # a process died or NCCL failed
     WRONG_SUM = "wrongSum"  # the all-reduce's checked sum was wrong
-    UNREACHABLE = "unreachable"  # the workers could not reach their rendezvous store
+    UNREACHABLE = "unreachable"  # the rank processes could not reach their rendezvous store
     ABSENT = "absent"  # the node's agent sent no report at all
 
 
@@ -127,7 +127,7 @@ class Executor(ABC):
 
     @abstractmethod
     def start(self, generation: int, deadline: float, *, training: bool = False) -> StepReport:
-        """Fresh worker processes joined in one world (a new one after a hung phase);
+        """Fresh rank processes joined in one world (a new one after a hung phase);
         `training`: with the training step's deterministic settings."""
 
     @abstractmethod
@@ -161,20 +161,20 @@ class Executor(ABC):
         pair's figures (if it has one)."""
 
     @abstractmethod
-    def stop_workers(self) -> None:
-        """End the current worker processes (all of them, whatever they were doing)."""
+    def stop_ranks(self) -> None:
+        """End the current rank processes (all of them, whatever they were doing)."""
 
     @abstractmethod
     def nccl_lines(self) -> list[str]:
         """NCCL's output so far (for the transport)."""
 
-    def worker_logs(self) -> list[tuple[str, list[str]]]:
-        """Each worker's output by name (for the NCCL log the result keeps as evidence)."""
-        return [("workers", self.nccl_lines())]
+    def rank_logs(self) -> list[tuple[str, list[str]]]:
+        """Each rank process's output by name (for the NCCL log the result keeps as evidence)."""
+        return [("ranks", self.nccl_lines())]
 
     @abstractmethod
     def log_tail(self) -> str | None:
-        """The workers' last words, NCCL INFO lines kept, for a failure's record."""
+        """The rank processes' last words, NCCL INFO lines kept, for a failure's record."""
 
     @abstractmethod
     def nccl_env(self) -> dict[str, str]:
@@ -189,8 +189,8 @@ class Executor(ABC):
         return shares_host_pid_namespace()
 
     def agent_gpu_processes(self) -> dict[int, int]:
-        """The agent's processes on each GPU: its one worker (the agent holds no context)."""
+        """The agent's processes on each GPU: its one rank process (the agent holds no context)."""
         return dict.fromkeys((use.gpu for use in self.gpu_use() or []), 1)
 
     def close(self) -> None:
-        self.stop_workers()
+        self.stop_ranks()

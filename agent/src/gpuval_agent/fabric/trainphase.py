@@ -1,10 +1,10 @@
-"""The training phase (fabric.train), after the all-reduce phases and in the same pods: fresh
-workers with the training step's deterministic settings, the group's data-parallel run (every GPU
+"""The training phase (fabric.train), after the all-reduce phases and in the same pods: fresh rank
+processes with the training step's deterministic settings, the group's data-parallel run (every GPU
 of every node, gradients all-reduced over the fabric), then the pair rounds of `pair_rounds(world)`
-(each pair its own data-parallel run), then one confirmation round chosen by
-`confirmation_pairs` from the training pairs, alike on every node. As in the all-reduce phases,
-every phase's reports are gathered to every node, and a phase that failed anywhere is followed by
-fresh workers everywhere. Each phase has fabric.train.timeoutSeconds (the workers' start-up has
+(each pair its own data-parallel run), then one confirmation round chosen by `confirmation_pairs`
+from the training pairs, alike on every node. As in the all-reduce phases, every phase's reports are
+gathered to every node, and a phase that failed anywhere is followed by fresh rank processes
+everywhere. Each phase has fabric.train.timeoutSeconds (the rank processes' start-up has
 fabric.timeouts.initSeconds within it).
 """
 
@@ -55,9 +55,9 @@ class TrainRounds:
         self.limit = float(config.timeout_seconds)
 
     def _fresh(self, end: float) -> StepReport:
-        """New workers with the deterministic settings, in a new world."""
+        """New rank processes with the deterministic settings, in a new world."""
         session = self.session
-        session.executor.stop_workers()
+        session.executor.stop_ranks()
         session.generation += 1
         return session.executor.start(
             session.generation, min(end, time.monotonic() + session.init), training=True
@@ -80,7 +80,7 @@ class TrainRounds:
     def one_round(
         self, number: int, pairs: list[tuple[int, int]], restart: bool
     ) -> tuple[list[PairRecord[FabricTrainPair]], bool]:
-        """The round's training pairs, and whether any node failed in it (fresh workers next)."""
+        """The round's training pairs, and whether any node failed in it (fresh ranks next)."""
 
         def steps() -> StepReport:
             end = time.monotonic() + self.limit

@@ -153,7 +153,7 @@ def status_of(
     """`run_status` from each judged node's figures as plain tuples (the operator keeps no result
     documents), with the nodes named DriftFromHistory (the listed ones and how many in all)."""
     flat = ((node, *entry) for node, entries in judged for entry in entries)
-    found = rules.systemic_of(flat, settings.systemic_fraction)
+    found = rules.systemic_below_of(flat, settings.systemic_fraction)
     total = max(drifting_total, len(drifting))
     return BaselineRunStatus(
         judged=len(judged),

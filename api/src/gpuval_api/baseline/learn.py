@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from gpuval_api import figures
 from gpuval_api.baseline.modes import LEARNED_NOTHING, Mode, choose, modes_text, second_mode
-from gpuval_api.baseline.pool import MAD_TO_SIGMA, NodeFigures, Pool, robust, settle
+from gpuval_api.baseline.pool import MAD_TO_SIGMA, NodeFigures, Pool, converge, robust
 from gpuval_api.baselinemodel import (
     MAX_EXCLUDED,
     MAX_FIGURES,
@@ -101,13 +101,13 @@ def learn(
     failed = tuple(sorted(n.node for n in mine if not n.passed))
     everyone = {n.node: n for n in mine if n.passed}
     offered = len(everyone)
-    settled = settle(Pool(dict(everyone)), fraction)
-    problem, modes = settled.problem, None
-    second = second_mode(settled, everyone, fraction, offered)
+    converged = converge(Pool(dict(everyone)), fraction)
+    problem, modes = converged.problem, None
+    second = second_mode(converged, everyone, fraction, offered)
     if second is not None:
-        choice = choose(settled, second, everyone, fraction, min_nodes)
-        settled, modes, problem = choice.settled, choice.modes, choice.problem
-    pool = settled.pool
+        choice = choose(converged, second, everyone, fraction, min_nodes)
+        converged, modes, problem = choice.converged, choice.modes, choice.problem
+    pool = converged.pool
     if not problem and len(pool.nodes) < min_nodes:
         problem = (
             f"{len(pool.nodes)} of {offered} passing nodes agree within {fraction:g} of the "
@@ -140,8 +140,8 @@ def learn(
                     "description": description[:1024],
                     "fraction": fraction,
                     "nodes_offered": offered,
-                    "excluded": settled.excluded[:MAX_EXCLUDED],
-                    "excluded_omitted": max(0, len(settled.excluded) - MAX_EXCLUDED),
+                    "excluded": converged.excluded[:MAX_EXCLUDED],
+                    "excluded_omitted": max(0, len(converged.excluded) - MAX_EXCLUDED),
                 }
             ),
             learned_with=versions or StackVersions(),
@@ -152,10 +152,10 @@ def learn(
         key,
         spec,
         kept=tuple(sorted(pool.nodes)),
-        excluded=tuple(settled.excluded),
+        excluded=tuple(converged.excluded),
         failed=failed,
         problem=problem,
-        rounds=settled.rounds,
+        rounds=converged.rounds,
         modes=modes or (),
         bimodal=bimodal,
     )

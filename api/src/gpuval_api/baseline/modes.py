@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from gpuval_api import figures
-from gpuval_api.baseline.pool import NodeFigures, Pool, Settled, named_against, settle
+from gpuval_api.baseline.pool import Converged, NodeFigures, Pool, converge, named_against
 from gpuval_api.baselinemodel import BaselineKey
 
 # The nodes left out are a second mode, not a few slow nodes, when they agree among themselves and
@@ -65,14 +65,14 @@ def modes_text(key: BaselineKey, first: Mode, second: Mode, chosen: bool) -> str
 
 
 def second_mode(
-    settled: Settled, everyone: dict[str, NodeFigures], fraction: float, offered: int
-) -> Settled | None:
+    converged: Converged, everyone: dict[str, NodeFigures], fraction: float, offered: int
+) -> Converged | None:
     """The nodes left out learned on their own, when they form a second mode (see the module
     doc); None when they are a few outliers, or disagree among themselves."""
-    left = {e.node for e in settled.excluded}
-    if settled.problem or len(left) < max(2, BIMODAL_SHARE * offered):
+    left = {e.node for e in converged.excluded}
+    if converged.problem or len(left) < max(2, BIMODAL_SHARE * offered):
         return None
-    second = settle(Pool({n: everyone[n] for n in left}), fraction)
+    second = converge(Pool({n: everyone[n] for n in left}), fraction)
     if second.problem or len(second.pool.nodes) < max(2, BIMODAL_SHARE * offered):
         return None
     return second
@@ -80,33 +80,33 @@ def second_mode(
 
 @dataclass(frozen=True, slots=True)
 class Choice:
-    """Of a bimodal stack: the mode to learn (its settled pool, every node left out, the
+    """Of a bimodal stack: the mode to learn (its converged pool, every node left out, the
     rounds), both modes (that one first), and why nothing is to be learned ("" when one is)."""
 
-    settled: Settled
+    converged: Converged
     modes: tuple[Mode, Mode]
     problem: str
 
 
 def choose(
-    settled: Settled,
-    second: Settled,
+    converged: Converged,
+    second: Converged,
     everyone: dict[str, NodeFigures],
     fraction: float,
     min_nodes: int,
 ) -> Choice:
     """The better of two modes (see the module doc): the one the median kept first, or the one
     it left out, whose nodes are then named against it."""
-    kept = Mode(tuple(sorted(settled.pool.nodes)), settled.centres())
+    kept = Mode(tuple(sorted(converged.pool.nodes)), converged.centres())
     other = Mode(tuple(sorted(second.pool.nodes)), second.centres())
     better = better_of(other.centres, kept.centres, fraction)
-    chosen, modes = settled, (kept, other)
+    chosen, modes = converged, (kept, other)
     if better > 0:
         # The mode the median kept is the worse one: learn the other, name these.
         rest = Pool({n: everyone[n] for n in everyone if n not in second.pool.nodes})
-        named = named_against(rest, second.centres(judged=False), settled.rounds + 1)
-        rounds = settled.rounds + second.rounds
-        chosen, modes = Settled(second.pool, named + second.excluded, rounds), (other, kept)
+        named = named_against(rest, second.centres(judged=False), converged.rounds + 1)
+        rounds = converged.rounds + second.rounds
+        chosen, modes = Converged(second.pool, named + second.excluded, rounds), (other, kept)
     problem = ""
     if better == 0:
         problem = "neither mode is better on most figures"

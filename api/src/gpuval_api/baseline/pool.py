@@ -201,7 +201,7 @@ def breaking_nodes(
 
 
 @dataclass
-class Settled:
+class Converged:
     """A pool after the rounds: the nodes kept, those left out, the rounds, why it failed."""
 
     pool: Pool
@@ -218,7 +218,7 @@ class Settled:
         }
 
 
-def settle(pool: Pool, fraction: float) -> Settled:
+def converge(pool: Pool, fraction: float) -> Converged:
     """Leave out the nodes off a centre by more than `fraction`, round by round, until none is
     (see the module doc)."""
     excluded: list[ExcludedNode] = []
@@ -227,17 +227,17 @@ def settle(pool: Pool, fraction: float) -> Settled:
         centres = {fig: robust(values)[0] for fig, (values, _) in pool.by_figure().items()}
         breaking = breaking_nodes(pool, centres, fraction, rounds)
         if not breaking:
-            return Settled(pool, excluded, rounds)
+            return Converged(pool, excluded, rounds)
         if len(breaking) * 2 > len(pool.nodes):
             problem = (
                 f"in round {rounds}, {len(breaking)} of {len(pool.nodes)} nodes were more than "
                 f"{fraction:g} off a centre: the nodes disagree too much for one baseline"
             )
-            return Settled(pool, excluded, rounds, problem)
+            return Converged(pool, excluded, rounds, problem)
         excluded.extend(breaking)
         pool = Pool({n: f for n, f in pool.nodes.items() if n not in {e.node for e in breaking}})
-    return Settled(
-        pool, excluded, rounds, f"the nodes left out did not settle in {MAX_ROUNDS} rounds"
+    return Converged(
+        pool, excluded, rounds, f"the nodes left out did not converge in {MAX_ROUNDS} rounds"
     )
 
 

@@ -10,10 +10,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpuval_api import figures
-from gpuval_api.baseline.samples import FABRIC_PAIR_NAME, Sample
+from gpuval_api.baseline.samples import Sample
 from gpuval_api.baselinecomparison import BaselineComparison, FigureRatio, Match
 from gpuval_api.baselinemodel import BaselineKey, GpuBaselineSpec
-from gpuval_api.figures import Scope
+from gpuval_api.figures import FABRIC_PAIR, Scope
 
 # A named baseline: (GpuBaseline name, spec).
 Candidate = tuple[str, GpuBaselineSpec]
@@ -139,7 +139,7 @@ def compare(
 
 
 @dataclass(frozen=True, slots=True)
-class Systemic:
+class SystemicBelowBaseline:
     """One figure on which most judged nodes of a run are below their baseline."""
 
     figure: str
@@ -160,14 +160,14 @@ class Systemic:
 JudgedFigure = tuple[str, str, float, bool]
 
 
-def systemic(
+def systemic_below(
     comparisons: Iterable[tuple[str, BaselineComparison | None]],
     systemic_fraction: float,
     min_nodes: int = 3,
-) -> list[Systemic]:
+) -> list[SystemicBelowBaseline]:
     """The figures on which more than `systemic_fraction` of the judged nodes (at least
     `min_nodes` of them) are below their baseline, in reading order."""
-    return systemic_of(
+    return systemic_below_of(
         (
             (node, entry.figure, entry.ratio, entry.below > 0)
             for node, comparison in comparisons
@@ -179,11 +179,11 @@ def systemic(
     )
 
 
-def systemic_of(
+def systemic_below_of(
     judged: Iterable[JudgedFigure], systemic_fraction: float, min_nodes: int = 3
-) -> list[Systemic]:
-    """`systemic` over each node's judged figures as plain tuples (what the operator keeps of a
-    comparison: it holds no result documents)."""
+) -> list[SystemicBelowBaseline]:
+    """`systemic_below` over each node's judged figures as plain tuples (what the operator keeps of
+    a comparison: it holds no result documents)."""
     by_figure: dict[str, list[tuple[str, float, bool]]] = {}
     for node, figure, ratio, below in judged:
         by_figure.setdefault(figure, []).append((node, ratio, below))
@@ -193,7 +193,7 @@ def systemic_of(
         below_nodes = tuple(sorted(node for node, _, below in entries if below))
         if len(entries) >= min_nodes and len(below_nodes) > systemic_fraction * len(entries):
             ratio = statistics.median(ratio for _, ratio, _ in entries)
-            found.append(Systemic(figure, below_nodes, len(entries), ratio))
+            found.append(SystemicBelowBaseline(figure, below_nodes, len(entries), ratio))
     return found
 
 
@@ -201,11 +201,11 @@ def fabric_below(samples: Sequence[Sample], spec: GpuBaselineSpec, fraction: flo
     """A node's fabric pairs against the baseline's `fabric.pair`: below only when its best pair
     is (one slow pair is a link, which the fabric phase names; a slow node is slow with every
     partner). Pairs measured otherwise (size, transport) do not compare."""
-    base = spec.figure(FABRIC_PAIR_NAME)
+    base = spec.figure(FABRIC_PAIR.baseline)
     mine = [
         s
         for s in samples
-        if s.figure == FABRIC_PAIR_NAME
+        if s.figure == FABRIC_PAIR.baseline
         and base is not None
         and s.measured_with == base.measured_with
     ]
@@ -214,4 +214,4 @@ def fabric_below(samples: Sequence[Sample], spec: GpuBaselineSpec, fraction: flo
     best = max(mine, key=lambda s: s.value)
     if best.value >= (1 - fraction) * base.centre:
         return None
-    return Below(FABRIC_PAIR_NAME, best.value, base.centre, fraction, spec.key.label, best)
+    return Below(FABRIC_PAIR.baseline, best.value, base.centre, fraction, spec.key.label, best)

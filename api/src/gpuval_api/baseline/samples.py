@@ -19,9 +19,6 @@ from gpuval_api.fabric import FabricPair
 from gpuval_api.figures import FABRIC_PAIR, PerPrecision, PerSize
 from gpuval_api.result import AgentResult, Environment
 
-# The fabric pair's baseline name.
-FABRIC_PAIR_NAME = FABRIC_PAIR.baseline or ""
-
 
 @dataclass(frozen=True, slots=True)
 class Sample:
@@ -71,7 +68,7 @@ def fabric_samples(node: str, pairs: Iterable[FabricPair], transport: str) -> li
         if pair.round >= 1 and node in (pair.a, pair.b) and pair.busbw_gbps:
             other = pair.b if pair.a == node else pair.a
             measured = f"pairBytes={pair.bytes},transport={transport}"
-            samples.append(Sample(FABRIC_PAIR_NAME, pair.busbw_gbps, measured, peer_node=other))
+            samples.append(Sample(FABRIC_PAIR.baseline, pair.busbw_gbps, measured, peer_node=other))
     return samples
 
 

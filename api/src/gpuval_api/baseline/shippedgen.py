@@ -107,9 +107,9 @@ def _training(results: Path, key_of: NodeFigures) -> list[NodeFigures]:
     tokens = bench["figures"]["checkTokensPerSecond"]
     mfu = bench["gpus"][0]["metrics"][figures.TRAIN_MFU.metric]
     for index, value in enumerate(tokens):
-        kept = [Sample(figures.TRAIN_TOKENS.baseline or "", float(value), measured, 0)]
+        kept = [Sample(figures.TRAIN_TOKENS.baseline, float(value), measured, 0)]
         if index == 0:
-            kept.append(Sample(figures.TRAIN_MFU.baseline or "", float(mfu), measured, 0))
+            kept.append(Sample(figures.TRAIN_MFU.baseline, float(mfu), measured, 0))
         found.append(NodeFigures(f"{TRAIN_BENCH}#{index + 1}", key_of.key, True, tuple(kept)))
     return found
 

@@ -250,7 +250,8 @@ class FabricResult(_Model):
     )
     log_tail: str | None = Field(
         default=None,
-        description="The workers' last words (at most 8,000 characters), when a phase failed.",
+        description="The rank processes' last words (at most 8,000 characters), when a phase "
+        "failed.",
     )
 
 

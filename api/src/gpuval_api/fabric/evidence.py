@@ -1,17 +1,16 @@
 """The evidence bundle of a node the fabric failed. Pure.
 
 The operator settles fabric verdicts run-wide (it may fail a node its agent passed, against the
-other groups of the run), so it builds the bundle when it fails a node, from what the node's
-fabric agent left in its report (`status.fabric.result`: its group's figures, the NCCL log
-excerpt, the workers' last words) and what only the run shows (the median pair, the floors, each
-of the node's groups). Same encoding and bounds as every bundle (gpuval_api.evidence: at most
-64 KiB encoded, cut section by section, lowest priority first).
+other groups of the run), so it builds the bundle when it fails a node, from what the node's fabric
+agent left in its report (`status.fabric.result`: its group's figures, the NCCL log excerpt, the
+rank processes' last words) and what only the run shows (the median pair, the floors, each of the
+node's groups). Same encoding and bounds as every bundle (gpuval_api.evidence: at most 64 KiB
+encoded, cut section by section, lowest priority first).
 
-Sections: `fabric` (the agent's verdict, transport and NCCL's own transport lines, NCCL
-variables, the group's sweep; the run's median pair and floors, each of the node's groups),
-`pairs` (every pair of the node's groups, its own first), `ncclLog` (the excerpt: warnings and
-errors with their context, the set-up lines), `logTail` (the workers' last words, when a phase
-failed).
+Sections: `fabric` (the agent's verdict, transport and NCCL's own transport lines, NCCL variables,
+the group's sweep; the run's median pair and floors, each of the node's groups), `pairs` (every pair
+of the node's groups, its own first), `ncclLog` (the excerpt: warnings and errors with their
+context, the set-up lines), `logTail` (the rank processes' last words, when a phase failed).
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ class FabricTrain(_Model):
         default=600,
         ge=10,
         le=86400,
-        description="Each training phase (the group's run, each pair round), its workers' "
+        description="Each training phase (the group's run, each pair round), its rank processes' "
         "start-up included; past it the phase is a hang (NcclTimeout).",
     )
 

@@ -158,8 +158,8 @@ class Figure:
     read: Read
     better: Better = Better.HIGHER
     # The baseline's name of the figure; a family (burn by precision, NCCL by size) names itself
-    # through its read. None: no baseline.
-    baseline: str | None = None
+    # through its read. "": no baseline.
+    baseline: str = ""
     # The settings a baseline value depends on (one measured otherwise does not compare).
     settings: Callable[[ChecksConfig], str] | None = None
     summary: bool = True  # in a GpuNodeReport's status.summary
@@ -173,6 +173,11 @@ class Figure:
     def key(self) -> str:
         """Its key in status.summary, spec.history and the pages: h2dGBps."""
         return self.id + SPELLINGS[self.unit].key
+
+    @property
+    def threshold(self) -> str:
+        """The name its check gives a minimum of it, where the check has one: minH2dGBps."""
+        return "min" + self.key[:1].upper() + self.key[1:]
 
     @property
     def metric(self) -> str:
@@ -209,7 +214,7 @@ class Figure:
     def baseline_name(self, precision: str | None = None, nbytes: int | None = None) -> str | None:
         """The baseline's name of the figure; of a family, its member in `precision` or at
         `nbytes` (None when that is not given)."""
-        if self.baseline is None:
+        if not self.baseline:
             return None
         if isinstance(self.read, PerPrecision):
             return f"{self.baseline}.{precision}" if precision else None
@@ -220,7 +225,7 @@ class Figure:
     @property
     def baseline_pattern(self) -> str:
         """A regular expression of the baseline names the figure has ('' without a baseline)."""
-        if self.baseline is None:
+        if not self.baseline:
             return ""
         name = re.escape(self.baseline)
         if isinstance(self.read, PerPrecision):

@@ -36,7 +36,7 @@ def declare(figure: Figure) -> Figure:
         for what in ("id", "key", "prometheus"):
             if getattr(known, what) == getattr(figure, what):
                 raise RegistryError(f"figure {figure.id!r}: its {what} is {known.id!r}'s")
-        if figure.baseline is not None and known.baseline == figure.baseline:
+        if figure.baseline and known.baseline == figure.baseline:
             raise RegistryError(f"figure {figure.id!r}: baseline {figure.baseline!r} is taken")
     _REGISTRY.append(figure)
     return figure
@@ -64,7 +64,7 @@ def page_figures() -> tuple[Figure, ...]:
 
 def baselined() -> tuple[Figure, ...]:
     """The figures a GpuBaseline may hold."""
-    return tuple(f for f in _REGISTRY if f.baseline is not None)
+    return tuple(f for f in _REGISTRY if f.baseline)
 
 
 def by_key(key: str) -> Figure | None:
@@ -103,7 +103,7 @@ def baseline_names_text() -> str:
     """The names a baseline figure may have, for the CRD's description."""
     parts = []
     for figure in baselined():
-        name = figure.baseline or ""
+        name = figure.baseline
         if isinstance(figure.read, PerPrecision):
             name += ".<precision>"
         elif isinstance(figure.read, PerSize):

@@ -42,7 +42,7 @@ from gpuval_operator.fabric.ports import PortPool
 from gpuval_operator.kube.client import ApiError, KubeClient
 from gpuval_operator.kube.follower import Follower
 from gpuval_operator.names import run_number
-from gpuval_operator.nodes.ledger import OutOfServiceLedger
+from gpuval_operator.nodes.operatorbreaker import OperatorBreaker
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.readmodel.registry import Registry
 from gpuval_operator.readmodel.validation import ValidationState
@@ -87,7 +87,7 @@ class Context:
     # The fabric groups' rendezvous ports, unique across this operator's validations.
     ports: PortPool = field(default_factory=PortPool)
     # The nodes gpuval holds out of service, against the operator-wide limit (None: no limit).
-    ledger: OutOfServiceLedger | None = None
+    operator_breaker: OperatorBreaker | None = None
     # The validations whose loop runs now: a stopping leader gives its Lease up only once none
     # does (main.cleanup).
     running: set[str] = field(default_factory=set)
@@ -132,7 +132,7 @@ class ValidationController:
             reports=self.reports,
             ports=ctx.ports,
             annotations=self._annotations,
-            ledger=ctx.ledger,
+            operator_breaker=ctx.operator_breaker,
             baseline=self.baseline,
             progress=self._write_status,
         )
@@ -141,7 +141,7 @@ class ValidationController:
             actor=self.driver.actor,
             node_watch=self.node_watch,
             state=self.state,
-            ledger=ctx.ledger,
+            operator_breaker=ctx.operator_breaker,
         )
 
     def _status(self) -> dict[str, Any]:
@@ -306,7 +306,7 @@ class ValidationController:
         self.state.invalid = False
         self._follow_nodes(spec)
         run = self.state.run
-        if run is not None and run.completed_at is not None and self.driver.holds.poll(run):
+        if run is not None and run.completed_at is not None and self.driver.breaker.poll(run):
             # A person released the held node actions of a finished run: act on them now.
             await self.driver.after_verdicts(run, spec)
             await self._write_status(force=True)
@@ -351,7 +351,7 @@ class ValidationController:
 
                 def released() -> bool:
                     current = self.state.run
-                    return current is not None and self.driver.holds.poll(current)
+                    return current is not None and self.driver.breaker.poll(current)
 
                 await self._wait(
                     lambda: (
@@ -498,7 +498,7 @@ class ValidationController:
         if spec.remediation is not None:
             # The systemic reasons as they stand (after a restart they are known only once the
             # breaker has looked at the run): a systemic failure asks for no repair.
-            self.driver.holds.prepare(run, spec)
+            self.driver.breaker.prepare(run, spec)
         batch, checks = await self.repairs.reconcile(run, spec)
         if batch:
             await self.driver.join(run, spec, batch, checks)

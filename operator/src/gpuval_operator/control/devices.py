@@ -62,13 +62,13 @@ class ClaimsSeen:
         if self._listed is None:
             self._listed = asyncio.ensure_future(self.effects.claims_holding(None))
         try:
-            held = await asyncio.shield(self._listed)
+            listed = await asyncio.shield(self._listed)
         except ApiError as exc:
             return f"{message}; the claims that hold its devices could not be listed: {exc}"
-        holds = [h for h in held if h.pools & {(DRIVER, pool) for pool in pools}]
-        if not holds:
+        claims = [c for c in listed if c.pools & {(DRIVER, pool) for pool in pools}]
+        if not claims:
             return f"{message}; no claim holds its devices now"
-        return f"{message}; held by ResourceClaim {', '.join(h.describe() for h in holds[:5])}"
+        return f"{message}; held by ResourceClaim {', '.join(c.describe() for c in claims[:5])}"
 
 
 async def write_device_health(effects: Effects, run: RunState) -> None:

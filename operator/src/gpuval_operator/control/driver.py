@@ -2,11 +2,11 @@
 of pods that ended without a report, retries of nodes gpuval could not test (spec.retry), the next
 wave of agent pods (given their baselines), the fabric phase (spec.fabric:
 gpuval_operator.control.fabricdriver), node actions for new verdicts (each first against the node's
-own history, then within the circuit breaker: gpuval_operator.control.holds), and, once every node
-has one, the run's end: burn fingerprints and uniformity compared across the run, the run against
-its baselines (spec.baseline: gpuval_operator.control.baselinedriver). While the fabric phase is
-under way its node actions run behind the ticks, so neither opening groups nor reading results
-waits for them. The decisions are gpuval_operator.run.lifecycle's, the calls
+own history, then within the circuit breaker: gpuval_operator.control.runbreaker), and, once every
+node has one, the run's end: burn fingerprints and uniformity compared across the run, the run
+against its baselines (spec.baseline: gpuval_operator.control.baselinedriver). While the fabric
+phase is under way its node actions run behind the ticks, so neither opening groups nor reading
+results waits for them. The decisions are gpuval_operator.run.lifecycle's, the calls
 gpuval_operator.run.effects', gpuval_operator.nodes.actor's and
 gpuval_operator.control.baselinedriver's; this module sequences them.
 """
@@ -28,13 +28,13 @@ from gpuval_operator import cron, names, planning
 from gpuval_operator.control.baselinedriver import BaselineDriver
 from gpuval_operator.control.devices import ClaimsSeen, device_request, write_device_health
 from gpuval_operator.control.fabricdriver import FabricDriver
-from gpuval_operator.control.holds import HoldKeeper
 from gpuval_operator.control.reports import ReportPlanner
+from gpuval_operator.control.runbreaker import RunBreaker
 from gpuval_operator.fabric.ports import PortPool
 from gpuval_operator.kube.client import ApiError
 from gpuval_operator.nodes.actor import NodeActor
 from gpuval_operator.nodes.gating import queued_events
-from gpuval_operator.nodes.ledger import OutOfServiceLedger
+from gpuval_operator.nodes.operatorbreaker import OperatorBreaker
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.run import lifecycle
@@ -75,7 +75,7 @@ class RunDriver:
         reports: ReportPlanner,
         ports: PortPool,
         annotations: Callable[[], Mapping[str, str]],
-        ledger: OutOfServiceLedger | None = None,
+        operator_breaker: OperatorBreaker | None = None,
         baseline: BaselineDriver,
         progress: Callable[[bool], Awaitable[None]],
     ) -> None:
@@ -83,12 +83,12 @@ class RunDriver:
         self.progress = progress
         self.state, self.effects, self.reports = state, effects, reports
         self.node_watch = node_watch
-        self.actor = NodeActor(effects, ledger)
+        self.actor = NodeActor(effects, operator_breaker)
         self.baseline = baseline
-        self.holds = HoldKeeper(
+        self.breaker = RunBreaker(
             effects=effects,
             actor=self.actor,
-            ledger=ledger,
+            operator_breaker=operator_breaker,
             node_watch=node_watch,
             annotations=annotations,
         )
@@ -343,14 +343,14 @@ class RunDriver:
 
     async def after_verdicts(self, run: RunState, spec: GpuValidationSpec) -> None:
         """Node actions and Events for nodes that got a final verdict since the last step, within
-        the circuit breaker and the systemic hold (control.holds)."""
+        the circuit breaker and the systemic hold (control.runbreaker)."""
         # Verdicts that arrive while the nodes are being patched are picked up by the next pass,
         # each pass under the systemic counts that include them: a failure that came in while
         # the last pass's patches were in flight must not be gated by counts that never saw it
-        # (settle takes the counts itself).
+        # (revisit takes the counts itself).
         while run.finished:
             await self.baseline.on_verdicts(run)  # DriftFromHistory may fail a node first
-            self.holds.prepare(run, spec)
+            self.breaker.prepare(run, spec)
             finished, run.finished = list(dict.fromkeys(run.finished)), []
             run.dirty = True
             try:
@@ -362,13 +362,13 @@ class RunDriver:
                 # (entries.already_said) and no second slot of the breaker (an action in force).
                 run.finished[:0] = finished
                 raise
-        await self.holds.settle(run, spec)
+        await self.breaker.revisit(run, spec)
 
     def act_behind(self, run: RunState, spec: GpuValidationSpec) -> None:
         """Node actions for new verdicts in a task of their own, the tick going on meanwhile (a
         failure of theirs is raised by the next `acted`). While the fabric is under way its
-        verdicts settle in thousands (fabric.early): acted on inside a tick, 4,964 of them held
-        the tick 50 s at 10,000 nodes, and no group opened meanwhile; in slices of 500 a tick,
+        verdicts settle in thousands (fabric.early): acted on inside a tick, 4,964 of them kept
+        the tick busy 50 s at 10,000 nodes, and no group opened meanwhile; in slices of 500 a tick,
         groups opened, but the last results waited 10 to 13 s for the tick acting on the
         backlog once the last groups were open (docs/operator.md, "How the fabric scales")."""
         task = self.acting

@@ -1,10 +1,10 @@
 """Driving a run's fabric phase (spec.fabric), one tick at a time: plan the groups once every node
 has its local verdict, open groups within the concurrency limit (every pod of a group at once; with
 spec.fabric.queue as one Kueue pod group), record what agents could not, and hand the groups'
-results to control.fabricsettling, which gives each held node its final verdict: early where no
-later group can change it, else once every group has its results. The decisions are fabric.plan's
-and fabric.lifecycle's; the calls are gpuval_operator.run.effects'. docs/operator.md, "The fabric
-phase".
+results to control.fabricsettling, which gives each node awaiting the fabric its final verdict:
+early where no later group can change it, else once every group has its results. The decisions are
+fabric.plan's and fabric.lifecycle's; the calls are gpuval_operator.run.effects'. docs/operator.md,
+"The fabric phase".
 """
 
 from __future__ import annotations
@@ -121,9 +121,9 @@ class FabricDriver:
         if not fabric.classified and fabric.all_done() and not self.settling.stopping(fabric):
             await self.settling.classify(run, fabric, wanted)
         for record in run.nodes.values():
-            if record.held and record.node not in fabric.groups_of:
+            if record.awaiting_fabric and record.node not in fabric.groups_of:
                 # Passed after the groups were planned (gating, a retry): local checks only.
-                run.release(record.node, Verdict.PASSED, None, record.message)
+                run.settle_fabric(record.node, Verdict.PASSED, None, record.message)
 
     # -- planning --
 
@@ -161,9 +161,9 @@ class FabricDriver:
             self._rebuild(run, fabric, wanted, mark)
             return True
         keyed = wanted.topology_key is not None
-        if not run.local_settled() or (keyed and not self.node_watch.synced.is_set()):
+        if not run.local_verdicts_in() or (keyed and not self.node_watch.synced.is_set()):
             return False
-        members = sorted(r.node for r in run.nodes.values() if r.held)
+        members = sorted(r.node for r in run.nodes.values() if r.awaiting_fabric)
         domains = self.node_watch.domains(members) if keyed else None
         plans = domain_groups(members, wanted.group_size, domains)
         mark = run.run_id if keyed else run.run_id + keys.FABRIC_CROSS_SUFFIX
@@ -211,7 +211,7 @@ class FabricDriver:
         """Results the agents could not write: into the reports first, then pods deleted. Each
         member's at once with the others' (at the effects' width): one after the other, the
         hundreds that came due together under load (a report read each, as `written_meanwhile`
-        says) held a tick of a 10,000-node run for minutes, and no group opened meanwhile."""
+        says) kept a tick of a 10,000-node run busy for minutes, and no group opened meanwhile."""
         gone = self.node_watch.unavailable(
             fabric.groups_of, time.time(), self.effects.config.node_not_ready_seconds
         )
@@ -233,7 +233,7 @@ class FabricDriver:
         member = fabric.groups[outcome.group].members[outcome.rank]
         if await written_meanwhile(self.effects, run, outcome.group, member):
             return
-        member.recorded = outcome.record
+        member.recorded = outcome.result
         member.never_started = member.never_started or outcome.never_started
         status: dict[str, Any] = {StatusKey.FABRIC: outcome.status}
         if outcome.never_started:

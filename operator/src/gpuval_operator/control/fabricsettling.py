@@ -138,9 +138,11 @@ class FabricSettling:
             self.judge(run, found)
         fabric.classification = found
         # Those settled early keep their verdict, unless it was written over since and the node
-        # waits again (held).
+        # awaits the fabric again.
         given_early = {
-            n: f for n, f in fabric.early.items() if n in run.nodes and not run.nodes[n].held
+            n: f
+            for n, f in fabric.early.items()
+            if n in run.nodes and not run.nodes[n].awaiting_fabric
         }
         await self.effects.bounded(
             self._settle(run, fabric, node, found.nodes.get(node))
@@ -199,7 +201,7 @@ class FabricSettling:
             # The agent's own result stands: its report already says it (at 10,000 nodes, as
             # many writes saved as nodes pass).
             self.settled(run.run_id, node, reported)
-            (run.revise if again else run.release)(node, Verdict.PASSED, None, final.message)
+            (run.revise if again else run.settle_fabric)(node, Verdict.PASSED, None, final.message)
             return
         fabric_body = {
             FabricKey.VERDICT: str(final.verdict),
@@ -220,4 +222,4 @@ class FabricSettling:
         elif never:
             verdict = Verdict.NOT_RUN
         await self.effects.settle_report(record, status)
-        (run.revise if again else run.release)(node, verdict, final.reason, final.message)
+        (run.revise if again else run.settle_fabric)(node, verdict, final.reason, final.message)

@@ -2,7 +2,7 @@
 
 It reads each selected node's record from the node watch (the validation's entry on the node),
 asks `remediation.machine.decide` for the node's next step and carries it out: a request (the
-breaker's ledger admits the node first; in mode Template the object is made from the template,
+operator-wide breaker admits the node first; in mode Template the object is made from the template,
 labelled and owned, before the node's record says Requested, so a restart finds it and a repeated
 create gets 409), the end of a repair (the record first, then the object deleted), NeedsRepair,
 a person's repair, a withdrawal; and it hands the nodes to validate again to the run
@@ -32,11 +32,11 @@ from gpuval_operator.kube import events
 from gpuval_operator.nodes.actor import NodeActor
 from gpuval_operator.nodes.entries import NodeEntry
 from gpuval_operator.nodes.facts import NodeFacts
-from gpuval_operator.nodes.ledger import OutOfServiceLedger
+from gpuval_operator.nodes.operatorbreaker import OperatorBreaker
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.remediation import machine
-from gpuval_operator.remediation.machine import Do, NodeView, Settings, Step
+from gpuval_operator.remediation.machine import Do, RepairFacts, Settings, Step
 from gpuval_operator.remediation.objects import failing_gpus
 from gpuval_operator.remediation.record import RepairRecord
 from gpuval_operator.remediation.rollup import remediation_status
@@ -69,10 +69,10 @@ class RepairKeeper:
         actor: NodeActor,
         node_watch: NodeWatch,
         state: ValidationState,
-        ledger: OutOfServiceLedger | None,
+        operator_breaker: OperatorBreaker | None,
     ) -> None:
         self.effects, self.actor, self.node_watch = effects, actor, node_watch
-        self.state, self.ledger = state, ledger
+        self.state, self.operator_breaker = state, operator_breaker
         self.validation = effects.name
         self.objects = RepairObjects(effects.client, effects.name, effects.uid, self._refused)
         # When each node was last handed to a run for its re-validation (epoch seconds).
@@ -117,27 +117,27 @@ class RepairKeeper:
         for name in sorted(candidates):
             for _ in range(2):  # a repair that ended is validated again in the same pass
                 facts = self.node_watch.nodes.get(name)
-                view = self._view(facts, run) if facts is not None else None
-                if view is None:
+                node = self._repair_facts(facts, run) if facts is not None else None
+                if node is None:
                     break
                 step = machine.decide(
-                    view,
+                    node,
                     settings,
                     now=now,
-                    object_end=self.objects.end_of(view.repair),
+                    object_end=self.objects.end_of(node.repair),
                     systemic=systemic,
                     joined_at=self.joined.get(name),
                 )
-                if step.do is Do.REVALIDATE and view.repair is not None:
+                if step.do is Do.REVALIDATE and node.repair is not None:
                     batch[name] = NodeTrigger.REPAIRED
-                    checks[name] = view.repair.checks
+                    checks[name] = node.repair.checks
                     self.joined[name] = now
                     break
                 if step.do is Do.NOTHING or (settings is None and step.do is not Do.WITHDRAW):
                     break
                 if step.do is Do.REQUEST and self.held_until.get(name, 0.0) > now:
                     break
-                if not await self._carry_out(step, view, run, spec, settings=settings, now=now):
+                if not await self._carry_out(step, node, run, spec, settings=settings, now=now):
                     break
         await self.objects.clean(spec, self.node_watch.nodes)
         self._publish(run, settings, now)
@@ -159,10 +159,10 @@ class RepairKeeper:
                 and self.objects.due(spec, now)
             ):
                 return True
-            view = self._view(facts, None)
-            if view is not None:
+            node = self._repair_facts(facts, None)
+            if node is not None:
                 step = machine.decide(
-                    view, settings, now=now, joined_at=self.joined.get(facts.name)
+                    node, settings, now=now, joined_at=self.joined.get(facts.name)
                 )
                 held = step.do is Do.REQUEST and self.held_until.get(facts.name, 0.0) > now
                 if step.do is not Do.NOTHING and not held:
@@ -178,7 +178,7 @@ class RepairKeeper:
             and (facts.entry.repair is not None or facts.entry.tested == Verdict.FAILED)
         }
 
-    def _view(self, facts: NodeFacts, run: RunState | None) -> NodeView | None:
+    def _repair_facts(self, facts: NodeFacts, run: RunState | None) -> RepairFacts | None:
         entry = facts.entry
         if entry is None:
             return None
@@ -186,7 +186,7 @@ class RepairKeeper:
         busy = run is not None and (
             (record is not None and not record.settled) or facts.name in run.finished
         )
-        return NodeView(
+        return RepairFacts(
             name=facts.name,
             tested=entry.tested,
             reason=entry.reason,
@@ -204,7 +204,7 @@ class RepairKeeper:
     async def _carry_out(
         self,
         step: Step,
-        view: NodeView,
+        node: RepairFacts,
         run: RunState,
         spec: GpuValidationSpec,
         *,
@@ -212,22 +212,22 @@ class RepairKeeper:
         now: float,
     ) -> bool:
         """Carry `step` out; True when the node's record changed (decide again)."""
-        record = view.repair
+        record = node.repair
         if step.do is Do.WITHDRAW and record is not None:
-            log.info("%s: %s: repair withdrawn (no spec.remediation)", self.validation, view.name)
-            written = await self._write(view.name, None)
+            log.info("%s: %s: repair withdrawn (no spec.remediation)", self.validation, node.name)
+            written = await self._write(node.name, None)
             if written and record.obj:
                 await self.objects.delete(spec, record.obj)
             return False
         if settings is None:
             return False
         if step.do is Do.REQUEST and step.action is not None:
-            return await self._request(step, view, run, spec, settings=settings, now=now)
+            return await self._request(step, node, run, spec, settings=settings, now=now)
         if step.do is Do.NEEDS_REPAIR and step.action is not None:
-            new = machine.needs_repair(view, step.action, settings, now)
-            if await self._write(view.name, new):
+            new = machine.needs_repair(node, step.action, settings, now)
+            if await self._write(node.name, new):
                 await self._say(
-                    view.name,
+                    node.name,
                     new,
                     "needs-repair",
                     EventReason.NODE_NEEDS_REPAIR,
@@ -237,30 +237,30 @@ class RepairKeeper:
             return False
         if step.do is Do.END and record is not None and step.end is not None:
             new = machine.ended(record, step.end, now)
-            if not await self._write(view.name, new):
+            if not await self._write(node.name, new):
                 return False
             if record.obj:
                 await self.objects.delete(spec, record.obj)
-            self.joined.pop(view.name, None)
+            self.joined.pop(node.name, None)
             await self._say(
-                view.name,
+                node.name,
                 new,
                 "ended",
                 EventReason.REPAIR_ENDED,
-                f"repair {new.count} ({new.action}) of {view.name} ended "
+                f"repair {new.count} ({new.action}) of {node.name} ended "
                 f"({step.end}): validated again under load",
             )
             return True
         if step.do is Do.BY_PERSON and record is not None:
             new = machine.by_person(record, now)
-            self.joined.pop(view.name, None)
-            if await self._write(view.name, new):
+            self.joined.pop(node.name, None)
+            if await self._write(node.name, new):
                 await self._say(
-                    view.name,
+                    node.name,
                     new,
                     "person",
                     EventReason.REPAIR_ENDED,
-                    f"{keys.NODE_LABEL_NEEDS_REPAIR} was removed from {view.name}: "
+                    f"{keys.NODE_LABEL_NEEDS_REPAIR} was removed from {node.name}: "
                     "repaired by hand, validated again under load",
                 )
                 return True
@@ -269,50 +269,52 @@ class RepairKeeper:
     async def _request(
         self,
         step: Step,
-        view: NodeView,
+        node: RepairFacts,
         run: RunState,
         spec: GpuValidationSpec,
         *,
         settings: Settings,
         now: float,
     ) -> bool:
-        """Ask the engine for a repair of `view`'s node (False: nothing more to decide now)."""
+        """Ask the engine for a repair of `node` (False: nothing more to decide now)."""
         assert step.action is not None
-        count = machine.next_count(view.repair)
-        entry = self._entry(view.name)
+        count = machine.next_count(node.repair)
+        entry = self._entry(node.name)
         report = (
-            await self.objects.report(names.report_name(self.validation, entry.run, view.name))
+            await self.objects.report(names.report_name(self.validation, entry.run, node.name))
             if entry is not None
             else None
         )
         gpus = failing_gpus(report)
         checks = machine.repair_checks(gpus.checks, LOAD_CHECKS, CheckName.STATE.value)
         key = label_value(self.validation)
-        if self.ledger is not None:
+        if self.operator_breaker is not None:
             limit = planning.concurrency_limit(spec.node_actions.max_nodes, len(run.nodes))
-            cause = await self.ledger.admit(view.name, key, run.breaker.approved_at, limit)
+            cause = await self.operator_breaker.admit(
+                node.name, key, run.breaker.approved_at, limit
+            )
             if cause is not None:
                 # Held by the breaker (a node that never entered service: an admitted failure's
                 # slot is its taint's): asked once a slot is free.
-                self.held_until[view.name] = now + HELD_RETRY
+                self.held_until[node.name] = now + HELD_RETRY
                 return False
         obj = ""
         try:
             if settings.mode is RemediationMode.TEMPLATE:
                 found = await self.objects.make(
                     spec,
-                    node=view.name,
+                    node=node.name,
                     repair_id=str(count),
-                    reason=str(view.reason),
+                    reason=str(node.reason),
                     action=str(step.action),
                     gpus=gpus,
                 )
                 if found is None:
-                    self._release(view.name)
+                    self._unreserve(node.name)
                     return False
                 obj = found
             new = machine.requested(
-                view,
+                node,
                 step.action,
                 settings,
                 now=now,
@@ -320,19 +322,19 @@ class RepairKeeper:
                 obj=obj,
                 failed_at=gpus.failed_at,
             )
-            patched = await self._write(view.name, new, settle=True)
+            patched = await self._write(node.name, new, unreserve=True)
         except BaseException:
-            self._release(view.name)
+            self._unreserve(node.name)
             raise
         if not patched:
             return False
         where = f" ({obj})" if obj else f" (condition {keys.NODE_CONDITION_REPAIR_REQUESTED})"
         await self._say(
-            view.name,
+            node.name,
             new,
             "requested",
             EventReason.REPAIR_REQUESTED,
-            f"{view.name}: {view.reason} asks for {step.action}: repair {count} asked{where}",
+            f"{node.name}: {node.reason} asks for {step.action}: repair {count} asked{where}",
         )
         return False
 
@@ -342,7 +344,9 @@ class RepairKeeper:
         facts = self.node_watch.nodes.get(node)
         return facts.entry if facts is not None else None
 
-    async def _write(self, node: str, record: RepairRecord | None, *, settle: bool = False) -> bool:
+    async def _write(
+        self, node: str, record: RepairRecord | None, *, unreserve: bool = False
+    ) -> bool:
         """The node's record written into its entry; the node as written kept in the facts."""
 
         def change(entry: NodeEntry) -> NodeEntry:
@@ -351,8 +355,8 @@ class RepairKeeper:
         try:
             patched = await self.actor.rewrite(self.validation, node, change)
         finally:
-            if settle:
-                self._release(node)
+            if unreserve:
+                self._unreserve(node)
         if patched is None:
             return False
         self.node_watch.refresh(patched)
@@ -362,10 +366,10 @@ class RepairKeeper:
     async def _refused(self, node: str, what: str, message: str) -> None:
         await self._say(node, None, what, EventReason.REPAIR_NOT_REQUESTED, message, warning=True)
 
-    def _release(self, node: str) -> None:
-        """End a reservation of the ledger: the node now counts as it was written."""
-        if self.ledger is not None:
-            self.ledger.release(node, label_value(self.validation))
+    def _unreserve(self, node: str) -> None:
+        """End a reservation of the operator-wide breaker: the node now counts as it was written."""
+        if self.operator_breaker is not None:
+            self.operator_breaker.unreserve(node, label_value(self.validation))
 
     async def _say(
         self,

@@ -82,10 +82,10 @@ def certain(group: GroupEvidence, ceiling: float, train_ceiling: float | None = 
     return (
         not group.cross
         and len(group.nodes) > 2
-        and len(group.records) == len(group.nodes)
+        and len(group.results) == len(group.nodes)
         and bool(round_pairs(group.pairs))
         and _all_at(group.pairs, ceiling)
-        and all(r.verdict is Verdict.PASSED or r.reason in SLOWNESS for r in group.records)
+        and all(r.verdict is Verdict.PASSED or r.reason in SLOWNESS for r in group.results)
         and trained
     )
 
@@ -109,9 +109,9 @@ def early_finals(
         return {}
     nothing = Judged({}, {})
     return {
-        node: settle(group, rank, record, nothing)
+        node: settle(group, rank, result, nothing)
         for group in done
         if certain(group, ceiling, train_ceiling)
-        for rank, (node, record) in enumerate(zip(group.nodes, group.records, strict=True))
+        for rank, (node, result) in enumerate(zip(group.nodes, group.results, strict=True))
         if node not in excluded
     }

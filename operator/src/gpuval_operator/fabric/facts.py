@@ -1,4 +1,4 @@
-"""The compact view of a report's status.fabric (ReportFacts.fabric).
+"""The compact facts of a report's status.fabric (ReportFacts.fabric).
 
 Like gpuval_operator.run.facts, the object is cut here to the few fields the decisions need and
 dropped; a group's pairs (the same in every member's result) are kept once per group by the

@@ -20,7 +20,7 @@ from gpuval_api.kubernetes import CONTAINER_REASON_OOM_KILLED, TERMINAL_POD_PHAS
 from gpuval_api.reasons import Reason
 from gpuval_operator.fabric.plan import gang_deadline, pod_deadline
 from gpuval_operator.fabric.state import FabricState, Group, Member
-from gpuval_operator.fabric.verdicts import FabricResult, result_of
+from gpuval_operator.fabric.verdicts import MemberResult, result_of
 from gpuval_operator.podfacts import PodFacts, killed_from_outside
 
 # How long a fabric pod the operator deleted is given to end before the groups are compared
@@ -35,7 +35,7 @@ class MemberOutcome:
     group: str
     rank: int
     status: dict[str, object]
-    record: FabricResult
+    result: MemberResult
     delete_pod: bool = False
     # Its own pod was made and never started: the node is NotRun (design.md, verdict classes).
     never_started: bool = False
@@ -93,8 +93,8 @@ def gang_broken(run: FabricState, group: Group) -> bool:
     """The group cannot form any more: a pod was refused, deleted or ended before every pod
     ran, or the operator already gave it up (before a restart)."""
     for member in group.members:
-        record = run.result(group, member)
-        if record is not None and record.reason is Reason.FABRIC_GANG_NOT_FORMED:
+        result = run.result(group, member)
+        if result is not None and result.reason is Reason.FABRIC_GANG_NOT_FORMED:
             return True
         if member.refused is not None or member.gone or _terminal(run, member):
             return True
@@ -147,8 +147,8 @@ def gang_outcomes(run: FabricState, group: Group, config: FabricConfig) -> list[
         )
     outcomes: list[MemberOutcome] = []
     for member in group.members:
-        record = run.result(group, member)
-        if record is not None and record.reason is Reason.FABRIC_GANG_NOT_FORMED:
+        result = run.result(group, member)
+        if result is not None and result.reason is Reason.FABRIC_GANG_NOT_FORMED:
             continue
         own = run.created(member) and not run.started(member) and member.refused is None
         text = f"{message}; its own pod never started" if own else message

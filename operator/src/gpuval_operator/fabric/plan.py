@@ -152,15 +152,15 @@ def rebuilt_groups(
 
 
 def agent_seconds(config: FabricConfig, world: int) -> int:
-    """The longest a group's agents may take once they all run: the meeting, the group's
-    start-up and sweep, and each pair round (the confirmation included), each with fresh workers
-    at worst, the same again for the training phase (spec.fabric.train), plus slack. Their own
-    limits end a hang well before; this is the backstop."""
+    """The longest a group's agents may take once they all run: the meeting, the group's start-up
+    and sweep, and each pair round (the confirmation included), each with fresh rank processes at
+    worst, the same again for the training phase (spec.fabric.train), plus slack. Their own limits
+    end a hang well before; this is the backstop."""
     rounds = len(pair_rounds(world)) + 1
     t = config.timeouts
     seconds = t.init_seconds * (2 + rounds) + t.phase_seconds * (1 + rounds) + SLACK_SECONDS
     if config.train.enabled:
-        # The training phase: the group's run and each round, each with fresh workers.
+        # The training phase: the group's run and each round, each with fresh rank processes.
         seconds += (t.init_seconds + config.train.timeout_seconds) * (1 + rounds)
     return seconds
 

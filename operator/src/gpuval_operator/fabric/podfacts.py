@@ -1,4 +1,4 @@
-"""The compact view of a fabric pod: the agent pod's view (gpuval_operator.podfacts.PodFacts) and
+"""The compact facts of a fabric pod: the agent pod's facts (gpuval_operator.podfacts.PodFacts) and
 what the fabric phase adds. Pure and synchronous.
 """
 
@@ -27,7 +27,7 @@ def container_started_at(pod: Mapping[str, Any]) -> float | None:
 
 @dataclass(slots=True)
 class FabricPodFacts:
-    """A fabric pod: the agent pod's view, its group and rank, the group's port, when its
+    """A fabric pod: the agent pod's facts, its group and rank, the group's port, when its
     container started (wall clock, from the pod's status), and the fabric verdict its agent
     left in its termination message."""
 

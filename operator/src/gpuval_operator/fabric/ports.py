@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-# Rank 0 listens on PORT (the agents' coordinator) and PORT+1..PORT+5 (the torch workers' stores):
+# Rank 0 listens on PORT (the agents' coordinator) and PORT+1..PORT+5 (the rank processes' stores):
 # slots of six below Linux's ephemeral range (32768-60999), so an outgoing connection's port on
 # rank 0's node (with hostNetwork) rarely takes one.
 PORT_LOW, PORT_HIGH, PORT_SPAN = 20000, 32760, 6

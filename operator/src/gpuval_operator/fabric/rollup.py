@@ -100,10 +100,10 @@ def _provisional(run: FabricState) -> list[dict[str, Any]]:
     """The groups with results so far, their busbw as the agents measured it."""
     entries = []
     for group in run.groups.values():
-        records = run.group_results(group) if group.size > 1 else None
-        if records is None:
+        results = run.group_results(group) if group.size > 1 else None
+        if results is None:
             continue
-        worst = max(records, key=lambda r: _RANK[r.verdict])
+        worst = max(results, key=lambda r: _RANK[r.verdict])
         failing = worst.verdict is not Verdict.PASSED
         entries.append(
             {
@@ -248,7 +248,7 @@ def train_status(found: TrainClassification) -> dict[str, Any]:
     }
 
 
-def build_fabric_status(run: FabricState) -> dict[str, Any]:
+def build_fabric_run_status(run: FabricState) -> dict[str, Any]:
     """`status.fabric` of the GpuValidation for the run's fabric phase."""
     found = run.classification
     if found is not None:

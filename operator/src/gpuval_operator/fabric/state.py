@@ -21,7 +21,7 @@ from gpuval_api.result import Verdict
 from gpuval_operator.fabric.facts import FabricFacts, FabricTrainFacts
 from gpuval_operator.fabric.plan import GroupPlan
 from gpuval_operator.fabric.podfacts import FabricPodFacts
-from gpuval_operator.fabric.verdicts import Classification, FabricResult, Final
+from gpuval_operator.fabric.verdicts import Classification, Final, MemberResult
 
 # (group, rank) -> the fabric pod's name (names.fabric_pod_name, for one run).
 PodNamer = Callable[[str, int], str]
@@ -40,7 +40,7 @@ class Member:
     preempted: bool = False
     terminal_since: float | None = None  # monotonic
     started_seen: float | None = None  # wall clock when this process first saw it started
-    recorded: FabricResult | None = None  # written by the operator, not yet read back
+    recorded: MemberResult | None = None  # written by the operator, not yet read back
     termination: dict[str, object] | None = None  # the fabric verdict its pod's agent left
     never_started: bool = False  # its pod was made and did not start in time (gang)
 
@@ -92,7 +92,7 @@ class FabricState:
     # Groups found done, each with its members' results then (a group stays done unless a report
     # loses its verdict), and groups found opened: a tick at 10,000 nodes asks for both of every
     # group several times, and would otherwise read every member's result each time.
-    _done: dict[str, tuple[FabricResult, ...]] = field(default_factory=dict)
+    _done: dict[str, tuple[MemberResult, ...]] = field(default_factory=dict)
     _opened: set[str] = field(default_factory=set)
 
     # -- what arrives --
@@ -191,21 +191,21 @@ class FabricState:
 
     # -- results --
 
-    def result(self, group: Group, member: Member) -> FabricResult | None:
+    def result(self, group: Group, member: Member) -> MemberResult | None:
         """The member's result in `group`: its report's status.fabric when it is about this
         group, else what the operator recorded. A representative's report shows its
         cross-domain group once that is planned; it was chosen because it passed its domain
         group, so that is its result there. A node alone in its topology domain has a group of
         one, which runs nothing: it is tested across domains only."""
         if group.size == 1:
-            return FabricResult(Verdict.PASSED, None, "alone in its topology domain")
+            return MemberResult(Verdict.PASSED, None, "alone in its topology domain")
         reported = self.reported.get(member.node)
         mine = (
             reported is not None and reported.group == group.name and reported.rank == member.rank
         )
         if reported is not None and mine and reported.verdict is not None:
             verdict = reported.raw_verdict or reported.verdict
-            return FabricResult(
+            return MemberResult(
                 verdict, reported.raw_reason, reported.raw_message, reported.by_agent
             )
         if member.recorded is not None:
@@ -213,7 +213,7 @@ class FabricState:
         if reported is not None and reported.group != group.name and not group.plan.cross:
             later = self.groups.get(reported.group)
             if later is not None and later.plan.cross and member.node in later.plan.nodes:
-                return FabricResult(Verdict.PASSED, None, "chosen for a cross-domain group")
+                return MemberResult(Verdict.PASSED, None, "chosen for a cross-domain group")
         return None
 
     def _has_result(self, group: Group, member: Member) -> bool:
@@ -229,7 +229,7 @@ class FabricState:
     def done(self, group: Group) -> bool:
         return self.group_results(group) is not None
 
-    def group_results(self, group: Group) -> tuple[FabricResult, ...] | None:
+    def group_results(self, group: Group) -> tuple[MemberResult, ...] | None:
         """Every member's result by rank once each has one (as they were when the group was
         found done: what the status shows before the run-wide comparison); else None."""
         known = self._done.get(group.name)

@@ -53,7 +53,7 @@ from gpuval_operator.fabric.trainverdicts import (
 
 
 @dataclass(frozen=True, slots=True)
-class FabricResult:
+class MemberResult:
     """One member's result in one group: the agent's own, or what the operator recorded."""
 
     verdict: Verdict
@@ -62,11 +62,11 @@ class FabricResult:
     by_agent: bool = False
 
 
-def result_of(status: Mapping[str, object], *, by_agent: bool = False) -> FabricResult:
+def result_of(status: Mapping[str, object], *, by_agent: bool = False) -> MemberResult:
     """The result a status.fabric the operator writes stands for (`by_agent`: taken from the
     agent's termination message)."""
     reason = status.get(FabricKey.REASON)
-    return FabricResult(
+    return MemberResult(
         Verdict(str(status.get(FabricKey.VERDICT))),
         Reason(str(reason)) if reason else None,
         str(status.get(FabricKey.MESSAGE) or ""),
@@ -91,7 +91,7 @@ _WORST = {Verdict.FAILED: 2, Verdict.NOT_RUN: 1, Verdict.PASSED: 0}
 class GroupEvidence:
     name: str
     nodes: tuple[str, ...]
-    records: tuple[FabricResult, ...]  # by rank
+    results: tuple[MemberResult, ...]  # by rank
     busbw: float | None = None
     pairs: tuple[FabricPair, ...] = ()
     domain: str | None = None
@@ -148,13 +148,13 @@ class Classification:
         return [p for g in self.groups for p in g.paths]
 
 
-def _unreachable(record: FabricResult) -> bool:
-    return record.verdict is Verdict.FAILED and record.reason is Reason.FABRIC_UNREACHABLE
+def _unreachable(result: MemberResult) -> bool:
+    return result.verdict is Verdict.FAILED and result.reason is Reason.FABRIC_UNREACHABLE
 
 
 def rank0_unreachable(group: GroupEvidence) -> list[Final] | None:
     """Every other rank could not reach rank 0: rank 0 is named, the others are not."""
-    others, rank0 = group.records[1:], group.records[0]
+    others, rank0 = group.results[1:], group.results[0]
     if not others or not all(_unreachable(r) for r in others):
         return None
     if rank0.verdict is Verdict.PASSED:
@@ -193,19 +193,19 @@ class Judged:
     alone: bool = False  # a group of two whose one pair is the only one it is compared with
 
 
-def settle(group: GroupEvidence, rank: int, record: FabricResult, judged: Judged) -> Final:
+def settle(group: GroupEvidence, rank: int, result: MemberResult, judged: Judged) -> Final:
     node = group.nodes[rank]
-    if record.verdict is not Verdict.PASSED and record.reason not in SLOWNESS:
-        return Final(record.verdict, record.reason, record.message)
+    if result.verdict is not Verdict.PASSED and result.reason not in SLOWNESS:
+        return Final(result.verdict, result.reason, result.message)
     if node in judged.named:
         return judged.named[node]
     if node in judged.notes:
         return Final(Verdict.PASSED, None, f"passed; {judged.notes[node]}", noted=True)
-    message = record.message
-    if record.verdict is not Verdict.PASSED:
+    message = result.message
+    if result.verdict is not Verdict.PASSED:
         message = (
             f"against the run's pairs no node of group {group.name} stands out (its agent "
-            f"said: {record.reason}: {record.message})"
+            f"said: {result.reason}: {result.message})"
         )
     if judged.alone:
         message += (
@@ -230,7 +230,7 @@ def not_formed(group: GroupEvidence) -> list[Final] | None:
     wrote as its pod was stopped (a rank that lost rank 0, say). Each keeps the operator's words
     where it has them."""
     gave_up = [
-        r for r in group.records if r.reason is Reason.FABRIC_GANG_NOT_FORMED and not r.by_agent
+        r for r in group.results if r.reason is Reason.FABRIC_GANG_NOT_FORMED and not r.by_agent
     ]
     if not gave_up:
         return None
@@ -238,7 +238,7 @@ def not_formed(group: GroupEvidence) -> list[Final] | None:
         Final(Verdict.NOT_RUN, Reason.FABRIC_GANG_NOT_FORMED, r.message)
         if r.reason is Reason.FABRIC_GANG_NOT_FORMED
         else Final(Verdict.NOT_RUN, Reason.FABRIC_GANG_NOT_FORMED, gave_up[0].message)
-        for r in group.records
+        for r in group.results
     ]
 
 
@@ -289,7 +289,7 @@ def classify_group(
     if finals is None:
         bandwidth = judge(group, pair_floor, alone=alone)
         judged = with_training(bandwidth, training)
-        finals = [settle(group, rank, r, judged) for rank, r in enumerate(group.records)]
+        finals = [settle(group, rank, r, judged) for rank, r in enumerate(group.results)]
     low = group.busbw is not None and group_floor is not None and group.busbw < group_floor
     # A slow group is the all-reduce's: a node named for its training alone does not explain it.
     trained = set(judged.named) - set(bandwidth.named)

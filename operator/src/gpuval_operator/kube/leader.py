@@ -236,8 +236,8 @@ class LeaderElector:
                 try:
                     if left > 0:
                         async with asyncio.timeout(left):
-                            held = await self.try_once()
-                        if held:
+                            renewed = await self.try_once()
+                        if renewed:
                             continue
                         log.error("leader: %s lost the lease to another replica", self.identity)
                         lost()

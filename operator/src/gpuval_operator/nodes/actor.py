@@ -5,7 +5,7 @@ the run (RunState.dry_run) for the status and Events. Also forgetting a deleted
 validation's entries.
 
 Before a failing node's taint or cordon, the circuit breaker (gpuval_operator.nodes.breaker) says
-whether it may be taken out of service: the operator-wide ledger admits and reserves it, or the
+whether it may be taken out of service: the operator-wide breaker admits and reserves it, or the
 entry is written with the cause it is held for (its label and condition still are).
 """
 
@@ -34,7 +34,7 @@ from gpuval_operator.nodes.entries import (
     plan_node,
 )
 from gpuval_operator.nodes.facts import stack_of
-from gpuval_operator.nodes.ledger import OutOfServiceLedger
+from gpuval_operator.nodes.operatorbreaker import OperatorBreaker
 from gpuval_operator.remediation.machine import after_verdict
 from gpuval_operator.run.effects import NODES_PATH, Effects
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
@@ -48,7 +48,7 @@ STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 @dataclass(frozen=True, slots=True)
 class Gate:
     """The breaker's word on one node action: the cause its taint and cordon are held for, since
-    when they are in force, and whether a slot of the ledger was reserved for them."""
+    when they are in force, and whether the operator-wide breaker reserved a slot for them."""
 
     hold: str | None = None
     since: int | None = None
@@ -56,10 +56,10 @@ class Gate:
 
 
 class NodeActor:
-    def __init__(self, effects: Effects, ledger: OutOfServiceLedger | None = None) -> None:
+    def __init__(self, effects: Effects, operator_breaker: OperatorBreaker | None = None) -> None:
         self.effects = effects
         self.client = effects.client
-        self.ledger = ledger
+        self.operator_breaker = operator_breaker
 
     async def act(
         self, run: RunState, record: NodeRecord, spec: GpuValidationSpec, *, announce: bool = True
@@ -97,24 +97,24 @@ class NodeActor:
     async def _apply_reserved(
         self, run: RunState, name: str, plan: NodePlan, node: dict[str, Any], gate: Gate
     ) -> bool:
-        """Apply `plan`; True when done (or not to be tried again), False on 409. The ledger
+        """Apply `plan`; True when done (or not to be tried again), False on 409. The breaker
         learns how the node was left, and a reservation ends with it."""
         key = label_value(run.validation)
         try:
             patched = await self._apply(name, plan)
         except ApiError as exc:
-            if self.ledger is not None and gate.reserved:
-                self.ledger.release(name, key)  # refused: nothing changed
+            if self.operator_breaker is not None and gate.reserved:
+                self.operator_breaker.unreserve(name, key)  # refused: nothing changed
             if exc.status == 409:
                 return False  # the node changed under us: plan again on its new state
             log.warning("%s: could not update node %s: %s", run.validation, name, exc)
             return True
         except BaseException:
-            if self.ledger is not None and gate.reserved:
-                self.ledger.settle(name, key, None)  # the outcome is unknown
+            if self.operator_breaker is not None and gate.reserved:
+                self.operator_breaker.patch_ended(name, key, None)  # the outcome is unknown
             raise
-        if self.ledger is not None:
-            self.ledger.settle(name, key, patched or node)
+        if self.operator_breaker is not None:
+            self.operator_breaker.patch_ended(name, key, patched or node)
         return True
 
     async def _gate(
@@ -150,10 +150,12 @@ class NodeActor:
             return Gate(hold=ConditionReason.SYSTEMIC)
         if reason in breaker.undecided and not breaker.released:
             return Gate(hold=ConditionReason.AWAITING_RUN)
-        if self.ledger is None:
+        if self.operator_breaker is None:
             return Gate(since=now)
         key = label_value(run.validation)
-        cause = await self.ledger.admit(record.node, key, breaker.approved_at, breaker.limit)
+        cause = await self.operator_breaker.admit(
+            record.node, key, breaker.approved_at, breaker.limit
+        )
         return Gate(hold=cause) if cause is not None else Gate(since=now, reserved=True)
 
     def _plan(
@@ -270,8 +272,8 @@ class NodeActor:
                 if exc.status == 409:
                     continue
                 raise
-            if self.ledger is not None:
-                self.ledger.observe(patched or node)
+            if self.operator_breaker is not None:
+                self.operator_breaker.observe(patched or node)
             return patched or node
         return None
 
@@ -295,8 +297,8 @@ class NodeActor:
             plan = plan_node(node, validation, None, rfc3339(time.time()))
             try:
                 patched = await self._apply(name, plan)
-                if self.ledger is not None and patched is not None:
-                    self.ledger.observe(patched)
+                if self.operator_breaker is not None and patched is not None:
+                    self.operator_breaker.observe(patched)
                 return 1
             except ApiError as exc:
                 if exc.status != 409:

@@ -10,8 +10,8 @@ Which failing node's taint and cordon may be applied now, and which are held and
   as a whole at most the operator-wide limit (OperatorMaxNodesReached).
 
 The counts come from the nodes, never from memory: the nodes carrying gpuval.dev/out-of-service
-(`OutOfServiceNode.parse`, listed by gpuval_operator.nodes.ledger) and each validation's entry on
-them, plus the nodes reserved for a patch still in flight, so two replicas, a restart and
+(`OutOfServiceNode.parse`, listed by gpuval_operator.nodes.operatorbreaker) and each validation's
+entry on them, plus the nodes reserved for a patch still in flight, so two replicas, a restart and
 concurrent patches all count the same. A release (gpuval.dev/release) approves what was out of
 service before it: those nodes no longer count against the validation's own limit.
 """
@@ -26,7 +26,7 @@ from typing import Any
 from gpuval_api import keys
 from gpuval_api.conditions import ConditionReason as R
 from gpuval_operator.nodes.entries import entries
-from gpuval_operator.run.holds import Systemic
+from gpuval_operator.run.breakerstate import SystemicFailure
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +55,7 @@ class Limits:
 
 
 @dataclass(slots=True)
-class View:
+class Tally:
     """What gpuval holds out of service: the listed nodes, and the reservations of patches in
     flight (node -> the validations that reserved it)."""
 
@@ -92,13 +92,15 @@ class View:
         return counts
 
 
-def admit(view: View, node: str, validation: str, approved_at: float, limits: Limits) -> str | None:
+def admit(
+    tally: Tally, node: str, validation: str, approved_at: float, limits: Limits
+) -> str | None:
     """None: `validation` may take `node` out of service now (the caller reserves it first); else
     the cause its taint and cordon are held for."""
-    mine = view.counts_for(node, validation, approved_at)
-    if not mine and view.validation_count(validation, approved_at) >= limits.validation:
+    mine = tally.counts_for(node, validation, approved_at)
+    if not mine and tally.validation_count(validation, approved_at) >= limits.validation:
         return R.MAX_NODES_REACHED
-    if not view.out(node) and view.operator_count() >= limits.operator:
+    if not tally.out(node) and tally.operator_count() >= limits.operator:
         return R.OPERATOR_MAX_NODES_REACHED
     return None
 
@@ -112,12 +114,12 @@ def never_in_service(node: Mapping[str, Any], startup_keys: Collection[str]) -> 
 
 def systemic(
     reasons: Iterable[str], tested: int, fraction: float, min_nodes: int
-) -> list[Systemic]:
+) -> list[SystemicFailure]:
     """The reasons of the run's failed nodes (`reasons`, one per node) shared by more than
     `fraction` of its `tested` nodes (Passed or Failed) and by at least `min_nodes`, most
     common first."""
     found = [
-        Systemic(reason, n, tested)
+        SystemicFailure(reason, n, tested)
         for reason, n in Counter(reasons).items()
         if n >= min_nodes and n > fraction * tested
     ]

@@ -27,12 +27,12 @@ from gpuval_api.labels import label_value
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
 from gpuval_operator.kube.client import KubeClient
-from gpuval_operator.nodes.ledger import OutOfService
+from gpuval_operator.nodes.operatorbreaker import OutOfServiceCounts
 from gpuval_operator.readmodel.registry import Registry
 from gpuval_operator.readmodel.repairmetrics import RepairFamilies
 from gpuval_operator.readmodel.validation import NodeResult, ValidationState
+from gpuval_operator.run.breakerstate import HOLD_CAUSES
 from gpuval_operator.run.facts import SUMMARY_FIGURES
-from gpuval_operator.run.holds import HOLD_CAUSES
 from gpuval_operator.run.state import Phase, RunState
 from gpuval_operator.run.statefacts import StateFacts
 
@@ -392,7 +392,7 @@ class _Families:
         yield from self.repairs.all()
 
 
-def _operator_out_of_service(figures: OutOfService) -> Iterator[Metric]:
+def _operator_out_of_service(figures: OutOfServiceCounts) -> Iterator[Metric]:
     total = GaugeMetricFamily(
         "gpuval_operator_nodes_out_of_service",
         "Nodes gpuval holds out of service (tainted or cordoned) across every validation, as "

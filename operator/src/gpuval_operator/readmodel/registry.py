@@ -3,7 +3,7 @@ reads at scrape time."""
 
 from __future__ import annotations
 
-from gpuval_operator.nodes.ledger import OutOfService
+from gpuval_operator.nodes.operatorbreaker import OutOfServiceCounts
 from gpuval_operator.readmodel.validation import ValidationState
 
 
@@ -15,4 +15,4 @@ class Registry(dict[str, ValidationState]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.out_of_service = OutOfService()
+        self.out_of_service = OutOfServiceCounts()

@@ -51,7 +51,7 @@ class Settings:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeView:
+class RepairFacts:
     """What the loop reads of a node: its validation's entry (verdict, reason, when, whether its
     taint or cordon is in force, its repair record) and the node's own state."""
 
@@ -88,7 +88,7 @@ NOTHING = Step(Do.NOTHING)
 
 
 def decide(
-    view: NodeView,
+    facts: RepairFacts,
     settings: Settings | None,
     *,
     now: float,
@@ -99,22 +99,22 @@ def decide(
     """The node's next step. `object_end`: how its request's object ended (mode Template; None
     while it runs); `systemic`: the reasons the run holds as systemic or still undecided;
     `joined_at`: when the keeper last added the node to a run for its re-validation."""
-    record = view.repair
+    record = facts.repair
     if settings is None:
         return Step(Do.WITHDRAW) if record is not None and record.active else NOTHING
     if record is not None and record.state == RepairState.REQUESTED:
-        return _requested(view, record, settings, now, object_end)
+        return _requested(facts, record, settings, now, object_end)
     if record is not None and record.state == RepairState.REVALIDATING:
-        if view.busy or not view.ready:
+        if facts.busy or not facts.ready:
             return NOTHING
         if joined_at is None or now - joined_at >= settings.timeout:
             return Step(Do.REVALIDATE)
         return NOTHING
     if record is not None and record.state == RepairState.NEEDS_REPAIR:
-        return NOTHING if view.needs_repair_label else Step(Do.BY_PERSON)
-    if not _failure_to_act_on(view, record) or view.reason in set(systemic):
+        return NOTHING if facts.needs_repair_label else Step(Do.BY_PERSON)
+    if not _failure_to_act_on(facts, record) or facts.reason in set(systemic):
         return NOTHING
-    action = action_of(view.reason)
+    action = action_of(facts.reason)
     failed_again = record is not None and record.state == RepairState.FAILED_AGAIN
     if action not in REPAIRABLE_ACTIONS:
         # Repaired, and now failing with what no engine repairs: a person's.
@@ -125,7 +125,7 @@ def decide(
 
 
 def _requested(
-    view: NodeView,
+    facts: RepairFacts,
     record: RepairRecord,
     settings: Settings,
     now: float,
@@ -137,7 +137,7 @@ def _requested(
     # the object says so: the engine checks the node after its reboot (NVSentinel's janitor waits
     # for it to be Ready) before it marks the object done, and gpuval deletes an object it
     # considers ended.
-    rebooted = view.boot_id and record.boot and view.boot_id != record.boot
+    rebooted = facts.boot_id and record.boot and facts.boot_id != record.boot
     if rebooted and not record.obj:
         return Step(Do.END, end=RepairEnd.REBOOTED)
     if now - record.asked >= settings.timeout:
@@ -145,14 +145,14 @@ def _requested(
     return NOTHING
 
 
-def _failure_to_act_on(view: NodeView, record: RepairRecord | None) -> bool:
+def _failure_to_act_on(facts: RepairFacts, record: RepairRecord | None) -> bool:
     """A failure with its taint or cordon in force that the loop has not answered yet: the first,
     one after a failed re-validation, or a new one after the node was back in service."""
-    if view.tested != Verdict.FAILED or not view.in_force or view.busy:
+    if facts.tested != Verdict.FAILED or not facts.in_force or facts.busy:
         return False
     if record is None or record.state == RepairState.FAILED_AGAIN:
         return True
-    return record.state == RepairState.REPAIRED and view.at >= (record.back or 0)
+    return record.state == RepairState.REPAIRED and facts.at >= (record.back or 0)
 
 
 def next_count(record: RepairRecord | None) -> int:
@@ -161,7 +161,7 @@ def next_count(record: RepairRecord | None) -> int:
 
 
 def requested(
-    view: NodeView,
+    facts: RepairFacts,
     action: RepairAction,
     settings: Settings,
     *,
@@ -172,21 +172,21 @@ def requested(
 ) -> RepairRecord:
     """The record once a repair is asked; `failed_at`: when the failure's verdict came (the
     report's completion; else the entry's time)."""
-    previous = view.repair
+    previous = facts.repair
     stamp = int(now)
     episode = previous is not None and previous.state == RepairState.FAILED_AGAIN
     history = previous.within(now, settings.window) if previous is not None else ()
     return RepairRecord(
         state=RepairState.REQUESTED,
         action=str(action),
-        reason=view.reason,
+        reason=facts.reason,
         failed=(
             previous.failed
             if episode and previous is not None
-            else int(failed_at or view.at or stamp)
+            else int(failed_at or facts.at or stamp)
         ),
         asked=stamp,
-        boot=view.boot_id,
+        boot=facts.boot_id,
         count=next_count(previous),
         history=(*history, stamp),
         checks=checks,
@@ -195,18 +195,24 @@ def requested(
 
 
 def needs_repair(
-    view: NodeView, action: RepairAction, settings: Settings, now: float
+    facts: RepairFacts, action: RepairAction, settings: Settings, now: float
 ) -> RepairRecord:
     """The record once repair did not help."""
-    previous = view.repair
+    previous = facts.repair
     if previous is None:  # maxRepairs is at least 1: only a record's history reaches it
         return RepairRecord(
-            RepairState.NEEDS_REPAIR, str(action), view.reason, view.at, int(now), view.boot_id, 0
+            RepairState.NEEDS_REPAIR,
+            str(action),
+            facts.reason,
+            facts.at,
+            int(now),
+            facts.boot_id,
+            0,
         )
-    failed = previous.failed if previous.state == RepairState.FAILED_AGAIN else view.at
+    failed = previous.failed if previous.state == RepairState.FAILED_AGAIN else facts.at
     return previous.moved(
         RepairState.NEEDS_REPAIR,
-        reason=view.reason,
+        reason=facts.reason,
         failed=failed,
         history=previous.within(now, settings.window),
     )

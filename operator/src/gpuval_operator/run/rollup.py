@@ -16,9 +16,9 @@ from gpuval_api.conditions import ConditionReason as R
 from gpuval_api.conditions import ConditionType, ValidationPhase
 from gpuval_api.crd import RunTrigger
 from gpuval_api.report import StatusKey
-from gpuval_operator.fabric.rollup import build_fabric_status
+from gpuval_operator.fabric.rollup import build_fabric_run_status
 from gpuval_operator.names import run_number
-from gpuval_operator.run.holds import held_condition, systemic_condition
+from gpuval_operator.run.breakerstate import held_condition, systemic_condition
 from gpuval_operator.run.refusals import refused_condition
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
 from gpuval_operator.run.uniformity import Outlier
@@ -282,7 +282,7 @@ def build_run_status(
     }
     # The validation's status.fabric has the report's key (gpuval_api.report.StatusKey).
     if run.fabric is not None:
-        status[StatusKey.FABRIC] = build_fabric_status(run.fabric)
+        status[StatusKey.FABRIC] = build_fabric_run_status(run.fabric)
     elif run.completed_at is None:
         status[StatusKey.FABRIC] = None  # a run without a fabric phase: the last one's is gone
     # status.baseline: the run against its baselines, once it completed (the last run's is gone

@@ -28,8 +28,8 @@ from gpuval_operator.fabric.podfacts import FabricPodFacts
 from gpuval_operator.fabric.state import FabricState
 from gpuval_operator.planning import Candidate
 from gpuval_operator.podfacts import DeviceHealthFact, PodFacts
+from gpuval_operator.run.breakerstate import BreakerState
 from gpuval_operator.run.facts import ReportFacts
-from gpuval_operator.run.holds import BreakerState
 from gpuval_operator.run.refusals import Refused
 from gpuval_operator.run.uniformity import Outlier
 
@@ -117,7 +117,7 @@ class NodeRecord:
     tested_stack: str = ""
     # Passed its local checks and waits for its fabric verdict (spec.fabric): no node action yet,
     # counted as running.
-    held: bool = False
+    awaiting_fabric: bool = False
     # The checks of this attempt when not the spec's (CheckName values): a re-validation after a
     # repair runs the checks that failed, with the state check (spec.remediation).
     checks: tuple[str, ...] | None = None
@@ -136,7 +136,7 @@ class NodeRecord:
     def settled(self) -> bool:
         """Its verdict in this run is final: done, not waiting for the fabric, nor for the
         cluster to admit its agent pod."""
-        return self.done and not self.held and not self.refused
+        return self.done and not self.awaiting_fabric and not self.refused
 
     def next_attempt(self, pod: str, not_before: float, trigger: NodeTrigger | None) -> None:
         """Make the record wait for another attempt, under a new pod name, in the same report
@@ -210,7 +210,7 @@ class RunState:
     queued_events: int = 0
     # Something the status shows changed since the status was last written.
     dirty: bool = False
-    # Node actions held by the circuit breaker or the systemic hold (gpuval_operator.run.holds).
+    # The run's breaker: node actions held for a limit or the systemic hold (run.breakerstate).
     breaker: BreakerState = field(default_factory=BreakerState)
     # Node actions under way for verdicts that came at once: (applied, of), None when none are
     # (a fabric settles every node at its end; the status shows the progress).
@@ -250,7 +250,7 @@ class RunState:
     def counts(self) -> dict[str, int]:
         counts = {"total": len(self.nodes), **dict.fromkeys(COUNT_KEYS.values(), 0)}
         for record in self.nodes.values():
-            counts[COUNT_KEYS[Phase.RUNNING if record.held else record.phase]] += 1
+            counts[COUNT_KEYS[Phase.RUNNING if record.awaiting_fabric else record.phase]] += 1
         return counts
 
     def running(self) -> int:
@@ -268,7 +268,7 @@ class RunState:
     def all_done(self) -> bool:
         return all(r.settled for r in self.nodes.values())
 
-    def local_settled(self) -> bool:
+    def local_verdicts_in(self) -> bool:
         """Every node has its local verdict, or waits for a retry's backoff: the fabric phase
         may begin."""
         return all(
@@ -293,7 +293,7 @@ class RunState:
         record.message = message[:300]
         record.termination = None
         if passed and self.fabric is not None and self.fabric.wants(node):
-            record.held = True
+            record.awaiting_fabric = True
         else:
             self.finished.append(node)
         return True
@@ -313,19 +313,21 @@ class RunState:
         record.phase, record.message = phase, message[:300]
         record.reason = None if passed else (reason or Reason.CHECK_ERROR)
         if passed and self.fabric is not None and self.fabric.wants(node):
-            record.held = True
+            record.awaiting_fabric = True
         else:
             self.finished.append(node)
         self.reopen()
         return True
 
-    def release(self, node: str, verdict: Verdict, reason: Reason | None, message: str) -> None:
-        """A node held for the fabric gets its final verdict (unchanged when it stays Passed, or
+    def settle_fabric(
+        self, node: str, verdict: Verdict, reason: Reason | None, message: str
+    ) -> None:
+        """A node awaiting the fabric gets its final verdict (unchanged when it stays Passed, or
         NotRun as recorded when its own fabric pod never started) and its node actions."""
         record = self.nodes.get(node)
-        if record is None or not record.held:
+        if record is None or not record.awaiting_fabric:
             return
-        record.held = False
+        record.awaiting_fabric = False
         if record.phase is Phase.PASSED and verdict is not Verdict.PASSED:
             record.phase = Phase.of(verdict)
             record.reason, record.message = reason or Reason.CHECK_ERROR, message[:300]

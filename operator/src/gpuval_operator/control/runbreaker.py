@@ -1,4 +1,4 @@
-"""`HoldKeeper`: one validation's circuit breaker and systemic hold, carried out around the node
+"""`RunBreaker`: one validation's circuit breaker and systemic hold, carried out around the node
 actions of its run.
 
 Each pass it reads the limits (nodeActions.maxNodes as a count of the run's nodes, the
@@ -7,8 +7,9 @@ reasons. A failure's taint and cordon wait while the rest of the run could still
 systemic (`breaker.undecided`), and follow once it cannot; held nodes are tried again while
 slots are free or their systemic reason is gone or released; and the hold is said once per run
 and cause (Events NodeActionsHeld, SystemicFailure, NodeActionsReleased), each saying the time
-and the figures it was posted with. The decisions are
-gpuval_operator.nodes.breaker's, the node patches gpuval_operator.nodes.actor's.
+and the figures it was posted with. The decisions are gpuval_operator.nodes.breaker's, the
+operator-wide count gpuval_operator.nodes.operatorbreaker's, the node patches
+gpuval_operator.nodes.actor's.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from gpuval_api.release import Release
 from gpuval_operator import planning
 from gpuval_operator.nodes import breaker
 from gpuval_operator.nodes.actor import NodeActor
-from gpuval_operator.nodes.ledger import OutOfServiceLedger
+from gpuval_operator.nodes.operatorbreaker import OperatorBreaker
 from gpuval_operator.nodes.watch import NodeWatch
+from gpuval_operator.run.breakerstate import as_of, held_condition, systemic_event
 from gpuval_operator.run.effects import Effects
-from gpuval_operator.run.holds import as_of, held_condition, systemic_event
 from gpuval_operator.run.state import Phase, RunState
 
 log = logging.getLogger(__name__)
@@ -41,17 +42,17 @@ def _acts(spec: GpuValidationSpec) -> bool:
     return not actions.dry_run and (actions.taint is not None or actions.cordon)
 
 
-class HoldKeeper:
+class RunBreaker:
     def __init__(
         self,
         *,
         effects: Effects,
         actor: NodeActor,
-        ledger: OutOfServiceLedger | None,
+        operator_breaker: OperatorBreaker | None,
         node_watch: NodeWatch,
         annotations: Callable[[], Mapping[str, str]],
     ) -> None:
-        self.effects, self.actor, self.ledger = effects, actor, ledger
+        self.effects, self.actor, self.operator_breaker = effects, actor, operator_breaker
         self.node_watch = node_watch
         self.annotations = annotations
 
@@ -73,16 +74,16 @@ class HoldKeeper:
         if found != state.systemic:
             state.systemic, run.dirty = found, True
         state.undecided = breaker.undecided(failed, tested, untested, fraction, least)
-        if self.ledger is not None:
-            figures = self.ledger.figures
-            state.operator_limit, state.operator_out_of_service = figures.limit, figures.total
-            state.out_of_service = figures.by_validation.get(label_value(run.validation), 0)
+        if self.operator_breaker is not None:
+            counts = self.operator_breaker.counts
+            state.operator_limit, state.operator_out_of_service = counts.limit, counts.total
+            state.out_of_service = counts.by_validation.get(label_value(run.validation), 0)
 
-    async def settle(self, run: RunState, spec: GpuValidationSpec) -> None:
+    async def revisit(self, run: RunState, spec: GpuValidationSpec) -> None:
         """Act on the failures that waited for the run once it can tell, try the held nodes
         again where the hold may have lifted, and say what is held."""
-        if self.ledger is not None:
-            await self.ledger.recount()
+        if self.operator_breaker is not None:
+            await self.operator_breaker.recount()
         self.prepare(run, spec)  # the counts as they stand, every verdict so far included
         state = run.breaker
         ready = sorted(
@@ -110,10 +111,12 @@ class HoldKeeper:
             if not held or not _acts(spec):
                 return
             free, out = breaker.Limits(state.limit, 1 << 30), set[str]()
-            if self.ledger is not None:
+            if self.operator_breaker is not None:
                 key = label_value(run.validation)
-                free = breaker.Limits(*self.ledger.free(key, state.approved_at, state.limit))
-                out = self.ledger.out(held)
+                free = breaker.Limits(
+                    *self.operator_breaker.free(key, state.approved_at, state.limit)
+                )
+                out = self.operator_breaker.out(held)
             reasons = {n: str(run.nodes[n].reason) for n in held}
             retry, causes = breaker.to_retry(held, reasons, state.systemic_reasons(), free, out)
             if causes != {n: c for n, c in held.items() if n not in retry}:

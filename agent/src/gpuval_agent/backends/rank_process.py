@@ -1,4 +1,4 @@
-"""One GPU's rank process (`python -m gpuval_agent.backends.rank_worker --spec JSON`), for the
+"""One GPU's rank process (`python -m gpuval_agent.backends.rank_process --spec JSON`), for the
 node's NCCL check (one node, its GPUs) and the fabric (every GPU of a group of nodes) alike.
 
 Started by the agent (gpuval_agent.backends.ranks), one per GPU; global rank = the node's offset +
@@ -40,7 +40,7 @@ _CHECK_ELEMENTS = 1 << 18
 _ERROR_CHARS = 1500
 
 
-class Worker:
+class RankProcess:
     process_group: Any = None  # the training step's: None, the world's
 
     def __init__(self, spec: dict[str, Any], events: TextIO) -> None:
@@ -152,17 +152,17 @@ class Worker:
 
 
 class PairRank:
-    """A worker as one rank of its pair's data-parallel run (torch_train.Rank): its rank among the
-    pair's GPUs, and every event saying which pair."""
+    """A rank process as one rank of its pair's data-parallel run (torch_train.Rank): its rank among
+    the pair's GPUs, and every event saying which pair."""
 
-    def __init__(self, worker: Worker, pair: tuple[int, int], group: Any) -> None:
-        ranks = worker.ranks_of(pair[0]) + worker.ranks_of(pair[1])
-        self.rank, self.world = ranks.index(worker.rank), len(ranks)
-        self.device, self.process_group = worker.device, group
-        self.worker, self.pair = worker, pair
+    def __init__(self, process: RankProcess, pair: tuple[int, int], group: Any) -> None:
+        ranks = process.ranks_of(pair[0]) + process.ranks_of(pair[1])
+        self.rank, self.world = ranks.index(process.rank), len(ranks)
+        self.device, self.process_group = process.device, group
+        self.process, self.pair = process, pair
 
     def emit(self, **event: Any) -> None:
-        self.worker.emit(**event, pair=list(self.pair))
+        self.process.emit(**event, pair=list(self.pair))
 
 
 def _unreachable(error: BaseException) -> bool:
@@ -174,11 +174,11 @@ def _unreachable(error: BaseException) -> bool:
     return isinstance(error, kinds) or "connect" in str(error).lower()
 
 
-def _fail(worker_events: TextIO, step: int, error: BaseException, **extra: Any) -> None:
+def _fail(events: TextIO, step: int, error: BaseException, **extra: Any) -> None:
     text = f"{type(error).__name__}: {error}"
     print(f"gpuval: rank failed at step {step}: {text}", file=sys.stderr, flush=True)
-    worker_events.write(json.dumps({"id": step, "error": text[:_ERROR_CHARS], **extra}) + "\n")
-    worker_events.flush()
+    events.write(json.dumps({"id": step, "error": text[:_ERROR_CHARS], **extra}) + "\n")
+    events.flush()
     os._exit(1)
 
 
@@ -189,17 +189,17 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     spec = json.loads(args.spec)
     with open(spec["events"], "a") as events:
-        worker = Worker(spec, events)
+        process = RankProcess(spec, events)
         try:
-            worker.init()
+            process.init()
         except Exception as error:  # the agent reads why from the event
             _fail(events, 0, error, unreachable=_unreachable(error))
-        worker.emit(id=0, ready=True)
+        process.emit(id=0, ready=True)
         handlers = {
-            "check": worker.check,
-            "group": worker.group,
-            "pairs": worker.pairs,
-            "train": worker.train,
+            "check": process.check,
+            "group": process.group,
+            "pairs": process.pairs,
+            "train": process.train,
         }
         for line in sys.stdin:
             command = json.loads(line)

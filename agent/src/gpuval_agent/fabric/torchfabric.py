@@ -1,4 +1,4 @@
-"""The real fabric executor: one rank process per local GPU (gpuval_agent.backends.rank_worker,
+"""The real fabric executor: one rank process per local GPU (gpuval_agent.backends.rank_process,
 run by the agent's one rank-process manager, backends/ranks.py), in generations.
 
 A generation is this node's share of one torch world: its processes meet the other nodes' at a
@@ -28,11 +28,11 @@ from typing import Any
 from gpuval_agent.backends.base import GpuUse
 from gpuval_agent.backends.cuda import cuda_ordinals_by_uuid
 from gpuval_agent.backends.nvml import Nvml
-from gpuval_agent.backends.ranks import RankGroup, worker_command
+from gpuval_agent.backends.ranks import RankGroup, rank_command
 from gpuval_agent.backends.train_ranks import DETERMINISTIC_ENV
 from gpuval_agent.errors import AgentError, BackendUnavailableError, NoDriverError
 from gpuval_agent.fabric.coordinator import Roster
-from gpuval_agent.fabric.ncclenv import nccl_variables, worker_environment
+from gpuval_agent.fabric.ncclenv import fabric_rank_environment, nccl_variables
 from gpuval_agent.fabric.steps import (
     Executor,
     PairFigure,
@@ -45,7 +45,7 @@ from gpuval_agent.training import TrainPlan
 from gpuval_api.fabric import FabricConfig
 
 _POLL = 0.05
-# The workers' stores: PORT+1 .. PORT+5 (rank 0 listens on six ports: docs/operator.md,
+# The rank processes' stores: PORT+1 .. PORT+5 (rank 0 listens on six ports: docs/operator.md,
 # "Rendezvous"), taken in turn by the generations.
 STORE_PORTS = 5
 _TAIL_PER_LOG = 2500
@@ -90,8 +90,9 @@ def _trouble(events: list[dict[str, Any]]) -> StepReport | None:
 
 
 def train_report(events: list[dict[str, Any]]) -> StepReport:
-    """A training step's report from this node's workers' events: every GPU's losses, each step's
-    time on the slowest GPU, every GPU's tokens; a node without a pair in the round sends none."""
+    """A training step's report from this node's rank processes' events: every GPU's losses, each
+    step's time on the slowest GPU, every GPU's tokens; a node without a pair in the round sends
+    none."""
     trouble = _trouble(events)
     if trouble is not None:
         return trouble
@@ -120,7 +121,7 @@ def train_report(events: list[dict[str, Any]]) -> StepReport:
 
 
 def _report(events: list[dict[str, Any]]) -> StepReport:
-    """One step's report from this node's workers' events (the figures are local 0's)."""
+    """One step's report from this node's rank processes' events (the figures are local 0's)."""
     trouble = _trouble(events)
     if trouble is not None:
         return trouble
@@ -152,7 +153,7 @@ class TorchFabric(Executor):
     ) -> None:
         self.config, self.master, self.group_name, self.stop = config, master, group, stop
         self._gpus = gpus if gpus is not None else local_gpu_count()
-        env = worker_environment(os.environ if environ is None else environ, config)
+        env = fabric_rank_environment(os.environ if environ is None else environ, config)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (*sys.path, env.get("PYTHONPATH")) if p)
         self._env = env
         self._test_hang = test_hang
@@ -173,13 +174,13 @@ class TorchFabric(Executor):
 
     def _hardware(self) -> dict[str, Any]:
         """What the training phase needs the group to know: the GPU model, the driver and the
-        smallest memory of the GPUs the workers use (NVML); nothing where NVML cannot say."""
+        smallest memory of the GPUs the rank processes use (NVML); nothing where NVML cannot say."""
         if self._nvml is None:
             try:
                 self._nvml = Nvml()
             except NoDriverError:
                 return {}
-            self._mine = _used_by_workers(self._nvml, self._gpus)
+            self._mine = _used_by_ranks(self._nvml, self._gpus)
         environment = self._nvml.environment()
         used = [g for g in environment.gpus if self._mine is None or g.index in self._mine]
         sizes = [g.memory_total_bytes for g in used if g.memory_total_bytes is not None]
@@ -197,7 +198,7 @@ class TorchFabric(Executor):
             offset += count
 
     def _spec(self, generation: int, local: int, log: Path) -> dict[str, Any]:
-        """One worker's spec: its global rank, the world, the store of its generation."""
+        """One rank process's spec: its global rank, the world, the store of its generation."""
         first, _ = self._layout[self._rank]
         host, port = self.master
         timeouts = self.config.timeouts
@@ -216,12 +217,12 @@ class TorchFabric(Executor):
         }
 
     def start(self, generation: int, deadline: float, *, training: bool = False) -> StepReport:
-        self.stop_workers()
+        self.stop_ranks()
         # The training step's settings win over the person's (their losses must compare).
         env = self._env | DETERMINISTIC_ENV if training else self._env
         logs = [Path(self._dir.name) / f"gen{generation}-gpu{i}.log" for i in range(self._gpus)]
         commands = [
-            worker_command(self.group_name, self._spec(generation, local, log))
+            rank_command(self.group_name, self._spec(generation, local, log))
             for local, log in enumerate(logs)
         ]
         self._logs += logs
@@ -246,7 +247,7 @@ class TorchFabric(Executor):
         read: Callable[[list[dict[str, Any]]], StepReport] | None = None,
     ) -> StepReport:
         if self._current is None:
-            return failed(StepStatus.ERROR, "no worker processes are running")
+            return failed(StepStatus.ERROR, "no rank processes are running")
         self._step += 1
         self._current.send({**command, "id": self._step})
         return self._wait(self._step, deadline, limit, seconds, read)
@@ -307,15 +308,15 @@ class TorchFabric(Executor):
         limit = "fabric.train.timeoutSeconds"
         return self._command(command, deadline, limit, seconds, train_report)
 
-    def stop_workers(self) -> None:
+    def stop_ranks(self) -> None:
         if self._current is not None:
             self._current.kill()
             self._current = None
 
     def nccl_lines(self) -> list[str]:
-        return [line for _, lines in self.worker_logs() for line in lines]
+        return [line for _, lines in self.rank_logs() for line in lines]
 
-    def worker_logs(self) -> list[tuple[str, list[str]]]:
+    def rank_logs(self) -> list[tuple[str, list[str]]]:
         return [
             (log.stem, log.read_text(errors="replace").splitlines())
             for log in self._logs
@@ -335,28 +336,28 @@ class TorchFabric(Executor):
         return nccl_variables(self._env)
 
     def gpu_use(self) -> list[GpuUse] | None:
-        """The processes on the GPUs this node's workers use (NVML indices, matched to CUDA's
+        """The processes on the GPUs this node's rank processes use (NVML indices, matched to CUDA's
         devices by UUID); None where NVML or the match is unavailable."""
         if self._nvml is None:
             try:
                 self._nvml = Nvml()
             except NoDriverError:
                 return None
-            self._mine = _used_by_workers(self._nvml, self._gpus)
+            self._mine = _used_by_ranks(self._nvml, self._gpus)
         uses = self._nvml.gpu_use() if self._mine is not None else None
         if uses is None or self._mine is None:
             return None
         return [use for use in uses if use.gpu in self._mine]
 
     def close(self) -> None:
-        self.stop_workers()
+        self.stop_ranks()
         self._dir.cleanup()
         if self._nvml is not None:
             self._nvml.close()
 
 
-def _used_by_workers(nvml: Nvml, gpus: int) -> set[int] | None:
-    """NVML's indices of CUDA's first `gpus` devices (what the workers use), by UUID."""
+def _used_by_ranks(nvml: Nvml, gpus: int) -> set[int] | None:
+    """NVML's indices of CUDA's first `gpus` devices (what the rank processes use), by UUID."""
     try:
         driver: Any = importlib.import_module("cuda.bindings.driver")
     except ImportError:

@@ -1,4 +1,5 @@
-"""Pure: what a run remembers of its held node actions, and the two conditions that say so.
+"""Pure: what a run remembers of its breaker (its held node actions), and the two conditions that
+say so.
 
 A failing node's taint and cordon are held when the validation already holds `nodeActions.maxNodes`
 nodes out of service (MaxNodesReached), when gpuval as a whole holds its operator-wide limit
@@ -22,7 +23,7 @@ HOLD_CAUSES = (R.SYSTEMIC, R.MAX_NODES_REACHED, R.OPERATOR_MAX_NODES_REACHED)
 
 
 @dataclass(frozen=True, slots=True)
-class Systemic:
+class SystemicFailure:
     """A reason shared by more than the systemic fraction of the run's tested nodes."""
 
     reason: str
@@ -41,7 +42,7 @@ class BreakerState:
     last decision saw (for the condition's message)."""
 
     held: dict[str, str] = field(default_factory=dict)
-    systemic: list[Systemic] = field(default_factory=list)
+    systemic: list[SystemicFailure] = field(default_factory=list)
     # Reasons the nodes still to be tested could make systemic, and the failed nodes whose taint
     # and cordon wait for that (AwaitingRun): not held, not yet acted on.
     undecided: set[str] = field(default_factory=set)
@@ -83,7 +84,9 @@ def as_of(now: float, untested: int, total: int, condition: str) -> str:
     return f" (at {rfc3339(now)})"
 
 
-def systemic_event(found: Systemic, run_id: str, now: float, untested: int, total: int) -> str:
+def systemic_event(
+    found: SystemicFailure, run_id: str, now: float, untested: int, total: int
+) -> str:
     """The SystemicFailure Event's message, with the time and share it was found at."""
     return (
         f"{found.message(so_far=untested > 0)} in run {run_id}: the spec or the fleet's stack is "

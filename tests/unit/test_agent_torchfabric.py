@@ -1,9 +1,9 @@
 """The agent's rank processes on CPU, as the fabric executor drives them: commands, events,
 deadlines, kills.
 
-The worker processes here are small Python scripts that speak the rank workers' protocol (a
+The rank processes here are small Python scripts that speak the rank processes' protocol (a
 command per stdin line, an event per line in the events file), so what is tested is the agent's
-side: gpuval_agent.backends.ranks and gpuval_agent.fabric.workers, which never import torch.
+side: gpuval_agent.backends.ranks and gpuval_agent.fabric.torchfabric, which never import torch.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import pytest
 from gpuval_agent.backends.ranks import RankGroup
 from gpuval_agent.fabric.coordinator import Roster
 from gpuval_agent.fabric.steps import StepStatus
-from gpuval_agent.fabric.workers import TorchFabric, _report
+from gpuval_agent.fabric.torchfabric import TorchFabric, _report
 from gpuval_api.fabric import FabricConfig
 
-# A stand-in worker: ready at once, then answers each command (or misbehaves, by its argv).
+# A stand-in rank process: ready at once, then answers each command (or misbehaves, by its argv).
 FAKE = """
 import json, os, subprocess, sys, time
 events, mode = sys.argv[1], sys.argv[2]
@@ -52,7 +52,7 @@ for line in sys.stdin:
 
 
 def _generation(tmp_path: Path, modes: list[str]) -> RankGroup:
-    script = tmp_path / "fake_worker.py"
+    script = tmp_path / "fake_rank.py"
     script.write_text(FAKE)
     logs = [tmp_path / f"gen0-gpu{i}.log" for i in range(len(modes))]
     commands = [
@@ -72,7 +72,7 @@ def _alive(pid: int) -> bool:
     return status != "Z"
 
 
-def test_every_workers_answer_to_a_command_is_collected(tmp_path: Path) -> None:
+def test_every_ranks_answer_to_a_command_is_collected(tmp_path: Path) -> None:
     generation = _generation(tmp_path, ["ok", "ok"])
     stop = threading.Event()
     try:
@@ -85,7 +85,7 @@ def test_every_workers_answer_to_a_command_is_collected(tmp_path: Path) -> None:
     assert all(p.returncode is not None for p in generation.processes)
 
 
-def test_a_hung_worker_times_out_and_the_kill_ends_it_with_everything_it_started(
+def test_a_hung_rank_times_out_and_the_kill_ends_it_with_everything_it_started(
     tmp_path: Path,
 ) -> None:
     generation = _generation(tmp_path, ["ok", "child"])
@@ -100,10 +100,10 @@ def test_a_hung_worker_times_out_and_the_kill_ends_it_with_everything_it_started
     deadline = time.monotonic() + 10
     while _alive(grandchild) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(grandchild), "the worker's own child outlived the kill"
+    assert not _alive(grandchild), "the rank process's own child outlived the kill"
 
 
-def test_a_worker_that_dies_is_named_with_its_last_words(tmp_path: Path) -> None:
+def test_a_rank_that_dies_is_named_with_its_last_words(tmp_path: Path) -> None:
     generation = _generation(tmp_path, ["ok", "die"])
     stop = threading.Event()
     try:
@@ -117,7 +117,7 @@ def test_a_worker_that_dies_is_named_with_its_last_words(tmp_path: Path) -> None
     )
 
 
-def test_one_workers_error_ends_the_step_without_waiting_for_its_stuck_partner(
+def test_one_ranks_error_ends_the_step_without_waiting_for_its_stuck_partner(
     tmp_path: Path,
 ) -> None:
     generation = _generation(tmp_path, ["hang", "error"])
@@ -156,7 +156,7 @@ def test_one_workers_error_ends_the_step_without_waiting_for_its_stuck_partner(
         ),
     ],
 )
-def test_a_workers_bad_news_becomes_the_steps_status(
+def test_a_ranks_bad_news_becomes_the_steps_status(
     events: list[dict[str, object]], status: StepStatus, error: str
 ) -> None:
     report = _report(events)
@@ -174,7 +174,7 @@ def test_a_pair_figure_is_local_rank_0s() -> None:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="torch is installed")
-def test_without_torch_the_real_workers_fail_at_start_naming_why(tmp_path: Path) -> None:
+def test_without_torch_the_real_ranks_fail_at_start_naming_why(tmp_path: Path) -> None:
     executor = TorchFabric(FabricConfig(), ("127.0.0.1", 29500), "g", threading.Event(), gpus=1)
     try:
         executor.setup(Roster(nodes=["a"], infos=[{"gpus": 1}]), 0)

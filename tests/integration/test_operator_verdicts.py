@@ -114,11 +114,15 @@ def test_a_hand_edit_of_a_finished_runs_report_reads_the_same_in_the_metrics_and
         wait_for("the metrics to read the edited report", lambda: passed in scrape(port))
 
         def agreed() -> dict[str, object] | None:
+            # The revised verdict reopens the run (phase Running, counts already revised) until
+            # the operator's next pass closes it again: wait for that close, not the interim.
             status = status_of(cluster, name)
-            return status if (status.get("nodes") or {}).get("failed") == 0 else None
+            counts = status.get("nodes") or {}
+            closed = status.get("phase") != "Running"
+            return status if counts.get("failed") == 0 and closed else None
 
         # Before issue 20 the run kept its first verdict: the status said failed 1 for good.
-        after = wait_for("the status counts to read the edited report", agreed, timeout=30)
+        after = wait_for("the run to close again on the edited report", agreed, timeout=30)
         metrics = scrape(port)
         label = wait_for(
             "the node's verdict label to follow",

@@ -132,7 +132,9 @@ async def one_run(bench: Bench, number: int) -> RunDone:
     agents, opts = bench.agents, bench.opts
     writes_before = operator_writes(bench.port)
     figures: dict[str, Any] = {}
-    applied, peak = time.monotonic(), 0
+    bench.cpu.sample()
+    applied, applied_at, peak = time.monotonic(), time.time(), 0
+    first_wave_at: float | None = None
     verdicts_ago: float | None = None
     acting: list[str] = []
     bench.cluster.kubectl("apply", "-f", "-", input=json.dumps(validation(opts, number)))
@@ -154,6 +156,8 @@ async def one_run(bench: Bench, number: int) -> RunDone:
         pods = len(agents.pods_of_run.get(run.get("id", ""), ())) if current else 0
         if "firstWaveSeconds" not in figures and pods >= opts.first_wave():
             figures["firstWaveSeconds"] = round(now - applied, 2)
+            bench.cpu.sample()
+            first_wave_at = time.time()
         fabric_pods = f"  fabric pods {agents.fabric.pods_created():6d}" if agents.fabric else ""
         print(
             f"\r{now - applied:7.1f}s  run {run.get('number')}  pods created {pods:6d}  "
@@ -180,6 +184,9 @@ async def one_run(bench: Bench, number: int) -> RunDone:
         await bench.profiler.stop()
     print(file=sys.stderr)
     figures["runSeconds"] = round(now - applied, 2)
+    if first_wave_at is not None:
+        # Who used the two cores on the way to the first wave (CPU seconds by process).
+        figures["firstWaveCpuSeconds"] = bench.cpu.between(applied_at, first_wave_at)
     # Upper bounds: the poll interval and one GET are included.
     figures["statusFinalAfterLastReportSeconds"] = round(final_ago, 2)
     # The status had every node's verdict (node actions may still have been under way).

@@ -60,6 +60,7 @@ class ConditionReason(StrEnum):
     WITHIN_BASELINE = "WithinBaseline"  # no figure is below its baseline on most judged nodes
     SYSTEMIC_BELOW_BASELINE = "SystemicBelowBaseline"  # most judged nodes below on a figure
     NO_BASELINE = "NoBaseline"  # no node of the run had a baseline to be judged against
+    BASELINE_OFF = "BaselineOff"  # spec.baseline.mode Off: no baseline is applied (history kept)
     # Bimodal: learning took the better of two modes (its other nodes named), or learned nothing.
     LEARNED_BETTER_MODE = "LearnedBetterMode"
     NOT_LEARNED_BIMODAL = "NotLearnedBimodal"

@@ -69,9 +69,17 @@ class RunBaselines:
         return ConditionStatus.TRUE, reason, "; ".join(said)
 
     def condition(self, completed: bool) -> tuple[ConditionStatus, ConditionReason, str]:
-        """WithinBaseline: Unknown until the run completes or when no node was judged, False
+        """WithinBaseline: Unknown until the run completes, when no node was judged or with mode
+        Off (said as such, not as a baseline missing), False
         when a figure is systemic (the stack, not the nodes), else True."""
         status = self.status
+        if not self.judging:
+            return (
+                ConditionStatus.UNKNOWN,
+                ConditionReason.BASELINE_OFF,
+                "spec.baseline.mode is Off: no figure is judged against a GpuBaseline (the nodes' "
+                "own history is still kept and compared)",
+            )
         if not completed or status is None:
             return (
                 ConditionStatus.UNKNOWN,

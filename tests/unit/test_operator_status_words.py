@@ -3,13 +3,19 @@ says must be what happened, not a neighbouring case."""
 
 from __future__ import annotations
 
+from html import escape
+from typing import Any
+
 from gpuval_api.baselinemodel import BaselineMode, BaselineSettings
 from gpuval_api.conditions import GOOD_STATUS, ConditionType
 from gpuval_api.views import FleetView
+from gpuval_kubectl import render
 from gpuval_operator.baseline import judge
 from gpuval_operator.run import rollup
 from gpuval_operator.run.state import RunState
 from gpuval_report.page import render_page
+from tests.support.baselines import GPUS, measured
+from tests.unit.test_operator_baseline import report_facts
 
 
 def _completed_run(settings: BaselineSettings) -> RunState:
@@ -69,3 +75,35 @@ def test_the_page_colours_a_condition_by_whether_it_is_good_not_by_its_status() 
     }
     # Every condition type the operator writes has its good status said once, in api/.
     assert set(GOOD_STATUS) == set(ConditionType)
+
+
+def test_a_replaced_gpu_is_named_in_the_status_the_plugin_and_the_page() -> None:
+    """Issue 43 part 8: a history restart names the GPU that changed (each history entry keeps a
+    token a GPU), and reaches status.baseline, `kubectl gpuval status` and the page, not only a
+    Normal Event."""
+    chain: list[dict[str, Any]] = []
+    for n in range(3):
+        chain = report_facts(measured("n1"), f"{n + 1}-beef", chain).history().carried(5)
+    assert [len(e["gpuTokens"]) for e in chain] == [GPUS] * 3
+    result = measured("n1")
+    gpus = list(result.environment.gpus)
+    gpus[3] = gpus[3].model_copy(update={"uuid": "GPU-a-new-one", "serial": "1650000000042"})
+    environment = result.environment.model_copy(update={"gpus": gpus})
+    history = report_facts(result.model_copy(update={"environment": environment}), "4-beef", chain)
+    chain_now = history.history()
+
+    assert chain_now.restarted is not None and chain_now.changed == "GPU 3"
+    message = judge.restart_message("n1", chain_now.restarted, chain_now.gpus, chain_now.changed)
+    assert message.startswith("n1: its GPUs changed (GPU 3 replaced, GPU identity ")
+    assert [e["gpuTokens"][3] != chain[0]["gpuTokens"][3] for e in chain_now.carried(5)] == [True]
+
+    run = _completed_run(BaselineSettings())
+    assert run.baseline is not None
+    run.baseline.restarted["n1"] = message
+    status = judge.run_status(run.baseline, [])
+    assert [(r.node, r.message) for r in status.history_restarted] == [("n1", message)]
+    assert f"  history restarted: {message}" in render.baseline_lines(status)
+    view = FleetView(
+        "GpuValidation f", "fleet", "node", "Completed", (), history_restarted=(message,)
+    )
+    assert f"<li>{escape(message)}</li>" in render_page(view)

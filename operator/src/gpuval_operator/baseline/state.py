@@ -37,8 +37,9 @@ class RunBaselines:
     # The agents' environment per GPU product label ("" where a node has none), made once.
     env: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     drifting: dict[str, DriftNote] = field(default_factory=dict)
-    # Nodes whose history this run started again (their GPUs were replaced), said once each.
-    restarted: set[str] = field(default_factory=set)
+    # Nodes whose history this run started again (their GPUs were replaced), said once each:
+    # what was said (status.baseline.historyRestarted).
+    restarted: dict[str, str] = field(default_factory=dict)
     learned: list[str] = field(default_factory=list)
     # Why a key was not learned, a named baseline missing: status.baseline.note.
     notes: list[str] = field(default_factory=list)

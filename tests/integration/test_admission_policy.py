@@ -152,6 +152,9 @@ def test_agent_on_node_a_is_refused_node_bs_report_with_the_policys_message(
 
     message = str(refused.value)
     assert "HTTP 403" in message
+    # Issue 43 part 8: a late write is said as late, not as a missing permission.
+    assert "was settled by the operator before this agent wrote it" in message
+    assert "nothing is wrong with permissions" in message and "ServiceAccount" not in message
     assert f"ValidatingAdmissionPolicy '{agents.release.policy}'" in message
     assert (
         f"gpuval agent on node {agents.nodes[0]} may write only its own node's GpuNodeReport; "

@@ -167,9 +167,9 @@ def test_a_baseline_import_applies_whole_or_not_at_all_and_notes_an_unknown_gpu_
             )
         return GpuBaseline(metadata=ObjectMeta(name=name), spec=spec)
 
-    def write(name: str, *baselines: GpuBaseline) -> str:
+    def write(name: str, *baselines: GpuBaseline, before: str = "") -> str:
         path = tmp_path / f"{name}.yaml"
-        path.write_text(files.to_yaml(list(baselines)))
+        path.write_text(before + files.to_yaml(list(baselines)))
         return str(path)
 
     exists, first, second, other = (unique_name(n) for n in ("exists", "one", "two", "other"))
@@ -181,9 +181,13 @@ def test_a_baseline_import_applies_whole_or_not_at_all_and_notes_an_unknown_gpu_
         clash = kubectl_gpuval(
             cluster, "baseline", "import", write("clash", named(first), named(exists))
         )
-        # Document 2 is refused by the API server (a name it does not take): the same.
+        # Document 3 is refused by the API server (a name it does not take): the same; the
+        # empty document 1 keeps its number (issue 43 part 8).
         bad = kubectl_gpuval(
-            cluster, "baseline", "import", write("bad", named(second), named("Not_A_Name"))
+            cluster,
+            "baseline",
+            "import",
+            write("bad", named(second), named("Not_A_Name"), before="---\n# emptied\n---\n"),
         )
         # A GPU model gpuval has never seen is taken, with a note saying so.
         unknown = kubectl_gpuval(
@@ -199,7 +203,7 @@ def test_a_baseline_import_applies_whole_or_not_at_all_and_notes_an_unknown_gpu_
     assert f"GpuBaseline {exists!r} exists; --replace" in clash.stderr
     assert bad.returncode == 1
     assert (
-        "nothing imported: document 2 (GpuBaseline 'Not_A_Name'): the API server refused: HTTP 422"
+        "nothing imported: document 3 (GpuBaseline 'Not_A_Name'): the API server refused: HTTP 422"
         in bad.stderr
     )
     assert unknown.returncode == 0, unknown.stderr

@@ -358,8 +358,15 @@ def test_a_node_whose_gpus_were_replaced_starts_a_new_history_and_does_not_drift
     identities = {e["gpuIdentity"] for _, r in runs for e in r["spec"].get("history", [])}
     assert len(identities) == 2
     (said,) = [e["message"] for e in events if e["reason"] == "HistoryRestarted"]
-    assert said.startswith(f"{node}: its GPUs changed (GPU identity ")
+    assert said.startswith(f"{node}: its GPUs changed (GPUs 0, 1, 2, 3, 4, 5, 6, 7 replaced, ")
     assert "3 earlier runs set aside" in said
+    # Issue 43 part 8: said in the status too (kubectl gpuval status and the page read it), in
+    # the run that restarted it only; and mode Off is said as Off, not as no baseline matched.
+    restarted = [s["baseline"].get("historyRestarted", []) for s, _ in runs]
+    assert restarted[3] == [{"node": node, "message": said}]
+    assert [len(r) for r in restarted] == [0, 0, 0, 1, 0]
+    within = [conditions(s)["WithinBaseline"] for s, _ in runs]
+    assert {(c["status"], c["reason"]) for c in within} == {("Unknown", "BaselineOff")}
 
 
 @contextlib.contextmanager

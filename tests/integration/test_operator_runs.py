@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
 import signal
 import time
@@ -223,7 +224,9 @@ def test_an_invalid_spec_is_reported_and_nothing_is_scheduled_until_it_is_fixed(
     fleet: Fleet,
     operator: Callable[[], contextlib.AbstractContextManager[int]],
     unique_name: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.WARNING)
     fleet.add(unique_name("n"))
     name = unique_name("bad-spec")
     rejected = cluster.kubectl(
@@ -254,7 +257,13 @@ def test_an_invalid_spec_is_reported_and_nothing_is_scheduled_until_it_is_fixed(
         apply(cluster, fleet.validation(name))
         status = completed_run(cluster, name)
         delete_validation(cluster, name)
+        wait_for("the deletion", lambda: get_json(cluster, "gpuvalidation", name) is None, 60)
     cond = conditions(status)
+    # Issue 43 part 8: a clean deletion, then a clean stop of the operator, warn of nothing
+    # (kopf cancelled the daemon at once: "Daemon 'validation_daemon' is cancelled. Will
+    # escalate." at WARNING, each time).
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [text for text in warned if "cancelled" in text or "orphaned" in text], warned
     assert cond["Invalid"]["status"] == "False" and cond["Succeeded"]["status"] == "True"
     # The first run of the object: nothing ran while the spec was invalid.
     assert status["run"]["trigger"] == "created" and status["observedGeneration"] == 2

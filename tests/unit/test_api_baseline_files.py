@@ -109,6 +109,25 @@ def test_broken_yaml_names_line_and_column_and_an_empty_file_is_refused() -> Non
         from_yaml(twice, "team.yaml")
 
 
+def test_a_name_given_twice_names_both_documents_counting_empty_ones() -> None:
+    """Issue 43 part 8: the error numbers the documents, and an empty document (a stray `---`)
+    keeps its place, so document N is the Nth in the file."""
+    one = to_yaml([learned()])
+    other = learned()
+    other.metadata.name = "another-name"
+    text = one + "---\n---\n" + to_yaml([other]) + "---\n" + one
+    with pytest.raises(BaselineFileError) as raised:
+        from_yaml(text, "team.yaml")
+    assert str(raised.value).startswith(
+        "team.yaml: metadata.name 'nvidia-h200-x4-700w-gen5x16' is given to documents 1 and 4; "
+    )
+    numbered = files.numbered_from_yaml("---\n# empty\n---\n" + one, "team.yaml")
+    assert [number for number, _ in numbered] == [2]
+    broken = "---\n---\n" + one.replace("gpuProduct: NVIDIA H200", "gpuProduct: 5")
+    with pytest.raises(BaselineFileError, match=r"^team\.yaml: document 2 \("):
+        from_yaml(broken, "team.yaml")
+
+
 def test_a_nan_is_refused_as_not_a_number_and_a_huge_value_is_quoted_in_part() -> None:
     document = files.to_document(learned())
     document["spec"]["figures"][2]["centre"] = float("nan")

@@ -23,6 +23,7 @@ from typing import Any
 from gpuval_agent.errors import AgentError
 from gpuval_api.crd import API_VERSION, REPORT_PLURAL
 from gpuval_api.env import AgentEnv
+from gpuval_api.report import SETTLED_REFUSAL_WORDS
 
 SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 GROUP_VERSION = API_VERSION
@@ -172,6 +173,13 @@ class ReportWriter:
                     f"GpuNodeReport {self.report_name!r} ({AgentEnv.REPORT_NAME}) does not exist "
                     f"on {self.server.base_url}: the operator creates it before the pod; "
                     f"{error.detail}"
+                ) from None
+            if error.code == 403 and SETTLED_REFUSAL_WORDS in error.detail:
+                raise AgentError(
+                    f"GpuNodeReport {self.report_name!r} was settled by the operator before this "
+                    f"agent wrote it (its agent came too late, e.g. past the pod's timeout): "
+                    f"nothing is wrong with permissions, the operator's verdict stands "
+                    f"(HTTP {error.code}: {error.detail})"
                 ) from None
             if error.code in (401, 403):
                 raise AgentError(

@@ -322,6 +322,9 @@ class BaselineSettings(_Model):
 
 # A history entry's GPU identity: hex digits of a sha256 (gpuval_api.baseline.history).
 GPU_IDENTITY_DIGITS = 16
+# Each GPU's own token in a history entry (gpuval_api.baseline.history.gpu_tokens): hex digits.
+GPU_TOKEN_DIGITS = 8
+MAX_GPU_TOKENS = 64
 
 
 class _HistoryEntry(_Model):
@@ -343,6 +346,17 @@ class _HistoryEntry(_Model):
             "The node's GPUs in that run: the first 16 hex digits of the sha256 of their sorted "
             "UUIDs and serials. Another one is new GPUs, and a new history (absent: not known)."
         ),
+    )
+    gpu_tokens: list[Annotated[str, Field(pattern=f"^[0-9a-f]{{{GPU_TOKEN_DIGITS}}}$")]] | None = (
+        Field(
+            default=None,
+            max_length=MAX_GPU_TOKENS,
+            description=(
+                "Each GPU's token in index order (the first 8 hex digits of the sha256 of its "
+                "UUID and serial), so a restarted history names the GPUs that changed (absent: "
+                "not known)."
+            ),
+        )
     )
 
 
@@ -379,6 +393,15 @@ class DriftingNode(_Model):
     message: str = Field(default="", max_length=1024, description="One line about it.")
 
 
+class RestartedNode(_Model):
+    """A node whose GPUs were replaced since its kept runs: its history started again."""
+
+    node: str = Field(max_length=NAME_LENGTH, description="Node name.")
+    message: str = Field(
+        default="", max_length=1024, description="Which GPUs changed and what was set aside."
+    )
+
+
 class BaselineRunStatus(_Model):
     """`status.baseline` of a GpuValidation: the run against its baselines, bounded."""
 
@@ -405,6 +428,17 @@ class BaselineRunStatus(_Model):
     )
     drifting_nodes_omitted: int = Field(
         default=0, ge=0, le=MAX_NODES, description="Drifting nodes beyond the listed."
+    )
+    history_restarted: list[RestartedNode] = Field(
+        default_factory=list,
+        max_length=MAX_LISTED,
+        description=(
+            "Nodes whose GPUs changed since their kept runs (the GPUs named): their history "
+            "starts again from this run; at most 50."
+        ),
+    )
+    history_restarted_omitted: int = Field(
+        default=0, ge=0, le=MAX_NODES, description="Restarted histories beyond the listed."
     )
     bimodal: list[Annotated[str, Field(max_length=1024)]] = Field(
         default_factory=list,

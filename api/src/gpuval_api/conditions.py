@@ -28,6 +28,35 @@ class ConditionType(StrEnum):
     AGENT_PODS_REFUSED = "AgentPodsRefused"
 
 
+# The status of each condition type that is good news. A condition's status says whether its
+# statement holds, and some statements are bad news (SystemicFailure, NodeActionsHeld, Invalid):
+# whatever shows a condition as good or bad (the HTML page) reads it here, never its status alone.
+# Unknown is neither (still running, nothing to compare).
+GOOD_STATUS: dict[ConditionType, str] = {
+    ConditionType.SUCCEEDED: "True",
+    ConditionType.NODES_HEALTHY: "True",
+    ConditionType.UNIFORM: "True",
+    ConditionType.INVALID: "False",
+    ConditionType.NODE_ACTIONS_HELD: "False",
+    ConditionType.SYSTEMIC_FAILURE: "False",
+    ConditionType.WITHIN_BASELINE: "True",
+    ConditionType.BIMODAL: "False",
+    ConditionType.AGENT_PODS_REFUSED: "False",
+}
+
+
+def is_bad(condition_type: str, status: str) -> bool:
+    """True when a condition of this type and status is bad news (GOOD_STATUS); a type this
+    version does not know is bad when False, as Kubernetes' own conditions read."""
+    if status not in ("True", "False"):
+        return False
+    try:
+        good = GOOD_STATUS[ConditionType(condition_type)]
+    except (ValueError, KeyError):
+        good = "True"
+    return status != good
+
+
 class ConditionReason(StrEnum):
     """CamelCase reasons of the conditions above."""
 
@@ -60,6 +89,7 @@ class ConditionReason(StrEnum):
     WITHIN_BASELINE = "WithinBaseline"  # no figure is below its baseline on most judged nodes
     SYSTEMIC_BELOW_BASELINE = "SystemicBelowBaseline"  # most judged nodes below on a figure
     NO_BASELINE = "NoBaseline"  # no node of the run had a baseline to be judged against
+    BASELINE_OFF = "BaselineOff"  # spec.baseline.mode Off: no baseline is applied (history kept)
     # Bimodal: learning took the better of two modes (its other nodes named), or learned nothing.
     LEARNED_BETTER_MODE = "LearnedBetterMode"
     NOT_LEARNED_BIMODAL = "NotLearnedBimodal"

@@ -76,6 +76,12 @@ class Settler(StrEnum):
     OPERATOR = "operator"
 
 
+# The words of the admission policy's refusal of an agent's write to a report the operator settled
+# (charts/gpuval/templates/admission-policy.yaml renders them; a chart test holds the two together):
+# the agent reads them in a 403 to say its write came too late, not that a permission is missing.
+SETTLED_REFUSAL_WORDS = "was settled by the gpuval operator"
+
+
 class SummaryKey(StrEnum):
     """Keys of `status.summary` that are no figure: each figure's key is its registry entry's
     (`gpuval_api.figures`, `Figure.key`)."""

@@ -163,6 +163,10 @@ class FleetView:
     not_read: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # The baseline the units were judged against, with a band per figure (None: no baseline).
     baseline: BaselineView | None = None
+    # Nodes whose history this run started again, their GPUs replaced: what the status said
+    # (status.baseline.historyRestarted), and how many more it counts.
+    history_restarted: tuple[str, ...] = ()
+    history_restarted_omitted: int = 0
 
     @property
     def fabric_named(self) -> list[UnitView]:
@@ -387,6 +391,7 @@ def fleet_of_units(
     conditions = tuple(
         (c.type, str(c.status), c.reason, c.message) for c in (status.conditions if status else [])
     )
+    restarted = status.baseline if status else None
     return FleetView(
         title=f"GpuValidation {validation.metadata.name}",
         kind="fleet",
@@ -406,4 +411,8 @@ def fleet_of_units(
         state=tuple(line for u in units for line in u.state),
         not_read=tuple(not_read_by_what((u.name, u.not_read) for u in units)),
         baseline=baseline_view(validation, *baseline) if baseline is not None else None,
+        history_restarted=tuple(r.message for r in restarted.history_restarted)
+        if restarted is not None
+        else (),
+        history_restarted_omitted=restarted.history_restarted_omitted if restarted else 0,
     )

@@ -24,25 +24,29 @@ LIMITS = (
 )
 
 
-def read(path: Path) -> list[GpuBaseline]:
+def read(path: Path) -> list[tuple[int, GpuBaseline]]:
+    """The file's GpuBaselines, each with its document's number in the file (empty documents
+    counted, so the number is where a person finds it)."""
     try:
-        return files.read_file(path)
+        return files.read_numbered_file(path)
     except files.BaselineFileError as error:
         raise PluginError(f"{error}; nothing imported") from None
 
 
-def _label(index: int, baseline: GpuBaseline) -> str:
-    return f"document {index + 1} (GpuBaseline {files.excerpt(baseline.metadata.name)})"
+def _label(number: int, baseline: GpuBaseline) -> str:
+    return f"document {number} (GpuBaseline {files.excerpt(baseline.metadata.name)})"
 
 
-def _check(cluster: Cluster, found: Sequence[GpuBaseline], replace: bool, path: Path) -> None:
+def _check(
+    cluster: Cluster, found: Sequence[tuple[int, GpuBaseline]], replace: bool, path: Path
+) -> None:
     """Every document through the API server's dry run; every refusal named, then raised."""
     refused = []
-    for index, baseline in enumerate(found):
+    for number, baseline in found:
         try:
             cluster.put_baseline(baseline, replace=replace, dry_run=True)
         except PluginError as error:
-            refused.append(f"{_label(index, baseline)}: {error}")
+            refused.append(f"{_label(number, baseline)}: {error}")
     if refused:
         raise PluginError(f"{path}: nothing imported: " + "; ".join(refused))
 
@@ -70,7 +74,7 @@ def import_file(cluster: Cluster, path: Path, *, replace: bool) -> str:
     _check(cluster, found, replace, path)
     done: list[tuple[GpuBaseline, GpuBaseline | None]] = []
     lines = []
-    for index, baseline in enumerate(found):
+    for number, baseline in found:
         name = baseline.metadata.name
         try:
             before = cluster.baseline(name) if replace and _exists(cluster, name) else None
@@ -78,7 +82,7 @@ def import_file(cluster: Cluster, path: Path, *, replace: bool) -> str:
         except PluginError as error:
             undone = _undo(cluster, done)
             raise PluginError(
-                f"{path}: {_label(index, baseline)}: {error} (after its dry run passed: the "
+                f"{path}: {_label(number, baseline)}: {error} (after its dry run passed: the "
                 f"cluster changed); {undone}"
             ) from None
         done.append((baseline, before))

@@ -331,6 +331,9 @@ def baseline_lines(status: BaselineRunStatus | None) -> list[str]:
         f"  drifting {d.node}{' (failed)' if d.failed else ''}: {d.message}"
         for d in status.drifting_nodes[:MAX_LINES]
     ]
+    lines += [f"  history restarted: {r.message}" for r in status.history_restarted[:MAX_LINES]]
+    if status.history_restarted_omitted:
+        lines.append(f"  history restarted on {status.history_restarted_omitted} more nodes")
     if status.learned:
         lines.append(f"  learned: {', '.join(status.learned)}")
     lines += [f"  bimodal: {text}" for text in status.bimodal]

@@ -95,8 +95,9 @@ def history_section(view: FleetView) -> str:
     """The trend of every node that has a history (at most MAX_TRENDS, those that fell most
     first); "" when none has."""
     units = sorted((u for u in view.units if len(u.history) >= 2), key=_fall)
+    restarted = _restarted(view)
     if not units:
-        return ""
+        return f'<h2>History</h2><div id="history">{restarted}</div>' if restarted else ""
     shown = [f for f in FIGURES if any(f.key in h for u in units for _, h in u.history)]
     rows = []
     for unit in units[:MAX_TRENDS]:
@@ -117,4 +118,18 @@ def history_section(view: FleetView) -> str:
     )
     more = len(units) - MAX_TRENDS
     tail = f"<p>{more} more nodes with a history are not shown.</p>" if more > 0 else ""
-    return f'<h2>History</h2><div id="history">{intro}{table(headers, rows)}{tail}</div>'
+    body = f"{intro}{table(headers, rows)}{tail}{restarted}"
+    return f'<h2>History</h2><div id="history">{body}</div>'
+
+
+def _restarted(view: FleetView) -> str:
+    """The nodes whose GPUs were replaced: their history started again with this run."""
+    if not view.history_restarted:
+        return ""
+    items = "".join(f"<li>{escape(text)}</li>" for text in view.history_restarted)
+    more = view.history_restarted_omitted
+    tail = f"<p>{more} more nodes started a new history.</p>" if more else ""
+    return (
+        '<div id="history-restarted"><p>GPUs replaced since the kept runs: these nodes\' '
+        f"history starts again from this run.</p><ul>{items}</ul>{tail}</div>"
+    )

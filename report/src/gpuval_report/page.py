@@ -14,7 +14,7 @@ from pathlib import Path
 
 from plotly.offline import get_plotlyjs
 
-from gpuval_api.conditions import ConditionType
+from gpuval_api.conditions import is_bad
 from gpuval_api.views import FIGURES, PASSED, FleetView, UniformityRow
 from gpuval_report.baseline import baseline_section, history_section
 from gpuval_report.fabric import fabric_section
@@ -146,7 +146,7 @@ def render_page(view: FleetView, generated_at: datetime | None = None) -> str:
     conditions = table(
         ["condition", "status", "reason", "message"],
         [[escape(part) for part in cond] for cond in view.conditions],
-        [cond[1] != "True" and cond[0] != ConditionType.INVALID for cond in view.conditions],
+        [is_bad(cond[0], cond[1]) for cond in view.conditions],
     )
     run = f", run {escape(view.run)}" if view.run else ""
     sections = [

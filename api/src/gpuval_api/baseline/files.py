@@ -133,18 +133,25 @@ def _document(raw: Any, source: str, index: int) -> GpuBaseline:
 
 def from_yaml(text: str, source: str) -> list[GpuBaseline]:
     """Every GpuBaseline of a YAML (or JSON) text; `source` names it in errors."""
+    return [baseline for _, baseline in numbered_from_yaml(text, source)]
+
+
+def numbered_from_yaml(text: str, source: str) -> list[tuple[int, GpuBaseline]]:
+    """Every GpuBaseline of a YAML (or JSON) text with its document's number in the file (from
+    1, counting empty documents too, so a number is where a person finds it); `source` names
+    the file in errors."""
     size = len(text.encode())
     if size > MAX_FILE_BYTES:
         raise BaselineFileError(
             f"{source}: {size:,} bytes, more than a baseline file holds ({MAX_FILE_BYTES:,}: "
             f"at most {MAX_DOCUMENTS} GpuBaselines of a few KiB each); split it"
         )
-    raws: list[Any] = []
+    raws: list[tuple[int, Any]] = []
     try:
-        for raw in yaml.safe_load_all(text):
+        for index, raw in enumerate(yaml.safe_load_all(text)):
             if raw is None:
                 continue
-            raws.append(raw)
+            raws.append((index, raw))
             if len(raws) > MAX_DOCUMENTS:
                 raise BaselineFileError(
                     f"{source}: more than {MAX_DOCUMENTS} documents; a baseline file holds at "
@@ -157,18 +164,31 @@ def from_yaml(text: str, source: str) -> list[GpuBaseline]:
         raise BaselineFileError(f"{source}: not YAML{where}: {problem}") from None
     if not raws:
         raise BaselineFileError(f"{source}: holds no GpuBaseline document")
-    baselines = [_document(raw, source, index) for index, raw in enumerate(raws)]
-    names = [b.metadata.name for b in baselines]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise BaselineFileError(
-            f"{source}: metadata.name {excerpt(twice[0])} is given to two documents; names are "
-            "unique"
-        )
+    baselines = [(index + 1, _document(raw, source, index)) for index, raw in raws]
+    _refuse_a_name_twice(baselines, source)
     return baselines
 
 
+def _refuse_a_name_twice(baselines: Sequence[tuple[int, GpuBaseline]], source: str) -> None:
+    where: dict[str, list[int]] = {}
+    for number, baseline in baselines:
+        where.setdefault(baseline.metadata.name, []).append(number)
+    twice = sorted((numbers, name) for name, numbers in where.items() if len(numbers) > 1)
+    if twice:
+        numbers, name = twice[0]
+        listed = ", ".join(str(n) for n in numbers[:-1]) + f" and {numbers[-1]}"
+        raise BaselineFileError(
+            f"{source}: metadata.name {excerpt(name)} is given to documents {listed}; names "
+            f"are unique: rename or remove all but one; {_FIX}"
+        )
+
+
 def read_file(path: Path) -> list[GpuBaseline]:
+    return [baseline for _, baseline in read_numbered_file(path)]
+
+
+def read_numbered_file(path: Path) -> list[tuple[int, GpuBaseline]]:
+    """The file's GpuBaselines with their documents' numbers (numbered_from_yaml)."""
     try:
         size = path.stat().st_size
         if size > MAX_FILE_BYTES:
@@ -179,7 +199,7 @@ def read_file(path: Path) -> list[GpuBaseline]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise BaselineFileError(f"{path}: cannot read it: {error}") from None
-    return from_yaml(text, str(path))
+    return numbered_from_yaml(text, str(path))
 
 
 def shipped() -> list[GpuBaseline]:

@@ -28,6 +28,7 @@ from gpuval_api.baselinemodel import (
     DriftingNode,
     GpuBaselineSpec,
     HistoryEntry,
+    RestartedNode,
     SourceKind,
     SystemicFigure,
 )
@@ -148,6 +149,7 @@ def status_of(
     learned: Sequence[str] = (),
     drifting: Sequence[DriftingNode] = (),
     drifting_total: int = 0,
+    restarted: Sequence[RestartedNode] = (),
     note: str = "",
 ) -> BaselineRunStatus:
     """`run_status` from each judged node's figures as plain tuples (the operator keeps no result
@@ -172,6 +174,8 @@ def status_of(
         learned=list(learned)[:MAX_NAMES],
         drifting_nodes=list(drifting)[:MAX_LISTED],
         drifting_nodes_omitted=max(0, total - MAX_LISTED),
+        history_restarted=list(restarted)[:MAX_LISTED],
+        history_restarted_omitted=max(0, len(restarted) - MAX_LISTED),
         note=note[:1024],
     )
 
@@ -189,4 +193,7 @@ def history_entry(report: GpuNodeReport) -> HistoryEntry | None:
     )
     lowest = min((s.value for s in pairs), default=None)
     gpus = history.result_gpu_identity(status.result)
-    return history.entry(report.spec.run, status.completed_at, summary, lowest, gpus)
+    tokens = history.result_gpu_tokens(status.result)
+    return history.entry(
+        report.spec.run, status.completed_at, summary, lowest, gpus, gpu_tokens=tokens
+    )

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from gpuval_api import figures as registry
 from gpuval_api.baselinemodel import (
     GPU_IDENTITY_DIGITS,
+    GPU_TOKEN_DIGITS,
+    MAX_GPU_TOKENS,
     DriftAction,
     HistoryEntry,
     HistorySettings,
@@ -50,13 +52,49 @@ def gpu_identity(gpus: Iterable[tuple[object, object]]) -> str | None:
     return hashlib.sha256("\n".join(pairs).encode()).hexdigest()[:GPU_IDENTITY_DIGITS]
 
 
-def result_gpu_identity(result: object) -> str | None:
-    """The GPU identity of an agent's result document (as JSON: a dict)."""
+def gpu_tokens(gpus: Iterable[tuple[object, object]]) -> list[str] | None:
+    """Each GPU's token from its (UUID, serial), in the order given (the GPUs' index order): the
+    first GPU_TOKEN_DIGITS hex digits of the sha256 of "uuid/serial", so a history entry tells
+    which GPU changed for a few bytes a GPU; None when no GPU has either."""
+    pairs = [
+        f"{uuid if isinstance(uuid, str) else ''}/{serial if isinstance(serial, str) else ''}"
+        for uuid, serial in gpus
+    ]
+    if not any(pair != "/" for pair in pairs):
+        return None
+    return [
+        hashlib.sha256(pair.encode()).hexdigest()[:GPU_TOKEN_DIGITS]
+        for pair in pairs[:MAX_GPU_TOKENS]
+    ]
+
+
+def _result_gpus(result: object) -> list[tuple[object, object]]:
     environment = result.get("environment") if isinstance(result, Mapping) else None
     gpus = environment.get("gpus") if isinstance(environment, Mapping) else None
-    return gpu_identity(
-        (g.get("uuid"), g.get("serial")) for g in gpus or () if isinstance(g, Mapping)
-    )
+    return [(g.get("uuid"), g.get("serial")) for g in gpus or () if isinstance(g, Mapping)]
+
+
+def result_gpu_identity(result: object) -> str | None:
+    """The GPU identity of an agent's result document (as JSON: a dict)."""
+    return gpu_identity(_result_gpus(result))
+
+
+def result_gpu_tokens(result: object) -> list[str] | None:
+    """Each GPU's token of an agent's result document (as JSON: a dict), in index order."""
+    return gpu_tokens(_result_gpus(result))
+
+
+def changed_gpus(before: Sequence[str] | None, now: Sequence[str] | None) -> str:
+    """Which GPUs differ between two runs' tokens, as a person reads it ("GPU 3", "GPUs 0, 5",
+    "4 GPUs, now 8"); "" when either run's tokens are unknown or none differs."""
+    if not before or not now:
+        return ""
+    if len(before) != len(now):
+        return f"{len(before)} GPUs, now {len(now)}"
+    moved = [str(i) for i, (old, new) in enumerate(zip(before, now, strict=True)) if old != new]
+    if not moved:
+        return ""
+    return f"GPU {moved[0]}" if len(moved) == 1 else f"GPUs {', '.join(moved)}"
 
 
 def since_gpus_changed(identities: Sequence[str | None], current: str | None) -> int:
@@ -77,6 +115,8 @@ def entry(
     summary: Mapping[str, object],
     fabric_pair_gbps: float | None = None,
     gpu_identity: str | None = None,
+    *,
+    gpu_tokens: Sequence[str] | None = None,
 ) -> HistoryEntry:
     """A run's key figures from a report's status.summary (and the node's lowest fabric pair),
     and which GPUs measured them."""
@@ -88,15 +128,27 @@ def entry(
     if fabric_pair_gbps is not None:
         # The node's lowest fabric pair: the one key figure a report's summary does not hold.
         figures[registry.FABRIC_PAIR.key] = round(fabric_pair_gbps, registry.FABRIC_PAIR.digits)
-    stamp = {"run": run, "completedAt": completed_at, "gpuIdentity": gpu_identity}
+    tokens = list(gpu_tokens) if gpu_tokens else None
+    stamp = {
+        "run": run,
+        "completedAt": completed_at,
+        "gpuIdentity": gpu_identity,
+        "gpuTokens": tokens,
+    }
     return HistoryEntry.model_validate({**stamp, **figures})
 
 
 def entry_of_result(run: str, result: AgentResult) -> HistoryEntry:
     """A run's key figures from an agent's result document."""
     completed = result.completed_at.strftime("%Y-%m-%dT%H:%M:%SZ")
-    gpus = gpu_identity((g.uuid, g.serial) for g in result.environment.gpus)
-    return entry(run, completed, build_summary(result), gpu_identity=gpus)
+    pairs = [(g.uuid, g.serial) for g in result.environment.gpus]
+    return entry(
+        run,
+        completed,
+        build_summary(result),
+        gpu_identity=gpu_identity(pairs),
+        gpu_tokens=gpu_tokens(pairs),
+    )
 
 
 def value(record: HistoryEntry, figure: str) -> float | None:

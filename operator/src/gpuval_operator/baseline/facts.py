@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuval_api.baseline.history import KEY_FIGURES, since_gpus_changed
+from gpuval_api.baseline.history import KEY_FIGURES, changed_gpus, since_gpus_changed
 from gpuval_api.baseline.samples import fabric_samples
 from gpuval_api.baselinecomparison import Match
 from gpuval_api.baselinemodel import HistoryEntry
@@ -34,6 +34,7 @@ from gpuval_operator.timestamps import parse_time, rfc3339
 _RUN = HistoryEntry.model_fields["run"].alias or "run"
 _COMPLETED = HistoryEntry.model_fields["completed_at"].alias or "completed_at"
 _GPUS = HistoryEntry.model_fields["gpu_identity"].alias or "gpu_identity"
+_TOKENS = HistoryEntry.model_fields["gpu_tokens"].alias or "gpu_tokens"
 NAN = math.nan
 
 # Identical tuples of figure names shared across nodes (a fleet has a handful of them).
@@ -139,6 +140,10 @@ class History:
     # When this run found other GPUs than its kept runs had: their identity and how many runs
     # were set aside (the history starts again from this run).
     restarted: tuple[str, int] | None = None
+    # Each GPU's token (gpuval_api.baseline.history.gpu_tokens) of the chain's GPUs, joined by
+    # commas, and when restarted, which of the earlier GPUs changed ("GPU 3"; "" when unknown).
+    tokens: str = ""
+    changed: str = ""
 
     @classmethod
     def of_report(
@@ -150,14 +155,16 @@ class History:
         summary: Mapping[str, float] | None,
         fabric_pair: float | None = None,
         gpus: str | None = None,
+        tokens: str = "",
     ) -> History:
         """A report's chain: its `spec.history` (`carried`) and, with a `summary` (its verdict
-        is in, measured on the GPUs of identity `gpus`), its own run as the last entry; the
-        runs before its GPUs changed set aside."""
+        is in, measured on the GPUs of identity `gpus`, each GPU's token in `tokens`, joined by
+        commas), its own run as the last entry; the runs before its GPUs changed set aside."""
         runs: list[str] = []
         times = array("d")
         values = array("f")
         identities: list[str | None] = []
+        carried_tokens: list[Sequence[str] | None] = []
         for raw in carried if isinstance(carried, list) else ():
             if not isinstance(raw, Mapping) or not isinstance(raw.get(_RUN), str):
                 continue
@@ -169,11 +176,16 @@ class History:
             values.extend(_float(raw.get(key)) for key in KEY_FIGURES)
             known = raw.get(_GPUS)
             identities.append(known if isinstance(known, str) and known else None)
-        restarted = None
+            listed = raw.get(_TOKENS)
+            carried_tokens.append(listed if isinstance(listed, list) else None)
+        restarted, changed = None, ""
         if summary is not None:
             aside = since_gpus_changed(identities, gpus)
             if aside:
                 restarted = (identities[aside - 1] or "", aside)
+                changed = changed_gpus(
+                    carried_tokens[aside - 1], tokens.split(",") if tokens else None
+                )
                 del runs[:aside], times[:aside], values[: aside * len(KEY_FIGURES)]
                 del identities[:aside]
             runs.append(sys.intern(run))
@@ -184,6 +196,9 @@ class History:
         current = summary is not None
         worst = _worst(len(runs), values) if current else None
         identity = next((i for i in reversed(identities) if i), "")
+        if summary is None or not tokens:
+            # The report's own string is kept as it is (no copy a node); else the last known.
+            tokens = ",".join(next((t for t in reversed(carried_tokens) if t), ()))
         return cls(
             sys.intern(run),
             tuple(runs),
@@ -193,6 +208,8 @@ class History:
             worst,
             identity,
             restarted,
+            tokens,
+            changed,
         )
 
     def value(self, entry: int, figure: int) -> float:
@@ -205,6 +222,7 @@ class History:
             _RUN: self.runs[index],
             _COMPLETED: None if math.isnan(stamp) else rfc3339(stamp),
             _GPUS: self.gpus or None,  # the chain's runs are all of its GPUs (or unknown)
+            _TOKENS: self.tokens.split(",") if self.tokens else None,
         }
         for position, key in enumerate(KEY_FIGURES):
             value = self.value(index, position)

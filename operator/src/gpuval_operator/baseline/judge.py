@@ -28,6 +28,7 @@ from gpuval_api.baselinemodel import (
     DriftingNode,
     GpuBaselineSpec,
     HistorySettings,
+    RestartedNode,
     SourceKind,
     StackVersions,
 )
@@ -178,11 +179,14 @@ def drift(chain: History | None, settings: HistorySettings) -> list[Drift]:
     return sorted(history.drift(split[0], split[1], settings), key=lambda d: d.ratio)
 
 
-def restart_message(node: str, restarted: tuple[str, int], gpus: str) -> str:
-    """The HistoryRestarted Event of a node whose GPUs were replaced since its kept runs."""
+def restart_message(node: str, restarted: tuple[str, int], gpus: str, changed: str = "") -> str:
+    """The HistoryRestarted Event (and status.baseline.historyRestarted) of a node whose GPUs
+    were replaced since its kept runs, naming the GPUs that changed where the runs say."""
     before, aside = restarted
+    which = f"{changed} replaced, " if changed else ""
     return (
-        f"{node}: its GPUs changed (GPU identity {before} -> {gpus}: new UUIDs or serials): its "
+        f"{node}: its GPUs changed ({which}GPU identity {before} -> {gpus}: new UUIDs or "
+        "serials): its "
         f"history starts again from this run, {aside} earlier run{'s' if aside != 1 else ''} "
         f"set aside; DriftFromHistory compares it again once it has {history.MIN_RUNS} runs "
         "on these GPUs"
@@ -236,6 +240,10 @@ def run_status(
             for node, note in drifting[:MAX_LISTED]
         ],
         drifting_total=len(drifting),
+        restarted=[
+            RestartedNode(node=node, message=message[:NOTE_LENGTH])
+            for node, message in sorted(baselines.restarted.items())
+        ],
         note="; ".join(baselines.notes),
     )
 

@@ -37,8 +37,9 @@ class RunBaselines:
     # The agents' environment per GPU product label ("" where a node has none), made once.
     env: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     drifting: dict[str, DriftNote] = field(default_factory=dict)
-    # Nodes whose history this run started again (their GPUs were replaced), said once each.
-    restarted: set[str] = field(default_factory=set)
+    # Nodes whose history this run started again (their GPUs were replaced), said once each:
+    # what was said (status.baseline.historyRestarted).
+    restarted: dict[str, str] = field(default_factory=dict)
     learned: list[str] = field(default_factory=list)
     # Why a key was not learned, a named baseline missing: status.baseline.note.
     notes: list[str] = field(default_factory=list)
@@ -69,9 +70,17 @@ class RunBaselines:
         return ConditionStatus.TRUE, reason, "; ".join(said)
 
     def condition(self, completed: bool) -> tuple[ConditionStatus, ConditionReason, str]:
-        """WithinBaseline: Unknown until the run completes or when no node was judged, False
+        """WithinBaseline: Unknown until the run completes, when no node was judged or with mode
+        Off (said as such, not as a baseline missing), False
         when a figure is systemic (the stack, not the nodes), else True."""
         status = self.status
+        if not self.judging:
+            return (
+                ConditionStatus.UNKNOWN,
+                ConditionReason.BASELINE_OFF,
+                "spec.baseline.mode is Off: no figure is judged against a GpuBaseline (the nodes' "
+                "own history is still kept and compared)",
+            )
         if not completed or status is None:
             return (
                 ConditionStatus.UNKNOWN,

@@ -78,6 +78,9 @@ class BaselineDriver:
         if recorded and run.completed_at is not None:
             run.baseline.status = read_model(BaselineRunStatus, recorded)
             run.baseline.learned = list(run.baseline.status.learned)
+            run.baseline.restarted = {
+                r.node: r.message for r in run.baseline.status.history_restarted
+            }
             run.baseline.learning_done = True
         for name in run.baseline.missing:
             await self.effects.event(
@@ -169,16 +172,17 @@ class BaselineDriver:
         self, run: RunState, baselines: RunBaselines, node: str, chain: History
     ) -> None:
         """A node whose GPUs were replaced since its kept runs says so once: its history starts
-        again from this run (within GPUVAL_EVENTS_PER_RUN)."""
+        again from this run (status.baseline.historyRestarted; an Event within
+        GPUVAL_EVENTS_PER_RUN)."""
         if chain.restarted is None or node in baselines.restarted:
             return
-        baselines.restarted.add(node)
+        message = judge.restart_message(node, chain.restarted, chain.gpus, chain.changed)
+        baselines.restarted[node] = message
+        run.dirty = True
         if run.events_posted >= self.effects.config.events_per_run:
             return
         run.events_posted += 1
-        await self.effects.event(
-            EventReason.HISTORY_RESTARTED, judge.restart_message(node, chain.restarted, chain.gpus)
-        )
+        await self.effects.event(EventReason.HISTORY_RESTARTED, message)
 
     def judge_fabric(self, run: RunState, found: Classification) -> None:
         """A node the fabric passed whose best pair is below its baseline's `fabric.pair` fails

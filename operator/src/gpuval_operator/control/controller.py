@@ -155,9 +155,15 @@ class ValidationController:
 
     # -- waiting --
 
+    def wake(self) -> None:
+        """Ends the current wait at once: the daemon was told to stop (its loops then end)."""
+        self.ingest.wake.set()
+
     async def _sleep(self, seconds: float) -> None:
         """Sleep until `seconds` pass, a child changes, or the daemon is told to stop."""
         self.ingest.wake.clear()
+        if self.stopped():
+            return  # told to stop just before: its wake is the one cleared above
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.ingest.wake.wait(), timeout=max(0.0, seconds))
 

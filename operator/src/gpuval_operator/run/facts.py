@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuval_api import figures, keys
-from gpuval_api.baseline.history import result_gpu_identity
+from gpuval_api.baseline.history import result_gpu_identity, result_gpu_tokens
 from gpuval_api.checks import CheckName
 from gpuval_api.crd import OUTLIER_VALUE_LENGTH
 from gpuval_api.mig import mig_layout
@@ -204,6 +204,9 @@ class ReportFacts:
     carried: list[Any] | None = None
     # The identity of the GPUs it was measured on (gpuval_api.baseline.history.gpu_identity).
     gpu_identity: str | None = None
+    # Each of those GPUs' token, in index order (gpuval_api.baseline.history.gpu_tokens), joined
+    # by commas: one small string a node.
+    gpu_tokens: str = ""
 
     def history(self) -> History:
         """The node's key figures over its kept runs and, once its verdict is in, this one."""
@@ -216,6 +219,7 @@ class ReportFacts:
             summary=self.summary if tested else None,
             fabric_pair=pair,
             gpus=self.gpu_identity,
+            tokens=self.gpu_tokens,
         )
 
     @property
@@ -276,4 +280,5 @@ class ReportFacts:
             comparison=Comparison.parse(result),
             carried=spec.get("history") or None,
             gpu_identity=result_gpu_identity(result),
+            gpu_tokens=",".join(result_gpu_tokens(result) or ()),
         )

@@ -16,7 +16,7 @@ import pytest
 from gpuval_api import figures
 from gpuval_api.baselinemodel import FIGURE_PATTERN
 from gpuval_api.checks import BandwidthCheck, CheckName
-from gpuval_api.figures import Figure, PerGpu, RegistryError, Shown, Unit
+from gpuval_api.figures import Figure, PerGpu, RegistryError, Unit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -174,19 +174,6 @@ def test_the_registry_refuses_a_figure_that_takes_another_ones_name() -> None:
     )
     with pytest.raises(RegistryError, match="its id is 'h2d'"):
         figures.declare(twin)
-    lower = Figure(
-        id="stepTime",
-        label="Step time",
-        unit=Unit.SECONDS,
-        check=CheckName.BURN,
-        description="x",
-        read=PerGpu(),
-        better=figures.Better.LOWER,
-        shown=Shown(distribution=True),
-    )
-    with pytest.raises(RegistryError, match="higher-better"):
-        figures.declare(lower)
-    assert figures.by_key("stepTimeSeconds") is None
 
 
 def test_the_spellings_follow_from_the_id_and_the_unit() -> None:
@@ -243,7 +230,7 @@ NEW = figures.declare(
         baseline="pcieReplays",
         history=True,
         per_gpu_metric=True,
-        shown=figures.Shown(page=True, trend="PCIe replays", per_gpu=True),
+        shown=figures.Shown(page=True, trend="PCIe replays", per_gpu=True, distribution=True),
     )
 )
 
@@ -255,6 +242,7 @@ from gpuval_api.checks import ChecksConfig
 from gpuval_api.crd import GpuValidation
 from gpuval_api.report import build_summary
 from gpuval_api.views import figure_outliers, fleet_view
+from gpuval_devtools import dashboard
 from gpuval_operator.readmodel.metrics import make_registry
 from gpuval_operator.readmodel.registry import Registry
 from gpuval_operator.readmodel.validation import NodeResult, ValidationState
@@ -332,6 +320,9 @@ text = generate_latest(make_registry(registry, per_gpu=True)).decode()
 found["metric"] = re.findall(
     rf'^gpuval_node_{NEW.prometheus}{{node="node-5",validation="fleet"}} (\S+)$', text, re.M
 )
+board = dashboard.render()
+found["dashboard_highest"] = "topk(15, gpuval_node_pcie_replays{" in board
+found["dashboard_slowest"] = "bottomk(15, gpuval_node_pcie_replays{" in board
 print(json.dumps(found))
 """
 
@@ -375,6 +366,8 @@ def test_a_lower_is_better_figure_is_judged_against_a_ceiling_everywhere() -> No
     assert drifted == "pcieReplaysCount" and "above 10.0" in said and "below" not in said
     assert found["calm"] == []
     assert [float(v) for v in found["metric"]] == [5000.0]
+    # The dashboard shows its highest nodes above the median, never its "slowest" (lowest).
+    assert found["dashboard_highest"] and not found["dashboard_slowest"]
 
 
 def test_better_is_the_one_switch_and_a_contradicting_worst_is_refused() -> None:

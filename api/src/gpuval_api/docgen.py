@@ -90,8 +90,9 @@ def _yes(flag: bool) -> str:
 def figures_table() -> str:
     """Every figure of the registry with every spelling and place derived from its declaration."""
     lines = [
-        "| figure | label | unit | check | better | node value | threshold name (if its check has one) | "
-        "summary / history key | Prometheus series | baseline | scope | history | shown |",
+        "| figure | label | unit | check | better | node value | "
+        "threshold name (if its check has one) | summary / history key | Prometheus series | "
+        "baseline | scope | history | shown |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for figure in figures.all_figures():

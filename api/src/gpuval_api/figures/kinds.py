@@ -137,8 +137,9 @@ class Shown:
     `page`: the HTML report's plots and table, `kubectl gpuval status`'s outliers, the history's
     trends; `trend`: the title of the dashboard's over-time panel the node series goes in
     (figures with one title share a panel, `legend` tells them apart); `distribution`: the
-    dashboard's distribution and slowest-nodes panels; `per_gpu`: the dashboard's per-GPU panel
-    (the per-GPU series exist only with operator.metricsPerGpu); `column`: a GpuNodeReport
+    dashboard's distribution and slowest-nodes panels (highest nodes, where lower is better);
+    `per_gpu`: the dashboard's per-GPU panel (the per-GPU series exist only with
+    operator.metricsPerGpu); `column`: a GpuNodeReport
     printer column of this title.
     """
 

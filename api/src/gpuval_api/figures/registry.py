@@ -8,7 +8,6 @@ from collections.abc import Iterable
 
 from gpuval_api.checks import Precision
 from gpuval_api.figures.kinds import (
-    Better,
     FabricPairs,
     Figure,
     PerGpu,
@@ -40,8 +39,6 @@ def declare(figure: Figure) -> Figure:
             f"figure {figure.id!r}: tolerance {figure.tolerance:g} is for lower-is-better "
             "figures only, and at least 0"
         )
-    if figure.shown.distribution and figure.better is not Better.HIGHER:
-        raise RegistryError(f"figure {figure.id!r}: the slowest-nodes panel needs higher-better")
     if figure.history and not (figure.summary or isinstance(figure.read, FabricPairs)):
         raise RegistryError(f"figure {figure.id!r}: a history figure is read from the summary")
     for known in _REGISTRY:

@@ -302,6 +302,13 @@ view = fleet_view(GpuValidation.model_validate({"metadata": {"name": "fleet"}}),
 found["outliers"] = [
     (o.unit, o.against_median) for o in figure_outliers(view.units) if o.figure.id == NEW.id
 ]
+# One machine: its GPUs at 0 are no outliers, its GPU 3 is.
+from gpuval_api.machine import machine_view
+found["machine_outliers"] = [
+    (o.unit, o.against_median)
+    for o in figure_outliers(machine_view(results[5]).units)
+    if o.figure.id == NEW.id
+]
 
 # History: a node at 0 for three runs, then 5,000, drifts above; 3 (within the tolerance) does not.
 past = [history.entry_of_result(f"run-{n}", results[0]) for n in range(3)]
@@ -362,6 +369,7 @@ def test_a_lower_is_better_figure_is_judged_against_a_ceiling_everywhere() -> No
     assert found["ceiling_2"] == [1, 0]  # 2,500x worse is above; better than the centre is not
     assert found["band"] == [12.2, True, True, False]
     assert found["outliers"] == [["node-5", "above median 0.0"]]
+    assert found["machine_outliers"] == [["GPU 3", "above median 0.0"]]
     ((drifted, said),) = found["drift"]
     assert drifted == "pcieReplaysCount" and "above 10.0" in said and "below" not in said
     assert found["calm"] == []

@@ -13,7 +13,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import statistics
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,7 +32,7 @@ from gpuval_devtools.launch import (
     install_crds,
     operator_process,
 )
-from gpuval_devtools.simulation import simulated_node
+from gpuval_devtools.simulation import SIMULATE_ANNOTATION, simulated_node
 from gpuval_kubectl import cli
 from tests.support import chart
 from tests.support.baselines import slowed
@@ -454,3 +457,156 @@ def test_a_baseline_exported_and_imported_in_a_second_cluster_gives_the_same_ver
     assert there["baseline"]["judged"] == here["baseline"]["judged"] == 6
     assert there["baseline"]["below"] == here["baseline"]["below"] == 1
     assert json.dumps(there["baseline"]["systemic"]) == json.dumps(here["baseline"]["systemic"])
+
+
+# A figure where lower is better, declared as docs/contracts.md ("Adding a figure") says, in every
+# gpuval process of a cluster of its own (its CRDs made with it): the PCIe replays a GPU counted,
+# from the state check, with a tolerance of 10. A simulated GPU counts 0 (the `pcie-replays` fault:
+# `count`), so a healthy fleet's median is 0.
+DECLARE_REPLAYS = """
+from gpuval_api import figures
+from gpuval_api.checks import CheckName
+
+figures.declare(
+    figures.Figure(
+        id="pcieReplays",
+        label="PCIe replays",
+        unit=figures.Unit.COUNT,
+        check=CheckName.STATE,
+        description="Most PCIe replays a GPU counted.",
+        read=figures.PerGpu(metric="pcieReplays", tested_only=False),
+        better=figures.Better.LOWER,
+        tolerance=10,
+        baseline="pcieReplays",
+        history=True,
+        shown=figures.Shown(page=True, trend="PCIe replays"),
+    )
+)
+"""
+# Only the state check, which measures it: a run is seconds.
+STATE_ONLY = {
+    check: {"enabled": False} for check in ("driver", "health", "burn", "bandwidth", "nccl")
+}
+
+
+@contextlib.contextmanager
+def _declaring_cluster(
+    tmp_path: Path, nodes: dict[str, list[dict[str, Any]]], label: str
+) -> Iterator[tuple[Cluster, int]]:
+    """A control plane of its own whose gpuval processes (operator, pod runner, agents, kubectl
+    gpuval) all declare DECLARE_REPLAYS at start (a sitecustomize on PYTHONPATH), with CRDs made
+    by crdgen with it declared; and the operator's metrics port."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(DECLARE_REPLAYS)
+    crds = tmp_path / "crds"
+    crds.mkdir()
+    make = (
+        "import sys, yaml\nfrom gpuval_api import crdgen\n"
+        "for name, crd in crdgen.build_crds().items():\n"
+        "    open(sys.argv[1] + '/' + name.rsplit('/', 1)[-1], 'w').write(yaml.safe_dump(crd))\n"
+    )
+    subprocess.run([sys.executable, "-c", make, str(crds)], check=True, timeout=120)
+    second = Cluster.start(
+        f"gpuval-lower-{uuid.uuid4().hex[:6]}",
+        [
+            dataclasses.replace(simulated_node(n, f), labels={"gpuval-test": label})
+            for n, f in nodes.items()
+        ],
+    )
+    try:
+        for path in sorted(crds.glob("*.yaml")):
+            second.kubectl("apply", "--server-side", "-f", str(path))
+        second.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        second.apply(agent_rbac())
+        port = free_port()
+        with (
+            chart.podrunner(second, AGENT_NAMESPACE, tmp_path),
+            operator_process(
+                second.kubeconfig,
+                metrics_port=port,
+                log_file=tmp_path / "operator.log",
+                extra_env={"GPUVAL_POD_GRACE_SECONDS": "3"},
+            ),
+        ):
+            yield second, port
+    finally:
+        second.stop()
+
+
+def test_a_lower_is_better_figure_learns_a_ceiling_and_fails_only_the_node_above_it(
+    fleet: Fleet,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(
+        "PYTHONPATH",
+        os.pathsep.join(p for p in (str(tmp_path / "site"), os.environ.get("PYTHONPATH")) if p),
+    )
+    names = [unique_name("n") for _ in range(6)]
+    # One node counts 3 replays (within the tolerance of a median of 0) from the start.
+    few = [{"kind": "pcie-replays", "gpu": 1, "count": 3}]
+    nodes: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    nodes[names[4]] = few
+    high = names[5]
+    name = unique_name("replays")
+    spec = {"maxConcurrent": 6, "checks": STATE_ONLY, "baseline": {"minNodes": 3}}
+    with _declaring_cluster(tmp_path, nodes, fleet.label) as (second, port):
+        second.apply([fleet.validation(name, **spec)])
+        first = completed_run(second, name)
+        _learned(second, name)
+        learned = get_json(second, "gpubaseline", LEARNED)
+        # Then its GPU 3 counts 5,000 replays: 2,500 times the ceiling's tolerance.
+        config = simulated_node(high, [{"kind": "pcie-replays", "gpu": 3, "count": 5000}])
+        annotation = config.annotations[SIMULATE_ANNOTATION]
+        second.kubectl(
+            "annotate", "node", high, f"{SIMULATE_ANNOTATION}={annotation}", "--overwrite"
+        )
+        patch_spec(second, name, {"history": 2})
+        status = completed_run(second, name, after=first["run"]["number"])
+        reports = by_node(reports_of(second, name, status["run"]["id"]))
+        metrics = scrape(port)
+        said = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "kubectl-gpuval"),
+                "--kubeconfig",
+                str(second.kubeconfig),
+                "status",
+                name,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+
+    # The zeros are learned: the baseline is a ceiling over a centre of 0.
+    assert first["nodes"]["passed"] == 6
+    (entry,) = learned["spec"]["figures"]
+    assert (entry["figure"], entry["unit"], entry["centre"]) == ("pcieReplays", "count", 0)
+    assert learned["spec"]["source"]["excluded"] == []
+    # Only the node above the ceiling fails; no healthy node is below anything.
+    verdicts = {n: (s.get("verdict"), s.get("reason")) for n, s in reports.items()}
+    assert verdicts == {
+        n: ("Failed", "BelowBaseline") if n == high else ("Passed", None) for n in names
+    }
+    assert reports[names[4]]["summary"]["pcieReplaysCount"] == 3
+    assert reports[high]["summary"]["pcieReplaysCount"] == 5000
+    message = reports[high]["message"]
+    assert "pcieReplays 5000.0 count is above the" in message and "ceiling 10.0" in message
+    (compared,) = [
+        f for f in reports[high]["result"]["baseline"]["figures"] if f["figure"] == "pcieReplays"
+    ]
+    assert (compared["better"], compared["ceiling"], compared["below"], compared["where"]) == (
+        "lower",
+        10.0,
+        1,
+        "GPU 3",
+    )
+    baseline = status["baseline"]
+    assert (baseline["judged"], baseline["below"]) == (6, 1) and baseline["systemic"] == []
+    assert f'gpuval_node_pcie_replays{{node="{high}",validation="{name}"}} 5000.0' in metrics
+    # kubectl gpuval status names the one outlier above a median of 0, and no healthy node.
+    outliers = [line for line in said.splitlines() if "PCIe replays" in line]
+    assert len(outliers) == 1 and high in outliers[0] and "above median 0.0" in outliers[0], said

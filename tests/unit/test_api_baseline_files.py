@@ -63,7 +63,12 @@ def test_an_export_carries_no_cluster_fields_and_applies_anywhere() -> None:
     [
         (
             lambda d: d["spec"]["figures"][0].update(centre=-5.0),
-            "spec.figures[0].centre = -5.0: Input should be greater than 0",
+            "spec.figures[0].centre = -5.0: Input should be greater than or equal to 0",
+        ),
+        (
+            # A centre of 0 is a count's where lower is better, never a throughput's.
+            lambda d: d["spec"]["figures"][0].update(centre=0.0),
+            "centre of burn.bf16 is 0: more than 0 where higher is better",
         ),
         (
             lambda d: d["spec"]["figures"][1].update(figure="burn.int8"),

@@ -202,3 +202,41 @@ def test_a_learned_baseline_says_so_and_keys_come_commonest_first() -> None:
 
     assert learned.spec is not None and learned.spec.source.kind is SourceKind.LEARNED
     assert [k.gpu_count for k in keys([*two, *four])] == [GPUS, 2]
+
+
+def _h2d_and_burn(burn: list[float]) -> list[NodeFigures]:
+    """A node per burn value: its 8 GPUs' h2d all 50 GB/s (steady), its burn that value."""
+    return [
+        NodeFigures(
+            f"n{i}",
+            KEY,
+            True,
+            (
+                *(Sample("h2d", 50.0, "transferMiB=1024", gpu) for gpu in range(8)),
+                *(Sample("burn.bf16", value, "matrixSize=16384", gpu) for gpu in range(8)),
+            ),
+        )
+        for i, value in enumerate(burn)
+    ]
+
+
+def test_one_noisy_figure_is_left_out_and_every_other_figure_is_still_learned() -> None:
+    # Most nodes are more than 0.1 off the burn's centre: the nodes disagree on the burn alone.
+    scattered = learn(
+        _h2d_and_burn([60, 140, 70, 130, 80, 120, 100, 65, 135, 100]),
+        KEY,
+        fraction=0.1,
+        min_nodes=5,
+    )
+    # Every node within 0.1 of the burn's centre, yet its spread is wider than 0.1 of it.
+    wide = learn(_h2d_and_burn([91, 109] * 5), KEY, fraction=0.1, min_nodes=5)
+
+    for learned in (scattered, wide):
+        assert learned.problem == "" and learned.spec is not None
+        assert [f.figure for f in learned.spec.figures] == ["h2d"]
+        assert learned.excluded == () and len(learned.kept) == 10
+        ((said),) = learned.left_out
+        assert said.startswith("burn.bf16: ") and "disagree too much on it" in said
+        assert f"left out {said}" in learned.spec.source.description
+    assert "nodes were more than 0.1 off its centre" in scattered.left_out[0]
+    assert "its spread (13.343 around 100) is more than 0.1" in wide.left_out[0]

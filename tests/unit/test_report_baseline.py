@@ -28,7 +28,7 @@ def test_one_machine_gets_bands_of_the_per_gpu_figures_its_baseline_compared() -
     assert view.baseline is not None and view.baseline.name == "nvidia-h200-x2-700w-gen5x16"
     assert set(view.baseline.bands) == {"burnTflops", "h2dGBps", "d2hGBps", "deviceCopyGBps"}
     band = view.baseline.bands["burnTflops"]
-    assert (band.centre, band.floor) == (706.421, round(0.9 * 706.421, 3))
+    assert (band.centre, band.limit, band.lower) == (706.421, round(0.9 * 706.421, 3), False)
     assert view.baseline.phrase(band.ratio(776.0)) == "1.10 of the H200 baseline"
 
 

@@ -11,7 +11,7 @@ from gpuval_agent.backends.base import BurnProgress, TelemetrySample
 from gpuval_agent.metrics import AgentMetrics
 from gpuval_agent.state.model import Reading
 from gpuval_api.baselinecomparison import Match
-from gpuval_api.figures import BURN, MAX_TEMPERATURE, baseline_judged
+from gpuval_api.figures import BURN, MAX_TEMPERATURE, Better, baseline_judged
 from gpuval_api.reasons import Reason, Severity, verdict_of
 from gpuval_api.report import one_line
 from gpuval_api.result import AgentResult, CheckResult, GpuCheckResult, Verdict
@@ -251,7 +251,8 @@ def baseline_lines(result: AgentResult) -> list[str]:
         return [*head, "nothing was measured to compare with it (no GPU was tested)"]
     lines = [
         *head,
-        f"BelowBaseline: a value below {1 - comparison.fraction:.2f} x the baseline's centre",
+        f"BelowBaseline: a value below {1 - comparison.fraction:.2f} x the baseline's centre "
+        f"(where lower is better, above {1 + comparison.fraction:.2f} x it plus a tolerance)",
         f"{'FIGURE':<12} {'WORST':>9} {'BASELINE':>9}  RATIO",
     ]
     for entry in judged:
@@ -260,7 +261,10 @@ def baseline_lines(result: AgentResult) -> list[str]:
             said = entry.note
         else:
             said = comparison.phrase(entry.ratio) + (f" ({entry.where})" if entry.where else "")
+            if entry.better is Better.LOWER and entry.ceiling is not None:
+                said = f"at most {entry.ceiling:.1f}" + (f" ({entry.where})" if entry.where else "")
             if entry.below:
-                said += f": {entry.below} below"
+                side = "above" if entry.better is Better.LOWER else "below"
+                said += f": {entry.below} {side}"
         lines.append(f"{entry.figure:<12} {entry.value:>9.1f} {centre:>9}  {said}")
     return lines

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpuval_api.baselinemodel import UNIT_SCHEMA, BaselineKey
 from gpuval_api.checks import camel
-from gpuval_api.figures import Unit
+from gpuval_api.figures import Better, Unit
 
 
 class _Model(BaseModel):
@@ -27,14 +27,34 @@ class FigureRatio(_Model):
 
     figure: str = Field(description="The baseline's figure name, e.g. burn.bf16, nccl.4GiB.")
     unit: Unit = Field(json_schema_extra=UNIT_SCHEMA)
-    value: float = Field(description="The lowest value measured (worst GPU, pair or size).")
-    where: str = Field(default="", description="Where the lowest was: 'GPU 3', 'GPU 0 -> GPU 1'.")
+    better: Better = Field(
+        default=Better.HIGHER, description="Which way the figure is better (the registry's)."
+    )
+    value: float = Field(
+        description="The worst value measured (worst GPU, pair or size): the lowest, or the "
+        "highest where lower is better."
+    )
+    where: str = Field(default="", description="Where the worst was: 'GPU 3', 'GPU 0 -> GPU 1'.")
     centre: float | None = Field(default=None, description="The baseline's centre; None: none.")
     spread: float | None = None
-    floor: float | None = Field(default=None, description="(1 - fraction) x centre.")
-    ratio: float | None = Field(default=None, description="value / centre.")
+    floor: float | None = Field(
+        default=None, description="(1 - fraction) x centre, where higher is better."
+    )
+    ceiling: float | None = Field(
+        default=None,
+        description="(1 + fraction) x centre + the figure's tolerance, where lower is better.",
+    )
+    ratio: float | None = Field(
+        default=None,
+        description="How the value stands to the centre, below 1 worse: value / centre, or "
+        "centre / value where lower is better.",
+    )
     judged: bool = Field(default=False, description="Whether BelowBaseline applies to it.")
-    below: int = Field(default=0, description="Values (GPUs, pairs) below the floor.")
+    below: int = Field(
+        default=0,
+        description="Values (GPUs, pairs) worse than the limit: below the floor, or above the "
+        "ceiling where lower is better.",
+    )
     note: str = Field(default="", description="Why it was not compared or not judged.")
 
 

@@ -108,7 +108,10 @@ class FigureBaseline(_Model):
         description="The figure's unit (gpuval_api.figures).", json_schema_extra=UNIT_SCHEMA
     )
     centre: float = Field(
-        gt=0, le=LARGEST, description="The median of the samples of the nodes kept."
+        ge=0,
+        le=LARGEST,
+        description="The median of the samples of the nodes kept; 0 only for a figure where "
+        "lower is better (a count the healthy nodes do not have).",
     )
     spread: float = Field(
         ge=0,
@@ -136,6 +139,10 @@ class FigureBaseline(_Model):
         wanted = figures.of_baseline(self.figure).unit
         if self.unit is not wanted:
             raise ValueError(f"unit of {self.figure} is {wanted}, not {self.unit}")
+        if self.centre <= 0 and not figures.of_baseline(self.figure).lower:
+            raise ValueError(
+                f"centre of {self.figure} is {self.centre:g}: more than 0 where higher is better"
+            )
         return self
 
 

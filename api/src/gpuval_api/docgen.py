@@ -90,9 +90,10 @@ def _yes(flag: bool) -> str:
 def figures_table() -> str:
     """Every figure of the registry with every spelling and place derived from its declaration."""
     lines = [
-        "| figure | label | unit | check | better | summary / history key | Prometheus series | "
+        "| figure | label | unit | check | better | node value | "
+        "threshold name (if its check has one) | summary / history key | Prometheus series | "
         "baseline | scope | history | shown |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for figure in figures.all_figures():
         series = [f"`gpuval_node_{figure.prometheus}`"] if figure.summary else []
@@ -112,10 +113,31 @@ def figures_table() -> str:
         ]
         lines.append(
             f"| `{figure.id}` | {_cell(figure.label)} | {figure.unit} | {figure.check} | "
-            f"{figure.better} | `{figure.key}` | {', '.join(series)} | {baseline} | "
+            f"{figure.better} | {_NODE_VALUE[figure.worst]} | `{figure.threshold}` | "
+            f"`{figure.key}` | {', '.join(series)} | {baseline} | "
             f"{figure.scope} | {_yes(figure.history)} | {', '.join(places)} |"
         )
     return "\n".join(lines) + "\n"
+
+
+_NODE_VALUE = {"min": "lowest", "max": "highest"}
+
+
+def summary_keys() -> str:
+    """The keys of a GpuNodeReport's status.summary, each with its node value and unit."""
+    lines = ["- `gpuCount`: int"]
+    for figure in figures.summary_figures():
+        lines.append(
+            f"- `{figure.key}`: the {_NODE_VALUE[figure.worst]} of its values "
+            f"({figure.better} is better), {figure.unit}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def history_keys() -> str:
+    """The keys of a `spec.history` entry: its stamp and the registry's history figures."""
+    keys = ["run", "completedAt", "gpuIdentity", *(f.key for f in figures.history_figures())]
+    return ", ".join(f"`{key}`" for key in keys) + "\n"
 
 
 def env_table() -> str:
@@ -132,4 +154,6 @@ SECTIONS: dict[str, tuple[str, Callable[[], str]]] = {
     "checks-defaults": ("docs/agent.md", checks_defaults_table),
     "env": ("docs/contracts.md", env_table),
     "figures": ("docs/contracts.md", figures_table),
+    "summary-keys": ("docs/contracts.md", summary_keys),
+    "history-keys": ("docs/contracts.md", history_keys),
 }

@@ -20,7 +20,6 @@ from gpuval_api.figures import (
     PerGpu,
     PerPrecision,
     PerSize,
-    Worst,
 )
 from gpuval_api.result import AgentResult, CheckResult, untested_gpus
 
@@ -104,9 +103,7 @@ def worst(figure: Figure, found: Iterable[Value]) -> float | None:
     numbers = [v.value for v in headline(figure, found)]
     if not numbers:
         return None
-    read = figure.read
-    highest = isinstance(read, PerGpu) and read.worst is Worst.MAX
-    return max(numbers) if highest else min(numbers)
+    return figure.worst_of(numbers)
 
 
 def node_value(figure: Figure, result: AgentResult) -> float | None:
@@ -122,6 +119,4 @@ def gpu_values(figure: Figure, result: AgentResult) -> dict[int, float]:
     for value in headline(figure, values(figure, result)):
         if value.gpu is not None:
             per_gpu.setdefault(value.gpu, []).append(value.value)
-    read = figure.read
-    highest = isinstance(read, PerGpu) and read.worst is Worst.MAX
-    return {gpu: max(vs) if highest else min(vs) for gpu, vs in per_gpu.items()}
+    return {gpu: figure.worst_of(vs) for gpu, vs in per_gpu.items()}

@@ -35,6 +35,8 @@ from gpuval_api.stateview import StateLine, not_read, not_read_by_what, state_li
 
 # A unit whose figure is below this fraction of the fleet's median is an outlier: one NIC down on
 # an 8-NIC node costs 12.5 % (design.md, Fabric), so the ratio must sit at 0.9 or above to see it.
+# Where lower is better, above (2 - OUTLIER_RATIO) x the median plus the figure's tolerance: a
+# median of 0 (a count no healthy unit has) makes only a unit above the tolerance an outlier.
 OUTLIER_RATIO = 0.9
 
 PASSED = str(Verdict.PASSED)
@@ -110,7 +112,8 @@ class UnitView:
 
 @dataclass(frozen=True, slots=True)
 class FigureOutlier:
-    """A unit whose figure is below OUTLIER_RATIO of the median of its peers."""
+    """A unit whose figure is below OUTLIER_RATIO of the median of its peers (above, where lower
+    is better)."""
 
     figure: Figure
     unit: str
@@ -121,6 +124,16 @@ class FigureOutlier:
     def ratio(self) -> float:
         """Below 1: worse than the median (whichever way the figure is better)."""
         return self.figure.ratio(self.value, self.median)
+
+    @property
+    def against_median(self) -> str:
+        """How it stands to the median, as said: '71% of median', '3.2x the median' (lower is
+        better), 'above median 0.0' (lower is better, a median of 0)."""
+        if not self.figure.lower:
+            return f"{self.ratio:.0%} of median"
+        if self.median <= 0:
+            return f"above median {self.median:.1f}"
+        return f"{self.value / self.median:.1f}x the median"
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +230,9 @@ def hint_for(reason: str | None) -> str:
 def figure_outliers(
     units: Iterable[UnitView], chosen: Sequence[Figure] = FIGURES, ratio: float = OUTLIER_RATIO
 ) -> list[FigureOutlier]:
-    """Units whose figure is below `ratio` of the median of every unit that measured it.
+    """Units whose figure is below `ratio` of the median of every unit that measured it (where
+    lower is better, above (2 - ratio) x the median plus the figure's tolerance: see
+    OUTLIER_RATIO), worst first.
 
     The median, not the mean, so one broken unit in a small fleet does not drag the reference
     down with it; fewer than three units have no meaningful median and give no outliers.
@@ -231,8 +246,10 @@ def figure_outliers(
         median = statistics.median(value for _, value in measured)
         found.extend(
             FigureOutlier(figure, name, value, median)
-            for name, value in sorted(measured, key=lambda item: figure.ratio(item[1], median))
-            if figure.ratio(value, median) < ratio
+            for name, value in sorted(
+                measured, key=lambda item: (figure.ratio(item[1], median), -item[1])
+            )
+            if figure.worse(value, median, 1 - ratio)
         )
     return found
 

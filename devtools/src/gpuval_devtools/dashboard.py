@@ -358,11 +358,21 @@ def _ratio_to_median(metric: str) -> str:
     )
 
 
+def _above_median(metric: str) -> str:
+    series = f"{metric}{{{SELECT}}}"
+    return (
+        f"topk({SLOWEST}, {series} - on (validation) group_left "
+        f"quantile by (validation) (0.5, {series}))"
+    )
+
+
 def distribution_panels(
-    panel_id: int, label: str, metric: str, unit: str
+    panel_id: int, label: str, metric: str, unit: str, lower: bool = False
 ) -> list[Builder[models.Panel]]:
     """A figure across the fleet: the histogram of every node's value, and the slowest nodes as a
-    fraction of the median, red below OUTLIER_RATIO."""
+    fraction of the median, red below OUTLIER_RATIO; where lower is better, the highest nodes by
+    how far above the median they are (in the figure's unit: a median of 0, a count the healthy
+    nodes do not have, has no fraction)."""
     spread = (
         histogram.Panel()
         .id(panel_id)
@@ -374,6 +384,15 @@ def distribution_panels(
         .combine(True)
         .with_target(query(f"{metric}{{{SELECT}}}", "{{node}}", instant=True))
     )
+    if lower:
+        highest = bars_panel(
+            panel_id + 1,
+            f"{label}: highest {SLOWEST} nodes, above the fleet median (lower is better)",
+            unit,
+            [(_above_median(metric), "{{node}}")],
+            span=14,
+        )
+        return [spread, highest]
     slowest = (
         bars_panel(
             panel_id + 1,
@@ -424,7 +443,7 @@ def distribution_row(first_id: int) -> list[Builder[models.Panel]]:
     for index, figure in enumerate(f for f in all_figures() if f.shown.distribution):
         metric = f"gpuval_node_{figure.prometheus}"
         panels += distribution_panels(
-            first_id + 2 * index, figure.label, metric, _grafana_unit(figure)
+            first_id + 2 * index, figure.label, metric, _grafana_unit(figure), figure.lower
         )
     return panels
 

@@ -278,7 +278,9 @@ def _outlier_lines(view: FleetView, validation: GpuValidation) -> list[str]:
             o.unit,
             o.figure.label,
             f"{o.value:.1f} {o.figure.unit}",
-            f"{o.ratio:.0%} of median {o.median:.1f}",
+            f"{o.against_median} {o.median:.1f}"
+            if not o.figure.lower or o.median > 0
+            else o.against_median,
         ]
         for o in view.outliers
     ]

@@ -36,25 +36,27 @@ def baseline_section(view: FleetView) -> str:
         measured = [u for u in view.units if figure.key in u.figures]
         if band is None or not measured:
             continue
-        worst = min(measured, key=lambda u: u.figures[figure.key])
+        pick = max if figure.lower else min
+        worst = pick(measured, key=lambda u: u.figures[figure.key])
         value = worst.figures[figure.key]
-        below = sum(1 for u in measured if u.figures[figure.key] < band.floor)
+        below = sum(1 for u in measured if band.beyond(u.figures[figure.key]))
         rows.append(
             [
                 escape(figure.label),
                 escape(worst.name),
                 f"{value:.1f} {escape(figure.unit)}",
                 f"{band.centre:.1f} ± {band.spread:.1f}",
-                f"{band.floor:.1f}",
+                f"{'at most' if band.lower else 'at least'} {band.limit:.1f}",
                 escape(baseline.phrase(band.ratio(value))),
                 f"{below} of {len(measured)}",
             ]
         )
         bad.append(below > 0)
-    headers = ["figure", f"worst {view.unit_label}", "value", "baseline", "floor", "ratio", "below"]
+    headers = ["figure", f"worst {view.unit_label}", "value", "baseline", "limit", "ratio", "worse"]
     intro = (
         f"<p>Judged against <b>{escape(baseline.name)}</b> ({escape(baseline.source)}): "
-        f"BelowBaseline below {1 - baseline.fraction:.2f} of a figure's centre.</p>"
+        f"BelowBaseline below {1 - baseline.fraction:.2f} of a figure's centre (above "
+        f"{1 + baseline.fraction:.2f} of it where lower is better).</p>"
     )
     return f'<h2>Baseline</h2><div id="baseline">{intro}{table(headers, rows, bad)}</div>'
 

@@ -114,7 +114,7 @@ def plot_labels(
     on a 1,000-node fleet a fault hits several nodes alike, and one label each would be drawn on
     top of each other. The worst MAX_LABELS groups are labelled; the rest are counted.
     """
-    why = {o.unit: f"{o.ratio:.0%} of median" for o in outliers}
+    why = {o.unit: o.against_median for o in outliers}
     for unit in measured:
         reasons = [f.reason for f in unit.failures if f.check == figure.check]
         if reasons and unit.name not in why:
@@ -274,10 +274,11 @@ def distribution(view: FleetView, figure: Figure, outliers: Sequence[FigureOutli
     axis = f"{figure.unit} (grey: median; dotted red: 90 % of the median"
     baseline = view.baseline
     band = baseline.bands.get(figure.key) if baseline is not None else None
-    lo, hi = _x_range(values, () if band is None else (band.floor, band.centre + band.spread))
+    lo, hi = _x_range(values, () if band is None else band.edges)
     if baseline is not None and band is not None:
         _band(fig, band, baseline.title)
-        axis += f"; band: the {baseline.title}, its floor to its centre"
+        edge = "ceiling" if band.lower else "floor"
+        axis += f"; band: the {baseline.title}, its {edge} to its centre"
     labels: list[Label] = []
     placed: list[Placed] = []
     unlabelled = 0
@@ -285,7 +286,8 @@ def distribution(view: FleetView, figure: Figure, outliers: Sequence[FigureOutli
         median = statistics.median(values)
         fig.add_vline(x=median, line={"color": "#90a4ae", "width": 1})
         fig.add_vline(
-            x=OUTLIER_RATIO * median, line={"color": "#c62828", "dash": "dot", "width": 1}
+            x=figure.limit(median, 1 - OUTLIER_RATIO),
+            line={"color": "#c62828", "dash": "dot", "width": 1},
         )
         labels, unlabelled = plot_labels(figure, measured, outliers, position)
         placed = label_levels(labels, lo, hi)
@@ -340,10 +342,12 @@ def distribution(view: FleetView, figure: Figure, outliers: Sequence[FigureOutli
 
 def _band(fig: go.Figure, band: Band, name: str) -> None:
     """The baseline's band, from the BelowBaseline floor to the centre plus its spread (a point
-    left of it is below the baseline), and the centre as a line named on the plot."""
+    left of it is below the baseline; where lower is better, from the centre less its spread to
+    the ceiling, a point right of it is above), and the centre as a line named on the plot."""
+    x0, x1 = band.edges
     fig.add_vrect(
-        x0=band.floor,
-        x1=band.centre + band.spread,
+        x0=x0,
+        x1=x1,
         fillcolor=BAND_COLOUR,
         opacity=0.15,
         line_width=0,

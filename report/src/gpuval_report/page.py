@@ -82,18 +82,21 @@ def _others(view: FleetView) -> str:
 def _outliers(view: FleetView) -> str:
     outliers = view.outliers
     if not outliers:
-        return f'<p class="none">No {view.unit_label} below 90 % of the median of any figure.</p>'
+        return (
+            f'<p class="none">No {view.unit_label} below 90 % of the median of any figure '
+            "(above it where lower is better).</p>"
+        )
     rows = [
         [
             escape(o.unit),
             escape(o.figure.label),
             f"{o.value:.1f} {escape(o.figure.unit)}",
             f"{o.median:.1f}",
-            f"{o.ratio:.0%}",
+            o.against_median,
         ]
         for o in outliers
     ]
-    return table([view.unit_label, "figure", "value", "median", "of median"], rows)
+    return table([view.unit_label, "figure", "value", "median", "against the median"], rows)
 
 
 def _names(names: tuple[str, ...]) -> str:

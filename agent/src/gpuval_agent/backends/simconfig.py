@@ -25,6 +25,7 @@ class FaultKind(StrEnum):
     THERMAL_SLOWDOWN = "thermal-slowdown"
     POWER_CAPPED = "power-capped"
     PCIE_DEGRADED = "pcie-degraded"
+    PCIE_REPLAYS = "pcie-replays"  # the GPU's PCIe replay counter reads `count` (no finding)
     MISSING_GPU = "missing-gpu"
     SLOW_NCCL = "slow-nccl"
     ECC_UNCORRECTABLE = "ecc-uncorrectable"
@@ -107,7 +108,10 @@ class Fault(_Model):
         default=None, ge=0, lt=64, description="nvlink-down/-errors-grow: the NVLink (0)."
     )
     count: int | None = Field(
-        default=None, ge=1, description="ib-link-flapping: times the port went down (3)."
+        default=None,
+        ge=1,
+        description="ib-link-flapping: times the port went down (3); pcie-replays: the "
+        "replays the GPU counted (1000).",
     )
     peer: str | None = Field(
         default=None,

@@ -75,6 +75,7 @@ class SimulatedHost:
             CORRECTED_AGGREGATE: 3,
         }
         degraded = self._fault(FaultKind.PCIE_DEGRADED, gpu) is not None
+        replays = self._fault(FaultKind.PCIE_REPLAYS, gpu)
         capped = self._fault(FaultKind.POWER_CAPPED, gpu) is not None
         state = GpuState(
             index=gpu,
@@ -92,7 +93,7 @@ class SimulatedHost:
             pcie_max_gen=5,
             pcie_width=8 if degraded else 16,
             pcie_max_width=16,
-            pcie_replays=0,
+            pcie_replays=0 if replays is None else replays.count or 1000,
             clocks_event_bits=0x1,
             power_limit_watts=350.0 if capped else 700.0,
             default_power_limit_watts=700.0,

@@ -1,6 +1,7 @@
 """Pure: a baseline as the pages draw it. A page's figures are the report summary's (the worst
 GPU's burn in the first precision, copies, peer, NCCL busbw at the largest size); each gets the
-band of the baseline figure it is: the centre, the spread and the BelowBaseline floor."""
+band of the baseline figure it is: the centre, the spread and the BelowBaseline limit (a floor,
+or a ceiling for a figure where lower is better)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,25 @@ class Band:
 
     centre: float
     spread: float
-    floor: float
+    limit: float  # the floor, or the ceiling where lower is better
+    lower: bool = False  # lower is better
 
     def ratio(self, value: float) -> float:
-        return value / self.centre
+        """How `value` stands to the centre, below 1 worse (as the comparison's ratio)."""
+        if not self.lower:
+            return value / self.centre
+        return self.centre / value if value > 0 else 1.0
+
+    def beyond(self, value: float) -> bool:
+        """Whether `value` is worse than the limit."""
+        return value > self.limit if self.lower else value < self.limit
+
+    @property
+    def edges(self) -> tuple[float, float]:
+        """The band as drawn: from the limit to the good side of the spread."""
+        if self.lower:
+            return (max(0.0, self.centre - self.spread), self.limit)
+        return (self.limit, self.centre + self.spread)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +84,12 @@ def of_comparison(
     bands = {}
     for key, name in page_figures(precision, nccl_bytes).items():
         entry = compared.get(name)
-        if entry and entry.centre is not None and entry.floor is not None:
-            bands[key] = Band(entry.centre, entry.spread or 0.0, entry.floor)
+        if entry is None or entry.centre is None:
+            continue
+        lower = figures.of_baseline(name).lower
+        limit = entry.ceiling if lower else entry.floor
+        if limit is not None:
+            bands[key] = Band(entry.centre, entry.spread or 0.0, limit, lower)
     return BaselineView(
         comparison.name, comparison.label, comparison.source, comparison.fraction, "", bands
     )
@@ -92,6 +112,8 @@ def of_spec(
             match is Match.GPU and figures.baseline_scope(figure) is not Scope.GPU
         ):
             continue
-        bands[key] = Band(entry.centre, entry.spread, (1 - fraction) * entry.centre)
+        figure_of = figures.of_baseline(figure)
+        limit = figure_of.limit(entry.centre, fraction)
+        bands[key] = Band(entry.centre, entry.spread, limit, figure_of.lower)
     label = spec.key.label
     return BaselineView(name, label, source_text(spec), fraction, "", bands)

@@ -131,7 +131,14 @@ def run_status(
     which the run is systemic (the stack, not the nodes), the baselines learned by this run."""
     comparisons = [(r.spec.node, report_comparison(r)) for r in reports]
     judged = [
-        (node, [(f.figure, f.ratio, f.below > 0) for f in c.figures if f.judged and f.ratio])
+        (
+            node,
+            [
+                (f.figure, f.ratio, f.below > 0)
+                for f in c.figures
+                if f.judged and f.ratio is not None
+            ],
+        )
         for node, c in comparisons
         if c is not None and c.name is not None
     ]

@@ -5,7 +5,8 @@ status.summary and its lowest fabric pair, about 230 bytes as JSON) in the `spec
 GpuNodeReport the operator creates for its next run: the operator already holds each node's
 summary, so carrying it forward costs no extra object and no extra write, and it survives the
 pruning of old reports (each report holds the chain). A figure below (1 - driftFraction) x the
-median of the kept runs (at least MIN_RUNS of them) is a drift: a slow decline that stays near the
+median of the kept runs (at least MIN_RUNS of them; for a lower-is-better figure, above (1 +
+driftFraction) x the median plus its tolerance) is a drift: a slow decline that stays near the
 fleet median is seen while it is still above it.
 
 A history is of the node's GPUs, not of its name: each entry carries their identity (a digest of
@@ -189,9 +190,18 @@ class Drift:
     def message(self) -> str:
         figure = registry.by_key(self.figure)
         unit = figure.unit if figure is not None else ""
+        said = f"{self.figure} {self.value:.1f} {unit} is "
+        runs = f"this node's median {self.median:.1f} over its last {self.runs} runs"
+        if figure is not None and figure.lower:
+            limit = figure.limit(self.median, self.fraction)
+            return (
+                f"{said}above {limit:.1f}, the most {runs} allows (lower is better: at most "
+                f"{1 + self.fraction:.2f} of it"
+                + (f" + {figure.tolerance:g} {unit}" if figure.tolerance else "")
+                + f"; drift fraction {self.fraction:g})"
+            )
         return (
-            f"{self.figure} {self.value:.1f} {unit} is {self.ratio:.2f} of this node's median "
-            f"{self.median:.1f} over its last {self.runs} runs (below {1 - self.fraction:.2f} "
+            f"{said}{self.ratio:.2f} of {runs} (below {1 - self.fraction:.2f} "
             f"of it: drift fraction {self.fraction:g})"
         )
 
@@ -199,7 +209,8 @@ class Drift:
 def drift(
     history: Sequence[HistoryEntry], current: HistoryEntry, settings: HistorySettings
 ) -> list[Drift]:
-    """The key figures of `current` below (1 - driftFraction) x their median over the last
+    """The key figures of `current` below (1 - driftFraction) x their median (above (1 +
+    driftFraction) x it plus the tolerance, where lower is better) over the last
     `settings.runs` entries of `history` (runs before `current` on the same GPUs; at least
     MIN_RUNS with the figure). A warning, or an error when history.action is Fail."""
     if settings.runs <= 0:
@@ -215,7 +226,9 @@ def drift(
         if now is None or len(earlier) < MIN_RUNS:
             continue
         median = statistics.median(earlier)
-        if median > 0 and figure.ratio(now, median) < 1 - settings.drift_fraction:
+        # Where higher is better a median of 0 is no reference; where lower is better it is the
+        # best one (a count the node never had), and a value above it by the tolerance drifts.
+        if (median > 0 or figure.lower) and figure.worse(now, median, settings.drift_fraction):
             found.append(
                 Drift(figure.key, now, median, len(earlier), settings.drift_fraction, severity)
             )

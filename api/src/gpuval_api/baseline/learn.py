@@ -6,6 +6,11 @@ never used, and every node left out is named with the figure that broke the rule
 The centre is the median of every sample (GPU, GPU pair, node pair) of the nodes kept, and the
 spread 1.4826 x their median absolute deviation, both robust to the outliers being looked for.
 
+Each figure is learned for itself: a figure on which the nodes disagree (more than half of them
+off its centre in a round, or a spread wider than the fraction of its centre) is left out of the
+baseline and named with why (`Learned.left_out`, the GpuBaseline's source), and the others are
+learned without it.
+
 A fleet of two kinds: the nodes left out are learned the same way on their own, and where they
 agree (a second cluster of at least BIMODAL_SHARE of the nodes offered, two or more) the fleet is
 bimodal. Which mode is kept first follows the median, so with most nodes slow it is the slow one:
@@ -67,6 +72,9 @@ class Learned:
     rounds: int = 0
     modes: tuple[Mode, ...] = ()
     bimodal: str = ""
+    # The figures left out of the baseline, each with why ("burn.bf16: ..."): the nodes disagreed
+    # on that figure, which stops the learning of no other figure.
+    left_out: tuple[str, ...] = ()
 
 
 def _figures(pool: Pool) -> list[FigureBaseline]:
@@ -85,6 +93,25 @@ def _figures(pool: Pool) -> list[FigureBaseline]:
             )
         )
     return sorted(out, key=lambda f: figures.baseline_order(f.figure))[:MAX_FIGURES]
+
+
+def _narrow(
+    learned: list[FigureBaseline], dropped: dict[str, str], fraction: float
+) -> tuple[list[FigureBaseline], list[str]]:
+    """The figures learned less the judged ones whose spread is more than `fraction` of their
+    centre, and each figure left out (those and the rounds' `dropped`) with why: one noisy
+    figure is no baseline, the others still are."""
+    kept, left_out = [], [f"{figure}: {why}" for figure, why in dropped.items()]
+    for f in learned:
+        tolerance = figures.of_baseline(f.figure).tolerance
+        if figures.baseline_judged(f.figure) and f.spread > fraction * f.centre + tolerance:
+            left_out.append(
+                f"{f.figure}: its spread ({f.spread:g} around {f.centre:g}) is more than "
+                f"{fraction:g} of its centre: the nodes disagree too much on it"
+            )
+        else:
+            kept.append(f)
+    return kept, left_out
 
 
 def learn(
@@ -114,15 +141,12 @@ def learn(
             f"centres; baseline.minNodes is {min_nodes}"
         )
     learned_figures = _figures(pool) if not problem else []
-    wide = [
-        f
-        for f in learned_figures
-        if figures.baseline_judged(f.figure) and f.spread > fraction * f.centre
-    ]
-    if wide:
-        problem = (
-            f"the spread of {wide[0].figure} ({wide[0].spread:g} around {wide[0].centre:g}) is "
-            f"more than {fraction:g} of its centre: the nodes disagree too much for one baseline"
+    learned_figures, left_out = _narrow(learned_figures, pool.dropped, fraction)
+    if left_out and not any(figures.baseline_judged(f.figure) for f in learned_figures):
+        # Only figures kept for the picture are left: no baseline.
+        problem = problem or (
+            "the nodes disagree too much for one baseline on every judged figure: "
+            + "; ".join(left_out)
         )
         learned_figures = []
     bimodal = modes_text(key, *modes, chosen=bool(learned_figures)) if modes else ""
@@ -132,6 +156,7 @@ def learn(
     if learned_figures:
         base = source or BaselineSource(kind=SourceKind.LEARNED)
         description = base.description + (f"; {bimodal}" if bimodal else "")
+        description += "".join(f"; left out {why}" for why in left_out)
         spec = GpuBaselineSpec(
             key=key,
             figures=learned_figures,
@@ -158,6 +183,7 @@ def learn(
         rounds=converged.rounds,
         modes=modes or (),
         bimodal=bimodal,
+        left_out=tuple(left_out),
     )
 
 

@@ -19,6 +19,7 @@ BIMODAL_SHARE = 0.25
 # Figures named per mode in what is said of a bimodal fleet.
 MODE_FIGURES = 3
 LEARNED_NOTHING = "learned nothing"
+TINY = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +45,8 @@ def modes_text(key: BaselineKey, first: Mode, second: Mode, chosen: bool) -> str
     most, and what was learned (`chosen`: the first mode, the better)."""
     names = sorted(
         first.centres.keys() & second.centres.keys(),
-        key=lambda n: abs(math.log(second.centres[n] / first.centres[n])),
+        # A count where lower is better may have a centre of 0: TINY keeps the ratio finite.
+        key=lambda n: abs(math.log((second.centres[n] + TINY) / (first.centres[n] + TINY))),
         reverse=True,
     )[:MODE_FIGURES]
 

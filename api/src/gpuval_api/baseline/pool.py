@@ -6,6 +6,7 @@ every node of a run.
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 from array import array
@@ -110,15 +111,19 @@ def robust(values: Sequence[float]) -> tuple[float, float]:
 
 @dataclass
 class Pool:
-    """The figures of the nodes still kept, each in the figure's commonest settings."""
+    """The figures of the nodes still kept, each in the figure's commonest settings; the
+    figures left out of learning (`dropped`: figure -> why) count no more."""
 
     nodes: dict[str, NodeFigures]
+    dropped: dict[str, str] = field(default_factory=dict)
     settings: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         counts: dict[str, Counter[str]] = {}
         for node in self.nodes.values():
             for f in node.figures:
+                if f.figure in self.dropped:
+                    continue
                 counts.setdefault(f.figure, Counter())[f.measured_with] += len(f.values)
         self.settings = {fig: c.most_common(1)[0][0] for fig, c in counts.items()}
 
@@ -166,17 +171,28 @@ def offsets(
     value, but for a fabric pair its nearest one (a node slow in one pair and fine in another is
     not the slow one; the fabric names slow links itself)."""
     found: dict[str, tuple[float, str, float]] = {}
-    for figure, values, _ in pool.counted(node):
-        centre = centres.get(figure)
-        if not centre:
+    for name, values, _ in pool.counted(node):
+        centre = centres.get(name)
+        figure = figures.of_baseline(name)
+        if centre is None or (centre <= 0 and not figure.lower):
             continue
-        nearest = figures.baseline_scope(figure) is Scope.FABRIC
+        nearest = figure.scope is Scope.FABRIC
         for value in values:
-            off = abs(value / centre - 1)
-            have = found.get(figure)
+            off = _off(figure, value, centre)
+            have = found.get(name)
             if have is None or (off < have[0] if nearest else off > have[0]):
-                found[figure] = (off, figure, value)
+                found[name] = (off, name, value)
     return list(found.values())
+
+
+def _off(figure: figures.Figure, value: float, centre: float) -> float:
+    """How far `value` is off `centre`, as a fraction of it, either way; where lower is better
+    the figure's tolerance is not counted, and against a centre of 0 (a count the nodes do not
+    have) a value beyond the tolerance is off without end."""
+    gap = max(0.0, abs(value - centre) - figure.tolerance)
+    if centre > 0:
+        return gap / centre
+    return math.inf if gap > 0 else 0.0
 
 
 def breaking_nodes(
@@ -229,16 +245,41 @@ def converge(pool: Pool, fraction: float) -> Converged:
         if not breaking:
             return Converged(pool, excluded, rounds)
         if len(breaking) * 2 > len(pool.nodes):
+            noisy = noisy_figures(pool, centres, fraction, rounds)
+            if noisy and len(noisy) < len(centres):
+                # Learning of the other figures goes on without these (learn's `left_out`).
+                pool = Pool(pool.nodes, {**pool.dropped, **noisy})
+                continue
             problem = (
                 f"in round {rounds}, {len(breaking)} of {len(pool.nodes)} nodes were more than "
                 f"{fraction:g} off a centre: the nodes disagree too much for one baseline"
             )
             return Converged(pool, excluded, rounds, problem)
         excluded.extend(breaking)
-        pool = Pool({n: f for n, f in pool.nodes.items() if n not in {e.node for e in breaking}})
+        gone = {e.node for e in breaking}
+        pool = Pool({n: f for n, f in pool.nodes.items() if n not in gone}, pool.dropped)
     return Converged(
         pool, excluded, rounds, f"the nodes left out did not converge in {MAX_ROUNDS} rounds"
     )
+
+
+def noisy_figures(
+    pool: Pool, centres: dict[str, float], fraction: float, round_: int
+) -> dict[str, str]:
+    """The figures on which more than half the nodes kept are off the centre by more than
+    `fraction`, each with why: the nodes disagree on that figure, not on every one, so learning
+    leaves it out and goes on with the others."""
+    off: Counter[str] = Counter()
+    for node in pool.nodes.values():
+        off.update(figure for o, figure, _ in offsets(pool, node, centres) if o > fraction)
+    return {
+        figure: (
+            f"in round {round_}, {count} of {len(pool.nodes)} nodes were more than {fraction:g} "
+            f"off its centre {centres[figure]:g}: the nodes disagree too much on it"
+        )
+        for figure, count in off.items()
+        if count * 2 > len(pool.nodes)
+    }
 
 
 def named_against(pool: Pool, centres: dict[str, float], round_: int) -> list[ExcludedNode]:

@@ -1,5 +1,6 @@
 """Pure: the baseline rules. A node's figures against the baseline of its GPU stack
-(BelowBaseline: below (1 - fraction) x the centre), and a run whose nodes are mostly below on
+(BelowBaseline: below (1 - fraction) x the centre; for a lower-is-better figure above
+(1 + fraction) x the centre plus its tolerance), and a run whose nodes are mostly below on
 the same figure (systemic: the stack, not the nodes). Nothing here calls the API; the agent
 (`gpuval-agent run --baseline`) and the operator call the same functions."""
 
@@ -36,7 +37,8 @@ def choose(key: BaselineKey, candidates: Sequence[Candidate]) -> tuple[Candidate
 
 @dataclass(frozen=True, slots=True)
 class Below:
-    """One value below the baseline's floor: what a BelowBaseline finding says."""
+    """One value worse than the baseline's limit (below its floor; above its ceiling where lower
+    is better): what a BelowBaseline finding says."""
 
     figure: str
     value: float
@@ -52,28 +54,42 @@ class Below:
     @property
     def message(self) -> str:
         where = self.sample.where()
-        unit = figures.baseline_unit(self.figure)
+        figure = figures.of_baseline(self.figure)
+        unit = figure.unit
+        said = f"{where + ': ' if where else ''}{self.figure} {self.value:.1f} {unit} is "
+        if not figure.lower:
+            return (
+                f"{said}{self.value / self.centre:.2f} of the {self.label} baseline "
+                f"{self.centre:.1f} (below {1 - self.fraction:.2f} of it: fraction "
+                f"{self.fraction:g})"
+            )
+        limit = figure.limit(self.centre, self.fraction)
+        tolerance = f" + {figure.tolerance:g} {unit}" if figure.tolerance else ""
         return (
-            f"{where + ': ' if where else ''}{self.figure} {self.value:.1f} {unit} is "
-            f"{self.value / self.centre:.2f} of the {self.label} baseline {self.centre:.1f} "
-            f"(below {1 - self.fraction:.2f} of it: fraction {self.fraction:g})"
+            f"{said}above the {self.label} baseline's ceiling {limit:.1f} (lower is better: at "
+            f"most {1 + self.fraction:.2f} of its centre {self.centre:.1f}{tolerance}; fraction "
+            f"{self.fraction:g})"
         )
 
 
 def _figure(
     name: str, samples: list[Sample], spec: GpuBaselineSpec, match: Match, fraction: float
 ) -> tuple[FigureRatio, list[Below]]:
-    worst = min(samples, key=lambda s: s.value)
+    figure = figures.of_baseline(name)
+    worst = (
+        max(samples, key=lambda s: s.value) if figure.lower else min(samples, key=lambda s: s.value)
+    )
     entry = FigureRatio(
         figure=name,
-        unit=figures.baseline_unit(name),
+        unit=figure.unit,
+        better=figure.better,
         value=round(worst.value, 3),
         where=worst.where(),
     )
     base = spec.figure(name)
     if base is None:
         return entry.model_copy(update={"note": "the baseline has no such figure"}), []
-    scope = figures.baseline_scope(name)
+    scope = figure.scope
     if match is Match.GPU and scope is not Scope.GPU:
         note = f"the baseline is for {spec.key.gpu_count} GPUs: per-GPU figures only"
         return entry.model_copy(update={"note": note}), []
@@ -82,15 +98,15 @@ def _figure(
         mine = ", ".join(sorted(measured))
         note = f"measured with {mine}; the baseline with {base.measured_with}"
         return entry.model_copy(update={"note": note}), []
-    floor = (1 - fraction) * base.centre
+    limit = figure.limit(base.centre, fraction)
     judged = figures.baseline_judged(name)
-    below = [s for s in samples if s.value < floor] if judged else []
+    below = [s for s in samples if figure.beyond(s.value, limit)] if judged else []
     label = spec.key.label
     update = {
         "centre": base.centre,
         "spread": base.spread,
-        "floor": round(floor, 3),
-        "ratio": round(worst.value / base.centre, 4),
+        "ceiling" if figure.lower else "floor": round(limit, 3),
+        "ratio": round(figure.ratio(worst.value, base.centre), 4),
         "judged": judged,
         "below": len(below),
         "note": "" if judged else "kept for the picture; NCCL is judged from 1 GiB up",
@@ -149,9 +165,12 @@ class SystemicBelowBaseline:
 
     @property
     def message(self) -> str:
+        lower = figures.of_baseline(self.figure).lower
+        side = "above their baseline's ceiling" if lower else "below their baseline"
+        stand = "ratio" if lower else "of it"
         return (
-            f"{len(self.below)} of {self.judged} judged nodes are below their baseline on "
-            f"{self.figure} (median {self.median_ratio:.2f} of it): a fleet-wide cause (driver, "
+            f"{len(self.below)} of {self.judged} judged nodes are {side} on "
+            f"{self.figure} (median {self.median_ratio:.2f} {stand}): a fleet-wide cause (driver, "
             "firmware, settings), not the nodes"
         )
 

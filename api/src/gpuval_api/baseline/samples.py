@@ -4,7 +4,8 @@ baseline they compare with.
 
 One `Sample` is one measured value: a GPU's burn in one precision or its copy bandwidth, an
 ordered GPU pair's peer copy, the node's all-reduce busbw at one size, a pair of nodes' fabric
-busbw. Only what was measured is a sample (a crashed GPU's zero is not).
+busbw. Only what was measured is a sample (a crashed GPU's zero is not; a zero of a figure where
+lower is better, a count none happened of, is).
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ def result_samples(result: AgentResult) -> list[Sample]:
         measured_with = figure.settings(result.checks_config) if figure.settings else ""
         read = figure.read
         for value in figureread.values(figure, result):
-            if value.value <= 0:
-                continue
+            if value.value < 0 or (value.value == 0 and not figure.lower):
+                continue  # a crashed GPU's 0; where lower is better 0 is the best measured
             if isinstance(read, PerPrecision) and value.precision is None:
                 continue  # the first precision's figure again, under its own name too
             if isinstance(read, PerSize) and (value.nbytes or 0) < read.min_bytes:

@@ -14,7 +14,6 @@ from gpuval_api.figures.kinds import (
     PerSize,
     Shown,
     Unit,
-    Worst,
 )
 from gpuval_api.figures.registry import declare
 
@@ -129,7 +128,7 @@ MAX_TEMPERATURE = Figure(
     unit=Unit.CELSIUS,
     check=CheckName.BURN,
     description="Highest GPU temperature during the burn, degrees Celsius.",
-    read=PerGpu(worst=Worst.MAX, tested_only=False),
+    read=PerGpu(tested_only=False),
     better=Better.LOWER,
     per_gpu_metric=True,
     shown=Shown(trend="Hottest GPU temperature per node under burn", per_gpu=True),

@@ -5,7 +5,7 @@ where its values sit in a result document (its read), where it is shown, and the
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -25,12 +25,13 @@ class Unit(StrEnum):
     RATIO = "ratio"
     SECONDS = "s"
     BYTES = "bytes"
+    COUNT = "count"  # a number of events (PCIe replays, corrected errors): no unit
 
 
 @dataclass(frozen=True, slots=True)
 class UnitSpelling:
     key: str  # appended to the figure's id in result and summary keys: h2d + GBps
-    metric: str  # Prometheus base unit suffix
+    metric: str  # Prometheus base unit suffix ("": none, a count's)
     factor: float  # from the figure's unit to the Prometheus base unit
     grafana: str  # Grafana's unit id for the base unit
 
@@ -43,6 +44,7 @@ SPELLINGS: dict[Unit, UnitSpelling] = {
     Unit.RATIO: UnitSpelling("Ratio", "ratio", 1.0, "percentunit"),
     Unit.SECONDS: UnitSpelling("Seconds", "seconds", 1.0, "s"),
     Unit.BYTES: UnitSpelling("Bytes", "bytes", 1.0, "bytes"),
+    Unit.COUNT: UnitSpelling("Count", "", 1.0, "short"),
 }
 
 
@@ -60,7 +62,9 @@ class Scope(StrEnum):
 
 
 class Worst(StrEnum):
-    """Which of a node's GPU values is its summary value."""
+    """Which of a node's GPU values is its summary value: it follows from `Figure.better` (the
+    lowest where higher is better, the highest where lower is); a `PerGpu` may say it only to
+    agree (the registry refuses a contradiction)."""
 
     MIN = "min"
     MAX = "max"
@@ -77,7 +81,7 @@ class PerGpu:
     that is the GPU's whoever loaded it (a temperature)."""
 
     metric: str = ""  # "" = the figure's key
-    worst: Worst = Worst.MIN
+    worst: Worst | None = None  # None: as the figure's `better` says (see Worst)
     tested_only: bool = True
     scope: Scope = Scope.GPU
 
@@ -133,8 +137,9 @@ class Shown:
     `page`: the HTML report's plots and table, `kubectl gpuval status`'s outliers, the history's
     trends; `trend`: the title of the dashboard's over-time panel the node series goes in
     (figures with one title share a panel, `legend` tells them apart); `distribution`: the
-    dashboard's distribution and slowest-nodes panels; `per_gpu`: the dashboard's per-GPU panel
-    (the per-GPU series exist only with operator.metricsPerGpu); `column`: a GpuNodeReport
+    dashboard's distribution and slowest-nodes panels (highest nodes, where lower is better);
+    `per_gpu`: the dashboard's per-GPU panel (the per-GPU series exist only with
+    operator.metricsPerGpu); `column`: a GpuNodeReport
     printer column of this title.
     """
 
@@ -168,6 +173,52 @@ class Figure:
     shown: Shown = field(default_factory=Shown)
     digits: int = 3  # rounding in the summary and the history
     maximum: float = MAX_FIGURE  # the largest value an object that keeps it accepts
+    # Lower-is-better only: how far (in its unit) a value may exceed its reference (a baseline's
+    # centre, the fleet's or the node's own median) and still be even with it. A count-like
+    # figure needs one: where the healthy median is 0, any count above it is otherwise worse.
+    tolerance: float = 0.0
+
+    @property
+    def lower(self) -> bool:
+        """Whether lower is better (`better` is the one switch: the worst value, the limit, the
+        threshold's name and the words follow from it)."""
+        return self.better is Better.LOWER
+
+    @property
+    def worst(self) -> Worst:
+        """Which of a node's values is its summary value: the lowest, or the highest where lower
+        is better."""
+        return Worst.MAX if self.lower else Worst.MIN
+
+    def worst_of(self, values: Iterable[float]) -> float:
+        """The worst of `values` (at least one)."""
+        return max(values) if self.lower else min(values)
+
+    def limit(self, reference: float, fraction: float) -> float:
+        """The worst value still even with `reference`: the floor (1 - fraction) x reference, or
+        where lower is better the ceiling (1 + fraction) x reference + tolerance."""
+        if self.lower:
+            return (1 + fraction) * reference + self.tolerance
+        return (1 - fraction) * reference
+
+    def beyond(self, value: float, limit: float) -> bool:
+        """Whether `value` is worse than `limit` (below a floor, above a ceiling)."""
+        return value > limit if self.lower else value < limit
+
+    def worse(self, value: float, reference: float, fraction: float) -> bool:
+        """Whether `value` is worse than `reference` by more than `fraction` (and, lower-is-better,
+        by more than the tolerance)."""
+        return self.beyond(value, self.limit(reference, fraction))
+
+    @property
+    def beyond_word(self) -> str:
+        """'below' or 'above': where a worse value lies."""
+        return "above" if self.lower else "below"
+
+    @property
+    def bound_word(self) -> str:
+        """'at least' or 'at most': what a good value is against a limit."""
+        return "at most" if self.lower else "at least"
 
     @property
     def key(self) -> str:
@@ -176,8 +227,9 @@ class Figure:
 
     @property
     def threshold(self) -> str:
-        """The name its check gives a minimum of it, where the check has one: minH2dGBps."""
-        return "min" + self.key[:1].upper() + self.key[1:]
+        """The name its check gives a limit of it, where the check has one: a minimum
+        (minH2dGBps), or a maximum where lower is better (maxPcieReplaysPerSecond)."""
+        return ("max" if self.lower else "min") + self.key[:1].upper() + self.key[1:]
 
     @property
     def metric(self) -> str:
@@ -193,7 +245,8 @@ class Figure:
     @property
     def prometheus(self) -> str:
         """Its Prometheus name after gpuval_node_ / gpuval_gpu_: h2d_bytes_per_second."""
-        return f"{_snake(self.id)}_{SPELLINGS[self.unit].metric}"
+        suffix = SPELLINGS[self.unit].metric
+        return f"{_snake(self.id)}_{suffix}" if suffix else _snake(self.id)
 
     @property
     def factor(self) -> float:
@@ -206,10 +259,16 @@ class Figure:
 
     def ratio(self, value: float, reference: float) -> float:
         """How `value` stands to `reference` with 1 as equal and below 1 as worse, whichever way
-        the figure is better (0 where the reference or the value is not positive)."""
-        if reference <= 0 or value <= 0:
-            return 0.0
-        return value / reference if self.better is Better.HIGHER else reference / value
+        the figure is better: value / reference, or reference / value where lower is better.
+        Where higher is better, 0 when either is not positive. Where lower is better, a value
+        of 0 (or one within the tolerance of a reference of 0) is even or better: 1 against a
+        reference of 0, BEST_RATIO against a positive one; a positive value against a reference
+        of 0 is 0 (the worst)."""
+        if not self.lower:
+            return 0.0 if reference <= 0 or value <= 0 else value / reference
+        if reference <= 0:
+            return 1.0 if value <= self.tolerance else 0.0
+        return BEST_RATIO if value <= 0 else min(reference / value, BEST_RATIO)
 
     def baseline_name(self, precision: str | None = None, nbytes: int | None = None) -> str | None:
         """The baseline's name of the figure; of a family, its member in `precision` or at
@@ -238,6 +297,9 @@ class Figure:
 def _snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
 
+
+# The best ratio a lower-is-better value stands in (a value of 0 against a positive reference).
+BEST_RATIO = 1e6
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 

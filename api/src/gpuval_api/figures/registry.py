@@ -8,9 +8,9 @@ from collections.abc import Iterable
 
 from gpuval_api.checks import Precision
 from gpuval_api.figures.kinds import (
-    Better,
     FabricPairs,
     Figure,
+    PerGpu,
     PerPrecision,
     PerSize,
     Scope,
@@ -28,8 +28,17 @@ class RegistryError(ValueError):
 def declare(figure: Figure) -> Figure:
     """Add a figure. Every table derived from the registry at import sees it when it is declared
     before those modules are imported (a figure of this package is declared above)."""
-    if figure.shown.distribution and figure.better is not Better.HIGHER:
-        raise RegistryError(f"figure {figure.id!r}: the slowest-nodes panel needs higher-better")
+    read = figure.read
+    if isinstance(read, PerGpu) and read.worst is not None and read.worst is not figure.worst:
+        raise RegistryError(
+            f"figure {figure.id!r}: PerGpu(worst={read.worst}) contradicts better={figure.better} "
+            f"(whose worst is {figure.worst}); leave worst out, better says it"
+        )
+    if figure.tolerance < 0 or (figure.tolerance and not figure.lower):
+        raise RegistryError(
+            f"figure {figure.id!r}: tolerance {figure.tolerance:g} is for lower-is-better "
+            "figures only, and at least 0"
+        )
     if figure.history and not (figure.summary or isinstance(figure.read, FabricPairs)):
         raise RegistryError(f"figure {figure.id!r}: a history figure is read from the summary")
     for known in _REGISTRY:

@@ -52,7 +52,7 @@ class Comparison:
     name: str
     exact: bool  # the baseline's key is the node's (else: same GPU, per-GPU figures only)
     figures: tuple[str, ...]  # judged figures with a ratio, in reading order
-    ratios: array[float]  # float32, one per figure: worst value / centre
+    ratios: array[float]  # float32, one per figure: how its worst value stands to the centre
     below: int  # bit i set: figures[i] had a value below the floor
 
     @classmethod
@@ -109,14 +109,18 @@ def _float(value: object) -> float:
 
 def _worst(count: int, values: array[float]) -> tuple[str, float] | None:
     """The key figure of the last of `count` entries furthest below its median over the
-    earlier ones, and its ratio to that median."""
+    earlier ones (above it, where lower is better), and its ratio to that median (below 1
+    worse, as `Figure.ratio` says)."""
     width, last = len(KEY_FIGURES), count - 1
     found: tuple[str, float] | None = None
     for index, figure in enumerate(history_figures()):
         now = values[last * width + index]
         earlier = [v for e in range(last) if not math.isnan(v := values[e * width + index])]
-        if math.isnan(now) or not earlier or (median := statistics.median(earlier)) <= 0:
+        if math.isnan(now) or not earlier:
             continue
+        median = statistics.median(earlier)
+        if median <= 0 and not figure.lower:
+            continue  # no reference; where lower is better a median of 0 is the best one
         ratio = round(figure.ratio(now, median), 4)  # a tie goes to the figure read first
         if found is None or ratio < found[1]:
             found = (figure.key, ratio)

@@ -509,8 +509,9 @@ def test_a_node_whose_gpus_were_replaced_starts_its_history_again_and_says_so() 
     assert pending.history().runs == ("1-beef", "2-beef", "3-beef")
 
 
-def test_a_run_that_learned_from_a_bimodal_fleet_has_the_bimodal_condition() -> None:
-    nodes = [measured(f"slow-{i}", slowed(0.85)) for i in range(6)]
+def test_a_run_over_a_bimodal_fleet_has_the_bimodal_condition_and_learns_nothing() -> None:
+    # Two even halves: before, the middle between them was learned without a word.
+    nodes = [measured(f"slow-{i}", slowed(0.9)) for i in range(4)]
     nodes += [measured(f"fast-{i}") for i in range(4)]
     run = RunState("fleet", "1-beef", 1, 1, "created", 1000.0)
     for result in nodes:
@@ -536,9 +537,8 @@ def test_a_run_that_learned_from_a_bimodal_fleet_has_the_bimodal_condition() -> 
 
     assert "Bimodal" not in plain
     bimodal = {c["type"]: c for c in status["conditions"]}["Bimodal"]
-    assert (bimodal["status"], bimodal["reason"]) == ("True", "LearnedBetterMode")
+    assert (bimodal["status"], bimodal["reason"]) == ("True", "NotLearnedBimodal")
     assert bimodal["message"] == outcome.bimodal == status["baseline"]["bimodal"][0]
-    assert (
-        "is bimodal: 4 nodes at " in bimodal["message"] and "and 6 nodes at" in bimodal["message"]
-    )
-    assert outcome.spec is not None and len(outcome.kept) == 4
+    assert "is bimodal: 4 nodes (fast-0, fast-1, fast-2, fast-3) at " in bimodal["message"]
+    assert "and 4 nodes (slow-0, slow-1, slow-2, slow-3) at " in bimodal["message"]
+    assert outcome.spec is None and fleet.learned_object(outcome) is None

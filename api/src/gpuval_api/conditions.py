@@ -60,8 +60,7 @@ class ConditionReason(StrEnum):
     WITHIN_BASELINE = "WithinBaseline"  # no figure is below its baseline on most judged nodes
     SYSTEMIC_BELOW_BASELINE = "SystemicBelowBaseline"  # most judged nodes below on a figure
     NO_BASELINE = "NoBaseline"  # no node of the run had a baseline to be judged against
-    # Bimodal: learning took the better of two modes (its other nodes named), or learned nothing.
-    LEARNED_BETTER_MODE = "LearnedBetterMode"
+    # Bimodal: learning found two modes, named both and learned nothing until a person chooses.
     NOT_LEARNED_BIMODAL = "NotLearnedBimodal"
     # AgentPodsRefused: what refused the agent pods (True), or that none is refused (False).
     POD_SECURITY = "PodSecurity"  # Pod Security admission (the namespace's enforce level)

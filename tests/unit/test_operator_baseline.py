@@ -191,6 +191,22 @@ def test_an_agent_pod_gets_the_baselines_of_its_gpu_model_and_the_fraction() -> 
     assert judge.product_matches("NVIDIA-H200-MIG-1g.18gb-SHARED", given[0].spec)
 
 
+def test_a_mig_profiles_baseline_is_given_to_a_node_its_parent_gpus_label_names() -> None:
+    (shipped,) = files.shipped()
+    key = shipped.spec.key.model_copy(update={"gpu_product": "NVIDIA H200 MIG 1g.18gb"})
+    instances = shipped.spec.model_copy(update={"key": key})
+    runs = judge.start(BaselineSettings(), [("h200-mig-1g", instances)])
+
+    # Before: the mixed strategy's label (the parent alone) never named the profile's baseline.
+    assert judge.product_matches("NVIDIA-H200", instances)
+    assert judge.product_matches("NVIDIA-H200-MIG-1g.18gb", instances)  # the single strategy
+    assert not judge.product_matches("NVIDIA-H200-MIG-3g.71gb", instances)  # another profile
+    assert not judge.product_matches("NVIDIA-H100-80GB-HBM3", instances)
+    values = {e["name"]: e["value"] for e in judge.agent_env(runs, "NVIDIA-H200")}
+    (given,) = files.from_yaml(values[AgentEnv.BASELINE], "env")
+    assert given.metadata.name == "h200-mig-1g"
+
+
 def test_where_a_learned_and_a_shipped_baseline_share_a_key_the_learned_judges_and_says_so() -> (
     None
 ):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from gpuval_api import figures
 from gpuval_api.baseline import bands
 from gpuval_api.baseline.bands import BaselineView
-from gpuval_api.baseline.history import gpu_identity, since_gpus_changed
+from gpuval_api.baseline.history import gpu_identity, result_units, since_gpus_changed
 from gpuval_api.baseline.history import value as history_value
 from gpuval_api.baselinemodel import BaselineSettings, GpuBaselineSpec
 from gpuval_api.crd import GpuNodeReport, GpuValidation
@@ -324,7 +324,7 @@ def _history(
     GPUs since replaced), then this run's figures; () without any."""
     entries = report.spec.history
     if result is not None:
-        gpus = gpu_identity((g.uuid, g.serial) for g in result.environment.gpus)
+        gpus = gpu_identity(result_units(result.environment.gpus))
         entries = entries[since_gpus_changed([e.gpu_identity for e in entries], gpus) :]
     if not entries:
         return ()

@@ -292,3 +292,43 @@ def test_a_mig_devices_nvml_uuid_is_looked_up_as_cuda_spells_it() -> None:
     )
     assert cuda_spelling("GPU-abc") == "GPU-abc"
     assert cuda_spelling("MIG-GPU-abc/1/0") == "MIG-GPU-abc/1/0"  # the pre-R470 form: unmapped
+
+
+def test_absolute_thresholds_written_for_a_whole_gpu_hold_a_mig_instance_to_its_share() -> None:
+    # burn 640 and device copy 1600 suit a whole H200 (776 TFLOP/s bf16, 2,019 GB/s here).
+    config = FULL.model_validate(
+        FULL.model_dump(by_alias=True)
+        | {
+            "burn": {"durationSeconds": 1, "minTflops": {"absolute": 640}},
+            "bandwidth": {"minDeviceCopyGBps": {"absolute": 1600}},
+        }
+    )
+    mig = {"gpus": 1, "mig": [{"gpu": 0, "profiles": ["1g.18gb"] * 7}]}
+    slow = _run(mig | {"faults": [{"kind": "slow-gpu", "gpu": 2, "factor": 0.5}]}, config)
+
+    # Before: every instance failed both (a seventh of a GPU against a whole GPU's minimum).
+    assert _run(mig, config).verdict is Verdict.PASSED
+    assert _run({"gpus": 1}, config).verdict is Verdict.PASSED
+    burn = next(c for c in slow.checks if c.name == "burn")
+    (low,) = [f for f in burn.findings if f.reason is Reason.LOW_THROUGHPUT]
+    assert low.gpu == 2
+    assert low.message.startswith("MIG 1g.18gb instance 2 of GPU 0: bf16 burn reached ")
+    assert low.message.endswith(
+        "(burn.minTflops; its absolute 640 is a whole GPU's, held at this MIG instance's 0.121)"
+    )
+
+
+def test_a_node_of_whole_gpus_and_mig_instances_counts_and_names_each_kind() -> None:
+    mixed = {"gpus": 8, "mig": [{"gpu": 7, "profiles": ["1g.18gb"] * 7}]}
+    slow = _run(mixed | {"faults": [{"kind": "slow-gpu", "gpu": 9, "factor": 0.5}]})
+    one = _run({"gpus": 1, "mig": [{"gpu": 0, "profiles": ["1g.18gb"] * 7}]})
+
+    messages = {c.name: c.message for c in _run(mixed).checks}
+    # Before: "14 MIG instances", and an instance on a 1-GPU node was "GPU 6".
+    assert messages["driver"].startswith("7 GPUs and 7 MIG instances, driver ")
+    assert messages["health"] == "7 GPUs and 7 MIG instances healthy"
+    assert messages["burn"].startswith("7 GPUs and 7 MIG instances verified; ")
+    assert {c.name: c.message for c in one.checks}["burn"].startswith("7 MIG instances verified")
+    burn = next(c for c in slow.checks if c.name == "burn")
+    (low,) = [f for f in burn.findings if f.reason is Reason.LOW_THROUGHPUT]
+    assert low.message.startswith("MIG 1g.18gb instance 9 of GPU 7: bf16 burn reached ")

@@ -20,9 +20,11 @@ from gpuval_agent.parts import expected_for, figures_for
 from gpuval_agent.runner import run_checks
 from gpuval_api.baseline.samples import node_key
 from gpuval_api.checks import CheckName, ChecksConfig, Precision
+from gpuval_api.machine import machine_view
 from gpuval_api.mig import mig_layout, share_of
 from gpuval_api.reasons import Reason, Severity
 from gpuval_api.result import AgentResult, Environment, GpuInfo, MigInstance, Verdict
+from gpuval_api.views import UnitView, figure_outliers
 from gpuval_operator.run.facts import environment_fingerprint
 from tests.unit.test_agent_checks import Recorder
 
@@ -332,3 +334,23 @@ def test_a_node_of_whole_gpus_and_mig_instances_counts_and_names_each_kind() -> 
     burn = next(c for c in slow.checks if c.name == "burn")
     (low,) = [f for f in burn.findings if f.reason is Reason.LOW_THROUGHPUT]
     assert low.message.startswith("MIG 1g.18gb instance 9 of GPU 7: bf16 burn reached ")
+
+
+def test_outliers_compare_mig_instances_with_instances_and_whole_gpus_with_whole_gpus() -> None:
+    mixed = {"gpus": 8, "mig": [{"gpu": 7, "profiles": ["1g.18gb"] * 7}]}
+    slow = _run(mixed | {"faults": [{"kind": "slow-gpu", "gpu": 9, "factor": 0.5}]})
+
+    # Before: every instance was an outlier against the whole GPUs' median ("12 % of median").
+    assert machine_view(_run(mixed)).outliers == []
+    found = {(o.unit, o.figure.key) for o in machine_view(slow).outliers}
+    assert ("MIG 1g.18gb instance 9 of GPU 7", "burnTflops") in found
+    assert {unit for unit, _ in found} == {"MIG 1g.18gb instance 9 of GPU 7"}
+    # A fleet: nodes of one MIG layout with each other, whole-GPU nodes with each other.
+    whole = [UnitView(f"w{i}", "Passed", figures={"burnTflops": 776.0}) for i in range(3)]
+    sevenths = [
+        UnitView(f"m{i}", "Passed", figures={"burnTflops": 94.0 * (0.5 if i == 2 else 1)}, kind=k)
+        for i, k in enumerate(["7x1g.18gb"] * 3)
+    ]
+    assert [(o.unit, round(o.ratio, 2)) for o in figure_outliers([*whole, *sevenths])] == [
+        ("m2", 0.5)
+    ]

@@ -131,6 +131,14 @@ def parent_product(product: str) -> tuple[str, str]:
     return model, profile
 
 
+def unit_name(index: int, profile: str | None = None, parent_index: int | None = None) -> str:
+    """How a unit is named: 'GPU 3', or a MIG instance by its profile and parent GPU ('MIG
+    1g.18gb instance 6 of GPU 0': the unit index of an instance is no GPU's)."""
+    if profile is None:
+        return f"GPU {index}"
+    return f"MIG {profile} instance {index} of GPU {parent_index}"
+
+
 def mig_layout(profiles: Iterable[str]) -> str:
     """A node's MIG instances as one string, e.g. '7x1g.18gb' or '1x3g.71gb+2x2g.35gb': the same
     layout gives the same string whatever the order the instances were listed in."""

@@ -17,7 +17,7 @@ from gpuval_agent.state.model import Reading
 from gpuval_agent.telemetry import Sampler
 from gpuval_agent.watch import InUseWatch
 from gpuval_api.checks import ChecksConfig
-from gpuval_api.mig import MigShare
+from gpuval_api.mig import MigShare, unit_name
 from gpuval_api.reasons import REASONS, Reason, Severity, verdict_of
 from gpuval_api.result import (
     BurnFingerprint,
@@ -115,8 +115,8 @@ class CheckContext:
         ('MIG 1g.18gb instance 6 of GPU 0': the agent's unit index is no GPU's)."""
         info = next((g for g in self.environment.gpus if g.index == gpu), None)
         if info is None or info.mig is None:
-            return f"GPU {gpu}"
-        return f"MIG {info.mig.profile} instance {gpu} of GPU {info.mig.parent_index}"
+            return unit_name(gpu)
+        return unit_name(gpu, info.mig.profile, info.mig.parent_index)
 
 
 def units_text(gpus: list[GpuInfo]) -> str:

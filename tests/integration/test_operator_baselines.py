@@ -381,6 +381,67 @@ def test_a_node_whose_gpus_were_replaced_starts_a_new_history_and_does_not_drift
     assert "3 earlier runs set aside" in said
 
 
+@pytest.mark.timeout(900)
+def test_mig_nodes_under_the_mixed_strategy_are_judged_by_their_learned_baseline_and_keep_history(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Operator,
+    unique_name: Callable[[str], str],
+) -> None:
+    def sevenths(boot: int) -> dict[str, Any]:
+        # Instance UUIDs are new each time the instances are created again (a reboot).
+        uuids = [f"MIG-boot{boot}-{k}" for k in range(7)]
+        return {"gpus": 1, "mig": [{"gpu": 0, "profiles": ["1g.18gb"] * 7, "uuids": uuids}]}
+
+    nodes = [unique_name("mig") for _ in range(3)]
+    for node in nodes:
+        fleet.add(node, **sevenths(0))
+    rebooted = nodes[0]
+    name = unique_name("migbase")
+    history = {"runs": 5, "driftFraction": 0.05, "action": "Fail"}
+    spec = {
+        "maxConcurrent": 3,
+        "checks": CHECKS,
+        "baseline": {"minNodes": 3, "history": history},
+    }
+    runs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    learned: list[str] = []
+    try:
+        with operator():
+            apply(cluster, fleet.validation(name, **spec))
+            learned = _learned(cluster, name)["baseline"]["learned"]
+            for n in range(1, 3):
+                if n == 1:
+                    fleet.resimulate(rebooted, [], **sevenths(1))
+                patch_spec(cluster, name, {"history": 10 + n})
+                status = completed_run(cluster, name, after=n)
+                reports = {
+                    r["spec"]["node"]: r for r in reports_of(cluster, name, status["run"]["id"])
+                }
+                runs.append((status, reports))
+            events = events_of(cluster, name)
+    finally:
+        delete_validation(cluster, name)
+        for baseline in learned:
+            _delete_baseline(cluster, baseline)
+
+    assert learned == ["nvidia-h200-mig-1g-18gb-x7-700w-gen5x16"]
+    # Before: the product label (NVIDIA-H200) never named the learned baseline's key, and every
+    # later run said no node had a baseline.
+    for status, reports in runs:
+        within = conditions(status)["WithinBaseline"]
+        assert (within["status"], within["reason"]) == ("True", "WithinBaseline"), within
+        assert status["baseline"]["judged"] == 3
+        assert {r["status"]["verdict"] for r in reports.values()} == {"Passed"}
+        judged_by = {r["status"]["result"]["baseline"]["name"] for r in reports.values()}
+        assert judged_by == set(learned)
+    # Before: the reboot's new instance UUIDs were other GPUs, and its history started again.
+    assert not [e for e in events if e["reason"] == "HistoryRestarted"]
+    carried = [e["run"] for e in runs[1][1][rebooted]["spec"].get("history", [])]
+    # The learning run's and the reboot run's, both kept.
+    assert len(carried) == 2 and carried[-1] == runs[0][0]["run"]["id"], carried
+
+
 @contextlib.contextmanager
 def _second_cluster(
     tmp_path: Path, nodes: dict[str, list[dict[str, Any]]], label: str

@@ -152,40 +152,59 @@ def test_a_baseline_learned_from_fifty_nodes_leaves_the_three_slow_ones_out_and_
     assert "1 failed nodes not used" in said[0]
 
 
-def test_a_fleet_sixty_percent_slow_is_named_bimodal_and_learns_its_fast_mode(
+def test_a_fleet_in_two_even_halves_is_named_bimodal_learns_nothing_until_a_person_chooses(
     cluster: Cluster,
     fleet: Fleet,
     operator: Operator,
     unique_name: Callable[[str], str],
     no_baseline: None,
 ) -> None:
-    slow = [unique_name("slow") for _ in range(6)]
-    fast = [unique_name("fast") for _ in range(4)]
-    fleet.add_many({**{n: slowed(0.85, EVERY_GPU) for n in slow}, **{n: [] for n in fast}})
+    slow = sorted(unique_name("slow") for _ in range(4))
+    fast = sorted(unique_name("fast") for _ in range(4))
+    fleet.add_many({**{n: slowed(0.9, EVERY_GPU) for n in slow}, **{n: [] for n in fast}})
     name = unique_name("bimodal")
-    spec = {"maxConcurrent": 10, "checks": CHECKS, "baseline": {"minNodes": 3}}
+    spec = {"maxConcurrent": 8, "checks": CHECKS, "baseline": {"minNodes": 3}}
     try:
         with operator():
             apply(cluster, fleet.validation(name, **spec))
-            status = _learned(cluster, name)
-            learned = get_json(cluster, "gpubaseline", LEARNED)
+            status = wait_for(
+                f"{name} to find its stack bimodal",
+                lambda: (
+                    (status_of(cluster, name).get("baseline") or {}).get("bimodal")
+                    and status_of(cluster, name)
+                ),
+                timeout=120,
+            )
             events = events_of(cluster, name)
+            learned_before = get_json(cluster, "gpubaseline", LEARNED)
+            # A person chooses: kubectl gpuval baseline learn learns the better mode.
+            said_by_kubectl = kubectl_gpuval(cluster, "baseline", "learn", name)
+            learned = get_json(cluster, "gpubaseline", LEARNED)
     finally:
         delete_validation(cluster, name)
 
+    # Before: the operator learned the middle (0.95 of the fast nodes) without a word, and a
+    # fast node could then lose 14 % and pass.
+    assert learned_before is None and status["baseline"].get("learned", []) == []
     bimodal = conditions(status)["Bimodal"]
-    assert (bimodal["status"], bimodal["reason"]) == ("True", "LearnedBetterMode")
+    assert (bimodal["status"], bimodal["reason"]) == ("True", "NotLearnedBimodal")
     message = bimodal["message"]
-    assert message.startswith("NVIDIA H200 x8, 700 W, PCIe gen5x16 is bimodal: 4 nodes at ")
-    assert "and 6 nodes at " in message and "learned the better mode (4 nodes)" in message
+    assert message.startswith(
+        f"NVIDIA H200 x8, 700 W, PCIe gen5x16 is bimodal: 4 nodes ({', '.join(fast)}) at "
+    )
+    assert f"and 4 nodes ({', '.join(slow)}) at " in message
+    assert "learned nothing until a person chooses" in message
     assert status["baseline"]["bimodal"] == [message]
-    # Before, the median kept the slow six and they became the baseline without a word.
-    source = learned["spec"]["source"]
-    assert sorted(e["node"] for e in source["excluded"]) == sorted(slow)
-    assert all(round(e["value"] / e["centre"], 2) == 0.85 for e in source["excluded"])
-    assert {f["nodes"] for f in learned["spec"]["figures"]} == {4}
-    (said,) = [e for e in events if e["reason"] == "BaselineLearned"]
+    within = conditions(status)["WithinBaseline"]
+    assert (within["status"], within["reason"]) == ("Unknown", "NoBaseline")
+    (said,) = [e for e in events if e["reason"] == "BaselineNotLearned"]
     assert said["type"] == "Warning" and "is bimodal" in said["message"]
+    # The person's choice: the fast half learned, the slow half named.
+    assert "learned the better mode (4 nodes)" in said_by_kubectl
+    source = learned["spec"]["source"]
+    assert sorted(e["node"] for e in source["excluded"]) == slow
+    assert all(round(e["value"] / e["centre"], 2) == 0.9 for e in source["excluded"])
+    assert {f["nodes"] for f in learned["spec"]["figures"]} == {4}
 
 
 def test_a_driver_regression_slowing_every_node_fails_each_below_baseline_and_is_systemic(
@@ -370,6 +389,67 @@ def test_a_node_whose_gpus_were_replaced_starts_a_new_history_and_does_not_drift
     assert [len(r) for r in restarted] == [0, 0, 0, 1, 0]
     within = [conditions(s)["WithinBaseline"] for s, _ in runs]
     assert {(c["status"], c["reason"]) for c in within} == {("Unknown", "BaselineOff")}
+
+
+@pytest.mark.timeout(900)
+def test_mig_nodes_under_the_mixed_strategy_are_judged_by_their_learned_baseline_and_keep_history(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Operator,
+    unique_name: Callable[[str], str],
+) -> None:
+    def sevenths(boot: int) -> dict[str, Any]:
+        # Instance UUIDs are new each time the instances are created again (a reboot).
+        uuids = [f"MIG-boot{boot}-{k}" for k in range(7)]
+        return {"gpus": 1, "mig": [{"gpu": 0, "profiles": ["1g.18gb"] * 7, "uuids": uuids}]}
+
+    nodes = [unique_name("mig") for _ in range(3)]
+    for node in nodes:
+        fleet.add(node, **sevenths(0))
+    rebooted = nodes[0]
+    name = unique_name("migbase")
+    history = {"runs": 5, "driftFraction": 0.05, "action": "Fail"}
+    spec = {
+        "maxConcurrent": 3,
+        "checks": CHECKS,
+        "baseline": {"minNodes": 3, "history": history},
+    }
+    runs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    learned: list[str] = []
+    try:
+        with operator():
+            apply(cluster, fleet.validation(name, **spec))
+            learned = _learned(cluster, name)["baseline"]["learned"]
+            for n in range(1, 3):
+                if n == 1:
+                    fleet.resimulate(rebooted, [], **sevenths(1))
+                patch_spec(cluster, name, {"history": 10 + n})
+                status = completed_run(cluster, name, after=n)
+                reports = {
+                    r["spec"]["node"]: r for r in reports_of(cluster, name, status["run"]["id"])
+                }
+                runs.append((status, reports))
+            events = events_of(cluster, name)
+    finally:
+        delete_validation(cluster, name)
+        for baseline in learned:
+            _delete_baseline(cluster, baseline)
+
+    assert learned == ["nvidia-h200-mig-1g-18gb-x7-700w-gen5x16"]
+    # Before: the product label (NVIDIA-H200) never named the learned baseline's key, and every
+    # later run said no node had a baseline.
+    for status, reports in runs:
+        within = conditions(status)["WithinBaseline"]
+        assert (within["status"], within["reason"]) == ("True", "WithinBaseline"), within
+        assert status["baseline"]["judged"] == 3
+        assert {r["status"]["verdict"] for r in reports.values()} == {"Passed"}
+        judged_by = {r["status"]["result"]["baseline"]["name"] for r in reports.values()}
+        assert judged_by == set(learned)
+    # Before: the reboot's new instance UUIDs were other GPUs, and its history started again.
+    assert not [e for e in events if e["reason"] == "HistoryRestarted"]
+    carried = [e["run"] for e in runs[1][1][rebooted]["spec"].get("history", [])]
+    # The learning run's and the reboot run's, both kept.
+    assert len(carried) == 2 and carried[-1] == runs[0][0]["run"]["id"], carried
 
 
 @contextlib.contextmanager

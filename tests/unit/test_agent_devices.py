@@ -20,9 +20,11 @@ from gpuval_agent.parts import expected_for, figures_for
 from gpuval_agent.runner import run_checks
 from gpuval_api.baseline.samples import node_key
 from gpuval_api.checks import CheckName, ChecksConfig, Precision
+from gpuval_api.machine import machine_view
 from gpuval_api.mig import mig_layout, share_of
 from gpuval_api.reasons import Reason, Severity
 from gpuval_api.result import AgentResult, Environment, GpuInfo, MigInstance, Verdict
+from gpuval_api.views import UnitView, figure_outliers
 from gpuval_operator.run.facts import environment_fingerprint
 from tests.unit.test_agent_checks import Recorder
 
@@ -292,3 +294,63 @@ def test_a_mig_devices_nvml_uuid_is_looked_up_as_cuda_spells_it() -> None:
     )
     assert cuda_spelling("GPU-abc") == "GPU-abc"
     assert cuda_spelling("MIG-GPU-abc/1/0") == "MIG-GPU-abc/1/0"  # the pre-R470 form: unmapped
+
+
+def test_absolute_thresholds_written_for_a_whole_gpu_hold_a_mig_instance_to_its_share() -> None:
+    # burn 640 and device copy 1600 suit a whole H200 (776 TFLOP/s bf16, 2,019 GB/s here).
+    config = FULL.model_validate(
+        FULL.model_dump(by_alias=True)
+        | {
+            "burn": {"durationSeconds": 1, "minTflops": {"absolute": 640}},
+            "bandwidth": {"minDeviceCopyGBps": {"absolute": 1600}},
+        }
+    )
+    mig = {"gpus": 1, "mig": [{"gpu": 0, "profiles": ["1g.18gb"] * 7}]}
+    slow = _run(mig | {"faults": [{"kind": "slow-gpu", "gpu": 2, "factor": 0.5}]}, config)
+
+    # Before: every instance failed both (a seventh of a GPU against a whole GPU's minimum).
+    assert _run(mig, config).verdict is Verdict.PASSED
+    assert _run({"gpus": 1}, config).verdict is Verdict.PASSED
+    burn = next(c for c in slow.checks if c.name == "burn")
+    (low,) = [f for f in burn.findings if f.reason is Reason.LOW_THROUGHPUT]
+    assert low.gpu == 2
+    assert low.message.startswith("MIG 1g.18gb instance 2 of GPU 0: bf16 burn reached ")
+    assert low.message.endswith(
+        "(burn.minTflops; its absolute 640 is a whole GPU's, held at this MIG instance's 0.121)"
+    )
+
+
+def test_a_node_of_whole_gpus_and_mig_instances_counts_and_names_each_kind() -> None:
+    mixed = {"gpus": 8, "mig": [{"gpu": 7, "profiles": ["1g.18gb"] * 7}]}
+    slow = _run(mixed | {"faults": [{"kind": "slow-gpu", "gpu": 9, "factor": 0.5}]})
+    one = _run({"gpus": 1, "mig": [{"gpu": 0, "profiles": ["1g.18gb"] * 7}]})
+
+    messages = {c.name: c.message for c in _run(mixed).checks}
+    # Before: "14 MIG instances", and an instance on a 1-GPU node was "GPU 6".
+    assert messages["driver"].startswith("7 GPUs and 7 MIG instances, driver ")
+    assert messages["health"] == "7 GPUs and 7 MIG instances healthy"
+    assert messages["burn"].startswith("7 GPUs and 7 MIG instances verified; ")
+    assert {c.name: c.message for c in one.checks}["burn"].startswith("7 MIG instances verified")
+    burn = next(c for c in slow.checks if c.name == "burn")
+    (low,) = [f for f in burn.findings if f.reason is Reason.LOW_THROUGHPUT]
+    assert low.message.startswith("MIG 1g.18gb instance 9 of GPU 7: bf16 burn reached ")
+
+
+def test_outliers_compare_mig_instances_with_instances_and_whole_gpus_with_whole_gpus() -> None:
+    mixed = {"gpus": 8, "mig": [{"gpu": 7, "profiles": ["1g.18gb"] * 7}]}
+    slow = _run(mixed | {"faults": [{"kind": "slow-gpu", "gpu": 9, "factor": 0.5}]})
+
+    # Before: every instance was an outlier against the whole GPUs' median ("12 % of median").
+    assert machine_view(_run(mixed)).outliers == []
+    found = {(o.unit, o.figure.key) for o in machine_view(slow).outliers}
+    assert ("MIG 1g.18gb instance 9 of GPU 7", "burnTflops") in found
+    assert {unit for unit, _ in found} == {"MIG 1g.18gb instance 9 of GPU 7"}
+    # A fleet: nodes of one MIG layout with each other, whole-GPU nodes with each other.
+    whole = [UnitView(f"w{i}", "Passed", figures={"burnTflops": 776.0}) for i in range(3)]
+    sevenths = [
+        UnitView(f"m{i}", "Passed", figures={"burnTflops": 94.0 * (0.5 if i == 2 else 1)}, kind=k)
+        for i, k in enumerate(["7x1g.18gb"] * 3)
+    ]
+    assert [(o.unit, round(o.ratio, 2)) for o in figure_outliers([*whole, *sevenths])] == [
+        ("m2", 0.5)
+    ]

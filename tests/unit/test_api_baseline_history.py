@@ -4,6 +4,7 @@ DriftFromHistory for a slow decline the fleet median hides."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from gpuval_api.baseline.history import (
     KEY_FIGURES,
@@ -121,3 +122,26 @@ def test_new_gpus_start_a_new_history_and_are_not_judged_against_the_old_ones() 
     unknown = [h.model_copy(update={"gpu_identity": None}) for h in old]
     assert [d.figure for d in drift(unknown, swapped, settings)][:1] == ["burnTflops"]
     assert [h.run for h in next_history(unknown, swapped, 5)] == ["r0", "r1", "r2", "r3"]
+
+
+def test_a_mig_nodes_history_survives_its_instances_being_created_again() -> None:
+    settings = HistorySettings(runs=5, drift_fraction=0.05, action=DriftAction.FAIL)
+
+    def on_mig(run: str, boot: int, profiles: list[str], *faults: dict[str, Any]) -> HistoryEntry:
+        uuids = [f"MIG-boot{boot}-{k}" for k in range(len(profiles))]
+        layout = [{"gpu": 0, "profiles": profiles, "uuids": uuids}]
+        return entry_of_result(run, measured("n1", list(faults), gpus=1, mig=layout))
+
+    seven = ["1g.18gb"] * 7
+    # Three runs, then a reboot: the same GPU and layout, new instance UUIDs, 10 % slower.
+    old = [on_mig(f"r{n}", n, seven) for n in range(3)]
+    rebooted = on_mig("r3", 3, seven, *slowed(0.9, [0]))
+
+    # Before: each boot's instance UUIDs were other GPUs, and the history started again.
+    assert len({h.gpu_identity for h in [*old, rebooted]}) == 1
+    assert [d.figure for d in drift(old, rebooted, settings)][:1] == ["burnTflops"]
+    assert [h.run for h in next_history(old, rebooted, 5)] == ["r0", "r1", "r2", "r3"]
+    # Another layout is other units: its history starts again.
+    relaid = on_mig("r4", 4, ["3g.71gb", "4g.71gb"])
+    assert relaid.gpu_identity not in (None, old[0].gpu_identity)
+    assert [h.run for h in next_history(old, relaid, 5)] == ["r4"]

@@ -191,6 +191,22 @@ def test_an_agent_pod_gets_the_baselines_of_its_gpu_model_and_the_fraction() -> 
     assert judge.product_matches("NVIDIA-H200-MIG-1g.18gb-SHARED", given[0].spec)
 
 
+def test_a_mig_profiles_baseline_is_given_to_a_node_its_parent_gpus_label_names() -> None:
+    (shipped,) = files.shipped()
+    key = shipped.spec.key.model_copy(update={"gpu_product": "NVIDIA H200 MIG 1g.18gb"})
+    instances = shipped.spec.model_copy(update={"key": key})
+    runs = judge.start(BaselineSettings(), [("h200-mig-1g", instances)])
+
+    # Before: the mixed strategy's label (the parent alone) never named the profile's baseline.
+    assert judge.product_matches("NVIDIA-H200", instances)
+    assert judge.product_matches("NVIDIA-H200-MIG-1g.18gb", instances)  # the single strategy
+    assert not judge.product_matches("NVIDIA-H200-MIG-3g.71gb", instances)  # another profile
+    assert not judge.product_matches("NVIDIA-H100-80GB-HBM3", instances)
+    values = {e["name"]: e["value"] for e in judge.agent_env(runs, "NVIDIA-H200")}
+    (given,) = files.from_yaml(values[AgentEnv.BASELINE], "env")
+    assert given.metadata.name == "h200-mig-1g"
+
+
 def test_where_a_learned_and_a_shipped_baseline_share_a_key_the_learned_judges_and_says_so() -> (
     None
 ):
@@ -509,8 +525,9 @@ def test_a_node_whose_gpus_were_replaced_starts_its_history_again_and_says_so() 
     assert pending.history().runs == ("1-beef", "2-beef", "3-beef")
 
 
-def test_a_run_that_learned_from_a_bimodal_fleet_has_the_bimodal_condition() -> None:
-    nodes = [measured(f"slow-{i}", slowed(0.85)) for i in range(6)]
+def test_a_run_over_a_bimodal_fleet_has_the_bimodal_condition_and_learns_nothing() -> None:
+    # Two even halves: before, the middle between them was learned without a word.
+    nodes = [measured(f"slow-{i}", slowed(0.9)) for i in range(4)]
     nodes += [measured(f"fast-{i}") for i in range(4)]
     run = RunState("fleet", "1-beef", 1, 1, "created", 1000.0)
     for result in nodes:
@@ -536,9 +553,8 @@ def test_a_run_that_learned_from_a_bimodal_fleet_has_the_bimodal_condition() -> 
 
     assert "Bimodal" not in plain
     bimodal = {c["type"]: c for c in status["conditions"]}["Bimodal"]
-    assert (bimodal["status"], bimodal["reason"]) == ("True", "LearnedBetterMode")
+    assert (bimodal["status"], bimodal["reason"]) == ("True", "NotLearnedBimodal")
     assert bimodal["message"] == outcome.bimodal == status["baseline"]["bimodal"][0]
-    assert (
-        "is bimodal: 4 nodes at " in bimodal["message"] and "and 6 nodes at" in bimodal["message"]
-    )
-    assert outcome.spec is not None and len(outcome.kept) == 4
+    assert "is bimodal: 4 nodes (fast-0, fast-1, fast-2, fast-3) at " in bimodal["message"]
+    assert "and 4 nodes (slow-0, slow-1, slow-2, slow-3) at " in bimodal["message"]
+    assert outcome.spec is None and fleet.learned_object(outcome) is None

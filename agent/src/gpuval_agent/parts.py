@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from gpuval_api.checks import Precision
-from gpuval_api.mig import MODELS, share_of
+from gpuval_api.mig import MODELS, MigShare, share_of
 from gpuval_api.parts import H100_SXM, H200
 from gpuval_api.result import GpuInfo
 
@@ -94,17 +94,12 @@ def figures_for(product: str | None) -> PartFigures:
     return next((part for part in PARTS if part.product == product), UNKNOWN)
 
 
-def expected_for(part: PartFigures, gpu: GpuInfo) -> PartFigures:
-    """The figures `gpu` is expected to reach: the part's for a whole GPU; for a MIG instance its
-    share of them (gpuval_api.mig.share_of): compute (the burn) by its SMs' share, device-local
-    copies by its memory slices' share, and host copies by its compute share too, since every
-    instance of a GPU copies over the one PCIe link at once in the bandwidth check, each with its
-    own copy engines. Peer copies, NCCL and the training step do not apply to an instance: their
-    figures are left out (no fraction threshold)."""
+def mig_share(part: PartFigures, gpu: GpuInfo) -> MigShare | None:
+    """A MIG instance's share of its whole GPU (gpuval_api.mig.share_of); None for a whole GPU."""
     mig = gpu.mig
     if mig is None:
-        return part
-    share = share_of(
+        return None
+    return share_of(
         part.product or gpu.name,
         mig.profile,
         sms=mig.sm_count,
@@ -112,6 +107,18 @@ def expected_for(part: PartFigures, gpu: GpuInfo) -> PartFigures:
         memory_bytes=gpu.memory_total_bytes,
         parent_memory_bytes=mig.parent_memory_total_bytes,
     )
+
+
+def expected_for(part: PartFigures, gpu: GpuInfo) -> PartFigures:
+    """The figures `gpu` is expected to reach: the part's for a whole GPU; for a MIG instance its
+    share of them (gpuval_api.mig.share_of): compute (the burn) by its SMs' share, device-local
+    copies by its memory slices' share, and host copies by its compute share too, since every
+    instance of a GPU copies over the one PCIe link at once in the bandwidth check, each with its
+    own copy engines. Peer copies, NCCL and the training step do not apply to an instance: their
+    figures are left out (no fraction threshold)."""
+    mig, share = gpu.mig, mig_share(part, gpu)
+    if mig is None or share is None:
+        return part
 
     def scaled(value: float | None, by: float) -> float | None:
         return None if value is None else value * by

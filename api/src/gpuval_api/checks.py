@@ -118,7 +118,10 @@ class Threshold(_Model):
         default=None,
         ge=0,
         le=MAX_FIGURE,
-        description="Minimum in the figure's own unit (TFLOP/s or GB/s).",
+        description=(
+            "Minimum in the figure's own unit (TFLOP/s or GB/s), for a whole GPU: a MIG "
+            "instance is held to its share of it, as to its share of the expected figure."
+        ),
     )
     fraction_of_expected: float | None = Field(
         default=None,
@@ -130,11 +133,13 @@ class Threshold(_Model):
         ),
     )
 
-    def minimum(self, expected: float | None) -> float | None:
-        """The effective minimum for a part whose expected figure is `expected` (None: unknown)."""
+    def minimum(self, expected: float | None, share: float = 1.0) -> float | None:
+        """The effective minimum for a part whose expected figure is `expected` (None: unknown),
+        of a unit that is `share` of a whole GPU (a MIG instance: `expected` is scaled already,
+        the absolute figure, written for a whole GPU, is scaled here)."""
         candidates: list[float] = []
         if self.absolute is not None:
-            candidates.append(self.absolute)
+            candidates.append(self.absolute * share)
         if self.fraction_of_expected is not None and expected is not None:
             candidates.append(self.fraction_of_expected * expected)
         return max(candidates) if candidates else None

@@ -90,8 +90,7 @@ class ConditionReason(StrEnum):
     SYSTEMIC_BELOW_BASELINE = "SystemicBelowBaseline"  # most judged nodes below on a figure
     NO_BASELINE = "NoBaseline"  # no node of the run had a baseline to be judged against
     BASELINE_OFF = "BaselineOff"  # spec.baseline.mode Off: no baseline is applied (history kept)
-    # Bimodal: learning took the better of two modes (its other nodes named), or learned nothing.
-    LEARNED_BETTER_MODE = "LearnedBetterMode"
+    # Bimodal: learning found two modes, named both and learned nothing until a person chooses.
     NOT_LEARNED_BIMODAL = "NotLearnedBimodal"
     # AgentPodsRefused: what refused the agent pods (True), or that none is refused (False).
     POD_SECURITY = "PodSecurity"  # Pod Security admission (the namespace's enforce level)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
+from gpuval_api.mig import parent_product
+
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 # The device plugin's MIG strategies (GFD label nvidia.com/mig.strategy): `single` advertises a
 # node's MIG devices (all of one profile) as nvidia.com/gpu; `mixed` as one resource per profile,
@@ -43,11 +45,18 @@ def product_label(product: str) -> str:
 
 
 def label_names_product(label: str, product: str) -> bool:
-    """Whether a node's GPU_PRODUCT_LABEL names the GPU model `product` (NVML's name): its label
-    form, then maybe a MIG profile and -SHARED, case aside. 'NVIDIA-H200-NVL' (a PCIe card) does
-    not name 'NVIDIA H200'."""
-    mine, label = product_label(product).lower(), label.lower()
-    return label.startswith(mine) and _LABEL_TAIL.fullmatch(label[len(mine) :]) is not None
+    """Whether a node's GPU_PRODUCT_LABEL names the GPU model `product` (NVML's name, or a
+    baseline key's 'NVIDIA H200 MIG 1g.18gb'): its label form, then maybe a MIG profile and
+    -SHARED, case aside. 'NVIDIA-H200-NVL' (a PCIe card) does not name 'NVIDIA H200'. A MIG
+    instance's product is named by its parent's label: under the mixed strategy GFD labels the
+    parent alone ('NVIDIA-H200'); under the single strategy with the profile, which must be its."""
+    model, profile = parent_product(product)
+    mine, label = product_label(model).lower(), label.lower()
+    tail = _LABEL_TAIL.fullmatch(label[len(mine) :]) if label.startswith(mine) else None
+    if tail is None:
+        return False
+    labelled = (tail.group(1) or "").removeprefix("-mig-")
+    return not profile or not labelled or labelled == profile.lower()
 
 
 class SharingStrategy(StrEnum):

@@ -8,6 +8,7 @@ from dataclasses import replace
 from gpuval_api import figureread, figures
 from gpuval_api.baseline import bands
 from gpuval_api.checks import CheckName
+from gpuval_api.mig import unit_name
 from gpuval_api.reasons import Severity
 from gpuval_api.result import AgentResult, Finding
 from gpuval_api.stateview import MAX_LINES_PER_UNIT, not_read, not_read_by_what, state_lines
@@ -53,10 +54,21 @@ def _gpu_figures(result: AgentResult) -> dict[int, dict[str, float]]:
     return found
 
 
+def _unit_names(result: AgentResult) -> dict[int, str]:
+    """Each unit's name ('GPU 3', 'MIG 1g.18gb instance 6 of GPU 0': gpuval_api.mig.unit_name)."""
+    return {
+        g.index: unit_name(g.index, g.mig.profile, g.mig.parent_index)
+        if g.mig is not None
+        else unit_name(g.index)
+        for g in result.environment.gpus
+    }
+
+
 def _machine_failures(result: AgentResult, host: str) -> list[FailureView]:
+    names = _unit_names(result)
     return [
         FailureView(
-            f"GPU {f.gpu}" if f.gpu is not None else host,
+            names.get(f.gpu, unit_name(f.gpu)) if f.gpu is not None else host,
             check.name,
             str(f.reason),
             " ".join(f.message.split()),
@@ -79,19 +91,22 @@ def machine_view(result: AgentResult) -> FleetView:
     environment = _gpu_environment(result)
     figures = _gpu_figures(result)
     indices = sorted(set(environment) | set(figures))
+    names = _unit_names(result)
+    profiles = {g.index: g.mig.profile for g in result.environment.gpus if g.mig is not None}
     units = tuple(
         UnitView(
-            name=f"GPU {index}",
+            name=names.get(index, unit_name(index)),
             verdict=FAILED if index in failed_gpus else PASSED,
             figures=figures.get(index, {}),
             environment=environment.get(index, {}),
             failures=tuple(f for f in failures if f.gpu == index),
+            kind=f"MIG {profiles[index]}" if index in profiles else "",
         )
         for index in indices
     )
     curve = nccl_curve(result.check("nccl"))
     state = tuple(
-        replace(line, unit=f"GPU {f.gpu}" if f.gpu is not None else host)
+        replace(line, unit=names.get(f.gpu, unit_name(f.gpu)) if f.gpu is not None else host)
         for line, f in zip(state_lines(result, host), _state_findings(result), strict=True)
     )
     baseline = None

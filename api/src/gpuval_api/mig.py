@@ -115,6 +115,30 @@ def share_of(
     return MigShare(compute=min(compute, 1.0), memory=min(memory or compute, 1.0))
 
 
+# How a baseline key names a MIG instance's product: its parent GPU's NVML name, then the profile
+# ('NVIDIA H200 MIG 1g.18gb'); an instance's figures are its profile's, never a whole GPU's.
+IN_PRODUCT: Final = " MIG "
+
+
+def key_product(name: str, profile: str | None) -> str:
+    """The product a baseline key names for a unit: its GPU's name, with a MIG profile after."""
+    return f"{name}{IN_PRODUCT}{profile}" if profile else name
+
+
+def parent_product(product: str) -> tuple[str, str]:
+    """'NVIDIA H200 MIG 1g.18gb' -> ('NVIDIA H200', '1g.18gb'); a whole GPU's -> (it, '')."""
+    model, _, profile = product.partition(IN_PRODUCT)
+    return model, profile
+
+
+def unit_name(index: int, profile: str | None = None, parent_index: int | None = None) -> str:
+    """How a unit is named: 'GPU 3', or a MIG instance by its profile and parent GPU ('MIG
+    1g.18gb instance 6 of GPU 0': the unit index of an instance is no GPU's)."""
+    if profile is None:
+        return f"GPU {index}"
+    return f"MIG {profile} instance {index} of GPU {parent_index}"
+
+
 def mig_layout(profiles: Iterable[str]) -> str:
     """A node's MIG instances as one string, e.g. '7x1g.18gb' or '1x3g.71gb+2x2g.35gb': the same
     layout gives the same string whatever the order the instances were listed in."""

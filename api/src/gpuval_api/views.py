@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from gpuval_api import figures
 from gpuval_api.baseline import bands
 from gpuval_api.baseline.bands import BaselineView
-from gpuval_api.baseline.history import gpu_identity, since_gpus_changed
+from gpuval_api.baseline.history import gpu_identity, result_units, since_gpus_changed
 from gpuval_api.baseline.history import value as history_value
 from gpuval_api.baselinemodel import BaselineSettings, GpuBaselineSpec
 from gpuval_api.crd import GpuNodeReport, GpuValidation
@@ -108,6 +108,9 @@ class UnitView:
     not_read: tuple[str, ...] = ()
     # The node's key figures run by run, oldest first, this run last: (run id, {key: value}).
     history: tuple[tuple[str, dict[str, float]], ...] = ()
+    # What the unit is, for comparing like with like: "" whole GPUs; a MIG instance's profile
+    # ('MIG 1g.18gb'); a node's MIG layout ('7x1g.18gb').
+    kind: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,27 +233,32 @@ def hint_for(reason: str | None) -> str:
 def figure_outliers(
     units: Iterable[UnitView], chosen: Sequence[Figure] = FIGURES, ratio: float = OUTLIER_RATIO
 ) -> list[FigureOutlier]:
-    """Units whose figure is below `ratio` of the median of every unit that measured it (where
-    lower is better, above (2 - ratio) x the median plus the figure's tolerance: see
-    OUTLIER_RATIO), worst first.
+    """Units whose figure is worse than `ratio` of the median of every unit of their kind that
+    measured it (below it; where lower is better, above (2 - ratio) x the median plus the
+    figure's tolerance: see OUTLIER_RATIO), worst first: like with like, whole GPUs with whole
+    GPUs, MIG instances of one profile (nodes of one MIG layout) with each other; a 1g.18gb
+    instance is a seventh of a GPU, not an outlier.
 
     The median, not the mean, so one broken unit in a small fleet does not drag the reference
-    down with it; fewer than three units have no meaningful median and give no outliers.
+    down with it; fewer than three units of a kind have no meaningful median and give none.
     """
-    units = list(units)
+    kinds: dict[str, list[UnitView]] = {}
+    for unit in units:
+        kinds.setdefault(unit.kind, []).append(unit)
     found: list[FigureOutlier] = []
     for figure in chosen:
-        measured = [(u.name, u.figures[figure.key]) for u in units if figure.key in u.figures]
-        if len(measured) < 3:
-            continue
-        median = statistics.median(value for _, value in measured)
-        found.extend(
-            FigureOutlier(figure, name, value, median)
-            for name, value in sorted(
-                measured, key=lambda item: (figure.ratio(item[1], median), -item[1])
+        for same in kinds.values():
+            measured = [(u.name, u.figures[figure.key]) for u in same if figure.key in u.figures]
+            if len(measured) < 3:
+                continue
+            median = statistics.median(value for _, value in measured)
+            found.extend(
+                FigureOutlier(figure, name, value, median)
+                for name, value in sorted(
+                    measured, key=lambda item: (figure.ratio(item[1], median), -item[1])
+                )
+                if figure.worse(value, median, 1 - ratio)
             )
-            if figure.worse(value, median, 1 - ratio)
-        )
     return found
 
 
@@ -322,19 +330,21 @@ def node_unit(report: GpuNodeReport) -> UnitView:
             FailureView(node, "-", status.reason, status.message or "", hint_for(status.reason)),
         )
     result = parse_result(status.result)
+    environment = _node_environment(result) if result else {}
     return UnitView(
         name=node,
         verdict=status.verdict,
         reason=status.reason,
         message=status.message or "",
         figures=figures,
-        environment=_node_environment(result) if result else {},
+        environment=environment,
         failures=failures,
         nccl=nccl_curve(result.check("nccl")) if result else (),
         fabric=fabric_finding(status.fabric),
         state=state_lines(result, node),
         not_read=not_read(result),
         history=_history(report, figures, result),
+        kind=environment.get("migLayout", ""),
     )
 
 
@@ -345,7 +355,7 @@ def _history(
     GPUs since replaced), then this run's figures; () without any."""
     entries = report.spec.history
     if result is not None:
-        gpus = gpu_identity((g.uuid, g.serial) for g in result.environment.gpus)
+        gpus = gpu_identity(result_units(result.environment.gpus))
         entries = entries[since_gpus_changed([e.gpu_identity for e in entries], gpus) :]
     if not entries:
         return ()

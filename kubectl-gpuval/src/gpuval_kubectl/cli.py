@@ -135,6 +135,7 @@ def learn(cluster: Cluster, args: argparse.Namespace) -> str:
         validation=args.validation,
         run=reports[0].spec.run,
         at=datetime.now(UTC),
+        choose_mode=True,  # a person asked: of a bimodal stack, the better mode
     )
     learned = [o for o in outcomes if o.spec is not None]
     if args.name and len(learned) > 1:

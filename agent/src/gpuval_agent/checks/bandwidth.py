@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from gpuval_agent.checks.common import CheckBuilder, CheckContext
+from gpuval_agent.checks.common import CheckBuilder, CheckContext, scaled_note
 from gpuval_agent.telemetry import GpuWindow
 from gpuval_api.checks import Threshold
 from gpuval_api.figures import D2H, DEVICE_COPY, H2D, P2P
@@ -26,12 +26,15 @@ def _below(
     expected: float | None,
     gpu: int,
     peer: int | None = None,
+    share: float = 1.0,
 ) -> None:
-    minimum = threshold.minimum(expected)
+    """`share`: of a MIG instance, its share of the whole GPU the absolute minimum is for."""
+    minimum = threshold.minimum(expected, share)
     if minimum is not None and gbps < minimum:
+        why = scaled_note(threshold.absolute, share)
         builder.add(
             Reason.LOW_BANDWIDTH,
-            f"{what}: {gbps:.1f} GB/s, below the minimum {minimum:.1f} (bandwidth.{field})",
+            f"{what}: {gbps:.1f} GB/s, below the minimum {minimum:.1f} (bandwidth.{field}{why})",
             gpu=gpu,
             peer=peer,
         )
@@ -105,6 +108,7 @@ def run_bandwidth(context: CheckContext) -> CheckResult:
 def _one_gpu(context: CheckContext, builder: CheckBuilder, gpu: int, step: _Steps) -> None:
     """Host->device, device->host and device-local copy of one GPU alone, and its PCIe link."""
     config, part, backend = context.config.bandwidth, context.part_for(gpu), context.backend
+    share, unit = context.share_for(gpu), context.unit(gpu)
     nbytes = config.transfer_mib * _MIB
     step(f"GPU {gpu} host->device")
     with context.sampler.window() as window, _polling(context):
@@ -118,30 +122,33 @@ def _one_gpu(context: CheckContext, builder: CheckBuilder, gpu: int, step: _Step
     builder.gpu_metric(gpu, DEVICE_COPY.metric, local)
     _below(
         builder,
-        what=f"GPU {gpu} host->device",
+        what=f"{unit} host->device",
         field=H2D.threshold,
         gbps=h2d,
         threshold=config.min_h2d_gbps,
         expected=part.h2d_gbps,
         gpu=gpu,
+        share=share.compute,
     )
     _below(
         builder,
-        what=f"GPU {gpu} device->host",
+        what=f"{unit} device->host",
         field=D2H.threshold,
         gbps=d2h,
         threshold=config.min_d2h_gbps,
         expected=part.d2h_gbps,
         gpu=gpu,
+        share=share.compute,
     )
     _below(
         builder,
-        what=f"GPU {gpu} device-local copy",
+        what=f"{unit} device-local copy",
         field=DEVICE_COPY.threshold,
         gbps=local,
         threshold=config.min_device_copy_gbps,
         expected=part.device_copy_gbps,
         gpu=gpu,
+        share=share.memory,
     )
     # The link is read while the host->device copy loads it: idle links drop their generation.
     info = next(g for g in context.environment.gpus if g.index == gpu)
@@ -179,12 +186,13 @@ def _all_at_once(
             builder.gpu_metric(gpu, f"{figure.key}Concurrent", gbps)
             _below(
                 builder,
-                what=f"GPU {gpu} {figure.id} with all GPUs copying at once",
+                what=f"{context.unit(gpu)} {figure.id} with all units copying at once",
                 field=figure.threshold,
                 gbps=gbps,
                 threshold=threshold,
                 expected=part.h2d_gbps if figure is H2D else part.d2h_gbps,
                 gpu=gpu,
+                share=context.share_for(gpu).compute,
             )
         builder.metrics[f"{figure.key}ConcurrentTotal"] = round(sum(figures.values()), 3)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuval_agent.backends.base import POWER_THROTTLES, THERMAL_THROTTLES, BurnMeasurement
-from gpuval_agent.checks.common import CheckBuilder, CheckContext
+from gpuval_agent.checks.common import CheckBuilder, CheckContext, scaled_note
 from gpuval_agent.telemetry import Window
 from gpuval_api.figures import BURN, MAX_TEMPERATURE
 from gpuval_api.reasons import Reason
@@ -34,10 +34,16 @@ def run_burn(context: CheckContext) -> CheckResult:
                 stop=context.stop,
             )
             for measurement in measurements:
-                # A MIG instance is held to its share of the part's figure.
+                # A MIG instance is held to its share of the part's figure, and of an absolute
+                # minimum (written for a whole GPU).
                 expected = context.part_for(measurement.gpu).tflops.get(precision)
-                minimum = config.min_tflops.minimum(expected)
-                _judge_measurement(builder, measurement, str(precision), minimum)
+                share = context.share_for(measurement.gpu).compute
+                minimum = config.min_tflops.minimum(expected, share)
+                why = scaled_note(config.min_tflops.absolute, share)
+                unit = context.unit(measurement.gpu)
+                _judge_measurement(
+                    builder, measurement, str(precision), minimum, why=why, unit=unit
+                )
                 if measurement.fingerprint is not None:
                     builder.fingerprints.append(
                         BurnFingerprint(
@@ -57,7 +63,7 @@ def run_burn(context: CheckContext) -> CheckResult:
         f"{precision} {min(m.get(BURN.precision_metric(precision), 0.0) for m in metrics):.1f}"
         for precision in config.precisions
     )
-    return builder.finish(message=f"{len(gpus)} GPUs verified; worst TFLOP/s: {worst}")
+    return builder.finish(message=f"{context.units(gpus)} verified; worst TFLOP/s: {worst}")
 
 
 def _all(builder: CheckBuilder, gpus: list[int]) -> list[dict[str, float]]:
@@ -65,20 +71,28 @@ def _all(builder: CheckBuilder, gpus: list[int]) -> list[dict[str, float]]:
 
 
 def _judge_measurement(
-    builder: CheckBuilder, measurement: BurnMeasurement, precision: str, minimum: float | None
+    builder: CheckBuilder,
+    measurement: BurnMeasurement,
+    precision: str,
+    minimum: float | None,
+    *,
+    why: str = "",
+    unit: str = "",
 ) -> None:
+    """`why`: what the message adds of a minimum scaled to a MIG instance; `unit`: its name."""
+    unit = unit or f"GPU {measurement.gpu}"
     gpu = measurement.gpu
     builder.gpu_metric(gpu, BURN.precision_metric(precision), measurement.tflops)
     builder.gpu_metric(gpu, f"iterations.{precision}", float(measurement.iterations))
     if measurement.error is not None:
         builder.add(
-            Reason.CHECK_ERROR, f"GPU {gpu}: {precision} burn failed: {measurement.error}", gpu=gpu
+            Reason.CHECK_ERROR, f"{unit}: {precision} burn failed: {measurement.error}", gpu=gpu
         )
         return
     if measurement.reference_differs:
         builder.add(
             Reason.BURN_MISMATCH,
-            f"GPU {gpu}: its {precision} reference result differs from every other GPU's "
+            f"{unit}: its {precision} reference result differs from every other GPU's "
             "(same inputs, same part)",
             gpu=gpu,
         )
@@ -95,15 +109,15 @@ def _judge_measurement(
         more = len(measurement.bad) - len(named)
         builder.add(
             reason,
-            f"GPU {gpu}: {precision} burn gave wrong results in {len(measurement.bad)} of "
+            f"{unit}: {precision} burn gave wrong results in {len(measurement.bad)} of "
             f"{measurement.iterations} iterations ({details}{f'; {more} more' if more else ''})",
             gpu=gpu,
         )
     if minimum is not None and measurement.tflops < minimum:
         builder.add(
             Reason.LOW_THROUGHPUT,
-            f"GPU {gpu}: {precision} burn reached {measurement.tflops:.1f} TFLOP/s, below the "
-            f"minimum {minimum:.1f} (burn.minTflops)",
+            f"{unit}: {precision} burn reached {measurement.tflops:.1f} TFLOP/s, below the "
+            f"minimum {minimum:.1f} (burn.minTflops{why})",
             gpu=gpu,
         )
 
@@ -120,7 +134,7 @@ def _judge_telemetry(builder: CheckBuilder, context: CheckContext, window: Windo
         if temperature is not None and temperature > config.max_temperature_celsius:
             builder.add(
                 Reason.OVER_TEMPERATURE,
-                f"GPU {gpu.index}: reached {temperature:.0f} °C during the burn, above "
+                f"{context.unit(gpu.index)}: reached {temperature:.0f} °C during the burn, above "
                 f"burn.maxTemperatureCelsius {config.max_temperature_celsius:.0f}",
                 gpu=gpu.index,
             )
@@ -128,7 +142,7 @@ def _judge_telemetry(builder: CheckBuilder, context: CheckContext, window: Windo
         if config.fail_on_thermal_slowdown and thermal:
             builder.add(
                 Reason.THERMAL_SLOWDOWN,
-                f"GPU {gpu.index}: clocks throttled for temperature during the burn "
+                f"{context.unit(gpu.index)}: clocks throttled for temperature during the burn "
                 f"({', '.join(thermal)}; max {temperature} °C)",
                 gpu=gpu.index,
             )
@@ -144,14 +158,14 @@ def _judge_telemetry(builder: CheckBuilder, context: CheckContext, window: Windo
         ):
             builder.add(
                 Reason.POWER_CAPPED,
-                f"GPU {gpu.index}: throttled for power ({', '.join(power)}) at an enforced limit "
-                f"of {gpu.power_limit_watts:.0f} W, below {fraction:.0%} of the default "
-                f"{default_limit:.0f} W",
+                f"{context.unit(gpu.index)}: throttled for power ({', '.join(power)}) at an "
+                f"enforced limit of {gpu.power_limit_watts:.0f} W, below {fraction:.0%} of the "
+                f"default {default_limit:.0f} W",
                 gpu=gpu.index,
             )
     for event in window.xids:
         builder.add(
             Reason.XID_ERROR,
-            f"GPU {event.gpu}: XID {event.xid} reported by the driver during the burn",
+            f"{context.unit(event.gpu)}: XID {event.xid} reported by the driver during the burn",
             gpu=event.gpu,
         )

@@ -11,12 +11,13 @@ from typing import Protocol
 
 from gpuval_agent.backends.base import Backend, BurnProgress
 from gpuval_agent.inuse import Busy
-from gpuval_agent.parts import PartFigures, expected_for
+from gpuval_agent.parts import PartFigures, expected_for, mig_share
 from gpuval_agent.record import RunRecord
 from gpuval_agent.state.model import Reading
 from gpuval_agent.telemetry import Sampler
 from gpuval_agent.watch import InUseWatch
 from gpuval_api.checks import ChecksConfig
+from gpuval_api.mig import MigShare, unit_name
 from gpuval_api.reasons import REASONS, Reason, Severity, verdict_of
 from gpuval_api.result import (
     BurnFingerprint,
@@ -24,6 +25,7 @@ from gpuval_api.result import (
     Environment,
     Finding,
     GpuCheckResult,
+    GpuInfo,
     NcclSize,
     PairResult,
     Verdict,
@@ -96,6 +98,42 @@ class CheckContext:
         """The figures `gpu` should reach: the part's, or a MIG instance's share of them."""
         info = next((g for g in self.environment.gpus if g.index == gpu), None)
         return self.part if info is None else expected_for(self.part, info)
+
+    def share_for(self, gpu: int) -> MigShare:
+        """What share of a whole GPU the unit is: all of it, or a MIG instance's share."""
+        info = next((g for g in self.environment.gpus if g.index == gpu), None)
+        share = None if info is None else mig_share(self.part, info)
+        return share or MigShare(compute=1.0, memory=1.0)
+
+    def units(self, gpus: list[int] | None = None) -> str:
+        """`units_text` of `gpus` (unit indices; None: every unit)."""
+        chosen = self.environment.gpus
+        return units_text([g for g in chosen if gpus is None or g.index in gpus])
+
+    def unit(self, gpu: int) -> str:
+        """How a message names a unit: 'GPU 3', or a MIG instance by its profile and parent GPU
+        ('MIG 1g.18gb instance 6 of GPU 0': the agent's unit index is no GPU's)."""
+        info = next((g for g in self.environment.gpus if g.index == gpu), None)
+        if info is None or info.mig is None:
+            return unit_name(gpu)
+        return unit_name(gpu, info.mig.profile, info.mig.parent_index)
+
+
+def units_text(gpus: list[GpuInfo]) -> str:
+    """The units as a message counts them: '8 GPUs', '7 MIG instances', or on a node with some
+    GPUs whole and some in MIG mode '7 GPUs and 7 MIG instances' (never '14 MIG instances')."""
+    instances = sum(1 for g in gpus if g.mig is not None)
+    whole = len(gpus) - instances
+    counted = [(whole, "GPU"), (instances, "MIG instance")]
+    parts = [f"{n} {what}{'s' if n != 1 else ''}" for n, what in counted if n]
+    return " and ".join(parts) or "0 GPUs"
+
+
+def scaled_note(absolute: float | None, share: float) -> str:
+    """What a message adds where an absolute minimum was scaled to a MIG instance's share."""
+    if absolute is None or share >= 1:
+        return ""
+    return f"; its absolute {absolute:g} is a whole GPU's, held at this MIG instance's {share:.3g}"
 
 
 class CheckBuilder:

@@ -61,6 +61,5 @@ def run_driver(context: CheckContext) -> CheckResult:
     return builder.finish(
         message=""
         if builder.failed
-        else f"{environment.gpu_count} {'MIG instances' if context.on_mig else 'GPUs'}, driver "
-        f"{environment.driver_version}, CUDA {driver_cuda}"
+        else f"{context.units()}, driver {environment.driver_version}, CUDA {driver_cuda}"
     )

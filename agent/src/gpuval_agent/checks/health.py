@@ -18,18 +18,17 @@ def run_health(context: CheckContext) -> CheckResult:
         if config.warn_persistence_off and gpu.persistence_mode is False:
             builder.add(
                 Reason.PERSISTENCE_MODE_OFF,
-                f"GPU {gpu.index}: persistence mode is off",
+                f"{context.unit(gpu.index)}: persistence mode is off",
                 gpu=gpu.index,
             )
     context.sampler.sample_now()
     for event in context.sampler.xids:
         builder.add(
             Reason.XID_ERROR,
-            f"GPU {event.gpu}: XID {event.xid} reported by the driver",
+            f"{context.unit(event.gpu)}: XID {event.xid} reported by the driver",
             gpu=event.gpu,
         )
-    count = len(context.environment.gpus)
-    return builder.finish(message="" if builder.failed else f"{count} GPUs healthy")
+    return builder.finish(message="" if builder.failed else f"{context.units()} healthy")
 
 
 def _flag(value: bool | None) -> float | None:

@@ -69,11 +69,21 @@ def learn_run(
     run: str,
     at: datetime,
     existing: Sequence[GpuBaselineSpec] = (),
+    choose_mode: bool = False,
 ) -> list[learn.Learned]:
     """Learn a baseline for every key of the run that no `existing` baseline has (Learn mode):
-    from its passing nodes, leaving out those that break the rule; the outcome names them."""
+    from its passing nodes, leaving out those that break the rule; the outcome names them. Of a
+    bimodal key nothing, or with `choose_mode` (a person asked) its better mode."""
     nodes = [n for n in (report_figures(r) for r in reports) if n is not None]
-    return learn_nodes(nodes, settings, validation=validation, run=run, at=at, existing=existing)
+    return learn_nodes(
+        nodes,
+        settings,
+        validation=validation,
+        run=run,
+        at=at,
+        existing=existing,
+        choose_mode=choose_mode,
+    )
 
 
 def learn_nodes(
@@ -84,6 +94,7 @@ def learn_nodes(
     run: str,
     at: datetime,
     existing: Sequence[GpuBaselineSpec] = (),
+    choose_mode: bool = False,
 ) -> list[learn.Learned]:
     """`learn_run` over the nodes as learning reads them (a caller that pages through the
     reports keeps these, never the reports)."""
@@ -106,6 +117,7 @@ def learn_nodes(
                 fraction=settings.fraction,
                 min_nodes=settings.min_nodes,
                 source=source,
+                choose_mode=choose_mode,
             )
         )
     return outcomes

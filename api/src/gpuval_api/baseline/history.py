@@ -11,7 +11,10 @@ fleet median is seen while it is still above it.
 
 A history is of the node's GPUs, not of its name: each entry carries their identity (a digest of
 their UUIDs and serials), and a run on other GPUs (replaced) starts the history again, so new GPUs
-are never judged against the figures of the ones they replaced (`since_gpus_changed`).
+are never judged against the figures of the ones they replaced (`since_gpus_changed`). A MIG
+instance counts as its parent GPU's UUID and its profile (`unit_uuid`): an instance's own UUID is
+new whenever the instances are created again (a reboot re-creates them), while the parent and the
+layout are what was measured; another layout starts the history again, as it should.
 """
 
 from __future__ import annotations
@@ -32,11 +35,27 @@ from gpuval_api.baselinemodel import (
 )
 from gpuval_api.reasons import Severity
 from gpuval_api.report import build_summary
-from gpuval_api.result import AgentResult
+from gpuval_api.result import AgentResult, GpuInfo
 
 # The registry's history figures, by key, in reading order.
 KEY_FIGURES: tuple[str, ...] = tuple(f.key for f in registry.history_figures())
 MIN_RUNS = 3
+
+
+def unit_uuid(uuid: object, parent_uuid: object = None, profile: object = None) -> object:
+    """What a unit's history is of: a whole GPU's UUID; a MIG instance's parent GPU's and its
+    profile ('GPU-…/1g.18gb'), the same after its instances are created again."""
+    if isinstance(parent_uuid, str) and parent_uuid and isinstance(profile, str) and profile:
+        return f"{parent_uuid}/{profile}"
+    return uuid
+
+
+def result_units(gpus: Iterable[GpuInfo]) -> list[tuple[object, object]]:
+    """(`unit_uuid`, serial) of an environment's units."""
+    return [
+        (unit_uuid(g.uuid, g.mig.parent_uuid, g.mig.profile) if g.mig else g.uuid, g.serial)
+        for g in gpus
+    ]
 
 
 def gpu_identity(gpus: Iterable[tuple[object, object]]) -> str | None:
@@ -72,7 +91,14 @@ def gpu_tokens(gpus: Iterable[tuple[object, object]]) -> list[str] | None:
 def _result_gpus(result: object) -> list[tuple[object, object]]:
     environment = result.get("environment") if isinstance(result, Mapping) else None
     gpus = environment.get("gpus") if isinstance(environment, Mapping) else None
-    return [(g.get("uuid"), g.get("serial")) for g in gpus or () if isinstance(g, Mapping)]
+    units = []
+    for g in gpus or ():
+        if isinstance(g, Mapping):
+            found = g.get("mig")
+            mig: Mapping[str, object] = found if isinstance(found, Mapping) else {}
+            uuid = unit_uuid(g.get("uuid"), mig.get("parentUuid"), mig.get("profile"))
+            units.append((uuid, g.get("serial")))
+    return units
 
 
 def result_gpu_identity(result: object) -> str | None:
@@ -142,7 +168,7 @@ def entry(
 def entry_of_result(run: str, result: AgentResult) -> HistoryEntry:
     """A run's key figures from an agent's result document."""
     completed = result.completed_at.strftime("%Y-%m-%dT%H:%M:%SZ")
-    pairs = [(g.uuid, g.serial) for g in result.environment.gpus]
+    pairs = result_units(result.environment.gpus)
     return entry(
         run,
         completed,

@@ -11,13 +11,13 @@ off its centre in a round, or a spread wider than the fraction of its centre) is
 baseline and named with why (`Learned.left_out`, the GpuBaseline's source), and the others are
 learned without it.
 
-A fleet of two kinds: the nodes left out are learned the same way on their own, and where they
-agree (a second cluster of at least BIMODAL_SHARE of the nodes offered, two or more) the fleet is
-bimodal. Which mode is kept first follows the median, so with most nodes slow it is the slow one:
-learning then never chooses silently. It learns the better mode (better by more than the fraction
-on more judged figures than it is worse), leaves the other out (naming its nodes) and says so
-(`Learned.bimodal`); where neither mode is better, or the better one has fewer than minNodes
-nodes, it learns nothing and says why. A platform engineer never gets the slow mode as the
+A fleet of two kinds (gpuval_api.baseline.modes: a gap test on each judged figure, whatever the
+modes' sizes, so halves at 1.0 and 0.9 are found as surely as 6 slow nodes of 10) is bimodal: a
+baseline learned in the middle of it, or of its commoner mode, would be chosen silently. Learning
+then learns nothing for the key and names both groups and their nodes, until a person chooses
+(`choose_mode`: `kubectl gpuval baseline learn` learns the better mode, better by more than the
+fraction on more judged figures than it is worse, and names the other's nodes; or a GpuBaseline
+written by hand or imported). A platform engineer never gets a mode, nor the middle of two, as the
 baseline without a word.
 
 The rounds are gpuval_api.baseline.pool's, the two modes gpuval_api.baseline.modes'.
@@ -30,8 +30,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpuval_api import figures
-from gpuval_api.baseline.modes import LEARNED_NOTHING, Mode, choose, modes_text, second_mode
-from gpuval_api.baseline.pool import MAD_TO_SIGMA, NodeFigures, Pool, converge, robust
+from gpuval_api.baseline.modes import LEARNED_NOTHING, Mode, choose, modes_text, two_modes
+from gpuval_api.baseline.pool import MAD_TO_SIGMA, Converged, NodeFigures, Pool, converge, robust
 from gpuval_api.baselinemodel import (
     MAX_EXCLUDED,
     MAX_FIGURES,
@@ -122,18 +122,24 @@ def learn(
     min_nodes: int,
     source: BaselineSource | None = None,
     versions: StackVersions | None = None,
+    choose_mode: bool = False,
 ) -> Learned:
-    """Learn `key`'s baseline from the nodes of that key that passed (see the module doc)."""
+    """Learn `key`'s baseline from the nodes of that key that passed (see the module doc); of
+    a bimodal stack nothing, or with `choose_mode` (a person's choice) its better mode."""
     mine = [n for n in nodes if n.key == key]
     failed = tuple(sorted(n.node for n in mine if not n.passed))
     everyone = {n.node: n for n in mine if n.passed}
     offered = len(everyone)
     converged = converge(Pool(dict(everyone)), fraction)
     problem, modes = converged.problem, None
-    second = second_mode(converged, everyone, fraction, offered)
-    if second is not None:
-        choice = choose(converged, second, everyone, fraction, min_nodes)
-        converged, modes, problem = choice.converged, choice.modes, choice.problem
+    split = two_modes(everyone, fraction)
+    if split is not None:
+        modes = split.modes
+        if choose_mode:
+            choice = choose(split, everyone, fraction, min_nodes)
+            converged, problem = choice.converged, choice.problem
+        else:
+            converged, problem = Converged(Pool({}), [], converged.rounds), LEARNED_NOTHING
     pool = converged.pool
     if not problem and len(pool.nodes) < min_nodes:
         problem = (
@@ -151,7 +157,7 @@ def learn(
         learned_figures = []
     bimodal = modes_text(key, *modes, chosen=bool(learned_figures)) if modes else ""
     if bimodal and problem:
-        problem = f"{bimodal} ({problem})"
+        problem = bimodal if problem == LEARNED_NOTHING else f"{bimodal} ({problem})"
     spec = None
     if learned_figures:
         base = source or BaselineSource(kind=SourceKind.LEARNED)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpuval_api import figureread
+from gpuval_api import figureread, mig
 from gpuval_api import figures as registry
 from gpuval_api.baselinemodel import BaselineKey, StackVersions
 from gpuval_api.fabric import FabricPair
@@ -84,7 +84,10 @@ def node_key(environment: Environment) -> tuple[BaselineKey | None, str]:
     if not gpus:
         return None, "no GPU was found"
     # A MIG instance's figures are its profile's, never a whole GPU's: the key names it.
-    product = _one(f"{g.name} MIG {g.mig.profile}" if g.mig is not None else g.name for g in gpus)
+    product = _one(
+        mig.key_product(g.name, g.mig.profile) if g.mig is not None and g.name else g.name
+        for g in gpus
+    )
     if not isinstance(product, str) or not product:
         return None, "its GPUs are of different models (or unnamed)"
     power = _one(round(g.power_limit_watts) for g in gpus if g.power_limit_watts is not None)

@@ -37,6 +37,7 @@ from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import FabricPair
 from gpuval_api.figures import history_figures
 from gpuval_api.gfd import label_names_product
+from gpuval_api.mig import parent_product
 from gpuval_operator.baseline.facts import Comparison, History
 from gpuval_operator.baseline.state import DriftNote, RunBaselines
 
@@ -105,7 +106,8 @@ def shared_keys(chosen: Sequence[Candidate], *, named: bool) -> list[str]:
 
 def product_matches(label: str, spec: GpuBaselineSpec) -> bool:
     """A node's `nvidia.com/gpu.product` label (GPU feature discovery writes NVML's name with
-    dashes, and may add -SHARED or a MIG profile) against a baseline's GPU model."""
+    dashes, and may add -SHARED or a MIG profile) against a baseline's GPU model (a MIG
+    profile's baseline: its parent GPU's model, gpuval_api.gfd.label_names_product)."""
     return label_names_product(label, spec.key.gpu_product)
 
 
@@ -125,7 +127,9 @@ def _own_first(
 
     def mine(spec: GpuBaselineSpec) -> bool:
         product = spec.key.gpu_product
-        return product == model if model else bool(label) and label_names_product(label, product)
+        if model:
+            return parent_product(product)[0] == model
+        return bool(label) and label_names_product(label, product)
 
     def rank(candidate: Candidate) -> int:
         spec = candidate[1]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuval_api.baseline.modes import LEARNED_NOTHING
 from gpuval_api.baseline.rules import Candidate
 from gpuval_api.baselinemodel import BaselineMode, BaselineRunStatus, BaselineSettings
 from gpuval_api.conditions import ConditionReason
@@ -59,15 +58,11 @@ class RunBaselines:
 
     def bimodal_condition(self) -> tuple[ConditionStatus, ConditionReason, str] | None:
         """Bimodal: True when learning found a GPU stack in two modes (status.baseline.bimodal),
-        whether it learned the better one or nothing; absent otherwise."""
+        and learned nothing for it until a person chooses; absent otherwise."""
         said = self.status.bimodal if self.status is not None else []
         if not said:
             return None
-        nothing = any(LEARNED_NOTHING in text for text in said)
-        reason = (
-            ConditionReason.NOT_LEARNED_BIMODAL if nothing else ConditionReason.LEARNED_BETTER_MODE
-        )
-        return ConditionStatus.TRUE, reason, "; ".join(said)
+        return ConditionStatus.TRUE, ConditionReason.NOT_LEARNED_BIMODAL, "; ".join(said)
 
     def condition(self, completed: bool) -> tuple[ConditionStatus, ConditionReason, str]:
         """WithinBaseline: Unknown until the run completes, when no node was judged or with mode

@@ -116,6 +116,28 @@ def test_the_slice_watch_keeps_each_nodes_devices_from_every_slice_that_names_it
     assert watch.nodes == {} and changed == ["n1", "n2", "n2", "n1"]
 
 
+def test_only_the_highest_generation_of_a_pool_counts_and_an_incomplete_pool_is_named() -> None:
+    uuids = [dra.gpu_uuid("n1", i) for i in range(8)]
+    old = dra.resource_slice("n1", uuids, generation=1, name="n1-old")
+    new = dra.resource_slice("n1", uuids, generation=2, name="n1-new")
+    watch = SliceWatch(None, "v", lambda: None)  # type: ignore[arg-type]
+
+    # The driver republished its pool: generation 1 is left behind, not added to generation 2.
+    watch._on_page([old, new], True, True)
+    devices = watch.devices("n1")
+    assert (devices.count, devices.pools, devices.incomplete) == (8, ("n1",), ())
+    # A pool of two slices of which one is seen: the scheduler allocates nothing from it.
+    half = dra.resource_slice("n2", uuids[:4], generation=3, slice_count=2, name="n2-a")
+    watch._on_event("ADDED", half)
+    assert watch.devices("n2").incomplete == (
+        "pool n2 generation 3: 1 of 2 ResourceSlices seen (n2-a)",
+    )
+    rest = dra.resource_slice("n2", uuids[4:], generation=3, slice_count=2, name="n2-b", first=4)
+    watch._on_event("ADDED", rest)
+    assert (watch.devices("n2").count, watch.devices("n2").incomplete) == (8, ())
+    assert [d.name for d in watch.devices("n2").devices] == [f"gpu-{i}" for i in range(8)]
+
+
 def test_a_mixed_strategy_mig_node_is_selected_and_its_pod_asks_for_every_mig_resource() -> None:
     node = simulated_node("mig", gpus=1, mig=[{"gpu": 0, "profiles": ["1g.18gb"] * 7}]).manifest()
     node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]

@@ -25,6 +25,7 @@ from gpuval_api.dra import (
     RESOURCE_CLAIM_TEMPLATE_KIND,
     PublishedDevice,
     PublishedSlice,
+    pools_of,
 )
 from gpuval_api.gfd import GPU_RESOURCE
 
@@ -42,13 +43,19 @@ class NodeDevices:
 
     devices: tuple[PublishedDevice, ...] = ()
     pools: tuple[str, ...] = ()
+    # Its pools the scheduler does not allocate from yet (fewer slices of their generation seen
+    # than it has), as gpuval_api.dra.Pool.describe says them.
+    incomplete: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, slices: Iterable[PublishedSlice]) -> NodeDevices:
-        ordered = sorted(slices, key=lambda s: s.name)
+        """The devices of each pool's highest generation only, as the scheduler counts them (a
+        driver republishing a pool leaves the older generation's slices behind for a while)."""
+        pools = pools_of(slices)
         return cls(
-            devices=tuple(d for s in ordered for d in s.devices),
-            pools=tuple(sorted({s.pool for s in ordered})),
+            devices=tuple(d for p in pools for d in p.devices),
+            pools=tuple(p.name for p in pools),
+            incomplete=tuple(p.describe() for p in pools if not p.complete),
         )
 
     @property

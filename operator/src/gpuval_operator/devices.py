@@ -21,6 +21,7 @@ from typing import Any, Final
 from gpuval_api.crd import DraSettings
 from gpuval_api.dra import (
     ALLOCATE_ALL,
+    DRIVER,
     RESOURCE_API,
     RESOURCE_CLAIM_TEMPLATE_KIND,
     PublishedDevice,
@@ -83,6 +84,31 @@ class NodeDevices:
     @property
     def product(self) -> str:
         return next((d.product for d in self.devices if d.product), "")
+
+
+def published_twice(node: str, plugin_gpus: int, devices: NodeDevices) -> str | None:
+    """Why `node` cannot be tested through a claim when its device plugin also advertises GPUs
+    (`plugin_gpus`, its allocatable nvidia.com/gpu and MIG resources) beside the devices a DRA
+    driver publishes for it; None when only one of the two hands them out."""
+    if plugin_gpus <= 0 or devices.count <= 0:
+        return None
+    return (
+        f"node {node}'s GPUs are handed out twice: its device plugin advertises {plugin_gpus} "
+        f"(nvidia.com/gpu allocatable) and DRA driver {DRIVER} publishes {devices.count} devices "
+        f"(pool {', '.join(devices.pools)}); a ResourceClaim does not keep device-plugin pods off "
+        "them, so no agent pod was made: run one of the two on the node"
+    )
+
+
+def pool_incomplete(node: str, devices: NodeDevices, message: str) -> str | None:
+    """`message` (its pod never scheduled) with why: the node's pool incomplete, which the
+    scheduler allocates nothing from; None when its pools are complete."""
+    if not devices.incomplete:
+        return None
+    return (
+        f"{message}; node {node}'s {'; '.join(devices.incomplete)}: the scheduler allocates "
+        "nothing from an incomplete pool"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -424,7 +424,9 @@ class ValidationController:
         if run.without_devices:
             message += (
                 f" of {len(candidates) + len(run.without_devices)} selected: "
-                f"{len(run.without_devices)} publish no device (condition DevicesPublished)"
+                f"{len(run.without_devices)} publish"
+                f"{'es' if len(run.without_devices) == 1 else ''} no device (condition "
+                "DevicesPublished)"
             )
         await self.effects.event(EventReason.RUN_STARTED, message)
         log.info("%s: %s", self.name, message)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from gpuval_api.dra import DRIVER
 from gpuval_devtools import dra
 from gpuval_devtools.controlplane import Cluster
 from gpuval_devtools.launch import AGENT_NAMESPACE
@@ -271,8 +272,8 @@ def test_dra_pools_are_counted_as_the_scheduler_counts_them_and_odd_nodes_are_na
             dra.resource_slice(twice, uuids[twice]),
         ]
     )
-    fleet.slices += [second, f"{twice}-{dra.DRIVER}"]
-    cluster.kubectl("delete", "resourceslice", f"{bare}-{dra.DRIVER}")
+    fleet.slices += [second, f"{twice}-{DRIVER}"]
+    cluster.kubectl("delete", "resourceslice", f"{bare}-{DRIVER}")
     name = unique_name("drapool")
     spec = {
         "agent": DRA,

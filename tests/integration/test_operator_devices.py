@@ -255,8 +255,9 @@ def test_dra_agents_claim_every_device_wait_for_workloads_claims_and_pass_once_t
 def test_dra_pools_are_counted_as_the_scheduler_counts_them_and_odd_nodes_are_named(
     cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
 ) -> None:
-    # The driver republished its pool: generation 2 beside generation 1, the same 8 GPUs.
-    republished = fleet.add(unique_name("dra-gen"), devices="dra")
+    # The driver republished its pool: generation 2 beside generation 1, the same 8 GPUs. Its
+    # agent takes its time, so that the kubelet's word on a device is written while it runs.
+    republished = fleet.add(unique_name("dra-gen"), devices="dra", timeScale=0.5)
     # Its pool's generation 2 is to have two slices; one is seen (it replaced generation 1).
     incomplete = fleet.add(unique_name("dra-half"), devices="dra")
     # Its GPUs advertised by the device plugin and published by the DRA driver too.
@@ -278,12 +279,26 @@ def test_dra_pools_are_counted_as_the_scheduler_counts_them_and_odd_nodes_are_na
     spec = {
         "agent": DRA,
         "maxConcurrent": "100%",
-        "nodeTimeoutSeconds": 15,
+        "nodeTimeoutSeconds": 30,
         "retry": {"attempts": 1},
         "checks": LOCAL,
     }
     with operator():
         apply(cluster, fleet.validation(name, **spec))
+        running = wait_for(
+            "the republished node's agent pod Running",
+            lambda: next(
+                (
+                    p
+                    for p in pods_of(cluster, name)
+                    if p["spec"].get("nodeName") == republished
+                    and p["status"].get("phase") == "Running"
+                ),
+                None,
+            ),
+            timeout=60,
+        )
+        _report_device_health(cluster, running, republished)
         status = completed_run(cluster, name, timeout=120)
         reports = by_node(reports_of(cluster, name, status["run"]["id"]))
         pods = {p["metadata"]["annotations"]["gpuval.dev/node"] for p in pods_of(cluster, name)}
@@ -311,6 +326,15 @@ def test_dra_pools_are_counted_as_the_scheduler_counts_them_and_odd_nodes_are_na
     published = conditions(status)["DevicesPublished"]
     assert (published["status"], published["reason"]) == ("False", "NodesWithoutDevices")
     assert "1 of 4 selected nodes" in published["message"] and bare in published["message"]
+    # The kubelet's word on a device, in the validation's status beside the report's.
+    assert status["unhealthyDevices"] == [
+        {
+            "node": republished,
+            "resourceId": f"gpu.nvidia.com/{republished}/gpu-1",
+            "health": "Unhealthy",
+            "message": "XID 79 (reported by the test as a DRA driver would)",
+        }
+    ]
 
 
 def _not_run(cluster: Cluster, name: str, nodes: list[str]) -> dict[str, dict[str, Any]] | None:

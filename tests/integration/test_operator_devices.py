@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from gpuval_api.dra import DRIVER
 from gpuval_devtools import dra
 from gpuval_devtools.controlplane import Cluster
 from gpuval_devtools.launch import AGENT_NAMESPACE
@@ -27,6 +28,7 @@ from tests.support.fleet import (
     apply,
     by_node,
     completed_run,
+    conditions,
     delete_validation,
     pods_of,
     reports_of,
@@ -229,12 +231,106 @@ def test_dra_agents_claim_every_device_wait_for_workloads_claims_and_pass_once_t
         names.claim_template_name(name, run, "gpu"),
         names.claim_template_name(name, run, "gpu-mig"),
     ]
-    # The kubelet's word on a device of the slow node's claim, kept in its report as evidence.
+    # The kubelet's word on a device of the slow node's claim, kept in its report as evidence
+    # and shown in the validation's status.
     health = reports[slow]["deviceHealth"]
     assert health == [
         {
             "claim": "claim:devices",
             "resourceId": f"gpu.nvidia.com/{slow}/gpu-1",
+            "health": "Unhealthy",
+            "message": "XID 79 (reported by the test as a DRA driver would)",
+        }
+    ]
+    assert status["unhealthyDevices"] == [
+        {
+            "node": slow,
+            "resourceId": f"gpu.nvidia.com/{slow}/gpu-1",
+            "health": "Unhealthy",
+            "message": "XID 79 (reported by the test as a DRA driver would)",
+        }
+    ]
+
+
+def test_dra_pools_are_counted_as_the_scheduler_counts_them_and_odd_nodes_are_named(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    # The driver republished its pool: generation 2 beside generation 1, the same 8 GPUs. Its
+    # agent takes its time, so that the kubelet's word on a device is written while it runs.
+    republished = fleet.add(unique_name("dra-gen"), devices="dra", timeScale=0.5)
+    # Its pool's generation 2 is to have two slices; one is seen (it replaced generation 1).
+    incomplete = fleet.add(unique_name("dra-half"), devices="dra")
+    # Its GPUs advertised by the device plugin and published by the DRA driver too.
+    twice = fleet.add(unique_name("dra-twice"))
+    # Selected, Ready, but no slice publishes a device of it.
+    bare = fleet.add(unique_name("dra-bare"), devices="dra")
+    uuids = {n: [dra.gpu_uuid(n, i) for i in range(8)] for n in (republished, incomplete, twice)}
+    second = f"{republished}-gen2"
+    cluster.apply(
+        [
+            dra.resource_slice(republished, uuids[republished], generation=2, name=second),
+            dra.resource_slice(incomplete, uuids[incomplete][:4], generation=2, slice_count=2),
+            dra.resource_slice(twice, uuids[twice]),
+        ]
+    )
+    fleet.slices += [second, f"{twice}-{DRIVER}"]
+    cluster.kubectl("delete", "resourceslice", f"{bare}-{DRIVER}")
+    name = unique_name("drapool")
+    spec = {
+        "agent": DRA,
+        "maxConcurrent": "100%",
+        "nodeTimeoutSeconds": 30,
+        "retry": {"attempts": 1},
+        "checks": LOCAL,
+    }
+    with operator():
+        apply(cluster, fleet.validation(name, **spec))
+        running = wait_for(
+            "the republished node's agent pod Running",
+            lambda: next(
+                (
+                    p
+                    for p in pods_of(cluster, name)
+                    if p["spec"].get("nodeName") == republished
+                    and p["status"].get("phase") == "Running"
+                ),
+                None,
+            ),
+            timeout=60,
+        )
+        _report_device_health(cluster, running, republished)
+        status = completed_run(cluster, name, timeout=120)
+        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        pods = {p["metadata"]["annotations"]["gpuval.dev/node"] for p in pods_of(cluster, name)}
+        delete_validation(cluster, name)
+
+    # Generation 1 left behind is not added to generation 2: 8 GPUs, the agent passes.
+    assert (reports[republished]["verdict"], reports[republished]["summary"]["gpuCount"]) == (
+        "Passed",
+        8,
+    )
+    # The incomplete pool is said as such, not blamed on workloads' claims.
+    half = reports[incomplete]
+    assert (half["verdict"], half["reason"]) == ("NotRun", "DevicePoolIncomplete"), half
+    assert f"pool {incomplete} generation 2: 1 of 2 ResourceSlices seen" in half["message"]
+    # The node whose GPUs two sources hand out is named, and no agent pod was made for it.
+    both = reports[twice]
+    assert (both["verdict"], both["reason"]) == ("NotRun", "DevicesPublishedTwice"), both
+    assert "device plugin advertises 8" in both["message"] and "8 devices" in both["message"]
+    assert twice not in pods
+    not_run = {n["node"]: n["reason"] for n in status["notRunNodes"]}
+    assert not_run == {incomplete: "DevicePoolIncomplete", twice: "DevicesPublishedTwice"}
+    # The node without a slice is not in the run, and the status says so.
+    assert bare not in reports and status["nodes"]["total"] == 3
+    assert status["nodesWithoutDevices"] == [bare]
+    published = conditions(status)["DevicesPublished"]
+    assert (published["status"], published["reason"]) == ("False", "NodesWithoutDevices")
+    assert "1 of 4 selected nodes" in published["message"] and bare in published["message"]
+    # The kubelet's word on a device, in the validation's status beside the report's.
+    assert status["unhealthyDevices"] == [
+        {
+            "node": republished,
+            "resourceId": f"gpu.nvidia.com/{republished}/gpu-1",
             "health": "Unhealthy",
             "message": "XID 79 (reported by the test as a DRA driver would)",
         }

@@ -230,6 +230,8 @@ def test_every_reason_of_an_untested_node_is_not_run_and_evidence_is_failed() ->
         Reason.GPU_REPLICAS_HELD,
         Reason.GPU_SHARING_UNSUPPORTED,
         Reason.DEVICES_CLAIMED,
+        Reason.DEVICE_POOL_INCOMPLETE,
+        Reason.DEVICES_PUBLISHED_TWICE,
         Reason.NOT_APPLICABLE,
     }
     for evidence in (Reason.TIMED_OUT, Reason.NODE_GONE, Reason.POD_FAILED, Reason.BURN_MISMATCH):

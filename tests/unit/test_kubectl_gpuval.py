@@ -23,13 +23,14 @@ import yaml
 from gpuval_api.baseline import files, fleet
 from gpuval_api.baseline.learn import Learned, learn
 from gpuval_api.baselinemodel import BaselineRunStatus, SystemicFigure
-from gpuval_api.crd import GpuBaseline, GpuValidation, RemediationStatus
+from gpuval_api.crd import GpuBaseline, GpuNodeReport, GpuValidation, RemediationStatus
 from gpuval_api.fabric.view import FabricFinding
 from gpuval_api.release import Release
-from gpuval_api.views import FailureView, FleetView, UnitView, fleet_of_units
+from gpuval_api.views import FailureView, FleetView, UnitView, fleet_of_units, fleet_view
 from gpuval_devtools import krew
 from gpuval_devtools.imagespecs import OPERATOR as OPERATOR_IMAGE
 from gpuval_kubectl import baselines, cli, cluster, render
+from gpuval_report.page import render_page
 from tests.support.baselines import measured, node_figures, slowed
 from tests.support.fleets import sample_fleet, validation
 
@@ -518,3 +519,42 @@ def test_status_shows_each_nodes_way_through_the_repair_loop_with_times() -> Non
         "after it failed)"
     )
     assert render.repair_lines(None) == []
+
+
+def test_the_kubelets_unhealthy_device_shows_in_status_and_on_the_page_while_the_node_runs() -> (
+    None
+):
+    report = GpuNodeReport.model_validate(
+        {
+            "metadata": {"name": "fleet-1-abcd-n1"},
+            "spec": {"validation": "fleet", "run": "fleet-1-abcd", "node": "n1"},
+            "status": {
+                "phase": "Running",
+                "deviceHealth": [
+                    {
+                        "claim": "claim:devices",
+                        "resourceId": "gpu.nvidia.com/n1/gpu-0",
+                        "health": "Healthy",
+                    },
+                    {
+                        "claim": "claim:devices",
+                        "resourceId": "gpu.nvidia.com/n1/gpu-3",
+                        "health": "Unhealthy",
+                        "message": "XID 79",
+                    },
+                ],
+            },
+        }
+    )
+    running = validation("fleet", "fleet-1-abcd", 1, [])
+    view = fleet_view(running, [report])
+
+    out = render.render_status(view, running)
+    page = render_page(view)
+
+    assert "Unhealthy devices (the kubelet's word): 1" in out
+    assert "  n1  gpu.nvidia.com/n1/gpu-3  Unhealthy: XID 79" in out
+    assert "gpu-0" not in out  # a Healthy device is no news
+    section = page.split('<div id="device-health">', 1)[1].split("</div>", 1)[0]
+    assert "gpu.nvidia.com/n1/gpu-3" in section and "XID 79" in section
+    assert "gpu-0" not in section

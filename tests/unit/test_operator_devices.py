@@ -16,7 +16,13 @@ from gpuval_devtools import dra
 from gpuval_devtools.simulation import SIMULATE_ANNOTATION, simulated_node
 from gpuval_operator import planning
 from gpuval_operator.config import OperatorConfig
-from gpuval_operator.devices import DeviceRequest, NodeDevices, claim_template
+from gpuval_operator.devices import (
+    DeviceRequest,
+    NodeDevices,
+    claim_template,
+    pool_incomplete,
+    published_twice,
+)
 from gpuval_operator.fabric.pods import build_fabric_pod
 from gpuval_operator.nodes.facts import NodeFacts
 from gpuval_operator.nodes.slices import SliceWatch
@@ -114,6 +120,28 @@ def test_the_slice_watch_keeps_each_nodes_devices_from_every_slice_that_names_it
     assert watch.devices("n2").count == 0 and "n2" not in watch.nodes
     watch._on_page([], True, True)  # every slice gone while the watch was down
     assert watch.nodes == {} and changed == ["n1", "n2", "n2", "n1"]
+
+
+def test_only_the_highest_generation_of_a_pool_counts_and_an_incomplete_pool_is_named() -> None:
+    uuids = [dra.gpu_uuid("n1", i) for i in range(8)]
+    old = dra.resource_slice("n1", uuids, generation=1, name="n1-old")
+    new = dra.resource_slice("n1", uuids, generation=2, name="n1-new")
+    watch = SliceWatch(None, "v", lambda: None)  # type: ignore[arg-type]
+
+    # The driver republished its pool: generation 1 is left behind, not added to generation 2.
+    watch._on_page([old, new], True, True)
+    devices = watch.devices("n1")
+    assert (devices.count, devices.pools, devices.incomplete) == (8, ("n1",), ())
+    # A pool of two slices of which one is seen: the scheduler allocates nothing from it.
+    half = dra.resource_slice("n2", uuids[:4], generation=3, slice_count=2, name="n2-a")
+    watch._on_event("ADDED", half)
+    assert watch.devices("n2").incomplete == (
+        "pool n2 generation 3: 1 of 2 ResourceSlices seen (n2-a)",
+    )
+    rest = dra.resource_slice("n2", uuids[4:], generation=3, slice_count=2, name="n2-b", first=4)
+    watch._on_event("ADDED", rest)
+    assert (watch.devices("n2").count, watch.devices("n2").incomplete) == (8, ())
+    assert [d.name for d in watch.devices("n2").devices] == [f"gpu-{i}" for i in range(8)]
 
 
 def test_a_mixed_strategy_mig_node_is_selected_and_its_pod_asks_for_every_mig_resource() -> None:
@@ -278,3 +306,29 @@ def test_the_node_watch_follows_the_slices_with_dra_and_keeps_them_across_its_ow
         return first, second, third
 
     assert asyncio.run(scenario()) == (True, True, False)
+
+
+def test_gpus_handed_out_by_the_device_plugin_and_a_dra_driver_are_said_with_both_counts() -> None:
+    devices = NodeDevices.of([parse_slice(_slice())])  # type: ignore[list-item]
+
+    message = published_twice("n1", 8, devices)
+
+    assert message is not None
+    assert "device plugin advertises 8" in message and "publishes 8 devices (pool n1)" in message
+    assert published_twice("n1", 0, devices) is None
+    assert published_twice("n1", 8, NodeDevices()) is None
+
+
+def test_an_unscheduled_dra_pod_on_an_incomplete_pool_says_which_slices_were_seen() -> None:
+    half = dra.resource_slice("n1", list(UUIDS[:4]), generation=2, slice_count=2)
+    devices = NodeDevices.of([parse_slice(half)])  # type: ignore[list-item]
+
+    message = pool_incomplete("n1", devices, "agent pod p was not scheduled within 15s")
+
+    assert message == (
+        "agent pod p was not scheduled within 15s; node n1's pool n1 generation 2: 1 of 2 "
+        "ResourceSlices seen (n1-gpu.nvidia.com): the scheduler allocates nothing from an "
+        "incomplete pool"
+    )
+    complete = NodeDevices.of([parse_slice(_slice())])  # type: ignore[list-item]
+    assert pool_incomplete("n1", complete, "m") is None

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gpuval_api.crd import GpuValidationStatus
 from gpuval_api.result import Verdict
 from gpuval_operator import names
 from gpuval_operator.planning import Candidate
+from gpuval_operator.podfacts import DeviceHealthFact
 from gpuval_operator.run import rollup
 from gpuval_operator.run.state import Phase, RunState
 from gpuval_operator.run.uniformity import Outlier, find_outliers
@@ -232,3 +234,46 @@ def test_a_completed_run_without_any_environment_says_nothing_was_compared_not_l
         "NotCompared",
         "compared when the run completes",
     )
+
+
+def test_selected_dra_nodes_without_devices_are_named_and_read_back_after_a_restart() -> None:
+    run = run_with(passed=4, failed=0)
+    run.without_devices = ("node-bare",)
+
+    status = rollup.build_run_status(run, previous_conditions=[], now=2000.0)
+
+    published = conditions(status)["DevicesPublished"]
+    assert (published["status"], published["reason"]) == ("False", "NodesWithoutDevices")
+    assert "1 of 5 selected nodes" in published["message"] and "node-bare" in published["message"]
+    assert status["nodesWithoutDevices"] == ["node-bare"]
+    again = rollup.read_run("v", status, fabric=False)
+    assert again is not None and again.without_devices == ("node-bare",)
+    # Every selected node publishes: True; without DRA no such condition at all.
+    run.without_devices = ()
+    status = rollup.build_run_status(run, previous_conditions=[], now=2000.0)
+    assert conditions(status)["DevicesPublished"]["status"] == "True"
+    run.without_devices = None
+    status = rollup.build_run_status(run, previous_conditions=[], now=2000.0)
+    assert "DevicesPublished" not in conditions(status) and status["nodesWithoutDevices"] == []
+
+
+def test_the_kubelets_unhealthy_devices_are_listed_in_the_status_by_node() -> None:
+    run = run_with(passed=2, failed=0, running=1)
+    running = run.nodes["node-00002"]
+    running.device_health = (
+        DeviceHealthFact("claim:devices", "gpu.nvidia.com/node-00002/gpu-0", "Healthy"),
+        DeviceHealthFact("claim:devices", "gpu.nvidia.com/node-00002/gpu-3", "Unhealthy", "XID 79"),
+    )
+
+    status = rollup.build_run_status(run, previous_conditions=[], now=2000.0)
+
+    assert status["unhealthyDevices"] == [
+        {
+            "node": "node-00002",
+            "resourceId": "gpu.nvidia.com/node-00002/gpu-3",
+            "health": "Unhealthy",
+            "message": "XID 79",
+        }
+    ]
+    assert status["unhealthyDevicesOmitted"] == 0
+    GpuValidationStatus.model_validate(status)  # the CRD's schema takes it

@@ -26,6 +26,8 @@ class ConditionType(StrEnum):
     BIMODAL = "Bimodal"
     # The API server refuses the run's agent pods (admission, quota): the cluster's configuration.
     AGENT_PODS_REFUSED = "AgentPodsRefused"
+    # spec.agent.devices dra: False while selected nodes publish no device (left out of the run).
+    DEVICES_PUBLISHED = "DevicesPublished"
 
 
 # The status of each condition type that is good news. A condition's status says whether its
@@ -66,6 +68,9 @@ class ConditionReason(StrEnum):
     NODES_FAILED = "NodesFailed"
     ALL_NODES_PASSED = "AllNodesPassed"
     NODES_NOT_RUN = "NodesNotRun"  # every tested node passed; some could not be tested
+    # DevicesPublished: every selected node publishes devices (True), or some publish none (False).
+    ALL_NODES_PUBLISH = "AllNodesPublish"
+    NODES_WITHOUT_DEVICES = "NodesWithoutDevices"
     NO_NODES_SELECTED = "NoNodesSelected"
     WAITING_FOR_NODES = "WaitingForNodes"  # spec.gating, and no selected node has joined yet
     NOT_COMPARED = "NotCompared"

@@ -17,7 +17,7 @@ capacities `multiprocessors` and `memory`. The DeviceClass `gpu.nvidia.com` sele
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
@@ -103,12 +103,59 @@ class PublishedDevice:
 
 @dataclass(frozen=True, slots=True)
 class PublishedSlice:
-    """What one ResourceSlice of the NVIDIA driver says: its node, its pool and its devices."""
+    """What one ResourceSlice of the NVIDIA driver says: its node, its pool (name, generation and
+    how many slices that generation of the pool has) and its devices."""
 
     name: str
     node: str
     pool: str
     devices: tuple[PublishedDevice, ...]
+    generation: int = 0
+    slice_count: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """A pool as the scheduler sees it (resource.k8s.io/v1 ResourceSlice spec.pool): only the
+    slices of its highest generation count, and it is complete only once as many slices of that
+    generation are seen as their resourceSliceCount says; an incomplete pool is not allocated
+    from (k8s.io/dynamic-resource-allocation, structured: GatherPools and the allocator, which
+    refuses `allocationMode: All` on it)."""
+
+    name: str
+    generation: int
+    slice_count: int
+    slices: tuple[PublishedSlice, ...]
+
+    @property
+    def complete(self) -> bool:
+        return len(self.slices) == self.slice_count
+
+    @property
+    def devices(self) -> tuple[PublishedDevice, ...]:
+        return tuple(d for s in self.slices for d in s.devices)
+
+    def describe(self) -> str:
+        """e.g. 'pool node-a generation 2: 1 of 2 ResourceSlices seen (node-a-gpu.nvidia.com)'."""
+        names = ", ".join(s.name for s in self.slices)
+        return (
+            f"pool {self.name} generation {self.generation}: {len(self.slices)} of "
+            f"{self.slice_count} ResourceSlices seen ({names})"
+        )
+
+
+def pools_of(slices: Iterable[PublishedSlice]) -> tuple[Pool, ...]:
+    """The pools of `slices` by name, each cut to its highest generation (older generations are
+    a driver's republishing in progress: the scheduler ignores them)."""
+    by_pool: dict[str, list[PublishedSlice]] = {}
+    for published in slices:
+        by_pool.setdefault(published.pool, []).append(published)
+    pools = []
+    for name, found in sorted(by_pool.items()):
+        generation = max(s.generation for s in found)
+        current = sorted((s for s in found if s.generation == generation), key=lambda s: s.name)
+        pools.append(Pool(name, generation, current[0].slice_count, tuple(current)))
+    return tuple(pools)
 
 
 def _interned(text: str | None) -> str:
@@ -140,13 +187,19 @@ def parse_slice(obj: Mapping[str, Any]) -> PublishedSlice | None:
                 parent_uuid=_interned(attribute(device, Attribute.PARENT_UUID)),
             )
         )
-    pool = (spec.get("pool") or {}).get("name") or node
+    pool = spec.get("pool") or {}
     return PublishedSlice(
         name=str(meta.get("name") or ""),
         node=sys.intern(node),
-        pool=sys.intern(str(pool)),
+        pool=sys.intern(str(pool.get("name") or node)),
         devices=tuple(devices),
+        generation=_count(pool.get("generation"), 0),
+        slice_count=_count(pool.get("resourceSliceCount"), 1),
     )
+
+
+def _count(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 @dataclass(frozen=True, slots=True)

@@ -153,6 +153,8 @@ class Reason(StrEnum):
     GPU_REPLICAS_HELD = "GpuReplicasHeld"
     GPU_SHARING_UNSUPPORTED = "GpuSharingUnsupported"
     DEVICES_CLAIMED = "DevicesClaimed"
+    DEVICE_POOL_INCOMPLETE = "DevicePoolIncomplete"
+    DEVICES_PUBLISHED_TWICE = "DevicesPublishedTwice"
     TIMED_OUT = "TimedOut"
     NOT_UNIFORM = "NotUniform"
 
@@ -730,6 +732,28 @@ REASONS: dict[Reason, ReasonInfo] = {
         "tested",
         "nothing, if the workloads should run; the validation tries again (spec.retry) and in "
         "its next run, or end the workloads whose claims the message names",
+        verdict=Verdict.NOT_RUN,
+    ),
+    Reason.DEVICE_POOL_INCOMPLETE: ReasonInfo(
+        "the agent pod asks, through a ResourceClaim (spec.agent.devices dra), for every device "
+        "the node publishes, and for the whole timeout the node's pool was incomplete: fewer "
+        "ResourceSlices of its latest generation were seen than its resourceSliceCount says (the "
+        "message says which, of how many), and the scheduler allocates nothing from such a pool; "
+        "the node was not tested",
+        "a DRA driver rewriting its pool completes it within seconds: the validation tries again "
+        "(spec.retry); if it stays incomplete, look at the driver's kubelet plugin on the node "
+        "(its logs; `kubectl get resourceslices --field-selector spec.nodeName=<node>`)",
+        verdict=Verdict.NOT_RUN,
+    ),
+    Reason.DEVICES_PUBLISHED_TWICE: ReasonInfo(
+        "the node's GPUs are handed out twice: its device plugin advertises nvidia.com/gpu and the "
+        "DRA driver publishes them in ResourceSlices; a ResourceClaim does not keep device-plugin "
+        "pods off them, so the agent could not hold them alone and no agent pod was made: the "
+        "node was not tested",
+        "run one of the two on the node (NVIDIA's DRA driver is not meant to run beside the "
+        "device plugin for the same GPUs): disable the device plugin there (e.g. the label "
+        "nvidia.com/gpu.deploy.device-plugin=false under the GPU Operator), or validate it with "
+        "spec.agent.devices devicePlugin",
         verdict=Verdict.NOT_RUN,
     ),
     Reason.GPU_SHARING_UNSUPPORTED: ReasonInfo(

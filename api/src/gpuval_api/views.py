@@ -23,7 +23,7 @@ from gpuval_api.baseline.bands import BaselineView
 from gpuval_api.baseline.history import gpu_identity, result_units, since_gpus_changed
 from gpuval_api.baseline.history import value as history_value
 from gpuval_api.baselinemodel import BaselineSettings, GpuBaselineSpec
-from gpuval_api.crd import GpuNodeReport, GpuValidation
+from gpuval_api.crd import DEVICE_HEALTHY, GpuNodeReport, GpuValidation
 from gpuval_api.fabric.summary import FabricPathEntry
 from gpuval_api.fabric.view import FabricFinding, FabricLink, fabric_bounds, fabric_finding
 from gpuval_api.figures import Figure
@@ -90,6 +90,16 @@ class FailureView:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceHealthLine:
+    """A device of a node's agent-pod claim the kubelet does not report Healthy (KEP-4680)."""
+
+    unit: str
+    resource_id: str  # <driver>/<pool>/<device>
+    health: str
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class UnitView:
     """A node of a fleet or a GPU of a machine."""
 
@@ -111,6 +121,8 @@ class UnitView:
     # What the unit is, for comparing like with like: "" whole GPUs; a MIG instance's profile
     # ('MIG 1g.18gb'); a node's MIG layout ('7x1g.18gb').
     kind: str = ""
+    # The kubelet's word on its claim's devices that are not Healthy (spec.agent.devices dra).
+    device_health: tuple[DeviceHealthLine, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +216,11 @@ class FleetView:
     def counts(self) -> dict[str, int]:
         """Units per verdict string, commonest first; unknown verdicts count under their name."""
         return dict(Counter(u.verdict for u in self.units).most_common())
+
+    @property
+    def unhealthy_devices(self) -> list[DeviceHealthLine]:
+        """Every unit's devices the kubelet does not report Healthy, by unit."""
+        return [line for u in self.units for line in u.device_health]
 
     @property
     def others(self) -> list[UnitView]:
@@ -314,9 +331,14 @@ def node_unit(report: GpuNodeReport) -> UnitView:
     """A fleet's unit: one node, from its GpuNodeReport."""
     node = report.spec.node
     status = report.status
+    health = tuple(
+        DeviceHealthLine(node, h.resource_id, h.health, h.message or "")
+        for h in (status.device_health or [] if status is not None else [])
+        if h.health != DEVICE_HEALTHY
+    )
     if status is None or status.verdict is None:
         phase = status.phase if status is not None and status.phase else PENDING
-        return UnitView(node, RUNNING if phase == RUNNING else PENDING)
+        return UnitView(node, RUNNING if phase == RUNNING else PENDING, device_health=health)
     summary = status.summary.model_dump(by_alias=True) if status.summary else {}
     figures = {f.key: float(summary[f.key]) for f in FIGURES if summary.get(f.key) is not None}
     # Only a Failed node has failures: a node gpuval could not test (NotRun) is not blamed.
@@ -345,6 +367,7 @@ def node_unit(report: GpuNodeReport) -> UnitView:
         not_read=not_read(result),
         history=_history(report, figures, result),
         kind=environment.get("migLayout", ""),
+        device_health=health,
     )
 
 

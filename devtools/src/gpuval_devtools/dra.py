@@ -95,13 +95,20 @@ def resource_slice(
     gpus: Sequence[str],
     product: str = "NVIDIA H200",
     mig: Sequence[MigDevice] = (),
+    *,
+    generation: int = 1,
+    slice_count: int = 1,
+    name: str | None = None,
+    first: int = 0,
 ) -> dict[str, Any]:
     """The node's ResourceSlice: a `gpu-<minor>` device per whole GPU (`gpus`: their UUIDs, by
-    index; a GPU with MIG devices is published as them instead, as the driver does for a GPU
-    with MIG mode on)."""
+    index from `first`; a GPU with MIG devices is published as them instead, as the driver does
+    for a GPU with MIG mode on). The pool is named after the node; `generation` and
+    `slice_count` are its spec.pool's (a driver republishing its pool writes the next
+    generation; a pool in several slices gives each a `name` of its own)."""
     split = {m.gpu for m in mig}
     devices: list[dict[str, Any]] = []
-    for index, gpu in enumerate(gpus):
+    for index, gpu in enumerate(gpus, start=first):
         if index in split:
             continue
         values = {Attribute.TYPE: DeviceType.GPU, Attribute.UUID: gpu} | _STRINGS
@@ -139,11 +146,11 @@ def resource_slice(
     return {
         "apiVersion": RESOURCE_API,
         "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-{DRIVER}"},
+        "metadata": {"name": name or f"{node}-{DRIVER}"},
         "spec": {
             "driver": DRIVER,
             "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": slice_count},
             "devices": devices,
         },
     }

@@ -100,6 +100,7 @@ def render_status(view: FleetView, validation: GpuValidation, now: float | None 
             for u in view.others[:MAX_LINES]
         ]
         lines += _more(len(view.others))
+    lines += _device_health_lines(view)
     lines += _state_lines(view)
     lines += _fabric_lines(view)
     lines += _waiting_lines(validation, now)
@@ -107,6 +108,18 @@ def render_status(view: FleetView, validation: GpuValidation, now: float | None 
     lines += repair_lines(validation.status.remediation if validation.status else None)
     lines += _outlier_lines(view, validation)
     return "\n".join(lines)
+
+
+def _device_health_lines(view: FleetView) -> list[str]:
+    """The kubelet's word on claimed devices that are not Healthy (spec.agent.devices dra)."""
+    found = view.unhealthy_devices
+    if not found:
+        return []
+    lines = [f"Unhealthy devices (the kubelet's word): {len(found)}"]
+    for line in found[:MAX_LINES]:
+        why = f": {line.message}" if line.message else ""
+        lines.append(f"  {line.unit}  {line.resource_id}  {line.health}{why}")
+    return lines + _more(len(found))
 
 
 def _seconds_between(start: str | None, end: str | None) -> str:

@@ -21,10 +21,12 @@ from typing import Any, Final
 from gpuval_api.crd import DraSettings
 from gpuval_api.dra import (
     ALLOCATE_ALL,
+    DRIVER,
     RESOURCE_API,
     RESOURCE_CLAIM_TEMPLATE_KIND,
     PublishedDevice,
     PublishedSlice,
+    pools_of,
 )
 from gpuval_api.gfd import GPU_RESOURCE
 
@@ -42,13 +44,19 @@ class NodeDevices:
 
     devices: tuple[PublishedDevice, ...] = ()
     pools: tuple[str, ...] = ()
+    # Its pools the scheduler does not allocate from yet (fewer slices of their generation seen
+    # than it has), as gpuval_api.dra.Pool.describe says them.
+    incomplete: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, slices: Iterable[PublishedSlice]) -> NodeDevices:
-        ordered = sorted(slices, key=lambda s: s.name)
+        """The devices of each pool's highest generation only, as the scheduler counts them (a
+        driver republishing a pool leaves the older generation's slices behind for a while)."""
+        pools = pools_of(slices)
         return cls(
-            devices=tuple(d for s in ordered for d in s.devices),
-            pools=tuple(sorted({s.pool for s in ordered})),
+            devices=tuple(d for p in pools for d in p.devices),
+            pools=tuple(p.name for p in pools),
+            incomplete=tuple(p.describe() for p in pools if not p.complete),
         )
 
     @property
@@ -76,6 +84,31 @@ class NodeDevices:
     @property
     def product(self) -> str:
         return next((d.product for d in self.devices if d.product), "")
+
+
+def published_twice(node: str, plugin_gpus: int, devices: NodeDevices) -> str | None:
+    """Why `node` cannot be tested through a claim when its device plugin also advertises GPUs
+    (`plugin_gpus`, its allocatable nvidia.com/gpu and MIG resources) beside the devices a DRA
+    driver publishes for it; None when only one of the two hands them out."""
+    if plugin_gpus <= 0 or devices.count <= 0:
+        return None
+    return (
+        f"node {node}'s GPUs are handed out twice: its device plugin advertises {plugin_gpus} "
+        f"(nvidia.com/gpu allocatable) and DRA driver {DRIVER} publishes {devices.count} devices "
+        f"(pool {', '.join(devices.pools)}); a ResourceClaim does not keep device-plugin pods off "
+        "them, so no agent pod was made: run one of the two on the node"
+    )
+
+
+def pool_incomplete(node: str, devices: NodeDevices, message: str) -> str | None:
+    """`message` (its pod never scheduled) with why: the node's pool incomplete, which the
+    scheduler allocates nothing from; None when its pools are complete."""
+    if not devices.incomplete:
+        return None
+    return (
+        f"{message}; node {node}'s {'; '.join(devices.incomplete)}: the scheduler allocates "
+        "nothing from an incomplete pool"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,6 +79,18 @@ def _others(view: FleetView) -> str:
     return f'<h2>Not judged</h2><div id="others">{listed}</div>'
 
 
+def _device_health(view: FleetView) -> str:
+    """The kubelet's word on claimed devices that are not Healthy (spec.agent.devices dra)."""
+    rows = [
+        [escape(d.unit), escape(d.resource_id), escape(d.health), escape(d.message)]
+        for d in view.unhealthy_devices
+    ]
+    if not rows:
+        return ""
+    listed = table([view.unit_label, "device", "health", "message"], rows, [True] * len(rows))
+    return f'<h2>Device health</h2><div id="device-health">{listed}</div>'
+
+
 def _outliers(view: FleetView) -> str:
     outliers = view.outliers
     if not outliers:
@@ -160,6 +172,7 @@ def render_page(view: FleetView, generated_at: datetime | None = None) -> str:
         conditions if view.conditions else "",
         f'<h2>Failures</h2><div id="failures">{_failures(view)}</div>',
         _others(view),
+        _device_health(view),
         state_section(view),
         f'<h2>Outliers</h2><div id="outliers">{_outliers(view)}</div>',
         baseline_section(view),

@@ -68,6 +68,7 @@ from gpuval_api.crd.remediation import (
     TemplateMetadata,
 )
 from gpuval_api.crd.report import (
+    DEVICE_HEALTHY,
     MAX_DEVICE_HEALTH,
     DeviceHealth,
     GpuNodeReport,
@@ -102,6 +103,7 @@ from gpuval_api.crd.validationstatus import (
     Outlier,
     RunInfo,
     RunTrigger,
+    UnhealthyDevice,
 )
 
 __all__ = [
@@ -115,6 +117,7 @@ __all__ = [
     "DEFAULT_MAX_REPAIRS",
     "DEFAULT_TIMEOUT_SECONDS",
     "DEFAULT_WINDOW_SECONDS",
+    "DEVICE_HEALTHY",
     "GPU_RESOURCE",
     "GROUP",
     "MAX_DEVICE_HEALTH",
@@ -179,4 +182,5 @@ __all__ = [
     "TaintEffect",
     "TemplateMetadata",
     "Toleration",
+    "UnhealthyDevice",
 ]

@@ -63,6 +63,8 @@ class ReportFailure(CrdModel):
     message: str = Field(default="", description="One line about the failure.")
 
 
+# The kubelet's word on a device that is fine (KEP-4680: Healthy, Unhealthy or Unknown).
+DEVICE_HEALTHY = "Healthy"
 # NVIDIA's DRA driver publishes up to 8 GPUs, or 56 MIG devices (7 on each of 8 GPUs), per node.
 MAX_DEVICE_HEALTH = 64
 

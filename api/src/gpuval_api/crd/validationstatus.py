@@ -75,6 +75,18 @@ class FailingNode(CrdModel):
     message: str = Field(default="", max_length=1024, description="One line about the failure.")
 
 
+class UnhealthyDevice(CrdModel):
+    """A device of a node's agent-pod claim that the kubelet does not report Healthy
+    (KEP-4680, spec.agent.devices dra); the node's report keeps every device's word."""
+
+    node: str = Field(max_length=253, description="Node name.")
+    resource_id: str = Field(
+        max_length=512, description="The device as <driver>/<pool>/<device> (its ResourceSlice's)."
+    )
+    health: str = Field(max_length=16, description="Unhealthy or Unknown.")
+    message: str = Field(default="", max_length=1024, description="Why, when the driver said.")
+
+
 class Outlier(CrdModel):
     """One node whose environment value differs from the expected or majority value."""
 
@@ -153,6 +165,28 @@ class GpuValidationStatus(CrdModel):
         description="Nodes gpuval could not test in the current run (no action taken), at most 50.",
     )
     not_run_nodes_omitted: int = Field(default=0, description="NotRun nodes beyond the listed.")
+    nodes_without_devices: list[str] = Field(
+        default_factory=list,
+        max_length=50,
+        description=(
+            "With spec.agent.devices dra: nodes spec.nodeSelector selects (Ready, schedulable) "
+            "for which the DRA driver publishes no device, left out of the run, at most 50."
+        ),
+    )
+    nodes_without_devices_omitted: int = Field(
+        default=0, description="Nodes without devices beyond the listed."
+    )
+    unhealthy_devices: list[UnhealthyDevice] = Field(
+        default_factory=list,
+        max_length=50,
+        description=(
+            "Devices of the run's agent-pod claims the kubelet reports not Healthy "
+            "(spec.agent.devices dra), at most 50."
+        ),
+    )
+    unhealthy_devices_omitted: int = Field(
+        default=0, description="Unhealthy devices beyond the listed."
+    )
     dry_run: list[DryRunAction] = Field(
         default_factory=list,
         max_length=50,

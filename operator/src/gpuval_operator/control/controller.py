@@ -415,6 +415,7 @@ class ValidationController:
             started_at=time.time(),
         )
         run.add_candidates(candidates)
+        run.without_devices = self.node_watch.without_devices()
         run.gating = spec.gating is not None
         # The repair loop spans runs: its status stays until its next pass.
         run.remediation = previous.remediation if previous is not None else None
@@ -426,6 +427,13 @@ class ValidationController:
         # starting one.
         await self._write_status(force=True)
         message = f"run {run_id} ({trigger}) started on {len(candidates)} nodes"
+        if run.without_devices:
+            message += (
+                f" of {len(candidates) + len(run.without_devices)} selected: "
+                f"{len(run.without_devices)} publish"
+                f"{'es' if len(run.without_devices) == 1 else ''} no device (condition "
+                "DevicesPublished)"
+            )
         await self.effects.event(EventReason.RUN_STARTED, message)
         log.info("%s: %s", self.name, message)
         # The first wave's reports first, the rest while the first wave runs: at 10,000 nodes the

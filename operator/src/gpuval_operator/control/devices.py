@@ -12,8 +12,9 @@ from typing import Any
 
 from gpuval_api.crd import DeviceSource, GpuValidationSpec
 from gpuval_api.dra import DRIVER, ClaimHold
+from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey
-from gpuval_operator.devices import DeviceRequest
+from gpuval_operator.devices import DeviceRequest, pool_incomplete
 from gpuval_operator.kube.client import ApiError
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.run.effects import Effects
@@ -54,6 +55,15 @@ class ClaimsSeen:
     def forget(self) -> None:
         """A new tick: the next node lists the claims again."""
         self._listed = None
+
+    async def explain(self, node: str, message: str) -> tuple[Reason, str]:
+        """Why the node's DRA pod was never scheduled: its pool incomplete (the scheduler
+        allocates nothing from it: DevicePoolIncomplete), else the claims that hold its devices
+        (DevicesClaimed)."""
+        incomplete = pool_incomplete(node, self.node_watch.slices.devices(node), message)
+        if incomplete is not None:
+            return Reason.DEVICE_POOL_INCOMPLETE, incomplete
+        return Reason.DEVICES_CLAIMED, await self.named_in(node, message)
 
     async def named_in(self, node: str, message: str) -> str:
         """`message` with the ResourceClaims that hold the node's devices, where they can be

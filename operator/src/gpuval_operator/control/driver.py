@@ -30,6 +30,7 @@ from gpuval_operator.control.devices import ClaimsSeen, device_request, write_de
 from gpuval_operator.control.fabricdriver import FabricDriver
 from gpuval_operator.control.reports import ReportPlanner
 from gpuval_operator.control.runbreaker import RunBreaker
+from gpuval_operator.devices import published_twice
 from gpuval_operator.fabric.ports import PortPool
 from gpuval_operator.kube.client import ApiError
 from gpuval_operator.nodes.actor import NodeActor
@@ -171,6 +172,8 @@ class RunDriver:
             joined.append((name, trigger))
         if not joined:
             return
+        if run.without_devices:
+            run.without_devices = tuple(n for n in run.without_devices if n not in run.nodes)
         run.reopen()
         each, summary = queued_events(joined, run.queued_events, self.config.events_per_run)
         run.queued_events += len(each)
@@ -226,7 +229,7 @@ class RunDriver:
             gone = lifecycle.node_gone(record, f"was deleted during the run ({message})")
             reason, message = gone.reason, gone.message
         elif reason is Reason.DEVICES_CLAIMED:
-            message = await self.claims.named_in(outcome.node, message)
+            reason, message = await self.claims.explain(outcome.node, message)
         if outcome.delete_pod:
             await self.effects.delete_pod(record)
         if reason is not None and outcome.status is None:
@@ -265,6 +268,13 @@ class RunDriver:
             if sharing is not None and not sharing.exclusive_possible:
                 await self._untestable(run, record, sharing)
                 return
+            twice = self._published_twice(record.node)
+            if twice is not None:
+                if run.finish_for(record.node, Reason.DEVICES_PUBLISHED_TWICE, twice):
+                    await self.effects.write_report_failure(
+                        record, Reason.DEVICES_PUBLISHED_TWICE, twice
+                    )
+                return
             env = self.baseline.pod_env(run, record.node)
             try:
                 request = await device_request(
@@ -286,6 +296,13 @@ class RunDriver:
                 await self._refused(run, record, refusal)
 
         await self.effects.bounded(create(r) for r in wave)
+
+    def _published_twice(self, node: str) -> str | None:
+        """With DRA, why the node's device plugin handing out its GPUs too keeps it untested."""
+        facts = self.node_watch.nodes.get(node)
+        if not self.node_watch.dra or facts is None:
+            return None
+        return published_twice(node, facts.gpus, self.node_watch.slices.devices(node))
 
     def _probe(self, run: RunState, now: float) -> list[NodeRecord]:
         """While the API server refuses agent pods, one create at a time, when its pause is

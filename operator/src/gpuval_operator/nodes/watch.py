@@ -113,6 +113,15 @@ class NodeWatch:
             )
         return sorted(chosen, key=lambda c: c.name)
 
+    def without_devices(self) -> tuple[str, ...] | None:
+        """With DRA, the selected nodes (Ready, schedulable) for which the driver publishes no
+        device, by name (never candidates: nothing to claim); None without DRA or before the
+        nodes and their slices are listed."""
+        if not self.dra or not self.synced.is_set() or not self.slices.synced:
+            return None
+        found = (v.name for v in self.nodes.values() if v.available)
+        return tuple(sorted(n for n in found if not self.slices.devices(n).count))
+
     def _follower_refused(self) -> bool:
         return self._follower is not None and self._follower.refused is not None
 

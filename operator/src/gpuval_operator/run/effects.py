@@ -30,6 +30,7 @@ from gpuval_api.dra import (
     RESOURCE_CLAIMS_PATH,
     RESOURCE_SLICES_PATH,
     ClaimHold,
+    PublishedSlice,
     claim_hold,
     parse_slice,
 )
@@ -45,7 +46,7 @@ from gpuval_api.report import (
 )
 from gpuval_operator import names, planning
 from gpuval_operator.config import OperatorConfig
-from gpuval_operator.devices import DeviceRequest, claim_template
+from gpuval_operator.devices import DeviceRequest, NodeDevices, claim_template
 from gpuval_operator.kube import events
 from gpuval_operator.kube.client import ApiError, KubeClient, ResourceExpiredError, q
 from gpuval_operator.names import run_number
@@ -151,14 +152,15 @@ class Effects:
             return sorted(candidates, key=lambda c: c.name)
 
     async def published_devices(self) -> dict[str, int]:
-        """Each node's devices in the NVIDIA DRA driver's ResourceSlices, counted."""
+        """Each node's devices in the NVIDIA DRA driver's ResourceSlices, counted as the
+        scheduler counts them (its pools' highest generation: NodeDevices.of)."""
         items, _ = await self.client.list_pages(RESOURCE_SLICES_PATH, field_selector=SLICES_OF)
-        counts: dict[str, int] = {}
+        by_node: dict[str, list[PublishedSlice]] = {}
         for obj in items:
             found = parse_slice(obj)
             if found is not None:
-                counts[found.node] = counts.get(found.node, 0) + len(found.devices)
-        return counts
+                by_node.setdefault(found.node, []).append(found)
+        return {node: NodeDevices.of(found).count for node, found in by_node.items()}
 
     # -- children --
 

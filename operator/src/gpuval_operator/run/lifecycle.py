@@ -200,8 +200,15 @@ def due_outcomes(
 
 
 # NotRun reasons a retry in the same run cannot change: the fabric's group did not form (its
-# local checks passed; the next run tries again), a node's GPU sharing lets no pod hold a GPU.
-NOT_RETRIED = frozenset({Reason.FABRIC_GANG_NOT_FORMED, Reason.GPU_SHARING_UNSUPPORTED})
+# local checks passed; the next run tries again), a node's GPU sharing lets no pod hold a GPU, its
+# GPUs are handed out by both the device plugin and a DRA driver (a person's change, either way).
+NOT_RETRIED = frozenset(
+    {
+        Reason.FABRIC_GANG_NOT_FORMED,
+        Reason.GPU_SHARING_UNSUPPORTED,
+        Reason.DEVICES_PUBLISHED_TWICE,
+    }
+)
 
 
 def retry_wanted(record: NodeRecord, policy: RetryPolicy) -> bool:

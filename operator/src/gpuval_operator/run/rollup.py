@@ -14,7 +14,7 @@ from typing import Any
 
 from gpuval_api.conditions import ConditionReason as R
 from gpuval_api.conditions import ConditionType, ValidationPhase
-from gpuval_api.crd import RunTrigger
+from gpuval_api.crd import DEVICE_HEALTHY, RunTrigger
 from gpuval_api.report import StatusKey
 from gpuval_operator.fabric.rollup import build_fabric_run_status
 from gpuval_operator.names import run_number
@@ -30,6 +30,7 @@ SUCCEEDED = ConditionType.SUCCEEDED
 NODES_HEALTHY = ConditionType.NODES_HEALTHY
 UNIFORM = ConditionType.UNIFORM
 INVALID = ConditionType.INVALID
+DEVICES_PUBLISHED = ConditionType.DEVICES_PUBLISHED
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +148,9 @@ def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Co
         *(Cond(*c) for c in holds),
         Cond(*refused),
     ]
+    published = devices_published_condition(run)
+    if published is not None:
+        found.append(published)
     if run.baseline is not None:
         status, reason, message = run.baseline.condition(run.completed_at is not None)
         found.append(Cond(ConditionType.WITHIN_BASELINE, status, reason, message))
@@ -154,6 +158,45 @@ def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Co
         if bimodal is not None:
             found.append(Cond(ConditionType.BIMODAL, *bimodal))
     return found
+
+
+def devices_published_condition(run: RunState) -> Cond | None:
+    """DevicesPublished (spec.agent.devices dra): False naming the selected nodes for which the
+    driver publishes no device (left out of the run), True when every one publishes; None
+    without DRA."""
+    missing = run.without_devices
+    if missing is None:
+        return None
+    total = len(missing) + run.without_devices_omitted
+    if not total:
+        return Cond(
+            DEVICES_PUBLISHED,
+            "True",
+            R.ALL_NODES_PUBLISH,
+            f"every selected node publishes devices ({len(run.nodes)})",
+        )
+    message = (
+        f"{total} of {total + len(run.nodes)} selected nodes (Ready, schedulable) have no "
+        f"device in a ResourceSlice of the DRA driver, so they are not in run {run.run_id}: "
+        f"{_names(list(missing))}; is the driver's kubelet plugin running there?"
+    )
+    return Cond(DEVICES_PUBLISHED, "False", R.NODES_WITHOUT_DEVICES, message)
+
+
+def unhealthy_devices(run: RunState) -> list[dict[str, str]]:
+    """The devices of the run's claims the kubelet does not report Healthy, by node."""
+    return [
+        {
+            "node": record.node,
+            "resourceId": fact.resource_id[:512],
+            "health": fact.health[:16],
+            "message": (fact.message or "")[:1024],
+        }
+        for node in sorted(run.nodes)
+        for record in [run.nodes[node]]
+        for fact in record.device_health
+        if fact.health != DEVICE_HEALTHY
+    ]
 
 
 def _succeeded(run: RunState) -> Cond:
@@ -262,6 +305,8 @@ def build_run_status(
     planned = sorted(run.dry_run.items())
     outliers, generation = run.outliers, run.generation
     listed = outliers or []
+    missing = run.without_devices or ()
+    unhealthy = unhealthy_devices(run)
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "phase": phase_of(run),
@@ -271,6 +316,11 @@ def build_run_status(
         "failingNodesOmitted": max(0, len(failed) - MAX_LISTED),
         "notRunNodes": _listed(untested),
         "notRunNodesOmitted": max(0, len(untested) - MAX_LISTED),
+        "nodesWithoutDevices": list(missing[:MAX_LISTED]),
+        "nodesWithoutDevicesOmitted": max(0, len(missing) - MAX_LISTED)
+        + run.without_devices_omitted,
+        "unhealthyDevices": unhealthy[:MAX_LISTED],
+        "unhealthyDevicesOmitted": max(0, len(unhealthy) - MAX_LISTED),
         "dryRun": [{"node": n, "actions": a[:1024]} for n, a in planned[:MAX_LISTED]],
         "dryRunOmitted": max(0, len(planned) - MAX_LISTED),
         "outliers": [o.as_status() for o in listed[:MAX_LISTED]],
@@ -352,4 +402,8 @@ def read_run(name: str, status: Mapping[str, Any], *, fabric: bool) -> RunState 
     run.announcements = int(run.announced)
     if fabric and run.completed_at is None:
         run.expect_fabric(parse_time((status.get(StatusKey.FABRIC) or {}).get("startedAt")))
+    conditions = {c.get("type") for c in status.get("conditions") or []}
+    if DEVICES_PUBLISHED in conditions:
+        run.without_devices = tuple(status.get("nodesWithoutDevices") or ())
+        run.without_devices_omitted = int(status.get("nodesWithoutDevicesOmitted") or 0)
     return run

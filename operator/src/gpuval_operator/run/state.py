@@ -224,6 +224,11 @@ class RunState:
     # status.remediation as the repair loop last built it (spec.remediation; it spans runs, so a
     # new run starts with the last one's); None: no repair loop.
     remediation: dict[str, Any] | None = None
+    # spec.agent.devices dra: the selected nodes (Ready, schedulable) for which the driver
+    # publishes no device, left out of the run (status.nodesWithoutDevices); None without DRA.
+    without_devices: tuple[str, ...] | None = None
+    # After a restart: how many the status counted beyond those it listed.
+    without_devices_omitted: int = 0
 
     def add(self, node: str, gpus: int, report: str, pod: str) -> NodeRecord:
         record = self.nodes.get(node)
@@ -431,6 +436,7 @@ class RunState:
         if pod.device_health and pod.device_health != record.device_health:
             record.device_health = pod.device_health
             self.health_due.add(record.node)
+            self.dirty = True  # status.unhealthyDevices
         record.started = record.started or pod.started
         record.waiting_reason = pod.waiting_reason
         record.exit_code = pod.exit_code

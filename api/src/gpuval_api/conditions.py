@@ -26,6 +26,10 @@ class ConditionType(StrEnum):
     BIMODAL = "Bimodal"
     # The API server refuses the run's agent pods (admission, quota): the cluster's configuration.
     AGENT_PODS_REFUSED = "AgentPodsRefused"
+    # spec.remediation mode Template: the API server cannot make the repair objects (the
+    # template's kind is not served, or the create is refused: RBAC, admission), so the nodes'
+    # requests wait, retried with a growing pause.
+    REPAIR_REQUESTS_REFUSED = "RepairRequestsRefused"
 
 
 class ConditionReason(StrEnum):
@@ -71,6 +75,11 @@ class ConditionReason(StrEnum):
     WEBHOOK_UNAVAILABLE = "WebhookUnavailable"  # a webhook that fails closed could not be called
     POD_REFUSED = "PodRefused"  # anything else (a missing namespace or ServiceAccount, RBAC...)
     AGENT_PODS_ADMITTED = "AgentPodsAdmitted"
+    # RepairRequestsRefused: the template's kind is not served (its CRD is not installed), the
+    # API server refused the object (403 RBAC, 422 admission...) (True), or neither (False).
+    KIND_NOT_SERVED = "KindNotServed"
+    REPAIR_OBJECT_REFUSED = "RepairObjectRefused"
+    REPAIR_REQUESTS_ACCEPTED = "RepairRequestsAccepted"
 
 
 class ValidationPhase(StrEnum):
@@ -119,3 +128,6 @@ class EventReason(StrEnum):
     NODE_REPAIRED = "NodeRepaired"
     NODE_NEEDS_REPAIR = "NodeNeedsRepair"
     REPAIR_NOT_REQUESTED = "RepairNotRequested"
+    # The request's object was deleted before its repair ended: cancelled, not counted, not asked
+    # again until the node fails anew.
+    REPAIR_CANCELLED = "RepairCancelled"

@@ -224,6 +224,9 @@ class RunState:
     # status.remediation as the repair loop last built it (spec.remediation; it spans runs, so a
     # new run starts with the last one's); None: no repair loop.
     remediation: dict[str, Any] | None = None
+    # RepairRequestsRefused (type, status, reason, message) as the repair loop last built it
+    # (gpuval_operator.remediation.refusals); None without spec.remediation. It spans runs too.
+    repair_requests: tuple[str, str, str, str] | None = None
 
     def add(self, node: str, gpus: int, report: str, pod: str) -> NodeRecord:
         record = self.nodes.get(node)

@@ -4,6 +4,8 @@ RepairRequestsRefused condition names the kind, the API server's words and the n
 
 from __future__ import annotations
 
+import itertools
+
 from gpuval_api.conditions import ConditionReason, ConditionType
 from gpuval_operator.remediation.refusals import (
     FIRST_PAUSE,
@@ -34,9 +36,9 @@ def test_a_refused_request_waits_a_pause_that_doubles_up_to_its_bound() -> None:
         tries.append(now)
         assert backoff.blocked("n1", KIND, now + waiting.pause - 0.1)
         now = waiting.retry_at
-    pauses = [b - a for a, b in zip(tries, tries[1:], strict=False)]
+    pauses = [b - a for a, b in itertools.pairwise(tries)]
     assert pauses[0] == FIRST_PAUSE and max(pauses) == LONGEST_PAUSE
-    assert all(b >= a for a, b in zip(pauses, pauses[1:], strict=False)), pauses
+    assert all(b >= a for a, b in itertools.pairwise(pauses)), pauses
     # A few tries a minute at first, fewer later: never more than 4 within any minute.
     assert max(sum(1 for t in tries if s <= t < s + 60) for s in tries) <= 4
     assert backoff.refused_total[KIND] == 12

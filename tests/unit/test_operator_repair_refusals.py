@@ -60,6 +60,15 @@ def test_the_pause_is_per_node_and_kind_and_a_made_request_clears_it() -> None:
     assert not backoff.waiting, "a template of another kind starts afresh"
 
 
+def test_a_kind_found_served_frees_the_nodes_that_waited_for_it_but_not_the_refused() -> None:
+    backoff = RequestBackoff()
+    backoff.refused("n1", NOT_SERVED, T0)
+    backoff.refused("n2", DENIED, T0)
+    backoff.served(KIND)
+    assert not backoff.blocked("n1", KIND, T0 + 1), "its CRD is there: asked at once"
+    assert backoff.blocked("n2", KIND, T0 + 1), "refused by admission: its pause holds"
+
+
 def test_the_condition_names_the_kind_the_words_and_the_nodes_and_clears() -> None:
     backoff = RequestBackoff()
     kind, status, reason, message = refused_condition(backoff)

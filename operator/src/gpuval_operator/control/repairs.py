@@ -114,6 +114,9 @@ class RepairKeeper:
             for f in candidates.values()
         )
         await self.objects.list(spec, asked, now)
+        kind = template_kind(spec)
+        if self.objects.listed is not None and kind is not None:
+            self.backoff.served(kind)
         systemic = run.breaker.systemic_reasons() | run.breaker.undecided
         batch: dict[str, NodeTrigger] = {}
         checks: dict[str, tuple[str, ...]] = {}
@@ -146,7 +149,7 @@ class RepairKeeper:
                 if not await self._carry_out(step, node, run, spec, settings=settings, now=now):
                     break
         await self.objects.clean(spec, self.node_watch.nodes)
-        self.backoff.keep(wanting, template_kind(spec))
+        self.backoff.keep(wanting, kind)
         self._publish(run, settings, now)
         return batch, checks
 

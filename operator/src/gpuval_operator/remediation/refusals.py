@@ -6,7 +6,8 @@ or the create is refused (403: the chart's remediation.rbac; 422: an admission p
 any other answer but 409). Trying again at once cannot help: what refused it is the cluster's
 configuration. So each node and kind waits, FIRST_PAUSE seconds after its first refusal, twice as
 long after each next one, LONGEST_PAUSE at most (a few requests a minute at first, fewer later),
-and is asked again on its own once the kind is served or the create admitted. The validation says
+and is asked again on its own: at once when the validation's periodic list of the kind's objects
+finds it served, else when its pause is over. The validation says
 so in its RepairRequestsRefused condition (the kind and the API server's words), `kubectl gpuval
 status` shows it, and /metrics counts the refusals and the nodes waiting.
 """
@@ -93,6 +94,14 @@ class RequestBackoff:
     def accepted(self, node: str, kind: str) -> bool:
         """The node's request of `kind` was made: True when it had been refused."""
         return self.waiting.pop((node, kind), None) is not None
+
+    def served(self, kind: str) -> None:
+        """The kind's objects were listed: its CRD is there now, so the nodes that waited for it
+        are tried at once (what refuses their create next starts a pause of its own)."""
+        for key in [
+            k for k, w in self.waiting.items() if k[1] == kind and w.refusal.status is None
+        ]:
+            del self.waiting[key]
 
     def keep(self, nodes: set[str], kind: str | None) -> None:
         """Forget the nodes no longer waiting for a request of `kind` (passed, withdrawn, or the

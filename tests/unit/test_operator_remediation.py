@@ -121,6 +121,12 @@ def test_an_object_deleted_before_it_ended_cancels_the_request_uncounted_and_una
     assert (second.count, second.history) == (2, (int(T0 + 61),))
 
 
+def test_an_object_gone_after_the_node_rebooted_is_an_end_not_a_cancellation() -> None:
+    facts = failed(repair=asked(failed(), obj="gpuval-n1"), boot_id="boot-2")
+    step = machine.decide(facts, SETTINGS, now=T0 + 5, object_end=RepairEnd.GONE)
+    assert (step.do, step.end) == (Do.END, RepairEnd.REBOOTED)
+
+
 def test_a_cancelled_request_keeps_the_repairs_that_were_done_counted() -> None:
     first = asked(failed())
     revalidated = machine.after_verdict(

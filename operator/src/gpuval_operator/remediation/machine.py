@@ -134,9 +134,13 @@ def _requested(
     now: float,
     object_end: RepairEnd | None,
 ) -> Step:
+    rebooted = facts.boot_id and record.boot and facts.boot_id != record.boot
     if object_end is RepairEnd.GONE:
         # Deleted by a person (or anything but gpuval) before it said it ended: nothing was
-        # repaired, so validating it again would only fail and ask again.
+        # repaired, so validating it again would only fail and ask again. Unless the node
+        # rebooted meanwhile (an engine that deletes its object once done, unseen): an end.
+        if rebooted:
+            return Step(Do.END, end=RepairEnd.REBOOTED)
         return Step(Do.CANCEL, end=object_end)
     if object_end is not None:
         return Step(Do.END, end=object_end)
@@ -144,7 +148,6 @@ def _requested(
     # the object says so: the engine checks the node after its reboot (NVSentinel's janitor waits
     # for it to be Ready) before it marks the object done, and gpuval deletes an object it
     # considers ended.
-    rebooted = facts.boot_id and record.boot and facts.boot_id != record.boot
     if rebooted and not record.obj:
         return Step(Do.END, end=RepairEnd.REBOOTED)
     if now - record.asked >= settings.timeout:

@@ -505,7 +505,8 @@ def test_a_repair_object_the_api_server_cannot_make_is_tried_a_few_times_a_minut
         "kind": "RebootNode",
         "spec": {"nodeName": "$(NODE_NAME)", "force": False},
     }
-    spec = {"nodeActions": ACTIONS, "checks": QUICK, "remediation": {"template": template}}
+    remediation = {"mode": "Template", "template": template}
+    spec = {"nodeActions": ACTIONS, "checks": QUICK, "remediation": remediation}
     frozen = "reboots are frozen for the maintenance window"
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -590,14 +591,18 @@ def test_a_repair_object_the_api_server_cannot_make_is_tried_a_few_times_a_minut
         cluster.kubectl("delete", "crd", plural, "--wait=false", check=False)
 
     # At most a few requests a minute for the node while its kind is not served: the report
-    # read, the discovery of the group, the periodic list (thousands before: issue 43).
+    # read, the discovery of the group (a 404; the API server counts it with every other
+    # discovery of /apis, the test's own kubectl calls too: an upper bound), the periodic list
+    # (before: 13,796 404s and 6,897 report reads in 121s, issue 43).
     grown = after - before
-    asked = grown["GET gpunodereports"] + sum(
-        n for what, n in grown.items() if group in what or what.endswith(" rebootnodes")
+    asked = (
+        grown["GET gpunodereports"]
+        + grown["GET apiserver/apis"]
+        + sum(n for what, n in grown.items() if group in what or what.endswith(" rebootnodes"))
     )
     assert minute >= 60
     assert grown["GET gpunodereports"] <= 4, grown
-    assert asked <= 10, f"{asked} requests in {minute:.0f}s while not served: {grown}"
+    assert asked <= 12, f"{asked} requests in {minute:.0f}s while not served: {grown}"
     message = not_served["message"]
     assert kind in message and "not served" in message and node in message, message
     assert f'gpuval_repair_requests_waiting{{kind="{kind}",validation="{name}"}} 1.0' in metrics
@@ -608,7 +613,8 @@ def test_a_repair_object_the_api_server_cannot_make_is_tried_a_few_times_a_minut
     )
     assert refused_total is not None and 1 <= int(refused_total.group(1)) <= 6, metrics
     assert shown.returncode == 0, shown.stderr
-    assert f"Repair requests refused (nothing asked yet): {message}" in shown.stdout, shown.stdout
+    said = f"Repair requests refused (nothing asked yet): {message.split(' (next at ')[0]}"
+    assert said in shown.stdout, shown.stdout
     assert record_while_refused == {}, "nothing is recorded as asked while it cannot be asked"
     # Refused by the admission policy: the API server's words, and a POST only now and then.
     assert "HTTP 422" in denied["message"] and frozen in denied["message"], denied
@@ -630,6 +636,7 @@ def test_a_repair_object_a_person_deletes_cancels_its_request_uncounted_and_not_
     node = fleet.add(unique_name("cancel"), [XID_79])
     name = unique_name("cancel")
     remediation = {
+        "mode": "Template",
         "maxRepairs": 1,
         "template": {**REBOOT_NODE, "spec": {"nodeName": "$(NODE_NAME)", "force": False}},
     }

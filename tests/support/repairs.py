@@ -1,15 +1,21 @@
 """The repair loop's tests on the real control plane: the engines' CRDs (published, vendored under
 tests/fixtures/remediation), the engine's part played by the test (a node rebooted, a remediation
 object marked done), and watches that see every state the API server served: the remediation
-objects ever made, and the most nodes in repair at once."""
+objects ever made, and the most nodes in repair at once; the engine's CRD under a group of the
+test's own (installed when the test says), and the API server's own request counts."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from gpuval_api import keys
 from gpuval_devtools.controlplane import Cluster
@@ -24,6 +30,30 @@ def install_engine_crds(cluster: Cluster) -> None:
         cluster.kubectl("apply", "--server-side", "-f", str(path))
     for path in sorted(FIXTURES.glob("*.yaml")):
         cluster.kubectl("wait", "--for=condition=Established", "-f", str(path), "--timeout=60s")
+
+
+def reboot_node_crd(group: str) -> dict[str, Any]:
+    """NVSentinel's published RebootNode CRD, served under `group` instead of its own: a kind the
+    API server does not serve until the test applies it (the module's cluster keeps the engines'
+    own CRDs once a test installed them)."""
+    crd: dict[str, Any] = yaml.safe_load(
+        (FIXTURES / "janitor.dgxc.nvidia.com_rebootnodes.yaml").read_text()
+    )
+    crd["metadata"] = {"name": f"{crd['spec']['names']['plural']}.{group}"}
+    crd["spec"]["group"] = group
+    return crd
+
+
+def api_requests(cluster: Cluster) -> Counter[str]:
+    """The API server's own request counter (apiserver_request_total from its /metrics), by
+    "VERB resource", as benchmarks/apiserver_requests.py reads it."""
+    benchmarks = str(Path(__file__).resolve().parents[2] / "benchmarks")
+    if benchmarks not in sys.path:
+        sys.path.insert(0, benchmarks)  # the benchmarks import one another by name
+    reader = importlib.import_module("apiserver_requests")
+    text = cluster.kubectl("get", "--raw", "/metrics").stdout
+    found: Counter[str] = reader.parse(text).requests
+    return found
 
 
 def conditions_of(node: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -354,6 +354,47 @@ def test_status_says_in_one_line_each_that_the_failures_look_systemic_and_action
     assert "Node actions held:" not in quiet and "Likely systemic" not in quiet
 
 
+def test_status_says_in_one_line_that_repair_requests_are_refused_and_a_cancelled_repair() -> None:
+    refused = (
+        "RepairRequestsRefused",
+        "True",
+        "KindNotServed",
+        "the API server does not make the repair objects: RebootNode.janitor.dgxc.nvidia.com/"
+        "v1alpha1 (not served): ... 3 nodes wait for their repair request (a, b, c)",
+    )
+    view, _ = sample_fleet(healthy=3)
+    view = dataclasses.replace(view, conditions=(*view.conditions, refused))
+    lines = render.render_status(view, validation("fleet", "fleet-1-abcd", 6, [])).splitlines()
+    assert lines[1] == f"Repair requests refused (nothing asked yet): {refused[3]}"
+    calm = (refused[0], "False", "RepairRequestsAccepted", "none refused")
+    quiet = render.render_status(
+        dataclasses.replace(view, conditions=(calm,)), validation("fleet", "r", 6, [])
+    )
+    assert "Repair requests refused" not in quiet
+    status = RemediationStatus.model_validate(
+        {
+            "nodes": [
+                {
+                    "node": "gpu-5",
+                    "state": "Cancelled",
+                    "reason": "KernelXidReboot",
+                    "action": "Reboot",
+                    "repairs": 0,
+                    "failedAt": "2026-12-04T18:10:02Z",
+                    "requestedAt": "2026-12-04T18:10:40Z",
+                    "object": "gpuval-gpu-5-1c2e9a",
+                    "endedAt": "2026-12-04T18:11:02Z",
+                    "endedBy": "Gone",
+                }
+            ],
+        }
+    )
+    assert render.repair_lines(status)[1].endswith(
+        "-> cancelled 2026-12-04T18:11:02Z (its object deleted before it ended) -> not counted; "
+        "asked again only if it fails anew"
+    )
+
+
 def test_release_says_what_was_held_and_what_the_operator_does_next() -> None:
     held = validation("fleet", "3-abcd", 40, ["a"])
     assert held.status is not None

@@ -86,7 +86,6 @@ def test_the_request_records_action_boot_checks_object_and_its_number() -> None:
         ({"boot_id": "boot-2"}, None, T0 + 5, RepairEnd.REBOOTED),
         ({}, RepairEnd.DONE, T0 + 5, RepairEnd.DONE),
         ({}, RepairEnd.FAILED, T0 + 5, RepairEnd.FAILED),
-        ({}, RepairEnd.GONE, T0 + 5, RepairEnd.GONE),
         ({}, None, T0 + 600, RepairEnd.TIMED_OUT),
     ],
 )
@@ -96,6 +95,50 @@ def test_a_request_ends_on_a_new_boot_its_object_or_the_timeout(
     facts = failed(repair=asked(failed()), **changes)
     step = machine.decide(facts, SETTINGS, now=now, object_end=object_end)
     assert (step.do, step.end) == (Do.END, end)
+
+
+def test_an_object_deleted_before_it_ended_cancels_the_request_uncounted_and_unasked() -> None:
+    facts = failed(repair=asked(failed(), obj="gpuval-n1"))
+    step = machine.decide(facts, SETTINGS, now=T0 + 5, object_end=RepairEnd.GONE)
+    assert (step.do, step.end) == (Do.CANCEL, RepairEnd.GONE)
+    assert facts.repair is not None
+    record = machine.cancelled(facts.repair, T0 + 5)
+    assert record.state == RepairState.CANCELLED and not record.active
+    assert (record.ended, record.ended_by) == (int(T0 + 5), RepairEnd.GONE)
+    assert record.history == (), "a cancelled request is not counted against maxRepairs"
+    assert record.count == 1, "the next request is told apart from the cancelled one"
+    # The same failure, later passes: nothing asked, nothing validated again.
+    same = failed(repair=record)
+    for later in (T0 + 6, T0 + 600, T0 + 7200):
+        assert machine.decide(same, SETTINGS, now=later).do is Do.NOTHING
+    # A pass changes nothing of it; a new failure (a verdict after the cancellation) asks again.
+    assert machine.after_verdict(record, Verdict.PASSED, T0 + 60) == record
+    assert machine.after_verdict(record, Verdict.FAILED, T0 + 60) == record
+    again = failed(repair=record, at=int(T0 + 60))
+    step = machine.decide(again, SETTINGS, now=T0 + 61)
+    assert (step.do, step.action) == (Do.REQUEST, RepairAction.REBOOT)
+    second = machine.requested(again, RepairAction.REBOOT, SETTINGS, now=T0 + 61)
+    assert (second.count, second.history) == (2, (int(T0 + 61),))
+
+
+def test_an_object_gone_after_the_node_rebooted_is_an_end_not_a_cancellation() -> None:
+    facts = failed(repair=asked(failed(), obj="gpuval-n1"), boot_id="boot-2")
+    step = machine.decide(facts, SETTINGS, now=T0 + 5, object_end=RepairEnd.GONE)
+    assert (step.do, step.end) == (Do.END, RepairEnd.REBOOTED)
+
+
+def test_a_cancelled_request_keeps_the_repairs_that_were_done_counted() -> None:
+    first = asked(failed())
+    revalidated = machine.after_verdict(
+        machine.ended(first, RepairEnd.DONE, T0 + 10), Verdict.FAILED, T0 + 20
+    )
+    assert revalidated is not None and revalidated.state == RepairState.FAILED_AGAIN
+    second = asked(failed(repair=revalidated), now=T0 + 30)
+    assert second.history == (int(T0), int(T0 + 30))
+    record = machine.cancelled(second, T0 + 40)
+    assert record.history == (int(T0),), "only the cancelled request is taken out"
+    assert machine.decide(failed(repair=record), SETTINGS, now=T0 + 41).do is Do.NOTHING
+    assert machine.outcome_of(second, record) is None, "a cancellation is no outcome of a repair"
 
 
 def test_a_request_going_on_waits() -> None:

@@ -29,6 +29,10 @@ class ConditionType(StrEnum):
     # spec.agent.devices dra: False while selected nodes publish no device (left out of the run).
     DEVICES_PUBLISHED = "DevicesPublished"
 
+    # spec.remediation mode Template: the API server cannot make the repair objects (the
+    # template's kind is not served, or the create is refused: RBAC, admission), so the nodes'
+    # requests wait, retried with a growing pause.
+    REPAIR_REQUESTS_REFUSED = "RepairRequestsRefused"
 
 # The status of each condition type that is good news. A condition's status says whether its
 # statement holds, and some statements are bad news (SystemicFailure, NodeActionsHeld, Invalid):
@@ -44,6 +48,8 @@ GOOD_STATUS: dict[ConditionType, str] = {
     ConditionType.WITHIN_BASELINE: "True",
     ConditionType.BIMODAL: "False",
     ConditionType.AGENT_PODS_REFUSED: "False",
+    ConditionType.DEVICES_PUBLISHED: "True",
+    ConditionType.REPAIR_REQUESTS_REFUSED: "False",
 }
 
 
@@ -105,6 +111,11 @@ class ConditionReason(StrEnum):
     WEBHOOK_UNAVAILABLE = "WebhookUnavailable"  # a webhook that fails closed could not be called
     POD_REFUSED = "PodRefused"  # anything else (a missing namespace or ServiceAccount, RBAC...)
     AGENT_PODS_ADMITTED = "AgentPodsAdmitted"
+    # RepairRequestsRefused: the template's kind is not served (its CRD is not installed), the
+    # API server refused the object (403 RBAC, 422 admission...) (True), or neither (False).
+    KIND_NOT_SERVED = "KindNotServed"
+    REPAIR_OBJECT_REFUSED = "RepairObjectRefused"
+    REPAIR_REQUESTS_ACCEPTED = "RepairRequestsAccepted"
 
 
 class ValidationPhase(StrEnum):
@@ -153,3 +164,6 @@ class EventReason(StrEnum):
     NODE_REPAIRED = "NodeRepaired"
     NODE_NEEDS_REPAIR = "NodeNeedsRepair"
     REPAIR_NOT_REQUESTED = "RepairNotRequested"
+    # The request's object was deleted before its repair ended: cancelled, not counted, not asked
+    # again until the node fails anew.
+    REPAIR_CANCELLED = "RepairCancelled"

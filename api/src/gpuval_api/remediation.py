@@ -26,6 +26,10 @@ class RepairState(StrEnum):
     # It failed again after spec.remediation.maxRepairs repairs within windowSeconds: no further
     # request; a person or a hardware ticket takes over.
     NEEDS_REPAIR = "NeedsRepair"
+    # Its remediation object was deleted before the repair ended (a person, or anything but
+    # gpuval): cancelled. Not counted against maxRepairs, not validated again, not asked again
+    # until the node fails anew; its taint and cordon stay (it failed, and nothing repaired it).
+    CANCELLED = "Cancelled"
 
 
 # The states in which a node is in the engine's hands or being proven again: it counts against
@@ -39,7 +43,9 @@ class RepairEnd(StrEnum):
     DONE = "Done"  # the remediation object reports it succeeded
     FAILED = "Failed"  # the remediation object reports it ended without success
     REBOOTED = "Rebooted"  # the node's status.nodeInfo.bootID changed
-    GONE = "Gone"  # the remediation object was deleted by someone else
+    # The remediation object was deleted by someone else before it said it ended: the request is
+    # Cancelled (RepairState.CANCELLED), not an end that is validated again.
+    GONE = "Gone"
     TIMED_OUT = "TimedOut"  # none of these within spec.remediation.timeoutSeconds
     # A person removed the label gpuval.dev/needs-repair: the node was repaired by hand.
     PERSON = "Person"

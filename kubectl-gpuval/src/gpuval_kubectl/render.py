@@ -138,7 +138,9 @@ def repair_path(node: RepairNode) -> str:
     if node.requested_at:
         what = f" ({node.object})" if node.object else ""
         steps.append(f"{node.action} asked {node.requested_at}{what}, repair {node.repairs}")
-    if node.ended_at:
+    if node.ended_at and node.state == RepairState.CANCELLED:
+        steps.append(f"cancelled {node.ended_at} (its object deleted before it ended)")
+    elif node.ended_at:
         steps.append(f"ended {node.ended_at} ({node.ended_by})")
     if node.revalidated_at:
         passed = node.state == RepairState.REPAIRED
@@ -156,6 +158,8 @@ def repair_path(node: RepairNode) -> str:
         steps.append("being validated again under load")
     elif node.state == RepairState.REQUESTED:
         steps.append("waiting for the engine")
+    elif node.state == RepairState.CANCELLED:
+        steps.append("not counted; asked again only if it fails anew")
     return " -> ".join(steps)
 
 
@@ -175,12 +179,14 @@ def repair_lines(status: RemediationStatus | None) -> list[str]:
 
 
 def _hold_lines(view: FleetView) -> list[str]:
-    """One line each when the API server refuses the agent pods, when the run's failures look
-    systemic and when node actions are held: the likely cause, before the node-by-node detail."""
+    """One line each when the API server refuses the agent pods or the repair requests, when the
+    run's failures look systemic and when node actions are held: the likely cause, before the
+    node-by-node detail."""
     said: dict[str, str] = {
         ConditionType.AGENT_PODS_REFUSED: "Agent pods refused (the cluster, not the nodes)",
         ConditionType.SYSTEMIC_FAILURE: "Likely systemic (the spec or the stack, not the nodes)",
         ConditionType.NODE_ACTIONS_HELD: "Node actions held",
+        ConditionType.REPAIR_REQUESTS_REFUSED: "Repair requests refused (nothing asked yet)",
     }
     return [
         f"{said[kind]}: {message}"

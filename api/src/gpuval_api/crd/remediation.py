@@ -166,7 +166,10 @@ class RepairNode(CrdModel):
 
     node: str = Field(max_length=253, description="Node name.")
     state: RepairState = Field(
-        description="Requested, Revalidating, FailedAgain, Repaired or NeedsRepair."
+        description=(
+            "Requested, Revalidating, FailedAgain, Repaired, NeedsRepair, or Cancelled (its "
+            "object deleted before it ended: not counted, not asked again until it fails anew)."
+        )
     )
     reason: Reason | None = Field(default=None, description="The failure's reason.")
     action: RepairAction = Field(description="The action asked for: ResetGpu or Reboot.")

@@ -419,6 +419,7 @@ class ValidationController:
         run.gating = spec.gating is not None
         # The repair loop spans runs: its status stays until its next pass.
         run.remediation = previous.remediation if previous is not None else None
+        run.repair_requests = previous.repair_requests if previous is not None else None
         if spec.fabric is not None:
             run.expect_fabric()
         self.state.begin(run)

@@ -14,11 +14,12 @@ from gpuval_api import keys
 from gpuval_api.crd import GpuValidationSpec, RemediationMode, RemediationTemplate
 from gpuval_api.labels import label_value
 from gpuval_api.remediation import RepairEnd, RepairState
-from gpuval_operator.kube.client import KubeClient
+from gpuval_operator.kube.client import ApiError, KubeClient
 from gpuval_operator.nodes.facts import NodeFacts
 from gpuval_operator.remediation.effects import NotServedError, RemediationEffects
 from gpuval_operator.remediation.objects import object_end
 from gpuval_operator.remediation.record import FailingGpus, RepairRecord
+from gpuval_operator.remediation.refusals import Refusal, kind_of
 from gpuval_operator.remediation.template import Request, reference, render
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,12 @@ LIST_ANYWAY = 30.0
 
 # Says a refusal once (node, what, message): the keeper's Events.
 Refused = Callable[[str, str, str], Awaitable[None]]
+
+
+def template_kind(spec: GpuValidationSpec) -> str | None:
+    """The kind a spec's requests make (Kind.group/version); None in mode Condition."""
+    template = _template(spec)
+    return kind_of(template.api_version, template.kind) if template is not None else None
 
 
 def _template(spec: GpuValidationSpec) -> RemediationTemplate | None:
@@ -65,9 +72,10 @@ class RepairObjects:
         reason: str,
         action: str,
         gpus: FailingGpus,
-    ) -> str | None:
-        """The request's object made (or found made before a restart): its namespace/name; None
-        when it cannot be made now (said once)."""
+    ) -> str | Refusal | None:
+        """The request's object made (or found made before a restart): its namespace/name; a
+        Refusal when the API server does not make it (said once per request); None when an
+        earlier request's object is in the way (deleted now)."""
         template = _template(spec)
         if template is None:
             return None
@@ -84,11 +92,16 @@ class RepairObjects:
         body = render(template, request)
         meta = body["metadata"]
         ref = reference(meta.get("namespace"), meta["name"])
+        kind = kind_of(template.api_version, template.kind)
+        refusal: Refusal | None = None
         try:
-            refused = await self.effects.create(template, body)
+            made = await self.effects.create(template, body)
         except NotServedError as exc:
-            refused = str(exc)
-        if refused == "exists":
+            made, refusal = False, Refusal(kind, None, str(exc))
+        except ApiError as exc:
+            words = exc.body.get("message") if isinstance(exc.body, dict) else None
+            made, refusal = False, Refusal(kind, exc.status, str(words or exc))
+        if refusal is None and not made:
             existing = await self.effects.get(template, ref)
             labels = ((existing or {}).get("metadata") or {}).get("labels") or {}
             ours = labels.get(keys.LABEL_VALIDATION) == label_value(self.validation)
@@ -97,13 +110,14 @@ class RepairObjects:
             if existing is not None and not existing["metadata"].get("deletionTimestamp"):
                 await self.effects.delete(template, ref)  # an earlier request's, left over
             return None
-        if refused is not None:
+        if refusal is not None:
             message = (
-                f"could not make {template.kind} {ref} for {node}: {refused}; grant the operator "
-                "its kind (the chart's remediation.rbac) and check spec.remediation.template"
+                f"could not make {template.kind} {ref} for {node}: {refusal.said()}; install the "
+                "engine's CRD, grant the operator its kind (the chart's remediation.rbac) and "
+                "check spec.remediation.template (tried again with a growing pause)"
             )
             await self.refused(node, f"refused:{repair_id}", message)
-            return None
+            return refusal
         return ref
 
     def end_of(self, record: RepairRecord | None) -> RepairEnd | None:
@@ -134,9 +148,12 @@ class RepairObjects:
             return
         try:
             self.listed = await self.effects.objects(template)
-        except NotServedError as exc:
+        except (NotServedError, ApiError) as exc:
+            if isinstance(exc, ApiError) and exc.status not in (403, 404):
+                raise
+            # Not listed again before LIST_ANYWAY: the kind is not served or not granted, which
+            # asking again at once cannot change (RepairRequestsRefused says so).
             log.warning("%s: remediation objects not listed: %s", self.validation, exc)
-            return
         self.listed_at = now
 
     async def clean(self, spec: GpuValidationSpec, nodes: Mapping[str, NodeFacts]) -> None:

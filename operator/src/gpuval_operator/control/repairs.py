@@ -27,7 +27,7 @@ from gpuval_api.labels import label_value
 from gpuval_api.remediation import RepairState
 from gpuval_api.result import Verdict
 from gpuval_operator import names, planning
-from gpuval_operator.control.repairobjects import RepairObjects
+from gpuval_operator.control.repairobjects import RepairObjects, template_kind
 from gpuval_operator.kube import events
 from gpuval_operator.nodes.actor import NodeActor
 from gpuval_operator.nodes.entries import NodeEntry
@@ -39,6 +39,7 @@ from gpuval_operator.remediation import machine
 from gpuval_operator.remediation.machine import Do, RepairFacts, Settings, Step
 from gpuval_operator.remediation.objects import failing_gpus
 from gpuval_operator.remediation.record import RepairRecord
+from gpuval_operator.remediation.refusals import Refusal, RequestBackoff, refused_condition
 from gpuval_operator.remediation.rollup import remediation_status
 from gpuval_operator.run.effects import Effects
 from gpuval_operator.run.state import RunState
@@ -86,6 +87,8 @@ class RepairKeeper:
         self.node_uids: dict[str, str] = {}
         # Nodes back in service after a repair, to announce (NodeRepaired).
         self.back_in_service: list[tuple[str, RepairRecord]] = []
+        # Requests whose object the API server refused: not tried again before their pause.
+        self.backoff = RequestBackoff()
 
     # -- a pass --
 
@@ -111,9 +114,13 @@ class RepairKeeper:
             for f in candidates.values()
         )
         await self.objects.list(spec, asked, now)
+        kind = template_kind(spec)
+        if self.objects.listed is not None and kind is not None:
+            self.backoff.served(kind)
         systemic = run.breaker.systemic_reasons() | run.breaker.undecided
         batch: dict[str, NodeTrigger] = {}
         checks: dict[str, tuple[str, ...]] = {}
+        wanting: set[str] = set()  # the nodes whose step is a request, made or not
         for name in sorted(candidates):
             for _ in range(2):  # a repair that ended is validated again in the same pass
                 facts = self.node_watch.nodes.get(name)
@@ -135,11 +142,14 @@ class RepairKeeper:
                     break
                 if step.do is Do.NOTHING or (settings is None and step.do is not Do.WITHDRAW):
                     break
-                if step.do is Do.REQUEST and self.held_until.get(name, 0.0) > now:
-                    break
+                if step.do is Do.REQUEST:
+                    wanting.add(name)
+                    if self._waits(name, spec, now):
+                        break
                 if not await self._carry_out(step, node, run, spec, settings=settings, now=now):
                     break
         await self.objects.clean(spec, self.node_watch.nodes)
+        self.backoff.keep(wanting, kind)
         self._publish(run, settings, now)
         return batch, checks
 
@@ -164,10 +174,18 @@ class RepairKeeper:
                 step = machine.decide(
                     node, settings, now=now, joined_at=self.joined.get(facts.name)
                 )
-                held = step.do is Do.REQUEST and self.held_until.get(facts.name, 0.0) > now
+                held = step.do is Do.REQUEST and self._waits(facts.name, spec, now)
                 if step.do is not Do.NOTHING and not held:
                     return True
         return False
+
+    def _waits(self, node: str, spec: GpuValidationSpec, now: float) -> bool:
+        """The node's request waits: held by the breaker, or refused by the API server and its
+        pause not over (remediation.refusals)."""
+        if self.held_until.get(node, 0.0) > now:
+            return True
+        kind = template_kind(spec)
+        return kind is not None and self.backoff.blocked(node, kind, now)
 
     def _candidates(self) -> dict[str, NodeFacts]:
         """The nodes the loop may act on: failed, or with a record."""
@@ -251,6 +269,9 @@ class RepairKeeper:
                 f"({step.end}): validated again under load",
             )
             return True
+        if step.do is Do.CANCEL and record is not None:
+            await self._cancel(node, record, now)
+            return False
         if step.do is Do.BY_PERSON and record is not None:
             new = machine.by_person(record, now)
             self.joined.pop(node.name, None)
@@ -309,9 +330,23 @@ class RepairKeeper:
                     action=str(step.action),
                     gpus=gpus,
                 )
-                if found is None:
+                if isinstance(found, Refusal):
+                    waiting = self.backoff.refused(node.name, found, now)
+                    log.warning(
+                        "%s: %s: repair request refused (%d times), tried again in %.0fs: %s",
+                        self.validation,
+                        node.name,
+                        waiting.tries,
+                        waiting.pause,
+                        found.said(),
+                    )
+                if not isinstance(found, str):
                     self._unreserve(node.name)
                     return False
+                if self.backoff.accepted(node.name, template_kind(spec) or ""):
+                    log.info(
+                        "%s: %s: repair request made after refusals", self.validation, node.name
+                    )
                 obj = found
             new = machine.requested(
                 node,
@@ -337,6 +372,23 @@ class RepairKeeper:
             f"{node.name}: {node.reason} asks for {step.action}: repair {count} asked{where}",
         )
         return False
+
+    async def _cancel(self, node: RepairFacts, record: RepairRecord, now: float) -> None:
+        """Its object was deleted before the repair ended: cancelled, not counted, not validated
+        again, not asked again until the node fails anew."""
+        new = machine.cancelled(record, now)
+        if not await self._write(node.name, new):
+            return
+        self.joined.pop(node.name, None)
+        await self._say(
+            node.name,
+            new,
+            "cancelled",
+            EventReason.REPAIR_CANCELLED,
+            f"repair {new.count} ({new.action}) of {node.name} was cancelled: its object "
+            f"{record.obj} was deleted before it ended. Not counted against maxRepairs and not "
+            "asked again until the node fails anew; the node stays out of service",
+        )
 
     # -- writes --
 
@@ -435,9 +487,14 @@ class RepairKeeper:
         figures.needs_repair = {
             n: str(r.reason) for n, r in records.items() if r.state == RepairState.NEEDS_REPAIR
         }
+        figures.refused = self.backoff.refused_total.copy()
+        figures.refused_nodes = self.backoff.nodes_by_kind()
         status = remediation_status(records, now, settings.window) if settings is not None else None
         if status != run.remediation:
             run.remediation, run.dirty = status, True
+        refused = refused_condition(self.backoff) if settings is not None else None
+        if refused != run.repair_requests:
+            run.repair_requests, run.dirty = refused, True
 
     def _announce_back(self, node: str, record: RepairRecord) -> None:
         key = (node, record.repair_id, "back")

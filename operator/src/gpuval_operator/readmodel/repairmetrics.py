@@ -1,7 +1,7 @@
 """The repair loop's series (spec.remediation), built at scrape time from each validation's
 `RepairFigures`: requests by action and outcome, nodes in repair, nodes needing a person (one
 series each, which the chart's GpuvalNodeNeedsRepair alert fires on), and the time from failure to
-back in service."""
+back in service, and the repair requests the API server refuses."""
 
 from __future__ import annotations
 
@@ -46,11 +46,26 @@ class RepairFamilies:
             "From a node's failure to its pass after a repair (back in service).",
             labels=[v],
         )
+        self.refused = CounterMetricFamily(
+            "gpuval_repair_requests_refused",
+            "Repair objects (spec.remediation mode Template) the API server refused or did not "
+            "serve, by kind (Kind.group/version); each is tried again after a growing pause.",
+            labels=[v, "kind"],
+        )
+        self.waiting = GaugeMetricFamily(
+            "gpuval_repair_requests_waiting",
+            "Nodes whose repair request the API server refuses now, waiting for the next try.",
+            labels=[v, "kind"],
+        )
         self._any = False
 
     def add(self, name: str, figures: RepairFigures) -> None:
         if not (
-            figures.outcomes or figures.in_progress or figures.needs_repair or figures.back_count
+            figures.outcomes
+            or figures.in_progress
+            or figures.needs_repair
+            or figures.back_count
+            or figures.refused
         ):
             return
         self._any = True
@@ -62,7 +77,11 @@ class RepairFamilies:
         for node, reason in sorted(figures.needs_repair.items()):
             self.needs.add_metric([name, node, reason], 1.0)
         self.back.add_metric([name], figures.cumulative(), figures.back_sum)
+        for kind, count in sorted(figures.refused.items()):
+            self.refused.add_metric([name, kind], float(count))
+            self.waiting.add_metric([name, kind], float(figures.refused_nodes.get(kind, 0)))
 
     def all(self) -> Iterator[Metric]:
         if self._any:
             yield from (self.requests, self.in_progress, self.needing, self.needs, self.back)
+            yield from (self.refused, self.waiting)

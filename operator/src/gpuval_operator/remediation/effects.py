@@ -84,15 +84,18 @@ class RemediationEffects:
                 continue
             return found
 
-    async def create(self, template: RemediationTemplate, body: dict[str, Any]) -> str | None:
-        """Make the object: None when made, "exists" on 409, else the API server's refusal."""
+    async def create(self, template: RemediationTemplate, body: dict[str, Any]) -> bool:
+        """Make the object: True when made, False when it exists (409); any other refusal
+        raises its ApiError."""
         resource = await self.resource(template)
         namespace = (body.get("metadata") or {}).get("namespace")
         try:
             await self.client.create(resource.path(namespace), body)
         except ApiError as exc:
-            return "exists" if exc.status == 409 else str(exc)
-        return None
+            if exc.status == 409:
+                return False
+            raise
+        return True
 
     async def get(self, template: RemediationTemplate, ref: str) -> dict[str, Any] | None:
         resource = await self.resource(template)

@@ -1,5 +1,6 @@
 """What /metrics says of one validation's repair loop: requests by action and outcome, the nodes in
-repair and those needing a person, and the time from failure to back in service. The keeper
+repair and those needing a person, the time from failure to back in service, and the requests the
+API server refuses. The keeper
 (gpuval_operator.control.repairs) fills it as it sees the nodes' records move; the collector
 reads it at scrape time. Counters start again with the process, as Prometheus expects."""
 
@@ -25,6 +26,10 @@ class RepairFigures:
     back_buckets: list[int] = field(default_factory=lambda: [0] * len(BACK_IN_SERVICE_BUCKETS))
     back_sum: float = 0.0
     back_count: int = 0
+    # kind (Kind.group/version) -> repair objects the API server refused or did not serve, ever;
+    # and the nodes whose request waits for its next try now (remediation.refusals).
+    refused: Counter[str] = field(default_factory=Counter)
+    refused_nodes: Counter[str] = field(default_factory=Counter)
 
     def observe_back(self, seconds: float) -> None:
         self.back_sum += seconds

@@ -9,6 +9,8 @@ what it knows of the node in, and carries out the step that comes back; the node
     Requested ── its object done / failed / gone (mode Template),  │
       │          its boot ID changed (mode Condition),             │
       │          timeoutSeconds passed ──▶ Revalidating           │
+      │    its object deleted by anyone else before it ended ──▶ Cancelled: not counted, not
+      │    validated again, asked again only once the node fails anew
       │                                      │ re-validated under load (the failed checks and the
       │                                      │ state check; a load check always)
       │                       passed ◀───────┴──────▶ failed: FailedAgain ──▶ Requested again,
@@ -75,6 +77,7 @@ class Do(Enum):
     REVALIDATE = auto()  # add it to the run, with the checks that failed
     BY_PERSON = auto()  # a person removed the needs-repair label: validate it again
     WITHDRAW = auto()  # spec.remediation was removed: drop the record, delete the object
+    CANCEL = auto()  # its object was deleted before the repair ended: a cancellation
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,13 +134,20 @@ def _requested(
     now: float,
     object_end: RepairEnd | None,
 ) -> Step:
+    rebooted = facts.boot_id and record.boot and facts.boot_id != record.boot
+    if object_end is RepairEnd.GONE:
+        # Deleted by a person (or anything but gpuval) before it said it ended: nothing was
+        # repaired, so validating it again would only fail and ask again. Unless the node
+        # rebooted meanwhile (an engine that deletes its object once done, unseen): an end.
+        if rebooted:
+            return Step(Do.END, end=RepairEnd.REBOOTED)
+        return Step(Do.CANCEL, end=object_end)
     if object_end is not None:
         return Step(Do.END, end=object_end)
     # A reboot ends a repair asked through the condition; one asked through an object ends when
     # the object says so: the engine checks the node after its reboot (NVSentinel's janitor waits
     # for it to be Ready) before it marks the object done, and gpuval deletes an object it
     # considers ended.
-    rebooted = facts.boot_id and record.boot and facts.boot_id != record.boot
     if rebooted and not record.obj:
         return Step(Do.END, end=RepairEnd.REBOOTED)
     if now - record.asked >= settings.timeout:
@@ -152,6 +162,8 @@ def _failure_to_act_on(facts: RepairFacts, record: RepairRecord | None) -> bool:
         return False
     if record is None or record.state == RepairState.FAILED_AGAIN:
         return True
+    if record.state == RepairState.CANCELLED:
+        return facts.at > (record.ended or 0)  # a failure after the cancellation
     return record.state == RepairState.REPAIRED and facts.at >= (record.back or 0)
 
 
@@ -223,6 +235,22 @@ def ended(record: RepairRecord, how: RepairEnd, now: float) -> RepairRecord:
     return record.moved(RepairState.REVALIDATING, ended=int(now), ended_by=str(how))
 
 
+def cancelled(record: RepairRecord, now: float) -> RepairRecord:
+    """The record once its object was deleted before the repair ended: Cancelled, the request
+    taken out of the repairs counted against maxRepairs."""
+    history = list(record.history)
+    if record.asked in history:
+        history.reverse()
+        history.remove(record.asked)
+        history.reverse()
+    return record.moved(
+        RepairState.CANCELLED,
+        ended=int(now),
+        ended_by=str(RepairEnd.GONE),
+        history=tuple(history),
+    )
+
+
 def by_person(record: RepairRecord, now: float) -> RepairRecord:
     """A person repaired the node by hand (removed the needs-repair label): validated again, its
     repairs forgotten (what failed before is the old hardware's)."""
@@ -235,7 +263,8 @@ def after_verdict(record: RepairRecord | None, verdict: Verdict, now: float) -> 
     """The record once the node has a new verdict: a pass returns it to service whatever the
     loop was waiting for; a failure of its re-validation is FailedAgain (the keeper asks again or
     gives up); NotRun tells nothing."""
-    if record is None or verdict is Verdict.NOT_RUN:
+    if record is None or verdict is Verdict.NOT_RUN or record.state == RepairState.CANCELLED:
+        # A cancelled request stays so (a pass was no repair's); a failure is decided on.
         return record
     stamp = int(now)
     if verdict is Verdict.PASSED:

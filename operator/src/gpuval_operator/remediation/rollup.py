@@ -17,7 +17,8 @@ _ORDER = {
     RepairState.REQUESTED: 1,
     RepairState.REVALIDATING: 2,
     RepairState.FAILED_AGAIN: 3,
-    RepairState.REPAIRED: 4,
+    RepairState.CANCELLED: 4,
+    RepairState.REPAIRED: 5,
 }
 
 
@@ -44,15 +45,20 @@ def node_status(node: str, record: RepairRecord, now: float, window: float) -> d
     return {k: v for k, v in row.items() if v is not None}
 
 
+def _shown(record: RepairRecord, now: float, window: float) -> bool:
+    """Listed: in the loop, or back in service (or cancelled) within the window."""
+    if record.state == RepairState.REPAIRED:
+        return now - (record.back or 0) < window
+    if record.state == RepairState.CANCELLED:
+        return now - (record.ended or 0) < window
+    return True
+
+
 def remediation_status(
     records: Mapping[str, RepairRecord], now: float, window: float
 ) -> dict[str, Any]:
     """status.remediation: the nodes in the loop, and those back in service within the window."""
-    shown = {
-        node: record
-        for node, record in records.items()
-        if record.state != RepairState.REPAIRED or now - (record.back or 0) < window
-    }
+    shown = {node: record for node, record in records.items() if _shown(record, now, window)}
     ordered = sorted(
         shown.items(), key=lambda i: (_ORDER.get(RepairState(i[1].state), 9), -i[1].asked, i[0])
     )

@@ -110,8 +110,8 @@ def uniform_condition(
 
 
 def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Cond]:
-    """Succeeded, NodesHealthy, Uniform, Invalid (False), NodeActionsHeld, SystemicFailure and
-    AgentPodsRefused for a valid spec's run.
+    """Succeeded, NodesHealthy, Uniform, Invalid (False), NodeActionsHeld, SystemicFailure,
+    AgentPodsRefused and, with spec.remediation, RepairRequestsRefused for a valid spec's run.
 
     `outliers` is None while the run goes on or when no node reported an environment: uniformity is
     then Unknown rather than a premature True.
@@ -151,6 +151,8 @@ def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Co
     published = devices_published_condition(run)
     if published is not None:
         found.append(published)
+    if run.repair_requests is not None:
+        found.append(Cond(*run.repair_requests))
     if run.baseline is not None:
         status, reason, message = run.baseline.condition(run.completed_at is not None)
         found.append(Cond(ConditionType.WITHIN_BASELINE, status, reason, message))

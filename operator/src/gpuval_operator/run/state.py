@@ -229,6 +229,9 @@ class RunState:
     without_devices: tuple[str, ...] | None = None
     # After a restart: how many the status counted beyond those it listed.
     without_devices_omitted: int = 0
+    # RepairRequestsRefused (type, status, reason, message) as the repair loop last built it
+    # (gpuval_operator.remediation.refusals); None without spec.remediation. It spans runs too.
+    repair_requests: tuple[str, str, str, str] | None = None
 
     def add(self, node: str, gpus: int, report: str, pod: str) -> NodeRecord:
         record = self.nodes.get(node)

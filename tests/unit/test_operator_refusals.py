@@ -144,7 +144,7 @@ def test_a_refused_node_waits_with_no_verdict_no_node_action_and_keeps_the_run_o
 
 def test_a_waiting_nodes_report_is_waiting_with_no_verdict() -> None:
     status = build_waiting_status(Reason.AGENT_POD_REFUSED, "refused  by\nthe API server")
-    assert status["phase"] == "Waiting" != "Completed"
+    assert status["phase"] == "Waiting"
     assert status["verdict"] is None and status["completedAt"] is None, "null removes them"
     assert (status["reason"], status["message"]) == ("AgentPodRefused", "refused by the API server")
     assert status["settledBy"] is None

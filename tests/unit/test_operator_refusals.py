@@ -192,6 +192,14 @@ def test_a_quota_that_admits_some_pods_paces_the_creates_to_the_pods_that_end() 
     # A create beyond them admitted: the quota was raised.
     refused.paced(live=3, refused=False, now=1010.0)
     assert refused.admits == 3
+    # Every pod of the run ended and the freed slots' creates refused (the usage lags): still
+    # paced, tried again soon, not after the long pause.
+    refused.paced(live=0, refused=True, now=1020.0)
+    assert refused.admits == 3 and refused.slots(live=0, now=1021.0) == 3
+    # Refused again and again: the quota admits fewer now (other pods hold its slots).
+    for now in (1021.0, 1023.0, 1027.0, 1035.0):
+        refused.paced(live=1, refused=True, now=now)
+    assert refused.admits == 1
 
 
 def test_a_refusal_that_admits_none_of_the_runs_pods_is_not_paced() -> None:

@@ -311,7 +311,7 @@ class RunDriver:
             return
         found.paced(run.live_pods(), refused, now)
         waiting = run.refused_nodes()
-        if not refused and (found.admits is None or not waiting):
+        if not refused and (found.admits is None or not (waiting or any(run.pending()))):
             log.info("%s: the API server admits agent pods again", run.validation)
             run.refused, run.dirty = None, True
             return

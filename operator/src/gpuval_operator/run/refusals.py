@@ -119,19 +119,17 @@ class Refused:
         some create of the wave was. A quota that refuses some while `live` run admits that
         many at once; one that admits a create beyond them was raised; any other refusal, or a
         quota that admits none of the run's pods, is not paced (`admits` None)."""
-        if not self.refusal.quota or live == 0:
+        if not self.refusal.quota:
             self.admits = None
-            return
-        if not refused:
-            self.slot_pause = SLOT_PAUSE
-            self.admits = max(self.admits or 0, live)
-            return
-        if self.admits is not None and live < self.admits and self.slot_pause < FIRST_PAUSE:
+        elif not refused:
+            if self.admits is not None:
+                self.admits, self.slot_pause = max(self.admits, live), SLOT_PAUSE
+        elif self.admits is not None and live < self.admits and self.slot_pause < FIRST_PAUSE:
             # A freed slot refused: the quota's usage has not come down yet.
             self.slot_pause = min(self.slot_pause * 2, FIRST_PAUSE)
         else:
-            # It admits what runs now (lowered, or other pods hold slots).
-            self.admits, self.slot_pause = live, SLOT_PAUSE
+            # It admits what runs now (lowered, or other pods hold slots); none: not paced.
+            self.admits, self.slot_pause = (live or None), SLOT_PAUSE
         self.slot_at = now + self.slot_pause
 
     def due(self, now: float) -> bool:

@@ -676,10 +676,10 @@ REASONS: dict[Reason, ReasonInfo] = {
         "policy, a ResourceQuota): the cluster's configuration, not the node; it waits (report "
         "phase Waiting, no verdict) and is tested in the same run once a pod is admitted",
         "read the GpuValidation's AgentPodsRefused condition (it names the namespace and gives "
-        "the API server's words); a quota that admits fewer pods than the wave only paces it; let the agents' namespace admit them (Pod Security "
-        "`privileged`, or `baseline` with spec.agent.privileged and hostPID false), raise the "
-        "quota or fix the webhook: the run tries again on its own and goes on once a pod is "
-        "admitted",
+        "the API server's words); a quota that admits fewer pods than the wave only paces it; "
+        "let the agents' namespace admit them (Pod Security `privileged`, or `baseline` with "
+        "spec.agent.privileged and hostPID false), raise the quota or fix the webhook: the run "
+        "tries again on its own and goes on once a pod is admitted",
         verdict=Verdict.NOT_RUN,
     ),
     Reason.NODE_GONE: ReasonInfo(

@@ -343,7 +343,11 @@ def test_a_quota_of_two_pods_paces_a_wave_of_six_waiting_nodes_are_not_run_and_a
     moment; the operator creates a pod as one of the run's ends, and every node is tested."""
     nodes = [fleet.add(unique_name("quota")) for _ in range(6)]
     name, quota = unique_name("quota"), unique_name("agents")
-    spec = {"checks": {"burn": {"durationSeconds": 2}}, "nodeActions": ACTIONS}
+    spec = {
+        "checks": {"burn": {"durationSeconds": 2}},
+        "nodeActions": ACTIONS,
+        "maxConcurrent": "100%",  # one wave of 6
+    }
     seen: list[dict[str, Any]] = []
     waiting_reports: list[dict[str, Any]] = []
 

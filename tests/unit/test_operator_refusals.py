@@ -181,10 +181,10 @@ def test_a_quota_that_admits_some_pods_paces_the_creates_to_the_pods_that_end() 
     assert refused.slots(live=1, now=1001.0) == 1, "a pod ended: its slot is refilled at once"
     assert refused.slots(live=0, now=1001.0) == 2
     assert refused.slots(live=2, now=1005.0) == 1, "after the pause, one more: raised?"
-    # The freed slot's create refused (the quota's usage lags the pod's end): tried again soon,
-    # what the quota admits unchanged.
+    # The freed slot's create refused just after the pod ended (the quota's usage lags the pod's
+    # end): tried again soon, what the quota admits unchanged.
     refused.again(quota, 1001.0)
-    refused.paced(live=1, refused=True, now=1001.0)
+    refused.paced(live=1, refused=True, now=1001.0, ended=1)
     assert refused.admits == 2 and refused.slots(live=1, now=1001.2) == 0
     assert refused.slots(live=1, now=1002.0) == 1
     refused.paced(live=2, refused=False, now=1002.0)
@@ -194,12 +194,20 @@ def test_a_quota_that_admits_some_pods_paces_the_creates_to_the_pods_that_end() 
     assert refused.admits == 3
     # Every pod of the run ended and the freed slots' creates refused (the usage lags): still
     # paced, tried again soon, not after the long pause.
-    refused.paced(live=0, refused=True, now=1020.0)
+    refused.paced(live=0, refused=True, now=1020.0, ended=3)
     assert refused.admits == 3 and refused.slots(live=0, now=1021.0) == 3
-    # Refused again and again: the quota admits fewer now (other pods hold its slots).
-    for now in (1021.0, 1023.0, 1027.0, 1035.0):
-        refused.paced(live=1, refused=True, now=now)
+    # Refused with no pod of the run ended just before: the quota admits fewer now (other pods
+    # hold its slots).
+    refused.paced(live=1, refused=True, now=1030.0)
     assert refused.admits == 1
+
+
+def test_a_quota_first_refusing_just_after_pods_ended_counts_their_slots() -> None:
+    # A wave of 2 (maxConcurrent 25 % of 6) made as the first 2 ended: the quota, still counting
+    # one of them, admitted 1 and refused 1. It admits 2 (1 running, 1 ended just now), not 1.
+    refused = Refused.first(Refusal.of(403, QUOTA_WORDS), "gpuval-agents", 1000.0)
+    refused.paced(live=1, refused=True, now=1000.0, ended=1)
+    assert refused.admits == 2 and refused.slots(live=1, now=1001.0) == 1
 
 
 def test_a_refusal_that_admits_none_of_the_runs_pods_is_not_paced() -> None:

@@ -41,7 +41,7 @@ from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.run import lifecycle
 from gpuval_operator.run.effects import Effects
 from gpuval_operator.run.fingerprints import fingerprint_outliers, training_mismatches
-from gpuval_operator.run.refusals import Refusal, Refused, refused_event
+from gpuval_operator.run.refusals import QUOTA_LAG, Refusal, Refused, refused_event
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
 from gpuval_operator.run.uniformity import Outlier, run_outliers
 
@@ -309,7 +309,8 @@ class RunDriver:
         found = run.refused
         if found is None:
             return
-        found.paced(run.live_pods(), refused, now)
+        ended = run.ended_since(time.monotonic() - QUOTA_LAG)
+        found.paced(run.live_pods(), refused, now, ended)
         waiting = run.refused_nodes()
         if not refused and (found.admits is None or not (waiting or any(run.pending()))):
             log.info("%s: the API server admits agent pods again", run.validation)

@@ -29,8 +29,10 @@ FIRST_PAUSE = 5.0
 LONGEST_PAUSE = 120.0
 # Under a quota, a create for a pod of the run that ended may still be refused: the quota's
 # usage is brought down by kube-controller-manager after the pod's end, within about a second.
-# The freed slots are tried again after this pause, doubled up to FIRST_PAUSE while refused.
+# A refusal within QUOTA_LAG seconds of such an end does not lower what the quota admits, and the
+# freed slots are tried again after SLOT_PAUSE, doubled while refused.
 SLOT_PAUSE = 0.5
+QUOTA_LAG = 3.0
 WORDS_LIMIT = 600
 
 # What refused the pod, from the API server's message: (pattern, cause, how to name the policy).
@@ -114,18 +116,21 @@ class Refused:
             self.pause = min(self.pause * 2, LONGEST_PAUSE)
             self.retry_at = now + self.pause
 
-    def paced(self, live: int, refused: bool, now: float) -> None:
-        """After a wave of creates, `live` of the run's pods admitted and not ended, `refused`:
-        some create of the wave was. A quota that refuses some while `live` run admits that
-        many at once; one that admits a create beyond them was raised; any other refusal, or a
-        quota that admits none of the run's pods, is not paced (`admits` None)."""
+    def paced(self, live: int, refused: bool, now: float, ended: int = 0) -> None:
+        """After a wave of creates, `live` of the run's pods admitted and not ended, `ended` of
+        them ended within QUOTA_LAG, `refused`: some create of the wave was. A quota that
+        refuses some while `live` run admits that many at once; one that admits a create beyond
+        them was raised; any other refusal, or a quota that admits none of the run's pods, is
+        not paced (`admits` None)."""
         if not self.refusal.quota:
             self.admits = None
         elif not refused:
             if self.admits is not None:
                 self.admits, self.slot_pause = max(self.admits, live), SLOT_PAUSE
-        elif self.admits is not None and live < self.admits and self.slot_pause < FIRST_PAUSE:
-            # A freed slot refused: the quota's usage has not come down yet.
+        elif ended:
+            # Pods of the run ended just now, which the quota may count still: it admits at least
+            # what runs with them; their slots are tried again soon.
+            self.admits = live + ended if self.admits is None else max(self.admits, live)
             self.slot_pause = min(self.slot_pause * 2, FIRST_PAUSE)
         else:
             # It admits what runs now (lowered, or other pods hold slots); none: not paced.

@@ -361,6 +361,14 @@ class RunState:
         self.dirty = True
         return True
 
+    def ended_since(self, since: float) -> int:
+        """The run's agent pods seen ending since `since` (monotonic, as `apply_pod`'s `now`)."""
+        return sum(
+            1
+            for r in self.nodes.values()
+            if r.terminal_since is not None and r.terminal_since >= since
+        )
+
     def live_pods(self) -> int:
         """The run's agent pods admitted and not ended (what a quota on pods counts)."""
         return sum(1 for r in self.nodes.values() if r.pod_live)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -258,7 +259,7 @@ def test_agent_pods_refused_by_pod_security_blame_no_node_and_the_run_goes_on_on
     def refused() -> dict[str, Any] | None:
         found = status_of(cluster, name)
         condition = conditions(found).get("AgentPodsRefused") or {}
-        waiting = (found.get("nodes") or {}).get("notRun") == 2
+        waiting = (found.get("nodes") or {}).get("waiting") == 2
         return found if condition.get("status") == "True" and waiting else None
 
     label = f"{PSA_ENFORCE}=restricted"
@@ -282,19 +283,29 @@ def test_agent_pods_refused_by_pod_security_blame_no_node_and_the_run_goes_on_on
     condition = conditions(during)["AgentPodsRefused"]
     assert condition["reason"] == "PodSecurity", condition
     message = condition["message"]
-    assert f'in namespace {AGENT_NAMESPACE}: Pod Security "restricted:latest"' in message
-    assert "violates PodSecurity" in message, "the API server's own words"
+    assert f"in namespace {AGENT_NAMESPACE}: pods " in message
+    assert 'violates PodSecurity "restricted:latest"' in message, "the API server's own words"
+    assert message.count("restricted:latest") == 1, "once"
     assert "not the nodes" in message
-    assert {n["node"]: n["reason"] for n in during["notRunNodes"]} == dict.fromkeys(
-        nodes, "AgentPodRefused"
-    )
-    assert during["nodes"]["failed"] == 0
+    # Issue 43 part 7: the refused nodes wait, none has a verdict, and everything says so.
+    assert during["nodes"]["waiting"] == 2
+    assert (during["nodes"]["notRun"], during["nodes"]["failed"]) == (0, 0)
+    assert during["notRunNodes"] == []
+    succeeded = conditions(during)["Succeeded"]
+    assert succeeded["status"] == "Unknown"
+    assert succeeded["message"].startswith("0 of 2 nodes have a verdict; 0 running, 2 waiting")
     for node in nodes:
-        assert (reports[node]["verdict"], reports[node]["reason"]) == ("NotRun", "AgentPodRefused")
+        report = reports[node]
+        assert (report["phase"], report.get("verdict")) == ("Waiting", None), report
+        assert report["reason"] == "AgentPodRefused"
+        assert 'violates PodSecurity "restricted:latest"' in report["message"]
+        assert report["message"].count("restricted:latest") == 1
     assert all(_untouched(n) for n in nodes_then)
     assert most_out == 0, "no node was tainted or cordoned at any moment"
     said = [e for e in events if e["reason"] == "AgentPodsRefused"]
     assert len(said) == 1 and said[0]["type"] == "Warning", [e["message"] for e in said]
+    # What runs and waits when it was said (the second node's report may come a wave later).
+    assert re.search(r"0 run, [12] nodes wait .*, 0 have a verdict", said[0]["message"]), said
     assert not any(e["reason"] in ("NodeFailed", "NodeNotRun") for e in events)
     # The namespace admits them again: the same run goes on and every node gets its verdict.
     assert final["run"]["id"] == during["run"]["id"]
@@ -303,3 +314,99 @@ def test_agent_pods_refused_by_pod_security_blame_no_node_and_the_run_goes_on_on
     assert conditions(final)["AgentPodsRefused"]["status"] == "False"
     assert all(_untouched(n) for n in nodes_after)
     assert {n["metadata"]["labels"]["gpuval.dev/verdict"] for n in nodes_after} == {"passed"}
+
+
+def _quota(cluster: Cluster, name: str, pods: int) -> None:
+    """A ResourceQuota on the agents' namespace, once kube-controller-manager has counted its
+    use (until then the API server refuses every pod: its usage is unknown)."""
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": name, "namespace": AGENT_NAMESPACE},
+        "spec": {"hard": {"pods": str(pods)}},
+    }
+    cluster.apply([quota])
+
+    def counted() -> bool:
+        found = get_json(cluster, "resourcequota", name, "-n", AGENT_NAMESPACE) or {}
+        used = (found.get("status") or {}).get("used") or {}
+        return used.get("pods") == "0"
+
+    wait_for(f"ResourceQuota {name} counted, no pod in it", counted, timeout=60)
+
+
+def test_a_quota_of_two_pods_paces_a_wave_of_six_waiting_nodes_are_not_run_and_all_are_tested(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    """Issue 43 part 6: a ResourceQuota of 2 pods for a wave of 6. The nodes the quota keeps
+    waiting are Waiting, not NotRun, and the Event, the conditions and the counts agree at every
+    moment; the operator creates a pod as one of the run's ends, and every node is tested."""
+    nodes = [fleet.add(unique_name("quota")) for _ in range(6)]
+    name, quota = unique_name("quota"), unique_name("agents")
+    spec = {
+        "checks": {"burn": {"durationSeconds": 2}},
+        "nodeActions": ACTIONS,
+        "maxConcurrent": "100%",  # one wave of 6
+    }
+    seen: list[dict[str, Any]] = []
+    waiting_reports: list[dict[str, Any]] = []
+
+    def watch_until_done() -> dict[str, Any] | None:
+        found = status_of(cluster, name)
+        if found.get("nodes"):
+            seen.append(found)
+            if found["nodes"].get("waiting") and not waiting_reports:
+                waiting_reports.extend(
+                    r
+                    for r in by_node(reports_of(cluster, name)).values()
+                    if r.get("reason") == "AgentPodRefused"
+                )
+        return found if (found.get("run") or {}).get("completedAt") else None
+
+    _quota(cluster, quota, 2)
+    try:
+        with operator():
+            apply(cluster, fleet.validation(name, **spec))
+            final = wait_for("the run's end under the quota", watch_until_done, timeout=240)
+            reports = by_node(reports_of(cluster, name, final["run"]["id"]))
+            events = events_of(cluster, name)
+            delete_validation(cluster, name)
+    finally:
+        cluster.kubectl(
+            "delete", "resourcequota", quota, "-n", AGENT_NAMESPACE, "--wait=false", check=False
+        )
+
+    # Waiting is not NotRun, and every count agrees with every other at every moment seen.
+    during = [s for s in seen if not (s.get("run") or {}).get("completedAt")]
+    assert any(s["nodes"]["waiting"] for s in during), "the quota kept some nodes waiting"
+    assert any(s["nodes"]["waiting"] and s["nodes"]["passed"] for s in during), (
+        "nodes tested while others wait"
+    )
+    for status in during:
+        counts = status["nodes"]
+        assert counts["notRun"] == 0 and status["notRunNodes"] == [], counts
+        parts = ("pending", "waiting", "running", "passed", "failed", "notRun")
+        assert sum(counts[k] for k in parts) == counts["total"] == 6, counts
+        verdicts = counts["passed"] + counts["failed"] + counts["notRun"]
+        message = conditions(status)["Succeeded"]["message"]
+        assert message.startswith(f"{verdicts} of 6 nodes have a verdict"), (message, counts)
+        if counts["waiting"]:
+            assert f"{counts['waiting']} waiting" in message, (message, counts)
+            refused = conditions(status)["AgentPodsRefused"]
+            assert (refused["status"], refused["reason"]) == ("True", "QuotaExceeded"), refused
+            assert f"{counts['waiting']} nodes wait" in refused["message"], (refused, counts)
+    assert waiting_reports, "a waiting node's report seen"
+    for report in waiting_reports:
+        assert report["phase"] == "Waiting" and report.get("verdict") is None, report
+        assert "exceeded quota" in report["message"]
+    said = [e for e in events if e["reason"] == "AgentPodsRefused"]
+    assert len(said) == 1, [e["message"] for e in said]
+    text = said[0]["message"]
+    assert f'ResourceQuota "{quota}" admits 2 agent pods of run' in text, text
+    assert "no node is tested" not in text and "not NotRun" in text
+    # Every node is tested in the end, in the same run, and the refusal is over.
+    assert final["nodes"]["passed"] == 6 and final["nodes"]["waiting"] == 0, final["nodes"]
+    assert {reports[n]["verdict"] for n in nodes} == {"Passed"}
+    assert {reports[n]["phase"] for n in nodes} == {"Completed"}
+    assert conditions(final)["AgentPodsRefused"]["status"] == "False"
+    assert conditions(final)["Succeeded"]["reason"] == "AllNodesPassed"

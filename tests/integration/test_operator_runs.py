@@ -75,6 +75,7 @@ def test_a_run_validates_every_selected_node_and_names_the_faulty_one(
     assert status["nodes"] == {
         "total": 3,
         "pending": 0,
+        "waiting": 0,
         "running": 0,
         "passed": 2,
         "failed": 1,
@@ -489,6 +490,7 @@ def test_an_operator_killed_mid_run_resumes_without_duplicate_pods_or_lost_resul
     assert status["nodes"] == {
         "total": 6,
         "pending": 0,
+        "waiting": 0,
         "running": 0,
         "passed": 6,
         "failed": 0,

@@ -139,6 +139,7 @@ def test_a_hand_edit_of_a_finished_runs_report_reads_the_same_in_the_metrics_and
     assert after["nodes"] == {
         "total": 2,
         "pending": 0,
+        "waiting": 0,
         "running": 0,
         "passed": 2,
         "failed": 0,

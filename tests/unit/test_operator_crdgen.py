@@ -114,7 +114,7 @@ def test_report_status_refuses_verdicts_and_reasons_outside_the_catalogue() -> N
     assert props["verdict"]["enum"] == ["Passed", "Failed", "NotRun"]
     assert "Maybe" not in props["reason"]["enum"] and "BurnMismatch" in props["reason"]["enum"]
     assert props["failures"]["items"]["properties"]["reason"]["enum"] == props["reason"]["enum"]
-    assert props["phase"]["enum"] == ["Pending", "Running", "Completed"]
+    assert props["phase"]["enum"] == ["Pending", "Waiting", "Running", "Completed"]
 
 
 def test_a_baseline_is_a_spec_only_object_and_its_figures_a_list_map() -> None:

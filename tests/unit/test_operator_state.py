@@ -261,6 +261,7 @@ def test_counts_follow_phases() -> None:
     assert run.counts() == {
         "total": 4,
         "pending": 1,
+        "waiting": 0,
         "running": 1,
         "passed": 1,
         "failed": 1,

@@ -675,12 +675,13 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     Reason.AGENT_POD_REFUSED: ReasonInfo(
         "the API server refused the agent pod (Pod Security admission, an admission webhook or "
-        "policy, a ResourceQuota): the cluster's configuration, not the node; it was not tested",
-        "read the GpuValidation's AgentPodsRefused condition (it names the namespace, the policy "
-        "and the API server's words); let the agents' namespace admit them (Pod Security "
-        "`privileged`, or `baseline` with spec.agent.privileged and hostPID false), raise the "
-        "quota or fix the webhook: the run tries again on its own and goes on once a pod is "
-        "admitted",
+        "policy, a ResourceQuota): the cluster's configuration, not the node; it waits (report "
+        "phase Waiting, no verdict) and is tested in the same run once a pod is admitted",
+        "read the GpuValidation's AgentPodsRefused condition (it names the namespace and gives "
+        "the API server's words); a quota that admits fewer pods than the wave only paces it; "
+        "let the agents' namespace admit them (Pod Security `privileged`, or `baseline` with "
+        "spec.agent.privileged and hostPID false), raise the quota or fix the webhook: the run "
+        "tries again on its own and goes on once a pod is admitted",
         verdict=Verdict.NOT_RUN,
     ),
     Reason.NODE_GONE: ReasonInfo(

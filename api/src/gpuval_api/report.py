@@ -22,6 +22,9 @@ class ReportPhase(StrEnum):
     """`status.phase` of a GpuNodeReport: absent (Pending) until the agent starts."""
 
     PENDING = "Pending"
+    # No verdict: the API server refuses the node's agent pod for now (a ResourceQuota that admits
+    # fewer pods than the wave, an admission policy); the run creates it again (reason says why).
+    WAITING = "Waiting"
     RUNNING = "Running"
     COMPLETED = "Completed"
 
@@ -233,6 +236,23 @@ def build_reset_status() -> dict[str, Any]:
     (its other fields stay until the new agent writes its own), and the operator's settled mark
     removed, so the new agent may write the report."""
     return _status({StatusKey.PHASE: str(ReportPhase.PENDING), StatusKey.SETTLED_BY: None})
+
+
+def build_waiting_status(reason: Reason, message: str) -> dict[str, Any]:
+    """The `status` (a merge patch, nulls kept) the operator writes for a node whose agent pod
+    the API server refused for now: Waiting, no verdict (it is not NotRun: its pod is created
+    again in the same run), the reason and the API server's words in `message`."""
+    return _status(
+        {
+            StatusKey.PHASE: str(ReportPhase.WAITING),
+            StatusKey.VERDICT: None,
+            StatusKey.REASON: str(reason),
+            StatusKey.MESSAGE: one_line(message),
+            StatusKey.COMPLETED_AT: None,
+            StatusKey.FAILURES: None,
+            StatusKey.SETTLED_BY: None,
+        }
+    )
 
 
 def build_operator_failure_status(

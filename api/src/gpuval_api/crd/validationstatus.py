@@ -46,6 +46,14 @@ class NodeCounts(CrdModel):
 
     total: int = Field(default=0, description="Nodes selected for the run.")
     pending: int = Field(default=0, description="Nodes not started yet (waiting for their wave).")
+    waiting: int = Field(
+        default=0,
+        description=(
+            "Nodes whose agent pod the API server refuses for now (a ResourceQuota that admits "
+            "fewer pods at once, an admission policy; condition AgentPodsRefused): not tested "
+            "yet, not NotRun, created again in the same run."
+        ),
+    )
     running: int = Field(
         default=0,
         description=(

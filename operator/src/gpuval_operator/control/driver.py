@@ -14,6 +14,7 @@ gpuval_operator.control.baselinedriver's; this module sequences them.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -41,7 +42,7 @@ from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.run import lifecycle
 from gpuval_operator.run.effects import Effects
 from gpuval_operator.run.fingerprints import fingerprint_outliers, training_mismatches
-from gpuval_operator.run.refusals import Refusal, Refused
+from gpuval_operator.run.refusals import QUOTA_LAG, Refusal, Refused, refused_event
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
 from gpuval_operator.run.uniformity import Outlier, run_outliers
 
@@ -195,8 +196,6 @@ class RunDriver:
                 record.readmit()
                 retried.add(record.node)
         for record in run.in_phase(Phase.NOT_RUN):
-            if record.refused:
-                continue  # the cluster's refusal: tried again one at a time (_probe)
             gone = record.reason is Reason.NODE_GONE_UNTESTED or (
                 self.node_watch.synced.is_set() and record.node not in self.node_watch.nodes
             )
@@ -246,16 +245,19 @@ class RunDriver:
 
     async def _launch(self, run: RunState, spec: GpuValidationSpec) -> None:
         now = time.time()
+        limit = planning.concurrency_limit(spec.max_concurrent, len(run.nodes))
         if run.refused is not None:
-            wave = self._probe(run, now)
+            wave = self._paced(
+                run, min(limit - run.running(), run.refused.slots(run.live_pods(), now))
+            )
         else:
-            limit = planning.concurrency_limit(spec.max_concurrent, len(run.nodes))
             wave = lifecycle.next_wave(run, limit, now)
         if not wave:
             return
         for record in wave:
             record.phase, record.pod_created = Phase.RUNNING, now
         run.dirty = True
+        refused: list[bool] = []
 
         async def create(record: NodeRecord) -> None:
             if record.reset_due:
@@ -291,11 +293,13 @@ class RunDriver:
                     run, record, spec, sharing, env, request=request
                 )
             if refusal is None:
-                self._admitted(run)
+                record.admitted = True
             else:
+                refused.append(True)
                 await self._refused(run, record, refusal)
 
         await self.effects.bounded(create(r) for r in wave)
+        await self._after_wave(run, refused=bool(refused), now=time.time())
 
     def _published_twice(self, node: str) -> str | None:
         """With DRA, why the node's device plugin handing out its GPUs too keeps it untested."""
@@ -304,31 +308,45 @@ class RunDriver:
             return None
         return published_twice(node, facts.gpus, self.node_watch.slices.devices(node))
 
-    def _probe(self, run: RunState, now: float) -> list[NodeRecord]:
-        """While the API server refuses agent pods, one create at a time, when its pause is
-        over: a pending node's, else a refused node's (its report reset first)."""
-        refused = run.refused
-        if refused is None or not refused.due(now):
+    def _paced(self, run: RunState, slots: int) -> list[NodeRecord]:
+        """While the API server refuses agent pods, the creates due (Refused.slots): pending
+        nodes' first, then waiting nodes' (each report reset first)."""
+        if slots <= 0:
             return []
-        probe = next(run.pending(now), None)
-        if probe is None:
-            waiting = run.refused_nodes()
-            if not waiting:
-                run.refused, run.dirty = None, True  # nothing waits for the cluster any more
-                return []
-            probe = waiting[0]
-            probe.readmit()
-        return [probe]
+        wave = list(itertools.islice(run.pending(time.time()), slots))
+        for record in run.refused_nodes()[: slots - len(wave)]:
+            record.readmit()
+            wave.append(record)
+        return wave
 
-    def _admitted(self, run: RunState) -> None:
-        if run.refused is not None:
+    async def _after_wave(self, run: RunState, *, refused: bool, now: float) -> None:
+        """After a wave of creates while refusals stand: pace to a quota that admits some of
+        the run's pods; end the refusal once a create is admitted and none is refused (a quota
+        that paces: once no node waits any more); say it once per cause and policy."""
+        found = run.refused
+        if found is None:
+            return
+        ended = run.ended_since(time.monotonic() - QUOTA_LAG)
+        found.paced(run.live_pods(), refused, now, ended)
+        waiting = run.refused_nodes()
+        if not refused and (found.admits is None or not (waiting or any(run.pending()))):
             log.info("%s: the API server admits agent pods again", run.validation)
             run.refused, run.dirty = None, True
+            return
+        run.dirty = True
+        key = found.key()
+        if refused and key not in run.refusals_said:
+            run.refusals_said.add(key)
+            counts = run.counts()
+            tested = counts["passed"] + counts["failed"] + counts["notRun"]
+            text = refused_event(run.run_id, found, len(waiting), run.live_pods(), tested)
+            log.warning("%s: %s", run.validation, text)
+            await self.effects.event(EventReason.AGENT_PODS_REFUSED, text, warning=True)
 
     async def _refused(self, run: RunState, record: NodeRecord, refusal: Refusal) -> None:
         """The API server refused the node's agent pod: the cluster's configuration, not the
-        node. NotRun (AgentPodRefused) with no node action, the run's AgentPodsRefused
-        condition, one Event per run and policy, and a create tried again later (_probe)."""
+        node. Waiting (AgentPodRefused), no verdict and no node action, the run's
+        AgentPodsRefused condition, and the pod created again later (_paced)."""
         now, namespace = time.time(), self.config.agent_namespace
         if run.refused is None:
             run.refused = Refused.first(refusal, namespace, now)
@@ -336,16 +354,7 @@ class RunDriver:
             run.refused.again(refusal, now)
         message = refusal.node_message(record.pod, namespace)
         if run.refuse(record.node, message):
-            await self.effects.write_report_failure(record, Reason.AGENT_POD_REFUSED, message)
-        key = run.refused.key()
-        if key not in run.refusals_said:
-            run.refusals_said.add(key)
-            log.warning("%s: %s", run.validation, message)
-            text = (
-                f"{message}; every agent pod of run {run.run_id} waits for the cluster to admit "
-                "one: no node is tested, none is blamed (condition AgentPodsRefused)"
-            )
-            await self.effects.event(EventReason.AGENT_PODS_REFUSED, text, warning=True)
+            await self.effects.write_report_waiting(record, Reason.AGENT_POD_REFUSED, message)
 
     async def _untestable(self, run: RunState, record: NodeRecord, sharing: GpuSharing) -> None:
         """A node whose GPU sharing lets no pod hold a GPU alone: NotRun, no pod made."""

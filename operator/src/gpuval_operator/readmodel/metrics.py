@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 # Label values of gpuval_validation_nodes{state} -> RunState.counts() keys.
 NODE_STATES = {
     "pending": "pending",
+    "waiting": "waiting",
     "running": "running",
     "passed": "passed",
     "failed": "failed",

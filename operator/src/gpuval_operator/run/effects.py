@@ -43,6 +43,7 @@ from gpuval_api.report import (
     StatusKey,
     build_operator_failure_status,
     build_reset_status,
+    build_waiting_status,
 )
 from gpuval_operator import names, planning
 from gpuval_operator.config import OperatorConfig
@@ -324,6 +325,19 @@ class Effects:
             )
         except ApiError as exc:
             log.warning("%s: could not reset report %s: %s", self.name, record.report, exc)
+            return False
+        return True
+
+    async def write_report_waiting(self, record: NodeRecord, reason: Reason, message: str) -> bool:
+        """The node waits for the API server to admit its agent pod: its report Waiting, with
+        no verdict (a merge patch whose nulls remove an earlier one). False when refused."""
+        try:
+            await self.client.merge_patch(
+                f"{REPORTS_PATH}/{q(record.report)}/status",
+                {"status": build_waiting_status(reason, message)},
+            )
+        except ApiError as exc:
+            log.warning("%s: could not write report %s: %s", self.name, record.report, exc)
             return False
         return True
 

@@ -208,6 +208,11 @@ def _succeeded(run: RunState) -> Cond:
     done = counts["passed"] + counts["failed"] + counts["notRun"]
     if run.completed_at is None:
         message = f"{done} of {counts['total']} nodes have a verdict"
+        if counts["waiting"]:
+            message += (
+                f"; {counts['running']} running, {counts['waiting']} waiting for the API server "
+                "to admit their agent pods (not tested yet: condition AgentPodsRefused)"
+            )
         if run.acting is None:
             return Cond(SUCCEEDED, "Unknown", R.RUNNING, message)
         applied, of = run.acting

@@ -36,10 +36,13 @@ from gpuval_operator.run.uniformity import Outlier
 
 class Phase(IntEnum):
     PENDING = 0
-    RUNNING = 1
-    PASSED = 2
-    FAILED = 3
-    NOT_RUN = 4
+    # The API server refuses its agent pod for now (a quota, an admission policy): no verdict, not
+    # NotRun; the run creates the pod again (gpuval_operator.run.refusals).
+    WAITING = 1
+    RUNNING = 2
+    PASSED = 3
+    FAILED = 4
+    NOT_RUN = 5
 
     @classmethod
     def of(cls, verdict: Verdict) -> Phase:
@@ -49,6 +52,7 @@ class Phase(IntEnum):
 # Keys of RunState.counts(), as the status's NodeCounts spells them.
 COUNT_KEYS = {
     Phase.PENDING: "pending",
+    Phase.WAITING: "waiting",
     Phase.RUNNING: "running",
     Phase.PASSED: "passed",
     Phase.FAILED: "failed",
@@ -77,6 +81,8 @@ class NodeRecord:
     # Its report exists: only then may its pod start (the agent writes to that report).
     planned: bool = False
     pod_seen: bool = False
+    # The API server admitted the create of its pod (pod_seen tells the same after a restart).
+    admitted: bool = False
     pod_created: float | None = None
     pod_phase: str | None = None
     scheduled: bool = False
@@ -128,15 +134,25 @@ class NodeRecord:
 
     @property
     def refused(self) -> bool:
-        """NotRun because the API server refused its agent pod: it waits for the cluster to
-        admit one (run.refusals), which no verdict of this run has settled."""
-        return self.phase is Phase.NOT_RUN and self.reason is Reason.AGENT_POD_REFUSED
+        """The API server refused its agent pod: it waits for the cluster to admit one
+        (run.refusals), with no verdict."""
+        return self.phase is Phase.WAITING
 
     @property
     def settled(self) -> bool:
-        """Its verdict in this run is final: done, not waiting for the fabric, nor for the
-        cluster to admit its agent pod."""
-        return self.done and not self.awaiting_fabric and not self.refused
+        """Its verdict in this run is final: done, not waiting for the fabric."""
+        return self.done and not self.awaiting_fabric
+
+    @property
+    def pod_live(self) -> bool:
+        """Its agent pod was admitted and has not ended, as far as the pod watch showed: it
+        holds a slot of a quota on the agents' pods."""
+        return (
+            (self.admitted or self.pod_seen)
+            and self.terminal_since is None
+            and not self.pod_gone
+            and not self.deleted_by_us
+        )
 
     def next_attempt(self, pod: str, not_before: float, trigger: NodeTrigger | None) -> None:
         """Make the record wait for another attempt, under a new pod name, in the same report
@@ -342,16 +358,28 @@ class RunState:
         self.finished.append(node)
 
     def refuse(self, node: str, message: str) -> bool:
-        """The API server refused the node's agent pod: NotRun (AgentPodRefused) until the
-        cluster admits one; no node action follows (it is not `finished`). False when the node
-        had a verdict already."""
+        """The API server refused the node's agent pod: Waiting (AgentPodRefused), no verdict,
+        until the cluster admits one; no node action follows (it is not `finished`). False when
+        the node had a verdict already."""
         record = self.nodes.get(node)
         if record is None or record.done:
             return False
-        record.phase, record.reason = Phase.NOT_RUN, Reason.AGENT_POD_REFUSED
-        record.message, record.termination = message[:300], None
+        record.phase, record.reason = Phase.WAITING, Reason.AGENT_POD_REFUSED
+        record.message, record.termination = message, None
         self.dirty = True
         return True
+
+    def ended_since(self, since: float) -> int:
+        """The run's agent pods seen ending since `since` (monotonic, as `apply_pod`'s `now`)."""
+        return sum(
+            1
+            for r in self.nodes.values()
+            if r.terminal_since is not None and r.terminal_since >= since
+        )
+
+    def live_pods(self) -> int:
+        """The run's agent pods admitted and not ended (what a quota on pods counts)."""
+        return sum(1 for r in self.nodes.values() if r.pod_live)
 
     def refused_nodes(self) -> list[NodeRecord]:
         return sorted((r for r in self.nodes.values() if r.refused), key=lambda r: r.node)

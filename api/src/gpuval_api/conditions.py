@@ -34,6 +34,7 @@ class ConditionType(StrEnum):
     # requests wait, retried with a growing pause.
     REPAIR_REQUESTS_REFUSED = "RepairRequestsRefused"
 
+
 # The status of each condition type that is good news. A condition's status says whether its
 # statement holds, and some statements are bad news (SystemicFailure, NodeActionsHeld, Invalid):
 # whatever shows a condition as good or bad (the HTML page) reads it here, never its status alone.

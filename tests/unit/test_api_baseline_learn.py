@@ -277,15 +277,17 @@ def test_one_noisy_figure_is_left_out_and_every_other_figure_is_still_learned() 
         fraction=0.1,
         min_nodes=5,
     )
-    # Every node within 0.1 of the burn's centre, yet its spread is wider than 0.1 of it.
-    wide = learn(_h2d_and_burn([91, 109] * 5), KEY, fraction=0.1, min_nodes=5)
+    # Every node within 0.1 of the burn's centre yet its spread wider than 0.1 of it can only be
+    # nodes piled at both edges: two modes (gpuval_api.baseline.modes), said as such and nothing
+    # learned for the key until a person chooses, not a noisy figure left out.
+    split = learn(_h2d_and_burn([91, 109] * 5), KEY, fraction=0.1, min_nodes=5)
 
-    for learned in (scattered, wide):
-        assert learned.problem == "" and learned.spec is not None
-        assert [f.figure for f in learned.spec.figures] == ["h2d"]
-        assert learned.excluded == () and len(learned.kept) == 10
-        ((said),) = learned.left_out
-        assert said.startswith("burn.bf16: ") and "disagree too much on it" in said
-        assert f"left out {said}" in learned.spec.source.description
+    learned = scattered
+    assert learned.problem == "" and learned.spec is not None
+    assert [f.figure for f in learned.spec.figures] == ["h2d"]
+    assert learned.excluded == () and len(learned.kept) == 10
+    ((said),) = learned.left_out
+    assert said.startswith("burn.bf16: ") and "disagree too much on it" in said
+    assert f"left out {said}" in learned.spec.source.description
     assert "nodes were more than 0.1 off its centre" in scattered.left_out[0]
-    assert "its spread (13.343 around 100) is more than 0.1" in wide.left_out[0]
+    assert split.spec is None and "is bimodal: 5 nodes (n1, n3, n5, n7, n9)" in split.problem

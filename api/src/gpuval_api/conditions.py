@@ -26,6 +26,9 @@ class ConditionType(StrEnum):
     BIMODAL = "Bimodal"
     # The API server refuses the run's agent pods (admission, quota): the cluster's configuration.
     AGENT_PODS_REFUSED = "AgentPodsRefused"
+    # spec.checks.profile names a check that its section's own `enabled: false` keeps off (the
+    # section wins): True naming them, False when the profile runs all it names.
+    PROFILE_OVERRIDDEN = "ProfileOverridden"
 
 
 class ConditionReason(StrEnum):
@@ -71,6 +74,10 @@ class ConditionReason(StrEnum):
     WEBHOOK_UNAVAILABLE = "WebhookUnavailable"  # a webhook that fails closed could not be called
     POD_REFUSED = "PodRefused"  # anything else (a missing namespace or ServiceAccount, RBAC...)
     AGENT_PODS_ADMITTED = "AgentPodsAdmitted"
+    # ProfileOverridden: a section's `enabled: false` keeps a check of the profile off (True), or
+    # the profile runs every check it names (False).
+    ENABLED_FALSE_WINS = "EnabledFalseWins"
+    PROFILE_APPLIED = "ProfileApplied"
 
 
 class ValidationPhase(StrEnum):

@@ -80,12 +80,14 @@ def test_each_profile_in_a_stored_spec_runs_what_it_runs_on_the_command_line(
 ) -> None:
     # Issue 42: the API server stored `enabled: false` for the memory test and the training
     # step, which then won over `profile: full`; `gpuval-agent run --profile full` ran them.
-    spec = {"checks": {"profile": profile.value, "burn": {"durationSeconds": 5}}}
+    # A profiled section given without `enabled` (memory.passes) still follows the profile.
+    given = {"burn": {"durationSeconds": 5}, "memory": {"passes": 2}}
+    spec = {"checks": {"profile": profile.value, **given}}
     stored = _dry_run(cluster, _validation(unique_name(f"profile-{profile}"), spec))
     assert isinstance(stored, dict), stored
     assert {"enabled"}.isdisjoint(stored["spec"]["checks"]["memory"]), stored["spec"]["checks"]
     assert {"enabled"}.isdisjoint(stored["spec"]["checks"]["train"]), stored["spec"]["checks"]
-    cli = ChecksConfig.model_validate({"profile": profile.value})
+    cli = ChecksConfig.model_validate({"profile": profile.value, **given})
     assert parse_checks(json.dumps(stored["spec"]["checks"])).enabled() == cli.enabled()
     assert _told(stored).enabled() == cli.enabled()
     if profile is Profile.FULL:

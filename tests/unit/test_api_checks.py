@@ -112,6 +112,10 @@ def test_a_section_that_says_enabled_keeps_its_word_under_the_full_profile() -> 
     # Under the default profile an explicit true adds a check; nothing is overridden.
     added = parse_checks('{"memory": {"enabled": true}}')
     assert CheckName.MEMORY in added.enabled() and added.overridden() == []
+    # A section given without `enabled` leaves it to the profile.
+    tuned = parse_checks('{"profile": "full", "memory": {"passes": 2}}')
+    assert CheckName.MEMORY in tuned.enabled() and tuned.memory.passes == 2
+    assert CheckName.MEMORY not in parse_checks('{"memory": {"passes": 2}}').enabled()
 
 
 def _defaults_of_enabled(node: object, path: str = "") -> list[str]:

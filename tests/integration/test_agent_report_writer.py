@@ -7,17 +7,25 @@ the report through the API server's status subresource under the generated CRD's
 
 from __future__ import annotations
 
+import asyncio
+import json
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from gpuval_agent.backends.simstate import TREE_PREFIX
+from gpuval_api import keys
 from gpuval_api.env import AgentEnv
 from gpuval_api.report import parse_termination_message
 from gpuval_devtools.controlplane import Cluster
+from gpuval_devtools.podrunner import PodRunner
+from gpuval_operator.kube import KubeClient, load_credentials
 from tests.support.agentpod import agent_env, create_report, serviceaccount_dir
+from tests.support.fleet import Fleet
 from tests.support.kube import get_json
 
 pytestmark = pytest.mark.cluster
@@ -144,3 +152,73 @@ def test_an_agent_beside_another_process_on_a_gpu_writes_not_run_naming_it(
     assert [f["reason"] for f in burn["findings"]] == ["GpuInUse"]  # not torch's OOM as CheckError
     left = parse_termination_message((tmp_path / "termination").read_text())
     assert left is not None and (left["verdict"], left["reason"]) == ("NotRun", "GpuInUse")
+
+
+def _trees(directory: Path) -> list[Path]:
+    return list(directory.rglob(f"{TREE_PREFIX}*"))
+
+
+@pytest.mark.usefixtures("install_crds")
+def test_an_agent_the_pod_runner_kills_mid_run_leaves_no_host_tree(
+    *,
+    cluster: Cluster,
+    writer_account: tuple[str, str],
+    fleet: Fleet,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 42: the simulated host trees (1.3 MB each) piled up in the temporary directory.
+    # An agent killed (SIGKILL, the pod runner's end) cannot remove its own; the container's
+    # /tmp goes with the container, as a kubelet's does.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    namespace, account = writer_account
+    node = fleet.add(unique_name("tree"), [{"kind": "hang"}], gpus=2)
+    report = unique_name("tree")
+    create_report(cluster, report)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": report,
+            "namespace": namespace,
+            "labels": {keys.LABEL_COMPONENT: keys.AGENT_COMPONENT, keys.LABEL_VALIDATION: "v"},
+        },
+        "spec": {
+            "nodeName": node,
+            "serviceAccountName": account,
+            "containers": [
+                {
+                    "name": "agent",
+                    "image": "gpuval-agent",
+                    "command": ["gpuval-agent", "cluster"],
+                    "env": [
+                        {"name": AgentEnv.REPORT_NAME, "value": report},
+                        {"name": AgentEnv.NODE_NAME, "value": node},
+                    ],
+                }
+            ],
+        },
+    }
+    cluster.kubectl("create", "-f", "-", input=json.dumps(pod))
+
+    async def kill_mid_run() -> list[Path]:
+        client = KubeClient(load_credentials(str(cluster.kubeconfig)))
+        runner = PodRunner(client, cluster.ca_file, tmp_path / "logs", namespace=namespace)
+        task = asyncio.create_task(runner.run())
+        try:
+            for _ in range(240):  # the hung agent's state check writes its tree, then it waits
+                trees = _trees(tmp_path)
+                if trees:
+                    break
+                await asyncio.sleep(0.25)
+        finally:
+            task.cancel()  # the runner's end: its agents killed (SIGKILL)
+            await asyncio.gather(task, return_exceptions=True)
+            await client.close()
+        return trees
+
+    seen = asyncio.run(kill_mid_run())
+    assert seen, "the agent never wrote its host tree"
+    assert _trees(tmp_path) == []

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuval_api.checks import ChecksConfig, parse_checks
+from gpuval_api.checks import CheckName, ChecksConfig, Profile, parse_checks
 from gpuval_api.env import AgentEnv
 from gpuval_devtools.controlplane import Cluster
 from gpuval_operator import planning
@@ -58,8 +58,51 @@ def test_the_api_servers_defaults_reach_the_agent_as_the_agents_own_defaults(
     )
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     handed = parse_checks(env[AgentEnv.CHECKS])
-    assert handed == ChecksConfig()
+    # Resolved: the profile's word written out in each section's `enabled`.
+    assert handed == ChecksConfig().resolved()
     assert handed.burn.min_tflops.fraction_of_expected == 0.8
+
+
+def _told(stored: dict[str, Any]) -> ChecksConfig:
+    """The checks the operator hands the agent pod for a stored spec (GPUVAL_CHECKS)."""
+    spec, errors = parse_spec(stored["spec"])
+    assert spec is not None and errors == [], errors
+    pod = planning.build_pod(
+        validation="v", uid="u", run="1-a", node="n", gpus=8, spec=spec, config=OperatorConfig()
+    )
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    return parse_checks(env[AgentEnv.CHECKS])
+
+
+@pytest.mark.parametrize("profile", list(Profile))
+def test_each_profile_in_a_stored_spec_runs_what_it_runs_on_the_command_line(
+    cluster: Cluster, unique_name: Callable[[str], str], profile: Profile
+) -> None:
+    # Issue 42: the API server stored `enabled: false` for the memory test and the training
+    # step, which then won over `profile: full`; `gpuval-agent run --profile full` ran them.
+    # A profiled section given without `enabled` (memory.passes) still follows the profile.
+    given = {"burn": {"durationSeconds": 5}, "memory": {"passes": 2}}
+    spec = {"checks": {"profile": profile.value, **given}}
+    stored = _dry_run(cluster, _validation(unique_name(f"profile-{profile}"), spec))
+    assert isinstance(stored, dict), stored
+    assert {"enabled"}.isdisjoint(stored["spec"]["checks"]["memory"]), stored["spec"]["checks"]
+    assert {"enabled"}.isdisjoint(stored["spec"]["checks"]["train"]), stored["spec"]["checks"]
+    cli = ChecksConfig.model_validate({"profile": profile.value, **given})
+    assert parse_checks(json.dumps(stored["spec"]["checks"])).enabled() == cli.enabled()
+    assert _told(stored).enabled() == cli.enabled()
+    if profile is Profile.FULL:
+        assert {CheckName.MEMORY, CheckName.TRAIN} <= set(cli.enabled())
+
+
+def test_an_enabled_false_beside_the_full_profile_wins_in_the_stored_spec(
+    cluster: Cluster, unique_name: Callable[[str], str]
+) -> None:
+    spec = {"checks": {"profile": "full", "train": {"enabled": False}}}
+    stored = _dry_run(cluster, _validation(unique_name("profile-clash"), spec))
+    assert isinstance(stored, dict), stored
+    told = _told(stored)
+    assert CheckName.MEMORY in told.enabled() and CheckName.TRAIN not in told.enabled()
+    assert parse_checks(json.dumps(stored["spec"]["checks"])).overridden() == [CheckName.TRAIN]
 
 
 def test_a_partly_given_threshold_section_keeps_the_defaults_of_the_rest(

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+from gpuval_api.checks import PROFILED, CheckName, ChecksConfig, Profile
 from gpuval_devtools.controlplane import Cluster
 from tests.support.fleet import (
     Fleet,
@@ -16,6 +17,7 @@ from tests.support.fleet import (
     apply,
     by_node,
     completed_run,
+    conditions,
     delete_validation,
     reports_of,
 )
@@ -63,3 +65,51 @@ def test_a_slow_node_and_a_node_with_a_wrong_loss_are_each_named_with_their_reas
         "trainingLoss",
         "majority",
     )
+
+
+def test_each_profile_of_a_gpuvalidation_runs_its_checks_and_an_enabled_false_beside_it_is_said(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    # Issue 42: `spec.checks.profile: full` ran neither the memory test nor the training step
+    # (the CRD stored `enabled: false` for both, which won over the profile).
+    cases: dict[str, dict[str, object]] = {
+        **{str(p): {"profile": p.value} for p in Profile},
+        "full-train-off": {"profile": Profile.FULL.value, "train": {"enabled": False}},
+    }
+    names = {case: unique_name(f"profile-{case}") for case in cases}
+    nodes = {
+        case: fleet.add(unique_name(f"profile-{case}"), gpus=2, labels={"profile-case": case})
+        for case in cases
+    }
+    with operator():
+        for case, given in cases.items():
+            body = fleet.validation(
+                names[case],
+                checks={"burn": {"durationSeconds": 2}, "nccl": {"maxBytes": 1 << 24}, **given},
+            )
+            body["spec"]["nodeSelector"]["matchLabels"]["profile-case"] = case
+            apply(cluster, body)
+        statuses = {case: completed_run(cluster, names[case]) for case in cases}
+        ran = {
+            case: [
+                c["name"]
+                for c in by_node(reports_of(cluster, names[case], statuses[case]["run"]["id"]))[
+                    nodes[case]
+                ]["result"]["checks"]
+            ]
+            for case in cases
+        }
+        for name in names.values():
+            delete_validation(cluster, name)
+
+    # What the report shows ran is what the command line's profile runs.
+    for profile in Profile:
+        assert ran[str(profile)] == ChecksConfig(profile=profile).enabled(), profile
+    assert set(PROFILED) <= set(ran[Profile.FULL])
+    clash = ran["full-train-off"]
+    assert CheckName.MEMORY in clash and CheckName.TRAIN not in clash
+    said = {case: conditions(status)["ProfileOverridden"] for case, status in statuses.items()}
+    assert said["full-train-off"]["status"] == "True"
+    assert said["full-train-off"]["reason"] == "EnabledFalseWins"
+    assert "spec.checks.train.enabled false keeps train off" in said["full-train-off"]["message"]
+    assert all(said[str(p)]["status"] == "False" for p in Profile)

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import os
+import subprocess
+import sys
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 
 from gpuval_agent.allreduce import bus_bandwidth
 from gpuval_agent.backends.base import BurnProgress
+from gpuval_agent.backends.simstate import TREE_PREFIX
 from gpuval_agent.backends.simulated import SimulatedBackend, SimulationConfig
 from gpuval_agent.checks.common import version_tuple
 from gpuval_agent.checks.nccl import sweep_sizes
@@ -219,3 +226,61 @@ def test_a_sweep_that_stops_below_1_gib_is_held_only_to_an_absolute_busbw() -> N
     assert ("nccl", Reason.NCCL_LOW_BUSBW, None) in _errors(_run('{"gpus": 8}', floor))
     slow = _run('{"gpus": 8, "faults": [{"kind": "slow-nccl", "gpu": 0}]}')
     assert ("nccl", Reason.NCCL_LOW_BUSBW, None) in _errors(slow)
+
+
+@pytest.mark.parametrize("gpu", [5, 0])
+def test_one_gpu_of_eight_with_a_wrong_reference_fails_as_the_real_backend_fails_it(
+    gpu: int,
+) -> None:
+    # Issue 42: the double compared no references between the node's GPUs (torch_burn does),
+    # so a GPU that computes a consistently wrong answer passed on an 8-GPU node.
+    result = _run(
+        json.dumps({"gpus": 8, "faults": [{"kind": "wrong-reference", "gpu": gpu}]}),
+        ChecksConfig.model_validate({"burn": {"durationSeconds": 5}}),
+    )
+    assert result.verdict is Verdict.FAILED
+    assert _errors(result) == [("burn", Reason.BURN_MISMATCH, gpu)]
+    burn = result.check("burn")
+    assert burn is not None
+    [finding] = [f for f in burn.findings if f.severity is Severity.ERROR]
+    # checks/burn.py's words for a measurement whose reference_differs, as on a real node.
+    assert finding.message == (
+        f"GPU {gpu}: its bf16 reference result differs from every other GPU's "
+        "(same inputs, same part)"
+    )
+
+
+def test_a_one_gpu_node_with_a_wrong_reference_passes_on_its_own() -> None:
+    # No other GPU to compare with: only the run's comparison across nodes can tell.
+    result = _run('{"gpus": 1, "faults": [{"kind": "wrong-reference"}]}')
+    assert result.verdict is Verdict.PASSED
+
+
+def _trees(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.glob(f"{TREE_PREFIX}*"))
+
+
+def test_a_simulated_agent_leaves_no_host_tree_behind_even_without_a_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    backend = SimulatedBackend(SimulationConfig.parse('{"gpus": 2, "timeScale": 0.001}'))
+    result = run_checks(ChecksConfig(), backend, Recorder(), sample_interval=0.01)  # type: ignore[arg-type]
+    assert result.check("state") is not None and _trees(tmp_path)  # the state check read it
+    del backend
+    gc.collect()
+    assert _trees(tmp_path) == []
+
+
+def test_the_agent_command_leaves_no_host_tree_behind(tmp_path: Path) -> None:
+    simulate = '{"gpus": 2, "timeScale": 0.001, "faults": [{"kind": "xid", "gpu": 1}]}'
+    agent = [sys.executable, "-m", "gpuval_agent.cli", "run", "--backend", "simulated"]
+    done = subprocess.run(
+        [*agent, "--simulate", simulate, "--quiet", "--json", "-"],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert json.loads(done.stdout)["reason"] == "XidError", done.stderr
+    assert _trees(tmp_path) == []

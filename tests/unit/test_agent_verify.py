@@ -8,7 +8,12 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from gpuval_agent.verify import BadIteration, count_bad_elements, scan_counts
+from gpuval_agent.verify import (
+    BadIteration,
+    count_bad_elements,
+    differing_references,
+    scan_counts,
+)
 
 FloatType = type[np.floating[Any]]
 DTYPES: list[FloatType] = [np.float16, np.float32, np.float64]
@@ -70,3 +75,21 @@ def test_scan_counts_names_bad_iterations_from_the_first_iteration_number() -> N
         BadIteration(103, 1, 1),
     ]
     assert scan_counts(counts, 100)[1].is_nan
+
+
+@pytest.mark.parametrize(
+    ("fingerprints", "named"),
+    [
+        ({0: "a"}, set()),  # alone: no other GPU to differ from
+        ({0: "a", 1: "a", 2: "a"}, set()),
+        ({i: "a" for i in range(8)} | {5: "b"}, {5}),
+        ({0: "a", 1: "b"}, {0, 1}),  # two that differ: neither has a peer that agrees
+        ({0: "a", 1: "a", 2: "b", 3: "b"}, set()),  # each agrees with one other
+        ({0: "a", 1: "b", 2: "c"}, {0, 1, 2}),
+    ],
+    ids=["one GPU", "all agree", "one of eight", "two differ", "two pairs", "all differ"],
+)
+def test_a_gpu_whose_reference_differs_from_every_other_gpus_is_named(
+    fingerprints: dict[int, str], named: set[int]
+) -> None:
+    assert differing_references(fingerprints) == named

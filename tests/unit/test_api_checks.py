@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gpuval_api.checks import CheckName, ChecksConfig, Precision, Threshold, parse_checks
+from gpuval_api.checks import (
+    PROFILED,
+    CheckName,
+    ChecksConfig,
+    Precision,
+    Profile,
+    Threshold,
+    parse_checks,
+)
+from gpuval_api.crd import GpuValidationSpec
+from gpuval_api.crdgen import model_schema
 
 
 def test_defaults_enable_every_check_but_dcgm_in_run_order_state_first() -> None:
@@ -98,6 +108,53 @@ def test_a_section_that_says_enabled_keeps_its_word_under_the_full_profile() -> 
     )
     assert CheckName.MEMORY not in config.enabled()
     assert CheckName.TRAIN in config.enabled() and config.train.steps == 5
+    assert config.overridden() == [CheckName.MEMORY]
+    # Under the default profile an explicit true adds a check; nothing is overridden.
+    added = parse_checks('{"memory": {"enabled": true}}')
+    assert CheckName.MEMORY in added.enabled() and added.overridden() == []
+    # A section given without `enabled` leaves it to the profile.
+    tuned = parse_checks('{"profile": "full", "memory": {"passes": 2}}')
+    assert CheckName.MEMORY in tuned.enabled() and tuned.memory.passes == 2
+    assert CheckName.MEMORY not in parse_checks('{"memory": {"passes": 2}}').enabled()
+
+
+def _defaults_of_enabled(node: object, path: str = "") -> list[str]:
+    """Every place in a CRD schema node where a default sets a profiled section's `enabled`."""
+    found: list[str] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in {n.value for n in PROFILED} and isinstance(value, dict):
+                if "enabled" in value:
+                    found.append(f"{path}.{key} (a default object)")
+                enabled = (value.get("properties") or {}).get("enabled") or {}
+                if "default" in enabled:
+                    found.append(f"{path}.{key}.enabled")
+            found += _defaults_of_enabled(value, f"{path}.{key}")
+    return found
+
+
+def test_the_crd_stores_no_enabled_for_the_checks_a_profile_decides() -> None:
+    # A default there is stored by the API server and reads back as the user's own word, so
+    # `profile: full` ran neither the memory test nor the training step (issue 42).
+    checks = model_schema(GpuValidationSpec)["properties"]["checks"]
+    assert _defaults_of_enabled(checks, "spec.checks") == []
+
+
+@pytest.mark.parametrize("profile", list(Profile))
+def test_a_document_with_every_other_default_filled_in_runs_what_its_profile_names(
+    profile: Profile,
+) -> None:
+    # What the API server stores for `checks: {profile: ...}`: every default but the profiled
+    # sections' `enabled`.
+    stored = ChecksConfig().model_dump(mode="json", by_alias=True, exclude_none=True)
+    config = ChecksConfig.model_validate(stored | {"profile": profile.value})
+    assert [n for n in PROFILED if n in config.enabled()] == (
+        list(PROFILED) if profile is Profile.FULL else []
+    )
+    # What the operator hands the agent says it outright, and reads back the same.
+    told = parse_checks(config.resolved().model_dump_json(by_alias=True))
+    assert told.enabled() == config.enabled()
+    assert all(getattr(told, n.value).enabled is not None for n in PROFILED)
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from gpuval_api.crd import GpuValidationStatus
+from gpuval_api.checks import parse_checks
 from gpuval_api.result import Verdict
 from gpuval_operator import names
 from gpuval_operator.planning import Candidate
@@ -277,3 +278,21 @@ def test_the_kubelets_unhealthy_devices_are_listed_in_the_status_by_node() -> No
     ]
     assert status["unhealthyDevicesOmitted"] == 0
     GpuValidationStatus.model_validate(status)  # the CRD's schema takes it
+
+
+def test_an_enabled_false_beside_the_full_profile_is_said_in_a_condition() -> None:
+    run = run_with(passed=1, failed=0)
+    run.note_checks(parse_checks('{"profile": "full", "train": {"enabled": false}}'))
+    c = conditions(rollup.build_run_status(run, previous_conditions=[], now=2000.0))
+    said = c["ProfileOverridden"]
+    assert (said["status"], said["reason"]) == ("True", "EnabledFalseWins")
+    assert "spec.checks.train.enabled false keeps train off" in said["message"]
+    assert "spec.checks.profile full adds memory and train" in said["message"]
+
+    for document in ('{"profile": "full"}', "{}", '{"train": {"enabled": false}}'):
+        run.note_checks(parse_checks(document))
+        c = conditions(rollup.build_run_status(run, previous_conditions=[], now=2000.0))
+        assert (c["ProfileOverridden"]["status"], c["ProfileOverridden"]["reason"]) == (
+            "False",
+            "ProfileApplied",
+        ), document

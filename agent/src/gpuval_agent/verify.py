@@ -7,11 +7,13 @@ compared bit for bit with a reference C, counting differing elements and non-fin
 pass on the device and reads the counts about once a second, never syncing per iteration; the
 numpy functions here are the CPU reference of the same comparison (used by the simulated backend
 and the unit tests) and `scan_counts` turns counts into named bad iterations for every backend.
+The GPUs of one node burn the same inputs on the same part, so their reference results must agree:
+`differing_references` names the GPU whose reference differs from every other's, for every backend.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -70,3 +72,15 @@ def scan_counts(counts: Sequence[tuple[int, int]], first_iteration: int) -> list
         for offset, (mismatches, non_finite) in enumerate(counts)
         if mismatches or non_finite
     ]
+
+
+def differing_references(fingerprints: Mapping[int, str]) -> set[int]:
+    """The GPUs (of `fingerprints`, GPU -> digest of its reference result, one precision) whose
+    reference differs from every other GPU's. A GPU alone has no other to differ from; of two that
+    differ, both are named (neither has a majority)."""
+    return {
+        gpu
+        for gpu, mine in fingerprints.items()
+        if len(fingerprints) > 1
+        and all(other != mine for peer, other in fingerprints.items() if peer != gpu)
+    }

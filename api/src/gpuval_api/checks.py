@@ -62,9 +62,17 @@ class Profile(StrEnum):
     FULL = "full"
 
 
-# What the full profile turns on besides the default list (a section that says `enabled` itself
-# keeps its word).
-FULL_PROFILE_ADDS = (CheckName.MEMORY, CheckName.TRAIN)
+# The checks a profile decides: their section's `enabled` has no default (unset: the profile's
+# word; a section that says `enabled` itself keeps its word). No default, so that the CRD stores
+# none: a stored `enabled: false` would be indistinguishable from the user's and the CR's
+# profile would do nothing (issue 42).
+PROFILED = (CheckName.MEMORY, CheckName.TRAIN)
+
+# Which of PROFILED each profile runs.
+PROFILE_RUNS: dict[Profile, tuple[CheckName, ...]] = {
+    Profile.DEFAULT: (),
+    Profile.FULL: PROFILED,
+}
 
 
 class TrainModel(StrEnum):
@@ -384,11 +392,12 @@ class DcgmCheck(_Model):
 class MemoryCheck(_Model):
     """HBM test: nearly all free GPU memory written with each pattern and every word verified."""
 
-    enabled: bool = Field(
-        default=False,
+    enabled: bool | None = Field(
+        default=None,
         description=(
-            "Run the memory test (not in the default run: it takes seconds to tens of seconds "
-            "per pass; `gpuval-agent run --checks memory`)."
+            "Run the memory test. Unset: as the profile says (not in the default profile: it "
+            "takes seconds to tens of seconds per pass; in `full`). Set, it wins over the "
+            "profile (a `false` under `full` is said in the ProfileOverridden condition)."
         ),
     )
     patterns: list[MemoryPattern] = Field(
@@ -567,11 +576,12 @@ class TrainCheck(_Model):
     step, which the operator compares across the run's nodes (docs/agent.md, "The training
     step")."""
 
-    enabled: bool = Field(
-        default=False,
+    enabled: bool | None = Field(
+        default=None,
         description=(
-            "Run the training step (not in the default run; the `full` profile or "
-            "`gpuval-agent run --checks train` turns it on)."
+            "Run the training step. Unset: as the profile says (not in the default profile; in "
+            "`full`). Set, it wins over the profile (a `false` under `full` is said in the "
+            "ProfileOverridden condition)."
         ),
     )
     model: TrainModel = Field(
@@ -642,7 +652,7 @@ class ChecksConfig(_Model):
     profile: Profile = Field(
         default=Profile.DEFAULT,
         description="default: the default check list; full: also the memory test and the "
-        "training step (each section's own `enabled` still wins).",
+        "training step. A section's own `enabled`, where given, wins over the profile.",
     )
 
     state: StateCheck = Field(
@@ -651,7 +661,7 @@ class ChecksConfig(_Model):
     driver: DriverCheck = Field(default_factory=DriverCheck, description="Driver-layer check.")
     health: HealthCheck = Field(default_factory=HealthCheck, description="Hardware-health check.")
     memory: MemoryCheck = Field(
-        default_factory=MemoryCheck, description="GPU memory (HBM) test; off by default."
+        default_factory=MemoryCheck, description="GPU memory (HBM) test; in the full profile."
     )
     burn: BurnCheck = Field(default_factory=BurnCheck, description="Verified burn.")
     bandwidth: BandwidthCheck = Field(
@@ -659,30 +669,32 @@ class ChecksConfig(_Model):
     )
     nccl: NcclCheck = Field(default_factory=NcclCheck, description="NCCL all-reduce check.")
     train: TrainCheck = Field(
-        default_factory=TrainCheck, description="Training step; off by default (profile full)."
+        default_factory=TrainCheck, description="Training step; in the full profile."
     )
     dcgm: DcgmCheck = Field(default_factory=DcgmCheck, description="DCGM diagnostics (optional).")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _apply_profile(cls, data: object) -> object:
-        """The full profile turns on the checks it adds, unless their section says otherwise."""
-        if not isinstance(data, dict) or data.get("profile") != Profile.FULL:
-            return data
-        data = dict(data)
-        for name in FULL_PROFILE_ADDS:
-            section = data.get(name.value)
-            if section is None:
-                data[name.value] = {"enabled": True}
-            elif isinstance(section, dict):
-                data[name.value] = {"enabled": True} | section
-            elif isinstance(section, BaseModel) and "enabled" not in section.model_fields_set:
-                data[name.value] = section.model_copy(update={"enabled": True})
-        return data
+    def runs(self, name: CheckName) -> bool:
+        """Whether check `name` runs: its section's `enabled` where set, else the profile's word.
+        The one place a profile is resolved (the CLI, the operator and the agent all ask here)."""
+        said: bool | None = getattr(self, name.value).enabled
+        return said if said is not None else name in PROFILE_RUNS[self.profile]
 
     def enabled(self) -> list[CheckName]:
         """The enabled checks in run order."""
-        return [name for name in CheckName if getattr(self, name.value).enabled]
+        return [name for name in CheckName if self.runs(name)]
+
+    def overridden(self) -> list[CheckName]:
+        """The checks the profile runs that their section's `enabled: false` keeps off."""
+        return [n for n in PROFILE_RUNS[self.profile] if getattr(self, n.value).enabled is False]
+
+    def resolved(self) -> ChecksConfig:
+        """A copy whose every section says `enabled` (the profile's word written out): what the
+        operator hands the agent pod, so that what the agent was told to run reads plainly."""
+        update = {
+            name.value: getattr(self, name.value).model_copy(update={"enabled": self.runs(name)})
+            for name in PROFILED
+        }
+        return self.model_copy(update=update)
 
     def only(self, names: list[CheckName]) -> ChecksConfig:
         """A copy with exactly `names` enabled (the CLI's --checks)."""

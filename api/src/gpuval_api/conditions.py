@@ -33,6 +33,9 @@ class ConditionType(StrEnum):
     # template's kind is not served, or the create is refused: RBAC, admission), so the nodes'
     # requests wait, retried with a growing pause.
     REPAIR_REQUESTS_REFUSED = "RepairRequestsRefused"
+    # spec.checks.profile names a check that its section's own `enabled: false` keeps off (the
+    # section wins): True naming them, False when the profile runs all it names.
+    PROFILE_OVERRIDDEN = "ProfileOverridden"
 
 
 # The status of each condition type that is good news. A condition's status says whether its
@@ -51,6 +54,7 @@ GOOD_STATUS: dict[ConditionType, str] = {
     ConditionType.AGENT_PODS_REFUSED: "False",
     ConditionType.DEVICES_PUBLISHED: "True",
     ConditionType.REPAIR_REQUESTS_REFUSED: "False",
+    ConditionType.PROFILE_OVERRIDDEN: "False",
 }
 
 
@@ -112,11 +116,18 @@ class ConditionReason(StrEnum):
     WEBHOOK_UNAVAILABLE = "WebhookUnavailable"  # a webhook that fails closed could not be called
     POD_REFUSED = "PodRefused"  # anything else (a missing namespace or ServiceAccount, RBAC...)
     AGENT_PODS_ADMITTED = "AgentPodsAdmitted"
+<<<<<<< HEAD
     # RepairRequestsRefused: the template's kind is not served (its CRD is not installed), the
     # API server refused the object (403 RBAC, 422 admission...) (True), or neither (False).
     KIND_NOT_SERVED = "KindNotServed"
     REPAIR_OBJECT_REFUSED = "RepairObjectRefused"
     REPAIR_REQUESTS_ACCEPTED = "RepairRequestsAccepted"
+=======
+    # ProfileOverridden: a section's `enabled: false` keeps a check of the profile off (True), or
+    # the profile runs every check it names (False).
+    ENABLED_FALSE_WINS = "EnabledFalseWins"
+    PROFILE_APPLIED = "ProfileApplied"
+>>>>>>> profile
 
 
 class ValidationPhase(StrEnum):

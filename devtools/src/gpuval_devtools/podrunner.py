@@ -315,7 +315,14 @@ class PodRunner:
             port = str(free_port())
             env[AgentEnv.DEADLINE] = str(int(time.time() + outage))
         started_at = _now()
-        with tempfile.TemporaryDirectory(prefix=f"gpuval-sa-{entry.pod[:40]}-") as sa_dir:
+        with (
+            tempfile.TemporaryDirectory(prefix=f"gpuval-sa-{entry.pod[:40]}-") as sa_dir,
+            # The container's own /tmp, gone with it as a kubelet's is: what the agent leaves
+            # there (the simulated host tree of an agent killed mid-run) goes when it ends.
+            tempfile.TemporaryDirectory(
+                prefix=f"gpuval-tmp-{entry.pod[:40]}-", ignore_cleanup_errors=True
+            ) as tmp_dir,
+        ):
             # Three small local files: not worth a thread hop each.
             Path(sa_dir, "token").write_text(token)  # noqa: ASYNC240
             Path(sa_dir, "ca.crt").write_bytes(self.ca_file.read_bytes())  # noqa: ASYNC240
@@ -326,6 +333,7 @@ class PodRunner:
                 {
                     AgentEnv.SERVICEACCOUNT_DIR: sa_dir,
                     AgentEnv.TERMINATION_LOG: str(termination),
+                    "TMPDIR": tmp_dir,
                     "KUBERNETES_SERVICE_HOST": host,
                     "KUBERNETES_SERVICE_PORT": port,
                 }

@@ -197,7 +197,10 @@ def agent_env(
     node with shared GPUs, the physical count the agent should see and the replicas of each; the
     UUIDs of the devices the node published (DRA) for the agent to test; the GpuBaselines to
     judge against (`baseline`: gpuval_operator.baseline.judge.agent_env)."""
-    checks = json.dumps(spec.checks.model_dump(mode="json", by_alias=True), separators=(",", ":"))
+    # Resolved: every section says `enabled`, the profile's word written out (an agent reads
+    # what it was told to run without knowing the profiles).
+    told = spec.checks.resolved().model_dump(mode="json", by_alias=True)
+    checks = json.dumps(told, separators=(",", ":"))
     env = common_env(report=report, deadline=deadline)
     env += [
         {"name": AgentEnv.CHECKS, "value": checks},

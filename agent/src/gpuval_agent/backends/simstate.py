@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import weakref
 from pathlib import Path
 
 from gpuval_agent.backends.simconfig import Fault, FaultKind
@@ -52,6 +53,14 @@ def _bridge(gpu: int) -> str:
     return f"0000:00:{gpu + 1:02x}.0"
 
 
+# The host tree's directory name in the temporary directory: gpuval-simulated-host-<random>.
+TREE_PREFIX = "gpuval-simulated-host-"
+
+
+def _remove_tree(root: Path) -> None:
+    shutil.rmtree(root, ignore_errors=True)
+
+
 class SimulatedHost:
     """The simulated node's state; `faults` by kind, as the simulated backend holds them."""
 
@@ -60,6 +69,10 @@ class SimulatedHost:
         self.product = product
         self._faults = faults
         self._root: Path | None = None
+        # Removes the tree: at close(), or when the host is collected or the interpreter ends
+        # without a close (a test's backend, an agent that died of an exception): a tree of
+        # 1.3 MB per run was left in the temporary directory (issue 42).
+        self._remove: weakref.finalize[[Path], SimulatedHost] | None = None
         self._nvlink_growth: dict[int, int] = {}
         self._kmsg_seq = 0
 
@@ -126,14 +139,15 @@ class SimulatedHost:
 
     def root(self) -> Path:
         if self._root is None:
-            self._root = Path(tempfile.mkdtemp(prefix="gpuval-simulated-host-"))
+            self._root = Path(tempfile.mkdtemp(prefix=TREE_PREFIX))
+            self._remove = weakref.finalize(self, _remove_tree, self._root)
             self._write_tree(self._root)
         return self._root
 
     def close(self) -> None:
-        if self._root is not None:
-            shutil.rmtree(self._root, ignore_errors=True)
-            self._root = None
+        if self._remove is not None:
+            self._remove()
+        self._root = self._remove = None
 
     def _pci(self, root: Path, address: str, bridge: str, files: dict[str, str]) -> None:
         real = root / "sys/devices/pci0000:00" / bridge / address

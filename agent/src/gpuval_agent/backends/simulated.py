@@ -57,7 +57,7 @@ from gpuval_agent.memtest import (
 from gpuval_agent.parts import figures_for
 from gpuval_agent.state.model import GpuState
 from gpuval_agent.training import TrainOutcome, TrainPlan, TrainProgressCallback
-from gpuval_agent.verify import count_bad_elements, scan_counts
+from gpuval_agent.verify import count_bad_elements, differing_references, scan_counts
 from gpuval_api.checks import Precision
 from gpuval_api.env import AgentEnv
 from gpuval_api.figures import H2D
@@ -276,7 +276,14 @@ class SimulatedBackend(Backend):
             with self._xid_lock:
                 self._pending_xids.append(XidEvent(fault.gpu, fault.xid))
             self._host.log_xid(fault.gpu, fault.xid)
-        return [self._burn_one(gpu, precision, seconds, on_progress) for gpu in gpus]
+        measurements = [self._burn_one(gpu, precision, seconds, on_progress) for gpu in gpus]
+        # The real backend's comparison of the node's references (torch_burn.burn).
+        differing = differing_references(
+            {m.gpu: m.fingerprint for m in measurements if m.fingerprint is not None}
+        )
+        for measurement in measurements:
+            measurement.reference_differs = measurement.gpu in differing
+        return measurements
 
     def _burn_one(
         self, gpu: int, precision: Precision, seconds: float, on_progress: ProgressCallback
@@ -289,7 +296,9 @@ class SimulatedBackend(Backend):
         wrong = self._fault(FaultKind.WRONG_REFERENCE, gpu) is not None
         if wrong:
             # Consistently wrong: the reference and every result carry the same flipped bit, so
-            # the node's own verification passes and only a comparison across nodes can tell.
+            # every iteration matches its reference; the GPU's reference differs from the node's
+            # other GPUs' (BurnMismatch), and on a node of one GPU only a comparison across nodes
+            # can tell.
             reference.view(_bits(reference))[7, 7] ^= 1 << 3
         if self.foreign.on(gpu, FaultKind.FOREIGN_MEMORY):
             return BurnMeasurement(gpu=gpu, error=out_of_memory(gpu, self._foreign_pid(gpu)))

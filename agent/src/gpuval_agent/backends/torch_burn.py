@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch  # type: ignore[import-not-found,unused-ignore]
 
 from gpuval_agent.backends.base import BurnMeasurement, BurnProgress, ProgressCallback
-from gpuval_agent.verify import BadIteration, scan_counts
+from gpuval_agent.verify import BadIteration, differing_references, scan_counts
 from gpuval_api.checks import Precision
 
 REPLAY_SECONDS = 0.5
@@ -358,6 +358,7 @@ def burn(
     torch.cuda.empty_cache()
     measurements = []
     fingerprints = {b.gpu: b.fingerprint for b in burns if hasattr(b, "fingerprint")}
+    differing = differing_references(fingerprints)
     for one in burns:
         if one.gpu in errors:
             measurements.append(BurnMeasurement(gpu=one.gpu, error=errors[one.gpu]))
@@ -365,8 +366,6 @@ def burn(
         measurement = results[one.gpu]
         measurement.fingerprint = fingerprints.get(one.gpu)
         measurement.determinants = determinants(one.gpu, precision, matrix_size)
-        others = [fp for gpu, fp in fingerprints.items() if gpu != one.gpu]
-        if others and all(fp != fingerprints[one.gpu] for fp in others):
-            measurement.reference_differs = True
+        measurement.reference_differs = one.gpu in differing
         measurements.append(measurement)
     return measurements

@@ -266,6 +266,8 @@ class ValidationController:
             run = self.state.run = rollup.read_run(self.name, self._status(), fabric=fabric)
             if run is not None:
                 run.gating = spec is not None and spec.gating is not None
+                if spec is not None:
+                    run.note_checks(spec.checks)
                 self.state.restore(self._status())
                 log.info("%s: resuming run %s", self.name, run.run_id)
         return self.state.run
@@ -417,6 +419,7 @@ class ValidationController:
         run.add_candidates(candidates)
         run.without_devices = self.node_watch.without_devices()
         run.gating = spec.gating is not None
+        run.note_checks(spec.checks)
         # The repair loop spans runs: its status stays until its next pass.
         run.remediation = previous.remediation if previous is not None else None
         run.repair_requests = previous.repair_requests if previous is not None else None

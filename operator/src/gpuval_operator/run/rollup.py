@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuval_api.checks import PROFILE_RUNS
 from gpuval_api.conditions import ConditionReason as R
 from gpuval_api.conditions import ConditionType, ValidationPhase
 from gpuval_api.crd import DEVICE_HEALTHY, RunTrigger
@@ -109,13 +110,35 @@ def uniform_condition(
     return uniform
 
 
+def profile_condition(run: RunState) -> Cond:
+    """ProfileOverridden: True naming each check of spec.checks.profile that its section's own
+    `enabled: false` keeps off (the section wins, docs/operator.md "Profiles"), else False."""
+    kind, profile = ConditionType.PROFILE_OVERRIDDEN, f"spec.checks.profile {run.profile}"
+    if run.overridden:
+        adds = " and ".join(PROFILE_RUNS[run.profile])
+        off = " and ".join(f"spec.checks.{name}.enabled false" for name in run.overridden)
+        return Cond(
+            kind,
+            "True",
+            R.ENABLED_FALSE_WINS,
+            f"{profile} adds {adds}, but {off} keeps {' and '.join(run.overridden)} off: a "
+            "section's own enabled wins over the profile; remove it to run the profile's checks",
+        )
+    return Cond(kind, "False", R.PROFILE_APPLIED, f"{profile}: every check it names runs")
+
+
 def run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Cond]:
     """Succeeded, NodesHealthy, Uniform, Invalid (False), NodeActionsHeld, SystemicFailure,
-    AgentPodsRefused and, with spec.remediation, RepairRequestsRefused for a valid spec's run.
+    AgentPodsRefused, ProfileOverridden and, with spec.remediation, RepairRequestsRefused for a
+    valid spec's run.
 
     `outliers` is None while the run goes on or when no node reported an environment: uniformity is
     then Unknown rather than a premature True.
     """
+    return [*_run_conditions(run, outliers), profile_condition(run)]
+
+
+def _run_conditions(run: RunState, outliers: Sequence[Outlier] | None) -> list[Cond]:
     valid = Cond(INVALID, "False", R.VALID, "the spec is valid")
     if waiting_for_nodes(run):
         message = (

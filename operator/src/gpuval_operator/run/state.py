@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from gpuval_api.checks import CheckName, ChecksConfig, Profile
 from gpuval_api.crd import NodeTrigger
 from gpuval_api.kubernetes import TERMINAL_POD_PHASES
 from gpuval_api.reasons import Reason, verdict_of
@@ -248,6 +249,14 @@ class RunState:
     # RepairRequestsRefused (type, status, reason, message) as the repair loop last built it
     # (gpuval_operator.remediation.refusals); None without spec.remediation. It spans runs too.
     repair_requests: tuple[str, str, str, str] | None = None
+    # spec.checks.profile, and the checks of it that their section's `enabled: false` keeps off
+    # (the ProfileOverridden condition).
+    profile: Profile = Profile.DEFAULT
+    overridden: tuple[CheckName, ...] = ()
+
+    def note_checks(self, checks: ChecksConfig) -> None:
+        """What the run's spec.checks says of its profile (the ProfileOverridden condition)."""
+        self.profile, self.overridden = checks.profile, tuple(checks.overridden())
 
     def add(self, node: str, gpus: int, report: str, pod: str) -> NodeRecord:
         record = self.nodes.get(node)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpuval_api.crd import GpuValidationStatus
 from gpuval_api.checks import parse_checks
+from gpuval_api.crd import GpuValidationStatus
 from gpuval_api.result import Verdict
 from gpuval_operator import names
 from gpuval_operator.planning import Candidate

@@ -116,18 +116,15 @@ class ConditionReason(StrEnum):
     WEBHOOK_UNAVAILABLE = "WebhookUnavailable"  # a webhook that fails closed could not be called
     POD_REFUSED = "PodRefused"  # anything else (a missing namespace or ServiceAccount, RBAC...)
     AGENT_PODS_ADMITTED = "AgentPodsAdmitted"
-<<<<<<< HEAD
     # RepairRequestsRefused: the template's kind is not served (its CRD is not installed), the
     # API server refused the object (403 RBAC, 422 admission...) (True), or neither (False).
     KIND_NOT_SERVED = "KindNotServed"
     REPAIR_OBJECT_REFUSED = "RepairObjectRefused"
     REPAIR_REQUESTS_ACCEPTED = "RepairRequestsAccepted"
-=======
     # ProfileOverridden: a section's `enabled: false` keeps a check of the profile off (True), or
     # the profile runs every check it names (False).
     ENABLED_FALSE_WINS = "EnabledFalseWins"
     PROFILE_APPLIED = "ProfileApplied"
->>>>>>> profile
 
 
 class ValidationPhase(StrEnum):

@@ -56,7 +56,7 @@ __all__ = [
 class Learned:
     """The outcome for one key: the baseline (None when too few nodes agree, `problem` says
     why), the nodes kept, the passing nodes left out and the failed nodes never used; for a
-    bimodal fleet its two modes (the one learned, or the first kept, first) and what was said."""
+    bimodal fleet its two modes (the better first) and what was said."""
 
     key: BaselineKey
     spec: GpuBaselineSpec | None

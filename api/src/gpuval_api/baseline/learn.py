@@ -61,7 +61,7 @@ __all__ = [
 class Learned:
     """The outcome for one key: the baseline (None when too few nodes agree, `problem` says
     why), the nodes kept, the passing nodes left out and the failed nodes never used; for a
-    bimodal fleet its two modes (the one learned, or the first kept, first) and what was said."""
+    bimodal fleet its two modes (the better first) and what was said."""
 
     key: BaselineKey
     spec: GpuBaselineSpec | None
@@ -130,16 +130,16 @@ def learn(
     failed = tuple(sorted(n.node for n in mine if not n.passed))
     everyone = {n.node: n for n in mine if n.passed}
     offered = len(everyone)
-    converged = converge(Pool(dict(everyone)), fraction)
-    problem, modes = converged.problem, None
     split = two_modes(everyone, fraction)
-    if split is not None:
-        modes = split.modes
-        if choose_mode:
-            choice = choose(split, everyone, fraction, min_nodes)
-            converged, problem = choice.converged, choice.problem
-        else:
-            converged, problem = Converged(Pool({}), [], converged.rounds), LEARNED_NOTHING
+    modes = split.modes if split is not None else None
+    if split is None:
+        converged = converge(Pool(dict(everyone)), fraction)
+        problem = converged.problem
+    elif choose_mode:
+        choice = choose(split, everyone, fraction, min_nodes)
+        converged, problem = choice.converged, choice.problem
+    else:
+        converged, problem = Converged(Pool({}), [], 0), LEARNED_NOTHING
     pool = converged.pool
     if not problem and len(pool.nodes) < min_nodes:
         problem = (

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 machine through the device tool, from the repository root:
-#   bash benchmarks/device_run.sh smoke|full|check|issue9|b7|final|fabric|probe10|final10|memtest|baseline|inuse|train
+#   bash benchmarks/device_run.sh smoke|full|check|issue9|b7|final|fabric|probe10|final10|memtest|baseline|inuse|train|h100
 # Installs the carried wheels (.whl: pydantic and its needs, absent there), then the GPU tests,
 # the benchmark and `gpuval-agent run` itself, writing everything under $OUT. Each step runs
 # under its own time limit and the script goes on after a failed step.
@@ -153,6 +153,40 @@ elif [ "$MODE" = final12 ]; then
     --timeout 200
   grep -E "passed|failed|skipped" "$OUT/pytest.log" | tail -3 >>"$OUT/summary.log"
   cat "$OUT/summary.log"
+  exit 0
+elif [ "$MODE" = h100 ]; then
+  # Issue 42 parts 6-7 on one H100 (device kind nvidia-h100-x1), at most 8 files under $OUT: the
+  # default run twice (burn.bf16, copies), the verified burn at the other precisions, the full
+  # profile (its wall time, the training step's figures and loss digest), a second training run
+  # (the digest again: bit-identical across processes?) and one with a weight nudged before the
+  # last step (65 of 5 + 60). Every log in logs.tar.gz.
+  budget() { local left=$((${H100_BUDGET:-560} - SECONDS)); [ "$left" -lt "$1" ] && echo "$((left > 5 ? left : 5))" || echo "$1"; }
+  nvidia-smi -q -d POWER,CLOCK >>"$OUT/summary.log" 2>&1
+  for n in 1 2; do
+    began=$(now)
+    step run_default_$n "$(budget 110)" python3 -m gpuval_agent.cli run --json "$OUT/run_default_$n.json"
+    echo "run_default_$n wall $(since "$began") s" >>"$OUT/summary.log"
+  done
+  step bench "$(budget 90)" python3 benchmarks/agent_bench.py --seconds 8 \
+    --precisions fp16,tf32,fp32,fp64 --skip bandwidth,nccl,startup --out "$OUT/bench.json"
+  began=$(now)
+  step run_full "$(budget 170)" python3 -m gpuval_agent.cli run --profile full --json "$OUT/run_full.json"
+  echo "run_full wall $(since "$began") s" >>"$OUT/summary.log"
+  step run_train "$(budget 90)" python3 -m gpuval_agent.cli run --checks train --json "$OUT/run_train.json"
+  GPUVAL_TRAIN_PERTURB=65 step run_nudged "$(budget 90)" python3 -m gpuval_agent.cli run \
+    --checks train --json "$OUT/run_nudged.json"
+  python3 -c 'import json, sys
+for name in sys.argv[1:]:
+    try:
+        d = json.load(open(name))
+    except Exception as e:
+        print(name, "unreadable", e); continue
+    t = next((c for c in d["checks"] if c["name"] == "train"), None)
+    print(name, d["verdict"], "train:", t and t["verdict"], t and (t.get("training") or {}).get("digest"))' \
+    "$OUT"/run_full.json "$OUT"/run_train.json "$OUT"/run_nudged.json >>"$OUT/summary.log" 2>&1
+  tar -czf "$OUT/logs.tar.gz" -C "$OUT" $(cd "$OUT" && ls *.log)
+  cat "$OUT/summary.log"
+  rm -f "$OUT"/*.log  # at most 8 files come back: the logs travel in logs.tar.gz
   exit 0
 elif [ "$MODE" = full12 ]; then
   # The full profile again with the training ranks started as the burn starts, and the training

@@ -1,7 +1,9 @@
 """The training check through the operator on the local control plane (issue 36): five simulated
 nodes train; the slow one fails on its own agent's judgement (LowTrainingThroughput), the one
 whose losses leave its peers' passes on its own and is failed by the run's comparison of the
-nodes' losses (TrainingMismatch, naming the step), the others pass."""
+nodes' losses (TrainingMismatch, naming the step), the others pass; status.training says how
+each stack was compared. Two nodes that differ with no majority are named undecided, neither
+failed (issue 42 part 6)."""
 
 from __future__ import annotations
 
@@ -63,3 +65,31 @@ def test_a_slow_node_and_a_node_with_a_wrong_loss_are_each_named_with_their_reas
         "trainingLoss",
         "majority",
     )
+    [how] = status["training"]["compared"]
+    assert how.startswith("5 nodes of NVIDIA H200") and "bit for bit with the losses 4 of" in how
+    assert status["training"]["undecided"] == []
+
+
+def test_two_nodes_whose_losses_differ_are_undecided_and_both_are_named(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    first = fleet.add(unique_name("pair-a"), gpus=1)
+    second = fleet.add(unique_name("pair-b"), [{"kind": "train-wrong-loss", "step": 20}], gpus=1)
+    name = unique_name("pair")
+    checks = {"burn": {"durationSeconds": 2}, "train": {"enabled": True}}
+    with operator():
+        apply(cluster, fleet.validation(name, checks=checks))
+        status = completed_run(cluster, name)
+        reports = by_node(reports_of(cluster, name, status["run"]["id"]))
+        delete_validation(cluster, name)
+
+    assert {n: reports[n]["verdict"] for n in (first, second)} == {
+        first: "Passed",
+        second: "Passed",
+    }
+    [undecided] = status["training"]["undecided"]
+    pair = ", ".join(sorted((first, second)))
+    assert undecided.startswith(f"undecided: {pair} (2 nodes of one stack")
+    assert "from step 20 of 65 on, and no majority tells which is right" in undecided
+    [how] = status["training"]["compared"]
+    assert f"({pair}): undecided, they differ and no majority" in how

@@ -642,13 +642,13 @@ def learn_losses(nodes: Iterable[NodeLosses | None], source: str = "") -> list[L
         if majority is None:
             continue
         sequence, peers = majority
-        losses = list(sequence.losses) if len(sequence.losses) <= MAX_BASELINE_LOSSES else []
+        kept = list(sequence.losses) if len(sequence.losses) <= MAX_BASELINE_LOSSES else []
         learned.append(
             LossBaseline(
                 experiment=experiment,
                 stack=name,
                 digest=sequence.digest,
-                losses=losses,
+                losses=kept,
                 nodes=peers,
                 source=source[:512],
             )

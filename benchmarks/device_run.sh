@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 machine through the device tool, from the repository root:
-#   bash benchmarks/device_run.sh smoke|full|check|issue9|b7|final|fabric|probe10|final10|memtest|baseline|inuse|train|h100
+#   bash benchmarks/device_run.sh smoke|full|check|issue9|b7|final|fabric|probe10|final10|memtest|baseline|inuse|train|h100|h100check
 # Installs the carried wheels (.whl: pydantic and its needs, absent there), then the GPU tests,
 # the benchmark and `gpuval-agent run` itself, writing everything under $OUT. Each step runs
 # under its own time limit and the script goes on after a failed step.
@@ -187,6 +187,23 @@ for name in sys.argv[1:]:
   tar -czf "$OUT/logs.tar.gz" -C "$OUT" $(cd "$OUT" && ls *.log)
   cat "$OUT/summary.log"
   rm -f "$OUT"/*.log  # at most 8 files come back: the logs travel in logs.tar.gz
+  exit 0
+elif [ "$MODE" = h100check ]; then
+  # Issue 42 parts 6-7 on one H100, with its shipped baseline: the weight nudged before the last
+  # step against the baseline's losses (TrainingMismatch), another stack (efficient attention)
+  # compared within the tolerance, then every GPU test. At most 8 files under $OUT.
+  budget() { local left=$((${H100_BUDGET:-560} - SECONDS)); [ "$left" -lt "$1" ] && echo "$((left > 5 ? left : 5))" || echo "$1"; }
+  GPUVAL_TRAIN_PERTURB=65 step run_nudged "$(budget 90)" python3 -m gpuval_agent.cli run \
+    --checks train --json "$OUT/run_nudged.json"
+  echo '{"train": {"attention": "efficient"}}' >/tmp/efficient.json
+  step run_efficient "$(budget 90)" python3 -m gpuval_agent.cli run --checks train \
+    --config /tmp/efficient.json --json "$OUT/run_efficient.json"
+  step pytest "$(budget 380)" python3 -m pytest -m gpu tests/gpu -v -p no:cacheprovider -rA \
+    --timeout 200
+  grep -E "training losses:|FAIL train|^train " "$OUT/run_nudged.log" "$OUT/run_efficient.log" \
+    >>"$OUT/summary.log"
+  grep -E "passed|failed|skipped" "$OUT/pytest.log" | tail -3 >>"$OUT/summary.log"
+  cat "$OUT/summary.log"
   exit 0
 elif [ "$MODE" = full12 ]; then
   # The full profile again with the training ranks started as the burn starts, and the training

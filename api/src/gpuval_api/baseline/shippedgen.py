@@ -53,8 +53,9 @@ class Recipe:
     model: str  # as said in errors: "H200"
     runs: tuple[str, ...]  # `gpuval-agent run` results, default settings: the key and most figures
     benches: tuple[str, ...]  # benchmarks/agent_bench.py: burn.fp16/tf32/fp32/fp64
-    train_runs: tuple[str, ...]  # results with the training step: its figures and its losses
+    train_runs: tuple[str, ...]  # results with the training step, for its figures only
     train_bench: str | None  # benchmarks/train_bench.py: the check's tokens/s (and MFU) twice
+    loss_runs: tuple[str, ...]  # results whose training step's losses the baseline holds
     description: str
 
 
@@ -69,6 +70,8 @@ H200 = Recipe(
     benches=("h200x2-bench.json", "h200x2-bench-2.json"),
     train_runs=("h200-run-full.json",),
     train_bench="h200-train-bench.json",
+    # The second H200 full profile adds its losses only (its figures ran beside other changes).
+    loss_runs=("h200-run-full.json", "h200-final12-run-full.json"),
     description=(
         "Measured with gpuval's own agent on 2x NVIDIA H200 (NV18), driver 580.159.04, CUDA "
         "13.0, torch 2.11.0+cu130, NCCL 2.28.9 (device kind nvidia-h200-x2, 2026-11-30); each "
@@ -82,14 +85,14 @@ H200 = Recipe(
         "comes from a public source."
     ),
 )
-# The second H200 full profile adds its losses only (its figures ran beside other changes).
-H200_LOSSES = ("h200-final12-run-full.json",)
 H100 = Recipe(
     model="H100",
-    runs=("h100-run-default-1.json", "h100-run-default-2.json"),
+    # The full profile's burn and copies are the default run's: two nodes for those figures.
+    runs=("h100-run-default.json", "h100-run-full.json"),
     benches=("h100-bench.json",),
-    train_runs=("h100-run-full.json", "h100-run-train.json"),
+    train_runs=("h100-run-train.json",),
     train_bench=None,
+    loss_runs=("h100-run-full.json", "h100-run-train.json"),
     description=(
         "Measured with gpuval's own agent on 1x NVIDIA H100 80GB HBM3, driver 580.159.04, "
         "CUDA 13.0, torch 2.11.0+cu130, NCCL 2.28.9 (device kind nvidia-h100-x1, 2026-12-07); "
@@ -200,8 +203,7 @@ def build(recipe: Recipe, results: Path = RESULTS) -> GpuBaseline:
         why = learned.problem or f"left out {learned.excluded}"
         raise ValueError(f"the {recipe.model} measurements do not agree: {why}")
     _sources(learned.spec, nodes, learned.kept)
-    extra = H200_LOSSES if recipe is H200 else ()
-    learned.spec.training = _losses(results, (*recipe.train_runs, *extra))
+    learned.spec.training = _losses(results, recipe.loss_runs)
     if not learned.spec.training:
         raise ValueError(f"the {recipe.model} training runs computed different losses")
     return GpuBaseline(metadata=ObjectMeta(name=key.default_name()), spec=learned.spec)

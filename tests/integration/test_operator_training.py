@@ -21,6 +21,7 @@ from tests.support.fleet import (
     delete_validation,
     reports_of,
 )
+from tests.support.kube import get_json, wait_for
 
 pytestmark = pytest.mark.usefixtures("install_crds")
 
@@ -93,3 +94,61 @@ def test_two_nodes_whose_losses_differ_are_undecided_and_both_are_named(
     assert "from step 20 of 65 on, and no majority tells which is right" in undecided
     [how] = status["training"]["compared"]
     assert f"({pair}): undecided, they differ and no majority" in how
+
+
+def test_a_learned_baseline_holds_the_losses_and_fails_a_lone_node_that_differs_from_them(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    # Issue 42 part 6: alone in its run a node has no peer; the GpuBaseline learned from an
+    # earlier run holds its stack's losses, and its agent pod is held to them bit for bit.
+    learned_name = "nvidia-h200-x4-700w-gen5x16"
+    cluster.kubectl("delete", "gpubaseline", learned_name, "--ignore-not-found", "--wait=true")
+    for _ in range(2):
+        fleet.add(unique_name("learn-ok"), gpus=4)
+    lone = fleet.add(
+        unique_name("lone"),
+        [{"kind": "train-wrong-loss", "step": 30}],
+        gpus=4,
+        labels={"gpuval-lone": "yes"},
+    )
+    checks = {"burn": {"durationSeconds": 2}, "nccl": {"maxBytes": 1 << 24}}
+    checks["train"] = {"enabled": True}
+    first, second = unique_name("learn"), unique_name("lone")
+    only_healthy = {
+        "matchLabels": {"gpuval-test": fleet.label},
+        "matchExpressions": [{"key": "gpuval-lone", "operator": "DoesNotExist"}],
+    }
+    only_lone = {"matchLabels": {"gpuval-test": fleet.label, "gpuval-lone": "yes"}}
+    try:
+        with operator():
+            apply(
+                cluster,
+                fleet.validation(
+                    first, checks=checks, nodeSelector=only_healthy, baseline={"minNodes": 2}
+                ),
+            )
+            completed_run(cluster, first)
+            learned = wait_for(
+                f"{learned_name} to be learned",
+                lambda: get_json(cluster, "gpubaseline", learned_name),
+                timeout=120,
+                interval=1,
+            )
+            apply(cluster, fleet.validation(second, checks=checks, nodeSelector=only_lone))
+            status = completed_run(cluster, second)
+            reports = by_node(reports_of(cluster, second, status["run"]["id"]))
+    finally:
+        delete_validation(cluster, first)
+        delete_validation(cluster, second)
+        cluster.kubectl("delete", "gpubaseline", learned_name, "--ignore-not-found")
+
+    [losses] = learned["spec"]["training"]
+    assert losses["nodes"] == 2 and len(losses["losses"]) == 65
+    assert losses["experiment"].endswith("|gpus 4|seed 1234|steps 65")
+    assert reports[lone]["verdict"] == "Failed"
+    assert reports[lone]["reason"] == "TrainingMismatch"
+    message = reports[lone]["message"]
+    assert f"which {learned_name} learned from 2 nodes of the same stack" in message
+    assert "from step 30 of 65 on" in message
+    [how] = status["training"]["compared"]
+    assert how.startswith(f"{lone} (") and "not compared, no other node" in how

@@ -20,7 +20,8 @@ from gpuval_api.baseline.files import shipped, to_yaml
 from gpuval_api.checks import CheckName, ChecksConfig
 from gpuval_api.crd import GpuBaseline, ObjectMeta
 from gpuval_api.env import AgentEnv
-from gpuval_api.result import CheckResult, TrainMetric, Verdict
+from gpuval_api.reasons import Reason
+from gpuval_api.result import AgentResult, CheckResult, TrainMetric, Verdict
 from gpuval_api.training import LossBaseline, NodeLosses, loss_mismatches
 
 pytestmark = pytest.mark.gpu
@@ -122,10 +123,13 @@ def test_one_machine_is_held_to_the_losses_its_baseline_holds(tmp_path: Path) ->
     last = CONFIG.train.warmup_steps + CONFIG.train.steps
 
     again = _cli("--baseline", str(path))
-    nudged = _cli("--baseline", str(path), perturb=str(last))
+    out = tmp_path / "nudged.json"
+    nudged = _cli("--baseline", str(path), "--json", str(out), perturb=str(last))
 
     assert again.returncode == 0, again.stdout + again.stderr
     assert "training losses: compared bit for bit with the loss digest" in again.stdout
     assert nudged.returncode == 1, nudged.stdout + nudged.stderr
-    assert "TrainingMismatch" in nudged.stdout
-    assert f"from step {last} of {last} on" in nudged.stdout
+    # The table cuts the message; the result document holds it whole.
+    train = AgentResult.model_validate_json(out.read_text()).check(CheckName.TRAIN)
+    assert train is not None and train.reason is Reason.TRAINING_MISMATCH, train
+    assert f"from step {last} of {last} on" in train.message

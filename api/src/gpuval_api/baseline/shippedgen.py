@@ -1,7 +1,9 @@
-"""The H200 baseline shipped in this package, made from the measurements in benchmarks/results by
-the same learning as a fleet's (`make generate` writes it, `make check-generated` fails when it
-is stale). No figure is typed in: each comes from a file named in the baseline.
+"""The baselines shipped in this package (H200 and H100), made from the measurements in
+benchmarks/results by the same learning as a fleet's (`make generate` writes them, `make
+check-generated` fails when one is stale). No figure is typed in: each comes from a file named in
+the baseline, and each baseline's recipe (`Recipe`) names its files.
 
+H200 (2x H200 key):
 - burn.bf16, h2d, d2h, deviceCopy, p2p and nccl.<size>: the four `gpuval-agent run` result
   documents with the default settings (60 s bf16 burn, matrix 16384, 1 GiB copies, NCCL 1 MiB to
   4 GiB) on 2x H200 (device kind nvidia-h200-x2; two machines, two runs each);
@@ -12,7 +14,11 @@ is stale). No figure is typed in: each comes from a file named in the baseline.
 - trainTokens and trainMfu: the training step (the large model, 5 + 60 steps, flash attention, the
   deterministic settings) on 1x H200 (device kind nvidia-h200, 2026-12-04): the check in
   `gpuval-agent run --profile full`, and its two runs in benchmarks/train_bench.py. Per-GPU figures:
-  they compare across GPU counts (gpuval_api.figures, TRAIN_TOKENS), so they join the 2x H200 key.
+  they compare across GPU counts (gpuval_api.figures, TRAIN_TOKENS), so they join the 2x H200 key;
+- training (the losses): the full profile on two 1x H200 machines, the same digest.
+H100 80GB HBM3 (1x key; device kind nvidia-h100-x1, 2026-12-07): burn.bf16 and the copies from the
+default run and the full profile, fp16/tf32/fp32/fp64 from one agent_bench.py run, the training
+figures and losses from the full profile and a `--checks train` run.
 Each run counts as one node.
 """
 
@@ -96,8 +102,9 @@ H100 = Recipe(
     description=(
         "Measured with gpuval's own agent on 1x NVIDIA H100 80GB HBM3, driver 580.159.04, "
         "CUDA 13.0, torch 2.11.0+cu130, NCCL 2.28.9 (device kind nvidia-h100-x1, 2026-12-07); "
-        "each figure names its files in benchmarks/results. burn.bf16 and the copies: two "
-        "`gpuval-agent run` results with the default settings (60 s burn); "
+        "each figure names its files in benchmarks/results. burn.bf16 and the copies: "
+        "`gpuval-agent run` with the default settings and with `--profile full` (60 s burn "
+        "each); "
         "burn.fp16/tf32/fp32/fp64: benchmarks/agent_bench.py's verified burn, 8 s per precision "
         "(a 60 s burn may sit 1-2 % lower). trainTokens, trainMfu and the losses (training): "
         "`gpuval-agent run --profile full` and `gpuval-agent run --checks train`. Each run "

@@ -134,7 +134,8 @@ def test_a_learned_baseline_holds_the_losses_and_fails_a_lone_node_that_differs_
                 timeout=120,
                 interval=1,
             )
-            apply(cluster, fleet.validation(second, checks=checks, nodeSelector=only_lone))
+            lone_spec = {"checks": checks, "nodeSelector": only_lone, "baseline": {"mode": "Use"}}
+            apply(cluster, fleet.validation(second, **lone_spec))
             status = completed_run(cluster, second)
             reports = by_node(reports_of(cluster, second, status["run"]["id"]))
     finally:
@@ -145,7 +146,7 @@ def test_a_learned_baseline_holds_the_losses_and_fails_a_lone_node_that_differs_
     [losses] = learned["spec"]["training"]
     assert losses["nodes"] == 2 and len(losses["losses"]) == 65
     assert losses["experiment"].endswith("|gpus 4|seed 1234|steps 65")
-    assert reports[lone]["verdict"] == "Failed"
+    assert reports[lone]["verdict"] == "Failed", (status.get("baseline"), reports[lone])
     assert reports[lone]["reason"] == "TrainingMismatch"
     message = reports[lone]["message"]
     assert f"which {learned_name} learned from 2 nodes of the same stack" in message

@@ -198,3 +198,13 @@ def test_the_shipped_baselines_hold_the_losses_their_stack_computed_twice() -> N
         assert all((Path(shippedgen.RESULTS) / name).is_file() for name in named)
     h200 = next(b for b in files.shipped() if b.spec.key.gpu_product == "NVIDIA H200")
     assert h200.spec.training[0].digest == "fa97a33de834da07"
+
+
+def test_a_loss_that_yaml_1_2_reads_as_a_number_is_written_quoted() -> None:
+    # kubectl (YAML 1.2) read a bare 411e6682 as 4.11e+6684 and the API server refused the file.
+    h200 = next(b for b in files.shipped() if b.spec.key.gpu_product == "NVIDIA H200")
+    text = files.to_yaml([h200])
+    assert "- '411e6682'\n" in text and "- 411e6682\n" not in text
+    assert "- 4122b0d2\n" in text  # not a number in either: left bare
+    (back,) = from_yaml(text, "shipped")
+    assert back.spec == h200.spec

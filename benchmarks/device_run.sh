@@ -169,7 +169,7 @@ elif [ "$MODE" = h100 ]; then
   began=$(now)
   step run_default "$(budget 100)" python3 -m gpuval_agent.cli run --json "$OUT/run_default.json"
   echo "run_default wall $(since "$began") s" >>"$OUT/summary.log"
-  step bench "$(budget 80)" python3 benchmarks/agent_bench.py --seconds 8 \
+  step bench "$(budget 140)" python3 benchmarks/agent_bench.py --seconds 8 \
     --precisions fp16,tf32,fp32,fp64 --skip bandwidth,nccl,startup --out "$OUT/bench.json"
   began=$(now)
   step run_full "$(budget 160)" python3 -m gpuval_agent.cli run --profile full --json "$OUT/run_full.json"

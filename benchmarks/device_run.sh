@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 machine through the device tool, from the repository root:
-#   bash benchmarks/device_run.sh smoke|full|check|issue9|b7|final|fabric|probe10|final10|memtest|baseline|inuse|train
+#   bash benchmarks/device_run.sh smoke|full|check|issue9|b7|final|fabric|probe10|final10|memtest|baseline|inuse|train|h100|h100check
 # Installs the carried wheels (.whl: pydantic and its needs, absent there), then the GPU tests,
 # the benchmark and `gpuval-agent run` itself, writing everything under $OUT. Each step runs
 # under its own time limit and the script goes on after a failed step.
@@ -151,6 +151,64 @@ elif [ "$MODE" = final12 ]; then
   echo "run_full wall $(since "$began") s" >>"$OUT/summary.log"
   step pytest "$(budget 330)" python3 -m pytest -m gpu tests/gpu -q -p no:cacheprovider -rA \
     --timeout 200
+  grep -E "passed|failed|skipped" "$OUT/pytest.log" | tail -3 >>"$OUT/summary.log"
+  cat "$OUT/summary.log"
+  exit 0
+elif [ "$MODE" = h100 ]; then
+  # Issue 42 parts 6-7 on one H100 (device kind nvidia-h100-x1) in one call, at most 8 files under
+  # $OUT: the default run, the verified burn at the other precisions, the full profile (its wall
+  # time; its burn and copies are the baseline's second node; the training step's figures and
+  # losses), a second training run (the losses again: bit-identical across processes?); then the
+  # H100 baseline made here from them by shippedgen (as `make generate` does), a weight nudged
+  # before the last step (65 of 5 + 60) against it, another stack (efficient attention) against
+  # it, and the GPU tests of the baseline and the training step. Every log in logs.tar.gz; the
+  # measurements also stay in /tmp/h100 for a next call on the same machine.
+  budget() { local left=$((${H100_BUDGET:-575} - SECONDS)); [ "$left" -lt "$1" ] && echo "$((left > 5 ? left : 5))" || echo "$1"; }
+  mkdir -p /tmp/h100
+  nvidia-smi -q -d POWER >>"$OUT/summary.log" 2>&1
+  began=$(now)
+  step run_default "$(budget 100)" python3 -m gpuval_agent.cli run --json "$OUT/run_default.json"
+  echo "run_default wall $(since "$began") s" >>"$OUT/summary.log"
+  step bench "$(budget 140)" python3 benchmarks/agent_bench.py --seconds 8 \
+    --precisions fp16,tf32,fp32,fp64 --skip bandwidth,nccl,startup --out "$OUT/bench.json"
+  began=$(now)
+  step run_full "$(budget 160)" python3 -m gpuval_agent.cli run --profile full --json "$OUT/run_full.json"
+  echo "run_full wall $(since "$began") s" >>"$OUT/summary.log"
+  step run_train "$(budget 80)" python3 -m gpuval_agent.cli run --checks train --json "$OUT/run_train.json"
+  for f in run_default bench run_full run_train; do
+    cp "$OUT/$f.json" "benchmarks/results/h100-${f//_/-}.json" && cp "$OUT/$f.json" /tmp/h100/
+  done
+  step shippedgen 30 python3 -c 'from gpuval_api.baseline import shippedgen as g
+for name, text in g.render().items():
+    (g.SHIPPED / name).write_text(text); print("wrote", name)
+print(text)'
+  GPUVAL_TRAIN_PERTURB=65 step run_nudged "$(budget 80)" python3 -m gpuval_agent.cli run \
+    --checks train --json /tmp/h100/run_nudged.json
+  echo '{"train": {"attention": "efficient"}}' >/tmp/efficient.json
+  step run_efficient "$(budget 80)" python3 -m gpuval_agent.cli run --checks train \
+    --config /tmp/efficient.json --json /tmp/h100/run_efficient.json
+  step pytest "$(budget 200)" python3 -m pytest -m gpu tests/gpu/test_gpu_baseline.py \
+    tests/gpu/test_gpu_train.py -v -p no:cacheprovider -rA --timeout 150
+  python3 -c 'import json, sys
+for name in sys.argv[1:]:
+    try:
+        d = json.load(open(name))
+    except Exception as e:
+        print(name, "unreadable", e); continue
+    t = next((c for c in d["checks"] if c["name"] == "train"), None)
+    print(name, d["verdict"], "train:", t and t["verdict"], t and (t.get("training") or {}).get("digest"),
+          (d.get("baseline") or {}).get("name"), (d.get("baseline") or {}).get("training"))' \
+    "$OUT"/run_default.json "$OUT"/run_full.json "$OUT"/run_train.json /tmp/h100/run_nudged.json \
+    /tmp/h100/run_efficient.json >>"$OUT/summary.log" 2>&1
+  grep -E "passed|failed|skipped" "$OUT/pytest.log" | tail -3 >>"$OUT/summary.log"
+  tar -czf "$OUT/logs.tar.gz" -C "$OUT" $(cd "$OUT" && ls *.log) -C /tmp/h100 run_nudged.json \
+    run_efficient.json -C "$PWD/api/src/gpuval_api/baseline" shipped
+  cat "$OUT/summary.log"
+  rm -f "$OUT"/*.log  # at most 8 files come back: the logs travel in logs.tar.gz
+  exit 0
+elif [ "$MODE" = h100check ]; then
+  # Every GPU test on one H100, with the shipped H100 baseline in the tree.
+  step pytest 560 python3 -m pytest -m gpu tests/gpu -v -p no:cacheprovider -rA --timeout 200
   grep -E "passed|failed|skipped" "$OUT/pytest.log" | tail -3 >>"$OUT/summary.log"
   cat "$OUT/summary.log"
   exit 0

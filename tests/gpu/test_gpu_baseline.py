@@ -1,6 +1,7 @@
-"""The shipped H200 baseline on a real H200: a healthy burn is compared with it (its ratio in the
-result); a burn that shares GPU 0 with a co-running matmul load is not held against the baseline:
-the GPU was not tested (GpuInUse names the load's process, issue 17), never BelowBaseline."""
+"""The shipped baseline of the GPU model the tests run on (H200 or H100 80GB HBM3; skipped on a
+model gpuval ships none for): a healthy burn is compared with it (its ratio in the result); a burn
+that shares GPU 0 with a co-running matmul load is not held against the baseline: the GPU was not
+tested (GpuInUse names the load's process, issue 17), never BelowBaseline."""
 
 from __future__ import annotations
 
@@ -11,11 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from gpuval_api.baseline.files import shipped
+
 pytestmark = pytest.mark.gpu
 
 torch = pytest.importorskip("torch")
 LOAD = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_load.py"
-H200 = torch.cuda.is_available() and torch.cuda.get_device_name(0) == "NVIDIA H200"
+MODEL = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+# The shipped baselines of this GPU model, by name (the agent prefers the one of its GPU count).
+SHIPPED = {b.metadata.name: b.spec for b in shipped() if b.spec.key.gpu_product == MODEL}
+NO_BASELINE = f"gpuval ships no baseline for {MODEL or 'this machine (no GPU)'}"
 
 
 def _burn(tmp_path: Path, seconds: int) -> tuple[int, dict[str, object]]:
@@ -50,18 +56,18 @@ def _burn_ratio(document: dict[str, object]) -> dict[str, object]:
     return next(f for f in baseline["figures"] if f["figure"] == "burn.bf16")
 
 
-@pytest.mark.skipif(not H200, reason="the shipped baseline is an H200's")
-def test_an_h200_is_compared_with_the_shipped_baseline(tmp_path: Path) -> None:
+@pytest.mark.skipif(not SHIPPED, reason=NO_BASELINE)
+def test_the_gpu_is_compared_with_the_shipped_baseline_of_its_model(tmp_path: Path) -> None:
     code, document = _burn(tmp_path, 10)
 
     baseline = document["baseline"]
-    assert isinstance(baseline, dict) and baseline["name"] == "nvidia-h200-x2-700w-gen5x16"
+    assert isinstance(baseline, dict) and baseline["name"] in SHIPPED, baseline
     burn = _burn_ratio(document)
     assert burn["ratio"] is not None and burn["judged"] is True
     assert code == 0 and burn["below"] == 0, burn
 
 
-@pytest.mark.skipif(not H200, reason="the shipped baseline is an H200's")
+@pytest.mark.skipif(not SHIPPED, reason=NO_BASELINE)
 def test_a_burn_sharing_its_gpu_with_a_load_names_the_load_and_is_not_below_the_baseline(
     tmp_path: Path,
 ) -> None:
@@ -82,7 +88,7 @@ def test_a_burn_sharing_its_gpu_with_a_load_names_the_load_and_is_not_below_the_
     assert f"PID {load.pid} " in findings[0]["message"]
 
 
-@pytest.mark.skipif(not H200, reason="the shipped baseline is an H200's")
+@pytest.mark.skipif(not SHIPPED, reason=NO_BASELINE)
 def test_a_burn_slowed_on_purpose_is_named_below_the_shipped_baseline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,21 +9,27 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from gpuval_agent.backends.cuda import CudaBackend
 from gpuval_agent.display import Display
 from gpuval_agent.runner import run_checks
+from gpuval_api.baseline.files import shipped, to_yaml
 from gpuval_api.checks import CheckName, ChecksConfig
+from gpuval_api.crd import GpuBaseline, ObjectMeta
 from gpuval_api.env import AgentEnv
-from gpuval_api.result import CheckResult, TrainMetric, Verdict
-from gpuval_api.training import NodeLosses, loss_mismatches
+from gpuval_api.reasons import Reason
+from gpuval_api.result import AgentResult, CheckResult, TrainMetric, Verdict
+from gpuval_api.training import LossBaseline, NodeLosses, loss_mismatches
 
 pytestmark = pytest.mark.gpu
 
 torch = pytest.importorskip("torch")
 GPUS = torch.cuda.device_count()
+MODEL = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+SHIPPED = [(b.metadata.name, b.spec) for b in shipped() if b.spec.key.gpu_product == MODEL]
 CONFIG = ChecksConfig.model_validate(
     {"train": {"enabled": True, "model": "medium", "steps": 12, "warmupSteps": 3}}
 ).only([CheckName.TRAIN])
@@ -70,8 +76,12 @@ def test_two_runs_give_bit_identical_losses_and_a_nudged_weight_is_named_at_its_
     assert "step 7 of 15" in mismatch.message()
 
 
-def test_gpuval_agent_run_checks_train_prints_the_live_line_and_exits_0() -> None:
-    done = subprocess.run(
+def _cli(*args: str, perturb: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`gpuval-agent run --checks train` with CONFIG, the test hook set when `perturb` is."""
+    environ = dict(os.environ)
+    if perturb is not None:
+        environ[AgentEnv.TRAIN_PERTURB] = perturb
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -79,18 +89,47 @@ def test_gpuval_agent_run_checks_train_prints_the_live_line_and_exits_0() -> Non
             "run",
             "--checks",
             "train",
-            "--baseline",
-            "none",
             "--config",
             "/dev/stdin",
+            *args,
         ],
         input=CONFIG.model_dump_json(by_alias=True),
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
+        env=environ,
     )
+
+
+def test_gpuval_agent_run_checks_train_prints_the_live_line_and_exits_0() -> None:
+    done = _cli("--baseline", "none")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "gpuval: train: step 15/15" in done.stderr
     assert "tok/s, loss " in done.stderr
     assert "train      Passed" in done.stdout
+
+
+@pytest.mark.skipif(not SHIPPED, reason="gpuval ships no baseline for this GPU model")
+def test_one_machine_is_held_to_the_losses_its_baseline_holds(tmp_path: Path) -> None:
+    # Issue 42 part 6: alone, a nudged weight changes the digest and nobody sees it; with the
+    # losses of this stack in the baseline, the nudge before the last step fails the check.
+    clean = _train()
+    assert clean.training is not None
+    name, spec = SHIPPED[0]
+    spec = spec.model_copy(update={"training": [LossBaseline.of(clean.training, 1, "this test")]})
+    path = tmp_path / "with-losses.yaml"
+    path.write_text(to_yaml([GpuBaseline(metadata=ObjectMeta(name=f"{name}-losses"), spec=spec)]))
+    last = CONFIG.train.warmup_steps + CONFIG.train.steps
+
+    again = _cli("--baseline", str(path))
+    out = tmp_path / "nudged.json"
+    nudged = _cli("--baseline", str(path), "--json", str(out), perturb=str(last))
+
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "training losses: compared bit for bit with the loss digest" in again.stdout
+    assert nudged.returncode == 1, nudged.stdout + nudged.stderr
+    # The table cuts the message; the result document holds it whole.
+    train = AgentResult.model_validate_json(out.read_text()).check(CheckName.TRAIN)
+    assert train is not None and train.reason is Reason.TRAINING_MISMATCH, train
+    assert f"from step {last} of {last} on" in train.message

@@ -17,6 +17,7 @@ from gpuval_api.crd import GpuBaseline, ObjectMeta
 from gpuval_api.env import AgentEnv
 from gpuval_api.reasons import Reason
 from gpuval_api.result import AgentResult, Verdict
+from gpuval_api.training import LossBaseline
 from tests.support.baselines import measured, node_figures
 
 TWO_GPUS = '{"gpus": 2, "timeScale": 0.001}'
@@ -159,3 +160,64 @@ def test_a_node_labelled_another_gpu_model_than_its_gpus_are_is_named_not_passed
     # The label of its own GPUs, shared or as a MIG profile, names nothing.
     for label in ("NVIDIA-H200", "NVIDIA-H200-SHARED", "nvidia-h200-MIG-1g.18gb"):
         assert judge(result, [], 0.1, label).verdict is Verdict.PASSED, label
+
+
+# -- issue 42 part 6: one machine's training losses against its GpuBaseline's --
+
+TRAIN_TWO_GPUS = '{"gpus": 2, "timeScale": 0.001%s}'
+
+
+def _trained(tmp_path: Path, name: str, simulate: str, *args: str) -> tuple[int, AgentResult]:
+    out = tmp_path / f"{name}.json"
+    code = run("--simulate", simulate, "--checks", "train", "--json", str(out), *args)
+    return code, AgentResult.model_validate_json(out.read_text())
+
+
+def baseline_with_losses(tmp_path: Path) -> Path:
+    """The team's baseline, with the losses two healthy runs of this stack computed."""
+    _, healthy = _trained(tmp_path, "healthy", TRAIN_TWO_GPUS % "", "--baseline", "none")
+    check = healthy.check("train")
+    assert check is not None and check.training is not None
+    path = baseline_file(tmp_path)
+    [baseline] = read_file(path)
+    baseline.spec.training = [LossBaseline.of(check.training, 2, "two healthy runs")]
+    path.write_text(to_yaml([baseline]))
+    return path
+
+
+def test_one_machine_with_a_nudged_loss_fails_against_the_losses_of_its_baseline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = baseline_with_losses(tmp_path)
+    nudged = TRAIN_TWO_GPUS % ', "faults": [{"kind": "train-wrong-loss", "step": 65}]'
+
+    healthy_code, healthy = _trained(
+        tmp_path, "again", TRAIN_TWO_GPUS % "", "--baseline", str(path)
+    )
+    code, result = _trained(tmp_path, "nudged", nudged, "--baseline", str(path))
+
+    assert healthy_code == 0 and healthy.baseline is not None
+    assert "bit for bit with the loss digest" in healthy.baseline.training
+    assert healthy.baseline.training.endswith(": equal")
+    assert code == 1 and result.verdict is Verdict.FAILED
+    train = result.check("train")
+    assert train is not None and train.reason is Reason.TRAINING_MISMATCH
+    assert "which team-h200 learned from 2 nodes of the same stack" in train.message
+    assert "from step 65 of 65 on" in train.message
+    assert result.baseline is not None and result.baseline.training.endswith(": differs")
+    assert "training losses: compared bit for bit" in capsys.readouterr().out
+
+
+def test_another_stack_is_compared_with_the_baselines_losses_within_the_tolerance(
+    tmp_path: Path,
+) -> None:
+    path = baseline_with_losses(tmp_path)
+    newer = TRAIN_TWO_GPUS % ', "driver": "590.10.01"'
+
+    code, result = _trained(tmp_path, "newer", newer, "--baseline", str(path))
+
+    assert code == 0 and result.baseline is not None
+    how = result.baseline.training
+    assert "compared within 2 % (train.lossTolerance) with the losses team-h200 holds" in how
+    assert "driver 580.159.04" in how and "driver 590.10.01" in how
+    assert "bit-exactness cannot hold across stacks" in how

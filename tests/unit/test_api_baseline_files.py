@@ -190,20 +190,45 @@ def test_a_json_file_reads_as_well() -> None:
     assert baseline.spec == learned().spec
 
 
-def test_the_shipped_h200_baseline_comes_from_the_benchmark_results_it_names() -> None:
-    (shipped,) = files.shipped()
-
-    assert shipped.spec.key == BaselineKey(
+def test_the_shipped_baselines_come_from_the_benchmark_results_they_name() -> None:
+    by_model = {b.spec.key.gpu_product: b for b in files.shipped()}
+    assert set(by_model) == {"NVIDIA H200", "NVIDIA H100 80GB HBM3"}
+    h200, h100 = by_model["NVIDIA H200"], by_model["NVIDIA H100 80GB HBM3"]
+    assert h200.spec.key == BaselineKey(
         gpu_product="NVIDIA H200", gpu_count=2, power_limit_watts=700, pcie_link="gen5x16"
     )
-    assert shipped.spec.source.kind is SourceKind.SHIPPED
-    assert shipped.spec == shippedgen.build().spec
+    assert h100.spec.key.gpu_count == 1
+    assert h200.spec == shippedgen.build(shippedgen.H200).spec
+    assert h100.spec == shippedgen.build(shippedgen.H100).spec
     results = Path(shippedgen.RESULTS)
-    for figure in shipped.spec.figures:
-        named = figure.source.removeprefix("benchmarks/results/: ").split(", ")
-        assert named and all((results / name).is_file() for name in named), figure.figure
-    bf16 = shipped.spec.figure("burn.bf16")
+    for shipped in (h200, h100):
+        assert shipped.spec.source.kind is SourceKind.SHIPPED
+        for figure in shipped.spec.figures:
+            named = figure.source.removeprefix("benchmarks/results/: ").split(", ")
+            assert named and all((results / name).is_file() for name in named), figure.figure
+        assert "No figure comes from a public source" in shipped.spec.source.description
+    bf16 = h200.spec.figure("burn.bf16")
     assert bf16 is not None and bf16.nodes == 4 and bf16.samples == 8
     # The median of the eight per-GPU figures of the four default runs.
     assert bf16.centre == 706.421
-    assert "No figure comes from a public source" in shipped.spec.source.description
+
+
+def test_the_shipped_baselines_hold_the_losses_their_stack_computed_twice() -> None:
+    for shipped in files.shipped():
+        [losses] = shipped.spec.training
+        assert losses.nodes == 2 and len(losses.losses) == 65, shipped.metadata.name
+        assert losses.stack.startswith(shipped.spec.key.gpu_product + ", driver ")
+        named = losses.source.removeprefix("benchmarks/results/: ").split(", ")
+        assert all((Path(shippedgen.RESULTS) / name).is_file() for name in named)
+    h200 = next(b for b in files.shipped() if b.spec.key.gpu_product == "NVIDIA H200")
+    assert h200.spec.training[0].digest == "fa97a33de834da07"
+
+
+def test_a_loss_that_yaml_1_2_reads_as_a_number_is_written_quoted() -> None:
+    # kubectl (YAML 1.2) read a bare 411e6682 as 4.11e+6684 and the API server refused the file.
+    h200 = next(b for b in files.shipped() if b.spec.key.gpu_product == "NVIDIA H200")
+    text = files.to_yaml([h200])
+    assert "- '411e6682'\n" in text and "- 411e6682\n" not in text
+    assert "- 4122b0d2\n" in text  # not a number in either: left bare
+    (back,) = from_yaml(text, "shipped")
+    assert back.spec == h200.spec

@@ -13,12 +13,16 @@ import pytest
 from pydantic import ValidationError
 
 from gpuval_api.training import (
+    LossBaseline,
     NodeLosses,
     TrainingDeterminants,
     TrainingRecord,
+    against_baseline,
+    compare_losses,
     decode_loss,
     encode_loss,
     intern_losses,
+    learn_losses,
     loss_digest,
     loss_mismatches,
 )
@@ -151,3 +155,96 @@ def test_a_record_refuses_a_loss_that_is_not_8_hex_digits() -> None:
     with pytest.raises(ValidationError) as refused:
         TrainingRecord(losses=["10.8"], digest="x", determinants=H200)
     assert "losses.0" in str(refused.value) and "10.8" in str(refused.value)
+
+
+# -- issue 42 part 6: how each node was compared, undecided pairs, the GpuBaseline's losses --
+
+
+def _record(losses: list[str], determinants: TrainingDeterminants = H200) -> TrainingRecord:
+    return TrainingRecord(losses=losses, digest=loss_digest(losses), determinants=determinants)
+
+
+def _h200_baseline(nodes: int = 2) -> LossBaseline:
+    return LossBaseline.of(_record(RECORDED["run1"]), nodes, "two H200 runs")
+
+
+def test_two_nodes_of_one_stack_that_differ_are_undecided_and_both_are_named() -> None:
+    pair = {"node-a": _node(RECORDED["run1"]), "node-b": _node(RECORDED["perturbedAtStep10"])}
+
+    outcome = compare_losses(pair, TOLERANCE)
+
+    assert outcome.mismatches == []
+    [undecided] = outcome.undecided
+    assert undecided.nodes == ("node-a", "node-b") and undecided.step == 10
+    assert "undecided: node-a, node-b (2 nodes of one stack" in undecided.message()
+    assert "from step 10 of 65 on" in undecided.message()
+    [how] = outcome.compared
+    assert "node-a, node-b): undecided, they differ and no majority" in how
+
+
+def test_each_stack_says_how_it_was_compared_and_why() -> None:
+    flash, efficient = RECORDED["probe"]["flash"], RECORDED["probe"]["efficient"]
+    nodes = {n: _node(flash, _probe_stack("flash")) for n in "abc"}
+    nodes["lone"] = _node(efficient, _probe_stack("efficient"))
+
+    outcome = compare_losses(nodes, TOLERANCE)
+
+    assert outcome.mismatches == [] and outcome.undecided == []
+    exact, across = sorted(outcome.compared, key=lambda line: line.startswith("lone"))
+    assert exact.startswith("3 nodes of NVIDIA H200") and "flash attention" in exact
+    assert "bit for bit with the losses 3 of them computed (same stack" in exact
+    assert across.startswith("lone (NVIDIA H200") and "efficient attention" in across
+    assert "no peer of its stack, so compared within 2 % (train.lossTolerance)" in across
+    assert "bit-exactness cannot hold across stacks" in across
+
+
+def test_a_lone_node_with_nobody_to_compare_with_says_so() -> None:
+    [how] = compare_losses({"solo": _node(RECORDED["run1"])}, TOLERANCE).compared
+    assert how.startswith("solo (NVIDIA H200") and "not compared, no other node" in how
+
+
+def test_a_node_of_the_baselines_stack_is_compared_bit_for_bit_and_a_nudge_fails_it() -> None:
+    healthy = against_baseline(_record(RECORDED["run2"]), "h200", [_h200_baseline()], TOLERANCE)
+    assert healthy.mismatch is None and healthy.exact
+    assert "bit for bit with the loss digest" in healthy.how and healthy.how.endswith(": equal")
+
+    nudged = against_baseline(
+        _record(RECORDED["perturbedAtStep10"]), "h200", [_h200_baseline()], TOLERANCE
+    )
+
+    assert nudged.mismatch is not None and nudged.exact
+    assert nudged.mismatch.step == 10 and nudged.how.endswith(": differs")
+    message = nudged.mismatch.message()
+    assert "which h200 learned from 2 nodes of the same stack (NVIDIA H200" in message
+    assert "from step 10 of 65 on: 10.9794197 where" in message
+
+
+def test_a_node_of_another_stack_is_compared_with_the_baseline_within_the_tolerance() -> None:
+    flash, efficient, math_losses = (RECORDED["probe"][a] for a in ("flash", "efficient", "math"))
+    entry = LossBaseline.of(_record(flash, _probe_stack("flash")), 3)
+
+    inside = against_baseline(
+        _record(efficient, _probe_stack("efficient")), "h200", [entry], TOLERANCE
+    )
+    beyond = against_baseline(_record(math_losses, _probe_stack("math")), "h200", [entry], 1e-9)
+
+    assert inside.mismatch is None and not inside.exact
+    assert "compared within 2 % (train.lossTolerance) with the losses h200 holds" in inside.how
+    assert "bit-exactness cannot hold across stacks" in inside.how
+    assert beyond.mismatch is not None and beyond.mismatch.reference_stack is not None
+    assert "that h200 holds for another stack" in beyond.mismatch.message()
+
+
+def test_a_baseline_without_the_experiment_compares_nothing_and_says_so() -> None:
+    other = H200.model_copy(update={"seed": 7})
+    found = against_baseline(_record(RECORDED["run1"], other), "h200", [_h200_baseline()], 0.02)
+    assert found.mismatch is None and found.how.startswith("not compared: h200 holds no losses")
+
+
+def test_learning_keeps_a_stacks_majority_and_nothing_where_its_nodes_disagree() -> None:
+    agree = [_node(RECORDED["run1"]), _node(RECORDED["run2"]), _node(RECORDED["perturbedAtStep10"])]
+    [learned] = learn_losses(agree, "run 1")
+    assert learned.digest == loss_digest(RECORDED["run1"]) and learned.nodes == 2
+    assert learned.losses == RECORDED["run1"] and learned.source == "run 1"
+    assert learn_losses([_node(RECORDED["run1"]), _node(RECORDED["perturbedAtStep10"])]) == []
+    assert learn_losses([None, _node(RECORDED["run1"])]) == []  # one node: no majority

@@ -137,7 +137,7 @@ def test_drift_names_a_node_losing_three_percent_a_run_from_its_fourth_run() -> 
 
 
 def _listed() -> list[tuple[str, GpuBaselineSpec]]:
-    (shipped,) = files.shipped()
+    shipped = next(b for b in files.shipped() if b.spec.key.gpu_product == "NVIDIA H200")
     learned = baseline()
     other = learned[1].model_copy(
         update={"key": learned[1].key.model_copy(update={"gpu_product": "NVIDIA A100-SXM4-80GB"})}
@@ -210,7 +210,7 @@ def test_a_mig_profiles_baseline_is_given_to_a_node_its_parent_gpus_label_names(
 def test_where_a_learned_and_a_shipped_baseline_share_a_key_the_learned_judges_and_says_so() -> (
     None
 ):
-    (shipped,) = files.shipped()
+    shipped = next(b for b in files.shipped() if b.spec.key.gpu_product == "NVIDIA H200")
     mine = shipped.spec.model_copy(
         update={"source": shipped.spec.source.model_copy(update={"kind": SourceKind.LEARNED})}
     )

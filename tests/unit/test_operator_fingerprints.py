@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpuval_api.training import decode_loss, encode_loss, loss_digest
 from gpuval_operator.run.facts import training_losses
-from gpuval_operator.run.fingerprints import fingerprint_outliers, training_mismatches
+from gpuval_operator.run.fingerprints import fingerprint_outliers, training_comparison
 
 H200 = "NVIDIA H200|sm132|n16384|bf16|torch 2.11.0|cublas 13.1"
 H100 = "NVIDIA H100|sm132|n16384|bf16|torch 2.11.0|cublas 13.1"
@@ -74,7 +74,7 @@ def test_the_node_whose_training_losses_differ_is_named_with_its_first_step() ->
     facts = {f"n{i}": training_losses(_result(HEALTHY)) for i in range(4)}
     facts["bad"] = training_losses(_result(wrong))
     facts["untrained"] = training_losses({"checks": [{"name": "burn"}]})
-    [mismatch] = training_mismatches(facts, 0.02)
+    [mismatch] = training_comparison(facts, 0.02).mismatches
     assert (mismatch.node, mismatch.step, mismatch.peers) == ("bad", 12, 4)
     assert mismatch.field == "trainingLoss"
     assert facts["untrained"] is None
@@ -84,8 +84,8 @@ def test_a_node_of_another_driver_is_held_to_the_tolerance_not_to_its_bits() -> 
     drifted = [encode_loss(decode_loss(t) * 1.0001) for t in HEALTHY]
     facts = {f"n{i}": training_losses(_result(HEALTHY)) for i in range(3)}
     facts["newer"] = training_losses(_result(drifted, driver="590.10"))
-    assert training_mismatches(facts, 0.02) == []
-    [mismatch] = training_mismatches(facts, 1e-5)
+    assert training_comparison(facts, 0.02).mismatches == []
+    [mismatch] = training_comparison(facts, 1e-5).mismatches
     assert mismatch.node == "newer" and "driver 590.10" in mismatch.message()
 
 
@@ -102,4 +102,4 @@ def test_ten_thousand_nodes_of_one_stack_hold_one_loss_sequence() -> None:
     assert len({id(f.sequence) for f in facts if f is not None}) == 1
     assert len({id(f.stack) for f in facts if f is not None}) == 1
     nodes = {f"n{i}": f for i, f in enumerate(facts)}
-    assert training_mismatches(nodes, 0.02) == []
+    assert training_comparison(nodes, 0.02).mismatches == []

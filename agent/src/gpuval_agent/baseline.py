@@ -6,6 +6,10 @@ then the ones shipped with gpuval (gpuval_api/baseline/shipped: H200, measured w
 project's own benchmark); `--baseline none` turns the rule off. The comparison goes into the
 result document (`baseline`: every figure's ratio, "0.98 of the H200 baseline"), and each value
 below (1 - fraction) x its centre becomes a BelowBaseline finding of the check that measured it.
+The training step's losses are compared with the losses the baseline holds for their experiment
+(gpuval_api.training.against_baseline): bit for bit on the same stack, within train.lossTolerance
+on another; a difference fails the train check (TrainingMismatch), and `baseline.training` says
+how they were compared and why. On one machine this is the only comparison there is.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from gpuval_api.env import AgentEnv
 from gpuval_api.gfd import GPU_PRODUCT_LABEL, label_names_product
 from gpuval_api.reasons import REASONS, Reason
 from gpuval_api.result import AgentResult, CheckResult, Finding, GpuCheckResult, Verdict
+from gpuval_api.training import against_baseline
 
 SHIPPED = "shipped"
 NONE = "none"
@@ -138,6 +143,27 @@ def _with_findings(check: CheckResult, below: list[Below]) -> CheckResult:
     return judged
 
 
+def _training(
+    result: AgentResult, baselines: list[Candidate], name: str | None
+) -> tuple[str, Finding | None]:
+    """How the train check's losses compared with the chosen baseline's, and a TrainingMismatch
+    finding when they differ ("" and None without a training record or a baseline)."""
+    check = result.check(CheckName.TRAIN)
+    if check is None or check.training is None or name is None:
+        return "", None
+    spec = next(s for n, s in baselines if n == name)
+    tolerance = result.checks_config.train.loss_tolerance
+    found = against_baseline(check.training, name, spec.training, tolerance)
+    if found.mismatch is None:
+        return found.how, None
+    finding = Finding(
+        reason=Reason.TRAINING_MISMATCH,
+        message=found.mismatch.message(),
+        hint=REASONS[Reason.TRAINING_MISMATCH].hint,
+    )
+    return found.how, finding
+
+
 def judge(
     result: AgentResult, baselines: list[Candidate], fraction: float, labelled: str = ""
 ) -> AgentResult:
@@ -149,12 +175,18 @@ def judge(
     comparison, below = rules.compare(samples.result_samples(result), key, baselines, fraction, why)
     stopped = result.reason is Reason.AGENT_STOPPED
     mismatch = None if stopped else label_mismatch(result, labelled)
+    comparison.training, mismatch_found = _training(result, baselines, comparison.name)
     if stopped:
-        below = []
+        below, mismatch_found = [], None
     judged = result.model_copy()
     judged.checks = [
         _with_findings(c, [b for b in below if b.check == c.name]) for c in result.checks
     ]
+    if mismatch_found is not None:
+        judged.checks = [
+            _with_finding(c, mismatch_found) if c.name == CheckName.TRAIN else c
+            for c in judged.checks
+        ]
     if mismatch is not None:
         judged.checks = [
             _with_finding(c, mismatch) if c.name == CheckName.DRIVER else c for c in judged.checks

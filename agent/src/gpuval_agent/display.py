@@ -246,6 +246,8 @@ def baseline_lines(result: AgentResult) -> list[str]:
     of = comparison.key.describe() if comparison.key else ""
     mine = comparison.node_key.describe() if comparison.node_key else "?"
     head = ["", f"BASELINE {comparison.name}: {of}; this machine: {mine}{scope}"]
+    if comparison.training:
+        head.append(f"training losses: {comparison.training}")
     judged = [entry for entry in comparison.figures if baseline_judged(entry.figure)]
     if not judged:
         return [*head, "nothing was measured to compare with it (no GPU was tested)"]

@@ -70,6 +70,13 @@ class BaselineComparison(_Model):
     fraction: float = Field(description="BelowBaseline below (1 - fraction) x the centre.")
     figures: list[FigureRatio] = Field(default_factory=list)
     note: str = Field(default="", description="Why no baseline was used, when none was.")
+    training: str = Field(
+        default="",
+        description=(
+            "How the training step's losses were compared with the baseline's (bit for bit on "
+            "the same stack, within train.lossTolerance on another) and why, or why not."
+        ),
+    )
 
     def phrase(self, ratio: float) -> str:
         """'0.98 of the H200 baseline'."""

@@ -23,6 +23,7 @@ from gpuval_api import figures
 from gpuval_api.checks import camel
 from gpuval_api.figuremodel import with_figures
 from gpuval_api.figures import Unit
+from gpuval_api.training import MAX_LOSS_BASELINES, LossBaseline
 
 # Bounds: a baseline holds every figure once (5 burn precisions, 3 copies, peer, NCCL sizes from
 # 1 MiB to 64 GiB, the fabric pair): 27 at most today, 48 leaves room.
@@ -233,6 +234,16 @@ class GpuBaselineSpec(_Model):
     learned_with: StackVersions = Field(
         default_factory=StackVersions, description="Driver, CUDA, NCCL and torch of the samples."
     )
+    training: list[LossBaseline] = Field(
+        default_factory=list,
+        max_length=MAX_LOSS_BASELINES,
+        description=(
+            "The training step's losses per experiment and stack (GPU model, driver, CUDA, "
+            "torch, NCCL, attention; model shape, GPU count, seed, steps): a node with no peer "
+            "of its stack is compared with them, bit for bit on the same stack, within "
+            "train.lossTolerance on another."
+        ),
+    )
 
     @model_validator(mode="after")
     def _each_figure_once(self) -> Self:
@@ -241,6 +252,13 @@ class GpuBaselineSpec(_Model):
             if entry.figure in seen:
                 raise ValueError(f"figure {entry.figure!r} is given twice; give each figure once")
             seen.add(entry.figure)
+        pairs = [(e.experiment, e.stack) for e in self.training]
+        twice = next((p for p in pairs if pairs.count(p) > 1), None)
+        if twice is not None:
+            raise ValueError(
+                f"training: experiment {twice[0]!r} on stack {twice[1]!r} is given twice; give "
+                "each experiment and stack once"
+            )
         return self
 
     def figure(self, name: str) -> FigureBaseline | None:

@@ -160,6 +160,9 @@ class EventReason(StrEnum):
     BASELINE_NOT_LEARNED = "BaselineNotLearned"  # a key's nodes did not agree enough, or too few
     BASELINE_MISSING = "BaselineMissing"  # a GpuBaseline spec.baseline.names names is not there
     SYSTEMIC = "SystemicBelowBaseline"  # most judged nodes below their baseline on a figure
+    # Nodes of one stack whose training losses differ with no majority (two nodes): named, not
+    # failed (status.training.undecided).
+    TRAINING_UNDECIDED = "TrainingUndecided"
     NODE_DRIFTING = "NodeDrifting"  # a node's figure fell against its own history
     # A node's GPUs were replaced (another GPU identity): its history starts again.
     HISTORY_RESTARTED = "HistoryRestarted"

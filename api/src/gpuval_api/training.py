@@ -13,7 +13,13 @@ it. Within a stack, a node whose losses differ from a clear majority of its peer
 the first step that differs and by how much. Across stacks bit-exactness cannot hold: a stack
 without a clear majority of its own (a lone node of a newer driver, say), and the majority of every
 other stack, is compared with the reference stack (the one with the most nodes behind a clear
-majority) within a relative tolerance, and the message says so.
+majority) within a relative tolerance, and the message says so. `compare_losses` also says how
+each group of nodes was compared (`ComparedGroup`), and names the stacks it could not decide: two
+nodes (or a tie) that differ with no majority to tell which is right.
+
+On one machine there is no peer: a GpuBaseline holds the losses its stack computed
+(`LossBaseline`, per experiment and stack), and `against_baseline` compares a node with them, bit
+for bit on the same stack, within the tolerance on another, and says which and why.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import struct
 import sys
 import weakref
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -38,6 +44,14 @@ MIN_MAJORITY = 2
 # The result document's field the operator names in its outliers.
 FIELD = "trainingLoss"
 _LOSS_PATTERN = r"^[0-9a-f]{8}$"
+_DIGEST_PATTERN = r"^[0-9a-f]{16}$"
+# A baseline keeps the losses themselves (for the comparison across stacks) up to this many steps;
+# past it only the digest (the default run records 65).
+MAX_BASELINE_LOSSES = 1024
+# Loss baselines a GpuBaseline holds (one per experiment and stack).
+MAX_LOSS_BASELINES = 16
+# Lines status.training of a GpuValidation lists (one per stack compared, one per undecided).
+MAX_STATUS_LINES = 16
 
 
 class _Model(BaseModel):
@@ -102,6 +116,46 @@ class TrainingRecord(_Model):
     determinants: TrainingDeterminants
 
 
+class LossBaseline(_Model):
+    """The losses healthy nodes of one stack computed in one experiment, as a GpuBaseline holds
+    them: a lone node of that stack must compute them bit for bit, one of another stack within
+    train.lossTolerance (`against_baseline`)."""
+
+    experiment: str = Field(
+        max_length=256,
+        description="Model shape, GPU count, seed and steps (TrainingDeterminants.experiment).",
+    )
+    stack: str = Field(
+        max_length=512,
+        description="GPU model, driver, CUDA, torch, NCCL and attention backend (.stack()).",
+    )
+    digest: str = Field(
+        pattern=_DIGEST_PATTERN, max_length=16, description="loss_digest of the losses."
+    )
+    losses: list[Annotated[str, Field(pattern=_LOSS_PATTERN, max_length=8)]] = Field(
+        default_factory=list,
+        max_length=MAX_BASELINE_LOSSES,
+        description=(
+            "Per step, the float32 loss's bits as 8 hex digits (for the comparison across "
+            "stacks); empty past 1024 steps, where only the digest is kept."
+        ),
+    )
+    nodes: int = Field(ge=1, le=100_000, description="Nodes (or runs) that computed them.")
+    source: str = Field(default="", max_length=512, description="Where they came from.")
+
+    @classmethod
+    def of(cls, record: TrainingRecord, nodes: int, source: str = "") -> LossBaseline:
+        losses = record.losses if len(record.losses) <= MAX_BASELINE_LOSSES else []
+        return cls(
+            experiment=record.determinants.experiment(),
+            stack=record.determinants.stack(),
+            digest=loss_digest(record.losses),
+            losses=list(losses),
+            nodes=nodes,
+            source=source,
+        )
+
+
 @dataclass(frozen=True, slots=True, weakref_slot=True)
 class LossSequence:
     """One distinct loss sequence, shared by every node that computed it (`intern_losses`)."""
@@ -159,6 +213,7 @@ class LossMismatch:
     tolerance: float | None = None
     worst: float = 0.0  # across stacks: the largest relative difference of any step
     steps: int = 0
+    baseline: str | None = None  # set when compared with a GpuBaseline's losses, not with peers
 
     @property
     def field(self) -> str:
@@ -167,6 +222,8 @@ class LossMismatch:
     def message(self) -> str:
         difference = self.value - self.expected
         relative = _relative(self.value, self.expected)
+        if self.baseline is not None:
+            return self._baseline_message(difference, relative)
         if self.reference_stack is None:
             return (
                 f"training loss differs from step {self.step} of {self.steps} on: "
@@ -182,6 +239,30 @@ class LossMismatch:
             f"hold across stacks (this node: {self.stack}; reference: {self.reference_stack}), so "
             f"the losses were compared within a relative tolerance of "
             f"{_percent(self.tolerance or 0.0)} (train.lossTolerance)"
+        )
+
+    def _baseline_message(self, difference: float, relative: float) -> str:
+        if self.reference_stack is None:
+            where = (
+                f"from step {self.step} of {self.steps} on: {shown(self.value)} where "
+                f"{shown(self.expected)} was learned (a difference of {difference:+.3g}, "
+                f"{relative:.2e} relative)"
+                if self.step
+                else "(the baseline keeps only the digest: no step to name)"
+            )
+            return (
+                f"training loss digest {self.digest} differs from {self.reference}, which "
+                f"{self.baseline} learned from {self.peers} nodes of the same stack "
+                f"({self.stack}), {where}; fixed seeds and deterministic settings give every "
+                "node of one stack bit-identical losses"
+            )
+        return (
+            f"training loss at step {self.step} of {self.steps} is {shown(self.value)}, "
+            f"{_percent(relative)} from {shown(self.expected)} that {self.baseline} holds for "
+            f"another stack ({self.reference_stack}; largest difference {_percent(self.worst)}); "
+            f"bit-exactness cannot hold across stacks (this node: {self.stack}), so the losses "
+            f"were compared within a relative tolerance of {_percent(self.tolerance or 0.0)} "
+            "(train.lossTolerance)"
         )
 
 
@@ -253,6 +334,45 @@ def _value(losses: Sequence[str], index: int) -> float:
 def loss_mismatches(nodes: Mapping[str, NodeLosses], tolerance: float) -> list[LossMismatch]:
     """Every node whose losses differ from its reference (module docstring), by node. Cost:
     one pass over the nodes, then one comparison per distinct sequence."""
+    return compare_losses(nodes, tolerance).mismatches
+
+
+@dataclass(frozen=True, slots=True)
+class Undecided:
+    """Nodes of one stack and experiment that computed different losses with no majority among
+    them (two nodes, or a tie): which is right cannot be told, so none is failed."""
+
+    stack: str
+    nodes: tuple[str, ...]
+    step: int  # 1-based: the first step at which two of their sequences differ
+    steps: int
+
+    def message(self) -> str:
+        return (
+            f"undecided: {_names(self.nodes)} ({len(self.nodes)} nodes of one stack: "
+            f"{self.stack}) computed different training losses from step {self.step} of "
+            f"{self.steps} on, and no majority tells which is right, so neither is failed; a "
+            "third node of this stack, or a GpuBaseline holding its losses, decides"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LossComparison:
+    """The comparison's outcome: the nodes that differ, one line per stack saying how its nodes
+    were compared and why, and the stacks that could not be decided."""
+
+    mismatches: list[LossMismatch]
+    compared: list[str]
+    undecided: list[Undecided]
+
+
+def _names(nodes: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(nodes[:limit])
+    return shown + (f" and {len(nodes) - limit} more" if len(nodes) > limit else "")
+
+
+def compare_losses(nodes: Mapping[str, NodeLosses], tolerance: float) -> LossComparison:
+    """`loss_mismatches`, with how each stack was compared and what could not be decided."""
     experiments: dict[str, dict[str, _Stack]] = {}
     for node, losses in nodes.items():
         stacks = experiments.setdefault(losses.experiment, {})
@@ -260,42 +380,98 @@ def loss_mismatches(nodes: Mapping[str, NodeLosses], tolerance: float) -> list[L
         sequence = losses.sequence
         stack.sequences.setdefault(sequence.digest, sequence)
         stack.nodes.setdefault(sequence.digest, []).append(node)
-    found: list[LossMismatch] = []
+    outcome = LossComparison([], [], [])
     for stacks in experiments.values():
-        found += _compare_experiment(list(stacks.values()), tolerance)
-    return sorted(found, key=lambda m: m.node)
+        _compare_experiment(list(stacks.values()), tolerance, outcome)
+    outcome.mismatches.sort(key=lambda m: m.node)
+    outcome.undecided.sort(key=lambda u: u.nodes)
+    return outcome
 
 
-def _compare_experiment(stacks: list[_Stack], tolerance: float) -> list[LossMismatch]:
+def _compare_experiment(stacks: list[_Stack], tolerance: float, outcome: LossComparison) -> None:
     majorities = {s.name: m for s in stacks if (m := s.majority()) is not None}
     reference_stack = max(
         (s for s in stacks if s.name in majorities),
         key=lambda s: (majorities[s.name][1], s.size, s.name),
         default=None,
     )
-    found: list[LossMismatch] = []
     for stack in sorted(stacks, key=lambda s: s.name):
         majority = majorities.get(stack.name)
         if majority is not None:
             sequence, peers = majority
-            found += _exact(stack, sequence, peers)
+            outcome.mismatches.extend(_exact(stack, sequence, peers))
             candidates = {sequence.digest: sequence}
         else:
             candidates = dict(stack.sequences)
-        if reference_stack is None or reference_stack is stack:
+            if len(candidates) > 1:
+                outcome.undecided.append(_undecided(stack))
+        across = reference_stack is not None and reference_stack is not stack
+        outcome.compared.append(
+            _how(stack, majority, reference_stack if across else None, tolerance)
+        )
+        if reference_stack is None or not across:
             continue
         reference, peers = majorities[reference_stack.name]
         for digest, sequence in candidates.items():
-            found += _tolerance(
-                stack,
-                nodes=stack.nodes[digest],
-                sequence=sequence,
-                reference_stack=reference_stack,
-                reference=reference,
-                peers=peers,
-                tolerance=tolerance,
+            outcome.mismatches.extend(
+                _tolerance(
+                    stack,
+                    nodes=stack.nodes[digest],
+                    sequence=sequence,
+                    reference_stack=reference_stack,
+                    reference=reference,
+                    peers=peers,
+                    tolerance=tolerance,
+                )
             )
-    return found
+
+
+def _undecided(stack: _Stack) -> Undecided:
+    sequences = list(stack.sequences.values())
+    first = min(
+        (
+            index
+            for other in sequences[1:]
+            if (index := first_difference(other.losses, sequences[0].losses)) is not None
+        ),
+        default=0,
+    )
+    nodes = tuple(sorted(n for names in stack.nodes.values() for n in names))
+    return Undecided(stack.name, nodes, first + 1, max(len(s.losses) for s in sequences))
+
+
+def _how(
+    stack: _Stack,
+    majority: tuple[LossSequence, int] | None,
+    reference: _Stack | None,
+    tolerance: float,
+) -> str:
+    """One line: how the nodes of `stack` were compared, and why."""
+    names = sorted(n for nodes in stack.nodes.values() for n in nodes)
+    who = f"{stack.size} nodes of {stack.name}" if stack.size > 1 else f"{names[0]} ({stack.name})"
+    across = (
+        f"compared within {_percent(tolerance)} (train.lossTolerance) with {reference.name}"
+        " (another stack: bit-exactness cannot hold across stacks)"
+        if reference is not None
+        else ""
+    )
+    if majority is not None:
+        exact = (
+            f"{who}: bit for bit with the losses {majority[1]} of them computed (same stack: "
+            "fixed seeds and deterministic settings give bit-identical losses)"
+        )
+        return f"{exact}; their majority {across}" if across else exact
+    if stack.size > 1:
+        said = (
+            f"{who} ({_names(names)}): undecided, they differ and no majority tells which is right"
+        )
+        return f"{said}; each {across}" if across else said
+    if across:
+        return f"{who}: no peer of its stack, so {across}"
+    return (
+        f"{who}: not compared, no other node of its experiment (a GpuBaseline holding its "
+        "stack's losses compares it on the node)"
+    )
 
 
 def _exact(stack: _Stack, majority: LossSequence, peers: int) -> list[LossMismatch]:
@@ -357,3 +533,163 @@ def _tolerance(
         )
         for node in nodes
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class AgainstBaseline:
+    """A node's losses against its GpuBaseline's: `mismatch` when they differ (bit for bit on its
+    stack, beyond the tolerance on another), and `how`: one line saying how they were compared
+    and why, or why they were not."""
+
+    how: str
+    mismatch: LossMismatch | None = None
+    exact: bool = False
+
+
+def against_baseline(
+    record: TrainingRecord, baseline: str, entries: Sequence[LossBaseline], tolerance: float
+) -> AgainstBaseline:
+    """The node's losses against `baseline`'s (its name) loss baselines of the same experiment:
+    the one of its stack bit for bit (fixed seeds and deterministic settings), else the one with
+    the most nodes within `tolerance` (bit-exactness cannot hold across stacks)."""
+    determinants = record.determinants
+    experiment, stack = determinants.experiment(), determinants.stack()
+    mine = [e for e in entries if e.experiment == experiment]
+    if not mine:
+        known = "; ".join(sorted({e.experiment for e in entries})) or "none"
+        return AgainstBaseline(
+            f"not compared: {baseline} holds no losses of this experiment ({experiment}; it "
+            f"holds: {known})"
+        )
+    digest = loss_digest(record.losses)
+    same = next((e for e in mine if e.stack == stack), None)
+    if same is not None:
+        return _exact_baseline(record, digest, baseline, same)
+    reference = max((e for e in mine if e.losses), key=lambda e: (e.nodes, e.stack), default=None)
+    if reference is None:
+        return AgainstBaseline(
+            f"not compared: {baseline} holds only the digests of this experiment's losses "
+            f"(more than {MAX_BASELINE_LOSSES} steps), none of this stack ({stack})"
+        )
+    index, worst = beyond_tolerance(record.losses, reference.losses, tolerance)
+    how = (
+        f"compared within {_percent(tolerance)} (train.lossTolerance) with the losses {baseline} "
+        f"holds for another stack ({reference.stack}; {reference.nodes} nodes), largest "
+        f"difference {_percent(worst)}: bit-exactness cannot hold across stacks, and {baseline} "
+        f"holds none of this one ({stack})"
+    )
+    if index is None:
+        return AgainstBaseline(how)
+    mismatch = LossMismatch(
+        node="",
+        step=index + 1,
+        value=_value(record.losses, index),
+        expected=_value(reference.losses, index),
+        peers=reference.nodes,
+        stack=stack,
+        digest=digest,
+        reference=reference.digest,
+        reference_stack=reference.stack,
+        tolerance=tolerance,
+        worst=worst,
+        steps=len(reference.losses),
+        baseline=baseline,
+    )
+    return AgainstBaseline(how, mismatch)
+
+
+def _exact_baseline(
+    record: TrainingRecord, digest: str, baseline: str, entry: LossBaseline
+) -> AgainstBaseline:
+    how = (
+        f"compared bit for bit with the loss digest {entry.digest} that {baseline} holds for "
+        f"this stack ({entry.nodes} nodes): same stack, fixed seeds and deterministic settings"
+    )
+    if digest == entry.digest:
+        return AgainstBaseline(f"{how}: equal", exact=True)
+    index = first_difference(record.losses, entry.losses) if entry.losses else None
+    mismatch = LossMismatch(
+        node="",
+        step=index + 1 if index is not None else 0,
+        value=_value(record.losses, index) if index is not None else math.nan,
+        expected=_value(entry.losses, index) if index is not None else math.nan,
+        peers=entry.nodes,
+        stack=entry.stack,
+        digest=digest,
+        reference=entry.digest,
+        steps=len(record.losses),
+        baseline=baseline,
+    )
+    return AgainstBaseline(f"{how}: differs", mismatch, exact=True)
+
+
+def learn_losses(nodes: Iterable[NodeLosses | None], source: str = "") -> list[LossBaseline]:
+    """The loss baselines a learned GpuBaseline holds: per experiment and stack, the sequence a
+    clear majority of the nodes kept computed (MIN_MAJORITY or more, no tie); the stacks with
+    most nodes first, at most MAX_LOSS_BASELINES. A stack whose nodes disagree learns nothing:
+    which of them is right cannot be told."""
+    groups: dict[tuple[str, str], _Stack] = {}
+    for losses in nodes:
+        if losses is None:
+            continue
+        stack = groups.setdefault((losses.experiment, losses.stack), _Stack(losses.stack))
+        sequence = losses.sequence
+        stack.sequences.setdefault(sequence.digest, sequence)
+        stack.nodes.setdefault(sequence.digest, []).append("")
+    learned: list[LossBaseline] = []
+    for (experiment, name), stack in groups.items():
+        majority = stack.majority()
+        if majority is None:
+            continue
+        sequence, peers = majority
+        kept = list(sequence.losses) if len(sequence.losses) <= MAX_BASELINE_LOSSES else []
+        learned.append(
+            LossBaseline(
+                experiment=experiment,
+                stack=name,
+                digest=sequence.digest,
+                losses=kept,
+                nodes=peers,
+                source=source[:512],
+            )
+        )
+    learned.sort(key=lambda e: (-e.nodes, e.experiment, e.stack))
+    return learned[:MAX_LOSS_BASELINES]
+
+
+class TrainingRunStatus(_Model):
+    """`status.training` of a GpuValidation: how the run's training losses were compared, stack
+    by stack, and the stacks that could not be decided."""
+
+    compared: list[Annotated[str, Field(max_length=1024)]] = Field(
+        default_factory=list,
+        max_length=MAX_STATUS_LINES,
+        description=(
+            "One line per stack: how its nodes were compared and why (bit for bit with their "
+            "majority; within train.lossTolerance with another stack's; not at all, alone), the "
+            "largest stacks first, at most 16."
+        ),
+    )
+    compared_omitted: int = Field(default=0, ge=0, description="Stacks beyond the listed.")
+    undecided: list[Annotated[str, Field(max_length=1024)]] = Field(
+        default_factory=list,
+        max_length=MAX_STATUS_LINES,
+        description=(
+            "Stacks whose nodes differ with no majority (two nodes, a tie), naming them "
+            "(TrainingUndecided): none of them is failed, at most 16."
+        ),
+    )
+    undecided_omitted: int = Field(default=0, ge=0, description="Undecided beyond the listed.")
+
+    @classmethod
+    def of(cls, comparison: LossComparison) -> TrainingRunStatus | None:
+        """None when no node of the run trained."""
+        if not comparison.compared:
+            return None
+        undecided = [u.message()[:1024] for u in comparison.undecided]
+        return cls(
+            compared=[line[:1024] for line in comparison.compared[:MAX_STATUS_LINES]],
+            compared_omitted=max(0, len(comparison.compared) - MAX_STATUS_LINES),
+            undecided=undecided[:MAX_STATUS_LINES],
+            undecided_omitted=max(0, len(undecided) - MAX_STATUS_LINES),
+        )

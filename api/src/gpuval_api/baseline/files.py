@@ -11,6 +11,7 @@ document, the field and the value (quoted up to EXCERPT characters); a value tha
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -47,11 +48,33 @@ def to_document(baseline: GpuBaseline) -> dict[str, Any]:
     }
 
 
+# A string YAML 1.2 readers (kubectl, Go) take for a number though PyYAML (YAML 1.1) writes it
+# bare: a training loss's 8 hex digits can be digits, e, digits (411e3100), which kubectl read as
+# 4.11e+3102 and the API server refused ("must be of type string").
+_NUMBER_TO_GO = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+
+
+class _Dumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, quoting every string a YAML 1.2 reader would read as a number."""
+
+
+def _string(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "'" if _NUMBER_TO_GO.fullmatch(value) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _string)
+
+
 def to_yaml(baselines: Sequence[GpuBaseline], header: str = "") -> str:
     """One YAML file of GpuBaseline documents; `header` lines become comments on top."""
     comments = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
-    body = yaml.safe_dump_all(
-        [to_document(b) for b in baselines], sort_keys=False, width=100, allow_unicode=True
+    body = yaml.dump_all(
+        [to_document(b) for b in baselines],
+        Dumper=_Dumper,
+        sort_keys=False,
+        width=100,
+        allow_unicode=True,
     )
     return comments + body
 

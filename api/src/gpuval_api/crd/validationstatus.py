@@ -13,6 +13,7 @@ from gpuval_api.crd.common import OUTLIER_VALUE_LENGTH, CrdModel
 from gpuval_api.crd.remediation import RemediationStatus
 from gpuval_api.fabric.summary import FabricRunStatus
 from gpuval_api.reasons import Reason
+from gpuval_api.training import TrainingRunStatus
 
 
 class ConditionStatus(StrEnum):
@@ -211,6 +212,14 @@ class GpuValidationStatus(CrdModel):
     baseline: BaselineRunStatus | None = Field(
         default=None,
         description="The run against its baselines (spec.baseline): judged, below, systemic.",
+    )
+    training: TrainingRunStatus | None = Field(
+        default=None,
+        description=(
+            "The run's training losses once it completed: how each stack's nodes were compared "
+            "(bit for bit, within train.lossTolerance, not at all) and why, and the stacks that "
+            "could not be decided (TrainingUndecided)."
+        ),
     )
     remediation: RemediationStatus | None = Field(
         default=None,

@@ -35,6 +35,7 @@ from gpuval_api.labels import children_selector
 from gpuval_api.lenient import read_model
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
+from gpuval_api.training import learn_losses
 from gpuval_operator.baseline import judge
 from gpuval_operator.baseline.facts import History
 from gpuval_operator.baseline.state import RunBaselines
@@ -286,6 +287,12 @@ class BaselineDriver:
             if (latest := self.state.latest.get(node)) is not None
         )
         made.spec.learned_with = judge.stack_versions(environments)
+        # The loss digest per stack: a later node with no peer of its stack is compared with it.
+        made.spec.training = learn_losses(
+            latest.training
+            for node in outcome.kept
+            if (latest := self.state.latest.get(node)) is not None
+        )
         name = made.metadata.name
         try:
             await self.effects.client.create(BASELINES_PATH, _document(made))

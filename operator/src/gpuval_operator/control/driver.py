@@ -25,6 +25,7 @@ from gpuval_api.crd import GpuValidationSpec, NodeTrigger
 from gpuval_api.gfd import GpuSharing
 from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey
+from gpuval_api.training import TrainingRunStatus
 from gpuval_operator import cron, names, planning
 from gpuval_operator.control.baselinedriver import BaselineDriver
 from gpuval_operator.control.devices import ClaimsSeen, device_request, write_device_health
@@ -41,7 +42,7 @@ from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.run import lifecycle
 from gpuval_operator.run.effects import Effects
-from gpuval_operator.run.fingerprints import fingerprint_outliers, training_mismatches
+from gpuval_operator.run.fingerprints import fingerprint_outliers, training_comparison
 from gpuval_operator.run.refusals import QUOTA_LAG, Refusal, Refused, refused_event
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
 from gpuval_operator.run.uniformity import Outlier, run_outliers
@@ -478,7 +479,15 @@ class RunDriver:
             if node in run.nodes and result.run == run.run_id
         }
         found = fingerprint_outliers({n: r.fingerprints for n, r in results.items()})
-        mismatches = training_mismatches({n: r.training for n, r in results.items()}, tolerance)
+        compared = training_comparison({n: r.training for n, r in results.items()}, tolerance)
+        mismatches = compared.mismatches
+        before = run.training.undecided if run.training is not None else []
+        run.training = TrainingRunStatus.of(compared)
+        for undecided in compared.undecided:
+            if undecided.message()[:1024] not in before:
+                await self.effects.event(
+                    EventReason.TRAINING_UNDECIDED, undecided.message(), warning=True
+                )
         blamed = [
             (o.node, Reason.BURN_FINGERPRINT_MISMATCH, o.message(), CheckName.BURN) for o in found
         ] + [(m.node, Reason.TRAINING_MISMATCH, m.message(), CheckName.TRAIN) for m in mismatches]

@@ -9,8 +9,9 @@ such peers is a silent-data-corruption suspect. Without a majority (a tie, or a 
 node is blamed: which side is wrong cannot be told.
 
 The training check's losses are compared the same way, by the one comparison the agent's
-benchmark and the tests use too (gpuval_api.training.loss_mismatches): within a GPU stack bit
-for bit, across stacks within the spec's tolerance.
+benchmark and the tests use too (gpuval_api.training.compare_losses): within a GPU stack bit
+for bit, across stacks within the spec's tolerance; it also says how each stack was compared and
+which could not be decided (two nodes that differ, no majority).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuval_api.training import LossMismatch, NodeLosses, loss_mismatches
+from gpuval_api.training import LossComparison, NodeLosses, compare_losses
 from gpuval_operator.run.facts import Fingerprint
 
 # A majority must have at least this many nodes before a node that differs from it is blamed.
@@ -69,11 +70,10 @@ def fingerprint_outliers(
     return sorted(outliers, key=lambda o: (o.node, o.precision))
 
 
-def training_mismatches(
-    nodes: Mapping[str, NodeLosses | None], tolerance: float
-) -> list[LossMismatch]:
-    """Nodes whose training losses differ from their reference (gpuval_api.training), by node;
-    nodes that did not train are left out."""
-    return loss_mismatches(
+def training_comparison(nodes: Mapping[str, NodeLosses | None], tolerance: float) -> LossComparison:
+    """The run's training losses compared (gpuval_api.training.compare_losses): the nodes that
+    differ, how each stack was compared, what could not be decided; nodes that did not train are
+    left out."""
+    return compare_losses(
         {node: losses for node, losses in nodes.items() if losses is not None}, tolerance
     )

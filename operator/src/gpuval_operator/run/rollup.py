@@ -371,6 +371,9 @@ def build_run_status(
     status["baseline"] = (
         baseline.model_dump(mode="json", by_alias=True) if baseline is not None else None
     )
+    status["training"] = (
+        run.training.model_dump(mode="json", by_alias=True) if run.training is not None else None
+    )
     status["remediation"] = run.remediation
     if run.completed_at is not None:
         status["lastCompletedRun"] = run_info(run)

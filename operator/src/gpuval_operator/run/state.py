@@ -23,6 +23,7 @@ from gpuval_api.crd import NodeTrigger
 from gpuval_api.kubernetes import TERMINAL_POD_PHASES
 from gpuval_api.reasons import Reason, verdict_of
 from gpuval_api.result import Verdict
+from gpuval_api.training import TrainingRunStatus
 from gpuval_operator import names
 from gpuval_operator.baseline.state import RunBaselines
 from gpuval_operator.fabric.podfacts import FabricPodFacts
@@ -210,6 +211,8 @@ class RunState:
     baseline: RunBaselines | None = None
     # The uniformity outliers found when the run completed (None: not compared).
     outliers: list[Outlier] | None = None
+    # How its training losses were compared, once it completed (None: no node trained).
+    training: TrainingRunStatus | None = None
     # When the schedule's next run is due: set when this run completes.
     next_run_at: float | None = None
     # Node Events posted for this run (capped by GPUVAL_EVENTS_PER_RUN).

@@ -119,3 +119,8 @@ class EventReason(StrEnum):
     NODE_REPAIRED = "NodeRepaired"
     NODE_NEEDS_REPAIR = "NodeNeedsRepair"
     REPAIR_NOT_REQUESTED = "RepairNotRequested"
+    # A request withdrawn: the node passed by another path (an overruled verdict, a scheduled
+    # run, a gating re-validation) before its repair ended.
+    REPAIR_WITHDRAWN = "RepairWithdrawn"
+    # The operator could not write a node's repair record (Warning: the API server refused it).
+    REPAIR_RECORD_REFUSED = "RepairRecordRefused"

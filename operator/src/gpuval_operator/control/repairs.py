@@ -24,10 +24,11 @@ from gpuval_api.checks import CheckName
 from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, NodeTrigger, RemediationMode
 from gpuval_api.labels import label_value
-from gpuval_api.remediation import RepairState
+from gpuval_api.remediation import RepairOutcome, RepairState, repairs_text
 from gpuval_api.result import Verdict
 from gpuval_operator import names, planning
 from gpuval_operator.control.repairobjects import RepairObjects
+from gpuval_operator.control.repairwithdraw import RepairWithdrawals
 from gpuval_operator.kube import events
 from gpuval_operator.nodes.actor import NodeActor
 from gpuval_operator.nodes.entries import NodeEntry
@@ -86,6 +87,10 @@ class RepairKeeper:
         self.node_uids: dict[str, str] = {}
         # Nodes back in service after a repair, to announce (NodeRepaired).
         self.back_in_service: list[tuple[str, RepairRecord]] = []
+        # Requests withdrawn because the node passed by another path: their objects deleted
+        # before the node actions return the node to service.
+        self.withdrawals = RepairWithdrawals(self.objects, self.validation, self._say)
+        actor.before_withdraw = self.withdrawals.before_pass
 
     # -- a pass --
 
@@ -111,7 +116,8 @@ class RepairKeeper:
             for f in candidates.values()
         )
         await self.objects.list(spec, asked, now)
-        systemic = run.breaker.systemic_reasons() | run.breaker.undecided
+        # A release lets a systemic failure's taint and cordon through, not its repairs.
+        systemic = run.breaker.no_repair_reasons()
         batch: dict[str, NodeTrigger] = {}
         checks: dict[str, tuple[str, ...]] = {}
         for name in sorted(candidates):
@@ -395,7 +401,7 @@ class RepairKeeper:
 
     def _needs_repair_text(self, record: RepairRecord, settings: Settings) -> str:
         return (
-            f"failed again ({record.reason}) after {len(record.history)} repairs within "
+            f"failed again ({record.reason}) after {repairs_text(len(record.history))} within "
             f"{settings.window}s (spec.remediation.maxRepairs {settings.max_repairs}): no further "
             "repair is asked; a person or a hardware ticket takes over; remove the label "
             f"{keys.NODE_LABEL_NEEDS_REPAIR} once repaired to validate it again, or `kubectl "
@@ -422,8 +428,11 @@ class RepairKeeper:
                     figures.outcomes[outcome.action, outcome.outcome] += 1
                     if outcome.seconds is not None:
                         figures.observe_back(outcome.seconds)
-                    if outcome.outcome == "passed" and record.back is not None:
+                    if outcome.outcome is RepairOutcome.PASSED and record.back is not None:
                         self._announce_back(name, record)
+                if machine.withdraws(self.seen[name], record):
+                    entry = self._entry(name)
+                    self.withdrawals.seen(name, record, entry.run if entry is not None else "")
             self.seen[name] = record
 
     def _publish(self, run: RunState, settings: Settings | None, now: float) -> None:
@@ -445,15 +454,17 @@ class RepairKeeper:
             self.said.add(key)
             self.back_in_service.append((node, record))
 
-    async def announce(self) -> None:
-        """Events for nodes back in service after a repair (seen by `_publish`)."""
+    async def announce(self, spec: GpuValidationSpec) -> None:
+        """Events for nodes back in service after a repair (seen by `_publish`), and for the
+        requests withdrawn."""
+        await self.withdrawals.announce(spec)
         pending, self.back_in_service = self.back_in_service, []
         for node, record in pending:
             seconds = (record.back or 0) - record.failed
+            ended = f", ended: {record.ended_by}" if record.ended_by else ""
             message = (
                 f"{node} passed its validation under load after repair {record.count} "
-                f"({record.action}, ended: {record.ended_by}) and is back in service, "
-                f"{seconds}s after it failed"
+                f"({record.action}{ended}) and is back in service, {seconds}s after it failed"
             )
             await self.effects.event(EventReason.NODE_REPAIRED, message)
             involved = {"apiVersion": "v1", "kind": "Node", "name": node}

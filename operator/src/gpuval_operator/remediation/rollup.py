@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpuval_api.remediation import RepairState
+from gpuval_api.remediation import BACK_STATES, RepairState
 from gpuval_operator.remediation.record import RepairRecord
 from gpuval_operator.timestamps import rfc3339
 
@@ -18,6 +18,7 @@ _ORDER = {
     RepairState.REVALIDATING: 2,
     RepairState.FAILED_AGAIN: 3,
     RepairState.REPAIRED: 4,
+    RepairState.WITHDRAWN: 5,
 }
 
 
@@ -51,7 +52,7 @@ def remediation_status(
     shown = {
         node: record
         for node, record in records.items()
-        if record.state != RepairState.REPAIRED or now - (record.back or 0) < window
+        if record.state not in BACK_STATES or now - (record.back or 0) < window
     }
     ordered = sorted(
         shown.items(), key=lambda i: (_ORDER.get(RepairState(i[1].state), 9), -i[1].asked, i[0])

@@ -114,6 +114,11 @@ class RepairsSeen:
         self.ever_requested: set[str] = set()
         self._lock = threading.Lock()
 
+    def reset_most(self) -> None:
+        """Count the most at once afresh (another validation's nodes from here on)."""
+        with self._lock:
+            self.most_requested, self.most_out = len(self.requested), len(self.out)
+
     def apply(self, kind: str, node: dict[str, Any]) -> None:
         meta = node.get("metadata") or {}
         name = str(meta.get("name", ""))

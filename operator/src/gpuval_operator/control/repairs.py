@@ -30,6 +30,7 @@ from gpuval_operator import names, planning
 from gpuval_operator.control.repairobjects import RepairObjects
 from gpuval_operator.control.repairwithdraw import RepairWithdrawals
 from gpuval_operator.kube import events
+from gpuval_operator.kube.client import ApiError
 from gpuval_operator.nodes.actor import NodeActor
 from gpuval_operator.nodes.entries import NodeEntry
 from gpuval_operator.nodes.facts import NodeFacts
@@ -157,6 +158,9 @@ class RepairKeeper:
         if not self.node_watch.synced.is_set():
             return False
         settings, now = Settings.of(spec.remediation), time.time()
+        # What a pass would refuse to ask (a released systemic failure) is not due either.
+        run = self.state.run
+        systemic = run.breaker.no_repair_reasons() if run is not None else set()
         for facts in self._candidates().values():
             record = facts.entry.repair if facts.entry is not None else None
             if (
@@ -168,7 +172,11 @@ class RepairKeeper:
             node = self._repair_facts(facts, None)
             if node is not None:
                 step = machine.decide(
-                    node, settings, now=now, joined_at=self.joined.get(facts.name)
+                    node,
+                    settings,
+                    now=now,
+                    systemic=systemic,
+                    joined_at=self.joined.get(facts.name),
                 )
                 held = step.do is Do.REQUEST and self.held_until.get(facts.name, 0.0) > now
                 if step.do is not Do.NOTHING and not held:
@@ -360,6 +368,9 @@ class RepairKeeper:
 
         try:
             patched = await self.actor.rewrite(self.validation, node, change)
+        except ApiError as exc:
+            await self._write_refused(node, record, exc)
+            return False
         finally:
             if unreserve:
                 self._unreserve(node)
@@ -368,6 +379,19 @@ class RepairKeeper:
         self.node_watch.refresh(patched)
         self.node_uids[node] = str((patched.get("metadata") or {}).get("uid", ""))
         return True
+
+    async def _write_refused(self, node: str, record: RepairRecord | None, exc: ApiError) -> None:
+        """The API server refused the node's record (its rights, an admission policy): said on
+        the validation and the node, once per request and state; the next pass tries again."""
+        state = record.state if record is not None else "none"
+        log.warning("%s: %s: repair record (%s) not written: %s", self.validation, node, state, exc)
+        message = (
+            f"could not write {node}'s repair record ({state}) for {self.validation}: {exc}; the "
+            "repair loop tries again each pass (check the operator's rights on nodes and any "
+            "admission policy or webhook on node updates)"
+        )
+        reason = EventReason.REPAIR_RECORD_REFUSED
+        await self._say(node, record, f"record-refused:{state}", reason, message, warning=True)
 
     async def _refused(self, node: str, what: str, message: str) -> None:
         await self._say(node, None, what, EventReason.REPAIR_NOT_REQUESTED, message, warning=True)

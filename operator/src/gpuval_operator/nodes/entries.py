@@ -302,6 +302,11 @@ def _repair_conditions(
         message = (
             f"{validation}: {record.state} after {repairs_text(record.count)} ({record.reason})"
         )
+        if record.state == RepairState.WITHDRAWN:
+            message = (
+                f"{validation}: repair {record.count} ({record.action}, {record.reason}) "
+                "withdrawn: the node passed before the repair ended"
+            )
     else:
         status, reason = "False", NOT_REQUESTED_REASON
         message = "no validation asks for a repair of this node"

@@ -115,7 +115,7 @@ class RunBreaker:
             await self.effects.bounded(jobs)
         await self._retry(run, spec)
         self.prepare(run, spec)
-        await self._announce(run)
+        await self._announce(run, repairs=spec.remediation is not None)
 
     async def _retry(self, run: RunState, spec: GpuValidationSpec) -> None:
         """Held nodes tried again while the limits have room, until they are used or no held
@@ -147,7 +147,7 @@ class RunBreaker:
             if all(n in state.held for n in retry):
                 return  # held again, every one: the limits are used as far as the nodes show
 
-    async def _announce(self, run: RunState) -> None:
+    async def _announce(self, run: RunState, *, repairs: bool) -> None:
         """Events: a release once, each hold cause and systemic reason once per run."""
         state = run.breaker
         release = self._release_text()
@@ -158,7 +158,7 @@ class RunBreaker:
                 "service through this validation before it no longer count against "
                 f"nodeActions.maxNodes, and run {run.run_id}'s systemic hold is "
                 f"{'lifted' if state.released else 'not covered (another run)'}"
-                + _release_repairs(state)
+                + (_release_repairs(state) if repairs else "")
             )
             await self.effects.event(EventReason.NODE_ACTIONS_RELEASED, message)
             run.dirty = True

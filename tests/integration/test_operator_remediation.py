@@ -337,6 +337,23 @@ def _refuse_repair_requests(name: str, refuse: str) -> list[dict[str, Any]]:
     return [policy, binding]
 
 
+class ReturnSeen:
+    """The resourceVersion of the write that returned a node to service (the first event showing
+    it in service after it was out)."""
+
+    def __init__(self, node: str) -> None:
+        self.node, self.was_out, self.back_at = node, False, 0
+
+    def apply(self, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        if kind not in ("ADDED", "MODIFIED") or meta.get("name") != self.node or self.back_at:
+            return
+        if _out_of_service(obj):
+            self.was_out = True
+        elif self.was_out:
+            self.back_at = int(meta.get("resourceVersion") or 0)
+
+
 @pytest.mark.usefixtures("engine_crds")
 def test_a_pass_by_another_path_withdraws_the_repair_before_the_node_returns(
     cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
@@ -354,9 +371,13 @@ def test_a_pass_by_another_path_withdraws_the_repair_before_the_node_returns(
     }
     policy = _refuse_repair_requests(refuse, refuse)
     cluster.apply(policy)
-    objects = ObjectsSeen()
+    objects, returned = ObjectsSeen(), ReturnSeen(node)
     try:
-        with watch(cluster, ["rebootnodes"], objects), operator() as port:
+        with (
+            watch(cluster, ["rebootnodes"], objects),
+            watch(cluster, ["nodes", "-l", f"gpuval-refuse={refuse}"], returned),
+            operator() as port,
+        ):
             apply(
                 cluster,
                 fleet.validation(name, nodeActions=ACTIONS, checks=QUICK, remediation=remediation),
@@ -395,7 +416,8 @@ def test_a_pass_by_another_path_withdraws_the_repair_before_the_node_returns(
                 timeout=60,
                 interval=0.1,
             )
-            left = get_json(cluster, "rebootnode", rebootnode)
+            wait_for("the RebootNode's deletion", lambda: objects.deleted, timeout=30)
+            wait_for("the node's return in the watch", lambda: returned.back_at, timeout=30)
             wait_for("Withdrawn", lambda: _state(cluster, node, name) == "Withdrawn", timeout=30)
             withdrawn = wait_for(
                 "the Event that the request was withdrawn",
@@ -421,8 +443,11 @@ def test_a_pass_by_another_path_withdraws_the_repair_before_the_node_returns(
         f"could not write {node}'s repair record (Requested) for {name}" in (refused[0]["message"])
     )
     assert "this cluster refuses repair requests on this node" in refused[0]["message"]
-    assert left is None or left["metadata"].get("deletionTimestamp"), (
-        f"the RebootNode {rebootnode} was still live when the node returned to service"
+    # One etcd: its revisions order the RebootNode's deletion before the node's return.
+    [deleted_at] = objects.deleted.values()
+    assert deleted_at < returned.back_at, (
+        f"the RebootNode {rebootnode} was deleted (revision {deleted_at}) after the node returned "
+        f"to service (revision {returned.back_at})"
     )
     assert not objects.live
     assert withdrawn[0]["message"] == (

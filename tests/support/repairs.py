@@ -85,6 +85,9 @@ class ObjectsSeen:
         self.live: set[str] = set()
         self.most = 0
         self.last: dict[str, dict[str, Any]] = {}
+        # uid -> the resourceVersion of its deletion: with one etcd, a revision that orders it
+        # against other objects' writes (what the tests compare; clients must not).
+        self.deleted: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def apply(self, kind: str, obj: dict[str, Any]) -> None:
@@ -96,6 +99,7 @@ class ObjectsSeen:
             self.uids.setdefault(uid, str(meta.get("name", "")))
             if kind == "DELETED":
                 self.live.discard(uid)
+                self.deleted[uid] = int(meta.get("resourceVersion") or 0)
             else:
                 self.live.add(uid)
                 self.last[uid] = obj

@@ -73,6 +73,7 @@ class RunBreaker:
         state.approved_at = release.at if release is not None else 0.0
         state.released = release is not None and release.covers(run.run_id, run.started_at)
         state.release_repairs = state.released and release is not None and release.repair
+        state.repairs = spec.remediation is not None
         failed = [str(r.reason) for r in run.failed()]
         tested = len(failed) + len(run.in_phase(Phase.PASSED))
         untested = sum(1 for r in run.nodes.values() if not r.done)
@@ -115,7 +116,7 @@ class RunBreaker:
             await self.effects.bounded(jobs)
         await self._retry(run, spec)
         self.prepare(run, spec)
-        await self._announce(run, repairs=spec.remediation is not None)
+        await self._announce(run)
 
     async def _retry(self, run: RunState, spec: GpuValidationSpec) -> None:
         """Held nodes tried again while the limits have room, until they are used or no held
@@ -147,7 +148,7 @@ class RunBreaker:
             if all(n in state.held for n in retry):
                 return  # held again, every one: the limits are used as far as the nodes show
 
-    async def _announce(self, run: RunState, *, repairs: bool) -> None:
+    async def _announce(self, run: RunState) -> None:
         """Events: a release once, each hold cause and systemic reason once per run."""
         state = run.breaker
         release = self._release_text()
@@ -158,7 +159,7 @@ class RunBreaker:
                 "service through this validation before it no longer count against "
                 f"nodeActions.maxNodes, and run {run.run_id}'s systemic hold is "
                 f"{'lifted' if state.released else 'not covered (another run)'}"
-                + (_release_repairs(state) if repairs else "")
+                + _release_repairs(state)
             )
             await self.effects.event(EventReason.NODE_ACTIONS_RELEASED, message)
             run.dirty = True
@@ -203,7 +204,7 @@ class RunBreaker:
 
 def _release_repairs(state: BreakerState) -> str:
     """What a release says of the repairs of a systemic failure (spec.remediation)."""
-    if not state.released or not state.systemic:
+    if not state.released or not state.systemic or not state.repairs:
         return ""
     if state.release_repairs:
         return "; repairs of its systemic failure are asked as a person said (--repair)"

@@ -57,6 +57,8 @@ class BreakerState:
     released: bool = False
     # ... and it asks for the repairs of the systemic failure too (`release --repair`).
     release_repairs: bool = False
+    # The validation has spec.remediation (what the release says of repairs).
+    repairs: bool = False
     # Nodes out of service through this validation since before this time (Unix seconds) were
     # approved by a release and no longer count against maxNodes.
     approved_at: float = 0.0
@@ -86,8 +88,8 @@ class BreakerState:
         """How many nodes are out of service through this validation and why, against the limit:
         those out since the last release count against maxNodes, the rest were released."""
         text = (
-            f"{self.counted} of at most {self.limit} nodes out of service through this validation "
-            "(nodeActions.maxNodes)"
+            f"out of service through this validation {self.counted} "
+            f"(nodeActions.maxNodes {self.limit})"
         )
         released = self.out_of_service - self.counted
         if released > 0:
@@ -173,10 +175,12 @@ def systemic_condition(state: BreakerState) -> tuple[str, str, str, str]:
             "no failure reason is shared by most of the run's tested nodes",
         )
     found = "; ".join(s.message() for s in state.systemic)
-    if state.released and state.release_repairs:
+    if state.released and state.repairs and state.release_repairs:
         held = "released by a person, repairs asked too"
-    elif state.released:
+    elif state.released and state.repairs:
         held = "released by a person: their taint and cordon apply, no repair is asked for them"
+    elif state.released:
+        held = "released by a person"
     else:
         held = "their taint and cordon are held"
     message = (

@@ -39,6 +39,7 @@ from tests.support.fleet import (
     events_of,
     patch_spec,
     pods_of,
+    reports_of,
     scrape,
     status_of,
 )
@@ -299,6 +300,174 @@ def test_a_reboot_class_failure_is_repaired_once_proven_under_load_and_stopped_a
     assert len(objects.uids) == 2, "a repair by hand asks the engine for nothing"
 
 
+def _refuse_repair_requests(name: str, refuse: str) -> list[dict[str, Any]]:
+    """An admission policy that refuses any write leaving GpuRepairRequested True on the nodes
+    labelled gpuval-refuse=`refuse` (as a cluster's own policy or webhook might)."""
+    requested = keys.NODE_CONDITION_REPAIR_REQUESTED
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["UPDATE"],
+                        "resources": ["nodes", "nodes/status"],
+                    }
+                ]
+            },
+            "validations": [
+                {
+                    "expression": "!has(object.status.conditions) || !object.status.conditions"
+                    f".exists(c, c.type == '{requested}' && c.status == 'True')",
+                    "message": "this cluster refuses repair requests on this node",
+                }
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"objectSelector": {"matchLabels": {"gpuval-refuse": refuse}}},
+        },
+    }
+    return [policy, binding]
+
+
+class ReturnSeen:
+    """The resourceVersion of the write that returned a node to service (the first event showing
+    it in service after it was out)."""
+
+    def __init__(self, node: str) -> None:
+        self.node, self.was_out, self.back_at = node, False, 0
+
+    def apply(self, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        if kind not in ("ADDED", "MODIFIED") or meta.get("name") != self.node or self.back_at:
+            return
+        if _out_of_service(obj):
+            self.was_out = True
+        elif self.was_out:
+            self.back_at = int(meta.get("resourceVersion") or 0)
+
+
+@pytest.mark.usefixtures("engine_crds")
+def test_a_pass_by_another_path_withdraws_the_repair_before_the_node_returns(
+    cluster: Cluster, fleet: Fleet, operator: Operator, unique_name: Callable[[str], str]
+) -> None:
+    """Issue 43 parts 2 and 5: a person overrules the failure while the RebootNode is out. The
+    node returned to service at once with its RebootNode live for minutes (a real engine would
+    reboot a node running work), and the metric and Event called it a successful repair. And a
+    refused write of the node's repair record was only in the operator's log."""
+    refuse = unique_name("refuse")
+    node = fleet.add(unique_name("xid"), [XID_79], labels={"gpuval-refuse": refuse})
+    name = unique_name("withdraw")
+    remediation = {
+        "mode": "Template",
+        "template": {**REBOOT_NODE, "spec": {"nodeName": "$(NODE_NAME)", "force": False}},
+    }
+    policy = _refuse_repair_requests(refuse, refuse)
+    cluster.apply(policy)
+    objects, returned = ObjectsSeen(), ReturnSeen(node)
+    try:
+        with (
+            watch(cluster, ["rebootnodes"], objects),
+            watch(cluster, ["nodes", "-l", f"gpuval-refuse={refuse}"], returned),
+            operator() as port,
+        ):
+            apply(
+                cluster,
+                fleet.validation(name, nodeActions=ACTIONS, checks=QUICK, remediation=remediation),
+            )
+            run = completed_run(cluster, name)["run"]["id"]
+            refused = wait_for(
+                "the Event that the node's repair record was refused",
+                lambda: [
+                    e for e in events_of(cluster, node) if e["reason"] == "RepairRecordRefused"
+                ],
+                timeout=60,
+            )
+            cluster.kubectl("delete", "validatingadmissionpolicybinding", refuse)
+            wait_for("the request", lambda: _state(cluster, node, name) == "Requested", timeout=60)
+            rebootnode = _object_named(objects, 0)
+            # A person overrules the failure (its report's status says Passed).
+            [report] = [r for r in reports_of(cluster, name, run) if r["spec"]["node"] == node]
+            edit: dict[str, Any] = {
+                "verdict": "Passed",
+                "reason": None,
+                "failures": [],
+                "message": "overruled",
+            }
+            cluster.kubectl(
+                "patch",
+                "gpunodereport",
+                report["metadata"]["name"],
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                json.dumps({"status": edit}),
+            )
+            wait_for(
+                "the node back in service",
+                lambda: not _out_of_service(_node(cluster, node)),
+                timeout=60,
+                interval=0.1,
+            )
+            wait_for("the RebootNode's deletion", lambda: objects.deleted, timeout=30)
+            wait_for("the node's return in the watch", lambda: returned.back_at, timeout=30)
+            wait_for("Withdrawn", lambda: _state(cluster, node, name) == "Withdrawn", timeout=30)
+            withdrawn = wait_for(
+                "the Event that the request was withdrawn",
+                lambda: [e for e in events_of(cluster, node) if e["reason"] == "RepairWithdrawn"],
+                timeout=30,
+            )
+            series = f'action="Reboot",outcome="withdrawn",validation="{name}"'
+            metrics = wait_for(
+                "the withdrawn request in the metrics",
+                lambda: _scraped_with(port, f"gpuval_repair_requests_total{{{series}}} 1.0"),
+                timeout=30,
+            )
+            back = _node(cluster, node)
+            node_events = events_of(cluster, node)
+            shown = kubectl_gpuval(cluster, "status", name)
+            delete_validation(cluster, name)
+    finally:
+        cluster.kubectl("delete", "validatingadmissionpolicybinding", refuse, check=False)
+        cluster.kubectl("delete", "validatingadmissionpolicy", refuse, check=False)
+
+    assert refused[0]["type"] == "Warning"
+    assert (
+        f"could not write {node}'s repair record (Requested) for {name}" in (refused[0]["message"])
+    )
+    assert "this cluster refuses repair requests on this node" in refused[0]["message"]
+    # One etcd: its revisions order the RebootNode's deletion before the node's return.
+    [deleted_at] = objects.deleted.values()
+    assert deleted_at < returned.back_at, (
+        f"the RebootNode {rebootnode} was deleted (revision {deleted_at}) after the node returned "
+        f"to service (revision {returned.back_at})"
+    )
+    assert not objects.live
+    assert withdrawn[0]["message"] == (
+        f"{node} passed in run {run} before repair 1 (Reboot) ended: the request was withdrawn "
+        f"(its {rebootnode} deleted) and the node is back in service; not counted as a repair"
+    )
+    assert not [e for e in node_events if e["reason"] == "NodeRepaired"]
+    assert 'outcome="passed"' not in metrics, "a withdrawn request is no successful repair"
+    after = conditions_of(back)[keys.NODE_CONDITION_REPAIR_REQUESTED]
+    assert (after["status"], after["reason"]) == ("False", "Withdrawn")
+    assert shown.returncode == 0, shown.stderr
+    [line] = [line for line in shown.stdout.splitlines() if node in line and "Withdrawn" in line]
+    assert "(passed before its repair ended: request withdrawn)" in line, line
+
+
 def test_thirty_failing_nodes_under_a_breaker_of_three_and_a_systemic_failure_asks_nothing(
     cluster: Cluster,
     fleet: Fleet,
@@ -330,7 +499,30 @@ def test_thirty_failing_nodes_under_a_breaker_of_three_and_a_systemic_failure_as
         held = completed_run(cluster, systemic, timeout=300)
         time.sleep(LOOK)
         asked_for_systemic = seen.ever_requested & bad
+        # Issue 43 part 3: a person releases the systemic hold. Its taints and cordons go
+        # through; its repairs only once the person says so (--repair).
+        released = kubectl_gpuval(cluster, "release", systemic)
+        wait_for(
+            "the released nodes out of service",
+            lambda: all(_out_of_service(_node(cluster, n)) for n in bad),
+            timeout=60,
+        )
+        time.sleep(LOOK)
+        asked_after_release = seen.ever_requested & bad
+        after_release = status_of(cluster, systemic)
+        with_repair = kubectl_gpuval(cluster, "release", "--repair", systemic)
+        wait_for(
+            "the repairs a person asked for",
+            lambda: seen.ever_requested & bad == bad,
+            timeout=60,
+        )
         delete_validation(cluster, systemic)
+        wait_for(
+            "the systemic validation's nodes back",
+            lambda: not (seen.requested | seen.out) & bad,
+            timeout=60,
+        )
+        seen.reset_most()
 
         # Thirty nodes failing with a reboot-class XID, a breaker of 3: the engine (the test)
         # reboots each node it is asked to repair, and every repaired node passes.
@@ -369,6 +561,15 @@ def test_thirty_failing_nodes_under_a_breaker_of_three_and_a_systemic_failure_as
     assert held["nodes"]["failed"] == 4
     assert conditions(held)["SystemicFailure"]["status"] == "True"
     assert asked_for_systemic == set(), "a systemic failure asks for no repair"
+    assert released.returncode == 0, released.stderr
+    assert "Released: the held taints and cordons." in released.stdout
+    assert "Not released: repairs. The run says the cause is systemic" in released.stdout
+    assert asked_after_release == set(), "a release asks no repair of a systemic failure"
+    systemic_now = conditions(after_release)["SystemicFailure"]
+    assert systemic_now["status"] == "True"
+    assert "no repair is asked for them" in systemic_now["message"]
+    assert with_repair.returncode == 0, with_repair.stderr
+    assert "Repairs: asked (--repair)" in with_repair.stdout
     assert seen.most_requested <= 3, f"{seen.most_requested} nodes in repair at once, breaker 3"
     assert seen.most_out <= 3, f"{seen.most_out} nodes out of service at once, breaker 3"
     assert seen.most_requested == 3, "the breaker's slots were used"

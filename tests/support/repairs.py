@@ -115,6 +115,9 @@ class ObjectsSeen:
         self.live: set[str] = set()
         self.most = 0
         self.last: dict[str, dict[str, Any]] = {}
+        # uid -> the resourceVersion of its deletion: with one etcd, a revision that orders it
+        # against other objects' writes (what the tests compare; clients must not).
+        self.deleted: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def apply(self, kind: str, obj: dict[str, Any]) -> None:
@@ -126,6 +129,7 @@ class ObjectsSeen:
             self.uids.setdefault(uid, str(meta.get("name", "")))
             if kind == "DELETED":
                 self.live.discard(uid)
+                self.deleted[uid] = int(meta.get("resourceVersion") or 0)
             else:
                 self.live.add(uid)
                 self.last[uid] = obj
@@ -143,6 +147,11 @@ class RepairsSeen:
         self.most_out = 0
         self.ever_requested: set[str] = set()
         self._lock = threading.Lock()
+
+    def reset_most(self) -> None:
+        """Count the most at once afresh (another validation's nodes from here on)."""
+        with self._lock:
+            self.most_requested, self.most_out = len(self.requested), len(self.out)
 
     def apply(self, kind: str, node: dict[str, Any]) -> None:
         meta = node.get("metadata") or {}

@@ -23,7 +23,13 @@ import yaml
 from gpuval_api.baseline import files, fleet
 from gpuval_api.baseline.learn import Learned, learn
 from gpuval_api.baselinemodel import BaselineRunStatus, SystemicFigure
-from gpuval_api.crd import GpuBaseline, GpuNodeReport, GpuValidation, RemediationStatus
+from gpuval_api.crd import (
+    GpuBaseline,
+    GpuNodeReport,
+    GpuValidation,
+    Remediation,
+    RemediationStatus,
+)
 from gpuval_api.fabric.view import FabricFinding
 from gpuval_api.release import Release
 from gpuval_api.views import FailureView, FleetView, UnitView, fleet_of_units, fleet_view
@@ -599,3 +605,81 @@ def test_the_kubelets_unhealthy_device_shows_in_status_and_on_the_page_while_the
     section = page.split('<div id="device-health">', 1)[1].split("</div>", 1)[0]
     assert "gpu.nvidia.com/n1/gpu-3" in section and "XID 79" in section
     assert "gpu-0" not in section
+
+
+def test_release_of_a_systemic_hold_says_it_releases_taints_not_repairs_unless_asked() -> None:
+    """Issue 43 part 3: `release` of a systemic hold handed most of the run to the repair engine;
+    its text said nothing of repairs."""
+    held = validation("fleet", "3-abcd", 40, ["a"])
+    held.spec = held.spec.model_copy(update={"remediation": Remediation()})
+    assert held.status is not None
+    held.status.conditions.append(
+        held.status.conditions[0].model_copy(
+            update={"type": "SystemicFailure", "status": "True", "message": SYSTEMIC[3]}
+        )
+    )
+    out = render.render_release(held, Release("3-abcd", 1700000000))
+    assert "Released: the held taints and cordons." in out
+    assert (
+        f"Not released: repairs. The run says the cause is systemic ({SYSTEMIC[3]}): no repair is "
+        "asked for those nodes; `kubectl gpuval release --repair fleet` asks for them."
+    ) in out
+    asked = render.render_release(held, Release("3-abcd", 1700000000, repair=True))
+    assert "Not released" not in asked
+    assert f"Repairs: asked (--repair) for the nodes of the systemic failure ({SYSTEMIC[3]})" in (
+        asked
+    )
+    args = cli.build_parser().parse_args(["release", "--repair", "fleet"])
+    assert (args.name, args.repair) == ("fleet", True)
+    assert cli.build_parser().parse_args(["release", "fleet"]).repair is False
+
+
+def test_the_repair_path_of_a_flapping_or_withdrawn_node_reads_in_the_order_it_happened() -> None:
+    """Issue 43 part 5: a node repaired, back, then failing again to NeedsRepair printed its new
+    failure before the request and "re-validated: failed" for the re-validation that passed; "1
+    repairs"; a withdrawn request read as a repair."""
+    status = RemediationStatus.model_validate(
+        {
+            "inRepair": 0,
+            "needsRepair": 1,
+            "nodes": [
+                {
+                    "node": "gpu-7",
+                    "state": "NeedsRepair",
+                    "reason": "KernelXidReboot",
+                    "action": "Reboot",
+                    "repairs": 1,
+                    "failedAt": "2026-12-04T18:20:00Z",
+                    "requestedAt": "2026-12-04T18:10:40Z",
+                    "endedAt": "2026-12-04T18:11:02Z",
+                    "endedBy": "Done",
+                    "revalidatedAt": "2026-12-04T18:11:20Z",
+                    "backInServiceAt": "2026-12-04T18:11:20Z",
+                },
+                {
+                    "node": "gpu-3",
+                    "state": "Withdrawn",
+                    "reason": "KernelXidReboot",
+                    "action": "Reboot",
+                    "repairs": 1,
+                    "failedAt": "2026-12-04T18:01:10Z",
+                    "requestedAt": "2026-12-04T18:01:12Z",
+                    "object": "gpuval-gpu-3-1c2e9a",
+                    "backInServiceAt": "2026-12-04T18:01:40Z",
+                },
+            ],
+        }
+    )
+    lines = render.repair_lines(status)
+    assert lines[1] == (
+        "  gpu-7  NeedsRepair  KernelXidReboot: Reboot asked 2026-12-04T18:10:40Z, repair 1 -> "
+        "ended 2026-12-04T18:11:02Z (Done) -> re-validated 2026-12-04T18:11:20Z: passed -> back "
+        "in service 2026-12-04T18:11:20Z -> failed again 2026-12-04T18:20:00Z -> not back: needs "
+        "repair by a person after 1 repair within the window"
+    )
+    assert lines[2] == (
+        "  gpu-3  Withdrawn  KernelXidReboot: failed 2026-12-04T18:01:10Z -> Reboot asked "
+        "2026-12-04T18:01:12Z (gpuval-gpu-3-1c2e9a), repair 1 -> back in service "
+        "2026-12-04T18:01:40Z (passed before its repair ended: request withdrawn) (30s after it "
+        "failed)"
+    )

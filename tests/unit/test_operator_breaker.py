@@ -219,6 +219,41 @@ def test_a_release_is_json_naming_the_run_and_the_time() -> None:
     assert not release.covers("4-beef", 1600000000.0)
     assert Release("", 1700000000.0).covers("4-beef", 1600000000.0)
     assert not Release("", 1700000000.0).covers("4-beef", 1800000000.0)
+    # Repairs of a systemic failure only when a person says so (`release --repair`).
+    assert not release.repair and "repair" not in release.encode()
+    asking = Release("3-abcd", 1700000000.0, repair=True)
+    assert Release.parse(asking.encode()) == asking and asking.repair
+
+
+def test_a_release_lets_a_systemic_failures_taints_through_but_asks_no_repair_of_it() -> None:
+    """Issue 43 part 3: a release of a systemic hold handed most of the run to the repair engine
+    while SystemicFailure stayed True."""
+    state = BreakerState(
+        systemic=[SystemicFailure("KernelXidReboot", 4, 6)],
+        undecided={"LowThroughput"},
+        repairs=True,
+    )
+    assert state.no_repair_reasons() == {"KernelXidReboot", "LowThroughput"}
+    state.released = True
+    assert state.systemic_reasons() == set(), "released: the taints and cordons go through"
+    assert state.no_repair_reasons() == {"KernelXidReboot", "LowThroughput"}
+    assert systemic_condition(state)[3].endswith("no repair is asked for them")
+    state.release_repairs = True
+    assert state.no_repair_reasons() == set(), "a person asked for the repairs too"
+    assert systemic_condition(state)[3].endswith("repairs asked too")
+
+
+def test_the_out_of_service_count_says_which_were_released_and_which_need_a_person() -> None:
+    """Issue 43 part 5: after a release the condition read "2 of at most 1 nodes out of service",
+    which looked like a breach of maxNodes."""
+    state = BreakerState(limit=1, out_of_service=2, counted=0, needs_repair=1)
+    _, status, _, message = held_condition(state, {}, "fleet")
+    assert status == "False"
+    assert message == (
+        "no node action held (out of service through this validation 0 (nodeActions.maxNodes 1), "
+        "2 more released by a person (not counted); 1 of them needs repair by a person "
+        "(NeedsRepair))"
+    )
 
 
 @pytest.mark.parametrize("text", [None, "", "yes", "{}", '{"at": "soon"}', "[1]"])
@@ -231,6 +266,7 @@ def test_the_held_condition_names_how_many_failed_why_and_how_to_release() -> No
         held=dict.fromkeys(("c", "d", "e"), R.MAX_NODES_REACHED) | {"f": R.SYSTEMIC},
         limit=2,
         out_of_service=2,
+        counted=2,
         operator_limit=10,
         operator_out_of_service=4,
     )
@@ -241,7 +277,8 @@ def test_the_held_condition_names_how_many_failed_why_and_how_to_release() -> No
     assert message.startswith("4 of 6 failed nodes keep their label but not their taint")
     assert "1 for Systemic; 3 for MaxNodesReached" in message
     assert "failures: LowThroughput 5, XidError 1" in message
-    assert "(nodeActions.maxNodes 2)" in message and "(operator limit 10)" in message
+    assert "out of service through this validation 2 (nodeActions.maxNodes 2)" in message
+    assert "released by a person" not in message and "(operator limit 10)" in message
     assert "kubectl gpuval release fleet" in message
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from gpuval_api.crd import Remediation, RemediationMode
 from gpuval_api.reasons import RepairAction
-from gpuval_api.remediation import RepairEnd, RepairState
+from gpuval_api.remediation import RepairEnd, RepairOutcome, RepairState
 from gpuval_api.result import Verdict
 from gpuval_operator.remediation import machine
 from gpuval_operator.remediation.machine import Do, RepairFacts, Settings
@@ -286,3 +286,29 @@ def test_an_outcome_seen_only_once_the_node_needs_repair_counts_as_failed() -> N
     needs = machine.needs_repair(failed(repair=revalidating), RepairAction.REBOOT, SETTINGS, T0 + 5)
     assert machine.outcome_of(revalidating, needs) == machine.Outcome("Reboot", "failed")
     assert machine.outcome_of(needs, needs) is None
+
+
+def test_a_pass_while_the_repair_is_still_asked_withdraws_the_request_not_a_repair() -> None:
+    # Issue 43: a person overrules the verdict (or a scheduled run passes the node) before the
+    # engine ended its repair: the node is back, the request withdrawn, not counted as a success.
+    open_request = asked(failed(), obj="ns/gpuval-n1-abc")
+    assert machine.withdraws_on(open_request, Verdict.PASSED)
+    assert not machine.withdraws_on(open_request, Verdict.FAILED)
+    back = machine.after_verdict(open_request, Verdict.PASSED, T0 + 5)
+    assert back is not None and back.state == RepairState.WITHDRAWN
+    assert (back.back, back.ended, back.revalidated) == (int(T0 + 5), None, None)
+    assert not back.active, "a withdrawn request holds no breaker slot"
+    assert machine.withdraws(open_request, back)
+    assert machine.outcome_of(open_request, back) == machine.Outcome(
+        RepairAction.REBOOT, RepairOutcome.WITHDRAWN
+    )
+    assert machine.after_verdict(back, Verdict.PASSED, T0 + 9) == back
+    # A re-validation that passes after the repair ended is a repair, not a withdrawal.
+    ended = machine.ended(open_request, RepairEnd.DONE, T0 + 3)
+    repaired = machine.after_verdict(ended, Verdict.PASSED, T0 + 5)
+    assert repaired is not None and repaired.state == RepairState.REPAIRED
+    assert not machine.withdraws_on(ended, Verdict.PASSED)
+    assert not machine.withdraws(ended, repaired)
+    # It fails anew later: the loop asks again, counting the withdrawn request's repair.
+    step = machine.decide(failed(at=int(T0 + 20), repair=back), SETTINGS, now=T0 + 20)
+    assert step.do is Do.REQUEST

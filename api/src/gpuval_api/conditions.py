@@ -179,3 +179,8 @@ class EventReason(StrEnum):
     # The request's object was deleted before its repair ended: cancelled, not counted, not asked
     # again until the node fails anew.
     REPAIR_CANCELLED = "RepairCancelled"
+    # A request withdrawn: the node passed by another path (an overruled verdict, a scheduled
+    # run, a gating re-validation) before its repair ended.
+    REPAIR_WITHDRAWN = "RepairWithdrawn"
+    # The operator could not write a node's repair record (Warning: the API server refused it).
+    REPAIR_RECORD_REFUSED = "RepairRecordRefused"

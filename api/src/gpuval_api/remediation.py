@@ -23,6 +23,10 @@ class RepairState(StrEnum):
     FAILED_AGAIN = "FailedAgain"
     # It passed after the repair: back in service.
     REPAIRED = "Repaired"
+    # It passed by another path (a person overruled its verdict, a scheduled run, a gating
+    # re-validation) while its repair was still asked: the request was withdrawn (its object
+    # deleted, its condition cleared) and the node is back in service. Not a repair.
+    WITHDRAWN = "Withdrawn"
     # It failed again after spec.remediation.maxRepairs repairs within windowSeconds: no further
     # request; a person or a hardware ticket takes over.
     NEEDS_REPAIR = "NeedsRepair"
@@ -35,6 +39,20 @@ class RepairState(StrEnum):
 # The states in which a node is in the engine's hands or being proven again: it counts against
 # the circuit breaker as out of service.
 ACTIVE_STATES: Final = frozenset({RepairState.REQUESTED, RepairState.REVALIDATING})
+
+
+# The states in which the node is back in service: a new failure starts the loop again.
+BACK_STATES: Final = frozenset({RepairState.REPAIRED, RepairState.WITHDRAWN})
+
+
+class RepairOutcome(StrEnum):
+    """How a request ended, as gpuval_repair_requests_total's label `outcome` says."""
+
+    PASSED = "passed"  # its re-validation passed: back in service, repaired
+    FAILED = "failed"  # its re-validation failed
+    # The node passed by another path before the repair ended: the request was withdrawn (not
+    # counted as a repair).
+    WITHDRAWN = "withdrawn"
 
 
 class RepairEnd(StrEnum):
@@ -59,6 +77,11 @@ NEEDS_REPAIR_REASON: Final = RepairState.NEEDS_REPAIR.value
 # Either condition False when no validation keeps a repair record for the node (withdrawn: the
 # validation was deleted or its spec.remediation removed).
 NOT_REQUESTED_REASON: Final = "NotRequested"
+
+
+def repairs_text(count: int) -> str:
+    """ "1 repair", "2 repairs": how the conditions, Events and `kubectl gpuval status` count."""
+    return f"{count} repair" if count == 1 else f"{count} repairs"
 
 
 class Placeholder(StrEnum):

@@ -64,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="release a GpuValidation's held node actions (the circuit breaker, a systemic hold)",
     )
     release.add_argument("name", help="a GpuValidation's name")
+    release.add_argument(
+        "--repair",
+        action="store_true",
+        help="also ask spec.remediation's engine to repair the nodes of a systemic failure "
+        "(without it a release lets their taint and cordon through, never their repairs)",
+    )
     found = sub.add_parser(
         evidence.COMMAND,
         help="write a failing node's evidence bundle (gzip JSON) to a file",
@@ -237,7 +243,7 @@ def write_evidence(cluster: Cluster, args: argparse.Namespace) -> str:
 def show(cluster: Cluster, args: argparse.Namespace) -> str:
     """What the command prints (the report or the evidence is written as a side effect)."""
     if args.command == "release":
-        return render_release(*cluster.release(args.name, time.time()))
+        return render_release(*cluster.release(args.name, time.time(), repair=args.repair))
     if args.command == evidence.COMMAND:
         return write_evidence(cluster, args)
     if args.command == "baseline":

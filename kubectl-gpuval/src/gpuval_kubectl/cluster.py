@@ -213,12 +213,15 @@ class Cluster:
         missing = f"GpuValidation {name!r} not found; `kubectl gpuval status` lists them"
         return read_model(GpuValidation, self._get(self.resources.validations, name, missing))
 
-    def release(self, name: str, now: float) -> tuple[GpuValidation, Release]:
+    def release(
+        self, name: str, now: float, *, repair: bool = False
+    ) -> tuple[GpuValidation, Release]:
         """Release the validation's held node actions: the annotation gpuval.dev/release naming
-        its current run and `now` (gpuval_api.release), set with a merge patch."""
+        its current run and `now` (gpuval_api.release), set with a merge patch; `repair`: the
+        repairs of a systemic failure asked too."""
         validation = self.validation(name)
         run = validation.status.run if validation.status else None
-        release = Release(run.id if run is not None else "", now)
+        release = Release(run.id if run is not None else "", now, repair)
         body = {"metadata": {"annotations": {keys.ANNOTATION_RELEASE: release.encode()}}}
         r = self.resources
         try:

@@ -15,7 +15,7 @@ from gpuval_api.conditions import ConditionType, ValidationPhase
 from gpuval_api.crd import ConditionStatus, GpuValidation, RemediationStatus, RepairNode
 from gpuval_api.fabric.summary import FabricRankWait
 from gpuval_api.release import Release
-from gpuval_api.remediation import RepairState
+from gpuval_api.remediation import RepairState, repairs_text
 from gpuval_api.views import FAILED, FleetView, UnitView
 
 # Lines of `status NAME` per section before the rest are counted, so 500 failing nodes stay
@@ -132,27 +132,41 @@ def _seconds_between(start: str | None, end: str | None) -> str:
 
 
 def repair_path(node: RepairNode) -> str:
-    """One node's way through the repair loop: failed → repair asked (which, when) → ended (how)
-    → re-validated → back in service, or not."""
-    steps = [f"failed {node.failed_at}" if node.failed_at else "failed"]
+    """One node's way through the repair loop, in the order it happened: failed, repair asked
+    (which, when), ended (how), re-validated (passed or failed), back in service; a failure after
+    it came back (a flapping node); then where it stands."""
+    back = node.back_in_service_at
+    passed = bool(back) and bool(node.revalidated_at) and back == node.revalidated_at
+    # A node back in service that failed later (a flapping node): its record keeps the new failure.
+    again = bool(node.failed_at and back and node.failed_at > back)
+    dated: list[tuple[str, str]] = [
+        (
+            node.failed_at or "",
+            f"{'failed again' if again else 'failed'} {node.failed_at or ''}".strip(),
+        )
+    ]
     if node.requested_at:
         what = f" ({node.object})" if node.object else ""
-        steps.append(f"{node.action} asked {node.requested_at}{what}, repair {node.repairs}")
+        asked = f"{node.action} asked {node.requested_at}{what}, repair {node.repairs}"
+        dated.append((node.requested_at, asked))
     if node.ended_at and node.state == RepairState.CANCELLED:
-        steps.append(f"cancelled {node.ended_at} (its object deleted before it ended)")
+        cancelled = f"cancelled {node.ended_at} (its object deleted before it ended)"
+        dated.append((node.ended_at, cancelled))
     elif node.ended_at:
-        steps.append(f"ended {node.ended_at} ({node.ended_by})")
+        dated.append((node.ended_at, f"ended {node.ended_at} ({node.ended_by})"))
     if node.revalidated_at:
-        passed = node.state == RepairState.REPAIRED
-        steps.append(f"re-validated {node.revalidated_at}: {'passed' if passed else 'failed'}")
-    if node.state == RepairState.REPAIRED and node.back_in_service_at:
+        outcome = "passed" if passed else "failed"
+        dated.append((node.revalidated_at, f"re-validated {node.revalidated_at}: {outcome}"))
+    if back and node.state != RepairState.REVALIDATING:
+        withdrawn = node.state == RepairState.WITHDRAWN
+        note = " (passed before its repair ended: request withdrawn)" if withdrawn else ""
+        took = "" if again else _seconds_between(node.failed_at, back)
+        dated.append((back, f"back in service {back}{note}{took}"))
+    steps = [text for _, text in sorted(dated, key=lambda d: d[0])]
+    if node.state == RepairState.NEEDS_REPAIR:
         steps.append(
-            f"back in service {node.back_in_service_at}"
-            + _seconds_between(node.failed_at, node.back_in_service_at)
-        )
-    elif node.state == RepairState.NEEDS_REPAIR:
-        steps.append(
-            f"not back: needs repair by a person after {node.repairs} repairs within the window"
+            f"not back: needs repair by a person after {repairs_text(node.repairs)} within "
+            "the window"
         )
     elif node.state == RepairState.REVALIDATING:
         steps.append("being validated again under load")
@@ -314,29 +328,42 @@ def _outlier_lines(view: FleetView, validation: GpuValidation) -> list[str]:
     return lines + _more(len(rows))
 
 
+def _condition(validation: GpuValidation, kind: ConditionType) -> str | None:
+    """The message of the validation's condition `kind` when it is True."""
+    status = validation.status
+    found = next((c for c in (status.conditions if status else []) if c.type == kind), None)
+    return found.message if found is not None and found.status == ConditionStatus.TRUE else None
+
+
 def render_release(validation: GpuValidation, release: Release) -> str:
     """What `release NAME` says: what it released and what the operator does next."""
     name = validation.metadata.name
-    status = validation.status
-    held = next(
-        (
-            c
-            for c in (status.conditions if status else [])
-            if c.type == ConditionType.NODE_ACTIONS_HELD
-        ),
-        None,
-    )
+    held = _condition(validation, ConditionType.NODE_ACTIONS_HELD)
+    systemic = _condition(validation, ConditionType.SYSTEMIC_FAILURE)
     what = (
-        f"held until now: {held.message}"
-        if held is not None and held.status == ConditionStatus.TRUE
+        f"held until now: {held}"
+        if held is not None
         else "no node action was held; the nodes now out of service through it are approved"
     )
-    return (
-        f"released GpuValidation {name} (run {release.run or '-'}, at {int(release.at)}): {what}\n"
-        "The operator acts on the held nodes up to nodeActions.maxNodes again (the nodes out of "
-        "service before now no longer count against it; the operator-wide limit still holds) and "
-        f"lifts the run's systemic hold. `kubectl gpuval status {name}` shows what follows."
-    )
+    lines = [
+        f"released GpuValidation {name} (run {release.run or '-'}, at {int(release.at)}): {what}",
+        "Released: the held taints and cordons. The operator acts on the held nodes up to "
+        "nodeActions.maxNodes again (the nodes out of service before now no longer count against "
+        "it; the operator-wide limit still holds) and lifts the run's systemic hold.",
+    ]
+    remediation = validation.spec.remediation is not None
+    if systemic is not None and remediation and release.repair:
+        lines.append(
+            f"Repairs: asked (--repair) for the nodes of the systemic failure ({systemic}), "
+            "up to the limits."
+        )
+    elif systemic is not None and remediation:
+        lines.append(
+            f"Not released: repairs. The run says the cause is systemic ({systemic}): no repair "
+            f"is asked for those nodes; `kubectl gpuval release --repair {name}` asks for them."
+        )
+    lines.append(f"`kubectl gpuval status {name}` shows what follows.")
+    return "\n".join(lines)
 
 
 def baseline_lines(status: BaselineRunStatus | None) -> list[str]:

@@ -520,7 +520,7 @@ class ValidationController:
         batch, checks = await self.repairs.reconcile(run, spec)
         if batch:
             await self.driver.join(run, spec, batch, checks)
-        await self.repairs.announce()
+        await self.repairs.announce(spec)
 
     # -- status --
 

@@ -24,11 +24,13 @@ from gpuval_api.checks import CheckName
 from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, NodeTrigger, RemediationMode
 from gpuval_api.labels import label_value
-from gpuval_api.remediation import RepairState
+from gpuval_api.remediation import RepairOutcome, RepairState, repairs_text
 from gpuval_api.result import Verdict
 from gpuval_operator import names, planning
 from gpuval_operator.control.repairobjects import RepairObjects, template_kind
+from gpuval_operator.control.repairwithdraw import RepairWithdrawals
 from gpuval_operator.kube import events
+from gpuval_operator.kube.client import ApiError
 from gpuval_operator.nodes.actor import NodeActor
 from gpuval_operator.nodes.entries import NodeEntry
 from gpuval_operator.nodes.facts import NodeFacts
@@ -89,6 +91,10 @@ class RepairKeeper:
         self.back_in_service: list[tuple[str, RepairRecord]] = []
         # Requests whose object the API server refused: not tried again before their pause.
         self.backoff = RequestBackoff()
+        # Requests withdrawn because the node passed by another path: their objects deleted
+        # before the node actions return the node to service.
+        self.withdrawals = RepairWithdrawals(self.objects, self.validation, self._say)
+        actor.before_withdraw = self.withdrawals.before_pass
 
     # -- a pass --
 
@@ -117,7 +123,8 @@ class RepairKeeper:
         kind = template_kind(spec)
         if self.objects.listed is not None and kind is not None:
             self.backoff.served(kind)
-        systemic = run.breaker.systemic_reasons() | run.breaker.undecided
+        # A release lets a systemic failure's taint and cordon through, not its repairs.
+        systemic = run.breaker.no_repair_reasons()
         batch: dict[str, NodeTrigger] = {}
         checks: dict[str, tuple[str, ...]] = {}
         wanting: set[str] = set()  # the nodes whose step is a request, made or not
@@ -161,6 +168,9 @@ class RepairKeeper:
         if not self.node_watch.synced.is_set():
             return False
         settings, now = Settings.of(spec.remediation), time.time()
+        # What a pass would refuse to ask (a released systemic failure) is not due either.
+        run = self.state.run
+        systemic = run.breaker.no_repair_reasons() if run is not None else set()
         for facts in self._candidates().values():
             record = facts.entry.repair if facts.entry is not None else None
             if (
@@ -172,7 +182,11 @@ class RepairKeeper:
             node = self._repair_facts(facts, None)
             if node is not None:
                 step = machine.decide(
-                    node, settings, now=now, joined_at=self.joined.get(facts.name)
+                    node,
+                    settings,
+                    now=now,
+                    systemic=systemic,
+                    joined_at=self.joined.get(facts.name),
                 )
                 held = step.do is Do.REQUEST and self._waits(facts.name, spec, now)
                 if step.do is not Do.NOTHING and not held:
@@ -406,6 +420,9 @@ class RepairKeeper:
 
         try:
             patched = await self.actor.rewrite(self.validation, node, change)
+        except ApiError as exc:
+            await self._write_refused(node, record, exc)
+            return False
         finally:
             if unreserve:
                 self._unreserve(node)
@@ -414,6 +431,19 @@ class RepairKeeper:
         self.node_watch.refresh(patched)
         self.node_uids[node] = str((patched.get("metadata") or {}).get("uid", ""))
         return True
+
+    async def _write_refused(self, node: str, record: RepairRecord | None, exc: ApiError) -> None:
+        """The API server refused the node's record (its rights, an admission policy): said on
+        the validation and the node, once per request and state; the next pass tries again."""
+        state = record.state if record is not None else "none"
+        log.warning("%s: %s: repair record (%s) not written: %s", self.validation, node, state, exc)
+        message = (
+            f"could not write {node}'s repair record ({state}) for {self.validation}: {exc}; the "
+            "repair loop tries again each pass (check the operator's rights on nodes and any "
+            "admission policy or webhook on node updates)"
+        )
+        reason = EventReason.REPAIR_RECORD_REFUSED
+        await self._say(node, record, f"record-refused:{state}", reason, message, warning=True)
 
     async def _refused(self, node: str, what: str, message: str) -> None:
         await self._say(node, None, what, EventReason.REPAIR_NOT_REQUESTED, message, warning=True)
@@ -447,7 +477,7 @@ class RepairKeeper:
 
     def _needs_repair_text(self, record: RepairRecord, settings: Settings) -> str:
         return (
-            f"failed again ({record.reason}) after {len(record.history)} repairs within "
+            f"failed again ({record.reason}) after {repairs_text(len(record.history))} within "
             f"{settings.window}s (spec.remediation.maxRepairs {settings.max_repairs}): no further "
             "repair is asked; a person or a hardware ticket takes over; remove the label "
             f"{keys.NODE_LABEL_NEEDS_REPAIR} once repaired to validate it again, or `kubectl "
@@ -474,8 +504,11 @@ class RepairKeeper:
                     figures.outcomes[outcome.action, outcome.outcome] += 1
                     if outcome.seconds is not None:
                         figures.observe_back(outcome.seconds)
-                    if outcome.outcome == "passed" and record.back is not None:
+                    if outcome.outcome is RepairOutcome.PASSED and record.back is not None:
                         self._announce_back(name, record)
+                if machine.withdraws(self.seen[name], record):
+                    entry = self._entry(name)
+                    self.withdrawals.seen(name, record, entry.run if entry is not None else "")
             self.seen[name] = record
 
     def _publish(self, run: RunState, settings: Settings | None, now: float) -> None:
@@ -502,15 +535,17 @@ class RepairKeeper:
             self.said.add(key)
             self.back_in_service.append((node, record))
 
-    async def announce(self) -> None:
-        """Events for nodes back in service after a repair (seen by `_publish`)."""
+    async def announce(self, spec: GpuValidationSpec) -> None:
+        """Events for nodes back in service after a repair (seen by `_publish`), and for the
+        requests withdrawn."""
+        await self.withdrawals.announce(spec)
         pending, self.back_in_service = self.back_in_service, []
         for node, record in pending:
             seconds = (record.back or 0) - record.failed
+            ended = f", ended: {record.ended_by}" if record.ended_by else ""
             message = (
                 f"{node} passed its validation under load after repair {record.count} "
-                f"({record.action}, ended: {record.ended_by}) and is back in service, "
-                f"{seconds}s after it failed"
+                f"({record.action}{ended}) and is back in service, {seconds}s after it failed"
             )
             await self.effects.event(EventReason.NODE_REPAIRED, message)
             involved = {"apiVersion": "v1", "kind": "Node", "name": node}

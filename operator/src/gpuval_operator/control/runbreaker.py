@@ -24,12 +24,18 @@ from gpuval_api.conditions import ConditionReason, ConditionType, EventReason
 from gpuval_api.crd import GpuValidationSpec
 from gpuval_api.labels import label_value
 from gpuval_api.release import Release
+from gpuval_api.remediation import RepairState
 from gpuval_operator import planning
 from gpuval_operator.nodes import breaker
 from gpuval_operator.nodes.actor import NodeActor
 from gpuval_operator.nodes.operatorbreaker import OperatorBreaker
 from gpuval_operator.nodes.watch import NodeWatch
-from gpuval_operator.run.breakerstate import as_of, held_condition, systemic_event
+from gpuval_operator.run.breakerstate import (
+    BreakerState,
+    as_of,
+    held_condition,
+    systemic_event,
+)
 from gpuval_operator.run.effects import Effects
 from gpuval_operator.run.state import Phase, RunState
 
@@ -66,6 +72,8 @@ class RunBreaker:
         release = Release.parse(self._release_text())
         state.approved_at = release.at if release is not None else 0.0
         state.released = release is not None and release.covers(run.run_id, run.started_at)
+        state.release_repairs = state.released and release is not None and release.repair
+        state.repairs = spec.remediation is not None
         failed = [str(r.reason) for r in run.failed()]
         tested = len(failed) + len(run.in_phase(Phase.PASSED))
         untested = sum(1 for r in run.nodes.values() if not r.done)
@@ -77,7 +85,17 @@ class RunBreaker:
         if self.operator_breaker is not None:
             counts = self.operator_breaker.counts
             state.operator_limit, state.operator_out_of_service = counts.limit, counts.total
-            state.out_of_service = counts.by_validation.get(label_value(run.validation), 0)
+            key = label_value(run.validation)
+            state.out_of_service = counts.by_validation.get(key, 0)
+            state.counted = self.operator_breaker.counted(key, state.approved_at)
+        watched = self.node_watch.nodes if self.node_watch is not None else {}
+        state.needs_repair = sum(
+            1
+            for f in watched.values()
+            if f.entry is not None
+            and f.entry.repair is not None
+            and f.entry.repair.state == RepairState.NEEDS_REPAIR
+        )
 
     async def revisit(self, run: RunState, spec: GpuValidationSpec) -> None:
         """Act on the failures that waited for the run once it can tell, try the held nodes
@@ -141,6 +159,7 @@ class RunBreaker:
                 "service through this validation before it no longer count against "
                 f"nodeActions.maxNodes, and run {run.run_id}'s systemic hold is "
                 f"{'lifted' if state.released else 'not covered (another run)'}"
+                + _release_repairs(state)
             )
             await self.effects.event(EventReason.NODE_ACTIONS_RELEASED, message)
             run.dirty = True
@@ -181,3 +200,15 @@ class RunBreaker:
                         state.held.setdefault(name, entry.hold)
         release = self._release_text()
         return bool(release) and release != state.release_seen
+
+
+def _release_repairs(state: BreakerState) -> str:
+    """What a release says of the repairs of a systemic failure (spec.remediation)."""
+    if not state.released or not state.systemic or not state.repairs:
+        return ""
+    if state.release_repairs:
+        return "; repairs of its systemic failure are asked as a person said (--repair)"
+    return (
+        "; no repair is asked for its systemic failure (the cause is not the nodes; "
+        "`kubectl gpuval release --repair` asks for them)"
+    )

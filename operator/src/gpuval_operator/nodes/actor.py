@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,8 @@ from gpuval_operator.nodes.entries import (
 )
 from gpuval_operator.nodes.facts import stack_of
 from gpuval_operator.nodes.operatorbreaker import OperatorBreaker
-from gpuval_operator.remediation.machine import after_verdict
+from gpuval_operator.remediation.machine import after_verdict, withdraws_on
+from gpuval_operator.remediation.record import RepairRecord
 from gpuval_operator.run.effects import NODES_PATH, Effects
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
 from gpuval_operator.timestamps import rfc3339
@@ -43,6 +44,9 @@ from gpuval_operator.timestamps import rfc3339
 log = logging.getLogger(__name__)
 
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+
+# Called before a pass returns a node whose repair is still asked (the repair loop withdraws it).
+BeforeWithdraw = Callable[[str, RepairRecord, GpuValidationSpec], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +64,9 @@ class NodeActor:
         self.effects = effects
         self.client = effects.client
         self.operator_breaker = operator_breaker
+        # Set by the repair loop (control.repairwithdraw): its request's object deleted before
+        # the node that passed returns to service.
+        self.before_withdraw: BeforeWithdraw | None = None
 
     async def act(
         self, run: RunState, record: NodeRecord, spec: GpuValidationSpec, *, announce: bool = True
@@ -80,6 +87,7 @@ class NodeActor:
             if spec.node_actions.dry_run:
                 run.dry_run[record.node] = "; ".join(plan.changes) or "nothing to change"
                 break
+            await self._withdraw(record, previous, spec)
             if await self._apply_reserved(run, record.node, plan, node, gate):
                 break
         else:
@@ -93,6 +101,19 @@ class NodeActor:
             held[record.node] = gate.hold
         if announce and not said:
             await self._events(run, record, node["metadata"]["uid"], spec, gate)
+
+    async def _withdraw(
+        self, record: NodeRecord, previous: NodeEntry | None, spec: GpuValidationSpec
+    ) -> None:
+        """A pass of a node whose repair is still asked: the repair loop withdraws it first."""
+        repair = previous.repair if previous is not None else None
+        verdict = Verdict.PASSED if record.phase is Phase.PASSED else Verdict.FAILED
+        if (
+            repair is not None
+            and self.before_withdraw is not None
+            and withdraws_on(repair, verdict)
+        ):
+            await self.before_withdraw(record.node, repair, spec)
 
     async def _apply_reserved(
         self, run: RunState, name: str, plan: NodePlan, node: dict[str, Any], gate: Gate

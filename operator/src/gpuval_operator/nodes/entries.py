@@ -29,7 +29,12 @@ from gpuval_api import keys
 from gpuval_api.crd import TaintEffect
 from gpuval_api.labels import label_value
 from gpuval_api.reasons import RepairAction, action_of
-from gpuval_api.remediation import NEEDS_REPAIR_REASON, NOT_REQUESTED_REASON, RepairState
+from gpuval_api.remediation import (
+    NEEDS_REPAIR_REASON,
+    NOT_REQUESTED_REASON,
+    RepairState,
+    repairs_text,
+)
 from gpuval_api.result import Verdict
 from gpuval_operator.remediation.record import RepairRecord
 from gpuval_operator.timestamps import rfc3339
@@ -264,6 +269,7 @@ _STATE_RANK = {
     RepairState.FAILED_AGAIN: 1,
     RepairState.REVALIDATING: 2,
     RepairState.REPAIRED: 3,
+    RepairState.WITHDRAWN: 4,
 }
 
 
@@ -293,7 +299,14 @@ def _repair_conditions(
             agg.repairs.items(), key=lambda i: _STATE_RANK.get(RepairState(i[1].state), 9)
         )
         status, reason = "False", record.state
-        message = f"{validation}: {record.state} after {record.count} repairs ({record.reason})"
+        message = (
+            f"{validation}: {record.state} after {repairs_text(record.count)} ({record.reason})"
+        )
+        if record.state == RepairState.WITHDRAWN:
+            message = (
+                f"{validation}: repair {record.count} ({record.action}, {record.reason}) "
+                "withdrawn: the node passed before the repair ended"
+            )
     else:
         status, reason = "False", NOT_REQUESTED_REASON
         message = "no validation asks for a repair of this node"
@@ -313,10 +326,10 @@ def _repair_conditions(
         validation = agg.needs_repair[0]
         record = agg.repairs[validation]
         message = (
-            f"{validation}: failed again ({record.reason}) after {len(record.history)} repairs "
-            f"within the window: no further repair is asked; a person or a hardware ticket takes "
-            f"over, then removes the label {keys.NODE_LABEL_NEEDS_REPAIR} to have it validated "
-            "again"
+            f"{validation}: failed again ({record.reason}) after "
+            f"{repairs_text(len(record.history))} within the window: no further repair is asked; "
+            "a person or a hardware ticket takes over, then removes the label "
+            f"{keys.NODE_LABEL_NEEDS_REPAIR} to have it validated again"
         )
         wanted.append(
             _node_condition(

@@ -120,6 +120,11 @@ class OperatorBreaker:
             self.limit - tally.operator_count(),
         )
 
+    def counted(self, validation: str, approved_at: float) -> int:
+        """Nodes out of service through `validation` that count against its own limit (out since
+        its last release), as last counted."""
+        return self.tally.validation_count(validation, approved_at)
+
     def out(self, nodes: Iterable[str]) -> set[str]:
         """Those of `nodes` gpuval holds out of service (or has reserved), as last counted."""
         return {n for n in nodes if self.tally.out(n)}

@@ -23,7 +23,8 @@ class RepairFamilies:
         self.requests = CounterMetricFamily(
             "gpuval_repair_requests",
             "Repairs asked of the cluster's engine whose re-validation under load ended, by the "
-            "action asked (ResetGpu, Reboot) and its outcome (passed: back in service; failed).",
+            "action asked (ResetGpu, Reboot) and its outcome (passed: back in service; failed; "
+            "withdrawn: the node passed by another path before its repair ended).",
             labels=[v, "action", "outcome"],
         )
         self.in_progress = GaugeMetricFamily(

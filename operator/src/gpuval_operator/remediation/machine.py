@@ -16,8 +16,11 @@ what it knows of the node in, and carries out the step that comes back; the node
       │                       passed ◀───────┴──────▶ failed: FailedAgain ──▶ Requested again,
       ▼                          │                                  or NeedsRepair ◀──────┘
     (a pass at any time)      Repaired: back in service       NeedsRepair: no further request;
-                                                               a person removes the label ──▶
-                                                               Revalidating (history cleared)
+      │                                                        a person removes the label ──▶
+      ▼                                                        Revalidating (history cleared)
+    Withdrawn: a pass by another path (an overruled verdict, a scheduled run, a gating
+    re-validation) while its repair was still asked: the request is withdrawn (its object
+    deleted before the node returns, its condition cleared as it returns); not a repair
 
 A node is asked for a repair only when its failure's taint or cordon is in force (the circuit
 breaker admitted it, so the nodes in repair never exceed its limits), its reason is neither
@@ -33,7 +36,7 @@ from enum import Enum, auto
 
 from gpuval_api.crd import Remediation, RemediationMode
 from gpuval_api.reasons import REPAIRABLE_ACTIONS, RepairAction, action_of
-from gpuval_api.remediation import RepairEnd, RepairState
+from gpuval_api.remediation import BACK_STATES, RepairEnd, RepairOutcome, RepairState
 from gpuval_api.result import Verdict
 from gpuval_operator.remediation.record import RepairRecord
 
@@ -164,7 +167,7 @@ def _failure_to_act_on(facts: RepairFacts, record: RepairRecord | None) -> bool:
         return True
     if record.state == RepairState.CANCELLED:
         return facts.at > (record.ended or 0)  # a failure after the cancellation
-    return record.state == RepairState.REPAIRED and facts.at >= (record.back or 0)
+    return record.state in BACK_STATES and facts.at >= (record.back or 0)
 
 
 def next_count(record: RepairRecord | None) -> int:
@@ -261,19 +264,44 @@ def by_person(record: RepairRecord, now: float) -> RepairRecord:
 
 def after_verdict(record: RepairRecord | None, verdict: Verdict, now: float) -> RepairRecord | None:
     """The record once the node has a new verdict: a pass returns it to service whatever the
-    loop was waiting for; a failure of its re-validation is FailedAgain (the keeper asks again or
-    gives up); NotRun tells nothing."""
+    loop was waiting for (a repair still asked is withdrawn); a failure of its re-validation is
+    FailedAgain (the keeper asks again or gives up); NotRun tells nothing."""
     if record is None or verdict is Verdict.NOT_RUN or record.state == RepairState.CANCELLED:
         # A cancelled request stays so (a pass was no repair's); a failure is decided on.
         return record
     stamp = int(now)
     if verdict is Verdict.PASSED:
-        if record.state == RepairState.REPAIRED:
+        if record.state in BACK_STATES:
             return record
+        if withdraws_on(record, verdict):
+            return withdrawn(record, now)
         return record.moved(RepairState.REPAIRED, revalidated=stamp, back=stamp)
     if record.state == RepairState.REVALIDATING:
         return record.moved(RepairState.FAILED_AGAIN, revalidated=stamp)
     return record
+
+
+def withdraws_on(record: RepairRecord | None, verdict: Verdict) -> bool:
+    """A verdict that withdraws the node's request: a pass while its repair is still asked."""
+    return (
+        record is not None and record.state == RepairState.REQUESTED and verdict is Verdict.PASSED
+    )
+
+
+def withdrawn(record: RepairRecord, now: float) -> RepairRecord:
+    """The record once the node passed by another path while its repair was still asked: back
+    in service, the request withdrawn (its end unknown: not a repair)."""
+    return record.moved(RepairState.WITHDRAWN, back=int(now))
+
+
+def withdraws(before: RepairRecord | None, after: RepairRecord | None) -> bool:
+    """This change of a node's record withdraws a request that is out."""
+    return (
+        before is not None
+        and before.state == RepairState.REQUESTED
+        and after is not None
+        and after.state == RepairState.WITHDRAWN
+    )
 
 
 def repair_checks(failed: Iterable[str], load_checks: Iterable[str], state: str) -> tuple[str, ...]:
@@ -294,10 +322,10 @@ def repair_checks(failed: Iterable[str], load_checks: Iterable[str], state: str)
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """A request whose outcome became known (for the metrics): the re-validation passed or
-    failed; `seconds`: failure → back in service."""
+    failed, or the request was withdrawn; `seconds`: failure → back in service (a repair's)."""
 
     action: str
-    outcome: str  # "passed" or "failed"
+    outcome: RepairOutcome
     seconds: float | None = None
 
 
@@ -308,16 +336,20 @@ def outcome_of(before: RepairRecord | None, after: RepairRecord | None) -> Outco
     moved = before is None or before.state != after.state
     if not moved:
         return None
+    if after.state == RepairState.WITHDRAWN and (before is None or before.active):
+        return Outcome(after.action, RepairOutcome.WITHDRAWN)
     if after.state == RepairState.REPAIRED and (before is None or before.active):
         seconds = (after.back - after.failed) if after.back is not None else None
-        return Outcome(after.action, "passed", float(seconds) if seconds is not None else None)
+        return Outcome(
+            after.action, RepairOutcome.PASSED, float(seconds) if seconds is not None else None
+        )
     # Failed again; or seen only once it needs repair (the keeper decided in the same pass).
     if after.state == RepairState.FAILED_AGAIN or (
         after.state == RepairState.NEEDS_REPAIR
         and before is not None
         and before.state == RepairState.REVALIDATING
     ):
-        return Outcome(after.action, "failed")
+        return Outcome(after.action, RepairOutcome.FAILED)
     return None
 
 

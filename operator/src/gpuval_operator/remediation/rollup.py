@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpuval_api.remediation import RepairState
+from gpuval_api.remediation import BACK_STATES, RepairState
 from gpuval_operator.remediation.record import RepairRecord
 from gpuval_operator.timestamps import rfc3339
 
@@ -19,6 +19,7 @@ _ORDER = {
     RepairState.FAILED_AGAIN: 3,
     RepairState.CANCELLED: 4,
     RepairState.REPAIRED: 5,
+    RepairState.WITHDRAWN: 6,
 }
 
 
@@ -47,7 +48,7 @@ def node_status(node: str, record: RepairRecord, now: float, window: float) -> d
 
 def _shown(record: RepairRecord, now: float, window: float) -> bool:
     """Listed: in the loop, or back in service (or cancelled) within the window."""
-    if record.state == RepairState.REPAIRED:
+    if record.state in BACK_STATES:
         return now - (record.back or 0) < window
     if record.state == RepairState.CANCELLED:
         return now - (record.ended or 0) < window

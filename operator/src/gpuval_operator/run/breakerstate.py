@@ -55,6 +55,10 @@ class BreakerState:
     operator_out_of_service: int = 0
     # A person's release (gpuval.dev/release) applies to this run: its systemic hold is lifted.
     released: bool = False
+    # ... and it asks for the repairs of the systemic failure too (`release --repair`).
+    release_repairs: bool = False
+    # The validation has spec.remediation (what the release says of repairs).
+    repairs: bool = False
     # Nodes out of service through this validation since before this time (Unix seconds) were
     # approved by a release and no longer count against maxNodes.
     approved_at: float = 0.0
@@ -63,10 +67,37 @@ class BreakerState:
     release_seen: str = ""
     # After a restart: the held nodes were read back from the nodes' entries.
     restored: bool = False
+    # Of out_of_service: those that count against maxNodes (out since the last release), and
+    # those that need repair by a person (spec.remediation NeedsRepair).
+    counted: int = 0
+    needs_repair: int = 0
 
     def systemic_reasons(self) -> set[str]:
         """The reasons held as systemic (none once a person released the run)."""
         return set() if self.released else {s.reason for s in self.systemic}
+
+    def no_repair_reasons(self) -> set[str]:
+        """The reasons spec.remediation asks no repair for: the systemic ones (released or not:
+        the taint and cordon a release lets through do not make the cause the nodes') and those
+        still undecided; none when a person's release asked for the repairs too."""
+        if self.released and self.release_repairs:
+            return set()
+        return {s.reason for s in self.systemic} | self.undecided
+
+    def out_of_service_text(self) -> str:
+        """How many nodes are out of service through this validation and why, against the limit:
+        those out since the last release count against maxNodes, the rest were released."""
+        text = (
+            f"out of service through this validation {self.counted} "
+            f"(nodeActions.maxNodes {self.limit})"
+        )
+        released = self.out_of_service - self.counted
+        if released > 0:
+            text += f", {released} more released by a person (not counted)"
+        if self.needs_repair:
+            verb = "needs" if self.needs_repair == 1 else "need"
+            text += f"; {self.needs_repair} of them {verb} repair by a person (NeedsRepair)"
+        return text
 
     def causes(self) -> Counter[str]:
         return Counter(self.held.values())
@@ -116,8 +147,7 @@ def held_condition(
             ConditionType.NODE_ACTIONS_HELD,
             "False",
             R.NOT_HELD,
-            f"no node action held ({state.out_of_service} of at most {state.limit} nodes out of "
-            f"service through this validation){waiting}",
+            f"no node action held ({state.out_of_service_text()}){waiting}",
         )
     reason = next(c for c in HOLD_CAUSES if causes.get(c))
     parts = []
@@ -127,8 +157,8 @@ def held_condition(
     failed = sum(failures.values())
     message = (
         f"{len(state.held)} of {failed} failed nodes keep their label but not their taint and "
-        f"cordon ({'; '.join(parts)}); failures: {_count_text(failures)}; out of service through "
-        f"this validation {state.out_of_service} (nodeActions.maxNodes {state.limit}), through "
+        f"cordon ({'; '.join(parts)}); failures: {_count_text(failures)}; "
+        f"{state.out_of_service_text()}, through "
         f"gpuval {state.operator_out_of_service} (operator limit {state.operator_limit}); "
         f"`kubectl gpuval release {validation}` acts on them up to the limits again"
     )
@@ -145,7 +175,14 @@ def systemic_condition(state: BreakerState) -> tuple[str, str, str, str]:
             "no failure reason is shared by most of the run's tested nodes",
         )
     found = "; ".join(s.message() for s in state.systemic)
-    held = "released by a person" if state.released else "their taint and cordon are held"
+    if state.released and state.repairs and state.release_repairs:
+        held = "released by a person, repairs asked too"
+    elif state.released and state.repairs:
+        held = "released by a person: their taint and cordon apply, no repair is asked for them"
+    elif state.released:
+        held = "released by a person"
+    else:
+        held = "their taint and cordon are held"
     message = (
         f"{found}: the spec (a threshold) or the fleet's stack (driver, firmware, settings) is "
         f"the likely cause, not the nodes; {held}"

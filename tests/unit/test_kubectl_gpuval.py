@@ -683,3 +683,23 @@ def test_the_repair_path_of_a_flapping_or_withdrawn_node_reads_in_the_order_it_h
         "2026-12-04T18:01:40Z (passed before its repair ended: request withdrawn) (30s after it "
         "failed)"
     )
+
+
+def test_a_node_whose_agent_pod_waits_for_the_api_server_reads_waiting_with_its_words() -> None:
+    """Issue 43 part 6: a node the quota keeps waiting is neither Pending nor NotRun in `kubectl
+    gpuval status` and on the page: Waiting, with the API server's words."""
+    words = "exceeded quota: gpuval-agents, requested: pods=1, used: pods=2, limited: pods=2"
+    report = GpuNodeReport.model_validate(
+        {
+            "metadata": {"name": "fleet-1-abcd-n2"},
+            "spec": {"validation": "fleet", "run": "fleet-1-abcd", "node": "n2"},
+            "status": {"phase": "Waiting", "reason": "AgentPodRefused", "message": words},
+        }
+    )
+    running = validation("fleet", "fleet-1-abcd", 1, [])
+    view = fleet_view(running, [report])
+
+    out = render.render_status(view, running)
+
+    assert "1 nodes (Waiting 1)" in out
+    assert f"  n2  Waiting  AgentPodRefused  {words}" in out

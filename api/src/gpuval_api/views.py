@@ -45,6 +45,9 @@ NOT_RUN = str(Verdict.NOT_RUN)
 # Verdict-like states of a unit that has no verdict yet (a report's phase).
 RUNNING = str(ReportPhase.RUNNING)
 PENDING = str(ReportPhase.PENDING)
+# The API server refuses its agent pod for now (a quota that paces the run, a policy): untested,
+# not NotRun; listed with the server's words among the units not judged.
+WAITING = str(ReportPhase.WAITING)
 KNOWN_STATES = (PASSED, FAILED, RUNNING, PENDING)
 
 
@@ -338,6 +341,14 @@ def node_unit(report: GpuNodeReport) -> UnitView:
     )
     if status is None or status.verdict is None:
         phase = status.phase if status is not None and status.phase else PENDING
+        if phase == WAITING and status is not None:
+            return UnitView(
+                node,
+                WAITING,
+                reason=status.reason,
+                message=status.message or "",
+                device_health=health,
+            )
         return UnitView(node, RUNNING if phase == RUNNING else PENDING, device_health=health)
     summary = status.summary.model_dump(by_alias=True) if status.summary else {}
     figures = {f.key: float(summary[f.key]) for f in FIGURES if summary.get(f.key) is not None}

@@ -334,6 +334,17 @@ def test_a_node_of_whole_gpus_and_mig_instances_counts_and_names_each_kind() -> 
     burn = next(c for c in slow.checks if c.name == "burn")
     (low,) = [f for f in burn.findings if f.reason is Reason.LOW_THROUGHPUT]
     assert low.message.startswith("MIG 1g.18gb instance 9 of GPU 7: bf16 burn reached ")
+    # The memory test names an instance the same way (it said "GPU 9").
+    memory_too = ChecksConfig.model_validate(
+        {"burn": {"durationSeconds": 1}, "memory": {"enabled": True}}
+    )
+    flipped = _run(mixed | {"faults": [{"kind": "memory-flip", "gpu": 9}]}, memory_too)
+    memory = next(c for c in flipped.checks if c.name == "memory")
+    (bad,) = [f for f in memory.findings if f.reason is Reason.MEMORY_MISCOMPARE]
+    assert bad.message.startswith("MIG 1g.18gb instance 9 of GPU 7: pattern ")
+    assert {c.name: c.message for c in _run(mixed, memory_too).checks}["memory"].startswith(
+        "7 GPUs and 7 MIG instances: "
+    )
 
 
 def test_outliers_compare_mig_instances_with_instances_and_whole_gpus_with_whole_gpus() -> None:

@@ -146,7 +146,7 @@ def test_counters_name_the_step_the_address_range_and_the_flipped_bits() -> None
     assert found.first_address == 0x7F00_0000_0000 + 5 * 8
     assert found.last_address == 0x7F00_0040_0000 + 9 * 8
     assert found.flipped_bits == (1 << 63) | (1 << 3)
-    text = found.describe(gpu=3, tested_bytes=4 << 20)
+    text = found.describe("GPU 3", tested_bytes=4 << 20)
     assert "GPU 3: pattern address complement (pass 1): 3 words read back wrong between" in text
     assert "0x7f0000000028 and 0x7f0000400048 (in 2 blocks)" in text
     assert "bits flipped 0x8000000000000008" in text

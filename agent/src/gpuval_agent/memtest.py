@@ -198,7 +198,8 @@ class Miscompare:
     flipped_bits: int  # OR over the differing words of (read XOR written), unsigned
     blocks: int  # blocks with a differing word
 
-    def describe(self, gpu: int, tested_bytes: int) -> str:
+    def describe(self, unit: str, tested_bytes: int) -> str:
+        """`unit`: how the message names the unit ('GPU 3', a MIG instance by profile)."""
         where = (
             f"at 0x{self.first_address:x}"
             if self.words == 1
@@ -206,7 +207,7 @@ class Miscompare:
             + (f" (in {self.blocks} blocks)" if self.blocks > 1 else "")
         )
         return (
-            f"GPU {gpu}: pattern {self.step.label} (pass {self.step.pass_index + 1}): "
+            f"{unit}: pattern {self.step.label} (pass {self.step.pass_index + 1}): "
             f"{self.words} word{'s' if self.words != 1 else ''} read back wrong {where}, "
             f"{size_text(self.first_offset)} into the {size_text(tested_bytes)} tested; "
             f"bits flipped 0x{self.flipped_bits:016x}"

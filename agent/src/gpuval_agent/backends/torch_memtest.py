@@ -119,7 +119,7 @@ def warm_up(device: torch.device, launch: Launch) -> None:
     if bad := miscompares(rows, steps, region.blocks):
         raise RuntimeError(
             f"the memory test's kernels read back other words than they wrote on a healthy "
-            f"one-tile buffer ({bad[0].describe(device.index or 0, launch.tile * WORD)})"
+            f"one-tile buffer ({bad[0].describe(f'GPU {device.index or 0}', launch.tile * WORD)})"
         )
 
 

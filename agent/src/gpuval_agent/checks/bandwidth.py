@@ -110,12 +110,12 @@ def _one_gpu(context: CheckContext, builder: CheckBuilder, gpu: int, step: _Step
     config, part, backend = context.config.bandwidth, context.part_for(gpu), context.backend
     share, unit = context.share_for(gpu), context.unit(gpu)
     nbytes = config.transfer_mib * _MIB
-    step(f"GPU {gpu} host->device")
+    step(f"{context.unit(gpu)} host->device")
     with context.sampler.window() as window, _polling(context):
         h2d = backend.host_device_bandwidth(H2D.id, [gpu], nbytes, config.iterations)[gpu]
-    step(f"GPU {gpu} device->host")
+    step(f"{context.unit(gpu)} device->host")
     d2h = backend.host_device_bandwidth(D2H.id, [gpu], nbytes, config.iterations)[gpu]
-    step(f"GPU {gpu} device copy")
+    step(f"{context.unit(gpu)} device copy")
     local = backend.device_copy_bandwidth(gpu, nbytes, config.iterations)
     builder.gpu_metric(gpu, H2D.metric, h2d)
     builder.gpu_metric(gpu, D2H.metric, d2h)

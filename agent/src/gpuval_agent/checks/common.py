@@ -84,7 +84,7 @@ class CheckContext:
     def note_excluded(self, builder: CheckBuilder) -> None:
         """One CheckSkipped warning per GPU an earlier layer excluded, naming the GPU and why."""
         for gpu, why in sorted(self.excluded.items()):
-            builder.add(Reason.CHECK_SKIPPED, f"GPU {gpu} skipped: {why}", gpu=gpu)
+            builder.add(Reason.CHECK_SKIPPED, f"{self.unit(gpu)} skipped: {why}", gpu=gpu)
 
     def uuid(self, gpu: int) -> str | None:
         return next((g.uuid for g in self.environment.gpus if g.index == gpu), None)

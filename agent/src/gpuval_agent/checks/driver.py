@@ -50,13 +50,16 @@ def run_driver(context: CheckContext) -> CheckResult:
             # No room for a context beside another process's memory: not the GPU's fault.
             builder.add(
                 Reason.GPU_IN_USE,
-                f"GPU {gpu} is in use by {describe(busy[gpu])}: CUDA could not create a context "
+                f"{context.unit(gpu)} is in use by {describe(busy[gpu])}: CUDA could not create a "
+                "context "
                 f"beside it ({error})",
                 gpu=gpu,
             )
         elif error:
             builder.add(
-                Reason.CUDA_INIT_FAILED, f"GPU {gpu}: CUDA did not initialise: {error}", gpu=gpu
+                Reason.CUDA_INIT_FAILED,
+                f"{context.unit(gpu)}: CUDA did not initialise: {error}",
+                gpu=gpu,
             )
     return builder.finish(
         message=""

@@ -35,6 +35,7 @@ class _Progress:
 
     def __init__(self, context: CheckContext, gpus: list[int]) -> None:
         self._reporter = context.reporter
+        self._unit = context.unit
         self._done = dict.fromkeys(gpus, 0)
         self._lock = threading.Lock()
         self._last = 0.0
@@ -51,8 +52,8 @@ class _Progress:
         self._reporter.check_progress(
             CheckName.MEMORY.value,
             fraction,
-            f"GPU {update.gpu}: {update.label}, step {update.steps_done}/{update.steps_total}, "
-            f"{update.gbps:.0f} GB/s",
+            f"{self._unit(update.gpu)}: {update.label}, step {update.steps_done}/"
+            f"{update.steps_total}, {update.gbps:.0f} GB/s",
         )
 
 
@@ -67,11 +68,12 @@ def run_memory(context: CheckContext) -> CheckResult:
             gpus, plan, on_progress=_Progress(context, gpus), stop=context.stop
         )
     for measurement in measurements:
-        _judge(builder, measurement, config)
+        _judge(builder, measurement, config, context.unit(measurement.gpu))
     for event in window.xids:
         builder.add(
             Reason.XID_ERROR,
-            f"GPU {event.gpu}: XID {event.xid} reported by the driver during the memory test",
+            f"{context.unit(event.gpu)}: XID {event.xid} reported by the driver during the memory "
+            "test",
             gpu=event.gpu,
         )
     builder.metrics["stepsPerPass"] = float(len(plan_steps(plan.patterns, 1)))
@@ -83,17 +85,20 @@ def run_memory(context: CheckContext) -> CheckResult:
         return builder.finish(
             message="no GPU memory could be allocated: nothing was tested", verdict=Verdict.SKIPPED
         )
-    return builder.finish(message=_summary(tested, plan))
+    least = min(tested, key=lambda m: m.tested_bytes / max(m.total_bytes, 1))
+    units = context.units([m.gpu for m in tested])
+    return builder.finish(message=_summary(tested, plan, units, context.unit(least.gpu)))
 
 
-def _summary(tested: list[MemoryMeasurement], plan: MemoryPlan) -> str:
+def _summary(tested: list[MemoryMeasurement], plan: MemoryPlan, units: str, name: str) -> str:
+    """`units`: the tested units as counted ('8 GPUs'); `name`: the least covered one's."""
     least = min(tested, key=lambda m: m.tested_bytes / max(m.total_bytes, 1))
     slowest = min(m.gbps for m in tested)
     return (
-        f"{len(tested)} GPU{'s' if len(tested) > 1 else ''}: {len(plan.patterns)} patterns "
+        f"{units}: {len(plan.patterns)} patterns "
         f"({len(plan_steps(plan.patterns, 1))} steps) x {plan.passes} pass"
         f"{'es' if plan.passes > 1 else ''}, every word verified, none differed; least covered "
-        f"GPU {least.gpu}: {size_text(least.tested_bytes)} of {size_text(least.total_bytes)} "
+        f"{name}: {size_text(least.tested_bytes)} of {size_text(least.total_bytes)} "
         f"({_coverage(least):.1%}); slowest {slowest:.0f} GB/s"
     )
 
@@ -102,7 +107,10 @@ def _coverage(measurement: MemoryMeasurement) -> float:
     return measurement.tested_bytes / measurement.total_bytes if measurement.total_bytes else 0.0
 
 
-def _judge(builder: CheckBuilder, measurement: MemoryMeasurement, config: MemoryCheck) -> None:
+def _judge(
+    builder: CheckBuilder, measurement: MemoryMeasurement, config: MemoryCheck, name: str
+) -> None:
+    """`name`: how messages name the unit ('GPU 3', or a MIG instance by profile and parent)."""
     gpu = measurement.gpu
     builder.gpu_metric(gpu, "memoryTotalBytes", float(measurement.total_bytes))
     builder.gpu_metric(gpu, "memoryFreeBytes", float(measurement.free_bytes))
@@ -119,13 +127,13 @@ def _judge(builder: CheckBuilder, measurement: MemoryMeasurement, config: Memory
         ecc = "ecc" in measurement.error.lower()
         builder.add(
             Reason.ECC_UNCORRECTABLE if ecc else Reason.CHECK_ERROR,
-            f"GPU {gpu}: memory test failed: {measurement.error}",
+            f"{name}: memory test failed: {measurement.error}",
             gpu=gpu,
         )
     if measurement.miscompares:
         named = measurement.miscompares[:_NAMED_STEPS]
         more = len(measurement.miscompares) - len(named)
-        details = "; ".join(m.describe(gpu, measurement.tested_bytes) for m in named)
+        details = "; ".join(m.describe(name, measurement.tested_bytes) for m in named)
         builder.add(
             Reason.MEMORY_MISCOMPARE,
             details + (f"; and in {more} more steps" if more else ""),
@@ -136,7 +144,7 @@ def _judge(builder: CheckBuilder, measurement: MemoryMeasurement, config: Memory
         refused = f"; {measurement.shortfall}" if measurement.shortfall else ""
         builder.add(
             Reason.MEMORY_PARTLY_COVERED,
-            f"GPU {gpu}: tested {size_text(measurement.tested_bytes)} of "
+            f"{name}: tested {size_text(measurement.tested_bytes)} of "
             f"{size_text(measurement.total_bytes)} ({coverage:.1%}, below "
             f"memory.warnBelowFraction {config.warn_below_fraction:.0%}); "
             f"{size_text(measurement.free_bytes)} was free when the test started{refused}; "

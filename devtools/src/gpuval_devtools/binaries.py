@@ -127,7 +127,7 @@ def _ensure_kube(*, log: Log) -> dict[str, Path]:
         ]
     )
     # Measured on 2 cores with empty Go module and build caches: 465 s for the six (the
-    # README's table has the whole first `make controlplane`).
+    # docs/development.md has the whole first `make controlplane`).
     log(
         f"building {', '.join(KUBE_COMPONENTS)} from Go modules: the first build takes "
         "about 8 minutes on 2 cores, later ones are cached"

@@ -152,14 +152,12 @@ def test_agent_on_node_a_is_refused_node_bs_report_with_the_policys_message(
 
     message = str(refused.value)
     assert "HTTP 403" in message
-    # Issue 43 part 8: a late write is said as late, not as a missing permission.
-    assert "was settled by the operator before this agent wrote it" in message
-    assert "nothing is wrong with permissions" in message and "ServiceAccount" not in message
     assert f"ValidatingAdmissionPolicy '{agents.release.policy}'" in message
     assert (
         f"gpuval agent on node {agents.nodes[0]} may write only its own node's GpuNodeReport; "
         f"{agents.reports[1]} has spec.node {agents.nodes[1]}"
     ) in message
+    assert "check the agent's ServiceAccount role" in message  # a refusal, not a late write
     assert status_of(cluster, agents.reports[1]) == before
 
 
@@ -281,6 +279,9 @@ def test_a_late_write_by_the_agent_to_a_report_the_operator_settled_is_refused(
 
     message = str(refused.value)
     assert "HTTP 403" in message
+    # Issue 43 part 8: a late write is said as late, not as a missing permission.
+    assert "was settled by the operator before this agent wrote it" in message
+    assert "nothing is wrong with permissions" in message and "ServiceAccount" not in message
     assert f"ValidatingAdmissionPolicy '{agents.release.policy}'" in message
     assert (
         f"GpuNodeReport {agents.reports[0]} was settled by the gpuval operator (status.settledBy "

@@ -192,7 +192,7 @@ def test_an_agent_pod_gets_the_baselines_of_its_gpu_model_and_the_fraction() -> 
 
 
 def test_a_mig_profiles_baseline_is_given_to_a_node_its_parent_gpus_label_names() -> None:
-    (shipped,) = files.shipped()
+    shipped = next(b for b in files.shipped() if b.spec.key.gpu_product == "NVIDIA H200")
     key = shipped.spec.key.model_copy(update={"gpu_product": "NVIDIA H200 MIG 1g.18gb"})
     instances = shipped.spec.model_copy(update={"key": key})
     runs = judge.start(BaselineSettings(), [("h200-mig-1g", instances)])

@@ -300,46 +300,53 @@ def test_a_reboot_class_failure_is_repaired_once_proven_under_load_and_stopped_a
     assert len(objects.uids) == 2, "a repair by hand asks the engine for nothing"
 
 
-def _refuse_repair_requests(name: str, refuse: str) -> list[dict[str, Any]]:
-    """An admission policy that refuses any write leaving GpuRepairRequested True on the nodes
-    labelled gpuval-refuse=`refuse` (as a cluster's own policy or webhook might)."""
-    requested = keys.NODE_CONDITION_REPAIR_REQUESTED
+def _deny(
+    name: str,
+    rule: dict[str, Any],
+    validation: dict[str, str],
+    labels: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy denying the writes `rule` matches that fail `validation`
+    (on the objects labelled `labels`, when given), and its binding: as a cluster's own policy
+    or webhook might."""
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": name},
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["UPDATE"],
-                        "resources": ["nodes", "nodes/status"],
-                    }
-                ]
-            },
-            "validations": [
-                {
-                    "expression": "!has(object.status.conditions) || !object.status.conditions"
-                    f".exists(c, c.type == '{requested}' && c.status == 'True')",
-                    "message": "this cluster refuses repair requests on this node",
-                }
-            ],
+            "matchConstraints": {"resourceRules": [rule]},
+            "validations": [validation],
         },
     }
+    bound: dict[str, Any] = {"policyName": name, "validationActions": ["Deny"]}
+    if labels is not None:
+        bound["matchResources"] = {"objectSelector": {"matchLabels": labels}}
     binding = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
         "metadata": {"name": name},
-        "spec": {
-            "policyName": name,
-            "validationActions": ["Deny"],
-            "matchResources": {"objectSelector": {"matchLabels": {"gpuval-refuse": refuse}}},
-        },
+        "spec": bound,
     }
     return [policy, binding]
+
+
+def _refuse_repair_requests(name: str, refuse: str) -> list[dict[str, Any]]:
+    """An admission policy that refuses any write leaving GpuRepairRequested True on the nodes
+    labelled gpuval-refuse=`refuse`."""
+    requested = keys.NODE_CONDITION_REPAIR_REQUESTED
+    rule = {
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "operations": ["UPDATE"],
+        "resources": ["nodes", "nodes/status"],
+    }
+    validation = {
+        "expression": "!has(object.status.conditions) || !object.status.conditions"
+        f".exists(c, c.type == '{requested}' && c.status == 'True')",
+        "message": "this cluster refuses repair requests on this node",
+    }
+    return _deny(name, rule, validation, {"gpuval-refuse": refuse})
 
 
 class ReturnSeen:
@@ -709,31 +716,13 @@ def test_a_repair_object_the_api_server_cannot_make_is_tried_a_few_times_a_minut
     remediation = {"mode": "Template", "template": template}
     spec = {"nodeActions": ACTIONS, "checks": QUICK, "remediation": remediation}
     frozen = "reboots are frozen for the maintenance window"
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [group],
-                        "apiVersions": ["*"],
-                        "operations": ["CREATE"],
-                        "resources": ["rebootnodes"],
-                    }
-                ]
-            },
-            "validations": [{"expression": "false", "message": frozen}],
-        },
+    creates = {
+        "apiGroups": [group],
+        "apiVersions": ["*"],
+        "operations": ["CREATE"],
+        "resources": ["rebootnodes"],
     }
-    binding = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name},
-        "spec": {"policyName": name, "validationActions": ["Deny"]},
-    }
+    policy, binding = _deny(name, creates, {"expression": "false", "message": frozen})
     try:
         with operator() as port:
             apply(cluster, fleet.validation(name, **spec))

@@ -211,8 +211,7 @@ def history_entry(report: GpuNodeReport) -> HistoryEntry | None:
         else []
     )
     lowest = min((s.value for s in pairs), default=None)
-    gpus = history.result_gpu_identity(status.result)
-    tokens = history.result_gpu_tokens(status.result)
+    gpus, tokens = history.result_gpus(status.result)
     return history.entry(
         report.spec.run, status.completed_at, summary, lowest, gpus, gpu_tokens=tokens
     )

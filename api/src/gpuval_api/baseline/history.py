@@ -88,7 +88,9 @@ def gpu_tokens(gpus: Iterable[tuple[object, object]]) -> list[str] | None:
     ]
 
 
-def _result_gpus(result: object) -> list[tuple[object, object]]:
+def result_gpus(result: object) -> tuple[str | None, list[str] | None]:
+    """The GPU identity of an agent's result document (as JSON: a dict) and each GPU's token in
+    index order (`gpu_identity`, `gpu_tokens`), from one walk over its GPUs."""
     environment = result.get("environment") if isinstance(result, Mapping) else None
     gpus = environment.get("gpus") if isinstance(environment, Mapping) else None
     units = []
@@ -98,17 +100,7 @@ def _result_gpus(result: object) -> list[tuple[object, object]]:
             mig: Mapping[str, object] = found if isinstance(found, Mapping) else {}
             uuid = unit_uuid(g.get("uuid"), mig.get("parentUuid"), mig.get("profile"))
             units.append((uuid, g.get("serial")))
-    return units
-
-
-def result_gpu_identity(result: object) -> str | None:
-    """The GPU identity of an agent's result document (as JSON: a dict)."""
-    return gpu_identity(_result_gpus(result))
-
-
-def result_gpu_tokens(result: object) -> list[str] | None:
-    """Each GPU's token of an agent's result document (as JSON: a dict), in index order."""
-    return gpu_tokens(_result_gpus(result))
+    return gpu_identity(units), gpu_tokens(units)
 
 
 def changed_gpus(before: Sequence[str] | None, now: Sequence[str] | None) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuval_api import figures, keys
-from gpuval_api.baseline.history import result_gpu_identity, result_gpu_tokens
+from gpuval_api.baseline.history import result_gpus
 from gpuval_api.checks import CheckName
 from gpuval_api.crd import OUTLIER_VALUE_LENGTH
 from gpuval_api.mig import mig_layout
@@ -255,6 +255,7 @@ class ReportFacts:
         result = status.get(StatusKey.RESULT)
         fabric = status.get(StatusKey.FABRIC)
         gpus = annotations.get(keys.ANNOTATION_GPUS, "")
+        identity, tokens = result_gpus(result)
         return cls(
             name=meta.get("name", ""),
             node=spec.get("node", ""),
@@ -279,6 +280,6 @@ class ReportFacts:
             state=StateFacts.parse(result),
             comparison=Comparison.parse(result),
             carried=spec.get("history") or None,
-            gpu_identity=result_gpu_identity(result),
-            gpu_tokens=",".join(result_gpu_tokens(result) or ()),
+            gpu_identity=identity,
+            gpu_tokens=",".join(tokens or ()),
         )

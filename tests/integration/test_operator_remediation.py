@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from gpuval_api import keys
+from gpuval_api.labels import label_value
 from gpuval_devtools import nhc
 from gpuval_devtools.buildsteps import quiet
 from gpuval_devtools.controlplane import Cluster
@@ -113,6 +114,12 @@ def _scraped_with(port: int, series: str) -> str | None:
     return text if series in text else None
 
 
+def _own(plural: str, validation: str) -> list[str]:
+    """A watch's arguments for the repair objects of one validation (by the label the operator
+    gives them): an object another test left behind is not this test's."""
+    return [plural, "-l", f"{keys.LABEL_VALIDATION}={label_value(validation)}"]
+
+
 def _object_named(seen: ObjectsSeen, index: int) -> str:
     return list(seen.uids.values())[index]
 
@@ -137,7 +144,7 @@ def test_a_reboot_class_failure_is_repaired_once_proven_under_load_and_stopped_a
     }
     spec = {"nodeActions": ACTIONS, "checks": QUICK, "remediation": remediation}
     objects = ObjectsSeen()
-    with watch(cluster, ["rebootnodes"], objects):
+    with watch(cluster, _own("rebootnodes", name), objects):
         with operator():
             apply(cluster, fleet.validation(name, **spec))
             first = completed_run(cluster, name)
@@ -386,7 +393,7 @@ def test_a_pass_by_another_path_withdraws_the_repair_before_the_node_returns(
     objects, returned = ObjectsSeen(), ReturnSeen(node)
     try:
         with (
-            watch(cluster, ["rebootnodes"], objects),
+            watch(cluster, _own("rebootnodes", name), objects),
             watch(cluster, ["nodes", "-l", f"gpuval-refuse={refuse}"], returned),
             operator() as port,
         ):
@@ -837,7 +844,7 @@ def test_a_repair_object_a_person_deletes_cancels_its_request_uncounted_and_not_
     plural = (
         "rebootnodes.janitor.dgxc.nvidia.com"  # by group: another test's kind is RebootNode too
     )
-    with watch(cluster, [plural], objects), operator():
+    with watch(cluster, _own(plural, name), objects), operator():
         apply(cluster, fleet.validation(name, **spec))
         completed_run(cluster, name)
         wait_for("the RebootNode of the failure", lambda: objects.live, timeout=60)

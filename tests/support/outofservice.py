@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -74,28 +75,54 @@ def _read(stream: Any, seen: Sink) -> None:
             seen.apply(event.get("type", ""), event.get("object") or {})
 
 
+class WatchEndedError(RuntimeError):
+    """kubectl's watch ended while the test relied on it."""
+
+
 @contextmanager
 def watch(cluster: Cluster, what: list[str], seen: Sink) -> Iterator[None]:
-    """`kubectl get <what> --watch` while the block runs, each event given to `seen.apply`."""
-    command = [
-        str(cluster.binaries.kubectl),
-        "--kubeconfig",
-        str(cluster.kubeconfig),
-        "get",
-        *what,
-        "--watch",
-        "--output-watch-events",
-        "-o",
-        "json",
-    ]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    reader = threading.Thread(target=_read, args=(proc.stdout, seen), daemon=True)
+    """`kubectl get <what> --watch` while the block runs, each event given to `seen.apply`.
+
+    The block starts once a plain `kubectl get <what>` succeeds: a kind whose CRD was just
+    established may not be in the API server's discovery yet, and a watch started then exits at
+    once ("the server doesn't have a resource type"), which would leave `seen` empty and the
+    test waiting for what was made unseen. A watch that ends while the block runs (the API
+    server closes watches now and then) is started again; its list replays what exists."""
+    base = [str(cluster.binaries.kubectl), "--kubeconfig", str(cluster.kubeconfig), "get", *what]
+    deadline = time.monotonic() + 60
+    while True:
+        probe = subprocess.run(base, capture_output=True, text=True, check=False)
+        if probe.returncode == 0:
+            break
+        if time.monotonic() > deadline:
+            raise WatchEndedError(f"kubectl get {' '.join(what)}: {probe.stderr.strip()}")
+        time.sleep(0.5)
+    command = [*base, "--watch", "--output-watch-events", "-o", "json"]
+    stop = threading.Event()
+    current: list[subprocess.Popen[str]] = []
+
+    def follow() -> None:
+        while not stop.is_set():
+            proc = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            )
+            current[:] = [proc]
+            if stop.is_set():  # stopped while it started: the block's end saw no process
+                proc.terminate()
+            _read(proc.stdout, seen)
+            proc.wait()
+            if not stop.is_set():
+                time.sleep(0.5)
+
+    reader = threading.Thread(target=follow, daemon=True)
     reader.start()
     try:
         yield
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        stop.set()
+        for proc in current:
+            proc.terminate()
+            proc.wait(timeout=10)
         reader.join(timeout=10)
 
 

@@ -77,7 +77,7 @@ def test_helm_install_runs_the_operator_image_non_root_read_only_and_helm_test_p
         "a replica to hold the leader Lease", lambda: real.leader_pod(real_node_cluster, release)
     )
     assert leader["metadata"]["name"] in {p["metadata"]["name"] for p in pods}
-    for pod in pods:  # the standby is as Ready as the leader: /healthz answers while it waits
+    for pod in pods:  # the standby is as Ready as the leader: /readyz once it read the Lease
         assert pod["spec"]["nodeName"] == real_node.name
         (status,) = pod["status"]["containerStatuses"]
         assert status["ready"] is True and status["restartCount"] == 0

@@ -59,8 +59,9 @@ def test_helm_template_renders_hardened_operator_and_wildcard_free_rbac(
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    # Alive (the event loop answers) and ready (leads, or a standby that read the Lease) differ.
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["resources"]["requests"]["cpu"]
     assert container["resources"]["limits"]["memory"]
 

@@ -2,7 +2,9 @@
 watches); the leader SIGKILLed mid-run is replaced by the standby within the lease duration,
 which finishes the same run with one pod per node and every verdict (issue 12). A leader cut off
 from the API server (its traffic stopped, the process alive) stops before its Lease can expire,
-so the standby never leads beside it (issue 17 part 7)."""
+so the standby never leads beside it (issue 17 part 7). Alive is not ready: a standby cut off from
+the API server keeps answering /healthz but not /readyz until it reads the Lease again (issue 47
+part 5: the chart's two probes)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import contextlib
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -79,6 +82,17 @@ def _leads(port: int) -> bool:
             return "gpuval_operator_leader 1.0" in answer.read().decode()
     except OSError:
         return False
+
+
+def _probe(port: int, path: str) -> tuple[int, str] | None:
+    """The operator's answer on `path`: (HTTP status, body); None when it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except OSError:
+        return None
 
 
 @pytest.mark.usefixtures("podrunner")
@@ -296,3 +310,59 @@ def test_a_leader_stopped_gracefully_releases_its_lease_and_the_standby_finishes
     assert "released lease" in old_log, old_log[-3000:]
     assert status["nodes"]["passed"] == 4
     assert run.one_pod_per_node() == set(fleet.nodes), run.seen
+
+
+def test_a_standby_cut_off_from_the_api_server_is_alive_but_not_ready_until_it_reads_the_lease(
+    cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """The leader and a standby are both ready (a rollout's new pod waits as a standby and must be
+    Ready). The standby's traffic to the API server stopped (a relay the test stalls): within a
+    lease duration and a renew interval it is not ready, with the reason, while its /healthz
+    still answers and it neither exits nor leads; the traffic back, it is ready again."""
+    env = _lease_env(namespace)  # a 6 s lease renewed every 2 s
+    ports = [free_port(), free_port()]
+    standby_log = tmp_path / "standby.log"
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(
+            operator_process(
+                cluster.kubeconfig,
+                metrics_port=ports[0],
+                log_file=tmp_path / "leader.log",
+                extra_env=env,
+            )
+        )
+        wait_for("the first replica to lead", lambda: _leads(ports[0]), timeout=60)
+        link = stack.enter_context(relay(host_port(cluster.server)))
+        standby = stack.enter_context(
+            operator_process(
+                _through(cluster, link.port, tmp_path / "relayed.kubeconfig"),
+                metrics_port=ports[1],
+                log_file=standby_log,
+                extra_env=env,
+            )
+        )
+        wait_for("the standby to wait", lambda: "is standby" in standby_log.read_text())
+        for port in ports:
+            wait_for(
+                f"replica :{port} to be ready", lambda p=port: _probe(p, "/readyz") == (200, "ok")
+            )
+
+        link.stall()
+        cut_off = wait_for(
+            "the cut-off standby to be not ready",
+            lambda: (answer := _probe(ports[1], "/readyz")) and answer[0] == 503 and answer,
+            timeout=60,
+        )
+        alive = _probe(ports[1], "/healthz")
+        leader_ready = _probe(ports[0], "/readyz")
+        standby_led = _leads(ports[1])
+        still_running = standby.poll() is None
+        link.resume()
+        wait_for(
+            "the standby to be ready again", lambda: _probe(ports[1], "/readyz") == (200, "ok")
+        )
+
+    assert "standby: the leader Lease last read" in cut_off[1], cut_off
+    assert alive == (200, "ok"), "a cut-off standby is alive: its liveness probe passes"
+    assert leader_ready == (200, "ok")
+    assert still_running and not standby_led

@@ -14,6 +14,7 @@ from gpuval_operator.kube.leader import (
     Move,
     micro_time,
     next_move,
+    not_ready,
     parse_micro_time,
 )
 
@@ -30,6 +31,17 @@ def test_a_live_leader_is_waited_for_and_a_dead_one_replaced() -> None:
     assert next_move(theirs, "me", 115.0) is Move.TAKE
     released = LeaseFacts(exists=True, holder=None, renewed=100.0, duration=15)
     assert next_move(released, "me", 101.0) is Move.TAKE
+
+
+def test_a_replica_is_ready_when_it_leads_or_read_the_lease_within_its_duration() -> None:
+    """/readyz: a leader is ready; a standby once it read the Lease, until a lease duration
+    passes without another read (it could not see the leader go); nothing before the first."""
+    assert not_ready(leading=True, lease_read=None, duration=15, now=100.0) is None
+    starting = not_ready(leading=False, lease_read=None, duration=15, now=100.0)
+    assert starting is not None and "not read yet" in starting
+    assert not_ready(leading=False, lease_read=85.0, duration=15, now=100.0) is None
+    stale = not_ready(leading=False, lease_read=80.0, duration=15, now=100.0)
+    assert stale is not None and "20s ago" in stale and "15s" in stale
 
 
 def test_lease_times_round_trip_with_microseconds() -> None:

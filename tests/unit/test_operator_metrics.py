@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import aiohttp
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -9,9 +12,10 @@ from gpuval_api.conditions import ConditionReason
 from gpuval_api.fabric import build_planned_fabric_status
 from gpuval_api.reasons import Reason
 from gpuval_api.result import Verdict
+from gpuval_devtools.controlplane import free_port
 from gpuval_operator import names
 from gpuval_operator.control.ingest import ChildIngest
-from gpuval_operator.readmodel.metrics import make_registry
+from gpuval_operator.readmodel.metrics import make_registry, start_server
 from gpuval_operator.readmodel.registry import Registry
 from gpuval_operator.readmodel.validation import NodeResult, ValidationState
 from gpuval_operator.run.breakerstate import SystemicFailure
@@ -199,3 +203,32 @@ def test_a_pass_its_agent_wrote_is_settled_once_the_current_runs_groups_are_comp
     ingest.on_report({**body, "status": {"fabric": fabric}})
     assert state.fabric_nodes["a"].verdict is Verdict.PASSED
     assert state.fabric_groups == {"g1": 300.0}
+
+
+def test_readyz_answers_503_with_the_reason_while_healthz_answers_ok() -> None:
+    """Liveness (/healthz: the event loop answers) and readiness (/readyz: what `not_ready`
+    says) are two endpoints, so the chart's two probes differ."""
+    reason: list[str | None] = ["standby: the leader Lease last read 20s ago (lease duration 15s)"]
+
+    async def probe() -> list[tuple[str, int, str]]:
+        port = free_port()
+        runner = await start_server(
+            make_registry(Registry()), port, "127.0.0.1", not_ready=lambda: reason[0]
+        )
+        answers = []
+        try:
+            async with aiohttp.ClientSession() as session:
+                for path in ("/healthz", "/readyz", "/readyz"):
+                    async with session.get(f"http://127.0.0.1:{port}{path}") as answer:
+                        answers.append((path, answer.status, await answer.text()))
+                    if path == "/readyz":
+                        reason[0] = None  # the standby read the Lease again
+        finally:
+            await runner.cleanup()
+        return answers
+
+    assert asyncio.run(probe()) == [
+        ("/healthz", 200, "ok"),
+        ("/readyz", 503, "standby: the leader Lease last read 20s ago (lease duration 15s)"),
+        ("/readyz", 200, "ok"),
+    ]

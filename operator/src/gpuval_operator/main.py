@@ -12,6 +12,7 @@ import logging
 import os
 import secrets
 import socket
+import time
 from typing import Any, cast
 
 import aiohttp
@@ -28,7 +29,7 @@ from gpuval_operator.kube.credentials import (
     kopf_context,
     load_credentials,
 )
-from gpuval_operator.kube.leader import LeaderElector
+from gpuval_operator.kube.leader import LeaderElector, not_ready
 from gpuval_operator.nodes.actor import NodeActor
 from gpuval_operator.nodes.operatorbreaker import OperatorBreaker
 from gpuval_operator.readmodel.metrics import make_registry, start_server
@@ -76,6 +77,20 @@ async def login(memo: kopf.Memo, **_: Any) -> kopf.AiohttpSession:
     return context
 
 
+def _elector(client: KubeClient, config: OperatorConfig) -> LeaderElector | None:
+    """This replica's side of the leader Lease; None without one (no GPUVAL_LEASE_NAMESPACE)."""
+    if not config.lease_namespace:
+        return None
+    return LeaderElector(
+        client,
+        namespace=config.lease_namespace,
+        name=config.lease_name,
+        identity=f"{socket.gethostname()}-{secrets.token_hex(3)}",
+        duration=config.lease_duration_seconds,
+        renew=config.lease_renew_seconds,
+    )
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     configure(settings)
@@ -90,20 +105,25 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     registry = Registry()
     breaker = OperatorBreaker(client, config.max_nodes_out_of_service, registry.out_of_service)
     memo.ctx = Context(client=client, config=config, registry=registry, operator_breaker=breaker)
+    elector = _elector(client, config)
+
+    def not_ready_now() -> str | None:
+        return not_ready(
+            leading=registry.leading,
+            lease_read=elector.read_at if elector is not None else None,
+            duration=config.lease_duration_seconds,
+            now=time.monotonic(),
+        )
+
     prom = make_registry(registry, per_gpu=config.metrics_per_gpu, client=client)
     memo.metrics_runner = (
-        await start_server(prom, config.metrics_port) if config.metrics_port else None
+        await start_server(prom, config.metrics_port, not_ready=not_ready_now)
+        if config.metrics_port
+        else None
     )
-    # /healthz answers from here on, so a standby waiting below is alive to its probes.
-    if config.lease_namespace:
-        elector = LeaderElector(
-            client,
-            namespace=config.lease_namespace,
-            name=config.lease_name,
-            identity=f"{socket.gethostname()}-{secrets.token_hex(3)}",
-            duration=config.lease_duration_seconds,
-            renew=config.lease_renew_seconds,
-        )
+    # /healthz answers from here on, so a standby waiting below is alive to its probes; /readyz
+    # once it has read the Lease (kube.leader.not_ready).
+    if elector is not None:
         await elector.acquire()
         memo.elector = elector
         memo.leader_task = asyncio.create_task(elector.keep(_lost_lease), name="leader")

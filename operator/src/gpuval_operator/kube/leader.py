@@ -13,7 +13,12 @@ run id in the status), so a takeover duplicates no pod and loses no verdict. On 
 (SIGTERM: a rolling update, `helm upgrade`) the leader releases the Lease once it acts no more, and
 the standby, which watches the Lease, takes it at once.
 
-`next_move` is the pure decision; `LeaderElector` makes the calls.
+A replica is ready (the chart's readiness probe, /readyz) when it leads, or when as a standby it
+has read the Lease within a lease duration: it would see the leader go and take over. Its liveness
+(/healthz) only asks that its event loop answers, so a standby cut off from the API server is not
+ready (nothing routes to it; a PodDisruptionBudget counts it as down) but is not restarted.
+
+`next_move` and `not_ready` are the pure decisions; `LeaderElector` makes the calls.
 """
 
 from __future__ import annotations
@@ -89,6 +94,20 @@ def next_move(lease: LeaseFacts, me: str, now: float) -> Move:
     return Move.WAIT
 
 
+def not_ready(*, leading: bool, lease_read: float | None, duration: int, now: float) -> str | None:
+    """Why this replica is not ready, or None when it is: it leads, or it read the Lease (at
+    `lease_read`, monotonic) less than `duration` seconds ago. Before its first read (start-up, or
+    no leader election and the start-up not finished) it is not."""
+    if leading:
+        return None
+    if lease_read is None:
+        return "starting: not leading, and the leader Lease not read yet"
+    age = now - lease_read
+    if age > duration:
+        return f"standby: the leader Lease last read {age:.0f}s ago (lease duration {duration}s)"
+    return None
+
+
 class LeaderElector:
     def __init__(
         self,
@@ -108,6 +127,8 @@ class LeaderElector:
         self.renewed_at: float | None = None
         # The Lease as last read: a standby watches it from there.
         self.seen = LeaseFacts(exists=False)
+        # time.monotonic() when the API server last answered a read of the Lease (not_ready).
+        self.read_at: float | None = None
 
     def deadline(self) -> float:
         """The monotonic time by which this leader must have renewed or stopped acting."""
@@ -155,7 +176,9 @@ class LeaderElector:
         return True
 
     async def _read(self) -> LeaseFacts:
-        return LeaseFacts.parse(await self.client.get_or_none(f"{self.path}/{q(self.name)}"))
+        lease = LeaseFacts.parse(await self.client.get_or_none(f"{self.path}/{q(self.name)}"))
+        self.read_at = time.monotonic()
+        return lease
 
     async def acquire(self) -> None:
         """Wait, as a standby, until this replica holds the Lease: tried again each time the

@@ -15,7 +15,7 @@ Prometheus' conventions: base units in the name, one unit per metric.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 
 from aiohttp import web
@@ -451,8 +451,15 @@ def make_registry(
     return prom
 
 
-async def start_server(prom: CollectorRegistry, port: int, host: str = "0.0.0.0") -> web.AppRunner:
-    """Serve /metrics and /healthz on `port`."""
+async def start_server(
+    prom: CollectorRegistry,
+    port: int,
+    host: str = "0.0.0.0",
+    *,
+    not_ready: Callable[[], str | None] = lambda: None,
+) -> web.AppRunner:
+    """Serve /metrics, /healthz (the event loop answers: liveness) and /readyz (503 with the
+    reason `not_ready` gives, else 200: readiness) on `port`."""
 
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(prom), content_type="text/plain", charset="utf-8")
@@ -462,7 +469,13 @@ async def start_server(prom: CollectorRegistry, port: int, host: str = "0.0.0.0"
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
+
+    async def readyz(_: web.Request) -> web.Response:
+        reason = not_ready()
+        return web.Response(text="ok") if reason is None else web.Response(status=503, text=reason)
+
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()

@@ -28,3 +28,25 @@ def test_a_changed_table_is_reported_stale(tmp_path: Path) -> None:
 def test_a_document_without_its_markers_is_an_error_naming_them() -> None:
     with pytest.raises(ValueError, match="no 'reasons' markers"):
         docgen.render_section("no markers here", "reasons", "table")
+
+
+def test_the_operator_index_lists_each_page_its_title_and_its_sections(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text(
+        "# Page A\n\n## Runs (spec.x)\n```\n## not a heading\n```\n### Runs (spec.x)\n#### deep\n"
+    )
+    (tmp_path / "b.md").write_text("# Page B\n")
+    toc = docgen.operator_toc(tmp_path, (("a.md", "what A says"), ("b.md", "what B says")))
+    assert toc == (
+        "- [Page A](a.md): what A says\n"
+        "  - [Runs (spec.x)](a.md#runs-specx)\n"
+        "    - [Runs (spec.x)](a.md#runs-specx-1)\n"
+        "- [Page B](b.md): what B says\n"
+    )
+    (tmp_path / "b.md").write_text("no title\n")
+    with pytest.raises(ValueError, match=r"b\.md has no title"):
+        docgen.operator_toc(tmp_path, (("b.md", "what B says"),))
+
+
+def test_every_operator_page_is_in_the_index() -> None:
+    listed = {name for name, _ in docgen.OPERATOR_PAGES} | {"index.md"}
+    assert {page.name for page in docgen.OPERATOR_DOCS.glob("*.md")} == listed

@@ -5,7 +5,11 @@
 from __future__ import annotations
 
 import json
+import re
+import textwrap
+from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -149,6 +153,86 @@ def env_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+OPERATOR_DOCS = Path(__file__).resolve().parents[3] / "docs" / "operator"
+# The operator's pages in reading order, each with what a reader finds there.
+OPERATOR_PAGES = (
+    (
+        "architecture.md",
+        "the wings of the source and what each module is; credentials; two replicas; the demo",
+    ),
+    (
+        "runs.md",
+        "a run step by step, restart safety, scale, what a finished run still watches, limits, "
+        "priority",
+    ),
+    (
+        "verdicts-and-actions.md",
+        "Passed, Failed, NotRun; node actions, the circuit breaker, systemic failures",
+    ),
+    ("devices.md", "shared GPUs; how an agent pod gets its GPUs: device plugin, DRA, MIG"),
+    ("fabric.md", "spec.fabric: NCCL and training across nodes, how it scales; Kueue"),
+    ("baselines.md", "spec.baseline: GpuBaselines learned and judged against, each node's history"),
+    ("gating.md", "spec.gating: nodes tested as they join, reboot or change driver"),
+    ("remediation.md", "spec.remediation: the repair loop, its engines and recipes"),
+    ("reference.md", "the CRDs' fields, status and conditions; metrics and alerts; settings; RBAC"),
+)
+_HEADING = re.compile(r"^(#{1,3})\s+(.*?)\s*$")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def heading_anchor(text: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def page_headings(text: str) -> list[tuple[int, str, str]]:
+    """(level, text, anchor) of a page's headings up to ###, outside fenced code; a repeated
+    heading's anchor numbered as GitHub numbers it."""
+    out, fenced, seen = [], False, Counter[str]()
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+            continue
+        match = None if fenced else _HEADING.match(line)
+        if match:
+            base = heading_anchor(match.group(2))
+            out.append(
+                (
+                    len(match.group(1)),
+                    match.group(2),
+                    base if seen[base] == 0 else f"{base}-{seen[base]}",
+                )
+            )
+            seen[base] += 1
+    return out
+
+
+def operator_toc(
+    folder: Path = OPERATOR_DOCS, pages: tuple[tuple[str, str], ...] = OPERATOR_PAGES
+) -> str:
+    """docs/operator/index.md's table of contents: every page, its title and its sections
+    (## and ###), read from the pages themselves."""
+    lines = []
+    for name, about in pages:
+        headings = page_headings((folder / name).read_text())
+        titles = [text for level, text, _ in headings if level == 1]
+        if not titles:
+            raise ValueError(f"docs/operator/{name} has no title (a '# ' heading)")
+        lines.extend(
+            textwrap.wrap(
+                f"- [{titles[0]}]({name}): {about}",
+                width=120,
+                subsequent_indent="  ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+        )
+        for level, text, anchor in headings:
+            if level > 1:
+                lines.append(f"{'  ' * (level - 1)}- [{text}]({name}#{anchor})")
+    return "\n".join(lines) + "\n"
+
+
 SECTIONS: dict[str, tuple[str, Callable[[], str]]] = {
     "reasons": ("docs/agent.md", reasons_table),
     "checks-defaults": ("docs/agent.md", checks_defaults_table),
@@ -156,4 +240,5 @@ SECTIONS: dict[str, tuple[str, Callable[[], str]]] = {
     "figures": ("docs/contracts.md", figures_table),
     "summary-keys": ("docs/contracts.md", summary_keys),
     "history-keys": ("docs/contracts.md", history_keys),
+    "operator-toc": ("docs/operator/index.md", operator_toc),
 }

@@ -218,19 +218,24 @@ def operator_toc(
         titles = [text for level, text, _ in headings if level == 1]
         if not titles:
             raise ValueError(f"docs/operator/{name} has no title (a '# ' heading)")
-        lines.extend(
-            textwrap.wrap(
-                f"- [{titles[0]}]({name}): {about}",
-                width=120,
-                subsequent_indent="  ",
-                break_long_words=False,
-                break_on_hyphens=False,
-            )
-        )
+        lines.extend(_item(0, f"[{titles[0]}]({name}): {about}"))
         for level, text, anchor in headings:
             if level > 1:
-                lines.append(f"{'  ' * (level - 1)}- [{text}]({name}#{anchor})")
+                lines.extend(_item(level - 1, f"[{text}]({name}#{anchor})"))
     return "\n".join(lines) + "\n"
+
+
+def _item(depth: int, text: str) -> list[str]:
+    """A list item at `depth`, its words wrapped at 120 characters (a link's text may run over a
+    line break; its target, one word, never does)."""
+    indent = "  " * depth
+    return textwrap.wrap(
+        f"{indent}- {text}",
+        width=120,
+        subsequent_indent=indent + "  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 SECTIONS: dict[str, tuple[str, Callable[[], str]]] = {

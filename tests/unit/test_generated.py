@@ -50,3 +50,20 @@ def test_the_operator_index_lists_each_page_its_title_and_its_sections(tmp_path:
 def test_every_operator_page_is_in_the_index() -> None:
     listed = {name for name, _ in docgen.OPERATOR_PAGES} | {"index.md"}
     assert {page.name for page in docgen.OPERATOR_DOCS.glob("*.md")} == listed
+
+
+def test_the_reference_lists_every_spec_field_of_a_crd_with_its_type_and_default() -> None:
+    table = docgen.spec_fields_table("gpuvalidations", frozenset({"checks"}))
+    rows = {line.split(" | ")[0].removeprefix("| ") for line in table.splitlines()[2:]}
+    spec = docgen._crd_version("gpuvalidations")["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert {f"`{name}`" for name in spec["properties"]} - {"`checks`"} <= rows
+    assert not any(row.startswith("`checks") for row in rows)
+    assert '| `maxConcurrent` | int or string | `"25%"` |' in table
+    assert '| `agent.tolerations[].operator` | string | `"Equal"` |' in table
+    assert "| `fabric.ncclEnv` | list of object | `[]` |" in table
+
+
+def test_the_reference_says_which_columns_kubectl_shows_only_wide() -> None:
+    table = docgen.printer_columns_table("gpunodereports")
+    assert "| Run | `.spec.run` | with `-o wide` |" in table
+    assert "| Node | `.spec.node` | always |" in table

@@ -1,5 +1,7 @@
 """Generated sections of the Markdown docs: tables rendered from the one source in code, between
-`<!-- NAME:begin ... -->` and `<!-- NAME:end -->` markers (python -m gpuval_api.generate).
+`<!-- NAME:begin ... -->` and `<!-- NAME:end -->` markers (python -m gpuval_api.generate): the
+reason catalogue, the checks' defaults, the figures and env names, the CRDs' fields and columns
+(from gpuval_api.crdgen), and the operator pages' table of contents (from their headings).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gpuval_api import figures
+from gpuval_api import crdgen, figures
 from gpuval_api.checks import ChecksConfig, Threshold
 from gpuval_api.env import AgentEnv, OperatorEnv
 from gpuval_api.figures import PerPrecision, PerSize
@@ -153,6 +155,60 @@ def env_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _schema_type(schema: dict[str, Any]) -> str:
+    if schema.get("x-kubernetes-int-or-string"):
+        return "int or string"
+    kind = str(schema.get("type", "any"))
+    if kind == "array":
+        return f"list of {_schema_type(schema.get('items', {}))}"
+    if kind == "object" and "additionalProperties" in schema:
+        return f"map of {_schema_type(schema['additionalProperties'])}"
+    return kind
+
+
+def _schema_fields(
+    schema: dict[str, Any], prefix: str, skip: frozenset[str]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    for name, field in schema.get("properties", {}).items():
+        path = f"{prefix}{name}"
+        if path in skip:
+            continue
+        yield path, field
+        yield from _schema_fields(field, f"{path}.", skip)
+        items = field.get("items", {})
+        if "properties" in items:
+            yield from _schema_fields(items, f"{path}[].", skip)
+
+
+def _crd_version(plural: str) -> dict[str, Any]:
+    obj = crdgen.build_crds()[f"gpuval.dev_{plural}.yaml"]
+    version: dict[str, Any] = obj["spec"]["versions"][0]
+    return version
+
+
+def spec_fields_table(plural: str, skip: frozenset[str] = frozenset()) -> str:
+    """Every field of a kind's spec as its CRD declares it (`kubectl explain`'s words): type,
+    the default the API server fills in, and the description."""
+    spec = _crd_version(plural)["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    lines = ["| field | type | default | meaning |", "|---|---|---|---|"]
+    for path, field in _schema_fields(spec, "", skip):
+        default = f"`{json.dumps(field['default'])}`" if "default" in field else ""
+        lines.append(
+            f"| `{path}` | {_schema_type(field)} | {_cell(default)} | "
+            f"{_cell(str(field.get('description', '')))} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def printer_columns_table(plural: str) -> str:
+    """A kind's `kubectl get` columns as its CRD declares them (priority 1: with `-o wide`)."""
+    lines = ["| column | from | shown |", "|---|---|---|"]
+    for column in _crd_version(plural).get("additionalPrinterColumns", []):
+        shown = "with `-o wide`" if column.get("priority", 0) else "always"
+        lines.append(f"| {column['name']} | `{_cell(column['jsonPath'])}` | {shown} |")
+    return "\n".join(lines) + "\n"
+
+
 OPERATOR_DOCS = Path(__file__).resolve().parents[3] / "docs" / "operator"
 # The operator's pages in reading order, each with what a reader finds there.
 OPERATOR_PAGES = (
@@ -246,4 +302,25 @@ SECTIONS: dict[str, tuple[str, Callable[[], str]]] = {
     "summary-keys": ("docs/contracts.md", summary_keys),
     "history-keys": ("docs/contracts.md", history_keys),
     "operator-toc": ("docs/operator/index.md", operator_toc),
+    "gpuvalidation-spec": (
+        "docs/operator/reference.md",
+        lambda: spec_fields_table("gpuvalidations", frozenset({"checks"})),
+    ),
+    "gpuvalidation-columns": (
+        "docs/operator/reference.md",
+        lambda: printer_columns_table("gpuvalidations"),
+    ),
+    "gpunodereport-spec": (
+        "docs/operator/reference.md",
+        lambda: spec_fields_table("gpunodereports"),
+    ),
+    "gpunodereport-columns": (
+        "docs/operator/reference.md",
+        lambda: printer_columns_table("gpunodereports"),
+    ),
+    "gpubaseline-spec": ("docs/operator/reference.md", lambda: spec_fields_table("gpubaselines")),
+    "gpubaseline-columns": (
+        "docs/operator/reference.md",
+        lambda: printer_columns_table("gpubaselines"),
+    ),
 }

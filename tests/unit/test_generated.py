@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from gpuval_api import docgen, generate
+from gpuval_devtools import operatordocs
+from gpuval_operator import rbac
 
 
 def test_no_generated_file_is_stale() -> None:
@@ -67,3 +69,22 @@ def test_the_reference_says_which_columns_kubectl_shows_only_wide() -> None:
     table = docgen.printer_columns_table("gpunodereports")
     assert "| Run | `.spec.run` | with `-o wide` |" in table
     assert "| Node | `.spec.node` | always |" in table
+
+
+def test_the_reference_rbac_table_is_current_and_names_every_rule_of_the_code() -> None:
+    current = operatordocs.REFERENCE.read_text()
+    assert operatordocs.render(current) == current, "run `make generate` and commit it"
+    table = operatordocs.rbac_table()
+    for rule in (
+        *rbac.CLUSTER_RULES,
+        *rbac.AGENT_NAMESPACE_RULES,
+        *rbac.EVENT_RULES,
+        *rbac.OWN_NAMESPACE_RULES,
+        *rbac.AGENT_RULES,
+        *rbac.AGENT_POD_RULES,
+    ):
+        assert rule.why, f"{rule.resources} says no why"
+        assert f"`{rule.resources[0]}` | {', '.join(rule.verbs)} | {rule.why} |" in table
+        assert "why" not in rule.as_dict()
+    stale = current.replace("| `gpubaselines` | list, create |", "| `gpubaselines` | list |")
+    assert operatordocs.render(stale) == current

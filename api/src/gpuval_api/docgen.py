@@ -22,18 +22,20 @@ from gpuval_api.env import AgentEnv, OperatorEnv
 from gpuval_api.figures import PerPrecision, PerSize
 from gpuval_api.reasons import REASONS
 
+GENERATOR = "python -m gpuval_api.generate"
 
-def begin_marker(name: str) -> str:
-    return f"<!-- {name}:begin (generated: python -m gpuval_api.generate) -->\n"
+
+def begin_marker(name: str, generator: str = GENERATOR) -> str:
+    return f"<!-- {name}:begin (generated: {generator}) -->\n"
 
 
 def end_marker(name: str) -> str:
     return f"<!-- {name}:end -->\n"
 
 
-def render_section(document: str, name: str, body: str) -> str:
+def render_section(document: str, name: str, body: str, generator: str = GENERATOR) -> str:
     """`document` with the text between `name`'s markers replaced by `body`."""
-    begin, end = begin_marker(name), end_marker(name)
+    begin, end = begin_marker(name, generator), end_marker(name)
     before, found, rest = document.partition(begin)
     _, found_end, after = rest.partition(end)
     if not found or not found_end:

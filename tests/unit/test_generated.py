@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 from gpuval_api import docgen, generate
+from gpuval_api.env import OperatorEnv
 from gpuval_devtools import operatordocs
 from gpuval_operator import rbac
+from gpuval_operator.config import OperatorConfig
 
 
 def test_no_generated_file_is_stale() -> None:
@@ -88,3 +90,29 @@ def test_the_reference_rbac_table_is_current_and_names_every_rule_of_the_code() 
         assert "why" not in rule.as_dict()
     stale = current.replace("| `gpubaselines` | list, create |", "| `gpubaselines` | list |")
     assert operatordocs.render(stale) == current
+
+
+def test_the_reference_settings_table_names_every_operator_variable_with_its_default() -> None:
+    """docs/operator/reference.md's Settings table is prose around the one source: it must name
+    every OperatorEnv variable, each with the default OperatorConfig applies when it is unset."""
+    text = (docgen.OPERATOR_DOCS / "reference.md").read_text()
+    section = text.split("## Settings (environment of the operator pod)", 1)[1].split("\n## ", 1)[0]
+    rows = {
+        cells[1].strip("` "): cells[2].strip()
+        for line in section.splitlines()
+        if line.startswith("| `GPUVAL_")
+        for cells in [line.split("|")]
+    }
+    assert set(rows) == {str(variable) for variable in OperatorEnv}
+    defaults = OperatorConfig.from_env({})
+    for variable in OperatorEnv:
+        value = getattr(defaults, variable.name.lower())
+        shown = rows[str(variable)].split(" ")[0].strip("`")
+        if value is None:
+            assert shown == "unset:", f"{variable}: {rows[str(variable)]}"
+        elif isinstance(value, bool):
+            assert shown == str(value).lower(), f"{variable}: {rows[str(variable)]}"
+        elif isinstance(value, int | float):
+            assert float(shown) == value, f"{variable}: {rows[str(variable)]}"
+        else:
+            assert shown == value, f"{variable}: {rows[str(variable)]}"

@@ -35,8 +35,9 @@ cluster-down: ## Stop and delete the local control plane started by cluster-up
 	$(UV) run --frozen python -m gpuval_devtools.controlplane down
 
 .PHONY: generate
-generate: setup ## Regenerate every generated file from its one source: CRDs (and the chart's copy), JSON schemas, docs tables, the dashboard, the chart README
+generate: setup ## Regenerate every generated file from its one source: CRDs (and the chart's copy), JSON schemas, docs tables (docs/operator/index.md's contents too), the dashboard, the chart README
 	$(UV) run --frozen python -m gpuval_api.generate
+	$(UV) run --frozen python -m gpuval_devtools.operatordocs
 	$(UV) run --frozen python -m gpuval_devtools.dashboard
 	$(UV) run --frozen python -m gpuval_devtools.chartdocs
 
@@ -48,8 +49,10 @@ dashboard: setup ## Regenerate charts/gpuval/files/dashboard.json from gpuval_de
 	$(UV) run --frozen python -m gpuval_devtools.dashboard
 
 .PHONY: check-generated
-check-generated: setup ## Fail when a generated file (CRDs, the chart's CRDs, schemas, docs tables, the Grafana dashboard, the chart README) is stale
+check-generated: setup ## Fail when a generated file (CRDs, the chart's CRDs, schemas, docs tables, the Grafana dashboard, the chart README) is stale, or a link between the pages is broken
 	$(UV) run --frozen python -m gpuval_api.generate --check
+	$(UV) run --frozen python -m gpuval_devtools.operatordocs --check
+	$(UV) run --frozen python -m gpuval_devtools.doclinks
 	$(UV) run --frozen python -m gpuval_devtools.dashboard --check
 	$(UV) run --frozen python -m gpuval_devtools.chartdocs --check
 

@@ -3,7 +3,8 @@ which kube-apiserver serves to the admin with `--profiling`, its default), taken
 through kubectl, summarised by `go tool pprof` into what the requests of each kind cost.
 
 The fabric's rounds at 10,000 nodes are the whole simulated cluster's work on this machine's two
-cores (docs/operator.md, "How the fabric scales"); the request counters (apiserver_requests) say
+cores (docs/operator/fabric.md, "How the fabric scales"); the request counters (apiserver_requests)
+say
 how many requests came, a profile says what they cost. Go is on this machine already: the control
 plane is built with it.
 """

@@ -1,6 +1,7 @@
 """The operator's hand-written client against the `kubernetes` package's, listing N agent pods.
 
-Why the operator keeps its own small asyncio client for its hot paths (docs/operator.md,
+Why the operator keeps its own small asyncio client for its hot paths
+(docs/operator/architecture.md,
 "Credentials"): the operator lists and watches its agent pods, reports and nodes, thousands at a
 time, and keeps a few fields of each. This lists N agent pods (the operator's own manifests,
 `planning.build_pod`, held Pending by a scheduler name no scheduler serves) from a local control

@@ -425,7 +425,8 @@ def main() -> int:
     # for every node's kubelet but marks pods Running 4 at a time for all of them: at 10,000
     # nodes most of a fabric round is pods waiting in that queue (fabricPodWaitSeconds).
     # --kwok-pod-parallelism lets it start more at once, with --kwok-lease-parallelism so its
-    # lease renewals keep up (docs/operator.md, "How the fabric scales"); kwok's own by default.
+    # lease renewals keep up (docs/operator/fabric.md, "How the fabric scales"); kwok's own by
+    # default.
     os.environ.update(go_runtime_env(opts))
     cluster = Cluster.start(
         f"gpuval-scale-{os.getpid()}",

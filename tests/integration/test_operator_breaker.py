@@ -2,7 +2,8 @@
 real agent (simulated backend) on kwok nodes: a threshold no node can meet never cordons more
 than the limit, whatever the moment (a node watch sees every state the API server served), the
 operator-wide limit holds across validations, a majority failing with one reason holds the actions
-even under the limit, and a release brings them back as docs/operator.md says."""
+even under the limit, and a release brings them back as docs/operator/verdicts-and-actions.md
+says."""
 
 from __future__ import annotations
 

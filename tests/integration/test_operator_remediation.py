@@ -6,7 +6,8 @@ cannot carry out (its kind not served, its create refused) retried a few times a
 counted by the API server itself, said, and made on its own once admitted; an object a person
 deletes cancels its request.
 
-Where an engine cannot run here (docs/operator.md, "Remediation", says which were tried), the tests
+Where an engine cannot run here (docs/operator/remediation.md, "Remediation", says which were
+tried), the tests
 create its resource kinds from its published CRDs (tests/fixtures/remediation) and play its part, as
 NVSentinel's janitor would act on a RebootNode (the node reboots: a new boot ID; the object is
 marked done). Medik8s' NodeHealthCheck controller runs for real (gpuval_devtools.nhc, built from

@@ -1,95 +1,29 @@
-"""Every relative link in the pages a person reads lands: the file exists and, where the link
-names a section, the page has a heading with that anchor (GitHub's rule: lower case, punctuation
-dropped, spaces as hyphens, a repeated heading numbered). Pages move and split (docs/ says how
-gpuval behaves, benchmarks/results/ how it was measured); a link to a section that moved fails
-here instead of on GitHub."""
+"""The link check of gpuval_devtools.doclinks: every relative link in the pages a person reads
+lands on a file and, where it names a section, on a heading; and the check itself fails on a
+broken link, naming the page, the line and the target."""
 
 from __future__ import annotations
 
-import re
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-PAGES = sorted(
-    {
-        *REPO_ROOT.glob("*.md"),
-        *REPO_ROOT.glob("*/README.md"),
-        *REPO_ROOT.glob("docs/*.md"),
-        *REPO_ROOT.glob("benchmarks/results/*.md"),
-        *REPO_ROOT.glob("charts/*/README.md"),
-    }
-)
-# The changelog tells what was true when each entry was written; its links are history.
-PAGES = [page for page in PAGES if page.name != "CHANGELOG.md"]
+from gpuval_devtools.doclinks import GITHUB, REPO_ROOT, anchor, anchors, broken, pages
 
-LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
-FENCE = re.compile(r"^\s*(```|~~~)")
-INLINE_CODE = re.compile(r"`[^`]*`")
-
-
-def anchor(heading: str) -> str:
-    """GitHub's anchor of a heading's text."""
-    text = heading.strip().lower()
-    text = re.sub(r"[^\w\- ]", "", text)
-    return text.replace(" ", "-")
-
-
-def prose(text: str) -> list[str]:
-    """The page's lines outside fenced code."""
-    lines, fenced = [], False
-    for line in text.splitlines():
-        if FENCE.match(line):
-            fenced = not fenced
-            continue
-        if not fenced:
-            lines.append(line)
-    return lines
-
-
-def anchors(page: Path) -> set[str]:
-    seen: Counter[str] = Counter()
-    found = set()
-    for line in prose(page.read_text()):
-        match = HEADING.match(line)
-        if match:
-            base = anchor(match.group(1))
-            found.add(base if seen[base] == 0 else f"{base}-{seen[base]}")
-            seen[base] += 1
-    return found
-
-
-def links(page: Path) -> list[str]:
-    text = "\n".join(prose(page.read_text()))
-    return LINK.findall(INLINE_CODE.sub("", text))
-
-
-def broken(page: Path, root: Path = REPO_ROOT) -> list[str]:
-    out = []
-    for target in links(page):
-        if re.match(r"[a-z]+:", target):
-            continue
-        path, _, fragment = target.partition("#")
-        file = (page.parent / path).resolve() if path else page
-        if not file.exists():
-            out.append(f"{target}: no file {file.relative_to(root)}")
-        elif fragment and file.suffix == ".md" and fragment not in anchors(file):
-            where = file.relative_to(root)
-            out.append(f"{target}: no heading with anchor #{fragment} in {where}")
-    return out
+PAGES = pages()
 
 
 def test_the_pages_are_found() -> None:
     names = {str(page.relative_to(REPO_ROOT)) for page in PAGES}
     assert {
         "README.md",
-        "docs/operator.md",
+        "docs/operator/index.md",
+        "docs/operator/reference.md",
         "docs/agent.md",
         "benchmarks/results/operator.md",
+        "charts/gpuval/README.md",
     } <= names
+    assert "CHANGELOG.md" not in names
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(REPO_ROOT)))
@@ -98,12 +32,44 @@ def test_every_relative_link_lands_on_a_file_and_a_heading(page: Path) -> None:
 
 
 def test_a_link_to_a_section_that_moved_is_caught(tmp_path: Path) -> None:
-    (tmp_path / "behaviour.md").write_text("# Page\n\n## How it scales\ntext\n")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "behaviour.md").write_text(
+        "# Page\n\n## How it scales\ntext\n\n```\n## Not a heading\n```\n"
+    )
     page = tmp_path / "README.md"
-    page.write_text("[ok](behaviour.md#how-it-scales), [gone](behaviour.md#measured-at-10k)\n")
+    page.write_text(
+        "[ok](docs/behaviour.md#how-it-scales)\n"
+        "text, then [gone](docs/behaviour.md#measured-at-10k)\n"
+        "[fenced](docs/behaviour.md#not-a-heading) and [moved](docs/operator.md)\n"
+        "`[in code](nowhere.md)` and [a page\nof GitHub](" + GITHUB + "docs/behaviour.md#nope)\n"
+    )
     assert broken(page, tmp_path) == [
-        "behaviour.md#measured-at-10k: no heading with anchor #measured-at-10k in behaviour.md"
+        "README.md:2: docs/behaviour.md#measured-at-10k: "
+        "no heading with anchor #measured-at-10k in docs/behaviour.md",
+        "README.md:3: docs/behaviour.md#not-a-heading: "
+        "no heading with anchor #not-a-heading in docs/behaviour.md",
+        "README.md:3: docs/operator.md: no file docs/operator.md",
+        f"README.md:4: {GITHUB}docs/behaviour.md#nope: "
+        "no heading with anchor #nope in docs/behaviour.md",
     ]
+
+
+def test_a_repeated_heading_is_numbered(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Recipes\n## Recipes\n### Recipes!\n[third](#recipes-2) [fourth](#recipes-3)\n"
+    )
+    assert anchors(page) == {"recipes", "recipes-1", "recipes-2"}
+    assert broken(page, tmp_path) == [
+        "page.md:4: #recipes-3: no heading with anchor #recipes-3 in page.md"
+    ]
+
+
+def test_the_changelog_and_vendored_pages_are_left_out(tmp_path: Path) -> None:
+    for name in ("README.md", "CHANGELOG.md", "node_modules/x/README.md", "docs/a.md"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("# x\n")
+    assert [str(p.relative_to(tmp_path)) for p in pages(tmp_path)] == ["README.md", "docs/a.md"]
 
 
 def test_anchors_follow_githubs_rule() -> None:

@@ -1,5 +1,5 @@
 """Shared GPUs (time-slicing, MPS) as GPU feature discovery labels them, and what gpuval makes of
-them (gpuval_api.gfd; docs/operator.md, "Shared GPUs"). Pure, no cluster."""
+them (gpuval_api.gfd; docs/operator/devices.md, "Shared GPUs"). Pure, no cluster."""
 
 from __future__ import annotations
 

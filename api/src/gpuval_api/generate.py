@@ -3,7 +3,9 @@ writes them, `--check` exits 1 naming the stale ones (make generate / make check
 
 - crds/*.yaml and the chart's copy charts/gpuval/crds/*.yaml, from the types in gpuval_api.crd;
 - api/schemas/*.json, the result document's and the checks configuration's JSON Schemas;
-- the tables between markers in docs/ (gpuval_api.docgen): reasons, checks defaults, env names;
+- the tables between markers in docs/ (gpuval_api.docgen): reasons, checks defaults, env names,
+  the CRDs' spec fields and printer columns (docs/operator/reference.md), docs/operator/index.md's
+  table of contents;
 - the baselines shipped in gpuval_api/baseline/shipped/, from benchmarks/results
   (gpuval_api.baseline.shippedgen).
 """

@@ -8,7 +8,7 @@ of each, the node's `nvidia.com/gpu` capacity is count x replicas, `nvidia.com/g
 strategy` says how they are shared (none, time-slicing, mps), and (renameByDefault false, the
 default) the product label gets a `-SHARED` suffix. With renameByDefault true the replicas are
 advertised as `nvidia.com/gpu.shared` instead, and `nvidia.com/gpu` is 0: gpuval does not select
-such a node (docs/operator.md, "Shared GPUs").
+such a node (docs/operator/devices.md, "Shared GPUs").
 """
 
 from __future__ import annotations

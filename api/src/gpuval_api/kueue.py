@@ -36,7 +36,8 @@ def queue_field(subject: str) -> Any:
         description=(
             f"Kueue LocalQueue in the agents' namespace for {subject}: Kueue admits them under "
             "its quota (that namespace must be managed by Kueue's pod integration: "
-            'docs/operator.md, "Kueue: fabric groups admitted whole"). Unset: not through Kueue.'
+            'docs/operator/fabric.md, "Kueue: fabric groups admitted whole"). '
+            "Unset: not through Kueue."
         ),
     )
 

@@ -25,7 +25,8 @@ class RepairAction(StrEnum):
     Errors with the Xid Catalog") and NVIDIA Health Validation's recommended actions (reset the
     GPU, restart the node, open a service request). A node's action is its failure's (the reason
     its GpuValidated condition names); spec.remediation hands a ResetGpu or Reboot to the
-    cluster's repair engine, the others are a person's (docs/operator.md, "Remediation")."""
+    cluster's repair engine, the others are a person's (docs/operator/remediation.md,
+    "Remediation")."""
 
     # Nothing on the node to repair: the spec, the stack or a workload, or no documented action.
     NONE = "None"

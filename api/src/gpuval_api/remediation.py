@@ -11,7 +11,8 @@ from typing import Final
 
 
 class RepairState(StrEnum):
-    """Where a failed node stands in the repair loop (docs/operator.md, "Remediation")."""
+    """Where a failed node stands in the repair loop (docs/operator/remediation.md,
+    "Remediation")."""
 
     # Asked of the cluster's repair engine (the GpuRepairRequested condition, or an object made
     # from spec.remediation.template); the node is out of service and holds a breaker slot.

@@ -1,5 +1,5 @@
 """Medik8s' NodeHealthCheck controller beside a local control plane: a real repair engine for the
-tests of spec.remediation's mode Condition (docs/operator.md, "Remediation").
+tests of spec.remediation's mode Condition (docs/operator/remediation.md, "Remediation").
 
 The Go module proxy does not serve github.com/medik8s/node-healthcheck-operator (403), but its
 repository vendors every module it needs, so a checkout of it builds with `go build -mod=vendor`

@@ -21,5 +21,5 @@ drives its run and the run's phases (its fabric and baseline drivers live in it)
 A wing uses what stands below it and never what stands above: state types sit below the code that
 uses them, drivers where `control` drives them. `make lint` keeps this order (import-linter's
 "operator-wings" contract in pyproject.toml); a new wing takes its place there.
-docs/operator.md, "How it is built", names every module.
+docs/operator/architecture.md, "How it is built", names every module.
 """

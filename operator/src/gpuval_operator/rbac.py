@@ -8,7 +8,7 @@ the agent's), checked against the rendered chart. kopf's part: list/watch/patch 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuval_api.crd import GROUP
@@ -20,6 +20,9 @@ class Rule:
     api_groups: tuple[str, ...]
     resources: tuple[str, ...]
     verbs: tuple[str, ...]
+    # Why the code needs it, for docs/operator/reference.md's generated table (never rendered
+    # into a Role, never compared).
+    why: str = field(default="", compare=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -31,45 +34,115 @@ class Rule:
 
 # Cluster-scoped objects, or watched across the cluster.
 CLUSTER_RULES = (
-    Rule((GROUP,), ("gpuvalidations",), ("list", "watch", "patch")),
-    Rule((GROUP,), ("gpuvalidations/status",), ("patch",)),
-    # get: a fabric-failed node's report, read back for its evidence (control/fabricevidence.py).
-    Rule((GROUP,), ("gpunodereports",), ("get", "list", "watch", "create", "deletecollection")),
-    Rule((GROUP,), ("gpunodereports/status",), ("patch",)),
-    # spec.baseline: the GpuBaselines listed at a run's start, and those a run learned created.
-    Rule((GROUP,), ("gpubaselines",), ("list", "create")),
-    Rule(("",), ("nodes",), ("get", "list", "watch", "patch")),
-    # The GpuValidated condition (strategic merge patch on the node's status).
-    Rule(("",), ("nodes/status",), ("patch",)),
-    # spec.agent.devices dra: the nodes' GPUs from the NVIDIA driver's ResourceSlices, and the
-    # claims that hold a node's devices, named when its agent pod could not be scheduled.
-    Rule((RESOURCE_GROUP,), ("resourceslices",), ("list", "watch")),
-    Rule((RESOURCE_GROUP,), ("resourceclaims",), ("list",)),
+    Rule(
+        (GROUP,),
+        ("gpuvalidations",),
+        ("list", "watch", "patch"),
+        why="kopf: one daemon per GpuValidation, its finalizer and annotations",
+    ),
+    Rule((GROUP,), ("gpuvalidations/status",), ("patch",), why="the status"),
+    Rule(
+        (GROUP,),
+        ("gpunodereports",),
+        ("get", "list", "watch", "create", "deletecollection"),
+        why="a run's reports; get: a fabric-failed node's report, read back for its evidence "
+        "(control/fabricevidence.py)",
+    ),
+    Rule(
+        (GROUP,),
+        ("gpunodereports/status",),
+        ("patch",),
+        why="verdicts the operator records itself, device health, the reset before a retry",
+    ),
+    Rule(
+        (GROUP,),
+        ("gpubaselines",),
+        ("list", "create"),
+        why="spec.baseline: listed at each run's start; learned ones created, never changed",
+    ),
+    Rule(
+        ("",),
+        ("nodes",),
+        ("get", "list", "watch", "patch"),
+        why="the selected nodes; their labels, taint, cordon and entries",
+    ),
+    Rule(
+        ("",),
+        ("nodes/status",),
+        ("patch",),
+        why="the GpuValidated condition (a strategic merge patch); with spec.remediation "
+        "GpuRepairRequested, GpuNeedsRepair",
+    ),
+    Rule(
+        (RESOURCE_GROUP,),
+        ("resourceslices",),
+        ("list", "watch"),
+        why="spec.agent.devices dra: the nodes' GPUs from the NVIDIA driver's ResourceSlices",
+    ),
+    Rule(
+        (RESOURCE_GROUP,),
+        ("resourceclaims",),
+        ("list",),
+        why="the claims that hold a node's devices, named (DevicesClaimed) when its agent pod "
+        "could not be scheduled",
+    ),
 )
 # In the agent namespace (GPUVAL_AGENT_NAMESPACE): the agent pods.
 AGENT_NAMESPACE_RULES = (
-    Rule(("",), ("pods",), ("list", "watch", "create", "delete", "deletecollection")),
-    # spec.agent.devices dra: each run's ResourceClaimTemplates, deleted with its pods (the claims
-    # made from them are kube-controller-manager's, owned by the pods).
-    Rule((RESOURCE_GROUP,), ("resourceclaimtemplates",), ("create", "deletecollection")),
+    Rule(
+        ("",),
+        ("pods",),
+        ("list", "watch", "create", "delete", "deletecollection"),
+        why="the agent pods and the fabric pods",
+    ),
+    Rule(
+        (RESOURCE_GROUP,),
+        ("resourceclaimtemplates",),
+        ("create", "deletecollection"),
+        why="spec.agent.devices dra: each run's ResourceClaimTemplates, deleted with its pods "
+        "(the claims made from them are kube-controller-manager's, owned by the pods)",
+    ),
 )
 # Events about GpuValidations and nodes: Kubernetes keeps Events about cluster-scoped objects in
 # `default` (gpuval_operator.kube.events), and kopf posts its own in the operator's namespace.
-EVENT_RULES = (Rule(("",), ("events",), ("create",)),)
+EVENT_RULES = (
+    Rule(
+        ("",),
+        ("events",),
+        ("create",),
+        why="Events about GpuValidations and nodes (Kubernetes keeps Events about "
+        "cluster-scoped objects in `default`)",
+    ),
+)
 EVENT_NAMESPACE = "default"
 # In the operator's namespace: the leader Lease (gpuval_operator.kube.leader), and kopf's Events.
 OWN_NAMESPACE_RULES = (
-    Rule(("",), ("events",), ("create",)),
-    # watch: a standby sees the leader release the Lease at once (kube/leader.py).
-    Rule(("coordination.k8s.io",), ("leases",), ("get", "watch", "create", "update")),
+    Rule(("",), ("events",), ("create",), why="kopf's Events"),
+    Rule(
+        ("coordination.k8s.io",),
+        ("leases",),
+        ("get", "watch", "create", "update"),
+        why="leader election; watch: a standby sees the leader release the Lease at once "
+        "(kube/leader.py)",
+    ),
 )
 # What an agent may do: patch GpuNodeReport status, nothing else. Which report is the admission
 # policy's business (RBAC cannot tie a request to the node it comes from).
-AGENT_RULES = (Rule((GROUP,), ("gpunodereports/status",), ("patch",)),)
+AGENT_RULES = (
+    Rule(
+        (GROUP,),
+        ("gpunodereports/status",),
+        ("patch",),
+        why="its node's report; the admission policy narrows it to the pod's own node, and to a "
+        "report whose verdict the operator has not settled",
+    ),
+)
 # In the agents' namespace: a fabric group's pods are made at once, before rank 0 has an
 # address, so each other rank reads rank 0's pod (by name: get, never list or watch) for its IP.
 # An admission policy cannot narrow a read; the namespace holds only gpuval's agent pods.
-AGENT_POD_RULES = (Rule(("",), ("pods",), ("get",)),)
+AGENT_POD_RULES = (
+    Rule(("",), ("pods",), ("get",), why="a fabric rank reads rank 0's pod for its IP"),
+)
 
 
 # spec.remediation mode Template: the objects gpuval makes from a template, of the engine's kinds

@@ -1,5 +1,6 @@
 """Rank 0's address for a rank whose group's pods were all made at once (the operator makes every
-fabric group so, a Kueue pod group included; docs/operator.md, "The fabric phase", "Rendezvous"):
+fabric group so, a Kueue pod group included; docs/operator/fabric.md, "The fabric phase",
+"Rendezvous"):
 GPUVAL_FABRIC_MASTER_POD names rank 0's pod and the port, and this rank reads the pod (`get`, in
 its own namespace) until it has an IP (`status.podIP`: with hostNetwork, its node's), saying every
 few seconds what it waits for.

@@ -45,8 +45,8 @@ from gpuval_agent.training import TrainPlan
 from gpuval_api.fabric import FabricConfig
 
 _POLL = 0.05
-# The rank processes' stores: PORT+1 .. PORT+5 (rank 0 listens on six ports: docs/operator.md,
-# "Rendezvous"), taken in turn by the generations.
+# The rank processes' stores: PORT+1 .. PORT+5 (rank 0 listens on six ports:
+# docs/operator/fabric.md, "Rendezvous"), taken in turn by the generations.
 STORE_PORTS = 5
 _TAIL_PER_LOG = 2500
 _TAIL_TOTAL = 8000

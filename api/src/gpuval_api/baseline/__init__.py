@@ -1,5 +1,5 @@
 """Baselines and history: judge a node against what its GPU stack should do and against its own
-past (issue 18; docs/operator.md, "Baselines and history").
+past (issue 18; docs/operator/baselines.md, "Baselines and history").
 
 - `figures`: which figures a result holds, and the key that makes them comparable (pure);
 - `learn`: a baseline from a run's passing nodes, SuperBench's way (pure);

@@ -1,4 +1,5 @@
-"""Pure: what is done with baselines and history over a run's GpuNodeReports (docs/operator.md,
+"""Pure: what is done with baselines and history over a run's GpuNodeReports
+(docs/operator/baselines.md,
 "Baselines and history"): by the operator (which keeps no report, only what these read of one)
 and by `kubectl gpuval baseline learn`. Nothing here calls the API: the callers read, these
 decide, the callers write.

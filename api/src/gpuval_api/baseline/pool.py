@@ -53,8 +53,8 @@ class NodeFigures:
     Learning holds one of these for every node of a run (10,000 at fleet scale), so a node keeps
     its values in one float array and a layout (which figure, setting and count each stretch
     of it is) that the nodes of a GPU stack share: about 1 KiB for an 8-GPU node's 101 values,
-    where a `Sample` each took 13 KiB (docs/operator.md, "Baselines and history"). Which GPU a
-    value came from is not kept: learning does not use it.
+    where a `Sample` each took 13 KiB (docs/operator/baselines.md, "Baselines and history"). Which
+    GPU a value came from is not kept: learning does not use it.
     """
 
     __slots__ = ("key", "layout", "node", "passed", "peers", "values")

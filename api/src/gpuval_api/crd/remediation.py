@@ -1,7 +1,7 @@
 """spec.remediation and status.remediation of a GpuValidation: how a failed node is handed to the
 cluster's repair engine, proven again under load after the repair, and left to a person when
-repair does not help (docs/operator.md, "Remediation"). gpuval never reboots or resets anything
-itself."""
+repair does not help (docs/operator/remediation.md, "Remediation"). gpuval never reboots or resets
+anything itself."""
 
 from __future__ import annotations
 

@@ -34,7 +34,8 @@ from gpuval_api.fabric import FabricSpec
 # within 5 minutes, and AMD's GPU operator caps parallel remediation only when asked (its
 # maxParallelWorkflows defaults to 0, no limit). A validation's thresholds are the likeliest
 # thing to be wrong for a fleet (a new GPU model, a driver update), so gpuval takes at most a
-# tenth of the nodes it selects out of service before a person looks (docs/operator.md).
+# tenth of the nodes it selects out of service before a person looks
+# (docs/operator/verdicts-and-actions.md).
 DEFAULT_MAX_NODES_OUT_OF_SERVICE = "10%"
 
 

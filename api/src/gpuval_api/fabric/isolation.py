@@ -1,6 +1,6 @@
 """Pure: who a fabric group's pair rounds name. The agents run it on their group's pairs, the
-operator again on every group's pairs against the whole run's reference (docs/operator.md, "How
-the fabric scales").
+operator again on every group's pairs against the whole run's reference (docs/operator/fabric.md,
+"How the fabric scales").
 
 The pair rounds (`gpuval_api.fabric.pair_rounds`) put every node of a group of three or more in
 two pairs with different partners; one confirmation round then tests each suspect node with a

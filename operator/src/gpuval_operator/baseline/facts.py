@@ -1,6 +1,6 @@
 """Pure: what the operator keeps of a report for baselines and history, a few hundred bytes per
 node and never as pydantic models (at 10,000 nodes x 5 runs pydantic entries cost 64 MiB, these
-arrays 7 MiB: docs/operator.md, "Baselines and history").
+arrays 7 MiB: docs/operator/baselines.md, "Baselines and history").
 
 - `Comparison`: the node's comparison with its baseline as its agent recorded it
   (`result.baseline`): the baseline's name, whether the key matched exactly, and each judged

@@ -1,4 +1,5 @@
-"""Pure: the operator's decisions about baselines and history (docs/operator.md, "Baselines and
+"""Pure: the operator's decisions about baselines and history (docs/operator/baselines.md,
+"Baselines and
 history"). Nothing here calls the API; gpuval_operator.control.baselinedriver reads, these decide,
 it writes.
 

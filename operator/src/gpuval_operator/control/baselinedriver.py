@@ -1,4 +1,5 @@
-"""Baselines and history carried out for one GpuValidation (spec.baseline; docs/operator.md,
+"""Baselines and history carried out for one GpuValidation (spec.baseline;
+docs/operator/baselines.md,
 "Baselines and history"): at a run's start the GpuBaselines are listed and chosen; each agent pod
 is given those of its GPU model (GPUVAL_BASELINE) and each report the node's history
 (spec.history); as verdicts come in, a node whose figures fell against its own past is named
@@ -52,7 +53,7 @@ BASELINES_PATH = f"/apis/{API_VERSION}/{BASELINE_PLURAL}"
 MAX_NAMED = 10  # nodes named in one Event
 # Reports read per page when learning: a report carries its whole result document (26 KB for an
 # 8-GPU node), so a page of 100 is about 2.6 MB of JSON parsed at a time, where the client's
-# default of 500 parsed 13 MB at once (docs/operator.md, "Baselines and history").
+# default of 500 parsed 13 MB at once (docs/operator/baselines.md, "Baselines and history").
 LEARN_PAGE = 100
 
 

@@ -443,7 +443,8 @@ class ValidationController:
         # The first wave's reports first, the rest while the first wave runs: at 10,000 nodes the
         # reports alone take a minute to create, and the first pods should not wait for them.
         # The earlier runs' pods and reports are pruned after this run's reports exist: deleting
-        # 10,000 pods keeps the API server busy for minutes (docs/operator.md, "How it is built").
+        # 10,000 pods keeps the API server busy for minutes (docs/operator/architecture.md, "How it
+        # is built").
         limit = planning.concurrency_limit(spec.max_concurrent, len(candidates))
         await self.reports.create(run, candidates[:limit])
         self.reports.in_background(

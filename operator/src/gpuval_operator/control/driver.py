@@ -397,7 +397,8 @@ class RunDriver:
         verdicts settle in thousands (fabric.early): acted on inside a tick, 4,964 of them kept
         the tick busy 50 s at 10,000 nodes, and no group opened meanwhile; in slices of 500 a tick,
         groups opened, but the last results waited 10 to 13 s for the tick acting on the
-        backlog once the last groups were open (docs/operator.md, "How the fabric scales")."""
+        backlog once the last groups were open (docs/operator/fabric.md, "How the fabric
+        scales")."""
         task = self.acting
         if task is not None and task.done():
             self.acting = None

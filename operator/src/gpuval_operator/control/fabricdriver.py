@@ -3,8 +3,8 @@ has its local verdict, open groups within the concurrency limit (every pod of a 
 spec.fabric.queue as one Kueue pod group), record what agents could not, and hand the groups'
 results to control.fabricsettling, which gives each node awaiting the fabric its final verdict:
 early where no later group can change it, else once every group has its results. The decisions are
-fabric.plan's and fabric.lifecycle's; the calls are gpuval_operator.run.effects'. docs/operator.md,
-"The fabric phase".
+fabric.plan's and fabric.lifecycle's; the calls are gpuval_operator.run.effects'.
+docs/operator/fabric.md, "The fabric phase".
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ whose verdict no later group can change, as soon as that is so (fabric.early), t
 comparison once every group has its results (fabric.verdicts), each member's report rewritten only
 where the comparison changed what its agent wrote, and its final verdict given to the run (its
 node actions follow). The decisions are fabric.early's and fabric.verdicts'; the calls are
-gpuval_operator.run.effects'. docs/operator.md, "The fabric phase".
+gpuval_operator.run.effects'. docs/operator/fabric.md, "The fabric phase".
 """
 
 from __future__ import annotations

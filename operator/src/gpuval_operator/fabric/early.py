@@ -9,7 +9,7 @@ every pair, confirmations included, is at or above that ceiling has no slow pair
 floor the run can still come to: `isolation.blame` names none of its nodes, and classify will
 settle each member exactly as `settle` does with nothing named. Their verdicts, and their node
 actions, need not wait for the last group: at 10,000 nodes that spreads most passing nodes'
-writes over the rounds instead of 10,000 node writes after the last result (docs/operator.md,
+writes over the rounds instead of 10,000 node writes after the last result (docs/operator/fabric.md,
 "How the fabric scales").
 
 Not early (they wait for the comparison):

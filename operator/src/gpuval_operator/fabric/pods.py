@@ -8,10 +8,11 @@ port the operator picked. Rank 0's pod listens on the port (its own address is i
 A group's pods are made at once, before rank 0 has an address: the others are told rank 0's pod
 name and read its IP from the API server (`get` on pods in their namespace, rbac.AGENT_POD_RULES)
 once it has one. Made one after the other (rank 0 first, the rest once it had an IP) a group
-waited for two schedulings instead of one: 35 s of a 72 s round at 10,000 nodes (docs/operator.md,
+waited for two schedulings instead of one: 35 s of a 72 s round at 10,000 nodes
+(docs/operator/fabric.md,
 "How the fabric scales"). With `spec.fabric.queue` the pods are also one Kueue pod group
-(admitted whole, so no member holds a GPU while the quota cannot hold them all; docs/operator.md,
-"Kueue: fabric groups admitted whole").
+(admitted whole, so no member holds a GPU while the quota cannot hold them all;
+docs/operator/fabric.md, "Kueue: fabric groups admitted whole").
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Who it is comes from `gpuval_operator.kube.credentials` (one identity with kopf'
 `kubernetes` package): each request carries the identity's current headers, the identity is
 loaded again when it is due, and a 401 loads it again and repeats the request once. Requests go
 through aiohttp and come back as plain dicts: the kubernetes package's asyncio client turns
-10,000 pods into models several times slower (docs/operator.md, "Credentials"). Lists are
-paginated; watches ask for bookmarks and resume from the last resourceVersion; 429 and 5xx are
+10,000 pods into models several times slower (docs/operator/architecture.md, "Credentials"). Lists
+are paginated; watches ask for bookmarks and resume from the last resourceVersion; 429 and 5xx are
 retried with backoff (honouring Retry-After), so bursts of creates slow down instead of failing.
 """
 

@@ -1,6 +1,7 @@
 """Pure: what an agent pod that ended without its agent's verdict says about its node.
 
-A verdict against a node needs evidence against the node (docs/operator.md, "Verdict classes").
+A verdict against a node needs evidence against the node (docs/operator/verdicts-and-actions.md,
+"Verdict classes").
 A pod that ends without a report is judged on what is known of its end, in this order:
 
 1. the verdict the agent left in its termination message (its report write never arrived);

@@ -112,7 +112,7 @@ def uniform_condition(
 
 def profile_condition(run: RunState) -> Cond:
     """ProfileOverridden: True naming each check of spec.checks.profile that its section's own
-    `enabled: false` keeps off (the section wins, docs/operator.md "Profiles"), else False."""
+    `enabled: false` keeps off (the section wins, docs/agent.md "Profiles"), else False."""
     kind, profile = ConditionType.PROFILE_OVERRIDDEN, f"spec.checks.profile {run.profile}"
     if run.overridden:
         adds = " and ".join(PROFILE_RUNS[run.profile])

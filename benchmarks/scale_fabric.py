@@ -503,7 +503,7 @@ def seconds_per_round(timing: Sequence[Mapping[str, float]], classified: float) 
 
 
 # The operator's own log lines that mark the fabric phase's steps
-# (gpuval_operator.control.fabricdriver, .control.controller), with the operator's clock.
+# (gpuval_operator.control.fabric.driver, .control.controller), with the operator's clock.
 _STEPS = {
     "planned": re.compile(r"fabric of run \S+: \d+ groups of up to"),
     "crossPlanned": re.compile(r"cross-domain fabric groups of"),

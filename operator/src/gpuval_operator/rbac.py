@@ -33,7 +33,7 @@ class Rule:
 CLUSTER_RULES = (
     Rule((GROUP,), ("gpuvalidations",), ("list", "watch", "patch")),
     Rule((GROUP,), ("gpuvalidations/status",), ("patch",)),
-    # get: a fabric-failed node's report, read back for its evidence (control/fabricevidence.py).
+    # get: a fabric-failed node's report, read back for its evidence (control/fabric/evidence.py).
     Rule((GROUP,), ("gpunodereports",), ("get", "list", "watch", "create", "deletecollection")),
     Rule((GROUP,), ("gpunodereports/status",), ("patch",)),
     # spec.baseline: the GpuBaselines listed at a run's start, and those a run learned created.

@@ -1,5 +1,5 @@
 """Pure: the operator's decisions about baselines and history (docs/operator.md, "Baselines and
-history"). Nothing here calls the API; gpuval_operator.control.baselinedriver reads, these decide,
+history"). Nothing here calls the API; gpuval_operator.control.baseline.driver reads, these decide,
 it writes.
 
 - `start`: what a run judges against (spec.baseline.names, or every GpuBaseline, learned before

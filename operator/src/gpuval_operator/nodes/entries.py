@@ -7,9 +7,9 @@ GpuValidated condition follow all entries together: failed while any validation'
 verdict is Failed (naming which), so one validation passing never undoes another's failure.
 
 A failing entry whose taint and cordon the circuit breaker held (`hold`: the cause,
-gpuval_operator.nodes.breaker) asks for nothing but its label and condition. A node gpuval holds
-out of service (its taint, or a cordon it made, on a node that carries no startup taint: one that
-never entered service is not taken out of it) carries the label gpuval.dev/out-of-service, the
+gpuval_operator.nodes.breaker.rules) asks for nothing but its label and condition. A node gpuval
+holds out of service (its taint, or a cordon it made, on a node that carries no startup taint: one
+that never entered service is not taken out of it) carries the label gpuval.dev/out-of-service, the
 index the operator-wide limit counts by.
 
 Pure: `plan_node` turns the node as it is and one validation's new entry into a merge patch of

@@ -1,6 +1,6 @@
 """Pure: the repair loop of one validation (spec.remediation), one node at a time. Nothing here
-calls the API or reads a clock: the keeper (gpuval_operator.control.repairs) passes the time and
-what it knows of the node in, and carries out the step that comes back; the node actions
+calls the API or reads a clock: the keeper (gpuval_operator.control.repair.keeper) passes the time
+and what it knows of the node in, and carries out the step that comes back; the node actions
 (gpuval_operator.nodes.actor) move a record on when a verdict comes (`after_verdict`).
 
     failed (in force, a ResetGpu or Reboot failure, not systemic)

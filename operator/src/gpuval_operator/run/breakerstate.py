@@ -5,7 +5,8 @@ A failing node's taint and cordon are held when the validation already holds `no
 nodes out of service (MaxNodesReached), when gpuval as a whole holds its operator-wide limit
 (OperatorMaxNodesReached), or when its failure's reason is systemic: shared by most of the run's
 tested nodes, so the spec or the fleet's stack is the likely cause (Systemic). The decisions are
-gpuval_operator.nodes.breaker's; this module keeps their outcome for the status and the metrics.
+gpuval_operator.nodes.breaker.rules's; this module keeps their outcome for the status and the
+metrics.
 """
 
 from __future__ import annotations

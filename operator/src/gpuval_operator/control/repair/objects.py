@@ -1,5 +1,5 @@
 """The remediation objects of one validation's repair loop (spec.remediation mode Template), for
-`control.repairs.RepairKeeper`: each request's object made from the template (or found made
+`control.repair.keeper.RepairKeeper`: each request's object made from the template (or found made
 before a restart: a repeated create gets 409 and the object carries the request's number), the
 objects listed by label to see their ends, leftovers of an end written before a restart deleted.
 The calls are `remediation.effects`'; what an object's status means, `remediation.objects`'."""

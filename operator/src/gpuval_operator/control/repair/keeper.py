@@ -27,14 +27,14 @@ from gpuval_api.labels import label_value
 from gpuval_api.remediation import RepairOutcome, RepairState, repairs_text
 from gpuval_api.result import Verdict
 from gpuval_operator import names, planning
-from gpuval_operator.control.repairobjects import RepairObjects, template_kind
-from gpuval_operator.control.repairwithdraw import RepairWithdrawals
+from gpuval_operator.control.repair.objects import RepairObjects, template_kind
+from gpuval_operator.control.repair.withdraw import RepairWithdrawals
 from gpuval_operator.kube import events
 from gpuval_operator.kube.client import ApiError
 from gpuval_operator.nodes.actor import NodeActor
+from gpuval_operator.nodes.breaker.operatorwide import OperatorBreaker
 from gpuval_operator.nodes.entries import NodeEntry
 from gpuval_operator.nodes.facts import NodeFacts
-from gpuval_operator.nodes.operatorbreaker import OperatorBreaker
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.remediation import machine

@@ -15,8 +15,8 @@ import pytest
 
 from gpuval_agent.allreduce import bus_bandwidth
 from gpuval_agent.backends.base import BurnProgress
-from gpuval_agent.backends.simstate import TREE_PREFIX
-from gpuval_agent.backends.simulated import SimulatedBackend, SimulationConfig
+from gpuval_agent.backends.simulated.backend import SimulatedBackend, SimulationConfig
+from gpuval_agent.backends.simulated.hardware import TREE_PREFIX
 from gpuval_agent.checks.common import version_tuple
 from gpuval_agent.checks.nccl import sweep_sizes
 from gpuval_agent.runner import run_checks

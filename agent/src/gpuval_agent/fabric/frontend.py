@@ -33,7 +33,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from gpuval_agent.backends import BACKENDS
-from gpuval_agent.backends.simconfig import SimulationConfig
+from gpuval_agent.backends.simulated.config import SimulationConfig
 from gpuval_agent.cluster import deadline_from_env, write_termination_text
 from gpuval_agent.errors import AgentError
 from gpuval_agent.fabric.coordinator import StoppedError

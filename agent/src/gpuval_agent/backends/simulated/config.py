@@ -1,6 +1,6 @@
 """The simulated backend's configuration (GPUVAL_SIMULATE / --simulate): the GPUs it pretends to
 have and the faults it plays (docs/contracts.md, "Simulated backend"). A TEST DOUBLE's settings,
-read by the per-node double (backends/simulated.py) and the fabric's (fabric/simulated.py).
+read by the per-node double (backends/simulated/backend.py) and the fabric's (fabric/simulated.py).
 """
 
 from __future__ import annotations

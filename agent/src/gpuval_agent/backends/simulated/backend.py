@@ -35,18 +35,18 @@ from gpuval_agent.backends.base import (
     Throttle,
     XidEvent,
 )
-from gpuval_agent.backends.simconfig import Fault, FaultKind, LoadCheck, SimulationConfig
-from gpuval_agent.backends.simforeign import (
+from gpuval_agent.backends.simulated.config import Fault, FaultKind, LoadCheck, SimulationConfig
+from gpuval_agent.backends.simulated.foreign import (
     FOREIGN_MEMORY_BYTES,
     FOREIGN_PID,
     MEMORY_TOTAL,
     ForeignProcesses,
     out_of_memory,
 )
-from gpuval_agent.backends.simmemory import CONTEXT_BYTES, SimulatedMemory, simulated_memtest
-from gpuval_agent.backends.simstate import SimulatedHost, gpu_address
-from gpuval_agent.backends.simtrain import simulated_train
-from gpuval_agent.backends.simunits import SimUnit, build_units, gpu_uuid
+from gpuval_agent.backends.simulated.hardware import SimulatedHost, gpu_address
+from gpuval_agent.backends.simulated.memory import CONTEXT_BYTES, SimulatedMemory, simulated_memtest
+from gpuval_agent.backends.simulated.train import simulated_train
+from gpuval_agent.backends.simulated.units import SimUnit, build_units, gpu_uuid
 from gpuval_agent.errors import NoDriverError
 from gpuval_agent.memtest import (
     MemoryFlip,

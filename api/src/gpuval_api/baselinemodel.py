@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpuval_api import figures
 from gpuval_api.checks import camel
-from gpuval_api.figuremodel import with_figures
 from gpuval_api.figures import Unit
+from gpuval_api.figures.model import with_figures
 from gpuval_api.training import MAX_LOSS_BASELINES, LossBaseline
 
 # Bounds: a baseline holds every figure once (5 burn precisions, 3 copies, peer, NCCL sizes from

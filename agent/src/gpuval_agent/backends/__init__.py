@@ -11,7 +11,7 @@ import os
 
 from gpuval_agent.backends.base import Backend
 from gpuval_agent.errors import AgentError
-from gpuval_api.env import AgentEnv
+from gpuval_api import AgentEnv
 
 BACKEND_ENV = AgentEnv.BACKEND
 SIMULATE_ENV = AgentEnv.SIMULATE

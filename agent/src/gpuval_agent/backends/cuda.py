@@ -51,8 +51,8 @@ from gpuval_agent.memtest import (
 )
 from gpuval_agent.state.model import GpuState
 from gpuval_agent.training import TrainOutcome, TrainPlan, TrainProgressCallback
+from gpuval_api import AgentEnv
 from gpuval_api.checks import Precision
-from gpuval_api.env import AgentEnv
 from gpuval_api.result import Environment
 
 

@@ -49,8 +49,8 @@ from gpuval_agent.outcome import (
     validation_message,
     verdict_exit_code,
 )
+from gpuval_api import AgentEnv
 from gpuval_api.checks import TrainModel
-from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import (
     FABRIC_SUBCOMMAND,
     MAX_GROUP,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from gpuval_api import AgentEnv
 from gpuval_api.baseline import files, fleet, history, rules, samples
 from gpuval_api.baseline.history import Drift
 from gpuval_api.baseline.rules import Below, Candidate
@@ -33,7 +34,6 @@ from gpuval_api.baselinemodel import (
     StackVersions,
 )
 from gpuval_api.crd import GpuBaseline, ObjectMeta
-from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import FabricPair
 from gpuval_api.figures import history_figures
 from gpuval_api.gfd import label_names_product

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuval_api import ConditionReason
 from gpuval_api.baseline.rules import Candidate
 from gpuval_api.baselinemodel import BaselineMode, BaselineRunStatus, BaselineSettings
-from gpuval_api.conditions import ConditionReason
 from gpuval_api.crd import ConditionStatus
 
 

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuval_api.conditions import EventReason
+from gpuval_api import EventReason
 from gpuval_api.crd import DeviceSource, GpuValidationSpec, RunTrigger
 from gpuval_api.labels import children_selector
 from gpuval_operator import cron, planning

@@ -19,11 +19,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
+from gpuval_api import EventReason, Reason
 from gpuval_api.checks import CheckName
-from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, NodeTrigger
 from gpuval_api.gfd import GpuSharing
-from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey
 from gpuval_api.training import TrainingRunStatus
 from gpuval_operator import cron, names, planning

@@ -19,10 +19,8 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from gpuval_api import keys
-from gpuval_api.conditions import ConditionReason, ConditionType, EventReason
+from gpuval_api import ConditionReason, ConditionType, EventReason, keys, label_value
 from gpuval_api.crd import GpuValidationSpec
-from gpuval_api.labels import label_value
 from gpuval_api.release import Release
 from gpuval_api.remediation import RepairState
 from gpuval_operator import planning

@@ -17,10 +17,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpuval_api.conditions import ConditionReason, EventReason
+from gpuval_api import ConditionReason, EventReason, Verdict, label_value
 from gpuval_api.crd import GpuValidationSpec
-from gpuval_api.labels import label_value
-from gpuval_api.result import Verdict
 from gpuval_operator.kube import events
 from gpuval_operator.kube.client import ApiError, ResourceExpiredError, q
 from gpuval_operator.nodes.breaker.operatorwide import OperatorBreaker

@@ -25,17 +25,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpuval_api import keys
+from gpuval_api import RepairAction, Verdict, action_of, keys, label_value
 from gpuval_api.crd import TaintEffect
-from gpuval_api.labels import label_value
-from gpuval_api.reasons import RepairAction, action_of
 from gpuval_api.remediation import (
     NEEDS_REPAIR_REASON,
     NOT_REQUESTED_REASON,
     RepairState,
     repairs_text,
 )
-from gpuval_api.result import Verdict
 from gpuval_operator.remediation.record import RepairRecord
 from gpuval_operator.timestamps import rfc3339
 

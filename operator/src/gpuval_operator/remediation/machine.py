@@ -34,10 +34,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum, auto
 
+from gpuval_api import REPAIRABLE_ACTIONS, RepairAction, Verdict, action_of
 from gpuval_api.crd import Remediation, RemediationMode
-from gpuval_api.reasons import REPAIRABLE_ACTIONS, RepairAction, action_of
 from gpuval_api.remediation import BACK_STATES, RepairEnd, RepairOutcome, RepairState
-from gpuval_api.result import Verdict
 from gpuval_operator.remediation.record import RepairRecord
 
 

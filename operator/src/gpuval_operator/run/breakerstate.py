@@ -15,8 +15,8 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gpuval_api.conditions import ConditionReason as R
-from gpuval_api.conditions import ConditionType
+from gpuval_api import ConditionReason as R
+from gpuval_api import ConditionType
 from gpuval_operator.timestamps import rfc3339
 
 # A held node's cause, most telling first (the condition's reason is the first one present).

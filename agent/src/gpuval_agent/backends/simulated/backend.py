@@ -58,8 +58,8 @@ from gpuval_agent.parts import figures_for
 from gpuval_agent.state.model import GpuState
 from gpuval_agent.training import TrainOutcome, TrainPlan, TrainProgressCallback
 from gpuval_agent.verify import count_bad_elements, differing_references, scan_counts
+from gpuval_api import AgentEnv
 from gpuval_api.checks import Precision
-from gpuval_api.env import AgentEnv
 from gpuval_api.figures import H2D
 from gpuval_api.result import Environment, GpuInfo, PcieLink
 

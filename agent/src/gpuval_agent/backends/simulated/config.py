@@ -11,8 +11,8 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpuval_agent.errors import AgentError
+from gpuval_api import AgentEnv
 from gpuval_api.checks import CheckName, MemoryPattern, camel
-from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import FABRIC_SUBCOMMAND
 from gpuval_api.mig import COMPUTE_SLICES, compute_slices_of
 from gpuval_api.parts import H200

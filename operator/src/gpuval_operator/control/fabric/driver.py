@@ -15,8 +15,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuval_api import keys
-from gpuval_api.conditions import EventReason
+from gpuval_api import EventReason, Reason, Verdict, keys
 from gpuval_api.crd import GpuValidationSpec
 from gpuval_api.fabric import (
     FABRIC_CHECK,
@@ -24,9 +23,7 @@ from gpuval_api.fabric import (
     FabricSpec,
     build_planned_fabric_status,
 )
-from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey, build_operator_failure_status
-from gpuval_api.result import Verdict
 from gpuval_operator import names
 from gpuval_operator.control.devices import device_request
 from gpuval_operator.control.fabric.settling import FabricSettling

@@ -19,13 +19,10 @@ import dataclasses
 import logging
 import time
 
-from gpuval_api import keys
+from gpuval_api import EventReason, Verdict, keys, label_value
 from gpuval_api.checks import CheckName
-from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, NodeTrigger, RemediationMode
-from gpuval_api.labels import label_value
 from gpuval_api.remediation import RepairOutcome, RepairState, repairs_text
-from gpuval_api.result import Verdict
 from gpuval_operator import names, planning
 from gpuval_operator.control.repair.objects import RepairObjects, template_kind
 from gpuval_operator.control.repair.withdraw import RepairWithdrawals

@@ -10,9 +10,8 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from gpuval_api import keys
+from gpuval_api import keys, label_value
 from gpuval_api.crd import GpuValidationSpec, RemediationMode, RemediationTemplate
-from gpuval_api.labels import label_value
 from gpuval_api.remediation import RepairEnd, RepairState
 from gpuval_operator.kube.client import ApiError, KubeClient
 from gpuval_operator.nodes.facts import NodeFacts

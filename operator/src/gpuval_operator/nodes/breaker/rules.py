@@ -23,8 +23,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuval_api import ConditionReason as R
 from gpuval_api import keys
-from gpuval_api.conditions import ConditionReason as R
 from gpuval_operator.nodes.entries import entries
 from gpuval_operator.run.breakerstate import SystemicFailure
 

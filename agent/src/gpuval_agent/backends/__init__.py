@@ -1,4 +1,4 @@
-"""GPU backends: the real one (NVML + torch) and, in its own folder (simulated), the test double.
+"""GPU backends: the real one (cuda, over nvml/ and torch/) and the test double (simulated/).
 
 A backend only measures. Verdicts, thresholds and diagnoses live in gpuval_agent.checks and are
 the same whichever backend measured.

@@ -277,7 +277,7 @@ class SimulatedBackend(Backend):
                 self._pending_xids.append(XidEvent(fault.gpu, fault.xid))
             self._host.log_xid(fault.gpu, fault.xid)
         measurements = [self._burn_one(gpu, precision, seconds, on_progress) for gpu in gpus]
-        # The real backend's comparison of the node's references (torch_burn.burn).
+        # The real backend's comparison of the node's references (backends/torch/burn.py, burn).
         differing = differing_references(
             {m.gpu: m.fingerprint for m in measurements if m.fingerprint is not None}
         )

@@ -5,7 +5,8 @@
 - `config`: what it pretends to have and the faults it plays (GPUVAL_SIMULATE / --simulate);
 - `units`: the GPUs, or the MIG devices, it tests;
 - `hardware`: the node's hardware state (NVML answers and a host tree) for the state check;
-- `memory`, `train`: its memory test and its training step;
+- `burn`, `memory`, `train`: its burn of one GPU (numpy, really verified), its memory test and
+  its training step;
 - `foreign`: other processes on its GPUs, as NVML would list them.
 
 It sits inside `backends` rather than beside it: `backends.select_backend` chooses it by name and

@@ -39,8 +39,9 @@ for _key, _value in SAFE_ENV.items():
 import torch  # noqa: E402 - the environment above must be set before CUDA starts
 
 from gpuval_agent.allreduce import bus_bandwidth  # noqa: E402
-from gpuval_agent.backends import torch_burn, torch_copy  # noqa: E402
 from gpuval_agent.backends.cuda import CudaBackend, all_reduce_processes  # noqa: E402
+from gpuval_agent.backends.torch import burn as torch_burn  # noqa: E402
+from gpuval_agent.backends.torch import copy as torch_copy  # noqa: E402
 from gpuval_api.checks import Precision  # noqa: E402
 
 FORMAT = "gpuval-agent-bench/1"

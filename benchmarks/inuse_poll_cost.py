@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from gpuval_agent.backends.simconfig import LoadCheck, SimulationConfig
-from gpuval_agent.backends.simulated import SimulatedBackend
+from gpuval_agent.backends.simulated.backend import SimulatedBackend
+from gpuval_agent.backends.simulated.config import LoadCheck, SimulationConfig
 from gpuval_agent.watch import POLL_SECONDS, InUseWatch
 
 _FOREIGN = {"kind": "foreign-compute", "gpu": 5, "during": "burn"}

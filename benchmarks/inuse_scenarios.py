@@ -168,7 +168,7 @@ def _clean(out: Path, duration: float, log: list[str], *extra: str) -> dict[str,
 
 def _poll_cost(readings: int = 500) -> dict[str, Any]:
     """One reading of every GPU's processes through NVML, as the watch's poll takes it."""
-    from gpuval_agent.backends.nvml import Nvml  # noqa: PLC0415
+    from gpuval_agent.backends.nvml.reader import Nvml  # noqa: PLC0415
     from gpuval_agent.watch import POLL_SECONDS, InUseWatch  # noqa: PLC0415
 
     nvml = Nvml()

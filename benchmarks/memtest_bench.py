@@ -3,9 +3,9 @@ same memory in the same run, and injected flips.
 
     python benchmarks/memtest_bench.py --out memtest.json [--gpu 0] [--flips 20] [--variants]
 
-1. The check as the agent runs it (torch_memtest.memtest_gpu: every pattern, one pass): bytes
-   tested and their fraction of the GPU's memory, GB/s over all steps and per pattern, wall time
-   with the kernels' compile and the allocation.
+1. The check as the agent runs it (backends/torch/memtest.py, memtest_gpu: every pattern, one
+   pass): bytes tested and their fraction of the GPU's memory, GB/s over all steps and per
+   pattern, wall time with the kernels' compile and the allocation.
 2. The plain loop over the same memory (the same blocks, allocated again): for each of the first
    `--plain-values` walking-ones words p, `block.fill_(p)` on every block, then
    `(block != p).any()` on every block, OR-ed on the GPU and read once at the end; CUDA events
@@ -47,7 +47,7 @@ for _key, _value in {
 import torch  # noqa: E402 - the environment above must be set before CUDA starts
 import triton  # noqa: E402
 
-from gpuval_agent.backends import torch_memtest  # noqa: E402
+from gpuval_agent.backends.torch import memtest as torch_memtest  # noqa: E402
 from gpuval_agent.memtest import (  # noqa: E402
     WORD,
     MemoryFlip,

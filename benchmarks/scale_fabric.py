@@ -37,7 +37,7 @@ from typing import Any
 from apiserver_profile import ApiserverProfiler
 from apiserver_requests import ApiSampler
 from fabric_pipeline import PodTimes, longest_opening_gap, occupancy, stage_waits
-from gpuval_agent.backends.simconfig import SimulationConfig
+from gpuval_agent.backends.simulated.config import SimulationConfig
 from gpuval_agent.fabric.driver import run_fabric
 from gpuval_agent.fabric.frontend import plan_from_env
 from gpuval_agent.fabric.simulated import BASE_BUSBW_GBPS, SimulatedFabric
@@ -503,7 +503,7 @@ def seconds_per_round(timing: Sequence[Mapping[str, float]], classified: float) 
 
 
 # The operator's own log lines that mark the fabric phase's steps
-# (gpuval_operator.control.fabricdriver, .control.controller), with the operator's clock.
+# (gpuval_operator.control.fabric.driver, .control.controller), with the operator's clock.
 _STEPS = {
     "planned": re.compile(r"fabric of run \S+: \d+ groups of up to"),
     "crossPlanned": re.compile(r"cross-domain fabric groups of"),

@@ -1,6 +1,6 @@
 """A plain torch training loop of the training check's model and settings: the reference its
 speed is compared with (benchmarks/train_bench.py). No verification, no reporting, no rank
-manager: the model, the optimizer and the synthetic tokens of gpuval_agent.backends.torch_train,
+manager: the model, the optimizer and the synthetic tokens of gpuval_agent.backends.torch.train,
 stepped in a loop, timed with two CUDA events around the steps after the warm-up. Several GPUs:
 one process each (torch.multiprocessing), DDP over NCCL, as the check.
 
@@ -21,7 +21,7 @@ import struct
 import sys
 from typing import Any
 
-# As the agent's ranks (gpuval_agent.backends.train_ranks): cuBLAS's deterministic workspace, one
+# As the agent's ranks (gpuval_agent.backends.trainranks): cuBLAS's deterministic workspace, one
 # NCCL algorithm and protocol, NVLink multicast off.
 ENV = {
     "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
@@ -37,7 +37,7 @@ os.environ.update(ENV)
 import torch  # noqa: E402 - the environment above must be set before CUDA starts
 import torch.distributed as dist  # noqa: E402
 
-from gpuval_agent.backends import torch_train  # noqa: E402
+from gpuval_agent.backends.torch import train as torch_train  # noqa: E402
 from gpuval_agent.training import SHAPES, auto_micro_batch, auto_model  # noqa: E402
 from gpuval_api.checks import TrainAttention, TrainCheck, TrainModel  # noqa: E402
 

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 GPUS = torch.cuda.device_count()
 
-torch_burn = pytest.importorskip("gpuval_agent.backends.torch_burn")
+torch_burn = pytest.importorskip("gpuval_agent.backends.torch.burn")
 
 POSITIONS = frozenset({0, 3, 17})
 

@@ -52,7 +52,7 @@ def _leftover_ranks(group: str) -> list[str]:
             text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "gpuval_agent.backends.rank_process" in text and f"--group {group} " in text:
+        if "gpuval_agent.backends.rankprocess" in text and f"--group {group} " in text:
             found.append(text[:200])
     return found
 

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 GPUS = torch.cuda.device_count()
 
-torch_memtest = pytest.importorskip("gpuval_agent.backends.torch_memtest")
+torch_memtest = pytest.importorskip("gpuval_agent.backends.torch.memtest")
 
 GIB = 1 << 30
 ALL = tuple(MemoryPattern)

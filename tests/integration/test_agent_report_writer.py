@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuval_agent.backends.simstate import TREE_PREFIX
+from gpuval_agent.backends.simulated.hardware import TREE_PREFIX
 from gpuval_api import keys
 from gpuval_api.env import AgentEnv
 from gpuval_api.report import parse_termination_message

@@ -38,7 +38,7 @@ OPERATOR_CLUSTER_RIGHTS: set[Right] = {
     },
     # effects: a node's verdict written by the operator when its agent could not.
     ("gpuval.dev", "gpunodereports/status", "patch"),
-    # control.baselinedriver: the GpuBaselines listed at a run's start, the learned ones created.
+    # control.baseline.driver: the GpuBaselines listed at a run's start, the learned ones created.
     *{("gpuval.dev", "gpubaselines", v) for v in ("list", "create")},
     # planning: node selection; nodes.watch: the nodes' list+watch; nodes.actor: verdict labels,
     # taints, cordon (merge patch) and the GpuValidated condition (on the node's status).

@@ -27,8 +27,8 @@ from gpuval_api.result import Verdict
 from gpuval_devtools.controlplane import Cluster
 from gpuval_operator import names
 from gpuval_operator.config import OperatorConfig
-from gpuval_operator.control import fabricdriver as fabric_driver
 from gpuval_operator.control.driver import written_meanwhile
+from gpuval_operator.control.fabric import driver as fabric_driver
 from gpuval_operator.fabric.plan import GroupPlan
 from gpuval_operator.fabric.state import FabricState
 from gpuval_operator.kube.client import KubeClient, q

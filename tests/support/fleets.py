@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuval_agent.backends.simulated import SimulatedBackend, SimulationConfig
+from gpuval_agent.backends.simulated.backend import SimulatedBackend, SimulationConfig
 from gpuval_agent.display import Display
 from gpuval_agent.fabric.driver import FabricPlan, run_fabric
 from gpuval_agent.fabric.simulated import SimulatedFabric

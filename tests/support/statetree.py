@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuval_agent.backends.base import BurnMeasurement
-from gpuval_agent.backends.simulated import SimulatedBackend, SimulationConfig
+from gpuval_agent.backends.simulated.backend import SimulatedBackend, SimulationConfig
 from gpuval_agent.state.model import GpuFabric, GpuState, NvLink
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "state"

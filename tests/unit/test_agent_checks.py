@@ -15,8 +15,8 @@ import pytest
 
 from gpuval_agent.allreduce import bus_bandwidth
 from gpuval_agent.backends.base import BurnProgress
-from gpuval_agent.backends.simstate import TREE_PREFIX
-from gpuval_agent.backends.simulated import SimulatedBackend, SimulationConfig
+from gpuval_agent.backends.simulated.backend import SimulatedBackend, SimulationConfig
+from gpuval_agent.backends.simulated.hardware import TREE_PREFIX
 from gpuval_agent.checks.common import version_tuple
 from gpuval_agent.checks.nccl import sweep_sizes
 from gpuval_agent.runner import run_checks
@@ -232,8 +232,8 @@ def test_a_sweep_that_stops_below_1_gib_is_held_only_to_an_absolute_busbw() -> N
 def test_one_gpu_of_eight_with_a_wrong_reference_fails_as_the_real_backend_fails_it(
     gpu: int,
 ) -> None:
-    # Issue 42: the double compared no references between the node's GPUs (torch_burn does),
-    # so a GPU that computes a consistently wrong answer passed on an 8-GPU node.
+    # Issue 42: the double compared no references between the node's GPUs (backends/torch/burn.py
+    # does), so a GPU that computes a consistently wrong answer passed on an 8-GPU node.
     result = _run(
         json.dumps({"gpus": 8, "faults": [{"kind": "wrong-reference", "gpu": gpu}]}),
         ChecksConfig.model_validate({"burn": {"durationSeconds": 5}}),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuval_agent.backends.simulated import SimulatedBackend, SimulationConfig
+from gpuval_agent.backends.simulated.backend import SimulatedBackend, SimulationConfig
 from gpuval_agent.dcgm.parse import DcgmOutputError, parse_diag
 from gpuval_agent.runner import run_checks
 from gpuval_api.checks import CheckName, ChecksConfig

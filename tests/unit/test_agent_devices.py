@@ -10,10 +10,10 @@ from typing import Any, ClassVar
 
 import pytest
 
-from gpuval_agent.backends import nvml as nvml_backend
 from gpuval_agent.backends.cuda import cuda_spelling
-from gpuval_agent.backends.nvml_mig import mig_devices, parent_sm_count, profile_of
-from gpuval_agent.backends.simulated import SimulatedBackend, SimulationConfig
+from gpuval_agent.backends.nvml import reader as nvml_backend
+from gpuval_agent.backends.nvml.mig import mig_devices, parent_sm_count, profile_of
+from gpuval_agent.backends.simulated.backend import SimulatedBackend, SimulationConfig
 from gpuval_agent.devices import keep_given, parse_uuids
 from gpuval_agent.errors import AgentError
 from gpuval_agent.parts import expected_for, figures_for

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from gpuval_agent import baseline as baselines
-from gpuval_agent.backends.simulated import SimulatedBackend, SimulationConfig
+from gpuval_agent.backends.simulated.backend import SimulatedBackend, SimulationConfig
 from gpuval_agent.display import Display, render_table
 from gpuval_agent.runner import run_checks
 from gpuval_api.checks import ChecksConfig

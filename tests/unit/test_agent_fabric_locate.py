@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpuval_agent.backends.simconfig import SimulationConfig
+from gpuval_agent.backends.simulated.config import SimulationConfig
 from gpuval_agent.errors import AgentError
 from gpuval_agent.fabric.coordinator import StoppedError
 from gpuval_agent.fabric.driver import master_unknown

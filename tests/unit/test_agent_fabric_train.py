@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuval_agent.backends.simconfig import SimulationConfig
+from gpuval_agent.backends.simulated.config import SimulationConfig
 from gpuval_agent.cli import build_parser
 from gpuval_agent.fabric.analysis import Conclusion
 from gpuval_agent.fabric.frontend import plan_from_args

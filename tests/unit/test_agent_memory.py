@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gpuval_agent.backends.cuda import _memory_flips
-from gpuval_agent.backends.simulated import SimulatedBackend, SimulationConfig
+from gpuval_agent.backends.simulated.backend import SimulatedBackend, SimulationConfig
 from gpuval_agent.cli import build_parser, config_from_args
 from gpuval_agent.errors import AgentError
 from gpuval_agent.memtest import (

@@ -93,5 +93,5 @@ def test_the_nccl_checks_ranks_are_the_rank_processes_and_a_rank_that_cannot_sta
         "rank 0 (CUDA device 0) died with exit code 1: ModuleNotFoundError: No module named 'torch'"
     )
     assert (
-        outcome.log_tail is not None and "gpuval_agent/backends/rank_process.py" in outcome.log_tail
+        outcome.log_tail is not None and "gpuval_agent/backends/rankprocess.py" in outcome.log_tail
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuval_agent.backends.simulated import SimulatedBackend, SimulationConfig
+from gpuval_agent.backends.simulated.backend import SimulatedBackend, SimulationConfig
 from gpuval_agent.record import RunRecord
 from gpuval_agent.runner import run_checks
 from gpuval_agent.state import kernellog, sysfs

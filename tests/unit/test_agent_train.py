@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from gpuval_agent.backends import cuda
-from gpuval_agent.backends.simconfig import FaultKind
-from gpuval_agent.backends.simulated import SimulatedBackend, SimulationConfig
+from gpuval_agent.backends.simulated.backend import SimulatedBackend, SimulationConfig
+from gpuval_agent.backends.simulated.config import FaultKind
 from gpuval_agent.errors import AgentError
 from gpuval_agent.parts import figures_for
 from gpuval_agent.runner import run_checks

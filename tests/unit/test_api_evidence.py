@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpuval_agent.backends.simulated import SimulatedBackend, SimulationConfig
+from gpuval_agent.backends.simulated.backend import SimulatedBackend, SimulationConfig
 from gpuval_agent.evidence import build_evidence, wanted
 from gpuval_agent.record import RunRecord
 from gpuval_agent.runner import run_checks

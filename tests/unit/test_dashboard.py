@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 
 from gpuval_devtools import dashboard
-from gpuval_devtools.grafana_schema import dashboard_schema
+from gpuval_devtools.grafanaschema import dashboard_schema
 
 CHART_DASHBOARD = (
     Path(__file__).resolve().parents[2] / "charts" / "gpuval" / "files" / "dashboard.json"

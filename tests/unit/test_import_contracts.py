@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -115,3 +116,46 @@ def test_an_import_that_breaks_a_contract_fails_the_lint(
     name = contracts()[contract]
     # An upward import also closes a circle, so more than this one contract may break.
     assert f"{name} BROKEN" in done.stdout
+
+
+PACKAGE_SOURCES = {
+    "gpuval_api": REPO_ROOT / "api" / "src" / "gpuval_api",
+    "gpuval_credentials": REPO_ROOT / "credentials" / "src" / "gpuval_credentials",
+    "gpuval_operator": REPO_ROOT / "operator" / "src" / "gpuval_operator",
+    "gpuval_agent": REPO_ROOT / "agent" / "src" / "gpuval_agent",
+    "gpuval_devtools": REPO_ROOT / "devtools" / "src" / "gpuval_devtools",
+    "gpuval_report": REPO_ROOT / "report" / "src" / "gpuval_report",
+    "gpuval_kubectl": REPO_ROOT / "kubectl-gpuval" / "src" / "gpuval_kubectl",
+}
+
+
+def layered(config: dict[str, Any], package: str) -> tuple[bool, set[str]]:
+    """Whether the package's layers contract is exhaustive, and the modules its layers name."""
+    found = [
+        c for c in config["contracts"] if c["type"] == "layers" and c.get("containers") == [package]
+    ]
+    assert len(found) == 1, f"package {package!r} has {len(found)} layers contracts, not one"
+    names = {
+        name.strip().strip("()")
+        for layer in found[0]["layers"]
+        for name in layer.replace("|", ":").split(":")
+    }
+    return bool(found[0].get("exhaustive")), names
+
+
+def modules_of(source: Path) -> set[str]:
+    """A package's own modules and subpackages, as a layer names them."""
+    files = {p.stem for p in source.glob("*.py") if p.stem not in {"__init__", "__main__"}}
+    folders = {p.name for p in source.iterdir() if (p / "__init__.py").is_file()}
+    return files | folders
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGE_SOURCES))
+def test_every_module_of_a_package_stands_in_a_layer(package: str) -> None:
+    config = tomllib.loads(CONFIG.read_text())["tool"]["importlinter"]
+    assert package in config["root_packages"]
+    exhaustive, named = layered(config, package)
+    assert exhaustive, f"the layers contract of {package!r} is not exhaustive"
+    modules = modules_of(PACKAGE_SOURCES[package])
+    assert not modules - named, f"modules of {package!r} in no layer: {sorted(modules - named)}"
+    assert not named - modules, f"layers of {package!r} name no module: {sorted(named - modules)}"

@@ -33,7 +33,7 @@ from gpuval_api.result import AgentResult, Verdict
 from gpuval_operator import names
 from gpuval_operator.baseline import judge
 from gpuval_operator.baseline.facts import History
-from gpuval_operator.control import baselinedriver
+from gpuval_operator.control.baseline import driver as baselinedriver
 from gpuval_operator.planning import Candidate, build_report
 from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.run import rollup

@@ -1,4 +1,4 @@
-"""The circuit breaker on node actions and the systemic hold (gpuval_operator.nodes.breaker,
+"""The circuit breaker on node actions and the systemic hold (gpuval_operator.nodes.breaker.rules,
 run.breakerstate, gpuval_api.release): which failing node may be taken out of service, counted
 from the nodes, and what the validation's conditions say about the rest."""
 
@@ -13,7 +13,7 @@ from gpuval_api.conditions import ConditionReason as R
 from gpuval_api.conditions import ConditionType
 from gpuval_api.release import Release
 from gpuval_api.result import Verdict
-from gpuval_operator.nodes.breaker import (
+from gpuval_operator.nodes.breaker.rules import (
     Limits,
     OutOfServiceNode,
     Tally,

@@ -1,5 +1,5 @@
 """The fabric's outcomes for members without a result are recorded at once, not one after the other
-(gpuval_operator.control.fabricdriver.FabricDriver._record): each reads its node's report first
+(gpuval_operator.control.fabric.driver.FabricDriver._record): each reads its node's report first
 (written_meanwhile), and in a 10,000-node run hundreds came due together while the API server was
 loaded; one after the other they held the tick for minutes and no group opened meanwhile. No
 cluster: the effects are stand-ins that hold every report read until all of them are asked."""
@@ -13,7 +13,7 @@ from typing import Any
 from gpuval_api.crd import GpuValidationSpec
 from gpuval_api.reasons import Reason
 from gpuval_operator.config import OperatorConfig
-from gpuval_operator.control.fabricdriver import FabricDriver
+from gpuval_operator.control.fabric.driver import FabricDriver
 from gpuval_operator.fabric.plan import GroupPlan
 from gpuval_operator.run.effects import Effects
 from gpuval_operator.run.state import NodeRecord, RunState

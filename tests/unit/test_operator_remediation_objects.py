@@ -14,7 +14,7 @@ from gpuval_api.crd import GpuValidationSpec, RemediationTemplate
 from gpuval_api.reasons import Reason, RepairAction, action_of, info
 from gpuval_api.remediation import RepairEnd, RepairState
 from gpuval_api.result import Verdict
-from gpuval_operator.nodes.breaker import OutOfServiceNode
+from gpuval_operator.nodes.breaker.rules import OutOfServiceNode
 from gpuval_operator.nodes.entries import NodeEntry, next_entry, plan_node
 from gpuval_operator.remediation.objects import failing_gpus, object_end, pci_bus_id
 from gpuval_operator.remediation.record import RepairRecord

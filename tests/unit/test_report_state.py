@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from html import escape
 
-from gpuval_agent.backends.simulated import SimulatedBackend, SimulationConfig
+from gpuval_agent.backends.simulated.backend import SimulatedBackend, SimulationConfig
 from gpuval_agent.runner import run_checks
 from gpuval_api.checks import CheckName, ChecksConfig
 from gpuval_api.machine import machine_view

@@ -22,14 +22,13 @@ from pydantic import ValidationError
 
 from gpuval_agent.errors import AgentError
 from gpuval_agent.runner import overall
+from gpuval_api import REASONS, AgentEnv, Reason, Verdict
 from gpuval_api.baseline import files, rules, samples
 from gpuval_api.baseline.rules import Below, Candidate
 from gpuval_api.baselinemodel import BaselineSettings
 from gpuval_api.checks import CheckName
-from gpuval_api.env import AgentEnv
 from gpuval_api.gfd import GPU_PRODUCT_LABEL, label_names_product
-from gpuval_api.reasons import REASONS, Reason
-from gpuval_api.result import AgentResult, CheckResult, Finding, GpuCheckResult, Verdict
+from gpuval_api.result import AgentResult, CheckResult, Finding, GpuCheckResult
 from gpuval_api.training import against_baseline
 
 SHIPPED = "shipped"

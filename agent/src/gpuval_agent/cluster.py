@@ -38,10 +38,9 @@ from gpuval_agent.outcome import (
 )
 from gpuval_agent.record import RunRecord
 from gpuval_agent.runner import run_checks
+from gpuval_api import AgentEnv, Reason
 from gpuval_api.checks import ChecksConfig, parse_checks
-from gpuval_api.env import AgentEnv
 from gpuval_api.evidence import evidence_status
-from gpuval_api.reasons import Reason
 from gpuval_api.report import (
     StatusKey,
     build_findings_status,

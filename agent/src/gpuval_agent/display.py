@@ -10,11 +10,11 @@ from typing import TextIO
 from gpuval_agent.backends.base import BurnProgress, TelemetrySample
 from gpuval_agent.metrics import AgentMetrics
 from gpuval_agent.state.model import Reading
+from gpuval_api import Reason, Severity, Verdict, verdict_of
 from gpuval_api.baselinecomparison import Match
 from gpuval_api.figures import BURN, MAX_TEMPERATURE, Better, baseline_judged
-from gpuval_api.reasons import Reason, Severity, verdict_of
 from gpuval_api.report import one_line
-from gpuval_api.result import AgentResult, CheckResult, GpuCheckResult, Verdict
+from gpuval_api.result import AgentResult, CheckResult, GpuCheckResult
 
 _BAR = 24
 _VERDICT_LINE = {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuval_api.reasons import REASONS, Reason
+from gpuval_api import REASONS, Reason
 
 
 class AgentError(Exception):

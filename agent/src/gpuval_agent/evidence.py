@@ -16,11 +16,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuval_agent.record import RunRecord
+from gpuval_api import Reason, Verdict
 from gpuval_api.checks import CheckName
 from gpuval_api.evidence import EvidenceStatus, Section, encode_evidence
-from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey, rfc3339
-from gpuval_api.result import AgentResult, Verdict
+from gpuval_api.result import AgentResult
 
 _FAILED_CHECKS, _COUNTERS, _KERNEL_LOG, _NCCL_LOG, _NVML, _HOST, _ENVIRONMENT = (
     "failedChecks",

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuval_agent.errors import AgentError
+from gpuval_api import AgentEnv
 from gpuval_api.crd import API_VERSION, REPORT_PLURAL
-from gpuval_api.env import AgentEnv
 from gpuval_api.report import SETTLED_REFUSAL_WORDS
 
 SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"

@@ -10,9 +10,9 @@ Nothing here touches a GPU. Every backend implements the same semantics:
   index and the step's seed, a counter-based generator that needs no state.
 - A verification leaves four int64 counters per step and block: words that differ, the first
   and last differing word (index in the block), and the OR of (read XOR expected) over them.
-The numpy functions here are the CPU reference of the GPU kernels (backends/memtest_kernels.py),
-used by the simulated backend and the tests; `miscompares` turns counters into named findings for
-every backend.
+The numpy functions here are the CPU reference of the GPU kernels
+(backends/torch/memtestkernels.py), used by the simulated backend and the tests; `miscompares`
+turns counters into named findings for every backend.
 """
 
 from __future__ import annotations

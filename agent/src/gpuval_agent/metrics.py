@@ -12,7 +12,8 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from gpuval_agent import __version__
 from gpuval_agent.backends.base import BurnProgress, TelemetrySample
 from gpuval_agent.state.model import Reading
-from gpuval_api.result import CheckResult, Verdict
+from gpuval_api import Verdict
+from gpuval_api.result import CheckResult
 
 _GPU = ["gpu"]
 

@@ -13,9 +13,9 @@ from pydantic import ValidationError
 from gpuval_agent import __version__
 from gpuval_agent.errors import AgentError
 from gpuval_agent.metrics import AgentMetrics
+from gpuval_api import REASONS, Reason, Verdict
 from gpuval_api.checks import ChecksConfig
-from gpuval_api.reasons import REASONS, Reason
-from gpuval_api.result import AgentResult, CheckResult, Environment, Finding, Verdict
+from gpuval_api.result import AgentResult, CheckResult, Environment, Finding
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 # Not tested: nothing failed, but the agent could not test every GPU (another process used one:

@@ -37,9 +37,9 @@ from gpuval_agent.record import RunRecord
 from gpuval_agent.state.model import Reading
 from gpuval_agent.telemetry import Sampler
 from gpuval_agent.watch import POLL_SECONDS, InUseWatch
+from gpuval_api import Reason, Verdict
 from gpuval_api.checks import CheckName, ChecksConfig
-from gpuval_api.reasons import Reason
-from gpuval_api.result import AgentResult, CheckResult, Environment, Verdict
+from gpuval_api.result import AgentResult, CheckResult, Environment
 
 CHECKS: dict[CheckName, Callable[[CheckContext], CheckResult]] = {
     CheckName.STATE: state.run_state,

@@ -1,6 +1,7 @@
 """A node's figures against a baseline, as the result document records it (`baseline` of the
 agent's result: the table's and the HTML page's "0.98 of the H200 baseline"). Types only; the
-comparison is made by gpuval_api.baseline.rules."""
+comparison is made by gpuval_api.baseline.rules. It stands beside the baseline folder, not in it:
+the result document holds it, and gpuval_api.baseline imports the result document."""
 
 from __future__ import annotations
 

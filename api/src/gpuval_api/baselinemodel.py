@@ -9,6 +9,9 @@ limit and link; a node-level figure (peer copy, in-node NCCL all-reduce) only at
 count; a fabric figure only with the same transport and pair size (`measuredWith`). The driver,
 CUDA and NCCL versions are not in the key on purpose: a driver update that slows every node is
 what a baseline is for, so they are recorded beside the figures (`learnedWith`), not matched.
+
+It stands beside the baseline folder, not in it: the result document imports these types, and
+gpuval_api.baseline imports the result document (docs/development.md, "Naming a module").
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpuval_api import figures
 from gpuval_api.checks import camel
-from gpuval_api.figuremodel import with_figures
 from gpuval_api.figures import Unit
+from gpuval_api.figures.model import with_figures
 from gpuval_api.training import MAX_LOSS_BASELINES, LossBaseline
 
 # Bounds: a baseline holds every figure once (5 burn precisions, 3 copies, peer, NCCL sizes from

@@ -5,6 +5,9 @@ each figure sits; this is the one place that reads it there).
 GPU, an ordered GPU pair, a burn precision, an all-reduce size): the node's summary value, a
 machine page's per-GPU values and the baselines' samples are each taken from these. A GPU the
 check did not test (GpuInUse) gives none, except for a figure that is the GPU's whoever loaded it.
+
+It stands beside the figures folder, not in it: it reads the result document, which stands above
+gpuval_api.figures (docs/development.md, "Naming a module").
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpuval_api import keys
+from gpuval_api import keys, label_value
 from gpuval_api.baseline.files import to_document
 from gpuval_api.baselinemodel import GpuBaselineSpec
 from gpuval_api.crd import (
@@ -37,7 +37,7 @@ from gpuval_api.crd import (
     GpuNodeReport,
     GpuValidation,
 )
-from gpuval_api.labels import children_selector, label_value
+from gpuval_api.labels import children_selector
 from gpuval_api.lenient import read_model
 from gpuval_api.release import Release
 from gpuval_api.views import UnitView, node_unit

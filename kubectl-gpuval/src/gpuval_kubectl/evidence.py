@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuval_api import keys
+from gpuval_api import Verdict, keys
 from gpuval_api.evidence import EvidenceKey
 from gpuval_api.report import StatusKey
-from gpuval_api.result import Verdict
 
 # The subcommand is named for the report field it writes out (status.evidence).
 COMMAND = StatusKey.EVIDENCE.value

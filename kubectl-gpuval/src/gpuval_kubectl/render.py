@@ -9,9 +9,9 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 
+from gpuval_api import ConditionType, ValidationPhase
 from gpuval_api.baselinemodel import BaselineRunStatus
 from gpuval_api.checks import CheckName
-from gpuval_api.conditions import ConditionType, ValidationPhase
 from gpuval_api.crd import ConditionStatus, GpuValidation, RemediationStatus, RepairNode
 from gpuval_api.fabric.summary import FabricRankWait
 from gpuval_api.release import Release

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from gpuval_api.env import OperatorEnv as E
+from gpuval_api import OperatorEnv as E
 
 
 class ConfigError(ValueError):

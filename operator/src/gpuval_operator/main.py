@@ -31,7 +31,7 @@ from gpuval_operator.kube.credentials import (
 )
 from gpuval_operator.kube.leader import LeaderElector, not_ready
 from gpuval_operator.nodes.actor import NodeActor
-from gpuval_operator.nodes.operatorbreaker import OperatorBreaker
+from gpuval_operator.nodes.breaker.operatorwide import OperatorBreaker
 from gpuval_operator.readmodel.metrics import make_registry, start_server
 from gpuval_operator.readmodel.registry import Registry
 from gpuval_operator.run.effects import Effects

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuval_api import keys
+from gpuval_api import AgentEnv, keys, label_value
 from gpuval_api.checks import CheckName
 from gpuval_api.crd import (
     API_VERSION,
@@ -20,11 +20,9 @@ from gpuval_api.crd import (
     REPORT_KIND,
     GpuValidationSpec,
 )
-from gpuval_api.env import AgentEnv
 from gpuval_api.gfd import GpuSharing, device_resources
 from gpuval_api.kubernetes import READY
 from gpuval_api.kueue import QUEUE_NAME_LABEL
-from gpuval_api.labels import label_value
 from gpuval_operator import names
 from gpuval_operator.config import OperatorConfig
 from gpuval_operator.devices import DeviceRequest

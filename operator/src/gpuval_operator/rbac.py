@@ -46,7 +46,7 @@ CLUSTER_RULES = (
         ("gpunodereports",),
         ("get", "list", "watch", "create", "deletecollection"),
         why="a run's reports; get: a fabric-failed node's report, read back for its evidence "
-        "(control/fabricevidence.py)",
+        "(control/fabric/evidence.py)",
     ),
     Rule(
         (GROUP,),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from plotly.offline import get_plotlyjs
 
-from gpuval_api.conditions import is_bad
+from gpuval_api import is_bad
 from gpuval_api.views import FIGURES, PASSED, FleetView, UniformityRow
 from gpuval_report.baseline import baseline_section, history_section
 from gpuval_report.fabric import fabric_section

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from html import escape
 
-from gpuval_api.reasons import Severity
+from gpuval_api import Severity
 from gpuval_api.views import FleetView
 from gpuval_report.tables import table
 

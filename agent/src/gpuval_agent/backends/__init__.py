@@ -1,4 +1,4 @@
-"""GPU backends: the real one (NVML + torch) and the simulated test double.
+"""GPU backends: the real one (cuda, over nvml/ and torch/) and the test double (simulated/).
 
 A backend only measures. Verdicts, thresholds and diagnoses live in gpuval_agent.checks and are
 the same whichever backend measured.
@@ -11,7 +11,7 @@ import os
 
 from gpuval_agent.backends.base import Backend
 from gpuval_agent.errors import AgentError
-from gpuval_api.env import AgentEnv
+from gpuval_api import AgentEnv
 
 BACKEND_ENV = AgentEnv.BACKEND
 SIMULATE_ENV = AgentEnv.SIMULATE
@@ -27,7 +27,7 @@ def select_backend(name: str | None, simulate: str | None) -> Backend:
     # Imported on demand: each backend pulls in only its own stack (and the checks they share
     # import this package, so a top-level import would be circular).
     if chosen == "simulated":
-        simulated = importlib.import_module("gpuval_agent.backends.simulated")
+        simulated = importlib.import_module("gpuval_agent.backends.simulated.backend")
         text = simulate if simulate is not None else os.environ.get(SIMULATE_ENV, "{}")
         backend: Backend = simulated.SimulatedBackend(simulated.SimulationConfig.parse(text))
         return backend

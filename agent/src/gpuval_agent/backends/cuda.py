@@ -33,7 +33,7 @@ from gpuval_agent.backends.base import (
     TelemetrySample,
     XidEvent,
 )
-from gpuval_agent.backends.nvml import Nvml
+from gpuval_agent.backends.nvml.reader import Nvml
 from gpuval_agent.backends.ranks import (
     SAFE_NCCL_ENV,
     TIMING_NCCL_ENV,
@@ -51,8 +51,8 @@ from gpuval_agent.memtest import (
 )
 from gpuval_agent.state.model import GpuState
 from gpuval_agent.training import TrainOutcome, TrainPlan, TrainProgressCallback
+from gpuval_api import AgentEnv
 from gpuval_api.checks import Precision
-from gpuval_api.env import AgentEnv
 from gpuval_api.result import Environment
 
 
@@ -88,7 +88,7 @@ class CudaBackend(Backend):
         self._torch_ready = threading.Event()
         self._burn: Any = None
         self._prepared: PreparedAllReduce | None = None
-        self._training: Any = None  # the training check's ranks while they run (train_ranks)
+        self._training: Any = None  # the training check's ranks while they run (trainranks)
         self._copy: Any = None
         # NVML index -> CUDA ordinal. They differ when CUDA_VISIBLE_DEVICES hides or reorders
         # GPUs; the checks speak NVML indices, torch and NCCL CUDA ordinals.
@@ -99,8 +99,8 @@ class CudaBackend(Backend):
     def _load_torch(self) -> None:
         try:
             self._torch = _import_torch()
-            self._burn = importlib.import_module("gpuval_agent.backends.torch_burn")
-            self._copy = importlib.import_module("gpuval_agent.backends.torch_copy")
+            self._burn = importlib.import_module("gpuval_agent.backends.torch.burn")
+            self._copy = importlib.import_module("gpuval_agent.backends.torch.copy")
         except BaseException as error:  # re-raised where torch is needed
             self._torch_error = error
         finally:
@@ -280,7 +280,7 @@ class CudaBackend(Backend):
     ) -> list[MemoryMeasurement]:
         flips = _memory_flips()
         self.torch()  # a wait for torch's import is part of the memory check's time
-        memtest = importlib.import_module("gpuval_agent.backends.torch_memtest")
+        memtest = importlib.import_module("gpuval_agent.backends.torch.memtest")
 
         def progress(update: MemoryProgress) -> None:
             on_progress(replace(update, gpu=self._nvml_index(update.gpu)))
@@ -356,7 +356,7 @@ class CudaBackend(Backend):
         if started is None or started.devices != devices or started.plan != plan:
             if started is not None:  # started for other GPUs or another shape: not these
                 started.group.cancel()
-            ranks = importlib.import_module("gpuval_agent.backends.train_ranks")
+            ranks = importlib.import_module("gpuval_agent.backends.trainranks")
             self._training = ranks.TrainingRanks(devices, plan)
         training = self._training
         assert training is not None
@@ -372,7 +372,7 @@ class CudaBackend(Backend):
         train, and the in-use watch counts them as the agent's (agent_gpu_processes)."""
         if self._training is not None or not gpus:
             return
-        ranks = importlib.import_module("gpuval_agent.backends.train_ranks")
+        ranks = importlib.import_module("gpuval_agent.backends.trainranks")
         self._training = ranks.TrainingRanks(self._cuda(gpus), _perturbed(plan))
 
     def close(self) -> None:
@@ -536,7 +536,7 @@ def _free_port() -> int:
 
 
 class PreparedAllReduce:
-    """The NCCL check's rank processes (backends/rank_process.py), one per GPU. Started early
+    """The NCCL check's rank processes (backends/rankprocess.py), one per GPU. Started early
     (at the start of the run), they meet and check one all-reduce's sum while the other checks
     run; the sweep starts the moment the check needs it.
 

@@ -1,4 +1,4 @@
-"""The agent's one rank-process manager: one process per rank (gpuval_agent.backends.rank_process
+"""The agent's one rank-process manager: one process per rank (gpuval_agent.backends.rankprocess
 for the NCCL check and the fabric), each in its own process group, told what to do on stdin and
 answering in its own events file, waited for with a deadline, and killed with everything it
 started (only the processes this agent started are ever signalled).
@@ -32,9 +32,9 @@ SAFE_NCCL_ENV = {
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "NVSHMEM_DISABLE_NVLS": "1",
 }
-# The timed all-reduces are replayed from a CUDA graph (torch_collective). With NCCL's graph
-# mixing support on (its default), every graph launch also orders itself against non-captured NCCL
-# work: on 2 H200s that cost a third of the busbw at 1 MiB (58.5 against 88.9 GB/s, nccl-tests
+# The timed all-reduces are replayed from a CUDA graph (backends/torch/collective.py). With NCCL's
+# graph mixing support on (its default), every graph launch also orders itself against non-captured
+# NCCL work: on 2 H200s that cost a third of the busbw at 1 MiB (58.5 against 88.9 GB/s, nccl-tests
 # 71.1). NCCL allows turning it off when a communicator never has captured and non-captured
 # work outstanding at once; the agent's timing ends every replay in a synchronize, so it never
 # does. The person's own setting wins.
@@ -256,7 +256,7 @@ def rank_command(group: str, spec: dict[str, Any]) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "gpuval_agent.backends.rank_process",
+        "gpuval_agent.backends.rankprocess",
         "--group",
         group,
         "--spec",

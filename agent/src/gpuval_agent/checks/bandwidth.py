@@ -8,9 +8,9 @@ from contextlib import contextmanager
 
 from gpuval_agent.checks.common import CheckBuilder, CheckContext, scaled_note
 from gpuval_agent.telemetry import GpuWindow
+from gpuval_api import Reason
 from gpuval_api.checks import Threshold
 from gpuval_api.figures import D2H, DEVICE_COPY, H2D, P2P
-from gpuval_api.reasons import Reason
 from gpuval_api.result import CheckResult, PairResult, PcieLink
 
 _MIB = 1 << 20

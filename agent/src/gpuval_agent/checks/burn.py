@@ -5,8 +5,8 @@ from __future__ import annotations
 from gpuval_agent.backends.base import POWER_THROTTLES, THERMAL_THROTTLES, BurnMeasurement
 from gpuval_agent.checks.common import CheckBuilder, CheckContext, scaled_note
 from gpuval_agent.telemetry import Window
+from gpuval_api import Reason
 from gpuval_api.figures import BURN, MAX_TEMPERATURE
-from gpuval_api.reasons import Reason
 from gpuval_api.result import BurnFingerprint, CheckResult
 
 # Name at most this many bad iterations per GPU; the count of the rest is in the message.

@@ -16,9 +16,9 @@ from gpuval_agent.record import RunRecord
 from gpuval_agent.state.model import Reading
 from gpuval_agent.telemetry import Sampler
 from gpuval_agent.watch import InUseWatch
+from gpuval_api import REASONS, Reason, Severity, Verdict, verdict_of
 from gpuval_api.checks import ChecksConfig
 from gpuval_api.mig import MigShare, unit_name
-from gpuval_api.reasons import REASONS, Reason, Severity, verdict_of
 from gpuval_api.result import (
     BurnFingerprint,
     CheckResult,
@@ -28,7 +28,6 @@ from gpuval_api.result import (
     GpuInfo,
     NcclSize,
     PairResult,
-    Verdict,
 )
 from gpuval_api.training import TrainingRecord
 

@@ -10,9 +10,9 @@ import subprocess
 
 from gpuval_agent.checks.common import CheckBuilder, CheckContext
 from gpuval_agent.dcgm.parse import DcgmOutputError, parse_diag
+from gpuval_api import Reason, Severity, Verdict
 from gpuval_api.checks import CheckName, DcgmCheck
-from gpuval_api.reasons import Reason, Severity
-from gpuval_api.result import CheckResult, Verdict
+from gpuval_api.result import CheckResult
 
 NAME = CheckName.DCGM.value
 _CONNECT_SECONDS = 2.0

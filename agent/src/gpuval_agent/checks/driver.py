@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuval_agent.checks.common import CheckBuilder, CheckContext, version_tuple
 from gpuval_agent.inuse import describe, is_out_of_memory
-from gpuval_api.reasons import Reason
+from gpuval_api import Reason
 from gpuval_api.result import CheckResult
 
 

@@ -4,7 +4,7 @@ remapping are judged by the state check (checks/state.py), by memory location.""
 from __future__ import annotations
 
 from gpuval_agent.checks.common import CheckBuilder, CheckContext
-from gpuval_api.reasons import Reason
+from gpuval_api import Reason
 from gpuval_api.result import CheckResult
 
 

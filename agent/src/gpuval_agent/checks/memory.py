@@ -19,9 +19,9 @@ from gpuval_agent.memtest import (
     plan_steps,
     size_text,
 )
+from gpuval_api import Reason, Verdict
 from gpuval_api.checks import CheckName, MemoryCheck
-from gpuval_api.reasons import Reason
-from gpuval_api.result import CheckResult, Verdict
+from gpuval_api.result import CheckResult
 
 # Name at most this many failing steps per GPU; the count of the rest is in the message.
 _NAMED_STEPS = 3

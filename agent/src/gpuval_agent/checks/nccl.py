@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from gpuval_agent.allreduce import bus_bandwidth
 from gpuval_agent.checks.common import CheckBuilder, CheckContext
-from gpuval_api.reasons import Reason
-from gpuval_api.result import CheckResult, NcclSize, Verdict
+from gpuval_api import Reason, Verdict
+from gpuval_api.result import CheckResult, NcclSize
 
 _LOG_TAIL_CHARS = 8000
 # The size from which the part's expected busbw (shared/targets.md: 1 GiB and 4 GiB) applies.

@@ -15,15 +15,8 @@ from collections.abc import Mapping
 
 from gpuval_agent.checks.common import judge_findings
 from gpuval_agent.inuse import Busy, describe, is_out_of_memory
-from gpuval_api.reasons import REASONS, Reason
-from gpuval_api.result import (
-    CheckResult,
-    Finding,
-    GpuCheckResult,
-    GpuOccupant,
-    InUseWhen,
-    Verdict,
-)
+from gpuval_api import REASONS, Reason, Verdict
+from gpuval_api.result import CheckResult, Finding, GpuCheckResult, GpuOccupant, InUseWhen
 
 # Findings a process sharing the GPU explains: its load slows ours, its memory starves ours.
 DISTURBED = frozenset(

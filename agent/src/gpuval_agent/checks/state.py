@@ -15,9 +15,9 @@ from gpuval_agent.state.hostjudge import port_down
 from gpuval_agent.state.judge import expected_nvlinks, judge
 from gpuval_agent.state.model import Reading
 from gpuval_agent.state.read import take_reading
+from gpuval_api import REASONS, Reason, Severity, Verdict
 from gpuval_api.checks import CheckName, FindingAction, StateCheck
-from gpuval_api.reasons import REASONS, Reason, Severity
-from gpuval_api.result import CheckResult, Finding, GpuCheckResult, Metric, Verdict
+from gpuval_api.result import CheckResult, Finding, GpuCheckResult, Metric
 
 NAME = CheckName.STATE.value
 _BEFORE = "before the load checks"

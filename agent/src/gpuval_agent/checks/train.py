@@ -15,8 +15,8 @@ from gpuval_agent.training import (
     non_finite_step,
     percentile,
 )
-from gpuval_api.reasons import Reason
-from gpuval_api.result import CheckResult, Environment, TrainMetric, Verdict
+from gpuval_api import Reason, Verdict
+from gpuval_api.result import CheckResult, Environment, TrainMetric
 from gpuval_api.training import (
     TrainingDeterminants,
     TrainingRecord,

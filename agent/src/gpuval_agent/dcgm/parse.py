@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from gpuval_api.reasons import Reason
+from gpuval_api import Reason
 
 ROOTS = ("DCGM Diagnostic", "DCGM GPU Diagnostic")
 # dcgmErrorCategory_t -> the reason that names it.

@@ -20,6 +20,7 @@ from typing import Generic, Protocol, TypeVar
 from gpuval_agent.allreduce import bus_bandwidth
 from gpuval_agent.fabric.steps import SEVERITY, StepReport, StepStatus
 from gpuval_agent.fabric.transport import TransportReading, fell_back
+from gpuval_api import Reason, Verdict, verdict_of
 from gpuval_api.fabric import FabricConfig, FabricPair
 from gpuval_api.fabric.isolation import (
     BUSBW,
@@ -30,8 +31,7 @@ from gpuval_api.fabric.isolation import (
     find_suspects,
     reference_busbw,
 )
-from gpuval_api.reasons import Reason, verdict_of
-from gpuval_api.result import NcclSize, Verdict
+from gpuval_api.result import NcclSize
 
 _SUMMARY_LIMIT = 600
 REASON_OF = {

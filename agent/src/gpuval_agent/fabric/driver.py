@@ -43,10 +43,9 @@ from gpuval_agent.fabric.trainphase import run_training
 from gpuval_agent.fabric.transport import read_transport
 from gpuval_agent.inuse import describe
 from gpuval_agent.watch import InUseWatch
+from gpuval_api import Reason, Verdict
 from gpuval_api.fabric import FabricConfig, FabricPair, FabricResult, pair_rounds
 from gpuval_api.fabric.isolation import confirmation_pairs, find_suspects
-from gpuval_api.reasons import Reason
-from gpuval_api.result import Verdict
 
 # A node's hello says who uses its GPUs before the group meets (its info's key).
 IN_USE_KEY = "inUse"

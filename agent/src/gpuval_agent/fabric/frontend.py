@@ -33,7 +33,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from gpuval_agent.backends import BACKENDS
-from gpuval_agent.backends.simconfig import SimulationConfig
+from gpuval_agent.backends.simulated.config import SimulationConfig
 from gpuval_agent.cluster import deadline_from_env, write_termination_text
 from gpuval_agent.errors import AgentError
 from gpuval_agent.fabric.coordinator import StoppedError
@@ -49,8 +49,8 @@ from gpuval_agent.outcome import (
     validation_message,
     verdict_exit_code,
 )
+from gpuval_api import AgentEnv
 from gpuval_api.checks import TrainModel
-from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import (
     FABRIC_SUBCOMMAND,
     MAX_GROUP,

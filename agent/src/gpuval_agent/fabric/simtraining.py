@@ -5,7 +5,7 @@ Each node tells its group, when it joins, how fast its GPUs train (`trainSpeed`:
 its fabric-train-slow and train-slow factors, 0.7 each by default) and from which step its losses
 go wrong (train-wrong-loss). A data-parallel run over some nodes (the group, or a pair) then takes,
 every step, the slowest member's compute time (a healthy simulated GPU's rate, as the per-node
-double's train check: backends/simtrain.simulated_rate) plus one ring all-reduce of the bf16
+double's train check: backends/simulated/train.simulated_rate) plus one ring all-reduce of the bf16
 gradients at the members' busbw (the same model as the all-reduce phases). Each node computes its
 own GPUs' losses: a smooth curve with a jitter hashed from the experiment, the stack, the run's
 GPU count and the GPU's rank in it, so every run of one stack and size computes bit-identical
@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuval_agent.allreduce import bus_bandwidth
-from gpuval_agent.backends.simconfig import FaultKind, SimulationConfig
-from gpuval_agent.backends.simforeign import MEMORY_TOTAL
-from gpuval_agent.backends.simtrain import simulated_rate, simulated_versions
+from gpuval_agent.backends.simulated.config import FaultKind, SimulationConfig
+from gpuval_agent.backends.simulated.foreign import MEMORY_TOTAL
+from gpuval_agent.backends.simulated.train import simulated_rate, simulated_versions
 from gpuval_agent.fabric.steps import TrainFigures
 from gpuval_agent.parts import figures_for
 from gpuval_agent.training import TrainPlan

@@ -26,8 +26,8 @@ from typing import Any
 
 from gpuval_agent.allreduce import bus_bandwidth
 from gpuval_agent.backends.base import GpuUse
-from gpuval_agent.backends.simconfig import FaultKind, LoadCheck, SimulationConfig
-from gpuval_agent.backends.simforeign import ForeignProcesses
+from gpuval_agent.backends.simulated.config import FaultKind, LoadCheck, SimulationConfig
+from gpuval_agent.backends.simulated.foreign import ForeignProcesses
 from gpuval_agent.fabric.coordinator import Roster
 from gpuval_agent.fabric.ncclenv import fabric_rank_environment, nccl_variables
 from gpuval_agent.fabric.simtraining import simulated_figures, train_info

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from gpuval_api import REASONS, Verdict
 from gpuval_api.fabric import FabricResult
-from gpuval_api.reasons import REASONS
-from gpuval_api.result import Verdict
 
 _NCCL_SHOWN = 12
 

@@ -1,4 +1,4 @@
-"""The real fabric executor: one rank process per local GPU (gpuval_agent.backends.rank_process,
+"""The real fabric executor: one rank process per local GPU (gpuval_agent.backends.rankprocess,
 run by the agent's one rank-process manager, backends/ranks.py), in generations.
 
 A generation is this node's share of one torch world: its processes meet the other nodes' at a
@@ -6,7 +6,7 @@ TCPStore on rank 0's address and port PORT + 1 + generation % 5 (the coordinator
 generation's port is taken again five generations later, long after every node killed the
 processes that held it), then take commands on stdin and answer in their own events files. The
 training phase's generations run with the training step's deterministic settings
-(backends/train_ranks.DETERMINISTIC_ENV) and the `train` command: the group's ranks data-parallel
+(backends/trainranks.DETERMINISTIC_ENV) and the `train` command: the group's ranks data-parallel
 over the whole world, or each pair's over its own communicator. Every wait has a deadline; at the
 end of a phase that failed anywhere, and at the end, each process is killed with its whole
 process group (only the processes this agent started). Their output (NCCL_DEBUG=INFO) is kept
@@ -27,9 +27,9 @@ from typing import Any
 
 from gpuval_agent.backends.base import GpuUse
 from gpuval_agent.backends.cuda import cuda_ordinals_by_uuid
-from gpuval_agent.backends.nvml import Nvml
+from gpuval_agent.backends.nvml.reader import Nvml
 from gpuval_agent.backends.ranks import RankGroup, rank_command
-from gpuval_agent.backends.train_ranks import DETERMINISTIC_ENV
+from gpuval_agent.backends.trainranks import DETERMINISTIC_ENV
 from gpuval_agent.errors import AgentError, BackendUnavailableError, NoDriverError
 from gpuval_agent.fabric.coordinator import Roster
 from gpuval_agent.fabric.ncclenv import fabric_rank_environment, nccl_variables

@@ -31,9 +31,9 @@ from gpuval_agent.fabric.analysis import (
 )
 from gpuval_agent.fabric.steps import StepReport, StepStatus, TrainFigures
 from gpuval_agent.training import TrainPlan, mean_losses, percentile
+from gpuval_api import Verdict
 from gpuval_api.fabric.isolation import TRAINING, blame, reference
 from gpuval_api.fabric.train import FabricTrain, FabricTrainPair, FabricTrainResult
-from gpuval_api.result import Verdict
 from gpuval_api.training import TrainingDeterminants, TrainingRecord, loss_digest
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuval_api.reasons import Reason
+from gpuval_api import Reason
 
 
 @dataclass(frozen=True, slots=True)

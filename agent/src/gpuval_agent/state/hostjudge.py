@@ -12,8 +12,8 @@ from gpuval_agent.state.finding import StateFinding
 from gpuval_agent.state.kernellog import gpu_of
 from gpuval_agent.state.model import HostState, IbPort, KernelXid, Reading
 from gpuval_agent.state.xids import ACTION_REASONS, lookup
+from gpuval_api import Reason
 from gpuval_api.checks import StateCheck
-from gpuval_api.reasons import Reason
 
 
 def aer(

@@ -22,8 +22,8 @@ from gpuval_agent.state.model import (
     HostState,
     Reading,
 )
+from gpuval_api import Reason
 from gpuval_api.checks import StateCheck
-from gpuval_api.reasons import Reason
 
 # Clock-event reasons that mean a fault when the GPU is idle (nvml.h nvmlClocksEventReason*):
 # hardware slowdown, software and hardware thermal slowdown, hardware power brake.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from gpuval_api.reasons import Reason
+from gpuval_api import Reason
 
 
 class XidAction(StrEnum):

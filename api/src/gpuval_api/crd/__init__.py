@@ -10,8 +10,9 @@ are checked by the operator (`gpuval_operator.spec`).
 
 One module per kind, as Kueue keeps one types file per kind: `validation` (GpuValidation and its
 spec; the agent pods' settings in `agent`, its status in `validationstatus`), `report`
-(GpuNodeReport), `baseline` (GpuBaseline; its spec's types are gpuval_api.baseline's), and `common`
-(the group, version and names, the base model, bounds, ObjectMeta). Every public name is imported
+(GpuNodeReport), `baseline` (GpuBaseline; its spec's types are gpuval_api.baselinemodel's),
+`remediation` (spec.remediation and the repair record) and `common` (the group, version and
+names, the base model, bounds, ObjectMeta). Every public name is imported
 here: code outside the package imports `from gpuval_api.crd import X`.
 """
 

@@ -12,7 +12,7 @@ from gpuval_api.baselinemodel import MAX_HISTORY, HistoryEntry
 from gpuval_api.crd.common import API_VERSION, REPORT_KIND, CrdModel, ObjectMeta, cel_rules
 from gpuval_api.evidence import EvidenceStatus
 from gpuval_api.fabric import FabricStatus
-from gpuval_api.figuremodel import with_figures
+from gpuval_api.figures.model import with_figures
 from gpuval_api.reasons import Reason
 from gpuval_api.report import REPORT_VERDICTS, ReportPhase, Settler
 from gpuval_api.result import Verdict

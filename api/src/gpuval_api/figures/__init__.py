@@ -11,7 +11,8 @@ samples (`gpuval_api.baseline`), the node history and DriftFromHistory, the oper
 Prometheus series, the Grafana dashboard and the docs' metrics table.
 
 Pure data, in three modules: what a figure is (`kinds`), the registry and its questions
-(`registry`), and the figures gpuval measures (`declared`), each imported from here. How a `read`
+(`registry`), and the figures gpuval measures (`declared`), each imported from here; and the CRD
+models' figure fields made from the registry (`model`, imported from there). How a `read`
 is applied to a result document is `gpuval_api.figureread`'s.
 """
 

@@ -181,9 +181,6 @@ FABRIC_PAIR = Figure(
     history=True,
 )
 
-_REGISTRY: list[Figure] = []
-
-
 for _figure in (
     BURN,
     H2D,

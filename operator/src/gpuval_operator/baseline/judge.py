@@ -1,6 +1,6 @@
 """Pure: the operator's decisions about baselines and history (docs/operator/baselines.md,
-"Baselines and
-history"). Nothing here calls the API; gpuval_operator.control.baselinedriver reads, these decide,
+"Baselines and history"). Nothing here calls the API; gpuval_operator.control.baseline.driver reads,
+these decide,
 it writes.
 
 - `start`: what a run judges against (spec.baseline.names, or every GpuBaseline, learned before
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from gpuval_api import AgentEnv
 from gpuval_api.baseline import files, fleet, history, rules, samples
 from gpuval_api.baseline.history import Drift
 from gpuval_api.baseline.rules import Below, Candidate
@@ -34,7 +35,6 @@ from gpuval_api.baselinemodel import (
     StackVersions,
 )
 from gpuval_api.crd import GpuBaseline, ObjectMeta
-from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import FabricPair
 from gpuval_api.figures import history_figures
 from gpuval_api.gfd import label_names_product

@@ -1,16 +1,16 @@
 """What one run keeps of its baselines (`RunState.baseline`, with spec.baseline): the GpuBaselines
 listed when it started and what the agents are given, the nodes it named DriftFromHistory, the
 baselines it learned, and its `status.baseline` once it completes. Pure and synchronous: the
-decisions are gpuval_operator.baseline.judge's, the calls gpuval_operator.control.baselinedriver's.
+decisions are gpuval_operator.baseline.judge's, the calls gpuval_operator.control.baseline.driver's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuval_api import ConditionReason
 from gpuval_api.baseline.rules import Candidate
 from gpuval_api.baselinemodel import BaselineMode, BaselineRunStatus, BaselineSettings
-from gpuval_api.conditions import ConditionReason
 from gpuval_api.crd import ConditionStatus
 
 

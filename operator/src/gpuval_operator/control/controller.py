@@ -6,9 +6,9 @@ validation's reports and pods with one list+watch each (`kube.follower.Follower`
 state in one `RunState`, and loops about once a second (or at once when something changes):
 `control.driver.RunDriver.tick` drives an active run, and the status is written at most once a
 second and at once when the run completes (with spec.baseline, once more after the run learned its
-baselines: `control.baselinedriver`). What to do is decided by the pure functions of
+baselines: `control.baseline.driver`). What to do is decided by the pure functions of
 `run.lifecycle` (and `baseline.judge`); every API call is in `run.effects`, `nodes.actor` and
-`control.baselinedriver`.
+`control.baseline.driver`.
 
 Restart safety: the run id is written to the status before any child is created, children have
 deterministic names (a repeated create gets 409), the annotation gpuval.dev/planned-run records that
@@ -27,22 +27,22 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuval_api.conditions import EventReason
+from gpuval_api import EventReason
 from gpuval_api.crd import DeviceSource, GpuValidationSpec, RunTrigger
 from gpuval_api.labels import children_selector
 from gpuval_operator import cron, planning
 from gpuval_operator.config import OperatorConfig
-from gpuval_operator.control.baselinedriver import BaselineDriver
+from gpuval_operator.control.baseline.driver import BaselineDriver
 from gpuval_operator.control.driver import RunDriver
 from gpuval_operator.control.ingest import ChildIngest
-from gpuval_operator.control.repairs import RepairKeeper
+from gpuval_operator.control.repair.keeper import RepairKeeper
 from gpuval_operator.control.reports import ReportPlanner
 from gpuval_operator.control.statuswriter import StatusWriter
 from gpuval_operator.fabric.ports import PortPool
 from gpuval_operator.kube.client import ApiError, KubeClient
 from gpuval_operator.kube.follower import Follower
 from gpuval_operator.names import run_number
-from gpuval_operator.nodes.operatorbreaker import OperatorBreaker
+from gpuval_operator.nodes.breaker.operatorwide import OperatorBreaker
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.readmodel.registry import Registry
 from gpuval_operator.readmodel.validation import ValidationState

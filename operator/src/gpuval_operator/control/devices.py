@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from gpuval_api import Reason
 from gpuval_api.crd import DeviceSource, GpuValidationSpec
 from gpuval_api.dra import DRIVER, ClaimHold
-from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey
 from gpuval_operator.devices import DeviceRequest, pool_incomplete
 from gpuval_operator.kube.client import ApiError

@@ -1,14 +1,14 @@
 """Driving an active run, one tick at a time: nodes gone, arrivals joining (spec.gating), outcomes
 of pods that ended without a report, retries of nodes gpuval could not test (spec.retry), the next
 wave of agent pods (given their baselines), the fabric phase (spec.fabric:
-gpuval_operator.control.fabricdriver), node actions for new verdicts (each first against the node's
+gpuval_operator.control.fabric.driver), node actions for new verdicts (each first against the node's
 own history, then within the circuit breaker: gpuval_operator.control.runbreaker), and, once every
 node has one, the run's end: burn fingerprints and uniformity compared across the run, the run
-against its baselines (spec.baseline: gpuval_operator.control.baselinedriver). While the fabric
+against its baselines (spec.baseline: gpuval_operator.control.baseline.driver). While the fabric
 phase is under way its node actions run behind the ticks, so neither opening groups nor reading
 results waits for them. The decisions are gpuval_operator.run.lifecycle's, the calls
 gpuval_operator.run.effects', gpuval_operator.nodes.actor's and
-gpuval_operator.control.baselinedriver's; this module sequences them.
+gpuval_operator.control.baseline.driver's; this module sequences them.
 """
 
 from __future__ import annotations
@@ -19,25 +19,24 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
+from gpuval_api import EventReason, Reason
 from gpuval_api.checks import CheckName
-from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, NodeTrigger
 from gpuval_api.gfd import GpuSharing
-from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey
 from gpuval_api.training import TrainingRunStatus
 from gpuval_operator import cron, names, planning
-from gpuval_operator.control.baselinedriver import BaselineDriver
+from gpuval_operator.control.baseline.driver import BaselineDriver
 from gpuval_operator.control.devices import ClaimsSeen, device_request, write_device_health
-from gpuval_operator.control.fabricdriver import FabricDriver
+from gpuval_operator.control.fabric.driver import FabricDriver
 from gpuval_operator.control.reports import ReportPlanner
 from gpuval_operator.control.runbreaker import RunBreaker
 from gpuval_operator.devices import published_twice
 from gpuval_operator.fabric.ports import PortPool
 from gpuval_operator.kube.client import ApiError
 from gpuval_operator.nodes.actor import NodeActor
+from gpuval_operator.nodes.breaker.operatorwide import OperatorBreaker
 from gpuval_operator.nodes.gating import queued_events
-from gpuval_operator.nodes.operatorbreaker import OperatorBreaker
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.run import lifecycle

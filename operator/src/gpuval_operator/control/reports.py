@@ -18,7 +18,7 @@ from gpuval_operator import planning
 from gpuval_operator.run.effects import Effects
 from gpuval_operator.run.state import RunState
 
-# The node's history its report carries (spec.baseline): gpuval_operator.control.baselinedriver.
+# The node's history its report carries (spec.baseline): gpuval_operator.control.baseline.driver.
 HistoryOf = Callable[[RunState, str], Sequence[Mapping[str, Any]]]
 
 

@@ -7,8 +7,8 @@ reasons. A failure's taint and cordon wait while the rest of the run could still
 systemic (`breaker.undecided`), and follow once it cannot; held nodes are tried again while
 slots are free or their systemic reason is gone or released; and the hold is said once per run
 and cause (Events NodeActionsHeld, SystemicFailure, NodeActionsReleased), each saying the time
-and the figures it was posted with. The decisions are gpuval_operator.nodes.breaker's, the
-operator-wide count gpuval_operator.nodes.operatorbreaker's, the node patches
+and the figures it was posted with. The decisions are gpuval_operator.nodes.breaker.rules's, the
+operator-wide count gpuval_operator.nodes.breaker.operatorwide's, the node patches
 gpuval_operator.nodes.actor's.
 """
 
@@ -19,16 +19,14 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from gpuval_api import keys
-from gpuval_api.conditions import ConditionReason, ConditionType, EventReason
+from gpuval_api import ConditionReason, ConditionType, EventReason, keys, label_value
 from gpuval_api.crd import GpuValidationSpec
-from gpuval_api.labels import label_value
 from gpuval_api.release import Release
 from gpuval_api.remediation import RepairState
 from gpuval_operator import planning
-from gpuval_operator.nodes import breaker
 from gpuval_operator.nodes.actor import NodeActor
-from gpuval_operator.nodes.operatorbreaker import OperatorBreaker
+from gpuval_operator.nodes.breaker import rules as breaker
+from gpuval_operator.nodes.breaker.operatorwide import OperatorBreaker
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.run.breakerstate import (
     BreakerState,

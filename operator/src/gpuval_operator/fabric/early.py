@@ -32,10 +32,10 @@ import math
 import statistics
 from collections.abc import Collection, Iterable, Sequence
 
+from gpuval_api import Verdict
 from gpuval_api.fabric import FabricThresholds
 from gpuval_api.fabric.isolation import Pair, best_pairs, round_pairs
 from gpuval_api.fabric.train import FabricTrain
-from gpuval_api.result import Verdict
 from gpuval_operator.fabric.verdicts import SLOWNESS, Final, GroupEvidence, Judged, settle
 
 

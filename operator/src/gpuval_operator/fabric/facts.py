@@ -12,11 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuval_api import Reason, Verdict
 from gpuval_api.fabric import FabricKey, FabricPair, read_pairs
 from gpuval_api.fabric.train import FabricTrainPair, FabricTrainResult, read_train
-from gpuval_api.reasons import Reason
 from gpuval_api.report import read_reason, read_verdict
-from gpuval_api.result import Verdict
 from gpuval_api.training import NodeLosses
 
 MESSAGE_LIMIT = 300

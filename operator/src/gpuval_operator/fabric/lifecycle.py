@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpuval_api import Reason
 from gpuval_api.fabric import (
     FabricConfig,
     FabricKey,
     build_operator_fabric_status,
 )
 from gpuval_api.kubernetes import CONTAINER_REASON_OOM_KILLED, TERMINAL_POD_PHASES
-from gpuval_api.reasons import Reason
 from gpuval_operator.fabric.plan import gang_deadline, pod_deadline
 from gpuval_operator.fabric.state import FabricState, Group, Member
 from gpuval_operator.fabric.verdicts import MemberResult, result_of

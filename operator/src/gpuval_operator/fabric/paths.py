@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gpuval_api import Reason
 from gpuval_api.fabric import FabricPair
 from gpuval_api.fabric.isolation import Blame
-from gpuval_api.reasons import Reason
 
 
 @dataclass(frozen=True, slots=True)

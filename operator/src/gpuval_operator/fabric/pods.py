@@ -21,9 +21,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from gpuval_api import keys
+from gpuval_api import AgentEnv, keys
 from gpuval_api.crd import GpuValidationSpec
-from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import FABRIC_POD_COMMAND, FabricConfig
 from gpuval_api.kueue import PodGroup
 from gpuval_operator import names, planning

@@ -9,10 +9,10 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuval_api import Verdict
 from gpuval_api.fabric import FabricConfig
 from gpuval_api.fabric.summary import MAX_LISTED_GROUPS
 from gpuval_api.report import rfc3339
-from gpuval_api.result import Verdict
 from gpuval_operator.fabric.lifecycle import formed, gang_broken
 from gpuval_operator.fabric.paths import PathFinding
 from gpuval_operator.fabric.plan import gang_deadline

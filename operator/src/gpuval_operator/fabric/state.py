@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuval_api import Verdict
 from gpuval_api.fabric import FabricPair
 from gpuval_api.kubernetes import TERMINAL_POD_PHASES
-from gpuval_api.result import Verdict
 from gpuval_operator.fabric.facts import FabricFacts, FabricTrainFacts
 from gpuval_operator.fabric.plan import GroupPlan
 from gpuval_operator.fabric.podfacts import FabricPodFacts

@@ -36,11 +36,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpuval_api import Reason, Verdict, verdict_of
 from gpuval_api.fabric import FabricKey, FabricPair, FabricThresholds
 from gpuval_api.fabric.isolation import Blame, blame, reference_busbw, round_pairs
 from gpuval_api.fabric.train import FabricTrain
-from gpuval_api.reasons import Reason, verdict_of
-from gpuval_api.result import Verdict
 from gpuval_operator.fabric.facts import MESSAGE_LIMIT, FabricFacts, FabricTrainFacts
 from gpuval_operator.fabric.paths import PathFinding, cross_findings
 from gpuval_operator.fabric.trainverdicts import (

@@ -4,9 +4,9 @@ GpuValidated condition; with nodeActions.dryRun, nothing is written and the chan
 the run (RunState.dry_run) for the status and Events. Also forgetting a deleted
 validation's entries.
 
-Before a failing node's taint or cordon, the circuit breaker (gpuval_operator.nodes.breaker) says
-whether it may be taken out of service: the operator-wide breaker admits and reserves it, or the
-entry is written with the cause it is held for (its label and condition still are).
+Before a failing node's taint or cordon, the circuit breaker (gpuval_operator.nodes.breaker.rules)
+says whether it may be taken out of service: the operator-wide breaker admits and reserves it, or
+the entry is written with the cause it is held for (its label and condition still are).
 """
 
 from __future__ import annotations
@@ -17,13 +17,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpuval_api.conditions import ConditionReason, EventReason
+from gpuval_api import ConditionReason, EventReason, Verdict, label_value
 from gpuval_api.crd import GpuValidationSpec
-from gpuval_api.labels import label_value
-from gpuval_api.result import Verdict
 from gpuval_operator.kube import events
 from gpuval_operator.kube.client import ApiError, ResourceExpiredError, q
-from gpuval_operator.nodes.breaker import never_in_service
+from gpuval_operator.nodes.breaker.operatorwide import OperatorBreaker
+from gpuval_operator.nodes.breaker.rules import never_in_service
 from gpuval_operator.nodes.entries import (
     NodeEntry,
     NodePlan,
@@ -34,7 +33,6 @@ from gpuval_operator.nodes.entries import (
     plan_node,
 )
 from gpuval_operator.nodes.facts import stack_of
-from gpuval_operator.nodes.operatorbreaker import OperatorBreaker
 from gpuval_operator.remediation.machine import after_verdict, withdraws_on
 from gpuval_operator.remediation.record import RepairRecord
 from gpuval_operator.run.effects import NODES_PATH, Effects
@@ -64,7 +62,7 @@ class NodeActor:
         self.effects = effects
         self.client = effects.client
         self.operator_breaker = operator_breaker
-        # Set by the repair loop (control.repairwithdraw): its request's object deleted before
+        # Set by the repair loop (control.repair.withdraw): its request's object deleted before
         # the node that passed returns to service.
         self.before_withdraw: BeforeWithdraw | None = None
 

@@ -7,9 +7,9 @@ GpuValidated condition follow all entries together: failed while any validation'
 verdict is Failed (naming which), so one validation passing never undoes another's failure.
 
 A failing entry whose taint and cordon the circuit breaker held (`hold`: the cause,
-gpuval_operator.nodes.breaker) asks for nothing but its label and condition. A node gpuval holds
-out of service (its taint, or a cordon it made, on a node that carries no startup taint: one that
-never entered service is not taken out of it) carries the label gpuval.dev/out-of-service, the
+gpuval_operator.nodes.breaker.rules) asks for nothing but its label and condition. A node gpuval
+holds out of service (its taint, or a cordon it made, on a node that carries no startup taint: one
+that never entered service is not taken out of it) carries the label gpuval.dev/out-of-service, the
 index the operator-wide limit counts by.
 
 Pure: `plan_node` turns the node as it is and one validation's new entry into a merge patch of
@@ -25,17 +25,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpuval_api import keys
+from gpuval_api import RepairAction, Verdict, action_of, keys, label_value
 from gpuval_api.crd import TaintEffect
-from gpuval_api.labels import label_value
-from gpuval_api.reasons import RepairAction, action_of
 from gpuval_api.remediation import (
     NEEDS_REPAIR_REASON,
     NOT_REQUESTED_REASON,
     RepairState,
     repairs_text,
 )
-from gpuval_api.result import Verdict
 from gpuval_operator.remediation.record import RepairRecord
 from gpuval_operator.timestamps import rfc3339
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from gpuval_api import OperatorEnv
 from gpuval_api.crd import Gating, NodeTrigger
-from gpuval_api.env import OperatorEnv
 from gpuval_operator.nodes.facts import NodeFacts
 from gpuval_operator.run.state import NodeRecord
 

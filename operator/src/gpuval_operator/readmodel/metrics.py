@@ -23,11 +23,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuval_api.labels import label_value
-from gpuval_api.reasons import Reason
-from gpuval_api.result import Verdict
+from gpuval_api import Reason, Verdict, label_value
 from gpuval_operator.kube.client import KubeClient
-from gpuval_operator.nodes.operatorbreaker import OutOfServiceCounts
+from gpuval_operator.nodes.breaker.operatorwide import OutOfServiceCounts
 from gpuval_operator.readmodel.registry import Registry
 from gpuval_operator.readmodel.repairmetrics import RepairFamilies
 from gpuval_operator.readmodel.validation import NodeResult, ValidationState

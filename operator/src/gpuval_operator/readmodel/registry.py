@@ -3,7 +3,7 @@ reads at scrape time."""
 
 from __future__ import annotations
 
-from gpuval_operator.nodes.operatorbreaker import OutOfServiceCounts
+from gpuval_operator.nodes.breaker.operatorwide import OutOfServiceCounts
 from gpuval_operator.readmodel.validation import ValidationState
 
 

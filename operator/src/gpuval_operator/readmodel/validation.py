@@ -12,9 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuval_api.conditions import ConditionType
-from gpuval_api.reasons import Reason
-from gpuval_api.result import Verdict
+from gpuval_api import ConditionType, Reason, Verdict
 from gpuval_api.training import NodeLosses
 from gpuval_operator.baseline.facts import Comparison, History
 from gpuval_operator.fabric.facts import FabricFacts

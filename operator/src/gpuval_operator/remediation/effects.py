@@ -10,9 +10,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from gpuval_api import keys
+from gpuval_api import keys, label_value
 from gpuval_api.crd import API_VERSION, REPORT_PLURAL, RemediationTemplate
-from gpuval_api.labels import label_value
 from gpuval_operator.kube.client import ApiError, KubeClient, ResourceExpiredError, q
 from gpuval_operator.remediation.template import reference
 

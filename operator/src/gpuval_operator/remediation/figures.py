@@ -1,7 +1,7 @@
 """What /metrics says of one validation's repair loop: requests by action and outcome, the nodes in
 repair and those needing a person, the time from failure to back in service, and the requests the
 API server refuses. The keeper
-(gpuval_operator.control.repairs) fills it as it sees the nodes' records move; the collector
+(gpuval_operator.control.repair.keeper) fills it as it sees the nodes' records move; the collector
 reads it at scrape time. Counters start again with the process, as Prometheus expects."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Pure: the repair loop of one validation (spec.remediation), one node at a time. Nothing here
-calls the API or reads a clock: the keeper (gpuval_operator.control.repairs) passes the time and
-what it knows of the node in, and carries out the step that comes back; the node actions
+calls the API or reads a clock: the keeper (gpuval_operator.control.repair.keeper) passes the time
+and what it knows of the node in, and carries out the step that comes back; the node actions
 (gpuval_operator.nodes.actor) move a record on when a verdict comes (`after_verdict`).
 
     failed (in force, a ResetGpu or Reboot failure, not systemic)
@@ -34,10 +34,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum, auto
 
+from gpuval_api import REPAIRABLE_ACTIONS, RepairAction, Verdict, action_of
 from gpuval_api.crd import Remediation, RemediationMode
-from gpuval_api.reasons import REPAIRABLE_ACTIONS, RepairAction, action_of
 from gpuval_api.remediation import BACK_STATES, RepairEnd, RepairOutcome, RepairState
-from gpuval_api.result import Verdict
 from gpuval_operator.remediation.record import RepairRecord
 
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from gpuval_api.conditions import ConditionReason as R
-from gpuval_api.conditions import ConditionType
+from gpuval_api import ConditionReason as R
+from gpuval_api import ConditionType
 from gpuval_operator.timestamps import rfc3339
 
 FIRST_PAUSE = 15.0

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuval_api import keys
+from gpuval_api import keys, label_value
 from gpuval_api.crd import RemediationTemplate
-from gpuval_api.labels import digest, label_value
+from gpuval_api.labels import digest
 from gpuval_api.remediation import LIST_PLACEHOLDERS, Placeholder
 from gpuval_operator.names import bounded_name
 from gpuval_operator.planning import owner_reference

@@ -5,7 +5,8 @@ A failing node's taint and cordon are held when the validation already holds `no
 nodes out of service (MaxNodesReached), when gpuval as a whole holds its operator-wide limit
 (OperatorMaxNodesReached), or when its failure's reason is systemic: shared by most of the run's
 tested nodes, so the spec or the fleet's stack is the likely cause (Systemic). The decisions are
-gpuval_operator.nodes.breaker's; this module keeps their outcome for the status and the metrics.
+gpuval_operator.nodes.breaker.rules's; this module keeps their outcome for the status and the
+metrics.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gpuval_api.conditions import ConditionReason as R
-from gpuval_api.conditions import ConditionType
+from gpuval_api import ConditionReason as R
+from gpuval_api import ConditionType
 from gpuval_operator.timestamps import rfc3339
 
 # A held node's cause, most telling first (the condition's reason is the first one present).

@@ -28,13 +28,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuval_api import Reason, Verdict, verdict_of
 from gpuval_api.kubernetes import (
     CONTAINER_REASON_OOM_KILLED,
     PodPhase,
 )
-from gpuval_api.reasons import Reason, verdict_of
 from gpuval_api.report import ReportPhase, StatusKey, rfc3339
-from gpuval_api.result import Verdict
 from gpuval_operator.podfacts import killed_from_outside
 from gpuval_operator.run.state import NodeRecord
 

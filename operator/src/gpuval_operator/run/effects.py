@@ -15,8 +15,7 @@ from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuval_api import keys
-from gpuval_api.conditions import EventReason
+from gpuval_api import EventReason, Reason, keys, label_value
 from gpuval_api.crd import (
     API_VERSION,
     REPORT_PLURAL,
@@ -35,8 +34,7 @@ from gpuval_api.dra import (
     parse_slice,
 )
 from gpuval_api.gfd import GpuSharing
-from gpuval_api.labels import children_selector, label_value
-from gpuval_api.reasons import Reason
+from gpuval_api.labels import children_selector
 from gpuval_api.report import (
     AGENT_CHECK,
     Settler,

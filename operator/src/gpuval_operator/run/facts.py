@@ -18,12 +18,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpuval_api import figures, keys
+from gpuval_api import Reason, Verdict, figures, keys
 from gpuval_api.baseline.history import result_gpus
 from gpuval_api.checks import CheckName
 from gpuval_api.crd import OUTLIER_VALUE_LENGTH
 from gpuval_api.mig import mig_layout
-from gpuval_api.reasons import Reason
 from gpuval_api.report import (
     FailureKey,
     ReportPhase,
@@ -31,7 +30,6 @@ from gpuval_api.report import (
     read_reason,
     read_verdict,
 )
-from gpuval_api.result import Verdict
 from gpuval_api.training import NodeLosses, TrainingRecord
 from gpuval_api.views import ENVIRONMENT_FIELDS
 from gpuval_operator.baseline.facts import Comparison, History, lowest_pair

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 
+from gpuval_api import Reason, Verdict, verdict_of
 from gpuval_api.crd import RetryPolicy, RunTrigger
-from gpuval_api.reasons import Reason, verdict_of
-from gpuval_api.result import Verdict
 from gpuval_operator.run import deaths
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
 

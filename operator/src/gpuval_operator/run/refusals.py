@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpuval_api.conditions import ConditionReason as R
-from gpuval_api.conditions import ConditionType
+from gpuval_api import ConditionReason as R
+from gpuval_api import ConditionType
 from gpuval_operator.timestamps import rfc3339
 
 # The pause before the next create after a refusal: doubled each time it is refused again.

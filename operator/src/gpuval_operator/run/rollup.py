@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuval_api import ConditionReason as R
+from gpuval_api import ConditionType, ValidationPhase
 from gpuval_api.checks import PROFILE_RUNS
-from gpuval_api.conditions import ConditionReason as R
-from gpuval_api.conditions import ConditionType, ValidationPhase
 from gpuval_api.crd import DEVICE_HEALTHY, RunTrigger
 from gpuval_api.report import StatusKey
 from gpuval_operator.fabric.rollup import build_fabric_run_status

@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from gpuval_api import Reason, Verdict, verdict_of
 from gpuval_api.checks import CheckName, ChecksConfig, Profile
 from gpuval_api.crd import NodeTrigger
 from gpuval_api.kubernetes import TERMINAL_POD_PHASES
-from gpuval_api.reasons import Reason, verdict_of
-from gpuval_api.result import Verdict
 from gpuval_api.training import TrainingRunStatus
 from gpuval_operator import names
 from gpuval_operator.baseline.state import RunBaselines

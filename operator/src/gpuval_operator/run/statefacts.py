@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuval_api import Reason, Severity
 from gpuval_api.checks import CheckName
-from gpuval_api.reasons import Reason, Severity
 from gpuval_api.report import read_reason
 from gpuval_api.result import Metric
 

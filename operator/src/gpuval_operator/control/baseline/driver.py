@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpuval_api import EventReason, Reason, Verdict
 from gpuval_api.baseline import fleet
 from gpuval_api.baseline.learn import Learned, NodeFigures
 from gpuval_api.baseline.rules import Candidate
@@ -30,12 +31,9 @@ from gpuval_api.baselinemodel import (
     BaselineSettings,
     DriftAction,
 )
-from gpuval_api.conditions import EventReason
 from gpuval_api.crd import API_VERSION, BASELINE_PLURAL, GpuBaseline, GpuNodeReport
 from gpuval_api.labels import children_selector
 from gpuval_api.lenient import read_model
-from gpuval_api.reasons import Reason
-from gpuval_api.result import Verdict
 from gpuval_api.training import learn_losses
 from gpuval_operator.baseline import judge
 from gpuval_operator.baseline.facts import History

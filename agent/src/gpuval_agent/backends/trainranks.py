@@ -1,4 +1,4 @@
-"""The training check's rank processes: the agent's one rank process (backends/rank_process.py), one
+"""The training check's rank processes: the agent's one rank process (backends/rankprocess.py), one
 per GPU, through the one rank-process manager (backends/ranks.py), with the settings that make
 the losses deterministic in their environment. Kept free of torch.
 """
@@ -33,7 +33,8 @@ DETERMINISTIC_ENV = {
     "NCCL_ALGO": "Ring",
     "NCCL_PROTO": "Simple",
 }
-PROGRESS_ID = -1  # torch_train.PROGRESS_ID: rank 0's progress event, overwritten each time
+# torch/train.py's PROGRESS_ID: rank 0's progress event, overwritten each time
+PROGRESS_ID = -1
 _TRAIN_ID = 1
 _EXIT_SECONDS = 2.0
 

@@ -1,6 +1,6 @@
 """The simulated backends' other processes on the GPUs (faults foreign-compute and foreign-memory),
 as NVML would list them beside the agent's own: a TEST DOUBLE's part, shared by the per-node double
-(backends/simulated.py) and the fabric's (fabric/simulated.py). Standard library only.
+(backends/simulated/backend.py) and the fabric's (fabric/simulated.py). Standard library only.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import threading
 import time
 
 from gpuval_agent.backends.base import GpuProcess, GpuUse
-from gpuval_agent.backends.simconfig import Fault, FaultKind, LoadCheck, SimulationConfig
+from gpuval_agent.backends.simulated.config import Fault, FaultKind, LoadCheck, SimulationConfig
 
 # The simulated foreign processes: a PID above any kernel's pid_max (2^22), so never the agent's.
 FOREIGN_PID = 5_000_000

@@ -9,8 +9,8 @@ a person's repair, a withdrawal; and it hands the nodes to validate again to the
 (`RunDriver.join`, with the checks that failed). Every node write goes through the node actions
 (`NodeActor.rewrite`: the node's resourceVersion as precondition); the node as written is kept
 in the watch's facts at once, so the next pass decides on it. It keeps status.remediation and the
-loop's metrics. The decisions are `remediation.machine`'s; the calls on the engine's objects
-`remediation.effects`'.
+loop's metrics. The decisions are `remediation.machine`'s, what it reads of the nodes and the run
+`control.repair.reading`'s (pure); the calls on the engine's objects `remediation.effects`'.
 """
 
 from __future__ import annotations
@@ -19,22 +19,19 @@ import dataclasses
 import logging
 import time
 
-from gpuval_api import keys
+from gpuval_api import EventReason, keys, label_value
 from gpuval_api.checks import CheckName
-from gpuval_api.conditions import EventReason
 from gpuval_api.crd import GpuValidationSpec, NodeTrigger, RemediationMode
-from gpuval_api.labels import label_value
-from gpuval_api.remediation import RepairOutcome, RepairState, repairs_text
-from gpuval_api.result import Verdict
+from gpuval_api.remediation import RepairOutcome, RepairState
 from gpuval_operator import names, planning
-from gpuval_operator.control.repairobjects import RepairObjects, template_kind
-from gpuval_operator.control.repairwithdraw import RepairWithdrawals
+from gpuval_operator.control.repair import reading
+from gpuval_operator.control.repair.objects import RepairObjects, template_kind
+from gpuval_operator.control.repair.withdraw import RepairWithdrawals
 from gpuval_operator.kube import events
 from gpuval_operator.kube.client import ApiError
 from gpuval_operator.nodes.actor import NodeActor
+from gpuval_operator.nodes.breaker.operatorwide import OperatorBreaker
 from gpuval_operator.nodes.entries import NodeEntry
-from gpuval_operator.nodes.facts import NodeFacts
-from gpuval_operator.nodes.operatorbreaker import OperatorBreaker
 from gpuval_operator.nodes.watch import NodeWatch
 from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.remediation import machine
@@ -48,18 +45,6 @@ from gpuval_operator.run.state import RunState
 
 log = logging.getLogger(__name__)
 
-# The load checks, the burn first: a re-validation whose failed checks load no GPU gets the burn.
-LOAD_CHECKS = tuple(
-    c.value
-    for c in (
-        CheckName.BURN,
-        CheckName.MEMORY,
-        CheckName.BANDWIDTH,
-        CheckName.NCCL,
-        CheckName.TRAIN,
-        CheckName.DCGM,
-    )
-)
 # A request the breaker held is tried again after this (seconds).
 HELD_RETRY = 10.0
 
@@ -106,8 +91,8 @@ class RepairKeeper:
             return {}, {}
         settings = Settings.of(spec.remediation) if spec.remediation is not None else None
         now = time.time()
-        self._observe(self._records())
-        candidates = self._candidates()
+        self._observe(reading.records(self.node_watch.nodes))
+        candidates = reading.candidates(self.node_watch.nodes)
         if settings is None and not any(
             f.entry is not None and f.entry.repairing for f in candidates.values()
         ):
@@ -131,7 +116,7 @@ class RepairKeeper:
         for name in sorted(candidates):
             for _ in range(2):  # a repair that ended is validated again in the same pass
                 facts = self.node_watch.nodes.get(name)
-                node = self._repair_facts(facts, run) if facts is not None else None
+                node = reading.repair_facts(facts, run) if facts is not None else None
                 if node is None:
                     break
                 step = machine.decide(
@@ -171,7 +156,7 @@ class RepairKeeper:
         # What a pass would refuse to ask (a released systemic failure) is not due either.
         run = self.state.run
         systemic = run.breaker.no_repair_reasons() if run is not None else set()
-        for facts in self._candidates().values():
+        for facts in reading.candidates(self.node_watch.nodes).values():
             record = facts.entry.repair if facts.entry is not None else None
             if (
                 record is not None
@@ -179,7 +164,7 @@ class RepairKeeper:
                 and self.objects.due(spec, now)
             ):
                 return True
-            node = self._repair_facts(facts, None)
+            node = reading.repair_facts(facts, None)
             if node is not None:
                 step = machine.decide(
                     node,
@@ -200,36 +185,6 @@ class RepairKeeper:
             return True
         kind = template_kind(spec)
         return kind is not None and self.backoff.blocked(node, kind, now)
-
-    def _candidates(self) -> dict[str, NodeFacts]:
-        """The nodes the loop may act on: failed, or with a record."""
-        return {
-            name: facts
-            for name, facts in self.node_watch.nodes.items()
-            if facts.entry is not None
-            and (facts.entry.repair is not None or facts.entry.tested == Verdict.FAILED)
-        }
-
-    def _repair_facts(self, facts: NodeFacts, run: RunState | None) -> RepairFacts | None:
-        entry = facts.entry
-        if entry is None:
-            return None
-        record = run.nodes.get(facts.name) if run is not None else None
-        busy = run is not None and (
-            (record is not None and not record.settled) or facts.name in run.finished
-        )
-        return RepairFacts(
-            name=facts.name,
-            tested=entry.tested,
-            reason=entry.reason,
-            at=entry.at,
-            in_force=entry.in_force,
-            repair=entry.repair,
-            boot_id=facts.boot_id,
-            ready=facts.ready,
-            needs_repair_label=facts.needs_repair_label,
-            busy=busy,
-        )
 
     # -- the steps --
 
@@ -263,7 +218,7 @@ class RepairKeeper:
                     new,
                     "needs-repair",
                     EventReason.NODE_NEEDS_REPAIR,
-                    self._needs_repair_text(new, settings),
+                    reading.needs_repair_text(new, settings, self.validation),
                     warning=True,
                 )
             return False
@@ -321,7 +276,7 @@ class RepairKeeper:
             else None
         )
         gpus = failing_gpus(report)
-        checks = machine.repair_checks(gpus.checks, LOAD_CHECKS, CheckName.STATE.value)
+        checks = machine.repair_checks(gpus.checks, reading.LOAD_CHECKS, CheckName.STATE.value)
         key = label_value(self.validation)
         if self.operator_breaker is not None:
             limit = planning.concurrency_limit(spec.node_actions.max_nodes, len(run.nodes))
@@ -475,23 +430,7 @@ class RepairKeeper:
             involved["uid"] = uid
         await events.post(self.effects.client, involved, reason, message, warning=warning)
 
-    def _needs_repair_text(self, record: RepairRecord, settings: Settings) -> str:
-        return (
-            f"failed again ({record.reason}) after {repairs_text(len(record.history))} within "
-            f"{settings.window}s (spec.remediation.maxRepairs {settings.max_repairs}): no further "
-            "repair is asked; a person or a hardware ticket takes over; remove the label "
-            f"{keys.NODE_LABEL_NEEDS_REPAIR} once repaired to validate it again, or `kubectl "
-            f"gpuval release {self.validation}` to let its breaker slot go"
-        )
-
     # -- what the status and the metrics say --
-
-    def _records(self) -> dict[str, RepairRecord]:
-        return {
-            name: facts.entry.repair
-            for name, facts in self.node_watch.nodes.items()
-            if facts.entry is not None and facts.entry.repair is not None
-        }
 
     def _observe(self, records: dict[str, RepairRecord]) -> None:
         """Count each request's outcome once, as the records move (at the start of a pass, on
@@ -512,7 +451,7 @@ class RepairKeeper:
             self.seen[name] = record
 
     def _publish(self, run: RunState, settings: Settings | None, now: float) -> None:
-        records = self._records()
+        records = reading.records(self.node_watch.nodes)
         self._observe(records)
         figures = self.state.repairs
         figures.in_progress.clear()

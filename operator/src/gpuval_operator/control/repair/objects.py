@@ -1,5 +1,5 @@
 """The remediation objects of one validation's repair loop (spec.remediation mode Template), for
-`control.repairs.RepairKeeper`: each request's object made from the template (or found made
+`control.repair.keeper.RepairKeeper`: each request's object made from the template (or found made
 before a restart: a repeated create gets 409 and the object carries the request's number), the
 objects listed by label to see their ends, leftovers of an end written before a restart deleted.
 The calls are `remediation.effects`'; what an object's status means, `remediation.objects`'."""
@@ -10,9 +10,8 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from gpuval_api import keys
+from gpuval_api import keys, label_value
 from gpuval_api.crd import GpuValidationSpec, RemediationMode, RemediationTemplate
-from gpuval_api.labels import label_value
 from gpuval_api.remediation import RepairEnd, RepairState
 from gpuval_operator.kube.client import ApiError, KubeClient
 from gpuval_operator.nodes.facts import NodeFacts

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, create_model
 
-from gpuval_api.figures import Figure
+from gpuval_api.figures.kinds import Figure
 
 
 def snake(key: str) -> str:

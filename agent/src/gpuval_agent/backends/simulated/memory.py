@@ -1,4 +1,4 @@
-"""The simulated backend's memory test: a TEST DOUBLE of backends/torch_memtest.
+"""The simulated backend's memory test: a TEST DOUBLE of backends/torch/memtest.
 
 It pretends to allocate the plan's share of a simulated GPU's memory (blocks of the real sizes at
 made-up addresses) but computes and compares, with the numpy reference of the GPU kernels

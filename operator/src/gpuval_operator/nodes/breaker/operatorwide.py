@@ -1,10 +1,10 @@
 """The operator-wide breaker: the nodes gpuval holds out of service, counted from the nodes and
 reserved before a patch, so concurrent node patches of every validation this operator runs
-cannot race past the limits (the decisions are gpuval_operator.nodes.breaker's).
+cannot race past the limits (the decisions are gpuval_operator.nodes.breaker.rules's).
 
 The nodes are the truth: one label-selected list (gpuval.dev/out-of-service, a handful of nodes)
 gives every node gpuval holds out of service and, from each validation's entry on it, through
-which validations and since when (gpuval_operator.nodes.breaker.OutOfServiceNode). A restarted
+which validations and since when (gpuval_operator.nodes.breaker.rules.OutOfServiceNode). A restarted
 operator, or the standby that takes the Lease, lists the same nodes and counts the same. Within
 the operator, an admission and its reservation happen under one lock, and a reservation stands
 until the node as the patch left it is known (the API server's answer, or the next list), so two
@@ -27,7 +27,7 @@ from typing import Any
 
 from gpuval_api import keys
 from gpuval_operator.kube.client import KubeClient, ResourceExpiredError
-from gpuval_operator.nodes.breaker import Limits, OutOfServiceNode, Tally, admit
+from gpuval_operator.nodes.breaker.rules import Limits, OutOfServiceNode, Tally, admit
 from gpuval_operator.run.effects import NODES_PATH
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ Design (measured against a plain fill-and-compare loop by benchmarks/memtest_ben
   retried at half the size down to 64 MiB, then the test runs on what it got and says so: a
   GPU whose memory is held elsewhere is tested less, never failed for it.
 - Each step launches the fill kernel on every block, then the check kernel on every block
-  (backends/memtest_kernels.py): every word is written once and read once, and the check
+  (backends/torch/memtestkernels.py): every word is written once and read once, and the check
   regenerates what was written, so no reference copy takes memory or bandwidth. The differences
   go into a per-pass counters array on the GPU; the host never reads per step, it waits on the
   event of the step before last (so two steps are always queued) to report progress and to see
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch  # type: ignore[import-not-found,unused-ignore]
 
-from gpuval_agent.backends import memtest_kernels as kernels
+from gpuval_agent.backends.torch import memtestkernels as kernels
 from gpuval_agent.memtest import (
     COUNTERS,
     FIRST_NONE,

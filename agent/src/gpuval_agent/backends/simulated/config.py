@@ -1,6 +1,6 @@
 """The simulated backend's configuration (GPUVAL_SIMULATE / --simulate): the GPUs it pretends to
 have and the faults it plays (docs/contracts.md, "Simulated backend"). A TEST DOUBLE's settings,
-read by the per-node double (backends/simulated.py) and the fabric's (fabric/simulated.py).
+read by the per-node double (backends/simulated/backend.py) and the fabric's (fabric/simulated.py).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpuval_agent.errors import AgentError
+from gpuval_api import AgentEnv
 from gpuval_api.checks import CheckName, MemoryPattern, camel
-from gpuval_api.env import AgentEnv
 from gpuval_api.fabric import FABRIC_SUBCOMMAND
 from gpuval_api.mig import COMPUTE_SLICES, compute_slices_of
 from gpuval_api.parts import H200

@@ -4,8 +4,9 @@ root path, as it reads `/` on a real node.
 
 The node looks like an HGX H200: one GPU alone has no NVLink (as the 1-GPU H200 machine answers
 "not supported"); two or more GPUs have 18 active NVLinks each behind 4 NVSwitches, a fabric
-manager and one 400G NDR InfiniBand adapter next to each GPU. Faults (simconfig.FaultKind) change
-what it shows at rest, and the `...-grow` faults add to its error counters while the burn runs.
+manager and one 400G NDR InfiniBand adapter next to each GPU. Faults (simulated.config.FaultKind)
+change what it shows at rest, and the `...-grow` faults add to its error counters while the burn
+runs.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import tempfile
 import weakref
 from pathlib import Path
 
-from gpuval_agent.backends.simconfig import Fault, FaultKind
+from gpuval_agent.backends.simulated.config import Fault, FaultKind
 from gpuval_agent.state.model import (
     COMPLETED,
     CORRECTED_AGGREGATE,

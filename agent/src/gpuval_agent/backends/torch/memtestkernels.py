@@ -1,4 +1,5 @@
-"""The memory test's GPU kernels (Triton; imported only where GPUs are, by torch_memtest).
+"""The memory test's GPU kernels (Triton; imported only where GPUs are, by
+backends/torch/memtest.py).
 
 Two kernels per step kind (gpuval_agent.memtest.StepKind, a compile-time constant): `fill`
 writes every word of one block, `check` reads every word back, regenerates what was written and

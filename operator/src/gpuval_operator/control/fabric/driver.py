@@ -1,7 +1,7 @@
 """Driving a run's fabric phase (spec.fabric), one tick at a time: plan the groups once every node
 has its local verdict, open groups within the concurrency limit (every pod of a group at once; with
 spec.fabric.queue as one Kueue pod group), record what agents could not, and hand the groups'
-results to control.fabricsettling, which gives each node awaiting the fabric its final verdict:
+results to control.fabric.settling, which gives each node awaiting the fabric its final verdict:
 early where no later group can change it, else once every group has its results. The decisions are
 fabric.plan's and fabric.lifecycle's; the calls are gpuval_operator.run.effects'.
 docs/operator/fabric.md, "The fabric phase".
@@ -15,8 +15,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuval_api import keys
-from gpuval_api.conditions import EventReason
+from gpuval_api import EventReason, Reason, Verdict, keys
 from gpuval_api.crd import GpuValidationSpec
 from gpuval_api.fabric import (
     FABRIC_CHECK,
@@ -24,12 +23,10 @@ from gpuval_api.fabric import (
     FabricSpec,
     build_planned_fabric_status,
 )
-from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey, build_operator_failure_status
-from gpuval_api.result import Verdict
 from gpuval_operator import names
 from gpuval_operator.control.devices import device_request
-from gpuval_operator.control.fabricsettling import FabricSettling
+from gpuval_operator.control.fabric.settling import FabricSettling
 from gpuval_operator.fabric import lifecycle
 from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.fabric.plan import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuval_agent.backends.simconfig import SimulationConfig
+from gpuval_agent.backends.simulated.config import SimulationConfig
 from gpuval_api.mig import MODELS, MigShare, known_profile, share_of
 from gpuval_api.result import MigInstance
 

@@ -1,4 +1,4 @@
-"""One GPU's rank process (`python -m gpuval_agent.backends.rank_process --spec JSON`), for the
+"""One GPU's rank process (`python -m gpuval_agent.backends.rankprocess --spec JSON`), for the
 node's NCCL check (one node, its GPUs) and the fabric (every GPU of a group of nodes) alike.
 
 Started by the agent (gpuval_agent.backends.ranks), one per GPU; global rank = the node's offset +
@@ -10,14 +10,14 @@ rank for every pair, in the same order) needs no collective over the world. The 
 `check` as soon as its ranks start: their communicator forms and its sum is checked during the
 burn, and `group` runs the sweep the moment the check needs it. The training check's ranks
 (started with its deterministic settings in their environment) get one `train` command
-(gpuval_agent.backends.torch_train), rank 0 writing its progress as it goes; the fabric's training
+(gpuval_agent.backends.torch.train), rank 0 writing its progress as it goes; the fabric's training
 phase sends the same command to a group's world, then with `pairs` (one round): every rank makes
 every pair's communicator, in the same order, and the ranks of each pair train data-parallel over
 theirs.
 
 Commands arrive as JSON lines on stdin; each ends with one JSON line in the events file
 (`{"id": n, ...}`). Figures are in-place float32 all-reduces timed like nccl-tests
-(gpuval_agent.backends.torch_collective: CUDA-graph replays timed with CUDA events), each the
+(gpuval_agent.backends.torch.collective: CUDA-graph replays timed with CUDA events), each the
 slowest rank's. A failure writes its error and exits 1: a broken communicator is not reused.
 """
 
@@ -34,7 +34,7 @@ from typing import Any, TextIO
 import torch  # type: ignore[import-not-found,unused-ignore]
 import torch.distributed as dist  # type: ignore[import-not-found,unused-ignore]
 
-from gpuval_agent.backends.torch_collective import seconds_per_all_reduce
+from gpuval_agent.backends.torch.collective import seconds_per_all_reduce
 
 _CHECK_ELEMENTS = 1 << 18
 _ERROR_CHARS = 1500
@@ -134,7 +134,7 @@ class RankProcess:
         self.emit(id=command["id"], idle=True)
 
     def train(self, command: dict[str, Any]) -> None:
-        from gpuval_agent.backends import torch_train  # noqa: PLC0415 - only the training ranks
+        from gpuval_agent.backends.torch import train as torch_train  # noqa: PLC0415 - only the training ranks
 
         if command.get("pairs") is None:
             torch_train.run(self, command)
@@ -152,8 +152,8 @@ class RankProcess:
 
 
 class PairRank:
-    """A rank process as one rank of its pair's data-parallel run (torch_train.Rank): its rank among
-    the pair's GPUs, and every event saying which pair."""
+    """A rank process as one rank of its pair's data-parallel run (backends/torch/train.py's Rank):
+    its rank among the pair's GPUs, and every event saying which pair."""
 
     def __init__(self, process: RankProcess, pair: tuple[int, int], group: Any) -> None:
         ranks = process.ranks_of(pair[0]) + process.ranks_of(pair[1])

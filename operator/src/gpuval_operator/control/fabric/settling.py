@@ -14,11 +14,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuval_api.conditions import EventReason
+from gpuval_api import EventReason, Verdict
 from gpuval_api.fabric import FABRIC_CHECK, FabricKey, FabricSpec
 from gpuval_api.report import StatusKey, build_operator_failure_status
-from gpuval_api.result import Verdict
-from gpuval_operator.control.fabricevidence import fabric_evidence_status
+from gpuval_operator.control.fabric.evidence import fabric_evidence_status
 from gpuval_operator.fabric import lifecycle
 from gpuval_operator.fabric.early import early_finals
 from gpuval_operator.fabric.facts import FabricFacts

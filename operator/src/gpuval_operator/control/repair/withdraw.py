@@ -14,10 +14,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from gpuval_api import keys
-from gpuval_api.conditions import EventReason
+from gpuval_api import EventReason, keys
 from gpuval_api.crd import GpuValidationSpec
-from gpuval_operator.control.repairobjects import RepairObjects
+from gpuval_operator.control.repair.objects import RepairObjects
 from gpuval_operator.remediation.record import RepairRecord
 
 log = logging.getLogger(__name__)

@@ -6,10 +6,10 @@ local cluster's kwok nodes run the agent's real check logic (verdicts, threshold
 report writing) without a GPU. It supplies figures derived from the part's expected figures, and
 faults change them as a broken node would (docs/contracts.md lists the fault kinds).
 
-Its burn is not all pretence: each simulated iteration multiplies two small matrices with numpy
-and checks the result against a reference with the same bit-exact comparison the GPU burn uses
-(gpuval_agent.verify), so the `miscompare` and `nan` faults corrupt a real result that the real
-verification has to catch.
+Its burn is not all pretence (`simulated.burn`): each simulated iteration multiplies two small
+matrices with numpy and checks the result against a reference with the same bit-exact comparison
+the GPU burn uses (gpuval_agent.verify), so the `miscompare` and `nan` faults corrupt a real
+result that the real verification has to catch.
 """
 
 from __future__ import annotations
@@ -17,10 +17,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
 
 from gpuval_agent.allreduce import bus_bandwidth
 from gpuval_agent.backends.base import (
@@ -28,25 +24,25 @@ from gpuval_agent.backends.base import (
     AllReduceSize,
     Backend,
     BurnMeasurement,
-    BurnProgress,
     GpuUse,
     ProgressCallback,
     TelemetrySample,
     Throttle,
     XidEvent,
 )
-from gpuval_agent.backends.simconfig import Fault, FaultKind, LoadCheck, SimulationConfig
-from gpuval_agent.backends.simforeign import (
+from gpuval_agent.backends.simulated.burn import BurnFaults, burn_gpu
+from gpuval_agent.backends.simulated.config import Fault, FaultKind, LoadCheck, SimulationConfig
+from gpuval_agent.backends.simulated.foreign import (
     FOREIGN_MEMORY_BYTES,
     FOREIGN_PID,
     MEMORY_TOTAL,
     ForeignProcesses,
     out_of_memory,
 )
-from gpuval_agent.backends.simmemory import CONTEXT_BYTES, SimulatedMemory, simulated_memtest
-from gpuval_agent.backends.simstate import SimulatedHost, gpu_address
-from gpuval_agent.backends.simtrain import simulated_train
-from gpuval_agent.backends.simunits import SimUnit, build_units, gpu_uuid
+from gpuval_agent.backends.simulated.hardware import SimulatedHost, gpu_address
+from gpuval_agent.backends.simulated.memory import CONTEXT_BYTES, SimulatedMemory, simulated_memtest
+from gpuval_agent.backends.simulated.train import simulated_train
+from gpuval_agent.backends.simulated.units import SimUnit, build_units, gpu_uuid
 from gpuval_agent.errors import NoDriverError
 from gpuval_agent.memtest import (
     MemoryFlip,
@@ -57,14 +53,12 @@ from gpuval_agent.memtest import (
 from gpuval_agent.parts import figures_for
 from gpuval_agent.state.model import GpuState
 from gpuval_agent.training import TrainOutcome, TrainPlan, TrainProgressCallback
-from gpuval_agent.verify import count_bad_elements, differing_references, scan_counts
+from gpuval_agent.verify import differing_references
+from gpuval_api import AgentEnv
 from gpuval_api.checks import Precision
-from gpuval_api.env import AgentEnv
 from gpuval_api.figures import H2D
 from gpuval_api.result import Environment, GpuInfo, PcieLink
 
-_SMALL = 16  # side of the small matrices each simulated iteration really multiplies
-_MAX_ITERATIONS = 200  # simulated iterations per GPU and precision, whatever the duration
 # Figures of a healthy simulated part, as fractions of the part's expected figures.
 _HEALTHY = 0.97
 _SLOW_GPU_FACTOR = 0.85
@@ -74,13 +68,6 @@ _FALLBACK_TFLOPS = {
     Precision.TF32: 352.0,
     Precision.FP32: 51.1,
     Precision.FP64: 54.0,
-}
-_NUMPY_DTYPES = {
-    Precision.BF16: np.float16,  # numpy has no bf16; half exercises the same 2-byte comparison
-    Precision.FP16: np.float16,
-    Precision.TF32: np.float32,
-    Precision.FP32: np.float32,
-    Precision.FP64: np.float64,
 }
 
 
@@ -277,7 +264,7 @@ class SimulatedBackend(Backend):
                 self._pending_xids.append(XidEvent(fault.gpu, fault.xid))
             self._host.log_xid(fault.gpu, fault.xid)
         measurements = [self._burn_one(gpu, precision, seconds, on_progress) for gpu in gpus]
-        # The real backend's comparison of the node's references (torch_burn.burn).
+        # The real backend's comparison of the node's references (backends/torch/burn.py, burn).
         differing = differing_references(
             {m.gpu: m.fingerprint for m in measurements if m.fingerprint is not None}
         )
@@ -288,45 +275,6 @@ class SimulatedBackend(Backend):
     def _burn_one(
         self, gpu: int, precision: Precision, seconds: float, on_progress: ProgressCallback
     ) -> BurnMeasurement:
-        dtype = _NUMPY_DTYPES[precision]
-        generator = np.random.default_rng(1234)
-        a = generator.standard_normal((_SMALL, _SMALL)).astype(dtype)
-        b = generator.standard_normal((_SMALL, _SMALL)).astype(dtype)
-        reference = a @ b
-        wrong = self._fault(FaultKind.WRONG_REFERENCE, gpu) is not None
-        if wrong:
-            # Consistently wrong: the reference and every result carry the same flipped bit, so
-            # every iteration matches its reference; the GPU's reference differs from the node's
-            # other GPUs' (BurnMismatch), and on a node of one GPU only a comparison across nodes
-            # can tell.
-            reference.view(_bits(reference))[7, 7] ^= 1 << 3
-        if self.foreign.on(gpu, FaultKind.FOREIGN_MEMORY):
-            return BurnMeasurement(gpu=gpu, error=out_of_memory(gpu, self._foreign_pid(gpu)))
-        if self._fault(FaultKind.CUDA_INVISIBLE, gpu):
-            return BurnMeasurement(
-                gpu=gpu,
-                error="RuntimeError: CUDA error: invalid device ordinal\nCUDA kernel errors "
-                "might be asynchronously reported at some other API call, so the stacktrace "
-                "below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1",
-            )
-        iterations = max(1, min(int(seconds), _MAX_ITERATIONS))
-        miscompare = self._fault(FaultKind.MISCOMPARE, gpu)
-        nan = self._fault(FaultKind.NAN, gpu)
-        counts: list[tuple[int, int]] = []
-        for iteration in range(iterations):
-            result = a @ b
-            if wrong:
-                result.view(_bits(result))[7, 7] ^= 1 << 3
-            for fault, value in ((miscompare, None), (nan, np.nan)):
-                target = (
-                    iterations // 2 if fault is None or fault.iteration is None else fault.iteration
-                )
-                if fault is not None and iteration == target:
-                    if value is None:
-                        result.view(_bits(result))[3, 5] ^= 1  # one flipped low mantissa bit
-                    else:
-                        result[3, 5] = value
-            counts.append(count_bad_elements(result, reference))
         tflops = self._part.tflops.get(precision, _FALLBACK_TFLOPS[precision]) * _HEALTHY
         tflops *= self._speed(gpu) * self._unit(gpu).share.compute
         if self._fault(FaultKind.THERMAL_SLOWDOWN, gpu):
@@ -335,19 +283,23 @@ class SimulatedBackend(Backend):
             tflops *= 0.75
         if self.foreign.on(gpu, FaultKind.FOREIGN_COMPUTE):
             tflops *= 0.4  # the H200 gave 320 of 800 TFLOP/s beside another process's matmul
-        on_progress(BurnProgress(gpu=gpu, iterations=iterations, tflops=tflops))
-        duration = max(seconds, 1e-9)
-        digest = int(reference.view(_bits(reference)).astype(np.uint64).sum()) & (1 << 64) - 1
-        return BurnMeasurement(
-            gpu=gpu,
-            iterations=iterations,
-            seconds=duration,
-            flops_per_iteration=tflops * 1e12 * duration / iterations,
-            bad=scan_counts(counts, first_iteration=0),
-            fingerprint=f"{digest:016x}",
-            determinants="|".join(
-                [self.config.product, f"n{_SMALL}", str(precision), f"numpy {np.__version__}"]
+        faults = BurnFaults(
+            wrong_reference=self._fault(FaultKind.WRONG_REFERENCE, gpu) is not None,
+            miscompare=self._fault(FaultKind.MISCOMPARE, gpu),
+            nan=self._fault(FaultKind.NAN, gpu),
+            cuda_invisible=self._fault(FaultKind.CUDA_INVISIBLE, gpu) is not None,
+            foreign_memory_pid=(
+                self._foreign_pid(gpu) if self.foreign.on(gpu, FaultKind.FOREIGN_MEMORY) else None
             ),
+        )
+        return burn_gpu(
+            gpu,
+            precision,
+            seconds,
+            tflops=tflops,
+            faults=faults,
+            product=self.config.product,
+            on_progress=on_progress,
         )
 
     def close(self) -> None:
@@ -509,8 +461,3 @@ class SimulatedBackend(Backend):
         if slow is not None:
             outcome.log_tail = f"simulated: rank {slow.gpu} is slow (slow-nccl fault)"
         return outcome
-
-
-def _bits(array: npt.NDArray[np.generic]) -> type[np.unsignedinteger[Any]]:
-    widths: dict[int, type[np.unsignedinteger[Any]]] = {2: np.uint16, 4: np.uint32, 8: np.uint64}
-    return widths[array.dtype.itemsize]

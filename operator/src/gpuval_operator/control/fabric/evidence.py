@@ -15,9 +15,9 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuval_api import Reason
 from gpuval_api.evidence import evidence_status
 from gpuval_api.fabric.evidence import GroupFigures, fabric_evidence, read_result
-from gpuval_api.reasons import Reason
 from gpuval_api.report import StatusKey
 from gpuval_operator.fabric.state import FabricState
 from gpuval_operator.kube.client import ApiError, q

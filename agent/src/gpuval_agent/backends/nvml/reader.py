@@ -12,11 +12,11 @@ from typing import Any, TypeVar
 import pynvml  # type: ignore[import-untyped,unused-ignore]
 
 from gpuval_agent.backends.base import GpuProcess, GpuUse, TelemetrySample, Throttle, XidEvent
-from gpuval_agent.backends.nvml_mig import MigDevice, mig_devices, parent_sm_count
-from gpuval_agent.backends.nvml_state import clock_event_bits, read_gpu_state
+from gpuval_agent.backends.nvml.mig import MigDevice, mig_devices, parent_sm_count
+from gpuval_agent.backends.nvml.statecheck import clock_event_bits, read_gpu_state
 from gpuval_agent.errors import NoDriverError
 from gpuval_agent.state.model import GpuState
-from gpuval_api.env import AgentEnv
+from gpuval_api import AgentEnv
 from gpuval_api.result import Environment, GpuInfo, MigInstance, PcieLink
 
 T = TypeVar("T")

@@ -16,7 +16,7 @@ import math
 import threading
 from collections.abc import Callable
 
-from gpuval_agent.backends.simconfig import Fault, SimulationConfig
+from gpuval_agent.backends.simulated.config import Fault, SimulationConfig
 from gpuval_agent.parts import PartFigures
 from gpuval_agent.training import (
     RankTraining,

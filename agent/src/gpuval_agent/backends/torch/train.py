@@ -32,7 +32,7 @@ from torch.nn.attention import (  # type: ignore[import-not-found,unused-ignore]
     sdpa_kernel,
 )
 
-from gpuval_agent.backends.train_ranks import PROGRESS_ID
+from gpuval_agent.backends.trainranks import PROGRESS_ID
 from gpuval_api.training import encode_loss
 
 BACKENDS = {

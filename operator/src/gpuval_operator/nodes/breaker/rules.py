@@ -10,10 +10,10 @@ Which failing node's taint and cordon may be applied now, and which are held and
   as a whole at most the operator-wide limit (OperatorMaxNodesReached).
 
 The counts come from the nodes, never from memory: the nodes carrying gpuval.dev/out-of-service
-(`OutOfServiceNode.parse`, listed by gpuval_operator.nodes.operatorbreaker) and each validation's
-entry on them, plus the nodes reserved for a patch still in flight, so two replicas, a restart and
-concurrent patches all count the same. A release (gpuval.dev/release) approves what was out of
-service before it: those nodes no longer count against the validation's own limit.
+(`OutOfServiceNode.parse`, listed by gpuval_operator.nodes.breaker.operatorwide) and each
+validation's entry on them, plus the nodes reserved for a patch still in flight, so two replicas, a
+restart and concurrent patches all count the same. A release (gpuval.dev/release) approves what was
+out of service before it: those nodes no longer count against the validation's own limit.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuval_api import ConditionReason as R
 from gpuval_api import keys
-from gpuval_api.conditions import ConditionReason as R
 from gpuval_operator.nodes.entries import entries
 from gpuval_operator.run.breakerstate import SystemicFailure
 

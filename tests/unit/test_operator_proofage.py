@@ -1,0 +1,93 @@
+"""spec.maxProofAgeSeconds: which nodes are due, in which order, when the next one is, and how
+many are proven within the age (gpuval_operator.proofage)."""
+
+from __future__ import annotations
+
+from gpuval_api import keys
+from gpuval_api.result import Verdict
+from gpuval_operator.nodes.entries import NodeEntry, entry_key, next_entry, plan_node
+from gpuval_operator.proofage import NodeProof, due, due_at, next_due, summarize
+
+AGE = 100.0
+
+
+def test_the_stale_nodes_are_due_stalest_first_and_the_fresh_one_is_not() -> None:
+    nodes = [
+        NodeProof("a", 8, proven_at=950.0),  # fresh
+        NodeProof("b", 8, proven_at=700.0),
+        NodeProof("c", 8, proven_at=800.0),
+        NodeProof("d", 8, proven_at=None),  # never proven, never tested
+    ]
+    assert [n.name for n in due(nodes, AGE, now=1000.0)] == ["d", "b", "c"]
+
+
+def test_a_node_without_proof_is_tried_again_once_per_age_after_its_last_test() -> None:
+    failed = NodeProof("f", 8, proven_at=None, tested_at=950.0)
+    busy = NodeProof("n", 8, proven_at=500.0, tested_at=960.0)  # NotRun since its proof
+    assert due_at(failed, AGE) == 1050.0
+    assert due_at(busy, AGE) == 1060.0
+    assert due([failed, busy], AGE, now=1000.0) == []
+    assert [n.name for n in due([failed, busy], AGE, now=1055.0)] == ["f"]
+
+
+def test_the_next_wake_is_the_first_expiry() -> None:
+    nodes = [NodeProof("a", 8, proven_at=950.0), NodeProof("b", 8, proven_at=920.0)]
+    assert next_due(nodes, AGE) == 1020.0
+    assert next_due([], AGE) is None
+
+
+def test_the_summary_counts_nodes_and_gpus_within_the_age_and_the_oldest_proof() -> None:
+    nodes = [
+        NodeProof("a", 8, proven_at=950.0),
+        NodeProof("b", 4, proven_at=700.0),
+        NodeProof("c", 2, proven_at=None, tested_at=990.0),
+    ]
+    summary = summarize(nodes, AGE, now=1000.0)
+    assert (summary.nodes, summary.within_nodes, summary.stale) == (3, 1, 2)
+    assert (summary.gpus, summary.within_gpus) == (14, 8)
+    assert summary.oldest == 700.0
+    assert summary.next_due == 800.0
+
+
+# The proof on the node: written with the verdict's own patch (gpuval_operator.nodes.entries).
+
+STAMP = "2026-12-07T12:00:00Z"
+
+
+def _node(annotations: dict[str, str]) -> dict[str, object]:
+    return {"metadata": {"name": "n1", "resourceVersion": "7", "annotations": annotations}}
+
+
+def _entry(verdict: Verdict, run: str = "2-ab") -> NodeEntry:
+    return next_entry(None, verdict, reason=None, at=100, run=run)
+
+
+def test_a_pass_writes_the_proof_in_the_verdicts_patch() -> None:
+    plan = plan_node(_node({}), "fleet", _entry(Verdict.PASSED), STAMP, proof="fleet/2-ab created")
+    assert plan.patch is not None
+    annotations = plan.patch["metadata"]["annotations"]
+    assert annotations[keys.NODE_ANNOTATION_PROVEN_AT] == STAMP
+    assert annotations[keys.NODE_ANNOTATION_PROVEN_BY] == "fleet/2-ab created"
+    assert entry_key("fleet") in annotations  # one patch: the entry and the proof together
+
+
+def test_a_failure_voids_the_proof_and_a_not_run_keeps_it() -> None:
+    proven = {
+        keys.NODE_ANNOTATION_PROVEN_AT: "2026-12-01T00:00:00Z",
+        keys.NODE_ANNOTATION_PROVEN_BY: "fleet/1-aa schedule",
+    }
+    failed = plan_node(_node(proven), "fleet", _entry(Verdict.FAILED), STAMP, proof="x")
+    assert failed.patch is not None
+    annotations = failed.patch["metadata"]["annotations"]
+    assert annotations[keys.NODE_ANNOTATION_PROVEN_AT] is None
+    assert annotations[keys.NODE_ANNOTATION_PROVEN_BY] is None
+    not_run = plan_node(_node(proven), "fleet", _entry(Verdict.NOT_RUN), STAMP, proof="x")
+    assert not_run.patch is not None
+    assert keys.NODE_ANNOTATION_PROVEN_AT not in not_run.patch["metadata"]["annotations"]
+
+
+def test_another_validations_failure_leaves_no_proof_to_a_pass() -> None:
+    other = {entry_key("other"): _entry(Verdict.FAILED, "1-cc").encode()}
+    plan = plan_node(_node(other), "fleet", _entry(Verdict.PASSED), STAMP, proof="fleet/2-ab x")
+    assert plan.patch is not None
+    assert keys.NODE_ANNOTATION_PROVEN_AT not in plan.patch["metadata"]["annotations"]

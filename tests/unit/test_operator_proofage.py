@@ -3,10 +3,18 @@ many are proven within the age (gpuval_operator.proofage)."""
 
 from __future__ import annotations
 
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
 from gpuval_api import keys
+from gpuval_api.crd import RunTrigger
 from gpuval_api.result import Verdict
 from gpuval_operator.nodes.entries import NodeEntry, entry_key, next_entry, plan_node
 from gpuval_operator.proofage import NodeProof, due, due_at, next_due, summarize
+from gpuval_operator.readmodel.metrics import make_registry
+from gpuval_operator.readmodel.registry import Registry
+from gpuval_operator.readmodel.validation import ValidationState
+from gpuval_operator.run.lifecycle import Decision, RunFacts, Step, decide
 
 AGE = 100.0
 
@@ -91,3 +99,65 @@ def test_another_validations_failure_leaves_no_proof_to_a_pass() -> None:
     plan = plan_node(_node(other), "fleet", _entry(Verdict.PASSED), STAMP, proof="fleet/2-ab x")
     assert plan.patch is not None
     assert keys.NODE_ANNOTATION_PROVEN_AT not in plan.patch["metadata"]["annotations"]
+
+
+# The controller's step (gpuval_operator.run.lifecycle.decide) with proofs.
+
+DONE = RunFacts(generation=2, completed=True)
+
+
+def _decide(now: float, proof_due_at: float | None, next_run_at: float | None = None) -> Decision:
+    return decide(
+        valid=True,
+        generation=2,
+        run=DONE,
+        scheduled=next_run_at is not None,
+        next_run_at=next_run_at,
+        now=now,
+        proof_due_at=proof_due_at,
+    )
+
+
+def test_a_completed_validation_sleeps_until_the_first_proof_expires_then_starts_a_run() -> None:
+    assert _decide(1000.0, 1500.0) == Decision(Step.WAIT, until=1500.0)
+    assert _decide(1500.0, 1500.0) == Decision(Step.START, RunTrigger.PROOF_EXPIRED)
+
+
+def test_the_schedules_tick_and_the_first_expiry_wake_whichever_comes_first() -> None:
+    assert _decide(1000.0, 1500.0, next_run_at=1200.0) == Decision(Step.WAIT, until=1200.0)
+    assert _decide(1000.0, 1100.0, next_run_at=1200.0) == Decision(Step.WAIT, until=1100.0)
+    # Both due: the tick takes every node.
+    assert _decide(1300.0, 1100.0, next_run_at=1200.0) == Decision(Step.START, RunTrigger.SCHEDULE)
+
+
+def test_an_active_run_goes_on_whatever_proof_expires() -> None:
+    decision = decide(
+        valid=True,
+        generation=2,
+        run=RunFacts(generation=2, completed=False),
+        scheduled=False,
+        next_run_at=None,
+        now=2000.0,
+        proof_due_at=1000.0,
+    )
+    assert decision == Decision(Step.EXECUTE)
+
+
+def test_the_metrics_show_the_fraction_proven_within_the_age_and_the_oldest_proofs_age() -> None:
+    registry = Registry()
+    state = ValidationState("fleet")
+    nodes = [NodeProof("a", 8, proven_at=950.0), NodeProof("b", 24, proven_at=700.0)]
+    state.proof = summarize(nodes, AGE, now=1000.0)
+    registry["fleet"] = state
+    text = generate_latest(make_registry(registry, per_gpu=False)).decode()
+    got = {
+        s.name: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.labels.get("validation") == "fleet"
+    }
+    assert got["gpuval_validation_gpus_proven_within_age_ratio"] == 0.25
+    assert got["gpuval_validation_nodes_proven_within_age_ratio"] == 0.5
+    assert got["gpuval_validation_proof_stale_nodes"] == 1
+    assert got["gpuval_validation_proof_max_age_seconds"] == AGE
+    assert got["gpuval_validation_proof_oldest_age_seconds"] > 300.0  # now - 700

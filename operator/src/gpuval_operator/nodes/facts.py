@@ -23,6 +23,7 @@ from gpuval_operator.planning import (
     node_ready,
     node_resources,
 )
+from gpuval_operator.proofage import NodeProof
 from gpuval_operator.timestamps import parse_time
 
 # Node labels of NVIDIA GPU feature discovery that name the GPU stack, and the capacity: a change
@@ -84,6 +85,8 @@ class NodeFacts:
     resources: tuple[tuple[str, int], ...] = ()
     # It carries gpuval.dev/needs-repair (spec.remediation: a person removes it once repaired).
     needs_repair_label: bool = False
+    # Its gpuval.dev/proven-at (epoch seconds): the last pass of any validation; None: no proof.
+    proven_at: float | None = None
 
     @classmethod
     def parse(
@@ -110,7 +113,13 @@ class NodeFacts:
             product=sys.intern(str(labels.get(GPU_PRODUCT_LABEL, ""))[:128]),
             resources=mig_resources(resources),
             needs_repair_label=keys.NODE_LABEL_NEEDS_REPAIR in labels,
+            proven_at=parse_time(annotations.get(keys.NODE_ANNOTATION_PROVEN_AT)),
         )
+
+    def proof(self, tested_at: float | None = None) -> NodeProof:
+        """What spec.maxProofAgeSeconds decides on; `tested_at`: a later test than its entry's."""
+        last = [t for t in (self.entry.at if self.entry else None, tested_at) if t is not None]
+        return NodeProof(self.name, self.gpus, self.proven_at, max(last, default=None))
 
     @property
     def available(self) -> bool:

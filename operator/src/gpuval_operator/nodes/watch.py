@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gpuval_api.crd import Gating, NodeTrigger
@@ -23,6 +23,7 @@ from gpuval_operator.nodes.facts import NodeFacts
 from gpuval_operator.nodes.gating import gating_trigger
 from gpuval_operator.nodes.slices import SliceWatch
 from gpuval_operator.planning import Candidate
+from gpuval_operator.proofage import NodeProof
 from gpuval_operator.run.effects import NODES_PATH
 from gpuval_operator.run.state import Phase, RunState
 
@@ -112,6 +113,14 @@ class NodeWatch:
                 Candidate(v.name, v.gpus, v.resources) for v in self.nodes.values() if v.selectable
             )
         return sorted(chosen, key=lambda c: c.name)
+
+    def proofs(self, tested: Mapping[str, float]) -> list[NodeProof] | None:
+        """spec.maxProofAgeSeconds: the selectable nodes' proofs (`tested`: nodes tested later
+        than their entries say, by the run that just completed); None before the first list."""
+        if not self.synced.is_set():
+            return None
+        chosen = (v for v in self.nodes.values() if (v.available if self.dra else v.selectable))
+        return [v.proof(tested.get(v.name)) for v in chosen]
 
     def without_devices(self) -> tuple[str, ...] | None:
         """With DRA, the selected nodes (Ready, schedulable) for which the driver publishes no

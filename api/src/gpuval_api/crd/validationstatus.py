@@ -257,7 +257,7 @@ class GpuValidationStatus(CrdModel):
     )
     proof: ProofStatus | None = Field(
         default=None,
-        description="spec.maxProofAgeSeconds: the selected nodes proven within the age, and the oldest.",
+        description="spec.maxProofAgeSeconds: the nodes proven within the age, the oldest.",
     )
     conditions: list[Condition] = Field(
         default_factory=list,

@@ -7,8 +7,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuval_api import keys
-from gpuval_api.crd import RunTrigger
+from gpuval_api.crd import ProofStatus, RunTrigger
 from gpuval_api.result import Verdict
+from gpuval_kubectl.render import proof_lines
 from gpuval_operator.nodes.entries import NodeEntry, entry_key, next_entry, plan_node
 from gpuval_operator.proofage import NodeProof, due, due_at, next_due, summarize
 from gpuval_operator.readmodel.metrics import make_registry
@@ -161,3 +162,18 @@ def test_the_metrics_show_the_fraction_proven_within_the_age_and_the_oldest_proo
     assert got["gpuval_validation_proof_stale_nodes"] == 1
     assert got["gpuval_validation_proof_max_age_seconds"] == AGE
     assert got["gpuval_validation_proof_oldest_age_seconds"] > 300.0  # now - 700
+
+
+def test_kubectl_gpuval_status_shows_the_proof_line() -> None:
+    status = ProofStatus(
+        max_age_seconds=604800,
+        within_age=7,
+        stale=1,
+        oldest="2026-11-30T00:00:00Z",
+        next_expiry_at="2026-12-08T00:00:00Z",
+    )
+    assert proof_lines(status) == [
+        "Proof age: 7 of 8 nodes proven within 604800s, 1 stale; oldest proof "
+        "2026-11-30T00:00:00Z; next proof-expired run 2026-12-08T00:00:00Z"
+    ]
+    assert proof_lines(None) == []

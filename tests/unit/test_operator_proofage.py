@@ -11,6 +11,7 @@ from gpuval_api.crd import ProofStatus, RunTrigger
 from gpuval_api.result import Verdict
 from gpuval_kubectl.render import proof_lines
 from gpuval_operator.nodes.entries import NodeEntry, entry_key, next_entry, plan_node
+from gpuval_operator.nodes.facts import NodeFacts
 from gpuval_operator.proofage import NodeProof, due, due_at, next_due, summarize
 from gpuval_operator.readmodel.metrics import make_registry
 from gpuval_operator.readmodel.registry import Registry
@@ -177,3 +178,22 @@ def test_kubectl_gpuval_status_shows_the_proof_line() -> None:
         "2026-11-30T00:00:00Z; next proof-expired run 2026-12-08T00:00:00Z"
     ]
     assert proof_lines(None) == []
+
+
+def test_a_node_counts_from_its_proof_after_a_pass_and_from_its_test_after_a_failure() -> None:
+    def facts(verdict: Verdict, proven: str | None) -> NodeFacts:
+        annotations = {entry_key("fleet"): next_entry(None, verdict, reason=None, at=900, run="1")}
+        node = {
+            "metadata": {
+                "name": "n1",
+                "annotations": {k: v.encode() for k, v in annotations.items()}
+                | ({keys.NODE_ANNOTATION_PROVEN_AT: proven} if proven else {}),
+            }
+        }
+        return NodeFacts.parse(node, "fleet")
+
+    passed = facts(Verdict.PASSED, "1970-01-01T00:05:00Z").proof()
+    assert (passed.proven_at, passed.tested_at) == (300.0, None)
+    failed = facts(Verdict.FAILED, None).proof()
+    assert (failed.proven_at, failed.tested_at) == (None, 900)
+    assert facts(Verdict.PASSED, None).proof(tested_at=950.0).tested_at == 950.0

@@ -4,9 +4,9 @@ within the age.
 
 A node's proof is its gpuval.dev/proven-at annotation: the last pass of any validation, void
 (absent) while one's verdict on it is Failed. A node is due once its proof is older than the
-age; a node without a proof (never passed, failed, never tested) is due `max_age` after this
-validation last tested it, or at once when it never did: a failed or busy node is tried again
-once per age, never in a loop. Nothing here reads a clock or calls the API: the controller passes
+age; a node this validation failed or could not test (NotRun: GPUs busy) since is due `max_age`
+after that test, so it is tried again once per age, never in a loop; a node with neither is due
+at once. Nothing here reads a clock or calls the API: the controller passes
 the time and the node watch's facts in (tests/unit/test_operator_proofage.py).
 """
 

@@ -280,14 +280,10 @@ class ValidationController:
 
     def _proofs(self, spec: GpuValidationSpec) -> list[proofage.NodeProof] | None:
         """The selected nodes' proofs (None: spec.maxProofAgeSeconds unset, or the nodes not
-        listed yet); the nodes of a completed run count as tested when it completed, whatever
-        their watch events have shown of its verdicts so far."""
+        listed yet)."""
         if spec.max_proof_age_seconds is None:
             return None
-        run = self.state.run
-        done = run is not None and run.completed_at is not None
-        tested = dict.fromkeys(run.nodes, run.completed_at or 0.0) if done and run else {}
-        return self.node_watch.proofs(tested)
+        return self.node_watch.proofs(self.state.run)
 
     def _proof_due_at(self, spec: GpuValidationSpec) -> float | None:
         """When the next proof-expired run is due, with the summary kept for the status and

@@ -15,6 +15,7 @@ from typing import Any
 from gpuval_api import gfd, keys
 from gpuval_api.gfd import GpuSharing, sharing_of
 from gpuval_api.kubernetes import READY
+from gpuval_api.result import Verdict
 from gpuval_operator.nodes.entries import NodeEntry, entry_key
 from gpuval_operator.planning import (
     cordoned_by_us,
@@ -117,9 +118,13 @@ class NodeFacts:
         )
 
     def proof(self, tested_at: float | None = None) -> NodeProof:
-        """What spec.maxProofAgeSeconds decides on; `tested_at`: a later test than its entry's."""
-        last = [t for t in (self.entry.at if self.entry else None, tested_at) if t is not None]
-        return NodeProof(self.name, self.gpus, self.proven_at, max(last, default=None))
+        """What spec.maxProofAgeSeconds decides on: its proof, and when this validation last
+        tested it without a pass (a failure or a NotRun since: tried again once per age);
+        `tested_at`: a test its entry does not show yet."""
+        entry = self.entry
+        since = entry.at if entry is not None and entry.verdict != Verdict.PASSED else None
+        last = max((t for t in (since, tested_at) if t is not None), default=None)
+        return NodeProof(self.name, self.gpus, self.proven_at, last)
 
     @property
     def available(self) -> bool:

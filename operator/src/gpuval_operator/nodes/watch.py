@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gpuval_api.crd import Gating, NodeTrigger
@@ -114,13 +114,21 @@ class NodeWatch:
             )
         return sorted(chosen, key=lambda c: c.name)
 
-    def proofs(self, tested: Mapping[str, float]) -> list[NodeProof] | None:
-        """spec.maxProofAgeSeconds: the selectable nodes' proofs (`tested`: nodes tested later
-        than their entries say, by the run that just completed); None before the first list."""
+    def proofs(self, run: RunState | None) -> list[NodeProof] | None:
+        """spec.maxProofAgeSeconds: the selectable nodes' proofs; None before the first list.
+        A node of `run`, once it completed, counts as tested then until the watch shows the
+        run's entry on it (its proof may not have arrived yet either)."""
         if not self.synced.is_set():
             return None
+        done = run.completed_at if run is not None else None
+
+        def unseen(v: NodeFacts) -> float | None:
+            if run is None or done is None or v.name not in run.nodes:
+                return None
+            return done if v.entry is None or v.entry.run != run.run_id else None
+
         chosen = (v for v in self.nodes.values() if (v.available if self.dra else v.selectable))
-        return [v.proof(tested.get(v.name)) for v in chosen]
+        return [v.proof(unseen(v)) for v in chosen]
 
     def without_devices(self) -> tuple[str, ...] | None:
         """With DRA, the selected nodes (Ready, schedulable) for which the driver publishes no

@@ -31,13 +31,22 @@ def test_the_stale_nodes_are_due_stalest_first_and_the_fresh_one_is_not() -> Non
     assert [n.name for n in due(nodes, AGE, now=1000.0)] == ["d", "b", "c"]
 
 
+def test_a_run_also_takes_the_nodes_due_within_a_tenth_of_the_age() -> None:
+    nodes = [
+        NodeProof("a", 8, proven_at=900.0),  # due at 1000
+        NodeProof("b", 8, proven_at=909.0),  # due at 1009: within 10 s (a tenth of 100)
+        NodeProof("c", 8, proven_at=911.0),  # due at 1011: the next run's
+    ]
+    assert [n.name for n in due(nodes, AGE, now=1000.0)] == ["a", "b"]
+
+
 def test_a_node_without_proof_is_tried_again_once_per_age_after_its_last_test() -> None:
     failed = NodeProof("f", 8, proven_at=None, tested_at=950.0)
     busy = NodeProof("n", 8, proven_at=500.0, tested_at=960.0)  # NotRun since its proof
     assert due_at(failed, AGE) == 1050.0
     assert due_at(busy, AGE) == 1060.0
     assert due([failed, busy], AGE, now=1000.0) == []
-    assert [n.name for n in due([failed, busy], AGE, now=1055.0)] == ["f"]
+    assert [n.name for n in due([failed, busy], AGE, now=1045.0)] == ["f"]
 
 
 def test_the_next_wake_is_the_first_expiry() -> None:

@@ -15,6 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+# A proof-expired run also takes the nodes due within this fraction of the age from now: proofs
+# a run wrote wave by wave expire wave by wave, and one run for them all is cheaper than a run
+# per wave (each run prunes the pods and reports of the runs before it, spec.history).
+EARLY = 0.1
+
 
 @dataclass(frozen=True, slots=True)
 class NodeProof:
@@ -61,8 +66,10 @@ def stalest_first(node: NodeProof) -> tuple[float, str]:
 
 
 def due(nodes: Iterable[NodeProof], max_age: float, now: float) -> list[NodeProof]:
-    """The nodes a proof-expired run takes now, stalest first."""
-    return sorted((n for n in nodes if due_at(n, max_age) <= now), key=stalest_first)
+    """The nodes a proof-expired run takes now, stalest first: those due, and those due within
+    EARLY of the age from now."""
+    until = now + EARLY * max_age
+    return sorted((n for n in nodes if due_at(n, max_age) <= until), key=stalest_first)
 
 
 def next_due(nodes: Iterable[NodeProof], max_age: float) -> float | None:

@@ -26,6 +26,7 @@ from tests.integration.test_grafana_alert import burn_expr, rendered
 from tests.support import chart
 from tests.support.kube import get_json, wait_for
 from tests.support.prometheus import (
+    PROOF_ROW,
     REPAIR_ROW,
     dashboard_queries,
     firing,
@@ -210,7 +211,7 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
             # The repair row's series come from a repair loop: test_operator_remediation.
             empty = [
                 (title, expr)
-                for title, expr in dashboard_queries(without={REPAIR_ROW})
+                for title, expr in dashboard_queries(without={REPAIR_ROW, PROOF_ROW})
                 if not server.query(expr)
             ]
             warned = server.query(f'gpuval_node_state_finding_info{{node="{healthy}"}}')
@@ -263,14 +264,17 @@ def test_burn_alert_fires_in_prometheus_and_every_dashboard_query_finds_operator
     assert {r["metric"]["check"]: r["value"][1] for r in grown}["burn"] == "1"
     assert [r["value"][1] for r in ports_down] == ["1"]
     exported = set(re.findall(r"^(gpuval_[a-z0-9_]+)", scraped, flags=re.MULTILINE))
-    queried = " ".join(expr for _title, expr in dashboard_queries(without={REPAIR_ROW}))
+    queried = " ".join(expr for _title, expr in dashboard_queries(without={REPAIR_ROW, PROOF_ROW}))
     dashboard_names = set(METRIC_NAME.findall(queried))
     assert len(dashboard_names) >= 20, dashboard_names
     assert dashboard_names <= exported, sorted(dashboard_names - exported)
     rule_names = set(METRIC_NAME.findall((tmp_path / "gpuval-rules.yaml").read_text()))
     assert len(rule_names) >= 6
-    # The needs-repair rule's series comes from a repair loop: test_operator_remediation.
+    # The needs-repair rule's series comes from a repair loop: test_operator_remediation; the
+    # proof rule's from a validation with spec.maxProofAgeSeconds: test_operator_runs.
     repair_names = set(
-        METRIC_NAME.findall(" ".join(e for _t, e in dashboard_queries(only={REPAIR_ROW})))
+        METRIC_NAME.findall(
+            " ".join(e for _t, e in dashboard_queries(only={REPAIR_ROW, PROOF_ROW}))
+        )
     )
     assert rule_names - repair_names <= exported, sorted(rule_names - repair_names - exported)

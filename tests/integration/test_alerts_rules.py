@@ -25,6 +25,7 @@ ALERTS = (
     "GpuvalValidationStale",
     "GpuvalAgentPodsUnschedulable",
     "GpuvalNodeUntested",
+    "GpuvalProofTooOld",
 )
 
 
@@ -581,6 +582,51 @@ def _not_run_never_fails() -> list[dict[str, Any]]:
     ]
 
 
+def _proof_too_old() -> list[dict[str, Any]]:
+    """maxProofAgeSeconds 1h: "old"'s oldest proof passes it at 30m and stays past it; "kept"
+    is refreshed before it gets there."""
+    alert = {
+        "exp_labels": {"severity": "warning", "validation": "old"},
+        "exp_annotations": {
+            "summary": "A GPU node's proof is older than GpuValidation old allows",
+            "description": (
+                "The oldest proof among the nodes of GpuValidation old is 1h 30m 0s past its "
+                "spec.maxProofAgeSeconds. Its proof-expired run re-validates such nodes where "
+                "their GPUs are idle; see kubectl get nodes -L gpuval.dev/proven-at and "
+                "kubectl gpuval status old"
+            ),
+        },
+    }
+    return [
+        {
+            "interval": "1m",
+            "input_series": [
+                {
+                    "series": 'gpuval_validation_proof_max_age_seconds{validation="old"}',
+                    "values": "3600x200",
+                },
+                {
+                    "series": 'gpuval_validation_proof_oldest_age_seconds{validation="old"}',
+                    "values": "1800+60x200",
+                },
+                {
+                    "series": 'gpuval_validation_proof_max_age_seconds{validation="kept"}',
+                    "values": "3600x200",
+                },
+                {
+                    "series": 'gpuval_validation_proof_oldest_age_seconds{validation="kept"}',
+                    "values": "1800+60x50 0+60x150",
+                },
+            ],
+            "alert_rule_test": [
+                # Past the age at 30m: pending for the hour of `for`.
+                {"eval_time": "80m", "alertname": "GpuvalProofTooOld", "exp_alerts": []},
+                {"eval_time": "120m", "alertname": "GpuvalProofTooOld", "exp_alerts": [alert]},
+            ],
+        }
+    ]
+
+
 CASES = {
     "GpuvalNodeUntested": _untested,
     "GpuvalNodeFailedBurn": _failed_burn,
@@ -591,6 +637,7 @@ CASES = {
     "GpuvalFleetNotUniform": _not_uniform,
     "GpuvalValidationStale": _stale,
     "GpuvalAgentPodsUnschedulable": _unschedulable,
+    "GpuvalProofTooOld": _proof_too_old,
 }
 
 

@@ -158,6 +158,7 @@ def test_monitoring_objects_are_absent_by_default_and_present_when_toggled() -> 
         "GpuvalValidationStale",
         "GpuvalAgentPodsUnschedulable",
         "GpuvalNodeUntested",
+        "GpuvalProofTooOld",
     }
     for name, alert in alerts.items():
         assert alert["labels"]["team"] == "gpu-infra"

@@ -303,6 +303,78 @@ def test_a_schedule_starts_a_new_run_at_each_tick(
     assert runs_kept == {second["run"]["id"], third["run"]["id"]}, "history: 2 keeps two runs"
 
 
+def test_a_stale_proof_is_revalidated_stalest_first_and_a_fresh_one_is_left_alone(
+    cluster: Cluster,
+    fleet: Fleet,
+    operator: Callable[[], contextlib.AbstractContextManager[int]],
+    unique_name: Callable[[str], str],
+) -> None:
+    """spec.maxProofAgeSeconds: every pass writes the node's proof; proofs aged past the age
+    (written here, as time would) get a proof-expired run over exactly those nodes, stalest
+    first, which refreshes them; the node proven within the age is not run again."""
+    fresh, old, oldest = (fleet.add(unique_name(n)) for n in ("pa", "pb", "pc"))
+    name = unique_name("proof")
+
+    def proof(node: str) -> tuple[str | None, str | None]:
+        annotations = get_json(cluster, "node", node)["metadata"].get("annotations") or {}
+        return (
+            annotations.get(keys.NODE_ANNOTATION_PROVEN_AT),
+            annotations.get(keys.NODE_ANNOTATION_PROVEN_BY),
+        )
+
+    def ratio(port: int) -> str | None:
+        found = re.search(
+            rf'gpuval_validation_gpus_proven_within_age_ratio{{validation="{name}"}} (\S+)',
+            scrape(port),
+        )
+        return found.group(1) if found else None
+
+    with operator():
+        apply(cluster, fleet.validation(name, maxConcurrent=1, maxProofAgeSeconds=3600))
+        first = completed_run(cluster, name)
+    created = {n: proof(n) for n in fleet.nodes}
+    # Aged as time would age them, while no operator runs (a running one would start a run
+    # for the first aged node before the second is written): one by two hours, one by three.
+    for node, hours in ((old, 2), (oldest, 3)):
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - hours * 3600))
+        cluster.kubectl(
+            "annotate", "node", node, "--overwrite", f"{keys.NODE_ANNOTATION_PROVEN_AT}={stamp}"
+        )
+    with operator() as port:
+        second = completed_run(cluster, name, timeout=120, after=first["run"]["number"])
+        pods = sorted(
+            (
+                p
+                for p in pods_of(cluster, name)
+                if p["metadata"]["labels"][keys.LABEL_RUN] == second["run"]["id"]
+            ),
+            key=lambda p: p["metadata"]["creationTimestamp"],
+        )
+        refreshed = {n: proof(n) for n in fleet.nodes}
+        within = wait_for("the proof metric", lambda: ratio(port) == "1.0" or None, timeout=30)
+        status = wait_for(
+            "status.proof",
+            lambda: (s := status_of(cluster, name).get("proof")) and s["stale"] == 0 and s,
+            timeout=30,
+        )
+        delete_validation(cluster, name)
+
+    run1, run2 = first["run"]["id"], second["run"]["id"]
+    assert all(by == f"{name}/{run1} created" and at for at, by in created.values()), created
+    assert second["run"]["trigger"] == "proof-expired"
+    assert second["nodes"]["total"] == 2 and second["nodes"]["passed"] == 2
+    # One node at a time (maxConcurrent 1), in order of proof age: the oldest's pod first.
+    assert [p["metadata"]["annotations"][keys.ANNOTATION_NODE] for p in pods] == [oldest, old]
+    assert pods[0]["metadata"]["creationTimestamp"] < pods[1]["metadata"]["creationTimestamp"]
+    assert refreshed[fresh] == created[fresh], "the fresh node was not validated again"
+    for node in (old, oldest):
+        at, by = refreshed[node]
+        assert by == f"{name}/{run2} proof-expired"
+        assert at is not None and at >= (created[node][0] or "")
+    assert within
+    assert (status["maxAgeSeconds"], status["withinAge"], status["stale"]) == (3600, 3, 0)
+
+
 def test_uniformity_names_the_outlier_with_its_value_and_the_majority(
     cluster: Cluster,
     fleet: Fleet,

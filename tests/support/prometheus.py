@@ -23,6 +23,9 @@ from tests.support.kube import wait_for
 DASHBOARD = chart.CHART / "files" / "dashboard.json"
 # The dashboard's row whose series only a repair loop makes (test_operator_remediation runs one).
 REPAIR_ROW = "Repairs (spec.remediation)"
+# The proof-age row's series come from a validation with spec.maxProofAgeSeconds:
+# test_operator_runs.
+PROOF_ROW = "Proof age (spec.maxProofAgeSeconds)"
 
 
 class Prometheus:

@@ -180,7 +180,7 @@ def test_notes_and_the_install_guide_name_every_alert_the_prometheus_rule_define
     alerts = re.findall(r"^\s*- alert: (\w+)$", rules, flags=re.MULTILINE)
     named = set(re.findall(r"\bGpuval[A-Z][A-Za-z]+\b", document.read_text()))
 
-    assert len(alerts) == 9, alerts
+    assert len(alerts) == 10, alerts
     assert sorted(set(alerts) - named) == [], f"alerts {document.name} does not name"
     assert sorted(named - set(alerts)) == [], f"{document.name} names alerts the rules lack"
 

@@ -231,6 +231,7 @@ OPERATOR_PAGES = (
     ("fabric.md", "spec.fabric: NCCL and training across nodes, how it scales; Kueue"),
     ("baselines.md", "spec.baseline: GpuBaselines learned and judged against, each node's history"),
     ("gating.md", "spec.gating: nodes tested as they join, reboot or change driver"),
+    ("proof-age.md", "each node's proof; spec.maxProofAgeSeconds: no node's proof goes stale"),
     ("remediation.md", "spec.remediation: the repair loop, its engines and recipes"),
     ("reference.md", "the CRDs' fields, status and conditions; metrics and alerts; settings; RBAC"),
 )

@@ -76,6 +76,14 @@ NODE_CONDITION_REPAIR_REQUESTED: Final = "GpuRepairRequested"
 # label once the node is repaired by hand: gpuval then validates it again under load.
 NODE_CONDITION_NEEDS_REPAIR: Final = "GpuNeedsRepair"
 NODE_LABEL_NEEDS_REPAIR: Final = f"{PREFIX}/needs-repair"
+# The proof of the node's GPUs (docs/operator/proof-age.md): when a validation last passed it,
+# RFC 3339 (PROVEN_AT), and by what, "<validation>/<run> <trigger>" (PROVEN_BY: the run's trigger,
+# or the node's own when it joined the run: joined, rebooted, stack-changed, retry, repaired).
+# Written in the same patch as the verdict entry; removed while any validation's verdict on the
+# node is Failed (a failed node's proof is void), kept as it was by a NotRun (no evidence either
+# way).
+NODE_ANNOTATION_PROVEN_AT: Final = f"{PREFIX}/proven-at"
+NODE_ANNOTATION_PROVEN_BY: Final = f"{PREFIX}/proven-by"
 # Kubernetes' own: the taint a cordon puts on a node.
 UNSCHEDULABLE_TAINT_KEY: Final = "node.kubernetes.io/unschedulable"
 

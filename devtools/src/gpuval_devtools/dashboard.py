@@ -350,6 +350,36 @@ def repair_panels() -> list[Builder[models.Panel]]:
     return [in_repair, needing, requests, back, needs]
 
 
+def proof_panels() -> list[Builder[models.Panel]]:
+    """spec.maxProofAgeSeconds (docs/operator/proof-age.md): the fraction of the GPUs proven
+    within the age, per validation over time, and the oldest proof's age against the age allowed."""
+    within = (
+        _timeseries(121, "GPUs proven within spec.maxProofAgeSeconds", "percentunit")
+        .min(0)
+        .max(1)
+        .with_target(
+            query(
+                f"gpuval_validation_gpus_proven_within_age_ratio{{{VALIDATION}}}",
+                "{{validation}}",
+            )
+        )
+    )
+    oldest = (
+        _timeseries(122, "Oldest proof's age, and the age allowed", "s")
+        .min(0)
+        .with_target(
+            query(f"gpuval_validation_proof_oldest_age_seconds{{{VALIDATION}}}", "{{validation}}")
+        )
+        .with_target(
+            query(
+                f"gpuval_validation_proof_max_age_seconds{{{VALIDATION}}}",
+                "{{validation}} allowed",
+            )
+        )
+    )
+    return [within, oldest]
+
+
 def _ratio_to_median(metric: str) -> str:
     series = f"{metric}{{{SELECT}}}"
     return (
@@ -520,6 +550,7 @@ def build() -> dashboard.Dashboard:
     _add(board, "Fabric: NCCL across nodes (spec.fabric)", fabric_panels(), 60)
     _add(board, "Baselines and history (spec.baseline)", baseline_panels(), 80)
     _add(board, "Repairs (spec.remediation)", repair_panels(), 90)
+    _add(board, "Proof age (spec.maxProofAgeSeconds)", proof_panels(), 120)
     _add(board, "Distributions (worst GPU per node)", distribution_row(100), 10)
     _add(board, "Figures over time (worst GPU per node)", trend_row(200), 20)
     _add(board, "Per GPU (operator.metricsPerGpu)", per_gpu_row(400), 40)

@@ -12,7 +12,13 @@ from datetime import datetime
 from gpuval_api import ConditionType, ValidationPhase
 from gpuval_api.baselinemodel import BaselineRunStatus
 from gpuval_api.checks import CheckName
-from gpuval_api.crd import ConditionStatus, GpuValidation, RemediationStatus, RepairNode
+from gpuval_api.crd import (
+    ConditionStatus,
+    GpuValidation,
+    ProofStatus,
+    RemediationStatus,
+    RepairNode,
+)
 from gpuval_api.fabric.summary import FabricRankWait
 from gpuval_api.release import Release
 from gpuval_api.remediation import RepairState, repairs_text
@@ -106,8 +112,22 @@ def render_status(view: FleetView, validation: GpuValidation, now: float | None 
     lines += _waiting_lines(validation, now)
     lines += baseline_lines(validation.status.baseline if validation.status else None)
     lines += repair_lines(validation.status.remediation if validation.status else None)
+    lines += proof_lines(validation.status.proof if validation.status else None)
     lines += _outlier_lines(view, validation)
     return "\n".join(lines)
+
+
+def proof_lines(proof: ProofStatus | None) -> list[str]:
+    """spec.maxProofAgeSeconds: the nodes proven within the age, the oldest proof, the next run."""
+    if proof is None:
+        return []
+    line = (
+        f"Proof age: {proof.within_age} of {proof.within_age + proof.stale} nodes proven within "
+        f"{proof.max_age_seconds}s, {proof.stale} stale; oldest proof {proof.oldest or 'none'}"
+    )
+    if proof.next_expiry_at:
+        line += f"; next proof-expired run {proof.next_expiry_at}"
+    return [line]
 
 
 def _device_health_lines(view: FleetView) -> list[str]:

@@ -16,7 +16,8 @@ drives its run and the run's phases (its fabric and baseline drivers live in it)
    pure decisions;
 8. `planning`, `kube`, `spec`, `podfacts` (an agent pod's facts, read by the run and the fabric);
 9. the ground: `config`, `names`, `timestamps`, `cron`, `rbac`, the one source of the rights
-   the code needs, and `devices`, a node's GPUs and how a pod asks for them.
+   the code needs, `devices`, a node's GPUs and how a pod asks for them, and `proofage`, which
+   nodes spec.maxProofAgeSeconds re-validates.
 
 A wing uses what stands below it and never what stands above: state types sit below the code that
 uses them, drivers where `control` drives them. `make lint` keeps this order (import-linter's

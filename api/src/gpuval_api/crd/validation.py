@@ -305,6 +305,16 @@ class GpuValidationSpec(CrdModel):
             "one run, started on creation and on every spec change."
         ),
     )
+    max_proof_age_seconds: int | None = Field(
+        default=None,
+        ge=10,
+        le=366 * 86400,
+        description=(
+            "Most age of a selected node's proof (its gpuval.dev/proven-at: the last pass of any "
+            "validation): a run with trigger proof-expired re-validates the nodes whose proof is "
+            "older or absent, stalest first, when the first one expires. Unset: off."
+        ),
+    )
     node_actions: NodeActions = Field(
         default_factory=NodeActions, description="Labels, taints and cordons on validated nodes."
     )

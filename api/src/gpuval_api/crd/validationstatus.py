@@ -115,6 +115,8 @@ class RunTrigger(StrEnum):
     CREATED = "created"
     SPEC_CHANGED = "spec-changed"
     SCHEDULE = "schedule"
+    # spec.maxProofAgeSeconds: a run over the selected nodes whose proof grew too old.
+    PROOF_EXPIRED = "proof-expired"
 
 
 class NodeTrigger(StrEnum):
@@ -133,12 +135,38 @@ class RunInfo(CrdModel):
     id: str = Field(description="Run id; labels gpuval.dev/run of its reports and pods.")
     number: int = Field(description="Run number, 1 for the first run of this GpuValidation.")
     generation: int = Field(description="Spec generation the run was started for.")
-    trigger: RunTrigger = Field(description="What started it: created, spec-changed or schedule.")
+    trigger: RunTrigger = Field(
+        description=(
+            "What started it: created, spec-changed, schedule or proof-expired "
+            "(spec.maxProofAgeSeconds)."
+        )
+    )
     started_at: str = Field(
         description="Start time (RFC 3339).", json_schema_extra={"format": "date-time"}
     )
     completed_at: str | None = Field(
         default=None, description="End time (RFC 3339).", json_schema_extra={"format": "date-time"}
+    )
+
+
+class ProofStatus(CrdModel):
+    """spec.maxProofAgeSeconds: how many of the selected nodes' GPUs were proven within the age
+    (docs/operator/proof-age.md)."""
+
+    max_age_seconds: int = Field(description="spec.maxProofAgeSeconds as it was applied.")
+    within_age: int = Field(default=0, description="Selected nodes proven within the age.")
+    stale: int = Field(
+        default=0, description="Selected nodes whose proof is older, absent or void (failed)."
+    )
+    oldest: str | None = Field(
+        default=None,
+        description="The oldest proof of a selected node (RFC 3339); unset: none has one.",
+        json_schema_extra={"format": "date-time"},
+    )
+    next_expiry_at: str | None = Field(
+        default=None,
+        description="When the next proof outgrows the age: a proof-expired run starts then.",
+        json_schema_extra={"format": "date-time"},
     )
 
 
@@ -226,6 +254,10 @@ class GpuValidationStatus(CrdModel):
         description=(
             "spec.remediation: the nodes in the repair loop, with their times (across runs)."
         ),
+    )
+    proof: ProofStatus | None = Field(
+        default=None,
+        description="spec.maxProofAgeSeconds: the nodes proven within the age, the oldest.",
     )
     conditions: list[Condition] = Field(
         default_factory=list,

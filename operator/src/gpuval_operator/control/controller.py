@@ -30,7 +30,7 @@ from typing import Any
 from gpuval_api import EventReason
 from gpuval_api.crd import DeviceSource, GpuValidationSpec, RunTrigger
 from gpuval_api.labels import children_selector
-from gpuval_operator import cron, planning
+from gpuval_operator import cron, planning, proofage
 from gpuval_operator.config import OperatorConfig
 from gpuval_operator.control.baseline.driver import BaselineDriver
 from gpuval_operator.control.driver import RunDriver
@@ -44,6 +44,7 @@ from gpuval_operator.kube.follower import Follower
 from gpuval_operator.names import run_number
 from gpuval_operator.nodes.breaker.operatorwide import OperatorBreaker
 from gpuval_operator.nodes.watch import NodeWatch
+from gpuval_operator.planning import Candidate
 from gpuval_operator.readmodel.registry import Registry
 from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.run import lifecycle, rollup
@@ -55,6 +56,9 @@ from gpuval_operator.spec import parse_spec
 log = logging.getLogger(__name__)
 # How long a run's start waits for the node watch's first list before listing the nodes itself.
 CANDIDATES_WAIT_SECONDS = 60.0
+# spec.maxProofAgeSeconds: a proof-expired run that found no node to take (they left the
+# selection meanwhile) tries again after this long at the soonest.
+PROOF_RETRY_SECONDS = 60.0
 # A run's loop rests this many times a tick's own time before the next (until_next_tick):
 # it ticks at most a quarter of the time.
 TICK_REST = 3.0
@@ -118,6 +122,8 @@ class ValidationController:
             self.effects, ctx.config.status_interval_seconds, self._status().get("conditions") or []
         )
         self._followers: list[asyncio.Task[None]] = []
+        # spec.maxProofAgeSeconds: no proof-expired run before this (PROOF_RETRY_SECONDS).
+        self._proof_quiet_until = 0.0
         self.node_watch = NodeWatch(ctx.client, name, self.ingest.wake.set)
         self.baseline = BaselineDriver(
             state=self.state, effects=self.effects, node_watch=self.node_watch
@@ -272,6 +278,40 @@ class ValidationController:
                 log.info("%s: resuming run %s", self.name, run.run_id)
         return self.state.run
 
+    def _proofs(self, spec: GpuValidationSpec) -> list[proofage.NodeProof] | None:
+        """The selected nodes' proofs (None: spec.maxProofAgeSeconds unset, or the nodes not
+        listed yet)."""
+        if spec.max_proof_age_seconds is None:
+            return None
+        return self.node_watch.proofs(self.state.run)
+
+    def _proof_due_at(self, spec: GpuValidationSpec) -> float | None:
+        """When the next proof-expired run is due, with the summary kept for the status and
+        the metrics."""
+        nodes, age = self._proofs(spec), spec.max_proof_age_seconds
+        if nodes is None or age is None:
+            self.state.proof = None
+            self.status.proof = None
+            return None
+        summary = proofage.summarize(nodes, age, time.time())
+        self.state.proof = summary
+        body = rollup.proof_status(summary)
+        run = self.state.run
+        if body != self.status.proof and run is not None:
+            run.dirty = True
+        self.status.proof = body
+        if summary.next_due is None:
+            return None
+        return max(summary.next_due, self._proof_quiet_until)
+
+    def _stale_first(self, spec: GpuValidationSpec, candidates: list[Candidate]) -> list[Candidate]:
+        """A proof-expired run's nodes: the candidates that are due, stalest first."""
+        nodes, age = self._proofs(spec), spec.max_proof_age_seconds
+        if nodes is None or age is None:
+            return []
+        order = {n.name: i for i, n in enumerate(proofage.due(nodes, age, time.time()))}
+        return sorted((c for c in candidates if c.name in order), key=lambda c: order[c.name])
+
     def _decide(self, spec: GpuValidationSpec | None) -> Decision:
         run = self.state.run
         facts = None if run is None else RunFacts(run.generation, run.completed_at is not None)
@@ -288,6 +328,7 @@ class ValidationController:
             next_run_at=None if run is None else run.next_run_at,
             now=time.time(),
             arrivals=arrivals,
+            proof_due_at=None if spec is None else self._proof_due_at(spec),
         )
 
     def _follow_nodes(self, spec: GpuValidationSpec) -> None:
@@ -361,6 +402,11 @@ class ValidationController:
                     current = self.state.run
                     return current is not None and self.driver.breaker.poll(current)
 
+                def proof_sooner() -> bool:
+                    # A node joined without a proof, or another validation's failure voided one.
+                    due = self._proof_due_at(spec)
+                    return due is not None and (until is None or due < until)
+
                 await self._wait(
                     lambda: (
                         changed()
@@ -369,6 +415,7 @@ class ValidationController:
                         or released()
                         or self.repairs.due(spec)
                         or (until is not None and time.time() >= until)
+                        or proof_sooner()
                     )
                 )
 
@@ -408,6 +455,11 @@ class ValidationController:
                 self.generation(),
             )
             return
+        if trigger is RunTrigger.PROOF_EXPIRED:
+            candidates = self._stale_first(spec, candidates)
+            if not candidates:
+                self._proof_quiet_until = time.time() + PROOF_RETRY_SECONDS
+                return
         run = RunState(
             validation=self.name,
             run_id=run_id,

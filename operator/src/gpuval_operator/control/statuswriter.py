@@ -23,6 +23,8 @@ class StatusWriter:
         self.interval = interval
         self.conditions: list[dict[str, Any]] = list(conditions)
         self.last_write = 0.0
+        # status.proof (spec.maxProofAgeSeconds), kept current by the controller; None: off.
+        self.proof: dict[str, Any] | None = None
 
     async def run(self, run: RunState, *, force: bool = False) -> bool:
         """Write the run's status if forced, or if it is behind and the interval has passed; True
@@ -31,6 +33,7 @@ class StatusWriter:
         if not force and (not run.dirty or mono - self.last_write < self.interval):
             return False
         status = rollup.build_run_status(run, previous_conditions=self.conditions, now=time.time())
+        status["proof"] = self.proof
         # Cleared before the write: a change that arrives while it is under way is written next.
         run.dirty = False
         try:

@@ -210,7 +210,8 @@ class NodeActor:
             since=gate.since,
             repair=repair,
         )
-        plan = plan_node(node, run.validation, entry, rfc3339(now))
+        proof = f"{run.validation}/{run.run_id} {record.trigger or run.trigger}"
+        plan = plan_node(node, run.validation, entry, rfc3339(now), proof=proof)
         return plan, already_said(previous, entry)
 
     async def _apply(self, name: str, plan: NodePlan) -> dict[str, Any] | None:

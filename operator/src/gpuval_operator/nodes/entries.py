@@ -372,12 +372,32 @@ def _taints(spec: Mapping[str, Any], agg: Aggregate) -> tuple[list[dict[str, Any
     return wanted, changes
 
 
+def _proof(
+    agg: Aggregate, entry: NodeEntry | None, proof: str | None, stamp: str
+) -> dict[str, str | None]:
+    """The node's proof annotations after this write (docs/operator/proof-age.md): a pass given with
+    `proof` (what proved it) is the proof as of `stamp`; while any validation's verdict is Failed
+    the proof is void (removed); anything else leaves it as it is."""
+    if agg.state == keys.NODE_VERDICT_FAILED:
+        return {keys.NODE_ANNOTATION_PROVEN_AT: None, keys.NODE_ANNOTATION_PROVEN_BY: None}
+    if entry is not None and entry.verdict == Verdict.PASSED and proof is not None:
+        return {keys.NODE_ANNOTATION_PROVEN_AT: stamp, keys.NODE_ANNOTATION_PROVEN_BY: proof}
+    return {}
+
+
 def plan_node(
-    node: Mapping[str, Any], validation: str, entry: NodeEntry | None, stamp: str
+    node: Mapping[str, Any],
+    validation: str,
+    entry: NodeEntry | None,
+    stamp: str,
+    *,
+    proof: str | None = None,
 ) -> NodePlan:
     """`validation`'s new entry on `node` (None: forget it) and what the node then needs.
 
-    `stamp` is the time now as RFC 3339, for the condition's times. The node patch carries the
+    `stamp` is the time now as RFC 3339, for the condition's times and a new proof; `proof` is
+    what a verdict's write proves the node by ("<validation>/<run> <trigger>"; None for writes
+    that are no verdict: the repair loop moving on, a forgotten entry). The node patch carries the
     node's resourceVersion, because a merge patch replaces the whole taint list: a concurrent change
     makes it fail with 409 and the caller plans again.
     """
@@ -396,6 +416,7 @@ def plan_node(
     annotation_patch: dict[str, str | None] = {
         key: entry.encode() if entry is not None else None,
         keys.NODE_ANNOTATION_FAILED_BY: ",".join(agg.failed_by) or None,
+        **_proof(agg, entry, proof, stamp),
     }
     spec_patch: dict[str, Any] = {}
     wanted, taint_changes = _taints(spec, agg)

@@ -15,6 +15,7 @@ from typing import Any
 from gpuval_api import gfd, keys
 from gpuval_api.gfd import GpuSharing, sharing_of
 from gpuval_api.kubernetes import READY
+from gpuval_api.result import Verdict
 from gpuval_operator.nodes.entries import NodeEntry, entry_key
 from gpuval_operator.planning import (
     cordoned_by_us,
@@ -23,6 +24,7 @@ from gpuval_operator.planning import (
     node_ready,
     node_resources,
 )
+from gpuval_operator.proofage import NodeProof
 from gpuval_operator.timestamps import parse_time
 
 # Node labels of NVIDIA GPU feature discovery that name the GPU stack, and the capacity: a change
@@ -84,6 +86,8 @@ class NodeFacts:
     resources: tuple[tuple[str, int], ...] = ()
     # It carries gpuval.dev/needs-repair (spec.remediation: a person removes it once repaired).
     needs_repair_label: bool = False
+    # Its gpuval.dev/proven-at (epoch seconds): the last pass of any validation; None: no proof.
+    proven_at: float | None = None
 
     @classmethod
     def parse(
@@ -110,7 +114,17 @@ class NodeFacts:
             product=sys.intern(str(labels.get(GPU_PRODUCT_LABEL, ""))[:128]),
             resources=mig_resources(resources),
             needs_repair_label=keys.NODE_LABEL_NEEDS_REPAIR in labels,
+            proven_at=parse_time(annotations.get(keys.NODE_ANNOTATION_PROVEN_AT)),
         )
+
+    def proof(self, tested_at: float | None = None) -> NodeProof:
+        """What spec.maxProofAgeSeconds decides on: its proof, and when this validation last
+        tested it without a pass (a failure or a NotRun since: tried again once per age);
+        `tested_at`: a test its entry does not show yet."""
+        entry = self.entry
+        since = entry.at if entry is not None and entry.verdict != Verdict.PASSED else None
+        last = max((t for t in (since, tested_at) if t is not None), default=None)
+        return NodeProof(self.name, self.gpus, self.proven_at, last)
 
     @property
     def available(self) -> bool:

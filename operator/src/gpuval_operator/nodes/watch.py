@@ -23,6 +23,7 @@ from gpuval_operator.nodes.facts import NodeFacts
 from gpuval_operator.nodes.gating import gating_trigger
 from gpuval_operator.nodes.slices import SliceWatch
 from gpuval_operator.planning import Candidate
+from gpuval_operator.proofage import NodeProof
 from gpuval_operator.run.effects import NODES_PATH
 from gpuval_operator.run.state import Phase, RunState
 
@@ -112,6 +113,22 @@ class NodeWatch:
                 Candidate(v.name, v.gpus, v.resources) for v in self.nodes.values() if v.selectable
             )
         return sorted(chosen, key=lambda c: c.name)
+
+    def proofs(self, run: RunState | None) -> list[NodeProof] | None:
+        """spec.maxProofAgeSeconds: the selectable nodes' proofs; None before the first list.
+        A node of `run`, once it completed, counts as tested then until the watch shows the
+        run's entry on it (its proof may not have arrived yet either)."""
+        if not self.synced.is_set():
+            return None
+        done = run.completed_at if run is not None else None
+
+        def unseen(v: NodeFacts) -> float | None:
+            if run is None or done is None or v.name not in run.nodes:
+                return None
+            return done if v.entry is None or v.entry.run != run.run_id else None
+
+        chosen = (v for v in self.nodes.values() if (v.available if self.dra else v.selectable))
+        return [v.proof(unseen(v)) for v in chosen]
 
     def without_devices(self) -> tuple[str, ...] | None:
         """With DRA, the selected nodes (Ready, schedulable) for which the driver publishes no

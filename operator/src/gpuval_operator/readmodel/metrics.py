@@ -6,7 +6,8 @@ busbw, the node actions held and the nodes out of service through it (and, opera
 gpuval). Per node: the verdict and worst-GPU figures of its latest completed report, its state
 check's findings, links down and counters grown, its latest settled fabric verdict, its worst ratio
 to its baseline and to its own history (spec.baseline: one series each, labelled with the figure).
-The repair loop's (spec.remediation): gpuval_operator.readmodel.repairmetrics.
+The repair loop's (spec.remediation): gpuval_operator.readmodel.repairmetrics; the proofs'
+(spec.maxProofAgeSeconds): gpuval_operator.readmodel.proofmetrics.
 Per GPU only with GPUVAL_METRICS_PER_GPU, because 80,000 series cost the scrape most of a second of
 GIL; per-GPU detail always lives in the reports and the agent's live exporter. Names follow
 Prometheus' conventions: base units in the name, one unit per metric.
@@ -15,6 +16,7 @@ Prometheus' conventions: base units in the name, one unit per metric.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 
@@ -26,6 +28,7 @@ from prometheus_client.registry import Collector
 from gpuval_api import Reason, Verdict, label_value
 from gpuval_operator.kube.client import KubeClient
 from gpuval_operator.nodes.breaker.operatorwide import OutOfServiceCounts
+from gpuval_operator.readmodel.proofmetrics import ProofFamilies
 from gpuval_operator.readmodel.registry import Registry
 from gpuval_operator.readmodel.repairmetrics import RepairFamilies
 from gpuval_operator.readmodel.validation import NodeResult, ValidationState
@@ -102,6 +105,7 @@ class _Families:
         self._fabric_families(v, n)
         self._hold_families(v)
         self.repairs = RepairFamilies()
+        self.proof = ProofFamilies()
 
     def _hold_families(self, v: str) -> None:
         self.held = _gauge(
@@ -344,6 +348,7 @@ class _Families:
             self.untested_since.add_metric([name, node], untested.since)
         self.add_fabric(name, state)
         self.repairs.add(name, state.repairs)
+        self.proof.add(name, state.proof, time.time())
 
     def add_node(self, name: str, node: str, result: NodeResult) -> None:
         self.passed.add_metric([name, node], 1.0 if result.passed else 0.0)
@@ -389,6 +394,7 @@ class _Families:
         yield from (self.fabric_passed, self.fabric_failure)
         yield from (self.held, self.out_of_service, self.actions_limit, self.systemic)
         yield from self.repairs.all()
+        yield from self.proof.all()
 
 
 def _operator_out_of_service(figures: OutOfServiceCounts) -> Iterator[Metric]:

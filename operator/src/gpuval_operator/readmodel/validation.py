@@ -17,6 +17,7 @@ from gpuval_api.training import NodeLosses
 from gpuval_operator.baseline.facts import Comparison, History
 from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.names import run_number
+from gpuval_operator.proofage import ProofSummary
 from gpuval_operator.remediation.figures import RepairFigures
 from gpuval_operator.run.facts import Fingerprint, ReportFacts
 from gpuval_operator.run.state import RunState
@@ -110,6 +111,8 @@ class ValidationState:
     history: dict[str, History] = field(default_factory=dict)
     # spec.remediation: the repair loop's requests, outcomes and times (across runs).
     repairs: RepairFigures = field(default_factory=RepairFigures)
+    # spec.maxProofAgeSeconds: the selected nodes against the age, as the controller last saw.
+    proof: ProofSummary | None = None
 
     def begin(self, run: RunState) -> None:
         """A run starts: the one place where what belongs to a run is reset. The run brings its

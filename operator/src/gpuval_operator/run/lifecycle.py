@@ -53,9 +53,11 @@ def decide(
     next_run_at: float | None,
     now: float,
     arrivals: bool = False,
+    proof_due_at: float | None = None,
 ) -> Decision:
     """The controller's next step for a validation at spec `generation`; `arrivals`: nodes the
-    gating queued have waited out their batch window."""
+    gating queued have waited out their batch window; `proof_due_at`: when the first selected
+    node's proof outgrows spec.maxProofAgeSeconds (None: off, or no node)."""
     active = run is not None and not run.completed
     if not valid:
         return Decision(Step.INVALID, supersede=active)
@@ -66,15 +68,19 @@ def decide(
         return Decision(step, RunTrigger.SPEC_CHANGED)
     if active:
         return Decision(Step.EXECUTE)
-    if arrivals and not (scheduled and next_run_at is not None and now >= next_run_at):
+    tick_due = scheduled and next_run_at is not None and now >= next_run_at
+    if arrivals and not tick_due:
         return Decision(Step.EXTEND)
+    # A schedule's tick takes every node: a proof that expires at the same time waits for it.
+    if proof_due_at is not None and now >= proof_due_at and not tick_due:
+        return Decision(Step.START, RunTrigger.PROOF_EXPIRED)
     if not scheduled:
-        return Decision(Step.WAIT)
+        return Decision(Step.WAIT, until=proof_due_at)
     if next_run_at is None:
         return Decision(Step.PLAN_TICK)
     if now >= next_run_at:
         return Decision(Step.START, RunTrigger.SCHEDULE)
-    return Decision(Step.WAIT, until=next_run_at)
+    return Decision(Step.WAIT, until=min(next_run_at, proof_due_at or next_run_at))
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,10 +15,11 @@ from typing import Any
 from gpuval_api import ConditionReason as R
 from gpuval_api import ConditionType, ValidationPhase
 from gpuval_api.checks import PROFILE_RUNS
-from gpuval_api.crd import DEVICE_HEALTHY, RunTrigger
+from gpuval_api.crd import DEVICE_HEALTHY, ProofStatus, RunTrigger
 from gpuval_api.report import StatusKey
 from gpuval_operator.fabric.rollup import build_fabric_run_status
 from gpuval_operator.names import run_number
+from gpuval_operator.proofage import ProofSummary
 from gpuval_operator.run.breakerstate import held_condition, systemic_condition
 from gpuval_operator.run.refusals import refused_condition
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
@@ -378,6 +379,18 @@ def build_run_status(
     if run.completed_at is not None:
         status["lastCompletedRun"] = run_info(run)
     return status
+
+
+def proof_status(summary: ProofSummary) -> dict[str, Any]:
+    """status.proof (spec.maxProofAgeSeconds): the selected nodes against the age."""
+    body = ProofStatus(
+        max_age_seconds=int(summary.max_age),
+        within_age=summary.within_nodes,
+        stale=summary.stale,
+        oldest=None if summary.oldest is None else rfc3339(summary.oldest),
+        next_expiry_at=rfc3339(summary.next_due) if summary.next_due else None,
+    )
+    return body.model_dump(mode="json", by_alias=True)
 
 
 def build_invalid_status(

@@ -12,10 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuval_api import gfd, keys
+from gpuval_api import Verdict, gfd, keys
 from gpuval_api.gfd import GpuSharing, sharing_of
 from gpuval_api.kubernetes import READY
-from gpuval_api.result import Verdict
 from gpuval_operator.nodes.entries import NodeEntry, entry_key
 from gpuval_operator.planning import (
     cordoned_by_us,

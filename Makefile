@@ -60,7 +60,7 @@ demo: setup controlplane ## The main job: local control plane + simulated GPU no
 
 .PHONY: chart-lint
 chart-lint: controlplane ## helm lint and render tests of the chart, then kubeconform, kube-score and checkov on it (findings left: charts/gpuval/lint-findings.yaml)
-	$(UV) run --frozen pytest -q tests/integration/test_chart_render.py tests/integration/test_chart_lint.py
+	$(UV) run --frozen pytest -q tests/integration/chart/test_chart_render.py tests/integration/chart/test_chart_lint.py
 
 .PHONY: chart-schemas
 chart-schemas: controlplane ## Vendor kubeconform's schemas (charts/schemas/kubeconform) from a local API server and the Prometheus Operator's CRDs

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from gpuval_devtools.controlplane import Cluster
-from tests.integration.operator.test_operator_notrun import training_job
 from tests.support.fleet import (
     Fleet,
     Operator,
@@ -23,21 +22,12 @@ from tests.support.fleet import (
     status_of,
 )
 from tests.support.kube import get_json, wait_for
+from tests.support.nodes import QUICK_CHECKS, node_of, taint_keys, training_job
 
 pytestmark = pytest.mark.usefixtures("install_crds")
 
 STARTUP = {"key": "gpuval.dev/unvalidated", "effect": "NoSchedule"}
 GATING = {"batchSeconds": 1, "startupTaint": {"key": STARTUP["key"]}}
-QUICK = {"burn": {"durationSeconds": 1}}
-
-
-def _node(cluster: Cluster, node: str) -> dict[str, Any]:
-    found: dict[str, Any] = get_json(cluster, "node", node)
-    return found
-
-
-def _taint_keys(node: dict[str, Any]) -> set[str]:
-    return {t["key"] for t in node["spec"].get("taints") or []}
 
 
 def _condition(node: dict[str, Any]) -> dict[str, Any]:
@@ -56,7 +46,11 @@ def test_a_joining_node_is_validated_and_loses_its_startup_taint_on_pass_keeps_i
 ) -> None:
     first = fleet.add(unique_name("first"))
     name = unique_name("gate")
-    spec = {"gating": GATING, "checks": QUICK, "nodeActions": {"taint": {"effect": "NoSchedule"}}}
+    spec = {
+        "gating": GATING,
+        "checks": QUICK_CHECKS,
+        "nodeActions": {"taint": {"effect": "NoSchedule"}},
+    }
     with operator():
         apply(cluster, fleet.validation(name, **spec))
         completed_run(cluster, name)
@@ -75,7 +69,7 @@ def test_a_joining_node_is_validated_and_loses_its_startup_taint_on_pass_keeps_i
 
         wait_for("both joining nodes to get a verdict in the same run", joined, timeout=90)
         status = wait_for("the reopened run to complete", reopened_and_done, timeout=60)
-        passed, failed = _node(cluster, good), _node(cluster, bad)
+        passed, failed = node_of(cluster, good), node_of(cluster, bad)
         events = get_json(
             cluster, "events", "-n", "default", "--field-selector", f"involvedObject.name={name}"
         )
@@ -84,10 +78,10 @@ def test_a_joining_node_is_validated_and_loses_its_startup_taint_on_pass_keeps_i
     assert status["run"]["number"] == 1, "the nodes joined the current run"
     assert status["nodes"]["total"] == 3 and status["nodes"]["passed"] == 2
     assert _verdicts_ok(status, bad)
-    assert STARTUP["key"] not in _taint_keys(passed)
+    assert STARTUP["key"] not in taint_keys(passed)
     assert passed["metadata"]["labels"]["gpuval.dev/verdict"] == "passed"
     assert _condition(passed)["status"] == "True"
-    assert {STARTUP["key"], "gpuval.dev/unhealthy"} <= _taint_keys(failed)
+    assert {STARTUP["key"], "gpuval.dev/unhealthy"} <= taint_keys(failed)
     assert _condition(failed)["status"] == "False"
     assert "failed by" in _condition(failed)["message"]
     queued = [e["message"] for e in events["items"] if e["reason"] == "NodeQueued"]
@@ -105,7 +99,7 @@ def test_a_rebooted_node_is_validated_again(
     node = fleet.add(unique_name("reboots"))
     name = unique_name("reboot")
     with operator():
-        apply(cluster, fleet.validation(name, gating=GATING, checks=QUICK))
+        apply(cluster, fleet.validation(name, gating=GATING, checks=QUICK_CHECKS))
         completed_run(cluster, name)
         cluster.kubectl(
             "patch",
@@ -124,7 +118,7 @@ def test_a_rebooted_node_is_validated_again(
         record = f"verdict.gpuval.dev/{name}"
 
         def tested_on_new_boot() -> bool:
-            annotations = _node(cluster, node)["metadata"]["annotations"]
+            annotations = node_of(cluster, node)["metadata"]["annotations"]
             return bool(json.loads(annotations.get(record, "{}")).get("boot") == "boot-2")
 
         wait_for("the node's record to name its new boot", tested_on_new_boot, timeout=60)
@@ -139,7 +133,7 @@ def test_a_node_deleted_before_its_agent_started_is_not_run_within_seconds(
     node = fleet.add(unique_name("vanish"))
     name = unique_name("vanish")
     with training_job(cluster, node, unique_name("training")), operator():
-        apply(cluster, fleet.validation(name, nodeTimeoutSeconds=600, checks=QUICK))
+        apply(cluster, fleet.validation(name, nodeTimeoutSeconds=600, checks=QUICK_CHECKS))
         wait_for("the agent pod, waiting for busy GPUs", lambda: pods_of(cluster, name), timeout=30)
         cluster.delete_node(node)
         status = completed_run(cluster, name, timeout=25)
@@ -162,23 +156,23 @@ def test_two_validations_on_one_node_leave_it_failed_naming_the_failing_one_unti
         }
     }
     with operator():
-        apply(cluster, fleet.validation(strict, checks=QUICK, nodeActions=actions))
+        apply(cluster, fleet.validation(strict, checks=QUICK_CHECKS, nodeActions=actions))
         completed_run(cluster, strict)
         apply(cluster, fleet.validation(lax, checks=lenient, nodeActions=actions))
         completed_run(cluster, lax)
-        both = _node(cluster, node)
+        both = node_of(cluster, node)
         # The strict validation now tolerates the slowdown too: it passes, the node is passed.
         apply(cluster, fleet.validation(strict, checks=lenient, nodeActions=actions))
         completed_run(cluster, strict, after=1)
-        after = _node(cluster, node)
+        after = node_of(cluster, node)
         delete_validation(cluster, strict)
         delete_validation(cluster, lax)
     assert _verdicts_failed_by(both) == strict
-    assert "gpuval.dev/unhealthy" in _taint_keys(both)
+    assert "gpuval.dev/unhealthy" in taint_keys(both)
     assert both["metadata"]["labels"]["gpuval.dev/verdict"] == "failed"
     assert f"failed by {strict}" in _condition(both)["message"]
     assert after["metadata"]["labels"]["gpuval.dev/verdict"] == "passed"
-    assert "gpuval.dev/unhealthy" not in _taint_keys(after)
+    assert "gpuval.dev/unhealthy" not in taint_keys(after)
     assert _condition(after)["status"] == "True"
 
 
@@ -191,12 +185,12 @@ def test_a_dry_run_touches_no_node_and_says_what_it_would_do(
 ) -> None:
     bad = fleet.add(unique_name("dry"), [{"kind": "miscompare", "gpu": 0}])
     name = unique_name("dry")
-    before = _node(cluster, bad)
+    before = node_of(cluster, bad)
     actions = {"taint": {"effect": "NoExecute"}, "cordon": True, "dryRun": True}
     with operator():
-        apply(cluster, fleet.validation(name, checks=QUICK, nodeActions=actions))
+        apply(cluster, fleet.validation(name, checks=QUICK_CHECKS, nodeActions=actions))
         status = completed_run(cluster, name)
-        after = _node(cluster, bad)
+        after = node_of(cluster, bad)
         events = get_json(
             cluster, "events", "-n", "default", "--field-selector", f"involvedObject.name={bad}"
         )

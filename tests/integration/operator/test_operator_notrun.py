@@ -3,10 +3,9 @@ was evicted, is NotRun, untouched by any node action, tried again, and counted a
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,58 +27,10 @@ from tests.support.fleet import (
     status_of,
 )
 from tests.support.kube import get_json, wait_for
+from tests.support.nodes import QUICK_CHECKS, TAINT_AND_CORDON, node_of, training_job, untouched
 from tests.support.outofservice import watching
 
 pytestmark = pytest.mark.usefixtures("install_crds")
-
-ACTIONS = {"taint": {"effect": "NoSchedule"}, "cordon": True}
-
-
-@contextlib.contextmanager
-def training_job(
-    cluster: Cluster, node: str, name: str, gpus: int = 8
-) -> Iterator[Callable[[], None]]:
-    """A workload holding `gpus` GPUs of `node` (all 8 by default); yields a function that ends
-    it early."""
-    cluster.apply(
-        [
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name, "namespace": "default"},
-                "spec": {
-                    "nodeName": node,
-                    "containers": [
-                        {
-                            "name": "train",
-                            "image": "example.com/train:1",
-                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
-                        }
-                    ],
-                },
-            }
-        ]
-    )
-
-    def end() -> None:
-        cluster.kubectl("delete", "pod", name, "-n", "default", "--grace-period=0", check=False)
-
-    try:
-        yield end
-    finally:
-        cluster.kubectl("delete", "pod", name, "-n", "default", "--wait=false", check=False)
-
-
-def _node(cluster: Cluster, node: str) -> dict[str, Any]:
-    found: dict[str, Any] = get_json(cluster, "node", node)
-    return found
-
-
-def _untouched(node: dict[str, Any]) -> bool:
-    taints = node["spec"].get("taints") or []
-    return not node["spec"].get("unschedulable") and not any(
-        t["key"] == "gpuval.dev/unhealthy" for t in taints
-    )
 
 
 def test_a_busy_node_is_not_run_untouched_and_validated_on_its_next_attempt_once_free(
@@ -89,9 +40,9 @@ def test_a_busy_node_is_not_run_untouched_and_validated_on_its_next_attempt_once
     name = unique_name("busy")
     spec = {
         "nodeTimeoutSeconds": 12,
-        "checks": {"burn": {"durationSeconds": 1}},
+        "checks": QUICK_CHECKS,
         "retry": {"attempts": 2, "backoffSeconds": 2},
-        "nodeActions": ACTIONS,
+        "nodeActions": TAINT_AND_CORDON,
     }
     with training_job(cluster, node, unique_name("training")) as end_training, operator():
         apply(cluster, fleet.validation(name, **spec))
@@ -103,20 +54,20 @@ def test_a_busy_node_is_not_run_untouched_and_validated_on_its_next_attempt_once
             ),
             timeout=60,
         )
-        after_first = _node(cluster, node)
+        after_first = node_of(cluster, node)
         end_training()
         status = completed_run(cluster, name, timeout=90)
         report = by_node(reports_of(cluster, name, status["run"]["id"]))[node]
         pods = sorted(p["metadata"]["name"] for p in pods_of(cluster, name))
-        final = _node(cluster, node)
+        final = node_of(cluster, node)
         delete_validation(cluster, name)
 
     assert first["status"]["verdict"] == "NotRun"
     assert first["status"]["reason"] == "PodUnschedulable" and first["status"]["failures"] == []
-    assert _untouched(after_first), after_first["spec"]
+    assert untouched(after_first), after_first["spec"]
     assert report["verdict"] == "Passed" and status["nodes"]["passed"] == 1
     assert pods[-1].endswith("-a2"), pods  # the second attempt, its own pod
-    assert final["metadata"]["labels"]["gpuval.dev/verdict"] == "passed" and _untouched(final)
+    assert final["metadata"]["labels"]["gpuval.dev/verdict"] == "passed" and untouched(final)
 
 
 def test_a_node_busy_through_every_attempt_ends_not_run_with_no_action_and_its_own_signals(
@@ -126,16 +77,16 @@ def test_a_node_busy_through_every_attempt_ends_not_run_with_no_action_and_its_o
     name = unique_name("held")
     spec = {
         "nodeTimeoutSeconds": 10,
-        "checks": {"burn": {"durationSeconds": 1}},
+        "checks": QUICK_CHECKS,
         "retry": {"attempts": 2, "backoffSeconds": 1},
-        "nodeActions": ACTIONS,
+        "nodeActions": TAINT_AND_CORDON,
     }
     training = unique_name("training")
     with training_job(cluster, node, training), operator() as port:
         apply(cluster, fleet.validation(name, **spec))
         status = completed_run(cluster, name, timeout=120)
         metrics = scrape(port)
-        state = _node(cluster, node)
+        state = node_of(cluster, node)
         work = get_json(cluster, "pod", training, "-n", "default")
         events = get_json(
             cluster, "events", "-n", "default", "--field-selector", f"involvedObject.name={node}"
@@ -146,7 +97,7 @@ def test_a_node_busy_through_every_attempt_ends_not_run_with_no_action_and_its_o
     assert status["notRunNodes"][0]["node"] == node
     assert status["notRunNodes"][0]["reason"] == "PodUnschedulable"
     assert status["phase"] == "Succeeded"  # nothing failed: nothing was tested
-    assert _untouched(state)
+    assert untouched(state)
     assert state["metadata"]["labels"]["gpuval.dev/verdict"] == "not-run"
     condition = next(c for c in state["status"]["conditions"] if c["type"] == "GpuValidated")
     assert condition["status"] == "Unknown" and condition["reason"] == "NotRun"
@@ -164,9 +115,9 @@ def test_an_agent_pod_evicted_leaves_its_node_not_run_and_untouched(
 ) -> None:
     node = fleet.add(unique_name("evict"), faults=[{"kind": "hang"}])
     name = unique_name("evict")
-    spec = {"checks": {"burn": {"durationSeconds": 1}}, "retry": {"attempts": 1}}
+    spec = {"checks": QUICK_CHECKS, "retry": {"attempts": 1}}
     with operator():
-        apply(cluster, fleet.validation(name, nodeActions=ACTIONS, **spec))
+        apply(cluster, fleet.validation(name, nodeActions=TAINT_AND_CORDON, **spec))
         pod = wait_for(
             "the agent pod to run",
             lambda: next(
@@ -195,11 +146,11 @@ def test_an_agent_pod_evicted_leaves_its_node_not_run_and_untouched(
         )
         status = completed_run(cluster, name, timeout=90)
         reports = by_node(reports_of(cluster, name, status["run"]["id"]))
-        state = _node(cluster, node)
+        state = node_of(cluster, node)
         delete_validation(cluster, name)
     assert reports[node]["verdict"] == "NotRun" and reports[node]["reason"] == "PodEvicted"
     assert f"agent pod {pod_name} was evicted" in reports[node]["message"]
-    assert _untouched(state)
+    assert untouched(state)
 
 
 def test_a_node_whose_gpu_another_process_uses_is_not_run_naming_it_and_untouched(
@@ -211,15 +162,15 @@ def test_a_node_whose_gpu_another_process_uses_is_not_run_naming_it_and_untouche
     healthy = fleet.add(unique_name("free"))
     name = unique_name("shared")
     spec = {
-        "checks": {"burn": {"durationSeconds": 1}},
+        "checks": QUICK_CHECKS,
         "retry": {"attempts": 1},
-        "nodeActions": ACTIONS,
+        "nodeActions": TAINT_AND_CORDON,
     }
     with operator():
         apply(cluster, fleet.validation(name, **spec))
         status = completed_run(cluster, name, timeout=120)
         reports = by_node(reports_of(cluster, name, status["run"]["id"]))
-        state = _node(cluster, node)
+        state = node_of(cluster, node)
         delete_validation(cluster, name)
 
     report = reports[node]
@@ -237,7 +188,7 @@ def test_a_node_whose_gpu_another_process_uses_is_not_run_naming_it_and_untouche
         "node": node,
         "reason": "GpuInUse",
     }
-    assert _untouched(state)
+    assert untouched(state)
     assert state["metadata"]["labels"]["gpuval.dev/verdict"] == "not-run"
 
 
@@ -254,7 +205,7 @@ def test_agent_pods_refused_by_pod_security_blame_no_node_and_the_run_goes_on_on
     pods again the run goes on and every node gets its verdict."""
     nodes = [fleet.add(unique_name("psa")) for _ in range(2)]
     name = unique_name("psa")
-    spec = {"checks": {"burn": {"durationSeconds": 1}}, "nodeActions": ACTIONS}
+    spec = {"checks": QUICK_CHECKS, "nodeActions": TAINT_AND_CORDON}
 
     def refused() -> dict[str, Any] | None:
         found = status_of(cluster, name)
@@ -269,11 +220,11 @@ def test_agent_pods_refused_by_pod_security_blame_no_node_and_the_run_goes_on_on
             apply(cluster, fleet.validation(name, **spec))
             during = wait_for("the refusal in the status", refused, timeout=90)
             reports = by_node(reports_of(cluster, name))
-            nodes_then = [_node(cluster, n) for n in nodes]
+            nodes_then = [node_of(cluster, n) for n in nodes]
             cluster.kubectl("label", "namespace", AGENT_NAMESPACE, f"{PSA_ENFORCE}-")
             final = completed_run(cluster, name, timeout=180)
             final_reports = by_node(reports_of(cluster, name, final["run"]["id"]))
-            nodes_after = [_node(cluster, n) for n in nodes]
+            nodes_after = [node_of(cluster, n) for n in nodes]
             events = events_of(cluster, name)
             most_out = seen.most_out
             delete_validation(cluster, name)
@@ -300,7 +251,7 @@ def test_agent_pods_refused_by_pod_security_blame_no_node_and_the_run_goes_on_on
         assert report["reason"] == "AgentPodRefused"
         assert 'violates PodSecurity "restricted:latest"' in report["message"]
         assert report["message"].count("restricted:latest") == 1
-    assert all(_untouched(n) for n in nodes_then)
+    assert all(untouched(n) for n in nodes_then)
     assert most_out == 0, "no node was tainted or cordoned at any moment"
     said = [e for e in events if e["reason"] == "AgentPodsRefused"]
     assert len(said) == 1 and said[0]["type"] == "Warning", [e["message"] for e in said]
@@ -312,7 +263,7 @@ def test_agent_pods_refused_by_pod_security_blame_no_node_and_the_run_goes_on_on
     assert final["nodes"]["passed"] == 2 and final["nodes"]["notRun"] == 0
     assert {final_reports[n]["verdict"] for n in nodes} == {"Passed"}
     assert conditions(final)["AgentPodsRefused"]["status"] == "False"
-    assert all(_untouched(n) for n in nodes_after)
+    assert all(untouched(n) for n in nodes_after)
     assert {n["metadata"]["labels"]["gpuval.dev/verdict"] for n in nodes_after} == {"passed"}
 
 
@@ -345,7 +296,7 @@ def test_a_quota_of_two_pods_paces_a_wave_of_six_waiting_nodes_are_not_run_and_a
     name, quota = unique_name("quota"), unique_name("agents")
     spec = {
         "checks": {"burn": {"durationSeconds": 2}},
-        "nodeActions": ACTIONS,
+        "nodeActions": TAINT_AND_CORDON,
         "maxConcurrent": "100%",  # one wave of 6
     }
     seen: list[dict[str, Any]] = []

@@ -40,6 +40,7 @@ from tests.support.fleet import (
     status_of,
 )
 from tests.support.kube import get_json, wait_for
+from tests.support.nodes import QUICK_CHECKS
 
 pytestmark = pytest.mark.usefixtures("install_crds")
 
@@ -167,7 +168,7 @@ def test_an_agent_that_never_finishes_fails_its_node_at_the_timeout_and_its_pod_
     with operator():
         apply(
             cluster,
-            fleet.validation(name, nodeTimeoutSeconds=20, checks={"burn": {"durationSeconds": 1}}),
+            fleet.validation(name, nodeTimeoutSeconds=20, checks=QUICK_CHECKS),
         )
         status = completed_run(cluster, name, timeout=150)
         wait_for(
@@ -197,7 +198,7 @@ def test_a_node_removed_mid_run_fails_as_node_gone_within_seconds(
     with operator():
         apply(
             cluster,
-            fleet.validation(name, nodeTimeoutSeconds=600, checks={"burn": {"durationSeconds": 1}}),
+            fleet.validation(name, nodeTimeoutSeconds=600, checks=QUICK_CHECKS),
         )
         wait_for(
             "the leaving node's agent to run",

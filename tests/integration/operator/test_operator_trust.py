@@ -27,7 +27,6 @@ from gpuval_api.env import OperatorEnv
 from gpuval_api.gfd import SharingStrategy
 from gpuval_devtools.controlplane import KWOK_NODE_ANNOTATION, Cluster
 from gpuval_devtools.simulation import HEALTHY, SIMULATE_ANNOTATION
-from tests.integration.operator.test_operator_notrun import training_job
 from tests.support.fleet import (
     Fleet,
     Operator,
@@ -40,23 +39,9 @@ from tests.support.fleet import (
     status_of,
 )
 from tests.support.kube import get_json, wait_for
+from tests.support.nodes import QUICK_CHECKS, TAINT_AND_CORDON, node_of, training_job, untouched
 
 pytestmark = pytest.mark.usefixtures("install_crds")
-
-ACTIONS = {"taint": {"effect": "NoSchedule"}, "cordon": True}
-QUICK = {"burn": {"durationSeconds": 1}}
-
-
-def _node(cluster: Cluster, node: str) -> dict[str, Any]:
-    found: dict[str, Any] = get_json(cluster, "node", node)
-    return found
-
-
-def _untouched(node: dict[str, Any]) -> bool:
-    taints = node["spec"].get("taints") or []
-    return not node["spec"].get("unschedulable") and not any(
-        t["key"] == "gpuval.dev/unhealthy" for t in taints
-    )
 
 
 def _events(cluster: Cluster, involved: str) -> list[dict[str, Any]]:
@@ -126,11 +111,11 @@ def test_a_time_sliced_node_is_validated_by_an_agent_holding_every_replica_of_ev
     node = fleet.add(unique_name("sliced"), sharing=(SharingStrategy.TIME_SLICING, 4))
     name = unique_name("sliced")
     with operator():
-        apply(cluster, fleet.validation(name, checks=QUICK, nodeActions=ACTIONS))
+        apply(cluster, fleet.validation(name, checks=QUICK_CHECKS, nodeActions=TAINT_AND_CORDON))
         status = completed_run(cluster, name)
         report = by_node(reports_of(cluster, name, status["run"]["id"]))[node]
         [pod] = pods_of(cluster, name)
-        state = _node(cluster, node)
+        state = node_of(cluster, node)
         delete_validation(cluster, name)
     assert state["status"]["capacity"]["nvidia.com/gpu"] == "32"
     container = pod["spec"]["containers"][0]
@@ -139,7 +124,7 @@ def test_a_time_sliced_node_is_validated_by_an_agent_holding_every_replica_of_ev
     assert (env["GPUVAL_EXPECTED_GPUS"], env["GPUVAL_GPU_REPLICAS"]) == ("8", "4")
     assert pod["metadata"]["annotations"]["gpuval.dev/gpu-sharing"] == "time-slicing/4"
     assert report["verdict"] == "Passed", report.get("message")
-    assert report["summary"]["gpuCount"] == 8 and _untouched(state)
+    assert report["summary"]["gpuCount"] == 8 and untouched(state)
 
 
 def test_a_time_sliced_node_whose_replica_a_workload_holds_waits_then_is_not_run_untouched(
@@ -147,9 +132,9 @@ def test_a_time_sliced_node_whose_replica_a_workload_holds_waits_then_is_not_run
 ) -> None:
     node = fleet.add(unique_name("tenant"), sharing=(SharingStrategy.TIME_SLICING, 4))
     name = unique_name("tenant")
-    spec = {"nodeTimeoutSeconds": 12, "checks": QUICK, "retry": {"attempts": 1}}
+    spec = {"nodeTimeoutSeconds": 12, "checks": QUICK_CHECKS, "retry": {"attempts": 1}}
     with training_job(cluster, node, unique_name("inference"), gpus=1), operator():
-        apply(cluster, fleet.validation(name, nodeActions=ACTIONS, **spec))
+        apply(cluster, fleet.validation(name, nodeActions=TAINT_AND_CORDON, **spec))
         pending = wait_for(
             "the agent pod to wait for the replicas",
             lambda: [p for p in pods_of(cluster, name) if p["status"].get("phase") == "Pending"],
@@ -157,13 +142,13 @@ def test_a_time_sliced_node_whose_replica_a_workload_holds_waits_then_is_not_run
         )
         status = completed_run(cluster, name, timeout=90)
         report = by_node(reports_of(cluster, name, status["run"]["id"]))[node]
-        state = _node(cluster, node)
+        state = node_of(cluster, node)
         delete_validation(cluster, name)
     assert pending, "the node waited, as busy GPUs do"
     assert (report["verdict"], report["reason"]) == ("NotRun", "GpuReplicasHeld")
     assert "time-slicing/4" in report["message"] and "every replica" in report["message"]
     assert status["nodes"]["notRun"] == 1 and status["nodes"]["failed"] == 0
-    assert _untouched(state)
+    assert untouched(state)
 
 
 def test_an_mps_node_is_not_run_at_once_with_its_own_reason_and_no_agent_pod(
@@ -172,16 +157,16 @@ def test_an_mps_node_is_not_run_at_once_with_its_own_reason_and_no_agent_pod(
     node = fleet.add(unique_name("mps"), sharing=(SharingStrategy.MPS, 2))
     name = unique_name("mps")
     with operator():
-        apply(cluster, fleet.validation(name, checks=QUICK, nodeActions=ACTIONS))
+        apply(cluster, fleet.validation(name, checks=QUICK_CHECKS, nodeActions=TAINT_AND_CORDON))
         status = completed_run(cluster, name)
         report = by_node(reports_of(cluster, name, status["run"]["id"]))[node]
         pods = pods_of(cluster, name)
-        state = _node(cluster, node)
+        state = node_of(cluster, node)
         delete_validation(cluster, name)
     assert (report["verdict"], report["reason"]) == ("NotRun", "GpuSharingUnsupported")
     assert "8 GPUs as 16 mps replicas" in report["message"]
     assert pods == [], "no agent pod for a node no pod can hold a GPU of"
-    assert status["notRunNodes"][0]["reason"] == "GpuSharingUnsupported" and _untouched(state)
+    assert status["notRunNodes"][0]["reason"] == "GpuSharingUnsupported" and untouched(state)
     assert state["metadata"]["labels"]["gpuval.dev/verdict"] == "not-run"
 
 
@@ -198,7 +183,7 @@ def test_a_node_not_ready_for_a_moment_mid_run_is_validated_as_if_nothing_happen
     monkeypatch.setenv(OperatorEnv.NODE_NOT_READY_SECONDS, "60")
     node = fleet.add(unique_name("blip"), timeScale=1.0)
     name = unique_name("blip")
-    spec = {"checks": {"burn": {"durationSeconds": 20}}, "nodeActions": ACTIONS}
+    spec = {"checks": {"burn": {"durationSeconds": 20}}, "nodeActions": TAINT_AND_CORDON}
     with operator():
         apply(cluster, fleet.validation(name, **spec))
         wait_for("the agent to start", lambda: _agent_started(cluster, name, node), timeout=60)
@@ -208,18 +193,18 @@ def test_a_node_not_ready_for_a_moment_mid_run_is_validated_as_if_nothing_happen
                 lambda: (
                     not any(
                         c["type"] == "Ready" and c["status"] == "True"
-                        for c in _node(cluster, node)["status"]["conditions"]
+                        for c in node_of(cluster, node)["status"]["conditions"]
                     )
                 ),
             )
             time.sleep(6)  # several of the operator's ticks and status writes
         status = completed_run(cluster, name, timeout=120)
         report = by_node(reports_of(cluster, name, status["run"]["id"]))[node]
-        state = _node(cluster, node)
+        state = node_of(cluster, node)
         delete_validation(cluster, name)
     assert report["verdict"] == "Passed", report.get("message")
     assert status["nodes"]["passed"] == 1 and status["nodes"]["failed"] == 0
-    assert _untouched(state)
+    assert untouched(state)
 
 
 def test_a_node_not_ready_past_the_grace_is_not_run_untouched_and_tested_again_once_ready(
@@ -232,7 +217,11 @@ def test_a_node_not_ready_past_the_grace_is_not_run_untouched_and_tested_again_o
     monkeypatch.setenv(OperatorEnv.NODE_NOT_READY_SECONDS, "5")
     node = fleet.add(unique_name("down"), [{"kind": "hang"}])
     name = unique_name("down")
-    spec = {"checks": QUICK, "nodeActions": ACTIONS, "retry": {"attempts": 2, "backoffSeconds": 1}}
+    spec = {
+        "checks": QUICK_CHECKS,
+        "nodeActions": TAINT_AND_CORDON,
+        "retry": {"attempts": 2, "backoffSeconds": 1},
+    }
     with operator():
         apply(cluster, fleet.validation(name, **spec))
         wait_for("the agent to start", lambda: _agent_started(cluster, name, node), timeout=60)
@@ -242,20 +231,20 @@ def test_a_node_not_ready_past_the_grace_is_not_run_untouched_and_tested_again_o
                 lambda: (r := _report_of(cluster, name, node)).get("verdict") and r,
                 timeout=60,
             )
-            during = _node(cluster, node)
+            during = node_of(cluster, node)
             _heal(cluster, node)
         status = completed_run(cluster, name, timeout=180)
         report = by_node(reports_of(cluster, name, status["run"]["id"]))[node]
         pods = sorted(p["metadata"]["name"] for p in pods_of(cluster, name))
-        state = _node(cluster, node)
+        state = node_of(cluster, node)
         delete_validation(cluster, name)
     assert (first["verdict"], first["reason"]) == ("NotRun", "NodeNotReady")
     assert f"node {node} was NotReady for " in first["message"]
     assert "(KubeletNotReady: container runtime network not ready)" in first["message"]
     assert "deleted" not in first["message"] and "unreachable" not in first["message"]
-    assert _untouched(during)
+    assert untouched(during)
     assert report["verdict"] == "Passed" and pods[-1].endswith("-a2"), pods
-    assert _untouched(state) and state["metadata"]["labels"]["gpuval.dev/verdict"] == "passed"
+    assert untouched(state) and state["metadata"]["labels"]["gpuval.dev/verdict"] == "passed"
 
 
 # -- an agent killed from outside (part 7) --
@@ -292,7 +281,11 @@ def test_an_agent_killed_from_outside_without_findings_is_not_run_untouched_and_
 ) -> None:
     node = fleet.add(unique_name("killed"), [{"kind": "hang"}])  # hangs in the burn
     name = unique_name("killed")
-    spec = {"checks": QUICK, "nodeActions": ACTIONS, "retry": {"attempts": 2, "backoffSeconds": 15}}
+    spec = {
+        "checks": QUICK_CHECKS,
+        "nodeActions": TAINT_AND_CORDON,
+        "retry": {"attempts": 2, "backoffSeconds": 15},
+    }
     with operator():
         apply(cluster, fleet.validation(name, **spec))
         wait_for("the agent to start", partial(_agent_started, cluster, name, node), timeout=60)
@@ -304,20 +297,20 @@ def test_an_agent_killed_from_outside_without_findings_is_not_run_untouched_and_
             timeout=60,
         )
         [pod] = pods_of(cluster, name)
-        during = _node(cluster, node)
+        during = node_of(cluster, node)
         status = completed_run(cluster, name, timeout=120)
         report = by_node(reports_of(cluster, name, status["run"]["id"]))[node]
         pods = sorted(p["metadata"]["name"] for p in pods_of(cluster, name))
-        state = _node(cluster, node)
+        state = node_of(cluster, node)
         delete_validation(cluster, name)
     terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
     assert terminated["exitCode"] == 137, "as a kubelet reports a SIGKILL"
     assert (first["verdict"], first["reason"]) == ("NotRun", "AgentKilled"), first
     assert "killed from outside with exit code 137" in first["message"]
-    assert first["failures"] == [] and _untouched(during)
+    assert first["failures"] == [] and untouched(during)
     # Tried again: the second attempt passes, and nothing was ever done to the node.
     assert report["verdict"] == "Passed" and pods[-1].endswith("-a2"), pods
-    assert _untouched(state) and state["metadata"]["labels"]["gpuval.dev/verdict"] == "passed"
+    assert untouched(state) and state["metadata"]["labels"]["gpuval.dev/verdict"] == "passed"
 
 
 def test_an_agent_killed_after_its_checks_found_an_xid_fails_its_node_on_the_xid(
@@ -327,7 +320,7 @@ def test_an_agent_killed_after_its_checks_found_an_xid_fails_its_node_on_the_xid
     node = fleet.add(unique_name("xid"), [{"kind": "kernel-xid", "gpu": 2}, {"kind": "hang"}])
     name = unique_name("xid")
     with operator():
-        apply(cluster, fleet.validation(name, checks=QUICK, nodeActions=ACTIONS))
+        apply(cluster, fleet.validation(name, checks=QUICK_CHECKS, nodeActions=TAINT_AND_CORDON))
         found = wait_for(
             "the XID in the running report",
             lambda: (r := _report_of(cluster, name, node)).get("failures") and r,
@@ -336,7 +329,7 @@ def test_an_agent_killed_after_its_checks_found_an_xid_fails_its_node_on_the_xid
         _kill_agent(cluster, name, node)
         status = completed_run(cluster, name, timeout=120)
         report = by_node(reports_of(cluster, name, status["run"]["id"]))[node]
-        state = _node(cluster, node)
+        state = node_of(cluster, node)
         delete_validation(cluster, name)
     assert (found["phase"], found["reason"]) == ("Running", "KernelXidReboot")
     assert "still running" in found["message"]
@@ -345,7 +338,7 @@ def test_an_agent_killed_after_its_checks_found_an_xid_fails_its_node_on_the_xid
     said = report["message"]
     assert "was killed with exit code 137 after its checks found KernelXidReboot" in said
     assert [f["reason"] for f in report["failures"]] == ["KernelXidReboot"]
-    assert not _untouched(state), "a failure with evidence takes the actions asked for"
+    assert not untouched(state), "a failure with evidence takes the actions asked for"
 
 
 # -- what a new user saw (part 7) --
@@ -356,7 +349,7 @@ def test_a_gating_validation_with_no_node_yet_is_pending_waiting_for_nodes(
 ) -> None:
     name = unique_name("empty")
     with operator():
-        apply(cluster, fleet.validation(name, gating={"batchSeconds": 1}, checks=QUICK))
+        apply(cluster, fleet.validation(name, gating={"batchSeconds": 1}, checks=QUICK_CHECKS))
         status = completed_run(cluster, name, timeout=60)  # its run over no node is closed
         events = _events(cluster, name)
         delete_validation(cluster, name)
@@ -377,7 +370,7 @@ def test_joining_nodes_post_bounded_node_queued_events_and_each_end_of_the_run_i
     fleet.add(unique_name("first"))
     name = unique_name("joins")
     with operator():
-        apply(cluster, fleet.validation(name, gating={"batchSeconds": 3}, checks=QUICK))
+        apply(cluster, fleet.validation(name, gating={"batchSeconds": 3}, checks=QUICK_CHECKS))
         first = completed_run(cluster, name)
         # In one apply: one batch, so the run reopens once and ends twice.
         fleet.add_many({unique_name("joins"): [] for _ in range(5)})

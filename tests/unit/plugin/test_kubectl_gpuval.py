@@ -1,5 +1,6 @@
 """kubectl gpuval (the kubectl-gpuval package): its printing, its errors, what it refuses, what it
-installs, and its krew manifest (the API round trip: tests/integration/plugin/test_kubectl_plugin.py)."""
+installs, and its krew manifest (the API round trip:
+tests/integration/plugin/test_kubectl_plugin.py)."""
 
 from __future__ import annotations
 

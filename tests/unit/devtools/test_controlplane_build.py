@@ -105,6 +105,23 @@ def test_loopback_args_bind_every_component_to_loopback() -> None:
         assert "127.0.0.1" in value
 
 
+def test_loopback_args_name_every_port_so_control_planes_started_together_differ() -> None:
+    """kwokctl picks the API server's, the controller manager's and the scheduler's ports itself,
+    counting down from 32765: control planes started at the same moment (one per pytest-xdist
+    worker) took the same ones and all but one never came up. Each port is chosen here instead."""
+    args = kwoknodes.loopback_args()
+    flags = [
+        "--etcd-port",
+        "--controller-port",
+        "--kube-apiserver-port",
+        "--kube-controller-manager-port",
+        "--kube-scheduler-port",
+    ]
+    ports = [int(args[args.index(flag) + 1]) for flag in flags]
+    assert len(set(ports)) == len(flags), ports
+    assert not {32763, 32764, 32765} & set(ports), "kwokctl's own picks, shared by every cluster"
+
+
 def test_tree_digest_ignores_byte_compiled_caches_the_tests_write_into_sources(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

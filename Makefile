@@ -63,7 +63,7 @@ demo: setup controlplane ## The main job: local control plane + simulated GPU no
 
 .PHONY: chart-lint
 chart-lint: controlplane ## helm lint and render tests of the chart, then kubeconform, kube-score and checkov on it (findings left: charts/gpuval/lint-findings.yaml)
-	$(UV) run --frozen pytest -q tests/integration/test_chart_render.py tests/integration/test_chart_lint.py
+	$(UV) run --frozen pytest -q tests/integration/chart/test_chart_render.py tests/integration/chart/test_chart_lint.py
 
 .PHONY: chart-schemas
 chart-schemas: controlplane ## Vendor kubeconform's schemas (charts/schemas/kubeconform) from a local API server and the Prometheus Operator's CRDs
@@ -98,17 +98,18 @@ lint: setup ## ruff, mypy --strict, and the import contracts (the packages' wall
 	$(UV) run --frozen lint-imports --no-cache --no-logo
 
 .PHONY: test
-test: setup controlplane kueue browser ## The README's test command: lint, generated-file check, unit, browser and cluster tests (with a real node)
+TEST_WORKERS ?= 3
+test: setup controlplane kueue browser ## The README's test command: lint, generated-file check, unit, browser and cluster tests (with a real node), in TEST_WORKERS parallel workers (a control plane each)
 	$(MAKE) lint check-generated
-	$(UV) run --frozen pytest -m "not gpu" --real-node
+	$(UV) run --frozen pytest -m "not gpu" --real-node -n $(TEST_WORKERS) --dist loadgroup
 
 .PHONY: report-screenshot
 report-screenshot: setup browser ## Rerun the report's browser tests and keep their screenshots as docs/images/fleet-report.png, fleet-1000-report.png and fabric-report.png
 	GPUVAL_SCREENSHOT_DIR=docs/images $(UV) run --frozen pytest -q tests/browser
 
 .PHONY: test-unit
-test-unit: setup ## Unit tests only (no cluster, no GPU)
-	$(UV) run --frozen pytest tests/unit
+test-unit: setup ## Unit tests only (no cluster, no GPU), in TEST_WORKERS parallel workers
+	$(UV) run --frozen pytest tests/unit -n $(TEST_WORKERS)
 
 .PHONY: test-gpu
 test-gpu: ## GPU tests (on a machine with NVIDIA GPUs and torch)

@@ -1,10 +1,10 @@
 """Fixtures for the tests that run against the real local control plane (marker ``cluster``).
 
-The control plane is built from Go modules once and cached (gpuval_devtools.controlplane);
-starting it
-when the cache is warm takes seconds. One cluster serves the whole session; tests isolate
-themselves with
-unique names (the ``unique_name`` fixture) and their own namespaces or nodes.
+The control plane is built from Go modules once and cached (gpuval_devtools.controlplane); starting
+it when the cache is warm takes seconds. One cluster serves the whole session (under pytest-xdist,
+each worker's session: a control plane per worker, with its own name, directory and loopback
+ports); tests isolate themselves with unique names (the ``unique_name`` fixture) and their own
+namespaces or nodes.
 """
 
 from __future__ import annotations
@@ -35,11 +35,26 @@ CRD_DIR = REPO_ROOT / "crds"
 SESSION_NODES = 4
 
 
+# The fixtures of the one real node: it runs on the machine itself (gpuval_devtools.realnode), so
+# every test that takes it runs in one pytest-xdist worker, one after the other.
+REAL_NODE_FIXTURES = frozenset({"real_node", "real_node_cluster", "built_images"})
+REAL_NODE_GROUP = "real-node"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks every test here ``cluster`` and gives it its pytest-xdist group (``make test`` runs
+    ``--dist loadgroup``): a module's tests stay together on one worker, whose session starts its
+    own control plane (so module-scoped fixtures such as Kueue start once), and the tests of the
+    real node share the one worker that starts it."""
     here = Path(__file__).parent
     for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.cluster)
+        path = Path(str(item.fspath))
+        if here not in path.parents:
+            continue
+        item.add_marker(pytest.mark.cluster)
+        uses_real_node = not REAL_NODE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+        group = REAL_NODE_GROUP if uses_real_node else str(path.relative_to(here.parent))
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

@@ -83,7 +83,7 @@ PARTS: tuple[PartFigures, ...] = (
 )
 
 UNKNOWN = PartFigures(product="")
-# gpuval_api.parts.KNOWN_PRODUCTS names exactly these (tests/unit/test_api_baseline_files.py).
+# gpuval_api.parts.KNOWN_PRODUCTS names exactly these (tests/unit/api/test_api_baseline_files.py).
 
 
 def figures_for(product: str | None) -> PartFigures:

@@ -1,8 +1,8 @@
 """Kubernetes' own names that gpuval reads from pods and nodes, spelled once.
 
 They are Kubernetes' contract, not gpuval's, but keeping them here lets the contract check
-(tests/unit/test_api_contract.py) forbid bare literals such as "Failed", which would otherwise be
-ambiguous between a pod phase and a gpuval verdict.
+(tests/unit/api/test_api_contract.py) forbid bare literals such as "Failed", which would
+otherwise be ambiguous between a pod phase and a gpuval verdict.
 """
 
 from __future__ import annotations

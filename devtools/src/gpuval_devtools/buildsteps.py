@@ -7,6 +7,7 @@ Every step that fails raises :class:`BuildError` naming the step, the exit code 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -204,6 +205,17 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` free TCP ports on loopback, all different (held open together while chosen)."""
+    with contextlib.ExitStack() as stack:
+        ports: list[int] = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+        return ports
 
 
 def stop_process(proc: subprocess.Popen[bytes], grace: float = 15) -> None:

@@ -2,8 +2,8 @@
 names a section, the page has a heading with that anchor (GitHub's rule: lower case, punctuation
 dropped, spaces as hyphens, a repeated heading numbered -1, -2). Pages move and split (docs/ says
 how gpuval behaves, in pages; benchmarks/results/ how it was measured); a link to a section that
-moved fails `make check-generated` and tests/unit/test_docs_links.py, naming the page, the line and
-the target, instead of failing a reader on GitHub.
+moved fails `make check-generated` and tests/unit/project/test_docs_links.py, naming the page, the
+line and the target, instead of failing a reader on GitHub.
 
 The pages are every Markdown file git tracks (a checkout without git: every one under the root),
 less the changelog (its links are history: what was true when each entry was written) and

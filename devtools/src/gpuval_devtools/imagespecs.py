@@ -83,8 +83,8 @@ OPERATOR = ImageSpec(
     ),
     # The kubernetes package's asyncio client (68 MB byte-compiled, of the package's 126): the
     # operator loads its credentials with the package's synchronous loaders and talks through its
-    # own client (docs/operator/architecture.md, "Credentials"); tests/unit/test_chart_images.py
-    # checks that nothing the operator runs imports it.
+    # own client (docs/operator/architecture.md, "Credentials");
+    # tests/unit/chart/test_chart_images.py checks that nothing the operator runs imports it.
     unused=("kubernetes/aio",),
     user=f"{NON_ROOT}:{NON_ROOT}",
     cmd=("gpuval-operator",),

@@ -6,7 +6,8 @@ which installs the package once into a virtual environment of its own and runs i
 serves every platform the manifest lists (linux and darwin: the launcher is POSIX sh). The archive
 is built byte for byte the same every time (fixed times, owners and modes; gzip without a time
 stamp), so the sha256 in kubectl-gpuval/krew/gpuval.yaml names exactly what `make krew` builds,
-and `--check` (and tests/unit/test_kubectl_gpuval.py) fails when the launcher changed without it.
+and `--check` (and tests/unit/plugin/test_kubectl_gpuval.py) fails when the launcher changed
+without it.
 
     python -m gpuval_devtools.krew [--out out/krew] [--check]
 """

@@ -12,7 +12,7 @@ import yaml
 
 from gpuval_api.gfd import GPU_COUNT_LABEL, GPU_PRODUCT_LABEL, SharingStrategy, shared_labels
 from gpuval_devtools.binaries import KUBE_VERSION
-from gpuval_devtools.buildsteps import free_port
+from gpuval_devtools.buildsteps import free_ports
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # The `kubernetes` Service's address in kube-apiserver's default service range.
@@ -37,8 +37,11 @@ KWOK_DEFAULT_OPTIONS: Mapping[str, Any] = {
 
 
 def loopback_args() -> list[str]:
-    """kwokctl binds every component to 0.0.0.0; a test control plane belongs on loopback."""
-    etcd, peer, kwok = free_port(), free_port(), free_port()
+    """kwokctl binds every component to 0.0.0.0; a test control plane belongs on loopback. Every
+    port is chosen here: kwokctl picks the API server's, the controller manager's and the
+    scheduler's itself, counting down from 32765, so control planes started at the same moment
+    (one per pytest-xdist worker) took the same ones and all but one never came up."""
+    etcd, peer, kwok, apiserver, manager, scheduler = free_ports(6)
     overrides = {
         "etcd": {
             "listen-client-urls": f"http://127.0.0.1:{etcd}",
@@ -52,7 +55,11 @@ def loopback_args() -> list[str]:
         "kube-scheduler": {"bind-address": "127.0.0.1"},
         "kwok-controller": {"server-address": f"127.0.0.1:{kwok}"},
     }
-    args = ["--etcd-port", str(etcd), "--controller-port", str(kwok)]
+    args = [
+        *("--etcd-port", str(etcd), "--controller-port", str(kwok)),
+        *("--kube-apiserver-port", str(apiserver)),
+        *("--kube-controller-manager-port", str(manager), "--kube-scheduler-port", str(scheduler)),
+    ]
     for component, flags in overrides.items():
         for key, value in flags.items():
             args += ["--extra-args", f"{component}={key}={value}"]

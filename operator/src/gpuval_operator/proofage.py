@@ -7,7 +7,7 @@ A node's proof is its gpuval.dev/proven-at annotation: the last pass of any vali
 age; a node this validation failed or could not test (NotRun: GPUs busy) since is due `max_age`
 after that test, so it is tried again once per age, never in a loop; a node with neither is due
 at once. Nothing here reads a clock or calls the API: the controller passes
-the time and the node watch's facts in (tests/unit/test_operator_proofage.py).
+the time and the node watch's facts in (tests/unit/operator/test_operator_proofage.py).
 """
 
 from __future__ import annotations

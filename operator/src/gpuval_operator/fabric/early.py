@@ -23,7 +23,7 @@ Not early (they wait for the comparison):
 - with spec.fabric.train, a group whose training pairs are not all at or above the training
   floor's ceiling (the same bound over the training pairs), or that has no training result.
 
-Nothing here calls the API (tests/unit/test_operator_fabric_early.py).
+Nothing here calls the API (tests/unit/operator/test_operator_fabric_early.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ unmade, and which members ended without a result and what each gets: the group d
 time (FabricGangNotFormed), the pod was deleted, it ended without writing, or it ran past its
 deadline (NcclTimeout: it had started).
 
-Nothing here calls the API or reads a clock (tests/unit/test_operator_fabric_life.py).
+Nothing here calls the API or reads a clock (tests/unit/operator/test_operator_fabric_life.py).
 """
 
 from __future__ import annotations

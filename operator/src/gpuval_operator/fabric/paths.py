@@ -8,7 +8,8 @@ is blamed; each finding is listed in the validation's status.fabric.slowPaths. A
 alone in its domain was never tested inside it: slow with every partner, it is the node that is
 named (FabricSlowNode), as in any group, and a slow pair with it stays a slow pair.
 
-Nothing here calls the API (tests/unit/test_operator_fabric_verdicts.py, the cross-domain cases).
+Nothing here calls the API (tests/unit/operator/test_operator_fabric_verdicts.py, the cross-domain
+cases).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ all-reduce's (fabric.verdicts calls it and settles each node).
   that differs; no node is blamed for it (a group cannot tell which of its nodes computes
   differently; each node's own `train` check fingerprint can).
 
-Nothing here calls the API (tests/unit/test_operator_fabric_train.py).
+Nothing here calls the API (tests/unit/operator/test_operator_fabric_train.py).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ may be slower than one inside a rack by design). It settles each node's fabric v
   what its pairs name against the run's training floor fails a node the all-reduce did not
   name; slow training groups and groups whose losses differ are listed, no node blamed.
 
-Nothing here calls the API (tests/unit/test_operator_fabric_verdicts.py).
+Nothing here calls the API (tests/unit/operator/test_operator_fabric_verdicts.py).
 """
 
 from __future__ import annotations

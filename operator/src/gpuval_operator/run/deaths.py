@@ -19,7 +19,7 @@ A pod that ends without a report is judged on what is known of its end, in this 
    again, and that attempt's state check reads the kernel log since boot;
 8. anything else (the agent exited by itself, 1 or 2, without a verdict): Failed (PodFailed).
 
-Nothing here calls the API or reads a clock (tests/unit/test_operator_deaths.py).
+Nothing here calls the API or reads a clock (tests/unit/operator/test_operator_deaths.py).
 """
 
 from __future__ import annotations

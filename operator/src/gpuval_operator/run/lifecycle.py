@@ -3,7 +3,7 @@ ended without their agent's verdict, and which pending nodes start now.
 
 Nothing here calls the API or reads a clock: the controller passes the time in and carries out
 what comes back, so every transition is unit-tested without a cluster (tests/unit/
-test_operator_lifecycle.py).
+operator/test_operator_lifecycle.py).
 """
 
 from __future__ import annotations

@@ -227,6 +227,7 @@ OPERATOR_PAGES = (
         "verdicts-and-actions.md",
         "Passed, Failed, NotRun; node actions, the circuit breaker, systemic failures",
     ),
+    ("capacity.md", "healthy capacity: the selected GPUs and nodes by state, the figure first"),
     ("devices.md", "shared GPUs; how an agent pod gets its GPUs: device plugin, DRA, MIG"),
     ("fabric.md", "spec.fabric: NCCL and training across nodes, how it scales; Kueue"),
     ("baselines.md", "spec.baseline: GpuBaselines learned and judged against, each node's history"),

@@ -380,6 +380,37 @@ def proof_panels() -> list[Builder[models.Panel]]:
     return [within, oldest]
 
 
+def capacity_panels() -> list[Builder[models.Panel]]:
+    """Healthy capacity (docs/operator/capacity.md), the figure gpuval exists to raise: the
+    selected GPUs proven healthy, the healthy GPUs out of service with their failed node, those
+    needing a person, and the GPUs and nodes by state over time."""
+    gpus = f"gpuval_validation_gpus{{{VALIDATION}}}"
+
+    def of_state(state: str) -> str:
+        return f'sum(gpuval_validation_gpus{{{VALIDATION}, state="{state}"}}) or vector(0)'
+
+    healthy = stat_panel(
+        131,
+        "GPUs proven healthy",
+        f'sum(gpuval_validation_gpus{{{VALIDATION}, state="healthy"}}) / sum({gpus})',
+        unit="percentunit",
+    ).thresholds(_thresholds((None, "red"), (0.9, "orange"), (0.98, "green")))
+    withheld = stat_panel(
+        132, "Healthy GPUs withheld with their failed node", of_state("withheld")
+    ).thresholds(_thresholds((None, "green"), (1, "orange")))
+    person = stat_panel(133, "GPUs needing a person", of_state("needsPerson")).thresholds(
+        _thresholds((None, "green"), (1, "red"))
+    )
+    by_state = count_panel(134, "GPUs by state", f"sum by (state) ({gpus})", "{{state}}")
+    nodes = count_panel(
+        135,
+        "Nodes by state",
+        f"sum by (state) (gpuval_validation_capacity_nodes{{{VALIDATION}}})",
+        "{{state}}",
+    )
+    return [healthy, withheld, person, by_state, nodes]
+
+
 def _ratio_to_median(metric: str) -> str:
     series = f"{metric}{{{SELECT}}}"
     return (
@@ -544,6 +575,7 @@ def build() -> dashboard.Dashboard:
         .with_variable(_variable("validation", "GpuValidation", "gpuval_validation_nodes"))
         .with_variable(_variable("node", "Node", f"gpuval_node_passed{{{VALIDATION}}}"))
     )
+    _add(board, "Healthy capacity (GPUs and nodes by state)", capacity_panels(), 130)
     _add(board, "Verdicts", verdict_panels(), 1)
     _add(board, "Untested nodes (NotRun: no action taken, never a failure)", untested_panels(), 50)
     _add(board, "Hardware state (the state check, before and after the load)", state_panels(), 70)

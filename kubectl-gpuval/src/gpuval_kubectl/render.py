@@ -1,7 +1,8 @@
-"""What `kubectl gpuval status` prints: every GpuValidation one line each, or one in detail (its
-run, a systemic failure and held node actions, failing nodes with reason and hint, the rest of their
-hardware state (warnings), the fabric's findings, the run against its baselines, outliers), kubectl
-style; and what `kubectl gpuval release` says. Pure."""
+"""What `kubectl gpuval status` prints: every GpuValidation one line each, or one in detail, both
+opened by the healthy capacity line (its GPUs proven healthy of those selected); the detail then
+says its run, a systemic failure and held node actions, failing nodes with reason and hint, the
+rest of their hardware state (warnings), the fabric's findings, the run against its baselines,
+outliers, kubectl style; and what `kubectl gpuval release` says. Pure."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ from datetime import datetime
 
 from gpuval_api import ConditionType, ValidationPhase
 from gpuval_api.baselinemodel import BaselineRunStatus
+from gpuval_api.capacity import NODE_STATES, STATE_WORDS, CapacityState
 from gpuval_api.checks import CheckName
 from gpuval_api.crd import (
+    CapacityCounts,
+    CapacityStatus,
     ConditionStatus,
     GpuValidation,
     ProofStatus,
@@ -61,10 +65,40 @@ def columns(rows: Sequence[Sequence[str]], indent: str = "") -> str:
 
 
 def render_list(validations: Sequence[GpuValidation]) -> str:
+    """One line per validation, opened by each one's healthy capacity (the figure first)."""
     if not validations:
         return "No GpuValidations found."
     header = ["NAME", "PHASE", "NODES", "PASSED", "FAILED", "UNIFORM", "RUN STARTED"]
-    return columns([header, *(_summary_line(v) for v in validations)])
+    opening = [
+        f"{v.metadata.name}: {capacity_line(v.status.capacity)}"
+        for v in validations
+        if v.status is not None and v.status.capacity is not None
+    ]
+    return "\n".join([*opening, columns([header, *(_summary_line(v) for v in validations)])])
+
+
+def _count(counts: CapacityCounts, state: CapacityState) -> int:
+    return int(getattr(counts, state.name.lower()))
+
+
+def capacity_line(capacity: CapacityStatus) -> str:
+    """Healthy capacity in one line: the proven-healthy GPUs of the selected ones, the others by
+    state, and the nodes (docs/operator/capacity.md)."""
+    gpus, nodes = capacity.gpus, capacity.nodes
+    total = sum(_count(gpus, s) for s in CapacityState)
+    healthy = _count(gpus, CapacityState.HEALTHY)
+    share = f" ({100.0 * healthy / total:.1f} %)" if total else ""
+    line = f"Healthy capacity: {healthy} of {total} GPUs{share} proven healthy"
+    others = [
+        f"{_count(gpus, s)} {STATE_WORDS[s]}"
+        for s in CapacityState
+        if s is not CapacityState.HEALTHY and _count(gpus, s)
+    ]
+    if others:
+        line += "; " + ", ".join(others)
+    node_total = sum(_count(nodes, s) for s in NODE_STATES)
+    line += f"; nodes: {_count(nodes, CapacityState.HEALTHY)} of {node_total} healthy"
+    return line
 
 
 def _more(total: int) -> list[str]:
@@ -80,9 +114,11 @@ def render_status(view: FleetView, validation: GpuValidation, now: float | None 
     findings and the groups it waits for (time left counted from `now`, epoch seconds), outliers.
     """
     counts = ", ".join(f"{verdict} {n}" for verdict, n in view.counts.items()) or "no reports yet"
-    lines = [
+    capacity = validation.status.capacity if validation.status else None
+    lines = [capacity_line(capacity)] if capacity is not None else []
+    lines.append(
         f"{view.title}: {view.phase}, run {view.run or '-'}, {len(view.units)} nodes ({counts})"
-    ]
+    )
     lines += _hold_lines(view)
     if view.conditions:
         lines.append("Conditions:")

@@ -14,7 +14,8 @@ drives its run and the run's phases (its fabric and baseline drivers live in it)
    facts of its reports, its pure decisions and its API calls (`Effects`);
 7. `fabric` and `baseline`, which import nothing of each other: each phase's state, facts and
    pure decisions;
-8. `planning`, `kube`, `spec`, `podfacts` (an agent pod's facts, read by the run and the fabric);
+8. `planning`, `kube`, `spec`, `podfacts` (an agent pod's facts, read by the run and the fabric),
+   `capacity` (healthy capacity: each selected node's and GPU's state, pure);
 9. the ground: `config`, `names`, `timestamps`, `cron`, `rbac`, the one source of the rights
    the code needs, `devices`, a node's GPUs and how a pod asks for them, and `proofage`, which
    nodes spec.maxProofAgeSeconds re-validates.

@@ -59,7 +59,26 @@ def test_a_run_validates_every_selected_node_and_names_the_faulty_one(
     with operator() as port:
         apply(cluster, fleet.validation(name, maxConcurrent=3))
         status = completed_run(cluster, name)
-        metrics = scrape(port)
+        # Healthy capacity: counted from the nodes' entries once the watch sees them.
+        capacity = wait_for(
+            "status.capacity to count the failed node",
+            lambda: (
+                (status_of(cluster, name).get("capacity") or {}).get("nodes", {}).get("failed")
+                and status_of(cluster, name)["capacity"]
+            ),
+            timeout=60,
+        )
+        metrics = wait_for(
+            "the capacity metrics to count the failed node",
+            lambda: (
+                (
+                    text := scrape(port),
+                    f'gpuval_validation_gpus{{state="failed",validation="{name}"}} 1.0' in text,
+                )[1]
+                and text
+            ),
+            timeout=30,
+        )
         reports = by_node(reports_of(cluster, name, status["run"]["id"]))
         labels = {n: get_json(cluster, "node", n)["metadata"]["labels"] for n in fleet.nodes}
         delete_validation(cluster, name)
@@ -109,6 +128,33 @@ def test_a_run_validates_every_selected_node_and_names_the_faulty_one(
         f'gpuval_node_failure_info{{node="{bad}",reason="BurnMismatch",validation="{name}"}} 1.0'
         in metrics
     )
+
+    # The failing GPU (3) counts failed, the bad node's seven others withheld with it.
+    assert capacity == {
+        "gpus": {
+            "healthy": 16,
+            "stale": 0,
+            "untested": 0,
+            "failed": 1,
+            "withheld": 7,
+            "repair": 0,
+            "needsPerson": 0,
+        },
+        "nodes": {
+            "healthy": 2,
+            "stale": 0,
+            "untested": 0,
+            "failed": 1,
+            "withheld": 0,
+            "repair": 0,
+            "needsPerson": 0,
+        },
+        "healthyRatio": "0.6667",
+    }
+    for state, count in (("healthy", 16), ("withheld", 7), ("needsPerson", 0)):
+        assert f'gpuval_validation_gpus{{state="{state}",validation="{name}"}} {count}.0' in metrics
+    assert f'gpuval_validation_capacity_nodes{{state="failed",validation="{name}"}} 1.0' in metrics
+    assert f'gpuval_validation_healthy_capacity_ratio{{validation="{name}"}} 0.666' in metrics
 
     events = get_json(
         cluster, "events", "-n", "default", "--field-selector", f"involvedObject.name={bad}"

@@ -94,6 +94,8 @@ from gpuval_api.crd.validation import (
     TaintEffect,
 )
 from gpuval_api.crd.validationstatus import (
+    CapacityCounts,
+    CapacityStatus,
     Condition,
     ConditionStatus,
     DryRunAction,
@@ -139,6 +141,8 @@ __all__ = [
     "VERSION",
     "VERSION_LENGTH",
     "AgentSettings",
+    "CapacityCounts",
+    "CapacityStatus",
     "Condition",
     "ConditionStatus",
     "DeviceHealth",

@@ -170,6 +170,34 @@ class ProofStatus(CrdModel):
     )
 
 
+class CapacityCounts(CrdModel):
+    """Counts by healthy-capacity state (gpuval_api.capacity.CapacityState)."""
+
+    healthy: int = Field(default=0, description="Passed, and proven within the age when set.")
+    stale: int = Field(
+        default=0, description="Passed, but the proof is older than spec.maxProofAgeSeconds."
+    )
+    untested: int = Field(default=0, description="No tested verdict yet (never tested, NotRun).")
+    failed: int = Field(default=0, description="Failed (GPUs: those the report names).")
+    withheld: int = Field(
+        default=0,
+        description="GPUs only: a failed node's other GPUs, out of service with their node.",
+    )
+    repair: int = Field(default=0, description="Repair asked or being proven again.")
+    needs_person: int = Field(default=0, description="NeedsRepair: a person takes over.")
+
+
+class CapacityStatus(CrdModel):
+    """Healthy capacity: the selected GPUs and nodes by state, each in one
+    (docs/operator/capacity.md)."""
+
+    gpus: CapacityCounts = Field(description="The selected nodes' GPUs by state.")
+    nodes: CapacityCounts = Field(description="The selected nodes by state (withheld: 0).")
+    healthy_ratio: str = Field(
+        description="Healthy GPUs over the selected GPUs, as a decimal string (1 when none)."
+    )
+
+
 class GpuValidationStatus(CrdModel):
     """The bounded summary of the current run; per-node detail lives in the GpuNodeReports."""
 
@@ -258,6 +286,10 @@ class GpuValidationStatus(CrdModel):
     proof: ProofStatus | None = Field(
         default=None,
         description="spec.maxProofAgeSeconds: the nodes proven within the age, the oldest.",
+    )
+    capacity: CapacityStatus | None = Field(
+        default=None,
+        description="Healthy capacity: the selected GPUs and nodes by state.",
     )
     conditions: list[Condition] = Field(
         default_factory=list,

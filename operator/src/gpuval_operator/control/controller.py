@@ -30,7 +30,7 @@ from typing import Any
 from gpuval_api import EventReason
 from gpuval_api.crd import DeviceSource, GpuValidationSpec, RunTrigger
 from gpuval_api.labels import children_selector
-from gpuval_operator import cron, planning, proofage
+from gpuval_operator import capacity, cron, planning, proofage
 from gpuval_operator.config import OperatorConfig
 from gpuval_operator.control.baseline.driver import BaselineDriver
 from gpuval_operator.control.driver import RunDriver
@@ -304,6 +304,22 @@ class ValidationController:
             return None
         return max(summary.next_due, self._proof_quiet_until)
 
+    def _count_capacity(self, spec: GpuValidationSpec) -> bool:
+        """Healthy capacity from the node watch's facts, kept for the status and the metrics;
+        True when status.capacity changed (a finished run's status is written again)."""
+        nodes = self.node_watch.capacities(self.state.failed_gpus())
+        if nodes is None:
+            return False
+        summary = capacity.summarize(nodes, spec.max_proof_age_seconds, time.time())
+        self.state.capacity = summary
+        body = rollup.capacity_status(summary)
+        run = self.state.run
+        moved = body != self.status.capacity and run is not None
+        if moved and run is not None:
+            run.dirty = True
+        self.status.capacity = body
+        return moved
+
     def _stale_first(self, spec: GpuValidationSpec, candidates: list[Candidate]) -> list[Candidate]:
         """A proof-expired run's nodes: the candidates that are due, stalest first."""
         nodes, age = self._proofs(spec), spec.max_proof_age_seconds
@@ -320,6 +336,8 @@ class ValidationController:
             self.node_watch.look_for_arrivals(run, spec.gating, time.time())
             due = self.node_watch.next_batch_at(spec.gating)
             arrivals = due is not None and due <= time.time()
+        if spec is not None:
+            self._count_capacity(spec)
         return lifecycle.decide(
             valid=spec is not None,
             generation=self.generation(),
@@ -416,6 +434,7 @@ class ValidationController:
                         or self.repairs.due(spec)
                         or (until is not None and time.time() >= until)
                         or proof_sooner()
+                        or self._count_capacity(spec)
                     )
                 )
 

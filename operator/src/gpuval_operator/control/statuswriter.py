@@ -25,6 +25,8 @@ class StatusWriter:
         self.last_write = 0.0
         # status.proof (spec.maxProofAgeSeconds), kept current by the controller; None: off.
         self.proof: dict[str, Any] | None = None
+        # status.capacity (healthy capacity), kept current by the controller; None: not counted.
+        self.capacity: dict[str, Any] | None = None
 
     async def run(self, run: RunState, *, force: bool = False) -> bool:
         """Write the run's status if forced, or if it is behind and the interval has passed; True
@@ -34,6 +36,8 @@ class StatusWriter:
             return False
         status = rollup.build_run_status(run, previous_conditions=self.conditions, now=time.time())
         status["proof"] = self.proof
+        if self.capacity is not None:
+            status["capacity"] = self.capacity
         # Cleared before the write: a change that arrives while it is under way is written next.
         run.dirty = False
         try:

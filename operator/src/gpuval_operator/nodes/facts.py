@@ -15,6 +15,7 @@ from typing import Any
 from gpuval_api import Verdict, gfd, keys
 from gpuval_api.gfd import GpuSharing, sharing_of
 from gpuval_api.kubernetes import READY
+from gpuval_operator.capacity import NodeCapacity
 from gpuval_operator.nodes.entries import NodeEntry, entry_key
 from gpuval_operator.planning import (
     cordoned_by_us,
@@ -124,6 +125,21 @@ class NodeFacts:
         since = entry.at if entry is not None and entry.verdict != Verdict.PASSED else None
         last = max((t for t in (since, tested_at) if t is not None), default=None)
         return NodeProof(self.name, self.gpus, self.proven_at, last)
+
+    def capacity(self, gpus: int, failed_gpus: int = 0) -> NodeCapacity:
+        """What healthy capacity counts of it (`gpus`: its GPUs as the caller counts them, the
+        DRA driver's devices or the device plugin's; `failed_gpus`: those its latest failed
+        report names)."""
+        entry = self.entry
+        return NodeCapacity(
+            name=self.name,
+            gpus=gpus,
+            tested=entry.tested if entry is not None else None,
+            repair=entry.repair.state if entry is not None and entry.repair is not None else None,
+            needs_repair_label=self.needs_repair_label,
+            proven_at=self.proven_at,
+            failed_gpus=failed_gpus,
+        )
 
     @property
     def available(self) -> bool:

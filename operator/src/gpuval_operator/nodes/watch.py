@@ -13,10 +13,11 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gpuval_api.crd import Gating, NodeTrigger
+from gpuval_operator.capacity import NodeCapacity
 from gpuval_operator.kube.client import KubeClient
 from gpuval_operator.kube.follower import Follower
 from gpuval_operator.nodes.facts import NodeFacts
@@ -129,6 +130,20 @@ class NodeWatch:
 
         chosen = (v for v in self.nodes.values() if (v.available if self.dra else v.selectable))
         return [v.proof(unseen(v)) for v in chosen]
+
+    def capacities(self, failed_gpus: Mapping[str, int]) -> list[NodeCapacity] | None:
+        """Healthy capacity: every node the selector matches that has GPUs (the DRA driver's
+        devices with DRA), whether or not it takes work now (a node gpuval took out of service,
+        or one rebooting for its repair, still counts); None before the first list.
+        `failed_gpus`: node -> GPUs its latest failed report names."""
+        if not self.synced.is_set():
+            return None
+        found = []
+        for v in self.nodes.values():
+            gpus = self.slices.devices(v.name).count if self.dra else v.gpus
+            if gpus > 0:
+                found.append(v.capacity(gpus, failed_gpus.get(v.name, 0)))
+        return found
 
     def without_devices(self) -> tuple[str, ...] | None:
         """With DRA, the selected nodes (Ready, schedulable) for which the driver publishes no

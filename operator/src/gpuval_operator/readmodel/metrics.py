@@ -7,7 +7,8 @@ gpuval). Per node: the verdict and worst-GPU figures of its latest completed rep
 check's findings, links down and counters grown, its latest settled fabric verdict, its worst ratio
 to its baseline and to its own history (spec.baseline: one series each, labelled with the figure).
 The repair loop's (spec.remediation): gpuval_operator.readmodel.repairmetrics; the proofs'
-(spec.maxProofAgeSeconds): gpuval_operator.readmodel.proofmetrics.
+(spec.maxProofAgeSeconds): gpuval_operator.readmodel.proofmetrics; healthy capacity's:
+gpuval_operator.readmodel.capacitymetrics.
 Per GPU only with GPUVAL_METRICS_PER_GPU, because 80,000 series cost the scrape most of a second of
 GIL; per-GPU detail always lives in the reports and the agent's live exporter. Names follow
 Prometheus' conventions: base units in the name, one unit per metric.
@@ -28,6 +29,7 @@ from prometheus_client.registry import Collector
 from gpuval_api import Reason, Verdict, label_value
 from gpuval_operator.kube.client import KubeClient
 from gpuval_operator.nodes.breaker.operatorwide import OutOfServiceCounts
+from gpuval_operator.readmodel.capacitymetrics import CapacityFamilies
 from gpuval_operator.readmodel.proofmetrics import ProofFamilies
 from gpuval_operator.readmodel.registry import Registry
 from gpuval_operator.readmodel.repairmetrics import RepairFamilies
@@ -106,6 +108,7 @@ class _Families:
         self._hold_families(v)
         self.repairs = RepairFamilies()
         self.proof = ProofFamilies()
+        self.capacity = CapacityFamilies()
 
     def _hold_families(self, v: str) -> None:
         self.held = _gauge(
@@ -349,6 +352,7 @@ class _Families:
         self.add_fabric(name, state)
         self.repairs.add(name, state.repairs)
         self.proof.add(name, state.proof, time.time())
+        self.capacity.add(name, state.capacity)
 
     def add_node(self, name: str, node: str, result: NodeResult) -> None:
         self.passed.add_metric([name, node], 1.0 if result.passed else 0.0)
@@ -395,6 +399,7 @@ class _Families:
         yield from (self.held, self.out_of_service, self.actions_limit, self.systemic)
         yield from self.repairs.all()
         yield from self.proof.all()
+        yield from self.capacity.all()
 
 
 def _operator_out_of_service(figures: OutOfServiceCounts) -> Iterator[Metric]:

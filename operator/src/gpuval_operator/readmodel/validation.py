@@ -15,6 +15,7 @@ from typing import Any
 from gpuval_api import ConditionType, Reason, Verdict
 from gpuval_api.training import NodeLosses
 from gpuval_operator.baseline.facts import Comparison, History
+from gpuval_operator.capacity import CapacitySummary
 from gpuval_operator.fabric.facts import FabricFacts
 from gpuval_operator.names import run_number
 from gpuval_operator.proofage import ProofSummary
@@ -37,6 +38,7 @@ class NodeResult:
     environment: dict[str, str]
     gpu_figures: tuple[tuple[int, str, float], ...]
     failed_checks: tuple[tuple[str, str], ...] = ()
+    failed_gpus: int = 0
     fingerprints: tuple[Fingerprint, ...] = ()
     training: NodeLosses | None = None
     state: StateFacts | None = None
@@ -57,6 +59,7 @@ class NodeResult:
             environment=report.environment,
             gpu_figures=report.gpu_figures,
             failed_checks=report.failed_checks,
+            failed_gpus=report.failed_gpus,
             fingerprints=report.fingerprints,
             training=report.training,
             state=report.state,
@@ -113,6 +116,12 @@ class ValidationState:
     repairs: RepairFigures = field(default_factory=RepairFigures)
     # spec.maxProofAgeSeconds: the selected nodes against the age, as the controller last saw.
     proof: ProofSummary | None = None
+    # Healthy capacity: the selected GPUs and nodes by state, as the controller last saw.
+    capacity: CapacitySummary | None = None
+
+    def failed_gpus(self) -> dict[str, int]:
+        """Node -> GPUs its latest failed report names (healthy capacity's failed GPUs)."""
+        return {n: r.failed_gpus for n, r in list(self.latest.items()) if not r.passed}
 
     def begin(self, run: RunState) -> None:
         """A run starts: the one place where what belongs to a run is reset. The run brings its

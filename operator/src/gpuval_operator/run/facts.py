@@ -121,6 +121,14 @@ def failed_checks(failures: Any) -> tuple[tuple[str, str], ...]:
     return tuple(seen)
 
 
+def failed_gpus(failures: Any) -> int:
+    """How many distinct GPUs (by index) a report's failures name (0: none named)."""
+    if not isinstance(failures, list):
+        return 0
+    found = {e.get(FailureKey.GPU) for e in failures if isinstance(e, Mapping)}
+    return sum(1 for g in found if isinstance(g, int) and not isinstance(g, bool))
+
+
 def gpu_figures(result: Mapping[str, Any] | None) -> tuple[tuple[int, str, float], ...]:
     """(gpu index, metric suffix, value in base units) for each per-GPU figure of a result
     document.
@@ -192,6 +200,8 @@ class ReportFacts:
     environment: dict[str, str]
     gpu_figures: tuple[tuple[int, str, float], ...]
     failed_checks: tuple[tuple[str, str], ...] = ()
+    # GPUs its failures name (0: none named): healthy capacity's failed and withheld GPUs.
+    failed_gpus: int = 0
     fingerprints: tuple[Fingerprint, ...] = ()
     training: NodeLosses | None = None
     fabric: FabricFacts | None = None
@@ -272,6 +282,7 @@ class ReportFacts:
             environment=environment_fingerprint(result),
             gpu_figures=gpu_figures(result) if per_gpu else (),
             failed_checks=failed_checks(status.get(StatusKey.FAILURES)),
+            failed_gpus=failed_gpus(status.get(StatusKey.FAILURES)),
             fingerprints=burn_fingerprints(result),
             training=training_losses(result),
             fabric=FabricFacts.parse(fabric) if isinstance(fabric, Mapping) else None,

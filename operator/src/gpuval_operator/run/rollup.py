@@ -14,9 +14,17 @@ from typing import Any
 
 from gpuval_api import ConditionReason as R
 from gpuval_api import ConditionType, ValidationPhase
+from gpuval_api.capacity import CapacityState
 from gpuval_api.checks import PROFILE_RUNS
-from gpuval_api.crd import DEVICE_HEALTHY, ProofStatus, RunTrigger
+from gpuval_api.crd import (
+    DEVICE_HEALTHY,
+    CapacityCounts,
+    CapacityStatus,
+    ProofStatus,
+    RunTrigger,
+)
 from gpuval_api.report import StatusKey
+from gpuval_operator.capacity import CapacitySummary
 from gpuval_operator.fabric.rollup import build_fabric_run_status
 from gpuval_operator.names import run_number
 from gpuval_operator.proofage import ProofSummary
@@ -389,6 +397,20 @@ def proof_status(summary: ProofSummary) -> dict[str, Any]:
         stale=summary.stale,
         oldest=None if summary.oldest is None else rfc3339(summary.oldest),
         next_expiry_at=rfc3339(summary.next_due) if summary.next_due else None,
+    )
+    return body.model_dump(mode="json", by_alias=True)
+
+
+def capacity_status(summary: CapacitySummary) -> dict[str, Any]:
+    """status.capacity: the selected GPUs and nodes by healthy-capacity state."""
+
+    def counts(by_state: Mapping[CapacityState, int]) -> CapacityCounts:
+        return CapacityCounts.model_validate({str(s): n for s, n in by_state.items()})
+
+    body = CapacityStatus(
+        gpus=counts(summary.gpus),
+        nodes=counts(summary.nodes),
+        healthy_ratio=f"{summary.healthy_ratio:.4f}",
     )
     return body.model_dump(mode="json", by_alias=True)
 

@@ -9,9 +9,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from gpuval_api import Verdict
 from gpuval_api.capacity import NODE_STATES, CapacityState
 from gpuval_api.remediation import ACTIVE_STATES, RepairState
-from gpuval_api.verdicts import Verdict
 from gpuval_operator.proofage import NodeProof, within
 
 

@@ -26,7 +26,7 @@ from gpuval_api import figures
 from gpuval_api.checks import camel
 from gpuval_api.figures import Unit
 from gpuval_api.figures.model import with_figures
-from gpuval_api.training import MAX_LOSS_BASELINES, LossBaseline
+from gpuval_api.training.record import MAX_LOSS_BASELINES, LossBaseline
 
 # Bounds: a baseline holds every figure once (5 burn precisions, 3 copies, peer, NCCL sizes from
 # 1 MiB to 64 GiB, the fabric pair): 27 at most today, 48 leaves room.

@@ -25,7 +25,7 @@ from gpuval_api.figures import TRAIN_MFU, TRAIN_TOKENS
 from gpuval_api.jsonschema import ExplicitDefaults
 from gpuval_api.lenient import read_model
 from gpuval_api.reasons import Reason, Severity
-from gpuval_api.training import TrainingRecord
+from gpuval_api.training.record import TrainingRecord
 from gpuval_api.verdicts import Verdict
 
 __all__ = ["AgentResult", "CheckResult", "Verdict"]  # Verdict: results and nodes share it

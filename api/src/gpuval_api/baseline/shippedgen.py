@@ -39,7 +39,8 @@ from gpuval_api.checks import CheckName, ChecksConfig
 from gpuval_api.crd import GpuBaseline, ObjectMeta
 from gpuval_api.lenient import read_model
 from gpuval_api.result import AgentResult
-from gpuval_api.training import LossBaseline, NodeLosses, learn_losses
+from gpuval_api.training.baselines import learn_losses
+from gpuval_api.training.record import LossBaseline, NodeLosses
 
 RESULTS = Path(__file__).resolve().parents[4] / "benchmarks" / "results"
 SHIPPED = Path(__file__).resolve().parent / "shipped"

@@ -13,7 +13,7 @@ from gpuval_api.crd.common import OUTLIER_VALUE_LENGTH, CrdModel
 from gpuval_api.crd.remediation import RemediationStatus
 from gpuval_api.fabric.summary import FabricRunStatus
 from gpuval_api.reasons import Reason
-from gpuval_api.training import TrainingRunStatus
+from gpuval_api.training.runstatus import TrainingRunStatus
 
 
 class ConditionStatus(StrEnum):

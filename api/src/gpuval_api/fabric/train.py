@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuval_api.checks import TrainAttention, TrainCheck, TrainModel, camel
-from gpuval_api.training import TrainingRecord
+from gpuval_api.training.record import TrainingRecord
 
 
 class _Model(BaseModel):

@@ -4,11 +4,12 @@ kopf starts one `ValidationController.run` per GpuValidation (a daemon). It foll
 validation's reports and pods with one list+watch each (`kube.follower.Follower` into
 `control.ingest.ChildIngest`) and its nodes with a third (`nodes.watch.NodeWatch`), keeps the run's
 state in one `RunState`, and loops about once a second (or at once when something changes):
-`control.driver.RunDriver.tick` drives an active run, and the status is written at most once a
-second and at once when the run completes (with spec.baseline, once more after the run learned its
-baselines: `control.baseline.driver`). What to do is decided by the pure functions of
-`run.lifecycle` (and `baseline.judge`); every API call is in `run.effects`, `nodes.actor` and
-`control.baseline.driver`.
+`control.runstart.RunStarter` starts a run, `control.driver.RunDriver.tick` drives an active
+one, `control.fleetstatus.FleetStatus` keeps the proofs' age and the capacity, and the status is
+written at most once a second and at once when the run completes (with spec.baseline, once more
+after the run learned its baselines: `control.baseline.driver`). What to do is decided by the
+pure functions of `run.lifecycle` (and `baseline.judge`); every API call is in `run.effects`,
+`nodes.actor` and `control.baseline.driver`.
 
 Restart safety: the run id is written to the status before any child is created, children have
 deterministic names (a repeated create gets 409), the annotation gpuval.dev/planned-run records that
@@ -21,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,21 +30,21 @@ from typing import Any
 from gpuval_api import EventReason
 from gpuval_api.crd import DeviceSource, GpuValidationSpec, RunTrigger
 from gpuval_api.labels import children_selector
-from gpuval_operator import capacity, cron, planning, proofage
+from gpuval_operator import cron
 from gpuval_operator.config import OperatorConfig
 from gpuval_operator.control.baseline.driver import BaselineDriver
 from gpuval_operator.control.driver import RunDriver
+from gpuval_operator.control.fleetstatus import FleetStatus
 from gpuval_operator.control.ingest import ChildIngest
 from gpuval_operator.control.repair.keeper import RepairKeeper
 from gpuval_operator.control.reports import ReportPlanner
+from gpuval_operator.control.runstart import RunStarter
 from gpuval_operator.control.statuswriter import StatusWriter
 from gpuval_operator.fabric.ports import PortPool
 from gpuval_operator.kube.client import ApiError, KubeClient
 from gpuval_operator.kube.follower import Follower
-from gpuval_operator.names import run_number
 from gpuval_operator.nodes.breaker.operatorwide import OperatorBreaker
 from gpuval_operator.nodes.watch import NodeWatch
-from gpuval_operator.planning import Candidate
 from gpuval_operator.readmodel.registry import Registry
 from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.run import lifecycle, rollup
@@ -54,11 +54,6 @@ from gpuval_operator.run.state import RunState
 from gpuval_operator.spec import parse_spec
 
 log = logging.getLogger(__name__)
-# How long a run's start waits for the node watch's first list before listing the nodes itself.
-CANDIDATES_WAIT_SECONDS = 60.0
-# spec.maxProofAgeSeconds: a proof-expired run that found no node to take (they left the
-# selection meanwhile) tries again after this long at the soonest.
-PROOF_RETRY_SECONDS = 60.0
 # A run's loop rests this many times a tick's own time before the next (until_next_tick):
 # it ticks at most a quarter of the time.
 TICK_REST = 3.0
@@ -122,9 +117,8 @@ class ValidationController:
             self.effects, ctx.config.status_interval_seconds, self._status().get("conditions") or []
         )
         self._followers: list[asyncio.Task[None]] = []
-        # spec.maxProofAgeSeconds: no proof-expired run before this (PROOF_RETRY_SECONDS).
-        self._proof_quiet_until = 0.0
         self.node_watch = NodeWatch(ctx.client, name, self.ingest.wake.set)
+        self.fleet = FleetStatus(state=self.state, status=self.status, node_watch=self.node_watch)
         self.baseline = BaselineDriver(
             state=self.state, effects=self.effects, node_watch=self.node_watch
         )
@@ -148,6 +142,19 @@ class ValidationController:
             node_watch=self.node_watch,
             state=self.state,
             operator_breaker=ctx.operator_breaker,
+        )
+        self.starter = RunStarter(
+            name=name,
+            state=self.state,
+            effects=self.effects,
+            node_watch=self.node_watch,
+            baseline=self.baseline,
+            reports=self.reports,
+            fleet=self.fleet,
+            status=self._status,
+            generation=self.generation,
+            write_status=self._write_status,
+            mark_invalid=self._mark_invalid,
         )
 
     def _status(self) -> dict[str, Any]:
@@ -278,56 +285,6 @@ class ValidationController:
                 log.info("%s: resuming run %s", self.name, run.run_id)
         return self.state.run
 
-    def _proofs(self, spec: GpuValidationSpec) -> list[proofage.NodeProof] | None:
-        """The selected nodes' proofs (None: spec.maxProofAgeSeconds unset, or the nodes not
-        listed yet)."""
-        if spec.max_proof_age_seconds is None:
-            return None
-        return self.node_watch.proofs(self.state.run)
-
-    def _proof_due_at(self, spec: GpuValidationSpec) -> float | None:
-        """When the next proof-expired run is due, with the summary kept for the status and
-        the metrics."""
-        nodes, age = self._proofs(spec), spec.max_proof_age_seconds
-        if nodes is None or age is None:
-            self.state.proof = None
-            self.status.proof = None
-            return None
-        summary = proofage.summarize(nodes, age, time.time())
-        self.state.proof = summary
-        body = rollup.proof_status(summary)
-        run = self.state.run
-        if body != self.status.proof and run is not None:
-            run.dirty = True
-        self.status.proof = body
-        if summary.next_due is None:
-            return None
-        return max(summary.next_due, self._proof_quiet_until)
-
-    def _count_capacity(self, spec: GpuValidationSpec) -> bool:
-        """Healthy capacity from the node watch's facts, kept for the status and the metrics;
-        True when status.capacity changed (a finished run's status is written again)."""
-        nodes = self.node_watch.capacities(self.state.failed_gpus())
-        if nodes is None:
-            return False
-        summary = capacity.summarize(nodes, spec.max_proof_age_seconds, time.time())
-        self.state.capacity = summary
-        body = rollup.capacity_status(summary)
-        run = self.state.run
-        moved = body != self.status.capacity and run is not None
-        if moved and run is not None:
-            run.dirty = True
-        self.status.capacity = body
-        return moved
-
-    def _stale_first(self, spec: GpuValidationSpec, candidates: list[Candidate]) -> list[Candidate]:
-        """A proof-expired run's nodes: the candidates that are due, stalest first."""
-        nodes, age = self._proofs(spec), spec.max_proof_age_seconds
-        if nodes is None or age is None:
-            return []
-        order = {n.name: i for i, n in enumerate(proofage.due(nodes, age, time.time()))}
-        return sorted((c for c in candidates if c.name in order), key=lambda c: order[c.name])
-
     def _decide(self, spec: GpuValidationSpec | None) -> Decision:
         run = self.state.run
         facts = None if run is None else RunFacts(run.generation, run.completed_at is not None)
@@ -337,7 +294,7 @@ class ValidationController:
             due = self.node_watch.next_batch_at(spec.gating)
             arrivals = due is not None and due <= time.time()
         if spec is not None:
-            self._count_capacity(spec)
+            self.fleet.count_capacity(spec)
         return lifecycle.decide(
             valid=spec is not None,
             generation=self.generation(),
@@ -346,7 +303,7 @@ class ValidationController:
             next_run_at=None if run is None else run.next_run_at,
             now=time.time(),
             arrivals=arrivals,
-            proof_due_at=None if spec is None else self._proof_due_at(spec),
+            proof_due_at=None if spec is None else self.fleet.proof_due_at(spec),
         )
 
     def _follow_nodes(self, spec: GpuValidationSpec) -> None:
@@ -390,9 +347,9 @@ class ValidationController:
                 await self._execute(run, spec)
             case Step.RESTART if run is not None:
                 await self._supersede(run)
-                await self._start_run(spec, decision.trigger or RunTrigger.SPEC_CHANGED)
+                await self.starter.start(spec, decision.trigger or RunTrigger.SPEC_CHANGED)
             case Step.START:
-                await self._start_run(spec, decision.trigger or RunTrigger.CREATED)
+                await self.starter.start(spec, decision.trigger or RunTrigger.CREATED)
             case Step.EXTEND if run is not None and spec.gating is not None:
                 batch = self.node_watch.due_batch(spec.gating, time.time())
                 await self.driver.join(run, spec, batch)
@@ -422,7 +379,7 @@ class ValidationController:
 
                 def proof_sooner() -> bool:
                     # A node joined without a proof, or another validation's failure voided one.
-                    due = self._proof_due_at(spec)
+                    due = self.fleet.proof_due_at(spec)
                     return due is not None and (until is None or due < until)
 
                 await self._wait(
@@ -434,7 +391,7 @@ class ValidationController:
                         or self.repairs.due(spec)
                         or (until is not None and time.time() >= until)
                         or proof_sooner()
-                        or self._count_capacity(spec)
+                        or self.fleet.count_capacity(spec)
                     )
                 )
 
@@ -450,85 +407,6 @@ class ValidationController:
         log.warning("%s: invalid spec: %s", self.name, "; ".join(errors))
 
     # -- runs --
-
-    async def _start_run(self, spec: GpuValidationSpec, trigger: RunTrigger) -> None:
-        previous = self.state.run
-        number = 1 + max(
-            [previous.number if previous else 0]
-            + [run_number(r) for r in self.state.run_ids]
-            + [int((self._status().get("run") or {}).get("number") or 0)]
-        )
-        run_id = f"{number}-{secrets.token_hex(2)}"
-        try:
-            # The node watch lists the selected nodes anyway: a second list of 10,000 nodes would
-            # hold back the first wave by tens of seconds on a busy API server.
-            candidates = await self.node_watch.candidates(CANDIDATES_WAIT_SECONDS)
-            if candidates is None:
-                candidates = await self.effects.list_candidates(spec, self.node_watch.dra)
-        except ApiError as exc:
-            if exc.status != 400:
-                raise
-            query = spec.node_selector.to_query() if spec.node_selector else ""
-            await self._mark_invalid(
-                [f"spec.nodeSelector={query!r}: the API server refused it: {exc}"],
-                self.generation(),
-            )
-            return
-        if trigger is RunTrigger.PROOF_EXPIRED:
-            candidates = self._stale_first(spec, candidates)
-            if not candidates:
-                self._proof_quiet_until = time.time() + PROOF_RETRY_SECONDS
-                return
-        run = RunState(
-            validation=self.name,
-            run_id=run_id,
-            number=number,
-            generation=self.generation(),
-            trigger=trigger,
-            started_at=time.time(),
-        )
-        run.add_candidates(candidates)
-        run.without_devices = self.node_watch.without_devices()
-        run.gating = spec.gating is not None
-        run.note_checks(spec.checks)
-        # The repair loop spans runs: its status stays until its next pass.
-        run.remediation = previous.remediation if previous is not None else None
-        run.repair_requests = previous.repair_requests if previous is not None else None
-        if spec.fabric is not None:
-            run.expect_fabric()
-        self.state.begin(run)
-        await self.baseline.prepare(run, spec.baseline)
-        # The run id is persisted before any child exists, so a restart resumes this run instead of
-        # starting one.
-        await self._write_status(force=True)
-        message = f"run {run_id} ({trigger}) started on {len(candidates)} nodes"
-        if run.without_devices:
-            message += (
-                f" of {len(candidates) + len(run.without_devices)} selected: "
-                f"{len(run.without_devices)} publish"
-                f"{'es' if len(run.without_devices) == 1 else ''} no device (condition "
-                "DevicesPublished)"
-            )
-        await self.effects.event(EventReason.RUN_STARTED, message)
-        log.info("%s: %s", self.name, message)
-        # The first wave's reports first, the rest while the first wave runs: at 10,000 nodes the
-        # reports alone take a minute to create, and the first pods should not wait for them.
-        # The earlier runs' pods and reports are pruned after this run's reports exist: deleting
-        # 10,000 pods keeps the API server busy for minutes (docs/operator/architecture.md, "How it
-        # is built").
-        limit = planning.concurrency_limit(spec.max_concurrent, len(candidates))
-        await self.reports.create(run, candidates[:limit])
-        self.reports.in_background(
-            run, candidates[limit:], then=lambda: self._prune(run, spec.history)
-        )
-
-    async def _prune(self, run: RunState, history: int) -> None:
-        """Earlier runs' pods, and their reports beyond `history`; what fails now is pruned by
-        the next run (it deletes every earlier run's children, not only the last one's)."""
-        try:
-            await self.effects.prune(run, history, self.state.run_ids, claims=self.node_watch.dra)
-        except ApiError as exc:
-            log.warning("%s: earlier runs not pruned: %s", self.name, exc)
 
     async def _supersede(self, run: RunState) -> None:
         log.info("%s: run %s superseded by a spec change", self.name, run.run_id)

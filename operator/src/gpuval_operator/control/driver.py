@@ -1,6 +1,6 @@
 """Driving an active run, one tick at a time: nodes gone, arrivals joining (spec.gating), outcomes
 of pods that ended without a report, retries of nodes gpuval could not test (spec.retry), the next
-wave of agent pods (given their baselines), the fabric phase (spec.fabric:
+wave of agent pods (gpuval_operator.control.launch), the fabric phase (spec.fabric:
 gpuval_operator.control.fabric.driver), node actions for new verdicts (each first against the node's
 own history, then within the circuit breaker: gpuval_operator.control.runbreaker), and, once every
 node has one, the run's end: burn fingerprints and uniformity compared across the run, the run
@@ -14,7 +14,6 @@ gpuval_operator.control.baseline.driver's; this module sequences them.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -22,18 +21,16 @@ from collections.abc import Awaitable, Callable, Mapping
 from gpuval_api import EventReason, Reason
 from gpuval_api.checks import CheckName
 from gpuval_api.crd import GpuValidationSpec, NodeTrigger
-from gpuval_api.gfd import GpuSharing
 from gpuval_api.report import StatusKey
 from gpuval_api.training import TrainingRunStatus
 from gpuval_operator import cron, names, planning
 from gpuval_operator.control.baseline.driver import BaselineDriver
-from gpuval_operator.control.devices import ClaimsSeen, device_request, write_device_health
+from gpuval_operator.control.devices import ClaimsSeen, write_device_health
 from gpuval_operator.control.fabric.driver import FabricDriver
+from gpuval_operator.control.launch import WaveLauncher
 from gpuval_operator.control.reports import ReportPlanner
 from gpuval_operator.control.runbreaker import RunBreaker
-from gpuval_operator.devices import published_twice
 from gpuval_operator.fabric.ports import PortPool
-from gpuval_operator.kube.client import ApiError
 from gpuval_operator.nodes.actor import NodeActor
 from gpuval_operator.nodes.breaker.operatorwide import OperatorBreaker
 from gpuval_operator.nodes.gating import queued_events
@@ -42,7 +39,6 @@ from gpuval_operator.readmodel.validation import ValidationState
 from gpuval_operator.run import lifecycle
 from gpuval_operator.run.effects import Effects
 from gpuval_operator.run.fingerprints import fingerprint_outliers, training_comparison
-from gpuval_operator.run.refusals import QUOTA_LAG, Refusal, Refused, refused_event
 from gpuval_operator.run.state import NodeRecord, Phase, RunState
 from gpuval_operator.run.uniformity import Outlier, run_outliers
 
@@ -102,6 +98,7 @@ class RunDriver:
             settled=state.settle_fabric,
             judge=baseline.judge_fabric,
         )
+        self.waves = WaveLauncher(effects=effects, node_watch=node_watch, baseline=baseline)
         self.config = effects.config
         # Node actions running behind the ticks while the fabric phase is under way (act_behind).
         self.acting: asyncio.Task[None] | None = None
@@ -127,7 +124,7 @@ class RunDriver:
         if run.health_due:
             await write_device_health(self.effects, run)
         self._retry(run, spec)
-        await self._launch(run, spec)
+        await self.waves.launch(run, spec)
         await self.fabric.tick(run, spec)
         if run.fabric is not None and run.fabric.under_way():
             self.act_behind(run, spec)
@@ -241,130 +238,6 @@ class RunDriver:
             status = {**outcome.status, StatusKey.MESSAGE: message}
             await self.effects.settle_report(record, status)
         elif reason is not None:
-            await self.effects.write_report_failure(record, reason, message)
-
-    async def _launch(self, run: RunState, spec: GpuValidationSpec) -> None:
-        now = time.time()
-        limit = planning.concurrency_limit(spec.max_concurrent, len(run.nodes))
-        if run.refused is not None:
-            wave = self._paced(
-                run, min(limit - run.running(), run.refused.slots(run.live_pods(), now))
-            )
-        else:
-            wave = lifecycle.next_wave(run, limit, now)
-        if not wave:
-            return
-        for record in wave:
-            record.phase, record.pod_created = Phase.RUNNING, now
-        run.dirty = True
-        refused: list[bool] = []
-
-        async def create(record: NodeRecord) -> None:
-            if record.reset_due:
-                # The previous attempt's verdict must not be read as this one's, and a verdict
-                # the operator settled must not keep this attempt's agent from writing.
-                record.reset_due = not await self.effects.reset_report(record)
-            facts = self.node_watch.nodes.get(record.node)
-            # The device plugin's sharing (GFD's labels) says nothing of a claim's devices.
-            sharing = facts.sharing if facts is not None and not self.node_watch.dra else None
-            if sharing is not None and not sharing.exclusive_possible:
-                await self._untestable(run, record, sharing)
-                return
-            twice = self._published_twice(record.node)
-            if twice is not None:
-                if run.finish_for(record.node, Reason.DEVICES_PUBLISHED_TWICE, twice):
-                    await self.effects.write_report_failure(
-                        record, Reason.DEVICES_PUBLISHED_TWICE, twice
-                    )
-                return
-            env = self.baseline.pod_env(run, record.node)
-            try:
-                request = await device_request(
-                    self.effects, self.node_watch, run, record.node, spec
-                )
-            except ApiError as exc:
-                # The claim template refused (RBAC, no DRA API): the cluster's, as a pod's refusal.
-                words = exc.body.get("message") if isinstance(exc.body, dict) else None
-                refusal: Refusal | None = Refusal.of(
-                    exc.status, f"the agent pods' ResourceClaimTemplate: {words or exc}"
-                )
-            else:
-                refusal = await self.effects.create_pod(
-                    run, record, spec, sharing, env, request=request
-                )
-            if refusal is None:
-                record.admitted = True
-            else:
-                refused.append(True)
-                await self._refused(run, record, refusal)
-
-        await self.effects.bounded(create(r) for r in wave)
-        await self._after_wave(run, refused=bool(refused), now=time.time())
-
-    def _published_twice(self, node: str) -> str | None:
-        """With DRA, why the node's device plugin handing out its GPUs too keeps it untested."""
-        facts = self.node_watch.nodes.get(node)
-        if not self.node_watch.dra or facts is None:
-            return None
-        return published_twice(node, facts.gpus, self.node_watch.slices.devices(node))
-
-    def _paced(self, run: RunState, slots: int) -> list[NodeRecord]:
-        """While the API server refuses agent pods, the creates due (Refused.slots): pending
-        nodes' first, then waiting nodes' (each report reset first)."""
-        if slots <= 0:
-            return []
-        wave = list(itertools.islice(run.pending(time.time()), slots))
-        for record in run.refused_nodes()[: slots - len(wave)]:
-            record.readmit()
-            wave.append(record)
-        return wave
-
-    async def _after_wave(self, run: RunState, *, refused: bool, now: float) -> None:
-        """After a wave of creates while refusals stand: pace to a quota that admits some of
-        the run's pods; end the refusal once a create is admitted and none is refused (a quota
-        that paces: once no node waits any more); say it once per cause and policy."""
-        found = run.refused
-        if found is None:
-            return
-        ended = run.ended_since(time.monotonic() - QUOTA_LAG)
-        found.paced(run.live_pods(), refused, now, ended)
-        waiting = run.refused_nodes()
-        if not refused and (found.admits is None or not (waiting or any(run.pending()))):
-            log.info("%s: the API server admits agent pods again", run.validation)
-            run.refused, run.dirty = None, True
-            return
-        run.dirty = True
-        key = found.key()
-        if refused and key not in run.refusals_said:
-            run.refusals_said.add(key)
-            counts = run.counts()
-            tested = counts["passed"] + counts["failed"] + counts["notRun"]
-            text = refused_event(run.run_id, found, len(waiting), run.live_pods(), tested)
-            log.warning("%s: %s", run.validation, text)
-            await self.effects.event(EventReason.AGENT_PODS_REFUSED, text, warning=True)
-
-    async def _refused(self, run: RunState, record: NodeRecord, refusal: Refusal) -> None:
-        """The API server refused the node's agent pod: the cluster's configuration, not the
-        node. Waiting (AgentPodRefused), no verdict and no node action, the run's
-        AgentPodsRefused condition, and the pod created again later (_paced)."""
-        now, namespace = time.time(), self.config.agent_namespace
-        if run.refused is None:
-            run.refused = Refused.first(refusal, namespace, now)
-        else:
-            run.refused.again(refusal, now)
-        message = refusal.node_message(record.pod, namespace)
-        if run.refuse(record.node, message):
-            await self.effects.write_report_waiting(record, Reason.AGENT_POD_REFUSED, message)
-
-    async def _untestable(self, run: RunState, record: NodeRecord, sharing: GpuSharing) -> None:
-        """A node whose GPU sharing lets no pod hold a GPU alone: NotRun, no pod made."""
-        message = (
-            f"node {record.node} shares its GPUs with {sharing.strategy} "
-            f"({sharing.describe()}), which gives a pod one replica at most: the agent cannot "
-            "hold a GPU alone, so no agent pod was made"
-        )
-        reason = Reason.GPU_SHARING_UNSUPPORTED
-        if run.finish_for(record.node, reason, message):
             await self.effects.write_report_failure(record, reason, message)
 
     async def after_verdicts(self, run: RunState, spec: GpuValidationSpec) -> None:

@@ -101,7 +101,8 @@ lint: setup ## ruff, mypy --strict, and the import contracts (the packages' wall
 TEST_WORKERS ?= 3
 test: setup controlplane kueue browser ## The README's test command: lint, generated-file check, unit, browser and cluster tests (with a real node), in TEST_WORKERS parallel workers (a control plane each)
 	$(MAKE) lint check-generated
-	$(UV) run --frozen pytest -m "not gpu" --real-node -n $(TEST_WORKERS) --dist loadgroup
+	$(UV) run --frozen pytest -m "not gpu and not real_node" --real-node -n $(TEST_WORKERS) --dist loadgroup
+	$(UV) run --frozen pytest -m "real_node" --real-node tests/integration
 
 .PHONY: report-screenshot
 report-screenshot: setup browser ## Rerun the report's browser tests and keep their screenshots as docs/images/fleet-report.png, fleet-1000-report.png and fabric-report.png

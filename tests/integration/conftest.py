@@ -42,10 +42,12 @@ REAL_NODE_GROUP = "real-node"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks every test here ``cluster`` and gives it its pytest-xdist group (``make test`` runs
-    ``--dist loadgroup``): a module's tests stay together on one worker, whose session starts its
-    own control plane (so module-scoped fixtures such as Kueue start once), and the tests of the
-    real node share the one worker that starts it."""
+    """Marks every test here ``cluster`` (and ``real_node`` where it takes the real node) and gives
+    it its pytest-xdist group (``make test`` runs ``--dist loadgroup``): a module's tests stay
+    together on one worker, whose session starts its own control plane (so module-scoped fixtures
+    such as Kueue start once), and the tests of the real node share one worker. ``make test``
+    runs the ``real_node`` tests on their own after the rest, serially: in a parallel run a
+    second worker's session was seen waiting on the machine's one real node."""
     here = Path(__file__).parent
     for item in items:
         path = Path(str(item.fspath))
@@ -53,6 +55,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         item.add_marker(pytest.mark.cluster)
         uses_real_node = not REAL_NODE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+        if uses_real_node:
+            item.add_marker(pytest.mark.real_node)
         group = REAL_NODE_GROUP if uses_real_node else str(path.relative_to(here.parent))
         item.add_marker(pytest.mark.xdist_group(group))
 

@@ -185,6 +185,9 @@ def test_dra_agents_claim_every_device_wait_for_workloads_claims_and_pass_once_t
                 p["spec"].get("nodeName") or p["metadata"]["annotations"]["gpuval.dev/node"]: p
                 for p in pods_of(cluster, name)
             }
+            # The slow node's pod as seen Running: it may have ended and gone by now (a loaded
+            # machine stretches the busy nodes' wait more than the slow node's burn).
+            pods.setdefault(slow, pod_of_slow)
             templates = get_json(
                 cluster,
                 "resourceclaimtemplates",

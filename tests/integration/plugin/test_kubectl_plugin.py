@@ -100,7 +100,14 @@ def test_kubectl_gpuval_shows_the_run_the_failing_nodes_with_hints_and_the_outli
 
     assert detail.returncode == 0, detail.stderr
     out = detail.stdout
-    assert out.startswith(f"GpuValidation {name}: Failed"), out
+    # It opens with the fleet's healthy capacity: the two failing nodes' named GPUs failed, their
+    # seven others each withheld with their node.
+    first, second = out.splitlines()[:2]
+    assert first == (
+        "Healthy capacity: 24 of 40 GPUs (60.0 %) proven healthy; 2 failed, 14 withheld with "
+        "their node; nodes: 3 of 5 healthy"
+    ), out
+    assert second.startswith(f"GpuValidation {name}: Failed"), out
     assert "(Passed 3, Failed 2)" in out
     assert f"{wrong}  burn GPU 3  BurnMismatch:" in out
     assert f"{slow}  burn GPU 5  ThermalSlowdown:" in out

@@ -154,7 +154,9 @@ def test_dra_agents_claim_every_device_wait_for_workloads_claims_and_pass_once_t
     spec = {
         "agent": DRA,
         "maxConcurrent": "100%",
-        "nodeTimeoutSeconds": 15,
+        # Long enough for a simulated agent on a loaded machine (make test runs 3 workers on 2
+        # cores: 15 s timed 7 healthy nodes out), short for the busy nodes' wait.
+        "nodeTimeoutSeconds": 40,
         "retry": {"attempts": 2, "backoffSeconds": 20},
         "checks": LOCAL,
     }
@@ -179,7 +181,7 @@ def test_dra_agents_claim_every_device_wait_for_workloads_claims_and_pass_once_t
             not_run = wait_for(
                 "the busy nodes' first attempts to end NotRun",
                 lambda: _not_run(cluster, name, busy),
-                timeout=90,
+                timeout=150,
             )
             pods = {
                 p["spec"].get("nodeName") or p["metadata"]["annotations"]["gpuval.dev/node"]: p

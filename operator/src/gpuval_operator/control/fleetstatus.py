@@ -47,9 +47,7 @@ class FleetStatus:
         summary = proofage.summarize(nodes, age, time.time())
         self.state.proof = summary
         body = rollup.proof_status(summary)
-        run = self.state.run
-        if body != self.status.proof and run is not None:
-            run.dirty = True
+        self._moved(self.status.proof, body)
         self.status.proof = body
         if summary.next_due is None:
             return None
@@ -68,12 +66,17 @@ class FleetStatus:
         summary = capacity.summarize(nodes, spec.max_proof_age_seconds, time.time())
         self.state.capacity = summary
         body = rollup.capacity_status(summary)
-        run = self.state.run
-        moved = body != self.status.capacity and run is not None
-        if moved and run is not None:
-            run.dirty = True
+        moved = self._moved(self.status.capacity, body)
         self.status.capacity = body
         return moved
+
+    def _moved(self, before: object, after: object) -> bool:
+        """A status body that changed marks the run, so its status is written again."""
+        run = self.state.run
+        if after == before or run is None:
+            return False
+        run.dirty = True
+        return True
 
     def stale_first(self, spec: GpuValidationSpec, candidates: list[Candidate]) -> list[Candidate]:
         """A proof-expired run's nodes: the candidates that are due, stalest first."""
